@@ -1,0 +1,212 @@
+"""The ``flowpipe`` command line. Exit codes: 0 ok, 1 runtime failure, 2 invalid graph or config,
+130 interrupted after a clean shutdown."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .errors import GraphError
+
+EXIT_OK, EXIT_RUNTIME, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def _load(path: str, sets: list[str] | None = None):
+    from .graph import load_graph, parse_sets
+
+    return load_graph(path, parse_sets(sets))
+
+
+class _Progress:
+    """A one-line live display on a terminal; silent otherwise."""
+
+    def __init__(self, stream=sys.stderr):
+        self.stream = stream
+        self.enabled = stream.isatty()
+        self.t0 = time.monotonic()
+        self.last = (self.t0, 0)
+
+    def __call__(self, counts: dict[str, int]) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        t_prev, n_prev = self.last
+        done = counts["out"] + counts["dropped"] + counts["failed"]
+        fps = (done - n_prev) / max(now - t_prev, 1e-6)
+        self.last = (now, done)
+        self.stream.write(f"\r{now - self.t0:7.1f}s  in {counts['in']}  out {counts['out']}  "
+                          f"dropped {counts['dropped']}  failed {counts['failed']}  {fps:7.1f} fps\x1b[K")
+        self.stream.flush()
+
+    def end(self) -> None:
+        if self.enabled:
+            self.stream.write("\n")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .engine import Runner
+
+    spec = _load(args.graph, args.set)
+    progress = _Progress()
+    result = Runner(spec, max_frames=args.max_frames, progress=progress).run()
+    progress.end()
+    stats = result.to_json()
+    if args.stats:
+        Path(args.stats).write_text(json.dumps(stats, indent=2))
+    f = result.frames
+    print(f"frames: in {f['in']}, out {f['out']}, dropped {f['dropped']}, failed {f['failed']} "
+          f"in {result.elapsed_s:.2f}s", file=sys.stderr)
+    if result.error:
+        print(f"error: {result.error}", file=sys.stderr)
+    return result.exit_code
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    code = EXIT_OK
+    for path in args.graph:
+        try:
+            spec = _load(path, args.set)
+        except GraphError as e:
+            for d in e.diagnostics:
+                print(d, file=sys.stderr)
+            code = EXIT_CONFIG
+            continue
+        print(f"{path}: ok ({len(spec.nodes)} nodes, {spec.dag.number_of_edges()} edges)")
+        for mod in spec.plugins:
+            print(f"  loads plugin module: {mod}")
+        for s in spec.nodes:
+            for res in s.make().resources():
+                print(f"  {s.id} ({s.type}): {res}")
+    return code
+
+
+def to_dot(spec: Any) -> str:
+    lines = ["digraph flowpipe {", "  rankdir=LR;", "  node [shape=box, style=rounded];"]
+    for s in spec.nodes:
+        lines.append(f'  "{s.id}" [label="{s.id}\\n({s.type})"];')
+    for u, v, d in spec.dag.edges(data=True):
+        lines.append(f'  "{u}" -> "{v}" [label="{d["src_port"]} -> {d["dst_port"]}"];')
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def to_mermaid(spec: Any) -> str:
+    lines = ["flowchart LR"]
+    for s in spec.nodes:
+        lines.append(f'  {s.id}["{s.id}<br/>({s.type})"]')
+    for u, v, d in spec.dag.edges(data=True):
+        lines.append(f'  {u} -->|{d["src_port"]} -> {d["dst_port"]}| {v}')
+    return "\n".join(lines) + "\n"
+
+
+def cmd_graph(args: argparse.Namespace) -> int:
+    spec = _load(args.graph, args.set)
+    out = Path(args.output)
+    fmt = args.format or {".dot": "dot", ".gv": "dot", ".mmd": "mermaid", ".md": "mermaid", ".png": "png",
+                          ".svg": "svg"}.get(out.suffix.lower(), "dot")
+    if fmt == "mermaid":
+        out.write_text(to_mermaid(spec))
+    elif fmt == "dot":
+        out.write_text(to_dot(spec))
+    else:
+        dot = shutil.which("dot")
+        if dot is None:
+            print(f"error: {fmt.upper()} output needs Graphviz's 'dot' on PATH; write .dot or .mmd instead",
+                  file=sys.stderr)
+            return EXIT_RUNTIME
+        subprocess.run([dot, f"-T{fmt}", "-o", str(out)], input=to_dot(spec).encode(), check=True)
+    print(f"wrote {out} ({fmt})")
+    return EXIT_OK
+
+
+def cmd_nodes(args: argparse.Namespace) -> int:
+    from .node import lookup, registry
+
+    if not args.type:
+        for name, cls in sorted(registry().items()):
+            doc = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
+            ins = ", ".join(f"{p}:{k}" for p, k in cls.inputs.items()) or "-"
+            outs = ", ".join(f"{p}:{k}" for p, k in cls.outputs.items()) or "-"
+            print(f"{name:22s} in[{ins}] out[{outs}]  {doc}")
+        return EXIT_OK
+    try:
+        cls = lookup(args.type)
+    except KeyError as e:
+        print(f"error: {e.args[0]}", file=sys.stderr)
+        return EXIT_CONFIG
+    print(f"{args.type}: {(cls.__doc__ or '').strip()}\n")
+    print("inputs:  " + (", ".join(f"{p} ({k})" for p, k in cls.inputs.items()) or "none"))
+    print("outputs: " + (", ".join(f"{p} ({k})" for p, k in cls.outputs.items()) or "none"))
+    print("config:")
+    for name, field in cls.Config.model_fields.items():
+        default = "required" if field.is_required() else f"default {field.default!r}"
+        ann = getattr(field.annotation, "__name__", None) or str(field.annotation).replace("typing.", "")
+        desc = f"  {field.description}" if field.description else ""
+        print(f"  {name}: {ann} ({default}){desc}")
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="flowpipe", description=__doc__)
+    p.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    def with_set(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--set", action="append", metavar="NAME=VALUE", help="override a graph parameter")
+
+    r = sub.add_parser("run", help="run a graph")
+    r.add_argument("graph")
+    with_set(r)
+    r.add_argument("--stats", metavar="PATH", help="write run statistics as JSON")
+    r.add_argument("--max-frames", type=int, metavar="N", help="stop the sources after N frames in all")
+    r.set_defaults(func=cmd_run)
+
+    v = sub.add_parser("validate", help="check graphs without running them (touches no device)")
+    v.add_argument("graph", nargs="+")
+    with_set(v)
+    v.set_defaults(func=cmd_validate)
+
+    g = sub.add_parser("graph", help="draw a graph (DOT, Mermaid; PNG/SVG with Graphviz)")
+    g.add_argument("graph")
+    g.add_argument("-o", "--output", required=True)
+    g.add_argument("--format", choices=["dot", "mermaid", "png", "svg"])
+    with_set(g)
+    g.set_defaults(func=cmd_graph)
+
+    n = sub.add_parser("nodes", help="list node types, or show one")
+    n.add_argument("type", nargs="?")
+    n.set_defaults(func=cmd_nodes)
+
+    from . import cli_extra
+
+    cli_extra.add_commands(sub, with_set)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    level = logging.DEBUG if args.debug else logging.INFO
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    try:
+        return args.func(args)
+    except GraphError as e:
+        for d in e.diagnostics:
+            print(d, file=sys.stderr)
+        return EXIT_CONFIG
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except Exception as e:  # noqa: BLE001
+        if args.debug:
+            raise
+        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
+        return EXIT_RUNTIME
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,455 @@
+"""The streaming executor: one thread per node, bounded channels, end-of-stream, accounting.
+
+Every frame a source emits is accounted exactly once when its last reference ends: delivered
+("out"), "dropped" by a policy, or "failed". Buffer leases travel with the frame's reference and go
+back to their pool at that moment, so pools bound the memory in flight.
+"""
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+import numpy as np
+
+from . import memory
+from .errors import NodeError
+from .frame import Frame, FrameRef
+from .graph import GraphSpec, NodeSpec
+from .node import Node, Source
+
+log = logging.getLogger("flowpipe")
+_EOS = object()
+
+
+class FrameError(Exception):
+    """Raised by a node (often from an async callback) to say which frame failed."""
+
+    def __init__(self, frame: Frame, cause: BaseException | str):
+        self.frame, self.cause = frame, cause
+        super().__init__(str(cause))
+
+
+class Channel:
+    """A bounded FIFO with batch get: under load a consumer wakes once for many items."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self._items: deque = deque()
+        self._cond = threading.Condition(threading.Lock())
+        self.closed = False
+        self.high_water = 0
+
+    def put(self, item: Any, force: bool = False) -> bool:
+        with self._cond:
+            while not force and len(self._items) >= self.capacity and not self.closed:
+                self._cond.wait()
+            if self.closed:
+                return False
+            self._items.append(item)
+            if len(self._items) > self.high_water:
+                self.high_water = len(self._items)
+            self._cond.notify_all()
+            return True
+
+    def get_batch(self) -> list[Any] | None:
+        with self._cond:
+            while not self._items and not self.closed:
+                self._cond.wait()
+            if not self._items:
+                return None
+            items = list(self._items)
+            self._items.clear()
+            self._cond.notify_all()
+            return items
+
+    def close(self) -> list[Any]:
+        with self._cond:
+            self.closed = True
+            left = list(self._items)
+            self._items.clear()
+            self._cond.notify_all()
+            return left
+
+
+@dataclass
+class NodeStats:
+    type: str
+    frames: int = 0
+    dropped: int = 0
+    failed: int = 0
+    busy_s: float = 0.0
+    first: float | None = None
+    last: float | None = None
+    latency: deque = field(default_factory=lambda: deque(maxlen=100_000))
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def summary(self, channel: Channel | None) -> dict[str, Any]:
+        lat = np.asarray(self.latency, dtype=np.float64) * 1e3
+        span = (self.last - self.first) if self.first is not None and self.last is not None else 0.0
+        out: dict[str, Any] = {
+            "type": self.type, "frames": self.frames, "dropped": self.dropped, "failed": self.failed,
+            "fps": round(self.frames / span, 2) if span > 0 else None,
+            "busy_s": round(self.busy_s, 4),
+            "latency_ms": {f"p{q}": round(float(np.percentile(lat, q)), 4) if lat.size else None
+                           for q in (50, 95, 99)},
+            "queue_max": channel.high_water if channel else 0,
+        }
+        out.update(self.extra)
+        return out
+
+
+class RunContext:
+    """What nodes get in ``open``: the graph, the copy ledger, the stop flag and shared services."""
+
+    def __init__(self, spec: GraphSpec, runner: Runner):
+        self.spec = spec
+        self.ledger = memory.ledger
+        self._runner = runner
+        self.services: dict[str, Any] = {}
+
+    @property
+    def stopping(self) -> bool:
+        return self._runner.stop_event.is_set()
+
+    def frames_in_flight(self, node_id: str) -> int:
+        """How many frames can be in flight downstream of ``node_id``: the size a source's pool needs."""
+        import networkx as nx
+
+        down = nx.descendants(self.spec.dag, node_id)
+        queues = sum(self.spec.node(n).queue for n in down)
+        holders = sum(getattr(self._runner.nodes.get(n), "max_held", 0) for n in down)
+        return queues + holders + 2 * len(down) + 2
+
+    def stats_for(self, node_id: str) -> dict[str, Any]:
+        return self._runner.stats[node_id].extra
+
+
+class Runner:
+    """Runs a validated graph. Use as ``Runner(spec).run()``; returns a RunResult."""
+
+    def __init__(self, spec: GraphSpec, max_frames: int | None = None, drain_timeout: float = 30.0,
+                 progress: Callable[[dict[str, Any]], None] | None = None, handle_signals: bool = True):
+        self.spec = spec
+        self.max_frames = max_frames
+        self.drain_timeout = drain_timeout
+        self.progress = progress
+        self.handle_signals = handle_signals
+        self.stop_event = threading.Event()
+        self.abort_event = threading.Event()
+        self.nodes: dict[str, Node] = {}
+        self.channels: dict[str, Channel] = {}
+        self.stats = {n.id: NodeStats(n.type) for n in spec.nodes}
+        self.routes: dict[str, dict[str, list[tuple[Channel, str, str]]]] = {}
+        self.counts = {"in": 0, "out": 0, "dropped": 0, "failed": 0}
+        self._count_lock = threading.Lock()
+        self.error: BaseException | None = None
+        self.interrupted = False
+        self._emitted = 0
+        memory.ledger.edges.clear()
+
+    # accounting ------------------------------------------------------------------------------------
+    def _on_final(self, ref: FrameRef) -> None:
+        with self._count_lock:
+            self.counts[ref.fate] += 1
+
+    def _fail(self, err: BaseException) -> None:
+        if self.error is None:
+            self.error = err
+            log.error("%s", err)
+        self.abort()
+
+    def stop(self) -> None:
+        """Graceful: sources stop, queued frames drain, end-of-stream flows to the sinks."""
+        self.stop_event.set()
+
+    def abort(self) -> None:
+        """Immediate: every channel closes; frames still queued are counted as failed."""
+        self.stop_event.set()
+        self.abort_event.set()
+        for ch in self.channels.values():
+            ch.close()
+
+    # emission --------------------------------------------------------------------------------------
+    def _emit(self, node_id: str, result: Any, default_port: str | None, held: bool) -> None:
+        if result is None:
+            return
+        if isinstance(result, Frame):
+            result = {default_port: [result]}
+        elif isinstance(result, list):
+            result = {default_port: result}
+        routes = self.routes[node_id]
+        for port, frames in result.items():
+            if port not in routes:
+                raise RuntimeError(f"emitted on unknown output port {port!r}; declared: {', '.join(routes)}")
+            targets = routes[port]
+            for fr in frames if isinstance(frames, list) else [frames]:
+                n = len(targets)
+                fr.ref.add(n - 1 if held else n)
+                for i, (ch, in_port, edge) in enumerate(targets):
+                    # each branch gets its own packet (shared pixels, own metadata)
+                    pkt = fr if i == 0 else replace(fr, meta=dict(fr.meta), tensors=dict(fr.tensors),
+                                                    detections=list(fr.detections))
+                    em = memory.ledger.edges[edge]
+                    em.frames += 1
+                    if em.memory == "none":
+                        em.memory = fr.memory
+                    if not ch.put((in_port, pkt, edge)):
+                        fr.ref.end("failed")
+
+    # threads ---------------------------------------------------------------------------------------
+    def _run_source(self, spec: NodeSpec, node: Source) -> None:
+        st = self.stats[spec.id]
+        port = next(iter(spec.cls.outputs), None)
+        try:
+            it = iter(node.frames())
+            while not self.stop_event.is_set():
+                t0 = time.perf_counter()
+                try:
+                    frame = next(it)
+                except StopIteration:
+                    break
+                t1 = time.perf_counter()
+                if frame.ref is None:
+                    frame.ref = FrameRef(frame.stream, frame.index)
+                frame.ref._on_final = self._on_final
+                with self._count_lock:
+                    self.counts["in"] += 1
+                    self._emitted += 1
+                    limit_hit = self.max_frames is not None and self._emitted >= self.max_frames
+                st.frames += 1
+                st.busy_s += t1 - t0
+                st.latency.append(t1 - t0)
+                st.first = st.first or t0
+                st.last = t1
+                self._emit(spec.id, frame, port, held=True)
+                if limit_hit:
+                    self.stop()
+        except Exception as e:  # noqa: BLE001
+            self._fail(NodeError(spec.id, spec.type, f"{type(e).__name__}: {e}"))
+        finally:
+            self._send_eos(spec.id)
+
+    def _send_eos(self, node_id: str) -> None:
+        for targets in self.routes[node_id].values():
+            for ch, _, _ in targets:
+                ch.put(_EOS, force=True)
+
+    def _run_node(self, spec: NodeSpec, node: Node) -> None:
+        ch = self.channels[spec.id]
+        st = self.stats[spec.id]
+        n_in = sum(len(v) for v in spec.inputs.values())
+        eos = 0
+        default_port = next(iter(spec.cls.outputs), None)
+        held = node.holds_frames
+        process, emit, ledger = node.process, self._emit, memory.ledger
+        while True:
+            batch = ch.get_batch()
+            if batch is None:
+                return
+            for item in batch:
+                if item is _EOS:
+                    eos += 1
+                    if eos == n_in:
+                        try:
+                            emit(spec.id, node.flush(), default_port, held)
+                        except Exception as e:  # noqa: BLE001
+                            self._node_error(spec, st, None, e, held)
+                        self._send_eos(spec.id)
+                        return
+                    continue
+                in_port, frame, edge = item
+                if self.abort_event.is_set():
+                    frame.ref.end("failed")
+                    continue
+                t0 = time.perf_counter()
+                try:
+                    with ledger.on_edge(edge):
+                        if node.writes_input and frame.ref.count > 1 and frame.data is not None:
+                            frame = replace(frame, data=memory.copy(frame.data), meta=dict(frame.meta))
+                        result = process(frame, in_port)
+                        emit(spec.id, result, default_port, held)
+                    if not held:
+                        frame.ref.end("out")
+                except Exception as e:  # noqa: BLE001
+                    self._node_error(spec, st, None if held else frame, e, held)
+                t1 = time.perf_counter()
+                st.frames += 1
+                st.busy_s += t1 - t0
+                st.latency.append(t1 - t0)
+                if st.first is None:
+                    st.first = t0
+                st.last = t1
+
+    def _node_error(self, spec: NodeSpec, st: NodeStats, frame: Frame | None, err: Exception, held: bool) -> None:
+        if isinstance(err, FrameError):
+            frame, cause = err.frame, err.cause
+        else:
+            cause = err
+        msg = f"{type(cause).__name__}: {cause}" if isinstance(cause, BaseException) else str(cause)
+        if spec.on_error == "drop" and frame is not None:
+            st.dropped += 1
+            log.warning("node '%s' (%s), stream '%s', frame %d: %s (dropped by policy)",
+                        spec.id, spec.type, frame.stream, frame.index, msg)
+            frame.ref.end("dropped")
+            return
+        st.failed += 1
+        if frame is not None:
+            frame.ref.end("failed")
+        self._fail(NodeError(spec.id, spec.type, msg, frame.stream if frame else None,
+                             frame.index if frame else None))
+
+    # the run ---------------------------------------------------------------------------------------
+    def run(self) -> RunResult:
+        from .isolation import maybe_isolate
+
+        t_start = time.perf_counter()
+        ctx = RunContext(self.spec, self)
+        order = self.spec.topo_order()
+        for s in order:
+            self.channels[s.id] = Channel(s.queue) if s.cls.inputs else None  # type: ignore[assignment]
+            self.routes[s.id] = {p: [] for p in s.cls.outputs}
+        for s in order:
+            for port, refs in s.inputs.items():
+                for up_id, up_port in refs:
+                    self.routes[up_id][up_port].append((self.channels[s.id], port, f"{up_id}->{s.id}"))
+        opened: list[tuple[NodeSpec, Node]] = []
+        threads: list[threading.Thread] = []
+        old_handlers = self._install_signals()
+        try:
+            # open sinks first so a source never feeds a node that is not ready
+            for s in reversed(order):
+                node = maybe_isolate(s)
+                self.nodes[s.id] = node
+                try:
+                    node.open(ctx)
+                except Exception as e:  # noqa: BLE001
+                    raise NodeError(s.id, s.type, f"open failed: {type(e).__name__}: {e}") from e
+                opened.append((s, node))
+            for s, node in opened:
+                target = self._run_source if isinstance(node, Source) else self._run_node
+                t = threading.Thread(target=target, args=(s, node), name=f"flowpipe:{s.id}", daemon=True)
+                threads.append(t)
+            for t in threads:
+                t.start()
+            self._wait(threads)
+        except KeyboardInterrupt:
+            self.interrupted = True
+            self.abort()
+        except NodeError as e:
+            self._fail(e)
+        finally:
+            for ch in self.channels.values():
+                if ch is not None:
+                    for item in ch.close():
+                        if item is not _EOS:
+                            item[1].ref.end("failed")
+            for t in threads:
+                t.join(timeout=5.0)
+            close_errors = []
+            for s, node in reversed(opened):
+                try:
+                    node.close()
+                except Exception as e:  # noqa: BLE001
+                    close_errors.append(NodeError(s.id, s.type, f"close failed: {type(e).__name__}: {e}"))
+                    log.error("%s", close_errors[-1])
+            self._restore_signals(old_handlers)
+            if close_errors and self.error is None:
+                self.error = close_errors[0]
+        elapsed = time.perf_counter() - t_start
+        return RunResult(self, elapsed)
+
+    def _wait(self, threads: list[threading.Thread]) -> None:
+        last = time.monotonic()
+        stop_seen: float | None = None
+        while any(t.is_alive() for t in threads):
+            next(t for t in threads if t.is_alive()).join(timeout=0.1)
+            now = time.monotonic()
+            if self.progress is not None and now - last >= 0.5:
+                last = now
+                self.progress(self.snapshot())
+            if self.stop_event.is_set() and not self.abort_event.is_set():
+                stop_seen = stop_seen or now
+                if now - stop_seen > self.drain_timeout:
+                    log.error("drain took longer than %.0fs; aborting", self.drain_timeout)
+                    self.abort()
+            if self.abort_event.is_set():
+                break
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._count_lock:
+            return dict(self.counts)
+
+    # signals ---------------------------------------------------------------------------------------
+    def _install_signals(self) -> dict[int, Any]:
+        if not self.handle_signals or threading.current_thread() is not threading.main_thread():
+            return {}
+        old = {}
+
+        def on_signal(signum: int, _frame: Any) -> None:
+            if self.stop_event.is_set():
+                log.warning("second interrupt: stopping now")
+                self.interrupted = True
+                self.abort()
+                return
+            log.warning("interrupted (%s): finishing frames in flight; interrupt again to stop now",
+                        signal.Signals(signum).name)
+            self.interrupted = True
+            self.stop()
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            old[sig] = signal.signal(sig, on_signal)
+        return old
+
+    def _restore_signals(self, old: dict[int, Any]) -> None:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+class RunResult:
+    def __init__(self, runner: Runner, elapsed: float):
+        self.error = runner.error
+        self.interrupted = runner.interrupted
+        counts = dict(runner.counts)
+        lost = counts["in"] - counts["out"] - counts["dropped"] - counts["failed"]
+        counts["failed"] += max(0, lost)  # references never ended: in flight when the run stopped
+        self.frames = counts
+        self.elapsed_s = elapsed
+        self.exit_code = 1 if self.error else (130 if self.interrupted else 0)
+        self.nodes = {s.id: runner.stats[s.id].summary(runner.channels.get(s.id)) for s in runner.spec.nodes}
+        edges = {}
+        for s in runner.spec.nodes:
+            for port, refs in s.inputs.items():
+                for up, _ in refs:
+                    name = f"{up}->{s.id}"
+                    em = memory.ledger.edges.get(name, memory.EdgeMemory())
+                    edges[name] = {"frames": em.frames, "copies": em.copies, "bytes_copied": em.bytes_copied,
+                                   "memory": em.memory}
+        stray = memory.ledger.edges.get("<unattributed>")
+        if stray is not None:
+            edges["<unattributed>"] = {"frames": 0, "copies": stray.copies, "bytes_copied": stray.bytes_copied,
+                                       "memory": "none"}
+        self.edges = edges
+        self.inference = {k: v for s in runner.spec.nodes
+                          for k, v in runner.stats[s.id].extra.get("_sections", {}).items()}
+        for n in self.nodes.values():
+            n.pop("_sections", None)
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"frames": self.frames, "nodes": self.nodes, "edges": self.edges,
+               "elapsed_s": round(self.elapsed_s, 4), "exit": self.exit_code,
+               "error": str(self.error) if self.error else None}
+        out.update(self.inference)
+        return out
+
+
+def run(spec: GraphSpec, **kwargs: Any) -> RunResult:
+    return Runner(spec, **kwargs).run()

@@ -1,0 +1,52 @@
+"""Errors that carry where they happened: file:line, node id and type."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """One problem found in a graph, printable as a single line."""
+
+    message: str
+    file: str | None = None
+    line: int | None = None
+    node_id: str | None = None
+    node_type: str | None = None
+
+    def __str__(self) -> str:
+        where = self.file or "<graph>"
+        if self.line is not None:
+            where += f":{self.line}"
+        parts = [where]
+        if self.node_id is not None:
+            parts.append(f"node '{self.node_id}'" + (f" ({self.node_type})" if self.node_type else ""))
+        parts.append(self.message)
+        return ": ".join(parts)
+
+
+class GraphError(Exception):
+    """A graph or its configuration is invalid (CLI exit code 2)."""
+
+    def __init__(self, diagnostics: list[Diagnostic] | Diagnostic | str):
+        if isinstance(diagnostics, str):
+            diagnostics = Diagnostic(diagnostics)
+        if isinstance(diagnostics, Diagnostic):
+            diagnostics = [diagnostics]
+        self.diagnostics = list(diagnostics)
+        super().__init__("\n".join(str(d) for d in self.diagnostics))
+
+
+class NodeError(Exception):
+    """A node failed at run time (CLI exit code 1). Names the node, stream and frame."""
+
+    def __init__(self, node_id: str, node_type: str, message: str,
+                 stream: str | None = None, frame: int | None = None):
+        self.node_id, self.node_type = node_id, node_type
+        self.stream, self.frame = stream, frame
+        where = f"node '{node_id}' ({node_type})"
+        if stream is not None:
+            where += f", stream '{stream}'"
+        if frame is not None:
+            where += f", frame {frame}"
+        super().__init__(f"{where}: {message}")

@@ -1,0 +1,121 @@
+"""The packet that moves through a graph: a frame, its planes and the metadata stages attach."""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+FORMATS = ("BGR", "RGB", "GRAY", "NV12", "I420", "TENSOR")
+
+
+@dataclass
+class Detection:
+    """One object: box in source-frame pixels (x1, y1, x2, y2), score, label, optional track id."""
+
+    box: tuple[float, float, float, float]
+    score: float
+    label: str = "object"
+    label_id: int = 0
+    track_id: int | None = None
+    keypoints: list[tuple[float, float]] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"label": self.label, "score": round(float(self.score), 4),
+                             "box": [round(float(v), 1) for v in self.box]}
+        if self.track_id is not None:
+            d["track_id"] = self.track_id
+        return d
+
+
+class FrameRef:
+    """Shared by a frame and every packet derived from it: counts live references across fan-out,
+    holds the buffer leases, and reports the frame's fate once when the last reference ends."""
+
+    __slots__ = ("count", "fate", "leases", "_lock", "_on_final", "stream", "index")
+
+    def __init__(self, stream: str, index: int, on_final: Callable[[FrameRef], None] | None = None):
+        self.count = 1
+        self.fate = "out"
+        self.leases: list[Any] = []
+        self._lock = threading.Lock()
+        self._on_final = on_final
+        self.stream, self.index = stream, index
+
+    def add(self, n: int) -> None:
+        with self._lock:
+            self.count += n
+            final = self.count == 0
+        if final:
+            self._finish()
+
+    def end(self, fate: str = "out") -> None:
+        """One reference ends: delivered ("out"), "dropped" by a policy, or "failed"."""
+        rank = {"out": 0, "dropped": 1, "failed": 2}
+        with self._lock:
+            if rank[fate] > rank[self.fate]:
+                self.fate = fate
+            self.count -= 1
+            final = self.count == 0
+        if final:
+            self._finish()
+
+    def _finish(self) -> None:
+        for lease in self.leases:
+            lease.release()
+        self.leases.clear()
+        if self._on_final is not None:
+            self._on_final(self)
+
+
+@dataclass(eq=False)
+class Frame:
+    """A video frame (or tensor) and everything stages attach to it.
+
+    ``data`` is the pixel memory (a view over a shared buffer where the source uses a pool):
+    BGR/RGB ``(H, W, 3)``, GRAY ``(H, W)``, NV12/I420 ``(H * 3 // 2, W)``.
+    """
+
+    stream: str
+    index: int
+    pts: float
+    data: np.ndarray | None = None
+    format: str = "BGR"
+    meta: dict[str, Any] = field(default_factory=dict)
+    tensors: dict[str, Any] = field(default_factory=dict)
+    detections: list[Detection] = field(default_factory=list)
+    ref: FrameRef | None = None
+
+    @property
+    def height(self) -> int:
+        assert self.data is not None
+        return self.data.shape[0] * 2 // 3 if self.format in ("NV12", "I420") else self.data.shape[0]
+
+    @property
+    def width(self) -> int:
+        assert self.data is not None
+        return self.data.shape[1]
+
+    @property
+    def buffer(self) -> Any:
+        """The SharedBuffer under ``data`` when it came from a pool, else None."""
+        return self.ref.leases[0].buffer if self.ref is not None and self.ref.leases else None
+
+    @property
+    def memory(self) -> str:
+        buf = self.buffer
+        return buf.kind if buf is not None else ("heap" if self.data is not None else "none")
+
+    def planes(self) -> dict[str, np.ndarray]:
+        """Per-plane views (no copies): Y/UV for NV12, Y/U/V for I420, the image otherwise."""
+        assert self.data is not None
+        h, w = self.height, self.width
+        if self.format == "NV12":
+            return {"Y": self.data[:h], "UV": self.data[h:].reshape(h // 2, w // 2, 2)}
+        if self.format == "I420":
+            flat = self.data.reshape(-1)
+            q = (h // 2) * (w // 2)
+            return {"Y": self.data[:h], "U": flat[h * w:h * w + q].reshape(h // 2, w // 2),
+                    "V": flat[h * w + q:h * w + 2 * q].reshape(h // 2, w // 2)}
+        return {self.format: self.data}

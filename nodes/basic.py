@@ -1,0 +1,145 @@
+"""Sources and sinks with no I/O: synthetic frames, in-memory feeds and collectors, pass-through."""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Iterator, Literal
+
+import numpy as np
+from pydantic import Field
+
+from flowpipe.frame import Frame, FrameRef
+from flowpipe.memory import BufferPool
+from flowpipe.node import Node, NodeConfig, Source, register
+
+#: In-memory feeds and collections, by name, for tests and the Python API (``flowpipe.testing``).
+FEEDS: dict[str, list[Any]] = {}
+COLLECTED: dict[str, list[Frame]] = {}
+_collect_lock = threading.Lock()
+
+
+@register("synthetic_source")
+class SyntheticSource(Source):
+    """Generates frames (a moving gradient) without any file; for benchmarks and tests.
+
+    YAML:
+        - id: src
+          type: synthetic_source
+          config: {count: 300, width: 64, height: 48, fps: 30}
+    """
+
+    outputs = {"frame": "frame"}
+
+    class Config(NodeConfig):
+        count: int = Field(100, ge=0, description="frames to generate")
+        width: int = Field(64, ge=1, le=16384)
+        height: int = Field(48, ge=1, le=16384)
+        stream: str | None = Field(None, description="stream id (default: the node id)")
+        fps: float = Field(30.0, gt=0, description="timestamps advance at this rate")
+        realtime: bool = Field(False, description="sleep to keep the frame rate")
+        pool: bool = Field(True, description="allocate frames from a shared buffer pool")
+        memory: Literal["auto", "dma-heap", "memfd", "host"] = "auto"
+
+    def open(self, ctx: Any) -> None:
+        c = self.config
+        self.stream = c.stream or self.id
+        self.pool = None
+        if c.pool:
+            n = min(ctx.frames_in_flight(self.id), 256)
+            self.pool = BufferPool(c.width * c.height * 3, n, None if c.memory == "auto" else c.memory)
+
+    def frames(self) -> Iterator[Frame]:
+        c = self.config
+        shape = (c.height, c.width, 3)
+        t0 = time.monotonic()
+        for i in range(c.count):
+            ref = FrameRef(self.stream, i)
+            if self.pool is not None:
+                lease = self.pool.acquire()
+                ref.leases.append(lease)
+                data = lease.buffer.array(shape)
+            else:
+                data = np.empty(shape, np.uint8)
+            data[...] = i & 0xFF
+            if c.realtime:
+                delay = t0 + i / c.fps - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+            yield Frame(self.stream, i, i / c.fps, data, "BGR", ref=ref)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+
+
+@register("list_source")
+class ListSource(Source):
+    """Emits the items of an in-memory feed (``flowpipe.testing.feed(name, items)``).
+
+    Items may be Frames or numpy images (wrapped as BGR frames).
+    """
+
+    outputs = {"frame": "any"}
+
+    class Config(NodeConfig):
+        feed: str
+        stream: str | None = None
+        fps: float = Field(30.0, gt=0)
+
+    def open(self, ctx: Any) -> None:
+        if self.config.feed not in FEEDS:
+            raise KeyError(f"no in-memory feed named {self.config.feed!r}")
+
+    def frames(self) -> Iterator[Frame]:
+        stream = self.config.stream or self.id
+        for i, item in enumerate(FEEDS[self.config.feed]):
+            if isinstance(item, Frame):
+                yield item
+            else:
+                yield Frame(stream, i, i / self.config.fps, item if isinstance(item, np.ndarray) else None,
+                            meta={} if isinstance(item, np.ndarray) else {"value": item})
+
+
+@register("collect")
+class Collect(Node):
+    """Sink that appends every packet to an in-memory list (``flowpipe.testing.collected(name)``)."""
+
+    inputs = {"in": "any"}
+
+    class Config(NodeConfig):
+        into: str
+        keep_pixels: bool = Field(False, description="copy pixels out of pooled buffers (counted)")
+
+    def open(self, ctx: Any) -> None:
+        with _collect_lock:
+            COLLECTED.setdefault(self.config.into, [])
+
+    def process(self, frame: Frame, port: str) -> None:
+        from flowpipe.memory import copy
+
+        kept = Frame(frame.stream, frame.index, frame.pts,
+                     copy(frame.data) if self.config.keep_pixels and frame.data is not None else None,
+                     frame.format, dict(frame.meta), dict(frame.tensors), list(frame.detections))
+        with _collect_lock:
+            COLLECTED[self.config.into].append(kept)
+
+
+@register("passthrough")
+class Passthrough(Node):
+    """Forwards every packet unchanged (a hop for tests and engine benchmarks)."""
+
+    inputs = {"in": "any"}
+    outputs = {"out": "any"}
+
+    def process(self, frame: Frame, port: str) -> Frame:
+        return frame
+
+
+@register("null_sink")
+class NullSink(Node):
+    """Consumes packets and does nothing (ends a branch)."""
+
+    inputs = {"in": "any"}
+
+    def process(self, frame: Frame, port: str) -> None:
+        return None
