@@ -172,7 +172,8 @@ class Runner:
         self.stop_event.set()
         self.abort_event.set()
         for ch in self.channels.values():
-            ch.close()
+            if ch is not None:
+                ch.close()
 
     # emission --------------------------------------------------------------------------------------
     def _emit(self, node_id: str, result: Any, default_port: str | None, held: bool) -> None:

@@ -1,0 +1,148 @@
+"""The executor: ordering, fan-out/fan-in, policies, accounting and guaranteed close()."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from flowpipe.testing import collected, feed, run_node, run_yaml
+
+
+def test_run_node_harness_passes_frames_through() -> None:
+    out = run_node("type: passthrough", [np.full((4, 4, 3), i, np.uint8) for i in range(5)])
+    assert out.result.ok
+    assert [f.index for f in out.frames] == list(range(5))
+    assert out.result.frames == {"in": 5, "out": 5, "dropped": 0, "failed": 0}
+
+
+def test_fan_out_and_fan_in_keep_per_stream_order() -> None:
+    res = run_yaml("""
+        nodes:
+          - {id: a, type: synthetic_source, config: {count: 200, stream: cam-a}}
+          - {id: b, type: synthetic_source, config: {count: 150, stream: cam-b}}
+          - {id: merge, type: passthrough, inputs: {in: [a.frame, b.frame]}}
+          - {id: s1, type: collect, config: {into: fan1}, inputs: merge.out}
+          - {id: s2, type: collect, config: {into: fan2}, inputs: merge.out}
+    """)
+    assert res.ok and res.frames == {"in": 350, "out": 350, "dropped": 0, "failed": 0}
+    for name in ("fan1", "fan2"):
+        got = collected(name)
+        assert len(got) == 350
+        for stream, n in (("cam-a", 200), ("cam-b", 150)):
+            assert [f.index for f in got if f.stream == stream] == list(range(n))
+    assert res.edges["merge->s1"]["frames"] == 350 and res.edges["merge->s2"]["frames"] == 350
+
+
+def test_drop_policy_counts_every_frame(events: list[str]) -> None:
+    res = run_yaml("""
+        nodes:
+          - {id: src, type: synthetic_source, config: {count: 50}}
+          - {id: f, type: test_fault, config: {fail_on: [3, 10, 11, 49]}, inputs: src.frame, on_error: drop}
+          - {id: s, type: collect, config: {into: drop1}, inputs: f.out}
+    """)
+    assert res.ok
+    assert res.frames == {"in": 50, "out": 46, "dropped": 4, "failed": 0}
+    assert res.nodes["f"]["dropped"] == 4
+    assert sorted(f.index for f in collected("drop1")) == [i for i in range(50) if i not in (3, 10, 11, 49)]
+
+
+def test_fail_policy_stops_run_names_node_stream_frame_and_closes_all(events: list[str]) -> None:
+    res = run_yaml("""
+        nodes:
+          - {id: src, type: synthetic_source, config: {count: 1000, stream: door}}
+          - {id: f1, type: test_fault, inputs: src.frame}
+          - {id: f2, type: test_fault, config: {fail_on: [7]}, inputs: f1.out}
+          - {id: f3, type: test_fault, inputs: f2.out}
+    """)
+    assert res.exit_code == 1
+    assert str(res.error) == "node 'f2' (test_fault), stream 'door', frame 7: ValueError: bad frame 7"
+    f = res.frames
+    assert f["in"] == f["out"] + f["dropped"] + f["failed"] and f["failed"] >= 1
+    opens = [e for e in events if e.startswith("open")]
+    closes = [e for e in events if e.startswith("close")]
+    assert closes == [e.replace("open", "close") for e in reversed(opens)]
+
+
+def test_open_failure_closes_only_opened_nodes_in_reverse(events: list[str]) -> None:
+    res = run_yaml("""
+        nodes:
+          - {id: src, type: synthetic_source, config: {count: 10}}
+          - {id: f1, type: test_fault, inputs: src.frame}
+          - {id: f2, type: test_fault, config: {fail_open: true}, inputs: f1.out}
+          - {id: f3, type: test_fault, inputs: f2.out}
+    """)
+    assert res.exit_code == 1 and "node 'f2' (test_fault): open failed: RuntimeError: cannot open" in str(res.error)
+    assert events == ["open:f3", "open:f2", "close:f3"]
+
+
+def test_copy_on_write_only_when_another_reader_holds_the_frame() -> None:
+    res = run_yaml("""
+        nodes:
+          - {id: src, type: synthetic_source, config: {count: 20, width: 16, height: 8}}
+          - {id: w, type: test_inplace, inputs: src.frame}
+          - {id: keep, type: collect, config: {into: cow_keep, keep_pixels: true}, inputs: src.frame}
+          - {id: s, type: collect, config: {into: cow_w, keep_pixels: true}, inputs: w.out}
+    """)
+    assert res.ok
+    # the writer saw its own copy whenever the other branch still held the frame: 'keep' never sees 255
+    assert all(int(f.data.max()) == f.index for f in collected("cow_keep"))
+    assert all(int(f.data.min()) == 255 for f in collected("cow_w"))
+    assert res.edges["src->w"]["copies"] >= 1
+    solo = run_yaml("""
+        nodes:
+          - {id: src, type: synthetic_source, config: {count: 20, width: 16, height: 8}}
+          - {id: w, type: test_inplace, inputs: src.frame}
+          - {id: s, type: null_sink, inputs: w.out}
+    """)
+    assert solo.ok and solo.edges["src->w"]["copies"] == 0
+
+
+def test_max_frames_stops_sources_and_drains() -> None:
+    res = run_yaml("""
+        nodes:
+          - {id: src, type: synthetic_source, config: {count: 100000}}
+          - {id: s, type: null_sink, inputs: src.frame}
+    """, max_frames=123)
+    assert res.ok and res.frames == {"in": 123, "out": 123, "dropped": 0, "failed": 0}
+
+
+def test_backpressure_keeps_queues_bounded() -> None:
+    res = run_yaml("""
+        nodes:
+          - {id: src, type: synthetic_source, config: {count: 60}}
+          - {id: slow, type: test_fault, config: {delay_s: 0.002}, inputs: src.frame, queue: 4}
+          - {id: s, type: null_sink, inputs: slow.out}
+    """)
+    assert res.ok and res.nodes["slow"]["queue_max"] <= 5  # capacity + the end-of-stream marker
+
+
+SIGINT_GRAPH = """
+nodes:
+  - {id: src, type: synthetic_source, config: {count: 100000000, realtime: true, fps: 200}}
+  - {id: a, type: passthrough, inputs: src.frame}
+  - {id: s, type: null_sink, inputs: a.out}
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_shuts_down_cleanly_with_exit_130(tmp_path, sig) -> None:
+    g = tmp_path / "g.yaml"
+    g.write_text(SIGINT_GRAPH)
+    stats = tmp_path / "stats.json"
+    proc = subprocess.Popen([sys.executable, "-m", "flowpipe.cli", "run", str(g), "--stats", str(stats)],
+                            stderr=subprocess.PIPE, text=True)
+    time.sleep(2.0)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    import json
+
+    s = json.loads(stats.read_text())
+    f = s["frames"]
+    assert f["in"] > 0 and f["in"] == f["out"] and f["failed"] == 0 and s["exit"] == 130

@@ -1,0 +1,106 @@
+"""Every validation error is one line naming file:line, node id and type, expected vs got."""
+from __future__ import annotations
+
+import pytest
+
+from flowpipe import GraphError, load_graph
+from flowpipe.graph import parse_sets
+
+OK_HEAD = "nodes:\n  - {id: src, type: synthetic_source, config: {count: 3}}\n"
+
+
+def errors_of(text: str, **kw) -> list[str]:
+    with pytest.raises(GraphError) as e:
+        load_graph("g.yaml", text=text, **kw)
+    return [str(d) for d in e.value.diagnostics]
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("nodes: [\n  {id: a\n", r"^g\.yaml:\d+: YAML error"),
+        ("- 1\n- 2\n", r"^g\.yaml:1: graph: expected a mapping with 'nodes', got list"),
+        ("nodes: []\n", r"^g\.yaml:1: nodes: expected a non-empty list of nodes, got list"),
+        (OK_HEAD + "extra: 1\n", r"^g\.yaml:3: unknown top-level key 'extra'"),
+        (OK_HEAD + "  - {id: x, type: pasthrough, inputs: src}\n",
+         r"^g\.yaml:3: node 'x' \(pasthrough\): unknown node type 'pasthrough'; did you mean 'passthrough'\? known: "),
+        ("nodes:\n  - id: src\n    type: synthetic_source\n    config:\n      count: 3\n      widht: 5\n",
+         r"^g\.yaml:6: node 'src' \(synthetic_source\): config\.widht: unknown key; expected one of: count, width"),
+        ("nodes:\n  - id: src\n    type: synthetic_source\n    config:\n      count: many\n",
+         r"^g\.yaml:5: node 'src' \(synthetic_source\): config\.count: Input should be a valid integer.*got 'many'"),
+        (OK_HEAD + "  - {id: src, type: null_sink, inputs: src}\n", r"^g\.yaml:3: node 'src' \(null_sink\): duplicate node id 'src' \(first defined at line 2\)"),
+        (OK_HEAD + "  - id: s\n    type: null_sink\n    inputs: {inn: src.frame}\n",
+         r"^g\.yaml:5: node 's' \(null_sink\): inputs\.inn: unknown input port; expected one of: in"),
+        (OK_HEAD + "  - id: s\n    type: null_sink\n    inputs: {in: src.out}\n",
+         r"^g\.yaml:5: node 's' \(null_sink\): inputs\.in: 'src' \(synthetic_source\) has no output port 'out'; expected one of: frame"),
+        (OK_HEAD + "  - id: s\n    type: null_sink\n    inputs: {in: nope.frame}\n",
+         r"node 's' \(null_sink\): inputs\.in: no node 'nope' in this graph"),
+        (OK_HEAD + "  - id: s\n    type: null_sink\n", r"^g\.yaml:3: node 's' \(null_sink\): input port 'in' \(any\) is not connected"),
+        (OK_HEAD + "  - {id: s, type: null_sink, inputs: src, on_error: ignore}\n",
+         r"on_error: expected one of fail\|drop\|restart, got 'ignore'"),
+        (OK_HEAD + "  - {id: s, type: null_sink, inputs: src, queue: 0}\n", r"queue: expected an integer 1\.\.4096, got 0"),
+        ("nodes:\n  - {id: src, type: synthetic_source, config: {count: '${params.n}'}}\n",
+         r"^g\.yaml:2: unknown parameter '\$\{params\.n\}': known params: none"),
+        ("nodes: !!python/object/apply:os.system ['echo hi']\n", r"^g\.yaml:1: YAML error: .*could not determine a constructor"),
+        ("a: &a [1,1,1,1,1,1,1,1,1,1]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
+         "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d]\n"
+         "f: [*e,*e,*e,*e,*e,*e,*e,*e,*e,*e]\n", r"^g\.yaml: document expands to more than 100000 values"),
+    ],
+)
+def test_error_is_one_pinned_line(text: str, expected: str) -> None:
+    errs = errors_of(text)
+    assert errs and all("\n" not in e for e in errs)
+    assert any(__import__("re").search(expected, e) for e in errs), errs
+
+
+def test_kind_mismatch_names_both_kinds() -> None:
+    from flowpipe import Node, register
+
+    @register("test_tensor_consumer")
+    class TensorConsumer(Node):
+        inputs = {"tensor": "tensor"}
+
+    errs = errors_of(OK_HEAD + "  - {id: t, type: test_tensor_consumer, inputs: {tensor: src.frame}}\n")
+    assert errs == ["g.yaml:3: node 't' (test_tensor_consumer): inputs.tensor: port kind mismatch: "
+                    "expected tensor, got frame from 'src.frame'"]
+
+
+def test_cycle_is_reported() -> None:
+    text = ("nodes:\n  - {id: src, type: synthetic_source}\n"
+            "  - {id: a, type: test_fault, inputs: {in: [src.frame, b.out]}}\n"
+            "  - {id: b, type: test_fault, inputs: {in: a.out}}\n")
+    errs = errors_of(text)
+    assert len(errs) == 1 and "cycle: a -> b -> a" in errs[0]
+
+
+def test_all_errors_of_a_phase_are_reported_together() -> None:
+    text = OK_HEAD + "  - {id: a, type: nope}\n  - {id: b, type: null_sink, config: {x: 1}, inputs: src}\n"
+    errs = errors_of(text)
+    assert len(errs) == 2 and "line" not in errs[0] and errs[0].startswith("g.yaml:3") and errs[1].startswith("g.yaml:4")
+
+
+def test_params_env_and_set_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FP_W", "32")
+    text = ("params:\n  n: 5\n  w: ${env:FP_W:-16}\n  h: ${env:FP_UNSET:-24}\n  name: cam\n"
+            "nodes:\n  - id: src\n    type: synthetic_source\n"
+            "    config: {count: '${params.n}', width: '${params.w}', height: '${params.h}', stream: '${params.name}-1'}\n")
+    spec = load_graph("g.yaml", text=text)
+    cfg = spec.node("src").config
+    assert (cfg.count, cfg.width, cfg.height, cfg.stream) == (5, 32, 24, "cam-1")
+    spec = load_graph("g.yaml", text=text, overrides=parse_sets(["n=7", "name=door"]))
+    assert spec.node("src").config.count == 7 and spec.node("src").config.stream == "door-1"
+    assert "--set nope: no such parameter; known params: h, n, name, w" in errors_of(text, overrides={"nope": 1})[0]
+
+
+def test_parse_sets_rejects_missing_equals() -> None:
+    with pytest.raises(GraphError, match="expected NAME=VALUE"):
+        parse_sets(["novalue"])
+
+
+def test_shipped_graphs_validate() -> None:
+    from pathlib import Path
+
+    graphs = sorted(Path(__file__).parent.parent.joinpath("graphs").glob("*.yaml"))
+    assert graphs, "graphs/ is empty"
+    for g in graphs:
+        load_graph(g)
