@@ -43,6 +43,7 @@ class Channel:
         self._cond = threading.Condition(threading.Lock())
         self.closed = False
         self.high_water = 0
+        self._woken = False
 
     def put(self, item: Any, force: bool = False) -> bool:
         with self._cond:
@@ -56,12 +57,20 @@ class Channel:
             self._cond.notify_all()
             return True
 
-    def get_batch(self) -> list[Any] | None:
+    def wake(self) -> None:
+        """Wake the consumer with no item (an async completion is ready to collect)."""
         with self._cond:
-            while not self._items and not self.closed:
+            self._woken = True
+            self._cond.notify_all()
+
+    def get_batch(self) -> list[Any] | None:
+        """All queued items; [] when woken without items; None when closed and empty."""
+        with self._cond:
+            while not self._items and not self.closed and not self._woken:
                 self._cond.wait()
+            self._woken = False
             if not self._items:
-                return None
+                return None if self.closed else []
             items = list(self._items)
             self._items.clear()
             self._cond.notify_all()
@@ -127,6 +136,15 @@ class RunContext:
 
     def stats_for(self, node_id: str) -> dict[str, Any]:
         return self._runner.stats[node_id].extra
+
+    def waker(self, node_id: str) -> Callable[[], None]:
+        """A thread-safe callable that makes the engine call ``node.poll()`` soon (async completions)."""
+        ch = self._runner.channels.get(node_id)
+        return ch.wake if ch is not None else (lambda: None)
+
+    def section(self, name: str, data: dict[str, Any], node_id: str) -> None:
+        """A top-level block of ``--stats`` (e.g. ``inference.<id>``)."""
+        self._runner.stats[node_id].extra.setdefault("_sections", {})[name] = data
 
 
 class Runner:
@@ -252,6 +270,9 @@ class Runner:
             batch = ch.get_batch()
             if batch is None:
                 return
+            if held and not batch:
+                self._poll(spec, st, node)
+                continue
             for item in batch:
                 if item is _EOS:
                     eos += 1
@@ -285,6 +306,15 @@ class Runner:
                 if st.first is None:
                     st.first = t0
                 st.last = t1
+            if held:
+                self._poll(spec, st, node)
+
+    def _poll(self, spec: NodeSpec, st: NodeStats, node: Node) -> None:
+        """Collect what an async node has finished (in order) and send it on."""
+        try:
+            self._emit(spec.id, node.poll(), next(iter(spec.cls.outputs), None), True)
+        except Exception as e:  # noqa: BLE001
+            self._node_error(spec, st, None, e, True)
 
     def _node_error(self, spec: NodeSpec, st: NodeStats, frame: Frame | None, err: Exception, held: bool) -> None:
         if isinstance(err, FrameError):

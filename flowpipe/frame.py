@@ -102,6 +102,19 @@ class Frame:
         """The SharedBuffer under ``data`` when it came from a pool, else None."""
         return self.ref.leases[0].buffer if self.ref is not None and self.ref.leases else None
 
+    def buffer_of(self, array: Any) -> Any:
+        """The pooled SharedBuffer that ``array`` is a view of, or None."""
+        if self.ref is None or not isinstance(array, np.ndarray):
+            return None
+        addr = array.ctypes.data
+        for lease in self.ref.leases:
+            buf = getattr(lease, "buffer", None)
+            if buf is not None:
+                base = buf.address
+                if base <= addr < base + buf.size:
+                    return buf
+        return None
+
     @property
     def memory(self) -> str:
         buf = self.buffer

@@ -96,6 +96,7 @@ class SharedBuffer:
         else:
             self.handle, self._address, self._mmap = _win32_map(self.size, _fd, _kernel32)
         self._closed = False
+        self.address = self._address or int(np.frombuffer(self._mmap, np.uint8, count=1).ctypes.data)
 
     # -- views -------------------------------------------------------------------------------
     def array(self, shape: tuple[int, ...], dtype: Any = np.uint8, offset: int = 0) -> np.ndarray:
@@ -108,10 +109,6 @@ class SharedBuffer:
             return np.frombuffer(self._mmap, dtype=dtype, count=count, offset=offset).reshape(shape)
         raw = (ctypes.c_uint8 * self.size).from_address(self._address)  # win32 MapViewOfFile address
         return np.frombuffer(raw, dtype=dtype, count=count, offset=offset).reshape(shape)
-
-    @property
-    def address(self) -> int:
-        return self.array((1,)).ctypes.data
 
     def cl_buffer(self, context: Any, shape: tuple[int, ...] | None = None, dtype: Any = np.uint8,
                   offset: int = 0, access: str = "rw") -> Any:

@@ -67,6 +67,10 @@ class Node:
         """Handle one packet. Return None, a Frame, a list of Frames, or {port: Frame | [Frame]}."""
         raise NotImplementedError
 
+    def poll(self) -> Any:
+        """For ``holds_frames`` nodes: return what is ready now, without blocking."""
+        return None
+
     def flush(self) -> Any:
         """End of stream on every input: return what is still held (same forms as ``process``)."""
         return None

@@ -1,0 +1,178 @@
+"""Device owners: one OpenVINO Core and one OpenCL context per device, per process.
+
+Nodes never create their own ``ov.Core`` or ``cl.Context``: they ask here, so every node of a graph
+shares the same plugin instances, remote contexts and compiled kernels.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger("flowpipe.devices")
+_lock = threading.Lock()
+_core: Any = None
+_compile_locks: dict[str, threading.Lock] = {}
+
+#: Keys the Core accepts for every device although a plugin may not list them in SUPPORTED_PROPERTIES.
+CORE_KEYS = {"CACHE_DIR", "CACHE_MODE", "ENABLE_MMAP", "FORCE_TBB_TERMINATE", "LOG_LEVEL", "PERFORMANCE_HINT",
+             "PERFORMANCE_HINT_NUM_REQUESTS", "MODEL_PRIORITY", "INFERENCE_PRECISION_HINT", "EXECUTION_MODE_HINT"}
+DEVICE_ORDER = ("NPU", "GPU", "CPU")
+
+
+def ov_core() -> Any:
+    """The process-wide ``openvino.Core``."""
+    global _core
+    with _lock:
+        if _core is None:
+            import openvino as ov
+
+            _core = ov.Core()
+        return _core
+
+
+def compile_lock(device: str) -> threading.Lock:
+    """Compilations on one device are serialized: concurrent NPU compiles are known to crash drivers."""
+    with _lock:
+        return _compile_locks.setdefault(device.split(".")[0].upper(), threading.Lock())
+
+
+@dataclass
+class DeviceChoice:
+    device: str
+    reason: str
+    tried: list[str]
+
+
+def choose_device(wanted: str | list[str], available: list[str] | None = None) -> DeviceChoice:
+    """Pick the first wanted device that exists. ``AUTO`` means NPU -> GPU -> CPU.
+
+    >>> choose_device("AUTO", ["CPU"]).reason
+    'NPU not present, GPU not present; CPU is present (available: CPU)'
+    """
+    if available is None:
+        available = list(ov_core().available_devices)
+    order: list[str] = []
+    for w in [wanted] if isinstance(wanted, str) else wanted:
+        for part in str(w).split(","):
+            part = part.strip().upper()
+            if part in ("AUTO", ""):
+                order.extend(DEVICE_ORDER)
+            else:
+                order.append(part)
+    seen: list[str] = []
+    base_available = {a.split(".")[0] for a in available}
+    skipped = []
+    for dev in order:
+        if dev in seen:
+            continue
+        seen.append(dev)
+        if dev in available or dev in base_available:
+            why = "; ".join(filter(None, [", ".join(skipped)])) if skipped else ""
+            reason = (why + "; " if why else "") + f"{dev} is present (available: {', '.join(available)})"
+            return DeviceChoice(dev, reason, seen)
+        skipped.append(f"{dev} not present")
+    raise RuntimeError(f"no wanted device is available: wanted {' -> '.join(seen)}, available: "
+                       f"{', '.join(available) or 'none'}")
+
+
+def supported_properties(device: str) -> set[str]:
+    core = ov_core()
+    try:
+        return set(core.get_property(device, "SUPPORTED_PROPERTIES")) | CORE_KEYS
+    except Exception:  # noqa: BLE001 - an absent device raises
+        return set(CORE_KEYS)
+
+
+def device_info(device: str) -> dict[str, Any]:
+    core = ov_core()
+    info: dict[str, Any] = {"device": device}
+    for key in ("FULL_DEVICE_NAME", "DEVICE_ARCHITECTURE", "NPU_DRIVER_VERSION", "NPU_COMPILER_VERSION",
+                "OPTIMIZATION_CAPABILITIES"):
+        try:
+            info[key] = str(core.get_property(device, key))
+        except Exception:  # noqa: BLE001 - not every device has every key
+            pass
+    return info
+
+
+# -- OpenCL -----------------------------------------------------------------------------------------
+_cl: dict[str, Any] = {}
+
+
+@dataclass
+class ClDevice:
+    context: Any
+    queue: Any
+    device: Any
+    unified_memory: bool
+    origin: str  # "own" or "openvino:GPU"
+
+    @property
+    def name(self) -> str:
+        return f"{self.device.platform.name.strip()} / {self.device.name.strip()}"
+
+
+def opencl_platforms() -> list[tuple[str, list[str]]]:
+    try:
+        import pyopencl as cl
+
+        return [(p.name, [d.name for d in p.get_devices()]) for p in cl.get_platforms()]
+    except Exception:  # noqa: BLE001 - no ICD loader or no platform
+        return []
+
+
+def cl_device(select: str = "auto") -> ClDevice:
+    """A shared OpenCL context and profiling queue. ``select``: ``auto`` (GPU first, then any),
+    ``gpu``, ``cpu``, or a substring of the platform/device name."""
+    import pyopencl as cl
+
+    key = f"own:{select}"
+    with _lock:
+        if key in _cl:
+            return _cl[key]
+        devices = [d for p in cl.get_platforms() for d in p.get_devices()]
+        if not devices:
+            raise RuntimeError("no OpenCL device")
+        sel = select.lower()
+        if sel == "auto":
+            devices.sort(key=lambda d: 0 if d.type & cl.device_type.GPU else 1)
+        elif sel in ("gpu", "cpu"):
+            want = cl.device_type.GPU if sel == "gpu" else cl.device_type.CPU
+            devices = [d for d in devices if d.type & want]
+        else:
+            devices = [d for d in devices if sel in f"{d.platform.name} {d.name}".lower()]
+        if not devices:
+            raise RuntimeError(f"no OpenCL device matches {select!r}; have: "
+                               f"{', '.join(n for _, ds in opencl_platforms() for n in ds)}")
+        dev = devices[0]
+        ctx = cl.Context([dev])
+        q = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
+        out = ClDevice(ctx, q, dev, bool(dev.host_unified_memory) or bool(dev.type & cl.device_type.CPU), "own")
+        _cl[key] = out
+        log.info("OpenCL device: %s (unified memory: %s)", out.name, out.unified_memory)
+        return out
+
+
+def cl_device_from_openvino(device: str = "GPU") -> ClDevice:
+    """Adopt OpenVINO's own OpenCL context for ``device`` so preprocessing writes buffers inference can
+    bind as remote tensors (handing OpenVINO a foreign context fails on some runtimes)."""
+    import pyopencl as cl
+
+    key = f"ov:{device}"
+    with _lock:
+        if key in _cl:
+            return _cl[key]
+    ov_ctx = ov_core().get_default_context(device)
+    params = ov_ctx.get_params()
+    raw = params["OCL_CONTEXT"]
+    ptr = int(raw.astype(str) if hasattr(raw, "astype") else str(raw), 16)
+    ctx = cl.Context.from_int_ptr(ptr, retain=True)
+    dev = ctx.devices[0]
+    q = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
+    out = ClDevice(ctx, q, dev, bool(dev.host_unified_memory), f"openvino:{device}")
+    out.ov_context = ov_ctx  # type: ignore[attr-defined]
+    with _lock:
+        _cl[key] = out
+    return out

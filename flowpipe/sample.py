@@ -1,0 +1,89 @@
+"""A sample video made from a real photograph, with faces that move, and their true positions.
+
+The astronaut photograph ships with scikit-image (public domain, NASA). Two copies of the head move over
+a background photograph: a close face (about 300 px tall) and a distant one (about 70 px tall) in a
+1366x768 frame. The true face box of every frame is written beside the video as JSON, so tests can
+score detections (IoU, recall, false positives) instead of trusting them.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+
+#: The face inside ``skimage.data.astronaut()`` (x1, y1, x2, y2), read off the photograph.
+ASTRONAUT_FACE = (174.0, 69.0, 278.0, 175.0)
+HEAD_CROP = (110, 0, 350, 250)  # x1, y1, x2, y2: head, hair and shoulders around the face
+W, H = 1366, 768
+
+
+def _photos() -> tuple[np.ndarray, np.ndarray]:
+    from skimage import data
+
+    astro = cv2.cvtColor(data.astronaut(), cv2.COLOR_RGB2BGR)
+    bg = cv2.cvtColor(data.coffee(), cv2.COLOR_RGB2BGR)
+    bg = cv2.GaussianBlur(cv2.resize(bg, (W, H), interpolation=cv2.INTER_LINEAR), (0, 0), 6)
+    return astro, bg
+
+
+def _paste(canvas: np.ndarray, head: np.ndarray, face_h: float, cx: float, cy: float, flip: bool) -> list[float]:
+    x1, y1, x2, y2 = HEAD_CROP
+    fx1, fy1, fx2, fy2 = ASTRONAUT_FACE
+    s = face_h / (fy2 - fy1)
+    crop = head[y1:y2, x1:x2]
+    if flip:
+        crop = crop[:, ::-1]
+        fx1, fx2 = (x2 - x1) - (fx2 - x1) + x1, (x2 - x1) - (fx1 - x1) + x1
+    img = cv2.resize(crop, (max(1, round(crop.shape[1] * s)), max(1, round(crop.shape[0] * s))),
+                     interpolation=cv2.INTER_AREA)
+    # place so the face centre lands at (cx, cy)
+    fcx, fcy = ((fx1 + fx2) / 2 - x1) * s, ((fy1 + fy2) / 2 - y1) * s
+    ox, oy = round(cx - fcx), round(cy - fcy)
+    h, w = img.shape[:2]
+    sx0, sy0 = max(0, -ox), max(0, -oy)
+    dx0, dy0 = max(0, ox), max(0, oy)
+    dx1, dy1 = min(W, ox + w), min(H, oy + h)
+    if dx1 > dx0 and dy1 > dy0:
+        canvas[dy0:dy1, dx0:dx1] = img[sy0:sy0 + dy1 - dy0, sx0:sx0 + dx1 - dx0]
+    box = [ox + (fx1 - x1) * s, oy + (fy1 - y1) * s, ox + (fx2 - x1) * s, oy + (fy2 - y1) * s]
+    return [round(float(v), 1) for v in box]
+
+
+def make_sample(path: str | Path, frames: int = 150, fps: float = 30.0) -> dict[str, Any]:
+    """Write the sample MP4 and ``<path>.json`` with the true face boxes; returns the ground truth."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    astro, bg = _photos()
+    tmp = path.with_name(path.stem + ".part" + path.suffix)
+    writer = cv2.VideoWriter(str(tmp), cv2.VideoWriter_fourcc(*"mp4v"), fps, (W, H))
+    if not writer.isOpened():
+        raise RuntimeError(f"cannot write {path}")
+    truth = []
+    for i in range(frames):
+        t = i / max(frames - 1, 1)
+        canvas = bg.copy()
+        # the close face walks left to right and bobs; the distant one circles in the upper right
+        near = _paste(canvas, astro, 300.0, 300 + 700 * t, 420 + 40 * math.sin(6.28 * t), flip=False)
+        far = _paste(canvas, astro, 70.0, 1120 + 90 * math.cos(6.28 * t), 170 + 50 * math.sin(6.28 * t), flip=True)
+        writer.write(canvas)
+        truth.append({"frame": i, "faces": [{"box": near, "size": "near"}, {"box": far, "size": "far"}]})
+    writer.release()
+    os.replace(tmp, path)
+    gt = {"video": path.name, "width": W, "height": H, "fps": fps, "frames": truth}
+    Path(str(path) + ".json").write_text(json.dumps(gt))
+    return gt
+
+
+def default_sample() -> Path:
+    """The sample video in the cache directory, made on first use."""
+    from .models import cache_dir
+
+    path = cache_dir().parent / "samples" / "faces_1366x768.mp4"
+    if not path.exists() or not Path(str(path) + ".json").exists():
+        make_sample(path)
+    return path

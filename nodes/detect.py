@@ -1,0 +1,262 @@
+"""Detection decoders: raw model outputs -> ``frame.detections`` with boxes in source-frame pixels.
+
+Boxes are decoded in tensor pixels and mapped back through the geometry the preprocess node recorded
+(ROI, letterbox scale and padding), so they land on the original frame whatever the resize mode.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any, Literal
+
+import cv2
+import numpy as np
+from pydantic import Field
+
+from flowpipe.frame import Detection, Frame
+from flowpipe.node import Node, NodeConfig, register
+
+
+def to_source(frame: Frame, boxes: np.ndarray) -> np.ndarray:
+    """(N, 4) x1y1x2y2 in tensor pixels -> source-frame pixels, clipped to the frame."""
+    pre = frame.meta.get("preprocess")
+    if pre is None:
+        return boxes
+    rx, ry, rw, rh = pre["roi"]
+    sx, sy = pre["new_w"] / rw, pre["new_h"] / rh
+    out = np.empty_like(boxes, dtype=np.float64)
+    out[:, [0, 2]] = (boxes[:, [0, 2]] - pre["pad_x"]) / sx + rx
+    out[:, [1, 3]] = (boxes[:, [1, 3]] - pre["pad_y"]) / sy + ry
+    if frame.data is not None:
+        out[:, [0, 2]] = out[:, [0, 2]].clip(0, frame.width)
+        out[:, [1, 3]] = out[:, [1, 3]].clip(0, frame.height)
+    return out
+
+
+def nms(boxes: np.ndarray, scores: np.ndarray, iou: float, top_k: int = 0) -> np.ndarray:
+    """Indices kept by non-maximum suppression (OpenCV's NMSBoxes), best first."""
+    if len(boxes) == 0:
+        return np.zeros(0, np.int64)
+    xywh = np.column_stack([boxes[:, 0], boxes[:, 1], boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]])
+    keep = cv2.dnn.NMSBoxes(xywh.tolist(), scores.astype(float).tolist(), 0.0, iou, top_k=top_k)
+    return np.asarray(keep, np.int64).reshape(-1)
+
+
+def _output(frame: Frame, name: str | None, index: int, names: list[str] | None = None) -> np.ndarray:
+    if name:
+        if name not in frame.tensors:
+            raise KeyError(f"no output tensor {name!r}; have: {', '.join(k for k in frame.tensors if k != 'input')}")
+        return frame.tensors[name]
+    outs = [v for k, v in frame.tensors.items() if k != "input"]
+    return outs[index]
+
+
+@lru_cache(maxsize=8)
+def blazeface_anchors(variant: str) -> np.ndarray:
+    """MediaPipe SSD anchors (fixed size) for BlazeFace: (N, 2) centres in [0, 1]."""
+    if variant == "short":
+        size, strides, per_layer = 128, [8, 16, 16, 16], 2
+    else:
+        size, strides, per_layer = 192, [4], 1
+    anchors = []
+    i = 0
+    while i < len(strides):
+        j = i
+        while j < len(strides) and strides[j] == strides[i]:
+            j += 1
+        n = per_layer * (j - i)
+        g = int(np.ceil(size / strides[i]))
+        ys, xs = np.meshgrid((np.arange(g) + 0.5) / g, (np.arange(g) + 0.5) / g, indexing="ij")
+        centres = np.stack([xs.ravel(), ys.ravel()], 1)
+        anchors.append(np.repeat(centres, n, axis=0))
+        i = j
+    return np.concatenate(anchors).astype(np.float32)
+
+
+class _DecoderConfig(NodeConfig):
+    score_threshold: float = Field(0.5, ge=0, le=1)
+    iou_threshold: float = Field(0.3, ge=0, le=1)
+    max_detections: int = Field(100, ge=1)
+    labels: list[str] | None = None
+
+
+@register("blazeface_decode")
+class BlazeFaceDecode(Node):
+    """Decodes MediaPipe BlazeFace outputs (regressors [1,N,16], classificators [1,N,1]) into faces.
+
+    YAML:
+        - id: faces
+          type: blazeface_decode
+          config: {variant: full, score_threshold: 0.5}
+          inputs: {tensors: detect.tensors}
+    """
+
+    inputs = {"tensors": "tensors"}
+    outputs = {"detections": "detections"}
+
+    class Config(_DecoderConfig):
+        variant: Literal["short", "full"] = "full"
+        keypoints: bool = False
+
+    def open(self, ctx: Any) -> None:
+        self.anchors = blazeface_anchors(self.config.variant)
+        self.size = 128.0 if self.config.variant == "short" else 192.0
+
+    def process(self, frame: Frame, port: str) -> Frame:
+        c = self.config
+        outs = [v for k, v in frame.tensors.items() if k != "input"]
+        reg = next((o for o in outs if o.shape[-1] == 16), None)
+        cls = next((o for o in outs if o.shape[-1] == 1), None)
+        if reg is None or cls is None or reg.shape[-2] != len(self.anchors):
+            shapes = [list(o.shape) for o in outs]
+            raise ValueError(f"expected BlazeFace {c.variant} outputs [1,{len(self.anchors)},16] and "
+                             f"[1,{len(self.anchors)},1], got {shapes}")
+        reg, cls = reg.reshape(-1, 16), cls.reshape(-1)
+        scores = 1.0 / (1.0 + np.exp(-np.clip(cls.astype(np.float64), -80, 80)))
+        idx = np.nonzero(scores >= c.score_threshold)[0]
+        frame.detections = []
+        if idx.size:
+            s, a, r = self.size, self.anchors[idx], reg[idx]
+            cx, cy = r[:, 0] / s + a[:, 0], r[:, 1] / s + a[:, 1]
+            w, h = r[:, 2] / s, r[:, 3] / s
+            boxes = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], 1) * s
+            keep = nms(boxes, scores[idx], c.iou_threshold, c.max_detections)
+            src = to_source(frame, boxes[keep])
+            label = (c.labels or ["face"])[0]
+            for b, k in zip(src, keep):
+                kps = None
+                if c.keypoints:
+                    pts = (r[k, 4:].reshape(6, 2) / s + a[k]) * s
+                    kp = to_source(frame, np.concatenate([pts, pts], 1))[:, :2]
+                    kps = [(float(x), float(y)) for x, y in kp]
+                frame.detections.append(Detection(tuple(float(v) for v in b), float(scores[idx][k]), label, 0,
+                                                  keypoints=kps))
+        return frame
+
+
+@register("yolov8_decode")
+class YoloV8Decode(Node):
+    """Decodes YOLOv8-style outputs [1, 4+classes, N] (cx, cy, w, h, class scores) with per-class NMS."""
+
+    inputs = {"tensors": "tensors"}
+    outputs = {"detections": "detections"}
+
+    class Config(_DecoderConfig):
+        score_threshold: float = Field(0.25, ge=0, le=1)
+        iou_threshold: float = Field(0.45, ge=0, le=1)
+        output: str | None = None
+
+    def process(self, frame: Frame, port: str) -> Frame:
+        c = self.config
+        out = _output(frame, c.output, 0)
+        if out.ndim != 3 or out.shape[1] < 5:
+            raise ValueError(f"expected YOLOv8 output [1, 4+classes, N], got {list(out.shape)}")
+        pred = out[0].T  # (N, 4+C)
+        cls_scores = pred[:, 4:]
+        cls_id = cls_scores.argmax(1)
+        score = cls_scores[np.arange(len(pred)), cls_id]
+        m = score >= c.score_threshold
+        pred, cls_id, score = pred[m], cls_id[m], score[m]
+        boxes = np.stack([pred[:, 0] - pred[:, 2] / 2, pred[:, 1] - pred[:, 3] / 2,
+                          pred[:, 0] + pred[:, 2] / 2, pred[:, 1] + pred[:, 3] / 2], 1)
+        # class-aware NMS: offset boxes by class so different classes never suppress each other
+        off = boxes + (cls_id[:, None] * 4096.0)
+        keep = nms(off, score, c.iou_threshold, c.max_detections)
+        src = to_source(frame, boxes[keep])
+        names = c.labels
+        frame.detections = [Detection(tuple(float(v) for v in b), float(score[k]),
+                                      names[cls_id[k]] if names and cls_id[k] < len(names) else str(int(cls_id[k])),
+                                      int(cls_id[k])) for b, k in zip(src, keep)]
+        return frame
+
+
+@register("ssd_decode")
+class SsdDecode(Node):
+    """Decodes SSD-style DetectionOutput [1,1,N,7] rows (image_id, label, conf, x1, y1, x2, y2 normalized)."""
+
+    inputs = {"tensors": "tensors"}
+    outputs = {"detections": "detections"}
+
+    class Config(_DecoderConfig):
+        output: str | None = None
+
+    def process(self, frame: Frame, port: str) -> Frame:
+        c = self.config
+        out = _output(frame, c.output, 0)
+        if out.shape[-1] != 7:
+            raise ValueError(f"expected SSD output [1,1,N,7], got {list(out.shape)}")
+        rows = out.reshape(-1, 7)
+        rows = rows[(rows[:, 0] >= 0) & (rows[:, 2] >= c.score_threshold)][: c.max_detections]
+        tw, th = frame.meta.get("preprocess", {}).get("tensor", [1, 1])
+        boxes = rows[:, 3:7] * np.array([tw, th, tw, th], np.float32)
+        src = to_source(frame, boxes)
+        names = c.labels
+        frame.detections = [Detection(tuple(float(v) for v in b), float(r[2]),
+                                      names[int(r[1])] if names and int(r[1]) < len(names) else str(int(r[1])),
+                                      int(r[1])) for b, r in zip(src, rows)]
+        return frame
+
+
+@register("db_decode")
+class DbDecode(Node):
+    """Decodes a DB text-detection probability map [1,1,H,W] (PP-OCR) into text boxes."""
+
+    inputs = {"tensors": "tensors"}
+    outputs = {"detections": "detections"}
+
+    class Config(NodeConfig):
+        threshold: float = Field(0.3, ge=0, le=1, description="binarization threshold on the probability map")
+        box_threshold: float = Field(0.5, ge=0, le=1, description="minimum mean probability inside a box")
+        unclip_ratio: float = Field(1.6, gt=0)
+        min_size: int = Field(3, ge=1)
+        max_detections: int = Field(1000, ge=1)
+        output: str | None = None
+
+    def process(self, frame: Frame, port: str) -> Frame:
+        c = self.config
+        prob = _output(frame, c.output, 0)
+        if prob.ndim != 4 or prob.shape[1] != 1:
+            raise ValueError(f"expected a probability map [1,1,H,W], got {list(prob.shape)}")
+        p = prob[0, 0]
+        mask = (p > c.threshold).astype(np.uint8)
+        contours, _ = cv2.findContours(mask, cv2.RETR_LIST, cv2.CHAIN_APPROX_SIMPLE)
+        boxes, scores = [], []
+        for cnt in contours[: c.max_detections]:
+            x, y, w, h = cv2.boundingRect(cnt)
+            if min(w, h) < c.min_size:
+                continue
+            score = float(p[y:y + h, x:x + w][mask[y:y + h, x:x + w] > 0].mean())
+            if score < c.box_threshold:
+                continue
+            # unclip: DB shrinks text regions; grow by area * ratio / perimeter
+            area, peri = cv2.contourArea(cnt), cv2.arcLength(cnt, True)
+            d = area * c.unclip_ratio / max(peri, 1e-6)
+            boxes.append([x - d, y - d, x + w + d, y + h + d])
+            scores.append(score)
+        src = to_source(frame, np.asarray(boxes, np.float64).reshape(-1, 4))
+        frame.detections = [Detection(tuple(float(v) for v in b), s, "text", 0) for b, s in zip(src, scores)]
+        return frame
+
+
+@register("classify_topk")
+class ClassifyTopK(Node):
+    """Top-k classes from a classifier output [1, C]; stored in ``frame.meta['classes']``."""
+
+    inputs = {"tensors": "tensors"}
+    outputs = {"tensors": "tensors"}
+
+    class Config(NodeConfig):
+        k: int = Field(5, ge=1)
+        softmax: bool = True
+        labels: list[str] | None = None
+        output: str | None = None
+
+    def process(self, frame: Frame, port: str) -> Frame:
+        c = self.config
+        logits = _output(frame, c.output, 0).reshape(-1).astype(np.float64)
+        probs = np.exp(logits - logits.max()) if c.softmax else logits
+        if c.softmax:
+            probs /= probs.sum()
+        top = np.argsort(-probs)[: c.k]
+        frame.meta["classes"] = [{"label": c.labels[i] if c.labels and i < len(c.labels) else str(int(i)),
+                                  "id": int(i), "score": round(float(probs[i]), 5)} for i in top]
+        return frame

@@ -1,0 +1,104 @@
+"""Frame stages that change pixels: blur or pixelate regions (privacy), draw boxes and labels."""
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+import cv2
+import numpy as np
+from pydantic import Field
+
+from flowpipe.frame import Frame
+from flowpipe.node import Node, NodeConfig, register
+
+
+def _region(frame: Frame, box: tuple[float, ...], grow: float) -> tuple[int, int, int, int] | None:
+    x1, y1, x2, y2 = box
+    gw, gh = (x2 - x1) * grow / 2, (y2 - y1) * grow / 2
+    x1, y1 = max(0, int(x1 - gw)), max(0, int(y1 - gh))
+    x2, y2 = min(frame.width, int(np.ceil(x2 + gw))), min(frame.height, int(np.ceil(y2 + gh)))
+    return (x1, y1, x2, y2) if x2 > x1 and y2 > y1 else None
+
+
+@register("blur")
+class Blur(Node):
+    """Blurs or pixelates every detected region in place (privacy masking).
+
+    YAML:
+        - id: blur
+          type: blur
+          config: {mode: blur, grow: 0.2}
+          inputs: {detections: faces.detections}
+    """
+
+    inputs = {"detections": "detections"}
+    outputs = {"frame": "detections"}
+    writes_input = True
+
+    class Config(NodeConfig):
+        mode: Literal["blur", "pixelate", "fill"] = "blur"
+        grow: float = Field(0.15, ge=0, le=2, description="enlarge each box by this fraction")
+        strength: int = Field(8, ge=1, le=64, description="blur: kernel = box size / strength; pixelate: cells")
+        labels: list[str] | None = Field(None, description="only these labels (default: all)")
+
+    def process(self, frame: Frame, port: str) -> Frame:
+        if frame.format != "BGR":
+            raise ValueError(f"blur works on BGR frames, got {frame.format}")
+        c = self.config
+        img = frame.data
+        for d in frame.detections:
+            if c.labels and d.label not in c.labels:
+                continue
+            r = _region(frame, d.box, c.grow)
+            if r is None:
+                continue
+            x1, y1, x2, y2 = r
+            roi = img[y1:y2, x1:x2]
+            if c.mode == "fill":
+                roi[...] = 0
+            elif c.mode == "pixelate":
+                n = c.strength
+                small = cv2.resize(roi, (max(1, (x2 - x1) // max(1, (x2 - x1) // n)), max(1, (y2 - y1) // max(1, (y2 - y1) // n))),
+                                   interpolation=cv2.INTER_AREA)
+                cv2.resize(small, (x2 - x1, y2 - y1), dst=roi, interpolation=cv2.INTER_NEAREST)
+            else:
+                k = max(3, (max(x2 - x1, y2 - y1) // c.strength) | 1)
+                cv2.GaussianBlur(roi, (k, k), 0, dst=roi)
+        return frame
+
+
+@register("overlay")
+class Overlay(Node):
+    """Draws boxes, labels, scores, track ids and the stream's FPS onto the frame in place."""
+
+    inputs = {"detections": "detections"}
+    outputs = {"frame": "detections"}
+    writes_input = True
+
+    class Config(NodeConfig):
+        color: tuple[int, int, int] = Field((0, 200, 255), description="BGR")
+        thickness: int = Field(2, ge=1, le=20)
+        show_fps: bool = True
+        show_scores: bool = True
+
+    def open(self, ctx: Any) -> None:
+        self._times: dict[str, list[float]] = {}
+
+    def process(self, frame: Frame, port: str) -> Frame:
+        c = self.config
+        img = frame.data
+        for d in frame.detections:
+            x1, y1, x2, y2 = (int(round(v)) for v in d.box)
+            cv2.rectangle(img, (x1, y1), (x2, y2), c.color, c.thickness)
+            text = d.label + (f" #{d.track_id}" if d.track_id is not None else "")
+            if c.show_scores:
+                text += f" {d.score:.2f}"
+            cv2.putText(img, text, (x1, max(12, y1 - 4)), cv2.FONT_HERSHEY_SIMPLEX, 0.5, c.color, 1, cv2.LINE_AA)
+        if c.show_fps:
+            ts = self._times.setdefault(frame.stream, [])
+            ts.append(time.monotonic())
+            del ts[:-30]
+            fps = (len(ts) - 1) / (ts[-1] - ts[0]) if len(ts) > 1 and ts[-1] > ts[0] else 0.0
+            cv2.putText(img, f"{frame.stream} {fps:5.1f} fps", (8, 22), cv2.FONT_HERSHEY_SIMPLEX, 0.6, (255, 255, 255),
+                        2, cv2.LINE_AA)
+        return frame

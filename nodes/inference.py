@@ -1,0 +1,307 @@
+"""OpenVINO inference: owns the compiled model, the device's remote context and a pool of infer requests.
+
+Frames are submitted asynchronously and come out in submission order (so in frame order per stream).
+Inputs are bound without copies: host tensors over the preprocess node's shared buffers on CPU (and on
+NPU where no DMA-BUF is available), OpenCL buffers wrapped as remote tensors on the GPU, DMA-BUF fds
+imported as ``MEM_TYPE: SHARED_BUF`` remote tensors on the NPU. Outputs land in pooled shared buffers
+bound per request, so results are never copied out of a request.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from flowpipe import compiled as cmp
+from flowpipe import models
+from flowpipe.devices import choose_device, ov_core
+from flowpipe.engine import FrameError
+from flowpipe.frame import Frame
+from flowpipe.memory import BufferPool
+from flowpipe.node import Node, NodeConfig, register
+
+log = logging.getLogger("flowpipe.inference")
+
+
+class NpuOptions(BaseModel):
+    """NPU plugin properties (see the NPU plugin README); ignored unless the chosen device is NPU."""
+
+    model_config = ConfigDict(extra="forbid")
+    turbo: bool | None = None
+    tiles: int | None = Field(None, ge=1)
+    compilation_mode_params: str | None = None
+    defer_weights_load: bool | None = None
+    bypass_umd_caching: bool | None = None
+    qdq_optimization: bool | None = None
+
+
+@register("inference")
+class Inference(Node):
+    """Runs an OpenVINO model on NPU, GPU or CPU; outputs land in ``frame.tensors`` by output name.
+
+    YAML:
+        - id: detect
+          type: inference
+          config: {model: blazeface_full, device: "NPU,GPU,CPU", performance_hint: THROUGHPUT,
+                   cache_dir: ~/.cache/flowpipe/ov}
+          inputs: {tensor: pre.tensor}
+    """
+
+    inputs = {"tensor": "tensor"}
+    outputs = {"tensors": "tensors"}
+    holds_frames = True
+
+    class Config(NodeConfig):
+        model: str = Field(description="registry name (flowpipe models list), .xml/.onnx/.tflite path, or a blob")
+        device: str | list[str] = Field("AUTO", description="NPU|GPU|CPU|AUTO or a fallback list, e.g. 'NPU,GPU,CPU'")
+        performance_hint: Literal["LATENCY", "THROUGHPUT", "CUMULATIVE_THROUGHPUT"] = "THROUGHPUT"
+        num_requests: int | None = Field(None, ge=1, le=64, description="default: OPTIMAL_NUMBER_OF_INFER_REQUESTS")
+        priority: Literal["LOW", "MEDIUM", "HIGH"] | None = None
+        cache_dir: str | None = Field(None, description="OpenVINO model cache (FIL < FEIL on a hit)")
+        blob: str | None = Field(None, description="precompiled blob from 'flowpipe compile' (import, no compile)")
+        properties: dict[str, Any] = Field(default_factory=dict, description="extra OpenVINO properties")
+        npu: NpuOptions = Field(default_factory=NpuOptions)
+        reset_state: Literal["per_stream", "never"] = Field("per_stream", description="stateful models")
+
+    def resources(self) -> list[str]:
+        return [f"loads model {self.config.blob or self.config.model}"]
+
+    # open -------------------------------------------------------------------------------------------
+    def open(self, ctx: Any) -> None:
+        t_open = time.perf_counter()
+        c = self.config
+        self.ctx = ctx
+        self.wake = ctx.waker(self.id)
+        choice = choose_device(c.device)
+        self.device = choice.device
+        log.info("node '%s': device %s (%s)", self.id, self.device, choice.reason)
+        upstream = self._upstream_preprocess(ctx)
+        config = cmp.build_config(self.device, hint=c.performance_hint, num_requests=c.num_requests,
+                                  priority=c.priority, cache_dir=_expand(c.cache_dir),
+                                  npu=c.npu.model_dump(), properties=c.properties)
+        if c.blob:
+            comp = cmp.import_blob(_expand(c.blob), self.device, config)
+        else:
+            path = models.resolve(c.model)
+            model = ov_core().read_model(str(path))
+            model = self._fit_model(model, upstream)
+            comp = cmp.compile_model(model, self.device, config)
+        self.compiled = comp.model
+        self.input = self.compiled.inputs[0]
+        pshape = self.input.get_partial_shape()
+        self.in_shape = None if pshape.is_dynamic else tuple(pshape.to_shape())
+        self.in_type = self.input.get_element_type()
+        try:
+            optimal = int(self.compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
+        except Exception:  # noqa: BLE001
+            optimal = 1
+        self.requests = [self.compiled.create_infer_request() for _ in range(c.num_requests or optimal)]
+        self.stateful = bool(self.requests[0].query_state())
+        if self.stateful and len(self.requests) > 1:
+            log.info("node '%s': stateful model: one request so state follows frame order", self.id)
+            self.requests = self.requests[:1]
+        self._done = [threading.Event() for _ in self.requests]
+        for i, r in enumerate(self.requests):
+            r.set_callback(self._on_done, i)
+        self._idle = deque(range(len(self.requests)))
+        self._pending: deque[tuple[int, Frame]] = deque()
+        self._last_stream: str | None = None
+        self.max_held = len(self.requests)
+        n = min(ctx.frames_in_flight(self.id), 64) + len(self.requests)
+        self.out_pools = [BufferPool(int(np.prod(o.get_shape())) * o.get_element_type().size, n)
+                          for o in self.compiled.outputs]
+        self.out_names = [o.get_any_name() for o in self.compiled.outputs]
+        self._host_tensors: dict[tuple[int, tuple], Any] = {}
+        self._remote_tensors: dict[int, Any] = {}
+        self.remote_ctx = None
+        if self.device == "GPU":
+            self.remote_ctx = ov_core().get_default_context("GPU")
+        elif self.device == "NPU":
+            try:
+                self.remote_ctx = ov_core().get_default_context("NPU")
+            except Exception:  # noqa: BLE001
+                self.remote_ctx = None
+        self.t_open, self.feil_ms, self.fil_ms = t_open, None, None
+        self._t_first_submit: float | None = None
+        self.section = {"device": self.device, "device_reason": choice.reason, "requests": len(self.requests),
+                        "compile_ms": round(comp.compile_ms, 2), "cache": comp.cache,
+                        "input": {"name": self.input.get_any_name(), "shape": str(pshape),
+                                  "type": str(self.in_type)},
+                        "config": {k: str(v) for k, v in config.items()}, "stateful": self.stateful,
+                        "input_binding": None}
+        ctx.section(f"inference.{self.id}", self.section, self.id)
+
+    def _upstream_preprocess(self, ctx: Any) -> Any:
+        """Tell the upstream preprocess which memory to write (negotiation) and read its tensor shape."""
+        want = {"memory": "host"}
+        choice = choose_device(self.config.device)
+        if choice.device == "GPU":
+            want = {"memory": "ocl-remote", "device": "GPU"}
+        ctx.services[f"memory:{self.id}"] = want
+        for up_id, _ in [r for refs in ctx.spec.node(self.id).inputs.values() for r in refs]:
+            up = ctx.spec.node(up_id)
+            if up.type == "preprocess":
+                return up
+        return None
+
+    def _fit_model(self, model: Any, upstream: Any) -> Any:
+        """Static shapes: reshape a dynamic input to the shape the upstream preprocess declares;
+        with ``backend: openvino`` fold the preprocessing into the model (PrePostProcessor)."""
+        inp = model.inputs[0]
+        ps = inp.get_partial_shape()
+        want = None
+        if upstream is not None:
+            pre = upstream.make()
+            want = pre.tensor_shape()
+            if upstream.config.backend == "openvino":
+                return self._with_ppp(model, upstream.config)
+        if ps.is_dynamic:
+            if want is None:
+                if self.device == "NPU":
+                    raise ValueError(f"model input {inp.get_any_name()} is dynamic {ps}; the NPU needs a static "
+                                     "shape: put a preprocess node upstream (its size sets the shape)")
+                return model
+            model.reshape({inp.get_any_name(): want})
+            log.info("node '%s': reshaped dynamic input %s to static %s", self.id, ps, list(want))
+        elif want is not None and tuple(ps.to_shape()) != tuple(want):
+            raise ValueError(f"model input {inp.get_any_name()} is {list(ps.to_shape())} but upstream "
+                             f"'{upstream.id}' produces {list(want)}")
+        return model
+
+    def _with_ppp(self, model: Any, pc: Any) -> Any:
+        import openvino as ov
+        from openvino.preprocess import ColorFormat, PrePostProcessor, ResizeAlgorithm
+
+        ppp = PrePostProcessor(model)
+        inp = ppp.input()
+        inp.tensor().set_element_type(ov.Type.u8).set_layout(ov.Layout("NHWC")) \
+            .set_color_format(ColorFormat.BGR).set_spatial_dynamic_shape()
+        steps = inp.preprocess()
+        steps.convert_element_type(ov.Type.f32)
+        if pc.color == "RGB":
+            steps.convert_color(ColorFormat.RGB)
+        steps.resize(ResizeAlgorithm.RESIZE_LINEAR)
+        steps.mean(list(pc.mean)).scale(list(pc.scale))
+        inp.model().set_layout(ov.Layout(pc.layout))
+        return ppp.build()
+
+    # per frame --------------------------------------------------------------------------------------
+    def _on_done(self, slot: int) -> None:
+        self._done[slot].set()
+        self.wake()
+
+    def _bind_input(self, req: Any, frame: Frame) -> None:
+        t = frame.tensors.get("input")
+        if t is None:
+            raise ValueError("no input tensor on the frame: expected a preprocess node upstream")
+        cl_buffer = getattr(t, "cl_buffer", None)
+        if cl_buffer is not None:  # OpenCL buffer in OpenVINO's GPU context
+            rt = self._remote_tensors.get(cl_buffer.int_ptr)
+            if rt is None:
+                rt = self.remote_ctx.create_tensor(self.in_type, self.in_shape,
+                                                   {"SHARED_MEM_TYPE": "OCL_BUFFER", "MEM_HANDLE": hex(cl_buffer.int_ptr)})
+                self._remote_tensors[cl_buffer.int_ptr] = rt
+            req.set_tensor(self.input.get_any_name(), rt)
+            self.section["input_binding"] = "remote OCL_BUFFER"
+            return
+        arr = t
+        if self.in_shape is not None and tuple(arr.shape) != self.in_shape:
+            raise ValueError(f"input tensor shape {list(arr.shape)} does not match the model's {list(self.in_shape)}")
+        buf = frame.buffer_of(arr)
+        if self.device == "NPU" and self.remote_ctx is not None and buf is not None and buf.kind == "dma-heap":
+            rt = self._remote_tensors.get(buf.handle)
+            if rt is None:
+                rt = self.remote_ctx.create_tensor(self.in_type, self.in_shape, buf.remote_properties("NPU"))
+                self._remote_tensors[buf.handle] = rt
+            req.set_tensor(self.input.get_any_name(), rt)
+            self.section["input_binding"] = "remote SHARED_BUF (DMA-BUF)"
+            return
+        import openvino as ov
+
+        key = (arr.ctypes.data, arr.shape)
+        tensor = self._host_tensors.get(key) if buf is not None else None
+        if tensor is None:
+            tensor = ov.Tensor(arr, shared_memory=True)
+            if buf is not None:
+                self._host_tensors[key] = tensor
+        req.set_input_tensor(tensor)
+        self.section["input_binding"] = "host tensor, shared memory"
+
+    def process(self, frame: Frame, port: str) -> list[Frame]:
+        import openvino as ov
+
+        ready = []
+        if not self._idle:  # all requests busy: the oldest finishes first
+            self._done[self._pending[0][0]].wait()
+            ready = self.poll()
+        slot = self._idle.popleft()
+        req = self.requests[slot]
+        try:
+            if self.stateful and self.config.reset_state == "per_stream" and (
+                    frame.stream != self._last_stream or frame.index == 0 or frame.meta.get("reset_state")):
+                req.reset_state()
+            self._last_stream = frame.stream
+            self._bind_input(req, frame)
+            for i, pool in enumerate(self.out_pools):
+                lease = pool.acquire(timeout=30)
+                frame.ref.leases.append(lease)
+                o = self.compiled.outputs[i]
+                view = lease.buffer.array(tuple(o.get_shape()), o.get_element_type().to_dtype())
+                key = (view.ctypes.data, view.shape)
+                t = self._host_tensors.get(key)
+                if t is None:
+                    t = self._host_tensors[key] = ov.Tensor(view, shared_memory=True)
+                req.set_output_tensor(i, t)
+                frame.tensors[self.out_names[i]] = view
+            self._done[slot].clear()
+            if self._t_first_submit is None:
+                self._t_first_submit = time.perf_counter()
+            req.start_async()
+        except Exception as e:
+            self._idle.appendleft(slot)
+            raise FrameError(frame, e) from e
+        self._pending.append((slot, frame))
+        return ready + self.poll()
+
+    def poll(self) -> list[Frame]:
+        out = []
+        while self._pending and self._done[self._pending[0][0]].is_set():
+            slot, frame = self._pending.popleft()
+            self._idle.append(slot)
+            try:
+                self.requests[slot].wait()  # re-raises an inference error here, on the engine's thread
+            except Exception as e:
+                raise FrameError(frame, e) from e
+            if self.fil_ms is None:
+                now = time.perf_counter()
+                self.fil_ms = (now - self._t_first_submit) * 1e3
+                self.feil_ms = (now - self.t_open) * 1e3
+                self.section.update(feil_ms=round(self.feil_ms, 2), fil_ms=round(self.fil_ms, 2))
+            frame.meta["inference"] = {"node": self.id, "device": self.device}
+            out.append(frame)
+        return out
+
+    def flush(self) -> list[Frame]:
+        out = []
+        while self._pending:
+            self._done[self._pending[0][0]].wait()
+            out += self.poll()
+        return out
+
+    def close(self) -> None:
+        for slot, _frame in list(getattr(self, "_pending", [])):
+            self._done[slot].wait(timeout=10)
+        self._host_tensors = {}
+        self._remote_tensors = {}
+        for p in getattr(self, "out_pools", []):
+            p.close()
+
+
+def _expand(p: str | None) -> str | None:
+    return str(Path(p).expanduser()) if p else None

@@ -1,0 +1,157 @@
+"""Metadata sinks: JSON Lines files and MQTT, one record per frame."""
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+
+from flowpipe.frame import Frame
+from flowpipe.node import Node, NodeConfig, register
+
+log = logging.getLogger("flowpipe.metadata")
+
+
+def frame_record(frame: Frame) -> dict[str, Any]:
+    """The per-frame record: stream, frame, timestamp, objects (label, score, box in source pixels, track)."""
+    rec: dict[str, Any] = {"stream": frame.stream, "frame": frame.index, "pts": round(frame.pts, 4),
+                           "objects": [d.to_json() for d in frame.detections], "count": len(frame.detections)}
+    if "classes" in frame.meta:
+        rec["classes"] = frame.meta["classes"]
+    return rec
+
+
+@register("jsonl")
+class JsonLines(Node):
+    """Writes one JSON line per frame (flushed per line, so an interrupted run leaves whole lines).
+
+    YAML:
+        - id: meta
+          type: jsonl
+          config: {path: out/faces.jsonl}
+          inputs: {detections: track.detections}
+    """
+
+    inputs = {"detections": "detections"}
+
+    class Config(NodeConfig):
+        path: str = Field(description="output file, or '-' for standard output")
+
+    def resources(self) -> list[str]:
+        return [f"writes {self.config.path}"]
+
+    def open(self, ctx: Any) -> None:
+        if self.config.path == "-":
+            self.f = sys.stdout
+        else:
+            Path(self.config.path).parent.mkdir(parents=True, exist_ok=True)
+            self.f = open(self.config.path, "w", encoding="utf-8", buffering=1)
+
+    def process(self, frame: Frame, port: str) -> None:
+        self.f.write(json.dumps(frame_record(frame), separators=(",", ":")) + "\n")
+
+    def close(self) -> None:
+        if self.f is not sys.stdout:
+            self.f.close()
+
+
+@register("mqtt")
+class Mqtt(Node):
+    """Publishes per-frame records to an MQTT broker (paho-mqtt), reconnecting with backoff.
+
+    Messages published while the broker is away are queued by the client (bounded) and sent on
+    reconnect; ``max_queued`` beyond that are dropped and counted.
+
+    YAML:
+        - id: mqtt
+          type: mqtt
+          config: {host: 127.0.0.1, port: 1883, topic: "flowpipe/{stream}/faces"}
+          inputs: {detections: track.detections}
+    """
+
+    inputs = {"detections": "detections"}
+
+    class Config(NodeConfig):
+        host: str = "127.0.0.1"
+        port: int = Field(1883, ge=1, le=65535)
+        topic: str = Field("flowpipe/{stream}", description="'{stream}' is replaced by the stream id")
+        qos: int = Field(1, ge=0, le=2)
+        payload: str = Field("record", pattern="^(record|count)$")
+        client_id: str = ""
+        username: str | None = None
+        password: str | None = None
+        connect_timeout_s: float = Field(5.0, gt=0)
+        require_connection: bool = Field(True, description="fail at start if the broker is unreachable")
+        max_queued: int = Field(10000, ge=1)
+        min_backoff_s: float = Field(0.5, gt=0)
+        max_backoff_s: float = Field(30.0, gt=0)
+
+    def resources(self) -> list[str]:
+        return [f"connects to mqtt://{self.config.host}:{self.config.port}"]
+
+    def open(self, ctx: Any) -> None:
+        import paho.mqtt.client as mqtt
+
+        c = self.config
+        self.stats = ctx.stats_for(self.id)
+        self.connected = threading.Event()
+        self.published = 0
+        self.dropped = 0
+        self.reconnects = -1
+        cl = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=c.client_id)
+        if c.username:
+            cl.username_pw_set(c.username, c.password)
+        cl.max_queued_messages_set(c.max_queued)
+        cl.reconnect_delay_set(int(max(1, c.min_backoff_s)), int(max(1, c.max_backoff_s)))
+        cl.on_connect = self._on_connect
+        cl.on_disconnect = self._on_disconnect
+        self.client = cl
+        try:
+            cl.connect_async(c.host, c.port, keepalive=15)
+        except OSError as e:
+            raise RuntimeError(f"MQTT broker {c.host}:{c.port}: {e}") from e
+        cl.loop_start()
+        if not self.connected.wait(c.connect_timeout_s):
+            if c.require_connection:
+                cl.loop_stop()
+                raise RuntimeError(f"MQTT broker {c.host}:{c.port} not reachable within {c.connect_timeout_s}s")
+            log.warning("node '%s': MQTT broker %s:%d not reachable yet; retrying in the background",
+                        self.id, c.host, c.port)
+
+    def _on_connect(self, client: Any, userdata: Any, flags: Any, reason: Any, props: Any = None) -> None:
+        if getattr(reason, "is_failure", False):
+            log.warning("node '%s': MQTT connect refused: %s", self.id, reason)
+            return
+        self.reconnects += 1
+        self.connected.set()
+
+    def _on_disconnect(self, client: Any, userdata: Any, flags: Any, reason: Any, props: Any = None) -> None:
+        self.connected.clear()
+        log.warning("node '%s': MQTT disconnected (%s); reconnecting", self.id, reason)
+
+    def process(self, frame: Frame, port: str) -> None:
+        import paho.mqtt.client as mqtt
+
+        c = self.config
+        rec = frame_record(frame)
+        payload = json.dumps(rec if c.payload == "record" else
+                             {"stream": rec["stream"], "frame": rec["frame"], "pts": rec["pts"], "count": rec["count"]})
+        info = self.client.publish(c.topic.replace("{stream}", frame.stream), payload, qos=c.qos)
+        if info.rc == mqtt.MQTT_ERR_QUEUE_SIZE:
+            self.dropped += 1
+        else:
+            self.published += 1
+
+    def close(self) -> None:
+        deadline = time.monotonic() + 5.0
+        while self.connected.is_set() and self.client.want_write() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.client.disconnect()
+        self.client.loop_stop()
+        self.stats.update(published=self.published, queue_dropped=self.dropped,
+                          reconnects=max(0, self.reconnects))

@@ -1,0 +1,355 @@
+"""Preprocessing into the model's input tensor: ROI, resize (stretch/letterbox), colour, normalize, layout.
+
+Backends:
+* ``opencl``: one fused kernel (``flowpipe/kernels/preprocess.cl``) reads the frame's shared buffer and
+  writes the tensor in place. On unified-memory devices (PoCL, Intel iGPU) both are host buffers wrapped
+  with ``CL_MEM_USE_HOST_PTR`` (no copies). When the downstream inference runs on OpenVINO's GPU plugin,
+  the kernel runs in OpenVINO's own OpenCL context and writes device buffers the inference binds as
+  remote tensors.
+* ``cpu``: OpenCV + numpy, writing into the same pooled tensor memory.
+* ``openvino``: no work here; the inference node folds resize/colour/normalize into the model with
+  OpenVINO's PrePostProcessor and the frame itself is the input tensor.
+* ``auto``: ``opencl`` when a platform exists, else ``cpu`` (logged).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Literal
+
+import cv2
+import numpy as np
+from pydantic import Field, model_validator
+
+from flowpipe import memory
+from flowpipe.devices import ClDevice, cl_device, cl_device_from_openvino, opencl_platforms
+from flowpipe.frame import Frame
+from flowpipe.memory import BufferPool
+from flowpipe.node import Node, NodeConfig, register
+
+log = logging.getLogger("flowpipe.preprocess")
+SRC_FMT = {"BGR": 0, "RGB": 1, "GRAY": 2, "NV12": 3, "I420": 4}
+DST_COLOR = {"BGR": 0, "RGB": 1, "GRAY": 2}
+DTYPES = {"u8": (0, np.uint8, "uchar"), "f16": (1, np.float16, "half"), "f32": (2, np.float32, "float")}
+_programs: dict[tuple[int, tuple], dict[str, Any]] = {}
+_programs_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """Where the (ROI of the) frame lands in the tensor: content size and padding."""
+
+    roi: tuple[int, int, int, int]
+    new_w: int
+    new_h: int
+    pad_x: int
+    pad_y: int
+
+    @property
+    def scale(self) -> tuple[float, float]:
+        return self.new_w / self.roi[2], self.new_h / self.roi[3]
+
+    def to_source(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Tensor pixel coordinates -> source frame pixel coordinates."""
+        sx, sy = self.scale
+        return (x - self.pad_x) / sx + self.roi[0], (y - self.pad_y) / sy + self.roi[1]
+
+    def as_meta(self) -> dict[str, Any]:
+        return {"roi": list(self.roi), "new_w": self.new_w, "new_h": self.new_h, "pad_x": self.pad_x,
+                "pad_y": self.pad_y}
+
+
+def geometry(src_w: int, src_h: int, out_w: int, out_h: int, resize: str,
+             roi: tuple[int, int, int, int] | None = None) -> Geometry:
+    x, y, w, h = roi if roi else (0, 0, src_w, src_h)
+    if resize == "letterbox":
+        s = min(out_w / w, out_h / h)
+        new_w, new_h = max(1, min(out_w, round(w * s))), max(1, min(out_h, round(h * s)))
+        return Geometry((x, y, w, h), new_w, new_h, (out_w - new_w) // 2, (out_h - new_h) // 2)
+    return Geometry((x, y, w, h), out_w, out_h, 0, 0)
+
+
+@register("preprocess")
+class Preprocess(Node):
+    """Turns frames into the model's input tensor (``frame.tensors['input']``), on OpenCL or the CPU.
+
+    YAML:
+        - id: pre
+          type: preprocess
+          config: {size: [192, 192], color: RGB, layout: NHWC, dtype: f32,
+                   mean: [127.5, 127.5, 127.5], scale: [127.5, 127.5, 127.5], resize: letterbox}
+          inputs: {frame: decode.frame}
+    """
+
+    inputs = {"frame": "frame"}
+    outputs = {"tensor": "tensor"}
+
+    class Config(NodeConfig):
+        size: tuple[int, int] = Field((224, 224), description="tensor width, height")
+        resize: Literal["stretch", "letterbox"] = "stretch"
+        pad_value: float = Field(0.0, description="letterbox padding, in pixel units before normalization")
+        roi: tuple[int, int, int, int] | None = Field(None, description="crop x, y, w, h before resizing")
+        color: Literal["BGR", "RGB", "GRAY"] = "BGR"
+        mean: tuple[float, float, float] = (0.0, 0.0, 0.0)
+        scale: tuple[float, float, float] = Field((1.0, 1.0, 1.0), description="divide by this after mean")
+        layout: Literal["NHWC", "NCHW"] = "NCHW"
+        dtype: Literal["u8", "f16", "f32"] = "f32"
+        backend: Literal["auto", "opencl", "cpu", "openvino"] = "auto"
+        opencl_device: str = Field("auto", description="auto, gpu, cpu, or a platform/device name substring")
+
+        @model_validator(mode="after")
+        def _check(self) -> Preprocess.Config:
+            w, h = self.size
+            if not (1 <= w <= 8192 and 1 <= h <= 8192):
+                raise ValueError(f"size: expected width and height in 1..8192, got {self.size}")
+            if any(s == 0 for s in self.scale):
+                raise ValueError(f"scale: expected non-zero values, got {self.scale}")
+            return self
+
+    def tensor_shape(self) -> tuple[int, ...]:
+        w, h = self.config.size
+        c = 1 if self.config.color == "GRAY" else 3
+        return (1, c, h, w) if self.config.layout == "NCHW" else (1, h, w, c)
+
+    def open(self, ctx: Any) -> None:
+        c = self.config
+        self.ctx = ctx
+        self.stats = ctx.stats_for(self.id)
+        self.kernel_ns: list[int] = []
+        self.want = self._downstream_memory(ctx)
+        self.backend = c.backend
+        self.cl: ClDevice | None = None
+        if self.backend == "openvino" or self.want.get("memory") == "openvino-ppp":
+            self.backend = "openvino"
+        elif self.backend in ("auto", "opencl"):
+            try:
+                if self.want.get("memory") == "ocl-remote":
+                    self.cl = cl_device_from_openvino(self.want.get("device", "GPU"))
+                else:
+                    self.cl = cl_device(c.opencl_device)
+                self.backend = "opencl"
+            except Exception as e:  # noqa: BLE001
+                if c.backend == "opencl":
+                    raise RuntimeError(f"OpenCL unavailable ({e}); platforms: {opencl_platforms() or 'none'}") from e
+                log.warning("node '%s': no OpenCL device (%s); preprocessing on the CPU with OpenCV", self.id, e)
+                self.backend = "cpu"
+        self.stats["backend"] = self.backend
+        if self.cl is not None:
+            self.stats["opencl_device"] = self.cl.name
+            self.kernels = self._kernel_cache()
+        self.shape = self.tensor_shape()
+        self.np_dtype = DTYPES[c.dtype][1]
+        self.nbytes = int(np.prod(self.shape)) * np.dtype(self.np_dtype).itemsize
+        n = min(ctx.frames_in_flight(self.id), 64)
+        self.remote = self.want.get("memory") == "ocl-remote" and self.cl is not None
+        self.pool = None if self.backend == "openvino" else (
+            _ClPool(self.cl, self.nbytes, n) if self.remote else BufferPool(self.nbytes, n))
+        self._cl_bufs: dict[tuple[int, int], Any] = {}
+        self._dev_src: dict[int, Any] = {}
+
+    def _downstream_memory(self, ctx: Any) -> dict[str, Any]:
+        for _, consumer, _ in ctx.spec.consumers(self.id):
+            want = ctx.services.get(f"memory:{consumer}")
+            if want:
+                return want
+        return {"memory": "host"}
+
+    def _kernel_cache(self) -> dict[str, Any]:
+        """Kernels are built once per OpenCL context and output format, shared by every node."""
+        c = self.config
+        key = (id(self.cl.context), (c.color, c.layout, c.dtype))
+        with _programs_lock:
+            return _programs.setdefault(key, {})
+
+    def _kernel(self, fmt: str) -> Any:
+        import pyopencl as cl
+
+        c = self.config
+        progs = self.kernels
+        if fmt not in progs:
+            dt = DTYPES[c.dtype]
+            opts = [f"-DSRC_FMT={SRC_FMT[fmt]}", f"-DDST_COLOR={DST_COLOR[c.color]}",
+                    f"-DNCHW={int(c.layout == 'NCHW')}", f"-DDST_T={dt[0]}", f"-DDST_TYPE={dt[2]}"]
+            src = resources.files("flowpipe").joinpath("kernels/preprocess.cl").read_text()
+            try:
+                prg = cl.Program(self.cl.context, src).build(options=opts)
+            except cl.RuntimeError as e:
+                first = str(e).strip().splitlines()
+                raise RuntimeError(f"OpenCL kernel build failed for {fmt} on {self.cl.name}: "
+                                   f"{' | '.join(first[:3])}") from None
+            progs[fmt] = cl.Kernel(prg, "preprocess")
+        return progs[fmt]
+
+    # per frame ---------------------------------------------------------------------------------------
+    def process(self, frame: Frame, port: str) -> Frame:
+        c = self.config
+        if frame.data is None:
+            raise ValueError("frame has no pixels")
+        if frame.format not in SRC_FMT:
+            raise ValueError(f"cannot convert format {frame.format!r}: expected one of {', '.join(SRC_FMT)}")
+        w, h = frame.width, frame.height
+        if frame.format in ("NV12", "I420") and (w % 2 or h % 2):
+            raise ValueError(f"{frame.format} needs even width and height, got {w}x{h}")
+        roi = c.roi
+        if roi is not None:
+            x, y, rw, rh = roi
+            if x < 0 or y < 0 or rw < 1 or rh < 1 or x + rw > w or y + rh > h:
+                raise ValueError(f"roi {roi} is outside the {w}x{h} frame")
+        geo = geometry(w, h, c.size[0], c.size[1], c.resize, roi)
+        frame.meta["preprocess"] = {"node": self.id, "tensor": list(c.size), **geo.as_meta()}
+        if self.backend == "openvino":
+            frame.tensors["input"] = frame.data[None] if frame.data.ndim == 3 else frame.data
+            return frame
+        lease = self.pool.acquire(timeout=30)
+        frame.ref.leases.append(lease)
+        if self.backend == "opencl":
+            out = self._run_opencl(frame, geo, lease)
+        else:
+            out = lease.buffer.array(self.shape, self.np_dtype)
+            self._run_cpu(frame, geo, out)
+        frame.tensors["input"] = out
+        return frame
+
+    def _src_buffer(self, frame: Frame) -> Any:
+        import pyopencl as cl
+
+        data = frame.data
+        if not data.flags.c_contiguous and not (data.ndim >= 2 and data.strides[-1] == data.itemsize
+                                                and (data.ndim == 2 or data.strides[-2] == data.shape[-1])):
+            raise ValueError("frame pixels must have contiguous rows")
+        if self.cl.unified_memory:
+            buf = frame.buffer
+            key = (data.ctypes.data, data.nbytes)
+            if buf is not None and key in self._cl_bufs:
+                return self._cl_bufs[key]
+            clb = cl.Buffer(self.cl.context, cl.mem_flags.READ_ONLY | cl.mem_flags.USE_HOST_PTR, hostbuf=data)
+            if buf is not None:
+                self._cl_bufs[key] = clb  # pooled memory: the same buffers come back
+            return clb
+        # a discrete GPU cannot read host memory in place: upload once (counted)
+        dev = self._dev_src.get(data.nbytes)
+        if dev is None:
+            dev = cl.Buffer(self.cl.context, cl.mem_flags.READ_ONLY, data.nbytes)
+            self._dev_src[data.nbytes] = dev
+        cl.enqueue_copy(self.cl.queue, dev, data, is_blocking=False)
+        memory.ledger.record(data.nbytes)
+        return dev
+
+    def _run_opencl(self, frame: Frame, geo: Geometry, lease: Any) -> Any:
+        import pyopencl as cl
+
+        c = self.config
+        k = self._kernel(frame.format)
+        src = self._src_buffer(frame)
+        if self.remote:
+            dst = lease.cl_buffer
+        else:
+            key = (lease.buffer.address, self.nbytes)
+            dst = self._cl_bufs.get(key)
+            if dst is None:
+                dst = cl.Buffer(self.cl.context, cl.mem_flags.WRITE_ONLY | cl.mem_flags.USE_HOST_PTR,
+                                hostbuf=lease.buffer.array((self.nbytes,)))
+                self._cl_bufs[key] = dst
+        stride = frame.data.strides[0]
+        ow, oh = c.size
+        rx, ry, rw, rh = geo.roi
+        inv = [1.0 / s for s in c.scale]
+        args = (src, np.int32(stride), np.int32(frame.width), np.int32(frame.height),
+                np.int32(rx), np.int32(ry), np.int32(rw), np.int32(rh),
+                dst, np.int32(ow), np.int32(oh), np.int32(0),
+                np.int32(geo.pad_x), np.int32(geo.pad_y), np.int32(geo.new_w), np.int32(geo.new_h),
+                np.float32(c.pad_value),
+                *(np.float32(m) for m in c.mean), *(np.float32(s) for s in inv))
+        ev = k(self.cl.queue, (_round_up(ow, 16), _round_up(oh, 4)), None, *args)
+        ev.wait()
+        self.kernel_ns.append(ev.profile.end - ev.profile.start)
+        if self.remote:
+            return lease
+        if not self.cl.unified_memory:  # make the host view current (a no-op mapping on unified memory)
+            arr, _ = cl.enqueue_map_buffer(self.cl.queue, dst, cl.map_flags.READ, 0, (self.nbytes,), np.uint8)
+            del arr
+        return lease.buffer.array(self.shape, self.np_dtype)
+
+    def _run_cpu(self, frame: Frame, geo: Geometry, out: np.ndarray) -> None:
+        c = self.config
+        img = _to_bgr(frame)
+        x, y, w, h = geo.roi
+        img = img[y:y + h, x:x + w]
+        small = cv2.resize(img, (geo.new_w, geo.new_h), interpolation=cv2.INTER_LINEAR)
+        if c.color == "RGB":
+            small = cv2.cvtColor(small, cv2.COLOR_BGR2RGB)
+        elif c.color == "GRAY":
+            small = cv2.cvtColor(small, cv2.COLOR_BGR2GRAY)[..., None]
+        ow, oh = c.size
+        ch = small.shape[2]
+        canvas = np.full((oh, ow, ch), c.pad_value, np.float32)
+        canvas[geo.pad_y:geo.pad_y + geo.new_h, geo.pad_x:geo.pad_x + geo.new_w] = small
+        canvas -= np.asarray(c.mean[:ch], np.float32)
+        canvas *= np.asarray([1.0 / s for s in c.scale[:ch]], np.float32)
+        if c.layout == "NCHW":
+            canvas = canvas.transpose(2, 0, 1)
+        if c.dtype == "u8":
+            np.copyto(out[0], np.clip(np.rint(canvas), 0, 255), casting="unsafe")
+        else:
+            np.copyto(out[0], canvas, casting="same_kind")
+
+    def close(self) -> None:
+        ns = self.kernel_ns
+        if ns:
+            arr = np.asarray(ns) / 1e6
+            self.stats["kernel_ms"] = {"p50": round(float(np.median(arr)), 4),
+                                       "p95": round(float(np.percentile(arr, 95)), 4)}
+        self._cl_bufs.clear()
+        self._dev_src.clear()
+        if self.pool is not None:
+            self.pool.close()
+
+
+def _round_up(n: int, m: int) -> int:
+    return (n + m - 1) // m * m
+
+
+def _to_bgr(frame: Frame) -> np.ndarray:
+    f = frame.format
+    if f == "BGR":
+        return frame.data
+    code = {"RGB": cv2.COLOR_RGB2BGR, "GRAY": cv2.COLOR_GRAY2BGR, "NV12": cv2.COLOR_YUV2BGR_NV12,
+            "I420": cv2.COLOR_YUV2BGR_I420}[f]
+    return cv2.cvtColor(frame.data, code)
+
+
+class _ClLease:
+    """A device buffer from a _ClPool (the remote-tensor path on a discrete GPU)."""
+
+    def __init__(self, pool: _ClPool, cl_buffer: Any):
+        self.cl_buffer, self._pool = cl_buffer, pool
+
+    def release(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool._give_back(self.cl_buffer)
+
+
+class _ClPool:
+    def __init__(self, dev: ClDevice, nbytes: int, count: int):
+        import pyopencl as cl
+
+        self.nbytes = nbytes
+        self._free = [cl.Buffer(dev.context, cl.mem_flags.READ_WRITE, nbytes) for _ in range(count)]
+        self._cond = threading.Condition()
+
+    def acquire(self, timeout: float | None = None) -> _ClLease:
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._free, timeout):
+                raise TimeoutError("no free device buffer")
+            return _ClLease(self, self._free.pop())
+
+    def _give_back(self, b: Any) -> None:
+        with self._cond:
+            self._free.append(b)
+            self._cond.notify()
+
+    def close(self) -> None:
+        self._free.clear()

@@ -1,0 +1,302 @@
+"""Video in and out: files, RTSP/HTTP streams, V4L2 cameras and image folders; MP4 writing.
+
+Decoding writes straight into pooled shared buffers (``VideoCapture.read(image=view)``), so the frame
+every later stage sees is the memory the decoder filled.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import cv2
+import numpy as np
+from pydantic import Field, field_validator
+
+from flowpipe.frame import Frame, FrameRef
+from flowpipe.memory import BufferPool
+from flowpipe.node import Node, NodeConfig, Source, register
+
+log = logging.getLogger("flowpipe.video")
+IMAGE_EXT = {".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp"}
+_NET = re.compile(r"^(rtsp|rtsps|rtmp|http|https|udp|tcp|srt)://", re.I)
+
+
+def _redact(uri: str) -> str:
+    return re.sub(r"//[^/@]*@", "//***@", uri)
+
+
+@register("video_source")
+class VideoSource(Source):
+    """Decodes a video file, RTSP/HTTP stream, V4L2 camera (``/dev/video0`` or ``0``) or image folder.
+
+    YAML:
+        - id: cam
+          type: video_source
+          config: {uri: rtsp://127.0.0.1:8554/door, stream: door, reconnect_attempts: 10}
+    """
+
+    outputs = {"frame": "frame"}
+
+    class Config(NodeConfig):
+        uri: str = Field(description="file path, rtsp:// or http:// URL, /dev/videoN or camera index, image folder, "
+                                     "or 'sample' (a generated clip with moving faces)")
+        stream: str | None = Field(None, description="stream id (default: the node id)")
+        loop: int = Field(0, ge=-1, description="replay a file this many extra times (-1: forever)")
+        max_fps: float | None = Field(None, gt=0, description="limit the output frame rate (sleeps)")
+        every: int = Field(1, ge=1, description="emit every Nth decoded frame")
+        realtime: bool = Field(False, description="pace file playback at the file's frame rate")
+        reconnect_attempts: int = Field(5, ge=0, description="network streams: reopen this many times")
+        reconnect_backoff_s: float = Field(0.5, gt=0, description="first reopen delay; doubles up to 8 s")
+        pool: bool = Field(True, description="decode into shared buffers (zero copy downstream)")
+
+        @field_validator("uri")
+        @classmethod
+        def _nonempty(cls, v: str) -> str:
+            if not v.strip():
+                raise ValueError("expected a file, URL, camera or folder; got an empty string")
+            return v
+
+    def resources(self) -> list[str]:
+        uri = self.config.uri
+        kind = "network stream" if _NET.match(uri) else "camera" if _is_camera(uri) else "file/folder"
+        return [f"opens {kind} {_redact(uri)}"]
+
+    def open(self, ctx: Any) -> None:
+        c = self.config
+        self.stream = c.stream or self.id
+        self.ctx = ctx
+        self.stats = ctx.stats_for(self.id)
+        self.pool: BufferPool | None = None
+        self.pool_shape: tuple[int, ...] | None = None
+        self._old_pools: list[BufferPool] = []
+        self.pool_size = min(ctx.frames_in_flight(self.id), 128)
+        self.is_net = bool(_NET.match(c.uri))
+        self.folder = None
+        self.cap = None
+        if c.uri == "sample":
+            from flowpipe.sample import default_sample
+
+            c = self.config = c.model_copy(update={"uri": str(default_sample())})
+        self.decoded = 0
+        self.failures = 0
+        self.reconnects = 0
+        if not self.is_net and not _is_camera(c.uri):
+            path = Path(os.path.expanduser(c.uri))
+            if path.is_dir():
+                self.folder = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_EXT)
+                if not self.folder:
+                    raise FileNotFoundError(f"no images ({', '.join(sorted(IMAGE_EXT))}) in folder {c.uri}")
+                return
+            if not path.is_file():
+                raise FileNotFoundError(f"video file not found: {c.uri}")
+            if path.stat().st_size == 0:
+                raise ValueError(f"video file is empty (0 bytes): {c.uri}")
+        self.cap = self._open_capture(first=True)
+
+    def _open_capture(self, first: bool = False) -> cv2.VideoCapture:
+        c = self.config
+        src: Any = int(c.uri) if c.uri.isdigit() else c.uri
+        cap = cv2.VideoCapture(src, cv2.CAP_V4L2 if _is_camera(c.uri) and c.uri.startswith("/dev/") else cv2.CAP_ANY)
+        if not cap.isOpened():
+            cap.release()
+            if self.is_net and not first:
+                return None  # type: ignore[return-value]
+            if self.is_net and c.reconnect_attempts > 0:
+                return self._reconnect()
+            raise RuntimeError(f"cannot open {_redact(c.uri)}: not a video OpenCV/FFmpeg can decode")
+        self.fps = cap.get(cv2.CAP_PROP_FPS) or 30.0
+        if not 0 < self.fps < 1000:
+            self.fps = 30.0
+        self.stats["source"] = {"uri": _redact(c.uri), "fps": round(self.fps, 3),
+                                "size": [int(cap.get(cv2.CAP_PROP_FRAME_WIDTH)), int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT))]}
+        return cap
+
+    def _reconnect(self) -> cv2.VideoCapture | None:
+        c = self.config
+        delay = c.reconnect_backoff_s
+        for attempt in range(1, c.reconnect_attempts + 1):
+            if self.ctx.stopping:
+                return None
+            log.warning("node '%s': stream %s lost; reconnect %d/%d in %.1fs", self.id, _redact(c.uri), attempt,
+                        c.reconnect_attempts, delay)
+            time.sleep(delay)
+            cap = self._open_capture()
+            if cap is not None:
+                self.reconnects += 1
+                self.stats["reconnects"] = self.reconnects
+                return cap
+            delay = min(delay * 2, 8.0)
+        raise RuntimeError(f"stream {_redact(c.uri)} did not come back after {c.reconnect_attempts} attempts")
+
+    def _buffer(self, shape: tuple[int, ...]) -> tuple[np.ndarray, FrameRef]:
+        ref = FrameRef(self.stream, self.decoded)
+        if not self.config.pool:
+            return np.empty(shape, np.uint8), ref
+        if self.pool is None or self.pool_shape != shape:
+            if self.pool is not None:
+                log.info("node '%s': resolution changed %s -> %s", self.id, self.pool_shape, shape)
+                self._old_pools.append(self.pool)
+            self.pool = BufferPool(int(np.prod(shape)), self.pool_size)
+            self.pool_shape = shape
+            self.stats["memory"] = self.pool.kind
+        lease = self.pool.acquire()
+        ref.leases.append(lease)
+        return lease.buffer.array(shape), ref
+
+    def frames(self) -> Iterator[Frame]:
+        c = self.config
+        if self.folder is not None:
+            yield from self._folder_frames()
+            return
+        plays = 0
+        t0 = time.monotonic()
+        emitted = 0
+        while True:
+            w = int(self.cap.get(cv2.CAP_PROP_FRAME_WIDTH))
+            h = int(self.cap.get(cv2.CAP_PROP_FRAME_HEIGHT))
+            while True:
+                if w <= 0 or h <= 0:
+                    ok, img = self.cap.read()
+                    if not ok:
+                        break
+                    data, ref = self._buffer(img.shape)
+                    data[...] = img  # size unknown up front: the first frame only
+                else:
+                    data, ref = self._buffer((h, w, 3))
+                    ok, img = self.cap.read(image=data)
+                    if not ok:
+                        for lease in ref.leases:
+                            lease.release()
+                        break
+                    if img.ctypes.data != data.ctypes.data:  # decoder changed size mid-stream
+                        for lease in ref.leases:
+                            lease.release()
+                        h, w = img.shape[:2]
+                        data, ref = self._buffer(img.shape)
+                        data[...] = img
+                pts = self.cap.get(cv2.CAP_PROP_POS_MSEC) / 1000.0
+                self.decoded += 1
+                if (self.decoded - 1) % c.every:
+                    for lease in ref.leases:
+                        lease.release()
+                    continue
+                ref.index = emitted
+                frame = Frame(self.stream, emitted, pts, data, "BGR", meta={"decoded_index": self.decoded - 1}, ref=ref)
+                self._pace(t0, emitted)
+                emitted += 1
+                yield frame
+            if self.is_net and not self.ctx.stopping:
+                self.cap.release()
+                self.cap = self._reconnect()
+                if self.cap is None:
+                    return
+                continue
+            plays += 1
+            if c.loop == -1 or plays <= c.loop:
+                self.cap.set(cv2.CAP_PROP_POS_FRAMES, 0)
+                continue
+            return
+
+    def _pace(self, t0: float, n: int) -> None:
+        c = self.config
+        rate = c.max_fps or (self.fps / c.every if c.realtime else None)
+        if rate:
+            delay = t0 + n / rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+
+    def _folder_frames(self) -> Iterator[Frame]:
+        c = self.config
+        t0 = time.monotonic()
+        plays, n = 0, 0
+        while True:
+            for p in self.folder:
+                img = cv2.imread(str(p), cv2.IMREAD_COLOR)
+                if img is None:
+                    log.warning("node '%s': cannot decode image %s; skipped", self.id, p)
+                    self.failures += 1
+                    self.stats["unreadable"] = self.failures
+                    continue
+                self._pace(t0, n)
+                yield Frame(self.stream, n, n / (c.max_fps or 30.0), img, "BGR", meta={"path": str(p)},
+                            ref=FrameRef(self.stream, n))
+                n += 1
+            plays += 1
+            if not (c.loop == -1 or plays <= c.loop):
+                return
+
+    def close(self) -> None:
+        if self.cap is not None:
+            self.cap.release()
+        self.stats["decoded"] = getattr(self, "decoded", 0)
+        for p in [self.pool, *self._old_pools]:
+            if p is not None:
+                p.close()
+
+
+def _is_camera(uri: str) -> bool:
+    return uri.isdigit() or uri.startswith("/dev/video")
+
+
+@register("video_writer")
+class VideoWriter(Node):
+    """Writes frames to a video file (MP4 by default), one file per stream; closed on every exit path.
+
+    YAML:
+        - id: out
+          type: video_writer
+          config: {path: out/{stream}.mp4}
+          inputs: {frame: blur.frame}
+    """
+
+    inputs = {"frame": "frame"}
+
+    class Config(NodeConfig):
+        path: str = Field(description="output file; '{stream}' is replaced by the stream id")
+        fourcc: str = Field("mp4v", min_length=4, max_length=4)
+        fps: float | None = Field(None, gt=0, description="default: 30, or the source's rate when known")
+
+    def resources(self) -> list[str]:
+        return [f"writes {self.config.path}"]
+
+    def open(self, ctx: Any) -> None:
+        self.writers: dict[str, cv2.VideoWriter] = {}
+        self.sizes: dict[str, tuple[int, int]] = {}
+        self.ctx = ctx
+        self.written: dict[str, int] = {}
+
+    def _fps(self) -> float:
+        if self.config.fps:
+            return self.config.fps
+        for n in self.ctx.spec.nodes:
+            src = self.ctx.stats_for(n.id).get("source")
+            if src:
+                return float(src["fps"]) / getattr(n.config, "every", 1)
+        return 30.0
+
+    def process(self, frame: Frame, port: str) -> None:
+        if frame.format != "BGR":
+            raise ValueError(f"video_writer takes BGR frames, got {frame.format}")
+        w = self.writers.get(frame.stream)
+        size = (frame.width, frame.height)
+        if w is None:
+            path = self.config.path.replace("{stream}", frame.stream)
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            w = cv2.VideoWriter(path, cv2.VideoWriter_fourcc(*self.config.fourcc), self._fps(), size)
+            if not w.isOpened():
+                raise RuntimeError(f"cannot write {path} with fourcc {self.config.fourcc!r}")
+            self.writers[frame.stream], self.sizes[frame.stream] = w, size
+            self.written[frame.stream] = 0
+        elif size != self.sizes[frame.stream]:
+            raise ValueError(f"frame size changed from {self.sizes[frame.stream]} to {size}; a video file has one size")
+        w.write(frame.data)
+        self.written[frame.stream] += 1
+
+    def close(self) -> None:
+        for w in self.writers.values():
+            w.release()
+        self.ctx.stats_for(self.id)["written"] = dict(self.written)
