@@ -16,11 +16,13 @@ from flowpipe.frame import Detection, Frame
 from flowpipe.node import Node, NodeConfig, register
 
 
-def to_source(frame: Frame, boxes: np.ndarray) -> np.ndarray:
-    """(N, 4) x1y1x2y2 in tensor pixels -> source-frame pixels, clipped to the frame."""
+def to_source(frame: Frame, boxes: np.ndarray, tile: int = 0) -> np.ndarray:
+    """(N, 4) x1y1x2y2 in tensor pixels (of batch entry ``tile``) -> source-frame pixels, clipped."""
     pre = frame.meta.get("preprocess")
     if pre is None:
         return boxes
+    if "tiles" in pre:
+        pre = pre["tiles"][tile]
     rx, ry, rw, rh = pre["roi"]
     sx, sy = pre["new_w"] / rw, pre["new_h"] / rh
     out = np.empty_like(boxes, dtype=np.float64)
@@ -106,30 +108,39 @@ class BlazeFaceDecode(Node):
         outs = [v for k, v in frame.tensors.items() if k != "input"]
         reg = next((o for o in outs if o.shape[-1] == 16), None)
         cls = next((o for o in outs if o.shape[-1] == 1), None)
-        if reg is None or cls is None or reg.shape[-2] != len(self.anchors):
+        if reg is None or cls is None or reg.shape[-2] % len(self.anchors):
             shapes = [list(o.shape) for o in outs]
-            raise ValueError(f"expected BlazeFace {c.variant} outputs [1,{len(self.anchors)},16] and "
-                             f"[1,{len(self.anchors)},1], got {shapes}")
-        reg, cls = reg.reshape(-1, 16), cls.reshape(-1)
+            raise ValueError(f"expected BlazeFace {c.variant} outputs [B,{len(self.anchors)},16] and "
+                             f"[B,{len(self.anchors)},1] (or [1,B*{len(self.anchors)},...]), got {shapes}")
+        n_anchor = len(self.anchors)
+        reg, cls = reg.reshape(-1, n_anchor, 16), cls.reshape(-1, n_anchor)  # one row per batch entry (tile)
         scores = 1.0 / (1.0 + np.exp(-np.clip(cls.astype(np.float64), -80, 80)))
-        idx = np.nonzero(scores >= c.score_threshold)[0]
-        frame.detections = []
-        if idx.size:
-            s, a, r = self.size, self.anchors[idx], reg[idx]
+        s = self.size
+        all_boxes, all_scores, all_kps = [], [], []
+        for t in range(reg.shape[0]):
+            idx = np.nonzero(scores[t] >= c.score_threshold)[0]
+            if not idx.size:
+                continue
+            a, r = self.anchors[idx], reg[t, idx]
             cx, cy = r[:, 0] / s + a[:, 0], r[:, 1] / s + a[:, 1]
             w, h = r[:, 2] / s, r[:, 3] / s
             boxes = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], 1) * s
-            keep = nms(boxes, scores[idx], c.iou_threshold, c.max_detections)
-            src = to_source(frame, boxes[keep])
+            all_boxes.append(to_source(frame, boxes, t))
+            all_scores.append(scores[t, idx])
+            if c.keypoints:
+                pts = ((r[:, 4:].reshape(-1, 6, 2) / s + a[:, None, :]) * s).reshape(-1, 2)
+                kp = to_source(frame, np.concatenate([pts, pts], 1), t)[:, :2].reshape(-1, 6, 2)
+                all_kps.append(kp)
+        frame.detections = []
+        if all_boxes:
+            boxes, sc = np.concatenate(all_boxes), np.concatenate(all_scores)
+            keep = nms(boxes, sc, c.iou_threshold, c.max_detections)  # also merges tile duplicates
+            kps = np.concatenate(all_kps) if all_kps else None
             label = (c.labels or ["face"])[0]
-            for b, k in zip(src, keep):
-                kps = None
-                if c.keypoints:
-                    pts = (r[k, 4:].reshape(6, 2) / s + a[k]) * s
-                    kp = to_source(frame, np.concatenate([pts, pts], 1))[:, :2]
-                    kps = [(float(x), float(y)) for x, y in kp]
-                frame.detections.append(Detection(tuple(float(v) for v in b), float(scores[idx][k]), label, 0,
-                                                  keypoints=kps))
+            for k in keep:
+                frame.detections.append(Detection(
+                    tuple(float(v) for v in boxes[k]), float(sc[k]), label, 0,
+                    keypoints=[(float(x), float(y)) for x, y in kps[k]] if kps is not None else None))
         return frame
 
 

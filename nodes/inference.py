@@ -170,8 +170,15 @@ class Inference(Node):
             model.reshape({inp.get_any_name(): want})
             log.info("node '%s': reshaped dynamic input %s to static %s", self.id, ps, list(want))
         elif want is not None and tuple(ps.to_shape()) != tuple(want):
-            raise ValueError(f"model input {inp.get_any_name()} is {list(ps.to_shape())} but upstream "
-                             f"'{upstream.id}' produces {list(want)}")
+            have = tuple(ps.to_shape())
+            if have[1:] != tuple(want[1:]):
+                raise ValueError(f"model input {inp.get_any_name()} is {list(have)} but upstream "
+                                 f"'{upstream.id}' produces {list(want)}")
+            try:  # a batch (tiles, several frames): reshape the batch dimension
+                model.reshape({inp.get_any_name(): want})
+            except Exception as e:  # noqa: BLE001
+                raise ValueError(f"model input {inp.get_any_name()} is {list(have)} and cannot take batch "
+                                 f"{want[0]} from '{upstream.id}': {str(e).splitlines()[0]}") from None
         return model
 
     def _with_ppp(self, model: Any, pc: Any) -> Any:

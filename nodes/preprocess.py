@@ -71,6 +71,31 @@ def geometry(src_w: int, src_h: int, out_w: int, out_h: int, resize: str,
     return Geometry((x, y, w, h), out_w, out_h, 0, 0)
 
 
+class Tiles(NodeConfig):
+    """Cut the frame into a grid of overlapping tiles (plus the whole frame) so small, distant objects
+    keep enough pixels after resizing. Each tile is one batch entry of the tensor."""
+
+    grid: tuple[int, int] = Field((2, 2), description="columns, rows")
+    overlap: float = Field(0.1, ge=0, lt=1, description="fraction of a tile shared with its neighbour")
+    full_frame: bool = Field(True, description="also run on the whole frame (large, close objects)")
+
+    @property
+    def count(self) -> int:
+        return self.grid[0] * self.grid[1] + int(self.full_frame)
+
+    def rois(self, w: int, h: int) -> list[tuple[int, int, int, int] | None]:
+        cols, rows = self.grid
+        tw = min(w, int(np.ceil(w / cols * (1 + self.overlap))))
+        th = min(h, int(np.ceil(h / rows * (1 + self.overlap))))
+        out: list[tuple[int, int, int, int] | None] = [None] if self.full_frame else []
+        for r in range(rows):
+            for c in range(cols):
+                x = 0 if cols == 1 else round(c * (w - tw) / (cols - 1))
+                y = 0 if rows == 1 else round(r * (h - th) / (rows - 1))
+                out.append((x, y, tw, th))
+        return out
+
+
 @register("preprocess")
 class Preprocess(Node):
     """Turns frames into the model's input tensor (``frame.tensors['input']``), on OpenCL or the CPU.
@@ -91,6 +116,7 @@ class Preprocess(Node):
         resize: Literal["stretch", "letterbox"] = "stretch"
         pad_value: float = Field(0.0, description="letterbox padding, in pixel units before normalization")
         roi: tuple[int, int, int, int] | None = Field(None, description="crop x, y, w, h before resizing")
+        tiles: Tiles | None = Field(None, description="grid tiling; the tensor's batch is one entry per tile")
         color: Literal["BGR", "RGB", "GRAY"] = "BGR"
         mean: tuple[float, float, float] = (0.0, 0.0, 0.0)
         scale: tuple[float, float, float] = Field((1.0, 1.0, 1.0), description="divide by this after mean")
@@ -106,12 +132,15 @@ class Preprocess(Node):
                 raise ValueError(f"size: expected width and height in 1..8192, got {self.size}")
             if any(s == 0 for s in self.scale):
                 raise ValueError(f"scale: expected non-zero values, got {self.scale}")
+            if self.roi is not None and self.tiles is not None:
+                raise ValueError("roi and tiles exclude each other: expected one of them, got both")
             return self
 
     def tensor_shape(self) -> tuple[int, ...]:
         w, h = self.config.size
         c = 1 if self.config.color == "GRAY" else 3
-        return (1, c, h, w) if self.config.layout == "NCHW" else (1, h, w, c)
+        n = self.config.tiles.count if self.config.tiles else 1
+        return (n, c, h, w) if self.config.layout == "NCHW" else (n, h, w, c)
 
     def open(self, ctx: Any) -> None:
         c = self.config
@@ -197,18 +226,22 @@ class Preprocess(Node):
             x, y, rw, rh = roi
             if x < 0 or y < 0 or rw < 1 or rh < 1 or x + rw > w or y + rh > h:
                 raise ValueError(f"roi {roi} is outside the {w}x{h} frame")
-        geo = geometry(w, h, c.size[0], c.size[1], c.resize, roi)
-        frame.meta["preprocess"] = {"node": self.id, "tensor": list(c.size), **geo.as_meta()}
+        rois = c.tiles.rois(w, h) if c.tiles else [roi]
+        geos = [geometry(w, h, c.size[0], c.size[1], c.resize, r) for r in rois]
+        frame.meta["preprocess"] = {"node": self.id, "tensor": list(c.size), **geos[0].as_meta()}
+        if c.tiles:
+            frame.meta["preprocess"]["tiles"] = [g.as_meta() for g in geos]
         if self.backend == "openvino":
             frame.tensors["input"] = frame.data[None] if frame.data.ndim == 3 else frame.data
             return frame
         lease = self.pool.acquire(timeout=30)
         frame.ref.leases.append(lease)
         if self.backend == "opencl":
-            out = self._run_opencl(frame, geo, lease)
+            out = self._run_opencl(frame, geos, lease)
         else:
             out = lease.buffer.array(self.shape, self.np_dtype)
-            self._run_cpu(frame, geo, out)
+            for i, geo in enumerate(geos):
+                self._run_cpu(frame, geo, out[i])
         frame.tensors["input"] = out
         return frame
 
@@ -237,7 +270,7 @@ class Preprocess(Node):
         memory.ledger.record(data.nbytes)
         return dev
 
-    def _run_opencl(self, frame: Frame, geo: Geometry, lease: Any) -> Any:
+    def _run_opencl(self, frame: Frame, geos: list[Geometry], lease: Any) -> Any:
         import pyopencl as cl
 
         c = self.config
@@ -254,17 +287,19 @@ class Preprocess(Node):
                 self._cl_bufs[key] = dst
         stride = frame.data.strides[0]
         ow, oh = c.size
-        rx, ry, rw, rh = geo.roi
         inv = [1.0 / s for s in c.scale]
-        args = (src, np.int32(stride), np.int32(frame.width), np.int32(frame.height),
-                np.int32(rx), np.int32(ry), np.int32(rw), np.int32(rh),
-                dst, np.int32(ow), np.int32(oh), np.int32(0),
-                np.int32(geo.pad_x), np.int32(geo.pad_y), np.int32(geo.new_w), np.int32(geo.new_h),
-                np.float32(c.pad_value),
-                *(np.float32(m) for m in c.mean), *(np.float32(s) for s in inv))
-        ev = k(self.cl.queue, (_round_up(ow, 16), _round_up(oh, 4)), None, *args)
-        ev.wait()
-        self.kernel_ns.append(ev.profile.end - ev.profile.start)
+        events = []
+        for i, geo in enumerate(geos):
+            rx, ry, rw, rh = geo.roi
+            args = (src, np.int32(stride), np.int32(frame.width), np.int32(frame.height),
+                    np.int32(rx), np.int32(ry), np.int32(rw), np.int32(rh),
+                    dst, np.int32(ow), np.int32(oh), np.int32(i),
+                    np.int32(geo.pad_x), np.int32(geo.pad_y), np.int32(geo.new_w), np.int32(geo.new_h),
+                    np.float32(c.pad_value),
+                    *(np.float32(m) for m in c.mean), *(np.float32(s) for s in inv))
+            events.append(k(self.cl.queue, (_round_up(ow, 16), _round_up(oh, 4)), None, *args))
+        events[-1].wait()
+        self.kernel_ns.append(sum(ev.profile.end - ev.profile.start for ev in events))
         if self.remote:
             return lease
         if not self.cl.unified_memory:  # make the host view current (a no-op mapping on unified memory)
@@ -273,6 +308,7 @@ class Preprocess(Node):
         return lease.buffer.array(self.shape, self.np_dtype)
 
     def _run_cpu(self, frame: Frame, geo: Geometry, out: np.ndarray) -> None:
+        """One batch entry (``out`` is [C,H,W] or [H,W,C]) with OpenCV."""
         c = self.config
         img = _to_bgr(frame)
         x, y, w, h = geo.roi
@@ -291,9 +327,9 @@ class Preprocess(Node):
         if c.layout == "NCHW":
             canvas = canvas.transpose(2, 0, 1)
         if c.dtype == "u8":
-            np.copyto(out[0], np.clip(np.rint(canvas), 0, 255), casting="unsafe")
+            np.copyto(out, np.clip(np.rint(canvas), 0, 255), casting="unsafe")
         else:
-            np.copyto(out[0], canvas, casting="same_kind")
+            np.copyto(out, canvas, casting="same_kind")
 
     def close(self) -> None:
         ns = self.kernel_ns
