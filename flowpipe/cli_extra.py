@@ -2,8 +2,129 @@
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+from pathlib import Path
 from typing import Any, Callable
 
 
+def cmd_devices(args: argparse.Namespace) -> int:
+    from . import devices, memory
+
+    report: dict[str, Any] = {"shared_memory": memory.available_kinds(),
+                              "shared_memory_default": memory.best_kind()}
+    try:
+        core = devices.ov_core()
+        avail = list(core.available_devices)
+        report["openvino"] = {d: devices.device_info(d) for d in avail}
+        try:
+            choice = devices.choose_device("AUTO", avail)
+            report["inference_default"] = {"device": choice.device, "reason": choice.reason}
+        except RuntimeError as e:
+            report["inference_default"] = {"device": None, "reason": str(e)}
+    except Exception as e:  # noqa: BLE001
+        report["openvino"] = {"error": str(e)}
+    report["opencl"] = [{"platform": p, "devices": ds} for p, ds in devices.opencl_platforms()]
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print("shared memory: " + ", ".join(report["shared_memory"]) + f"  (using {report['shared_memory_default']})")
+    for kind in ("dma-heap", "memfd", "win32"):
+        if kind not in report["shared_memory"]:
+            print(f"  {kind}: not available here")
+    print("OpenVINO devices:")
+    for d, info in (report["openvino"] or {}).items():
+        print(f"  {d}: {info.get('FULL_DEVICE_NAME', info) if isinstance(info, dict) else info}")
+    inf = report.get("inference_default", {})
+    print(f"inference device for AUTO: {inf.get('device')} ({inf.get('reason')})")
+    print("OpenCL: " + ("; ".join(f"{p['platform']}: {', '.join(p['devices'])}" for p in report["opencl"])
+                        or "no platform (preprocessing falls back to OpenCV on the CPU)"))
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from . import models
+
+    if args.action == "list":
+        for name, e in models.registry().items():
+            cached = models.cached_path(name)
+            state = "cached" if cached.exists() else "not fetched"
+            print(f"{name:18s} {e['input']['shape']!s:18s} {state:12s} {e['description']}")
+        return 0
+    if not args.name:
+        print("error: models pull NAME: expected a model name", file=sys.stderr)
+        return 2
+    try:
+        for name in args.name:
+            path = models.pull(name)
+            print(f"{name}: {path} (sha256 verified)")
+    except KeyError as e:
+        print(f"error: {e.args[0]}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    from . import compiled as cmp
+    from . import models
+    from .devices import choose_device, ov_core
+    from .graph import parse_sets
+
+    props = parse_sets(args.set)
+    device = choose_device(args.device).device
+    path = models.resolve(args.model)
+    config = cmp.build_config(device, hint=args.hint, properties=props)
+    model = ov_core().read_model(str(path))
+    if args.shape:
+        model.reshape({model.inputs[0].get_any_name(): [int(x) for x in args.shape.split(",")]})
+    comp = cmp.compile_model(model, device, config)
+    header = cmp.blob_key(device, cmp.model_hash(path), config)
+    header["model"] = str(args.model)
+    import io
+
+    buf = io.BytesIO()
+    comp.model.export_model(buf)
+    cmp.write_blob(args.output, header, buf.getvalue())
+    print(f"wrote {args.output}: {device}, compiled in {comp.compile_ms:.0f} ms, "
+          f"{Path(args.output).stat().st_size} bytes")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .bench import bench_graph
+
+    report = bench_graph(args.graph, sets=args.set, frames=args.frames, warmup=args.warmup, streams=args.streams)
+    text = json.dumps(report, indent=2)
+    if args.json:
+        Path(args.json).write_text(text)
+    print(text)
+    return 0 if report["exit"] == 0 else 1
+
+
 def add_commands(sub: Any, with_set: Callable[[argparse.ArgumentParser], None]) -> None:
-    pass
+    d = sub.add_parser("devices", help="shared-memory kinds, OpenVINO devices and OpenCL platforms here")
+    d.add_argument("--json", action="store_true")
+    d.set_defaults(func=cmd_devices)
+
+    m = sub.add_parser("models", help="list or fetch registry models (sha256-verified)")
+    m.add_argument("action", choices=["list", "pull"])
+    m.add_argument("name", nargs="*")
+    m.set_defaults(func=cmd_models)
+
+    c = sub.add_parser("compile", help="compile a model for a device and export a blob")
+    c.add_argument("model", help="registry name or model path")
+    c.add_argument("--device", default="AUTO")
+    c.add_argument("--hint", choices=["LATENCY", "THROUGHPUT"], default=None)
+    c.add_argument("--shape", help="static input shape, e.g. 1,3,640,640")
+    c.add_argument("-o", "--output", required=True)
+    with_set(c)
+    c.set_defaults(func=cmd_compile)
+
+    b = sub.add_parser("bench", help="run a graph with warm-up and report FPS, latency, CPU, memory, copies")
+    b.add_argument("graph")
+    b.add_argument("--frames", type=int, default=300)
+    b.add_argument("--warmup", type=int, default=30)
+    b.add_argument("--streams", type=int, default=1)
+    b.add_argument("--json", metavar="PATH")
+    with_set(b)
+    b.set_defaults(func=cmd_bench)

@@ -91,6 +91,7 @@ class NodeStats:
     frames: int = 0
     dropped: int = 0
     failed: int = 0
+    restarts: int = 0
     busy_s: float = 0.0
     first: float | None = None
     last: float | None = None
@@ -102,6 +103,7 @@ class NodeStats:
         span = (self.last - self.first) if self.first is not None and self.last is not None else 0.0
         out: dict[str, Any] = {
             "type": self.type, "frames": self.frames, "dropped": self.dropped, "failed": self.failed,
+            "restarts": self.restarts,
             "fps": round(self.frames / span, 2) if span > 0 else None,
             "busy_s": round(self.busy_s, 4),
             "latency_ms": {f"p{q}": round(float(np.percentile(lat, q)), 4) if lat.size else None
@@ -168,12 +170,19 @@ class Runner:
         self.error: BaseException | None = None
         self.interrupted = False
         self._emitted = 0
+        self.per_stream: dict[str, int] = {}
+        self.record_times = False
+        self.done_times: list[tuple[float, str]] = []
         memory.ledger.edges.clear()
 
     # accounting ------------------------------------------------------------------------------------
     def _on_final(self, ref: FrameRef) -> None:
+        now = time.perf_counter()
         with self._count_lock:
             self.counts[ref.fate] += 1
+            self.per_stream[ref.stream] = self.per_stream.get(ref.stream, 0) + 1
+            if self.record_times:
+                self.done_times.append((now, ref.stream))
 
     def _fail(self, err: BaseException) -> None:
         if self.error is None:
@@ -322,6 +331,20 @@ class Runner:
         else:
             cause = err
         msg = f"{type(cause).__name__}: {cause}" if isinstance(cause, BaseException) else str(cause)
+        if spec.on_error == "restart" and frame is not None and st.restarts < spec.restarts:
+            st.restarts += 1
+            st.failed += 1
+            log.warning("node '%s' (%s), stream '%s', frame %d: %s (restart %d/%d)", spec.id, spec.type,
+                        frame.stream, frame.index, msg, st.restarts, spec.restarts)
+            frame.ref.end("failed")
+            if not isinstance(err, FrameError):  # a worker process restarts itself; a thread node reopens
+                node = self.nodes[spec.id]
+                try:
+                    node.close()
+                    node.open(self._ctx)
+                except Exception as e:  # noqa: BLE001
+                    self._fail(NodeError(spec.id, spec.type, f"restart failed: {type(e).__name__}: {e}"))
+            return
         if spec.on_error == "drop" and frame is not None:
             st.dropped += 1
             log.warning("node '%s' (%s), stream '%s', frame %d: %s (dropped by policy)",
@@ -339,7 +362,7 @@ class Runner:
         from .isolation import maybe_isolate
 
         t_start = time.perf_counter()
-        ctx = RunContext(self.spec, self)
+        ctx = self._ctx = RunContext(self.spec, self)
         order = self.spec.topo_order()
         for s in order:
             self.channels[s.id] = Channel(s.queue) if s.cls.inputs else None  # type: ignore[assignment]
@@ -449,6 +472,8 @@ class RunResult:
         lost = counts["in"] - counts["out"] - counts["dropped"] - counts["failed"]
         counts["failed"] += max(0, lost)  # references never ended: in flight when the run stopped
         self.frames = counts
+        self.per_stream = dict(runner.per_stream)
+        self.done_times = runner.done_times
         self.elapsed_s = elapsed
         self.exit_code = 1 if self.error else (130 if self.interrupted else 0)
         self.nodes = {s.id: runner.stats[s.id].summary(runner.channels.get(s.id)) for s in runner.spec.nodes}
@@ -475,7 +500,7 @@ class RunResult:
         return self.exit_code == 0
 
     def to_json(self) -> dict[str, Any]:
-        out = {"frames": self.frames, "nodes": self.nodes, "edges": self.edges,
+        out = {"frames": self.frames, "streams": self.per_stream, "nodes": self.nodes, "edges": self.edges,
                "elapsed_s": round(self.elapsed_s, 4), "exit": self.exit_code,
                "error": str(self.error) if self.error else None}
         out.update(self.inference)

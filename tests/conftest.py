@@ -1,62 +1,10 @@
-"""Test-only nodes: fault injection and lifecycle recording. Registered once for the whole session."""
+"""Shared fixtures. Test-only nodes live in fp_testnodes (importable by worker processes)."""
 from __future__ import annotations
-
-import threading
-import time
-from typing import Any
 
 import pytest
 
-from flowpipe import Frame, Node, NodeConfig, register
-
-EVENTS: list[str] = []
-_lock = threading.Lock()
-
-
-def record(event: str) -> None:
-    with _lock:
-        EVENTS.append(event)
-
-
-@register("test_fault")
-class Fault(Node):
-    """Raises on the listed frame indices; records open/close."""
-
-    inputs = {"in": "any"}
-    outputs = {"out": "any"}
-
-    class Config(NodeConfig):
-        fail_on: list[int] = []
-        fail_open: bool = False
-        delay_s: float = 0.0
-
-    def open(self, ctx: Any) -> None:
-        record(f"open:{self.id}")
-        if self.config.fail_open:
-            raise RuntimeError("cannot open")
-
-    def process(self, frame: Frame, port: str) -> Frame:
-        if self.config.delay_s:
-            time.sleep(self.config.delay_s)
-        if frame.index in self.config.fail_on:
-            raise ValueError(f"bad frame {frame.index}")
-        return frame
-
-    def close(self) -> None:
-        record(f"close:{self.id}")
-
-
-@register("test_inplace")
-class InPlace(Node):
-    """Writes its input image in place (declares it, so the engine copies on write when shared)."""
-
-    inputs = {"in": "frame"}
-    outputs = {"out": "frame"}
-    writes_input = True
-
-    def process(self, frame: Frame, port: str) -> Frame:
-        frame.data[...] = 255
-        return frame
+import fp_testnodes
+from fp_testnodes import EVENTS
 
 
 @pytest.fixture

@@ -1,0 +1,94 @@
+"""``flowpipe bench``: a graph run with warm-up, reporting what a performance review needs.
+
+End-to-end FPS is measured over the frames after the warm-up (completion times of frames leaving the
+graph); per-node FPS and latency percentiles, queue depths, CPU use, peak RSS, copies per frame and the
+inference nodes' FEIL/FIL come from the same run.
+"""
+from __future__ import annotations
+
+import copy
+import platform
+import resource
+import time
+from typing import Any
+
+import numpy as np
+
+from .engine import Runner
+from .graph import GraphSpec, load_graph, parse_sets
+from .node import Source
+
+
+def replicate_sources(spec: GraphSpec, streams: int) -> GraphSpec:
+    """N copies of every source (stream ids suffixed -1..-N-1) feeding the same consumers."""
+    if streams <= 1:
+        return spec
+    for src in [s for s in spec.nodes if issubclass(s.cls, Source)]:
+        consumers = spec.consumers(src.id)
+        for i in range(1, streams):
+            dup = copy.copy(src)
+            dup.id = f"{src.id}-{i}"
+            base = getattr(src.config, "stream", None) or src.id
+            if "stream" in type(src.config).model_fields:
+                dup.config = src.config.model_copy(update={"stream": f"{base}-{i}"})
+            spec.nodes.append(dup)
+            spec.dag.add_node(dup.id)
+            for out_port, cons, in_port in consumers:
+                spec.node(cons).inputs[in_port].append((dup.id, out_port))
+                spec.dag.add_edge(dup.id, cons, src_port=out_port, dst_port=in_port)
+    return spec
+
+
+def _window_fps(times: list[float], warmup: int) -> float | None:
+    t = sorted(times)
+    if len(t) <= warmup + 1:
+        return None
+    start = t[warmup - 1] if warmup > 0 else t[0]
+    n = len(t) - warmup if warmup > 0 else len(t) - 1
+    return n / (t[-1] - start) if t[-1] > start else None
+
+
+def bench_graph(path: str, sets: list[str] | None = None, frames: int = 300, warmup: int = 30,
+                streams: int = 1, spec: GraphSpec | None = None) -> dict[str, Any]:
+    spec = spec or load_graph(path, parse_sets(sets))
+    spec = replicate_sources(spec, streams)
+    runner = Runner(spec, max_frames=(frames + warmup) * streams, handle_signals=False)
+    runner.record_times = True
+    ru0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+    res = runner.run()
+    ru1, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter() - t0
+    cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
+    times = [t for t, _ in res.done_times]
+    by_stream: dict[str, list[float]] = {}
+    for t, s in res.done_times:
+        by_stream.setdefault(s, []).append(t)
+    out_frames = max(res.frames["out"], 1)
+    copies = sum(e["copies"] for e in res.edges.values())
+    bytes_copied = sum(e["bytes_copied"] for e in res.edges.values())
+    import openvino as ov
+
+    return {
+        "graph": str(path), "streams": streams, "frames": res.frames, "warmup": warmup,
+        "fps": _round(_window_fps(times, warmup * streams)),
+        "per_stream_fps": {s: _round(_window_fps(ts, warmup)) for s, ts in sorted(by_stream.items())},
+        "elapsed_s": round(wall, 3), "cpu_s": round(cpu, 3), "cpu_util_cores": round(cpu / wall, 2),
+        "peak_rss_mb": round(ru1.ru_maxrss / 1024, 1),
+        "copies_per_frame": round(copies / out_frames, 4), "bytes_copied_per_frame": round(bytes_copied / out_frames, 1),
+        "nodes": {k: {f: v.get(f) for f in ("type", "frames", "fps", "latency_ms", "queue_max", "busy_s")}
+                  for k, v in res.nodes.items()},
+        "edges": res.edges, "inference": res.inference, "exit": res.exit_code,
+        "error": str(res.error) if res.error else None,
+        "machine": {"cpu": platform.processor() or platform.machine(), "cores": _cores(),
+                    "python": platform.python_version(), "openvino": ov.get_version(),
+                    "numpy": np.__version__},
+    }
+
+
+def _cores() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _round(v: float | None) -> float | None:
+    return round(v, 2) if v is not None else None

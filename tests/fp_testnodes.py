@@ -1,0 +1,78 @@
+"""Test-only nodes: fault injection, in-place writers, lifecycle recording.
+
+Importable by worker processes too (graphs name it under ``plugins:``)."""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+from flowpipe import Frame, Node, NodeConfig, register
+
+EVENTS: list[str] = []
+_lock = threading.Lock()
+
+
+def record(event: str) -> None:
+    with _lock:
+        EVENTS.append(event)
+
+
+@register("test_fault")
+class Fault(Node):
+    """Raises on the listed frame indices; records open/close."""
+
+    inputs = {"in": "any"}
+    outputs = {"out": "any"}
+
+    class Config(NodeConfig):
+        fail_on: list[int] = []
+        fail_open: bool = False
+        delay_s: float = 0.0
+
+    def open(self, ctx: Any) -> None:
+        record(f"open:{self.id}")
+        if self.config.fail_open:
+            raise RuntimeError("cannot open")
+
+    def process(self, frame: Frame, port: str) -> Frame:
+        if self.config.delay_s:
+            time.sleep(self.config.delay_s)
+        if frame.index in self.config.fail_on:
+            raise ValueError(f"bad frame {frame.index}")
+        return frame
+
+    def close(self) -> None:
+        record(f"close:{self.id}")
+
+
+@register("test_inplace")
+class InPlace(Node):
+    """Writes its input image in place (declares it, so the engine copies on write when shared)."""
+
+    inputs = {"in": "frame"}
+    outputs = {"out": "frame"}
+    writes_input = True
+
+    def process(self, frame: Frame, port: str) -> Frame:
+        frame.data[...] = 255
+        return frame
+
+
+@register("test_crash")
+class Crash(Node):
+    """Kills its own process (SIGKILL) on the listed frames: a worker crash."""
+
+    inputs = {"in": "any"}
+    outputs = {"out": "any"}
+
+    class Config(NodeConfig):
+        crash_on: list[int] = []
+
+    def process(self, frame: Frame, port: str) -> Frame:
+        if frame.index in self.config.crash_on:
+            os.kill(os.getpid(), 9)
+        frame.data[0, 0, 0] = 7  # visible to the parent: same pages
+        frame.meta["pid"] = os.getpid()
+        return frame
