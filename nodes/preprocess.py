@@ -219,8 +219,11 @@ class Preprocess(Node):
         if frame.format not in SRC_FMT:
             raise ValueError(f"cannot convert format {frame.format!r}: expected one of {', '.join(SRC_FMT)}")
         w, h = frame.width, frame.height
-        if frame.format in ("NV12", "I420") and (w % 2 or h % 2):
-            raise ValueError(f"{frame.format} needs even width and height, got {w}x{h}")
+        if frame.format in ("NV12", "I420"):
+            rows = frame.data.shape[0]
+            if w % 2 or rows % 3 or h % 2:
+                raise ValueError(f"{frame.format} needs even width and height (data of height*3/2 rows), "
+                                 f"got {w}x{rows} data")
         roi = c.roi
         if roi is not None:
             x, y, rw, rh = roi

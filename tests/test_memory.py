@@ -1,0 +1,196 @@
+"""Shared buffers, pools, handles across processes, and what is sent to the OS for hardware absent here."""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import socket
+import struct
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+from flowpipe import memory
+from flowpipe.memory import BufferPool, SharedBuffer
+
+linux_only = pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="memfd is Linux-only")
+
+
+@linux_only
+def test_memfd_buffer_is_page_aligned_with_fd_and_numpy_view() -> None:
+    buf = SharedBuffer(1920 * 1080 * 3, "memfd")
+    assert buf.size % 4096 == 0 and buf.address % 4096 == 0 and buf.handle is not None
+    img = buf.array((1080, 1920, 3))
+    img[10, 20] = (1, 2, 3)
+    assert buf.array((1080, 1920, 3))[10, 20].tolist() == [1, 2, 3]
+    assert img.ctypes.data == buf.address
+    buf.close()
+
+
+def test_best_kind_prefers_shareable_memory() -> None:
+    kinds = memory.available_kinds()
+    assert kinds[-1] == "host"
+    if sys.platform.startswith("linux"):
+        assert "memfd" in kinds and memory.best_kind() in ("dma-heap", "memfd")
+
+
+def _child_writes(fd: int, n: int) -> None:
+    buf = SharedBuffer(n, "memfd", _fd=fd)
+    buf.array((n,))[:] = 42
+
+
+@linux_only
+def test_child_process_maps_handle_and_parent_sees_its_writes() -> None:
+    buf = SharedBuffer(4096 * 3, "memfd")
+    buf.array((buf.size,))[:] = 0
+    ctx = mp.get_context("fork")
+    p = ctx.Process(target=_child_writes, args=(buf.handle, buf.size))
+    p.start()
+    p.join(10)
+    assert p.exitcode == 0
+    assert int(buf.array((buf.size,)).min()) == 42
+
+
+@linux_only
+def test_fd_crosses_unix_socket_with_scm_rights() -> None:
+    from flowpipe.procnode import _recv, _send
+
+    a, b = socket.socketpair()
+    buf = SharedBuffer(8192, "memfd")
+    buf.array((8192,))[:5] = [1, 2, 3, 4, 5]
+    _send(a, {"hello": 1}, [buf.handle])
+    msg, fds = _recv(b)
+    assert msg == {"hello": 1} and len(fds) == 1 and fds[0] != buf.handle
+    other = SharedBuffer(8192, "memfd", _fd=fds[0])  # a second mapping of the same pages
+    assert other.array((5,)).tolist() == [1, 2, 3, 4, 5]
+    other.array((1,))[0] = 99
+    assert buf.array((1,))[0] == 99
+
+
+def test_pool_recycles_and_blocks_when_empty() -> None:
+    pool = BufferPool(1000, 2)
+    a, b = pool.acquire(), pool.acquire()
+    with pytest.raises(TimeoutError):
+        pool.acquire(timeout=0.05)
+    addr = a.buffer.address
+    a.release()
+    a.release()  # idempotent
+    c = pool.acquire(timeout=1)
+    assert c.buffer.address == addr and pool.in_use == 2 and pool.high_water == 2
+    b.release()
+    c.release()
+    assert pool.in_use == 0
+
+
+def test_pool_stays_bounded_under_a_slow_consumer() -> None:
+    from flowpipe.testing import run_yaml
+
+    res = run_yaml("""
+        plugins: [fp_testnodes]
+        nodes:
+          - {id: src, type: synthetic_source, config: {count: 80, width: 320, height: 240}}
+          - {id: slow, type: test_fault, config: {delay_s: 0.003}, inputs: src.frame, queue: 2}
+          - {id: s, type: null_sink, inputs: slow.out, queue: 2}
+    """)
+    assert res.ok and res.frames["out"] == 80
+    # frames_in_flight sizes the pool: queues (2+2) + 2 per node + 2
+    assert res.nodes["slow"]["queue_max"] <= 3
+
+
+def test_opencl_buffer_over_shared_memory_is_zero_copy_on_pocl() -> None:
+    cl = pytest.importorskip("pyopencl")
+    from flowpipe.devices import cl_device
+
+    try:
+        dev = cl_device("cpu")
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"no OpenCL CPU device: {e}")
+    buf = SharedBuffer(4096, memory.best_kind())
+    view = buf.array((1024,), np.float32)
+    view[:] = 1
+    clb = buf.cl_buffer(dev.context, (1024,), np.float32)
+    prg = cl.Program(dev.context, "__kernel void k(__global float* a){ a[get_global_id(0)] *= 3.0f; }").build()
+    prg.k(dev.queue, (1024,), None, clb).wait()
+    mapped, _ = cl.enqueue_map_buffer(dev.queue, clb, cl.map_flags.READ, 0, (1024,), np.float32)
+    assert mapped.ctypes.data == buf.address  # the kernel worked on our pages
+    del mapped
+    assert float(view.sum()) == 3 * 1024
+
+
+def test_openvino_host_tensor_shares_the_buffer() -> None:
+    buf = SharedBuffer(4 * 3 * 8 * 8, memory.best_kind())
+    t = buf.ov_tensor((1, 3, 8, 8), np.float32)
+    assert t.data.ctypes.data == buf.address
+
+
+# -- hardware this machine lacks: check what flowpipe sends to the OS and to OpenVINO -------------------
+def test_dma_heap_alloc_sends_the_documented_ioctl__no_dma_heap_here() -> None:
+    """Checks the DMA_HEAP_IOCTL_ALLOC request flowpipe sends; does not prove a DMA-BUF heap works."""
+    calls = []
+
+    def fake_ioctl(fd, req, arg, mutate):
+        calls.append((fd, req, bytes(arg)))
+        arg[8:12] = struct.pack("=I", 77)  # the kernel writes the new DMA-BUF fd here
+
+    fd = memory.dma_heap_alloc(8192, ioctl=fake_ioctl, opener=lambda p, f: 5, closer=lambda fd: None)
+    assert fd == 77
+    (heap_fd, req, arg), = calls
+    assert heap_fd == 5 and req == 0xC0184800  # _IOWR('H', 0, struct dma_heap_allocation_data)
+    length, out_fd, fd_flags, heap_flags = struct.unpack("=QIIQ", arg)
+    assert length == 8192 and out_fd == 0 and fd_flags == os.O_RDWR | os.O_CLOEXEC and heap_flags == 0
+
+
+def test_dma_buf_cpu_access_brackets_with_sync_ioctls__no_dma_heap_here() -> None:
+    """Checks the DMA_BUF_IOCTL_SYNC start/end pair around CPU access (memfd stands in for the fd)."""
+    calls = []
+    fd = os.memfd_create("fake-dmabuf")
+    os.ftruncate(fd, 4096)
+    buf = SharedBuffer(4096, "dma-heap", _fd=fd, _ioctl=lambda fd, req, arg: calls.append((req, arg)))
+    with buf.cpu_access(write=True):
+        buf.array((4,))[:] = 1
+    assert [c[0] for c in calls] == [0x40086200, 0x40086200]
+    assert [struct.unpack("=Q", c[1])[0] for c in calls] == [0 | 1 | 2, 4 | 1 | 2]  # START|RW, END|RW
+
+
+def test_remote_property_maps__no_npu_or_gpu_here() -> None:
+    """The maps handed to RemoteContext.create_tensor; does not prove an NPU or GPU imports them."""
+    buf = SharedBuffer(4096, "memfd")
+    assert buf.remote_properties("NPU") == {"MEM_TYPE": "SHARED_BUF", "MEM_HANDLE": hex(buf.handle)}
+    assert buf.remote_properties("GPU.0") == {"SHARED_MEM_TYPE": "BUFFER_FROM_HANDLE", "OS_HANDLE": buf.handle}
+    with pytest.raises(ValueError, match="no handle"):
+        SharedBuffer(4096, "host").remote_properties("NPU")
+
+
+def test_win32_mapping_calls__no_windows_here() -> None:
+    """Checks the CreateFileMappingW/MapViewOfFile/CloseHandle calls; does not prove Windows works."""
+    backing = (np.zeros(8192, np.uint8))
+
+    class K32:
+        def __init__(self):
+            self.calls = []
+
+        def CreateFileMappingW(self, h, sa, prot, hi, lo, name):
+            self.calls.append(("CreateFileMappingW", h.value, prot, hi, lo))
+            return 0x1234
+
+        def MapViewOfFile(self, h, access, hi, lo, size):
+            self.calls.append(("MapViewOfFile", h.value, access, size))
+            return backing.ctypes.data
+
+        def UnmapViewOfFile(self, addr):
+            self.calls.append(("UnmapViewOfFile", addr.value))
+
+        def CloseHandle(self, h):
+            self.calls.append(("CloseHandle", h.value))
+
+    k = K32()
+    buf = SharedBuffer(5000, "win32", _kernel32=k)
+    assert buf.handle == 0x1234 and buf.size == 8192
+    buf.array((4,))[:] = 9
+    assert backing[:4].tolist() == [9, 9, 9, 9]
+    buf.close()
+    names = [c[0] for c in k.calls]
+    assert names == ["CreateFileMappingW", "MapViewOfFile", "UnmapViewOfFile", "CloseHandle"]
+    assert k.calls[0][2] == 0x04 and (k.calls[0][3], k.calls[0][4]) == (0, 8192)  # PAGE_READWRITE, size
+    assert k.calls[1][2] == 0x000F001F  # FILE_MAP_ALL_ACCESS

@@ -1,0 +1,164 @@
+"""OpenCL preprocessing checked against an OpenCV reference, on PoCL here.
+
+On the GPU machine the same file runs against NVIDIA's OpenCL: FLOWPIPE_TEST_OPENCL=NVIDIA.
+"""
+from __future__ import annotations
+
+import os
+
+import cv2
+import numpy as np
+import pytest
+
+from flowpipe import Frame
+from flowpipe.devices import opencl_platforms
+from flowpipe.testing import run_node
+
+OCL = os.environ.get("FLOWPIPE_TEST_OPENCL", "cpu")
+BACKENDS = ["opencl", "cpu"] if opencl_platforms() else ["cpu"]
+
+
+def _image(w: int, h: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    img = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+    return cv2.GaussianBlur(img, (5, 5), 2)  # natural-ish content: interpolation errors stay small
+
+
+def _as(fmt: str, bgr: np.ndarray) -> np.ndarray:
+    if fmt == "BGR":
+        return bgr
+    if fmt == "RGB":
+        return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+    if fmt == "GRAY":
+        return cv2.cvtColor(bgr, cv2.COLOR_BGR2GRAY)
+    if fmt == "I420":
+        return cv2.cvtColor(bgr, cv2.COLOR_BGR2YUV_I420)
+    i420 = cv2.cvtColor(bgr, cv2.COLOR_BGR2YUV_I420)  # NV12 = Y plane + interleaved UV
+    h, w = bgr.shape[:2]
+    u = i420[h:h + h // 4].reshape(-1)
+    v = i420[h + h // 4:].reshape(-1)
+    uv = np.stack([u, v], 1).reshape(h // 2, w)
+    return np.concatenate([i420[:h], uv])
+
+
+def reference(src: np.ndarray, fmt: str, cfg: dict) -> np.ndarray:
+    """What users write by hand with OpenCV + numpy."""
+    bgr = {"BGR": lambda a: a, "RGB": lambda a: cv2.cvtColor(a, cv2.COLOR_RGB2BGR),
+           "GRAY": lambda a: cv2.cvtColor(a, cv2.COLOR_GRAY2BGR),
+           "NV12": lambda a: cv2.cvtColor(a, cv2.COLOR_YUV2BGR_NV12),
+           "I420": lambda a: cv2.cvtColor(a, cv2.COLOR_YUV2BGR_I420)}[fmt](src)
+    h, w = bgr.shape[:2]
+    x, y, rw, rh = cfg.get("roi") or (0, 0, w, h)
+    bgr = bgr[y:y + rh, x:x + rw]
+    ow, oh = cfg["size"]
+    if cfg.get("resize") == "letterbox":
+        s = min(ow / rw, oh / rh)
+        nw, nh = round(rw * s), round(rh * s)
+    else:
+        nw, nh = ow, oh
+    small = cv2.resize(bgr, (nw, nh), interpolation=cv2.INTER_LINEAR)
+    color = cfg.get("color", "BGR")
+    if color == "RGB":
+        small = cv2.cvtColor(small, cv2.COLOR_BGR2RGB)
+    elif color == "GRAY":
+        small = cv2.cvtColor(small, cv2.COLOR_BGR2GRAY)
+    small = small.reshape(nh, nw, -1).astype(np.float32)
+    canvas = np.full((oh, ow, small.shape[2]), cfg.get("pad_value", 0.0), np.float32)
+    px, py = (ow - nw) // 2, (oh - nh) // 2
+    canvas[py:py + nh, px:px + nw] = small
+    c = small.shape[2]
+    canvas = (canvas - np.array(cfg.get("mean", [0, 0, 0])[:c], np.float32)) / np.array(cfg.get("scale", [1, 1, 1])[:c], np.float32)
+    if cfg.get("layout", "NCHW") == "NCHW":
+        canvas = canvas.transpose(2, 0, 1)
+    return canvas[None]
+
+
+def run_pre(cfg: dict, frames: list, backend: str):
+    body = ", ".join(f"{k}: {v!r}".replace("'", '"').replace("(", "[").replace(")", "]") for k, v in cfg.items())
+    return run_node(f"type: preprocess\nconfig: {{{body}, backend: {backend}, opencl_device: {OCL}}}", frames,
+                    port="frame")
+
+
+CASES = [
+    # (id, source format, width, height, config, tolerance in output units)
+    ("bgr-stretch-nchw-f32", "BGR", 1920, 1080, dict(size=(640, 640), color="RGB", scale=[255, 255, 255]), 1.01 / 255),
+    ("bgr-letterbox-nhwc-f32-128", "BGR", 1920, 1080,
+     dict(size=(128, 128), resize="letterbox", color="RGB", layout="NHWC", mean=[127.5] * 3, scale=[127.5] * 3), 1.01 / 127.5),
+    ("odd-1366x769-letterbox-pad", "BGR", 1366, 769, dict(size=(192, 192), resize="letterbox", pad_value=114), 1.01),
+    ("rgb-to-bgr-u8-nhwc", "RGB", 333, 211, dict(size=(97, 61), color="BGR", layout="NHWC", dtype="u8"), 1),
+    ("gray-out", "BGR", 640, 480, dict(size=(64, 48), color="GRAY"), 1.01),
+    ("gray-in", "GRAY", 641, 479, dict(size=(64, 48), color="RGB"), 1.01),
+    ("nv12-to-rgb", "NV12", 1920, 1080, dict(size=(300, 300), color="RGB", layout="NHWC"), 2.01),
+    ("i420-to-bgr-f16", "I420", 1280, 720, dict(size=(320, 320), dtype="f16", scale=[255] * 3), 2.01 / 255 + 1e-3),
+    ("roi-crop", "BGR", 1280, 720, dict(size=(100, 50), roi=(101, 53, 400, 301), resize="letterbox"), 1.01),
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_conversion_matches_opencv_reference(case, backend) -> None:
+    _, fmt, w, h, cfg, tol = case
+    src = _as(fmt, _image(w, h))
+    frame = Frame("s", 0, 0.0, src, fmt)
+    out = run_pre(cfg, [frame], backend)
+    assert out.result.ok, out.result.error
+    got = out.frames[0].tensors["input"].astype(np.float32)
+    ref = reference(src, fmt, cfg)
+    assert got.shape == ref.shape
+    err = np.abs(got - ref)
+    assert float(err.max()) <= tol, f"max error {err.max()} > {tol}"
+    if backend == "opencl":
+        assert out.result.nodes["node"]["backend"] == "opencl"
+
+
+def test_letterbox_geometry_recorded_for_box_mapping() -> None:
+    out = run_pre(dict(size=(192, 192), resize="letterbox"), [_image(1366, 768)], BACKENDS[0])
+    pre = out.frames[0].meta["preprocess"]
+    assert (pre["new_w"], pre["new_h"], pre["pad_x"], pre["pad_y"]) == (192, 108, 0, 42)
+    from flowpipe.nodes.detect import to_source
+
+    # tensor box (0,42)-(192,150) is the whole frame
+    box = to_source(Frame("s", 0, 0.0, None, meta={"preprocess": pre}), np.array([[0.0, 42.0, 192.0, 150.0]]))
+    np.testing.assert_allclose(box, [[0, 0, 1366, 768]], atol=1e-6)
+
+
+def test_tiles_cover_the_frame_and_batch_the_tensor() -> None:
+    out = run_pre(dict(size=(192, 192), resize="letterbox", color="RGB", layout="NHWC",
+                       tiles={"grid": [2, 2], "overlap": 0.1, "full_frame": True}), [_image(1366, 768)], BACKENDS[0])
+    assert out.result.ok, out.result.error
+    t = out.frames[0].tensors["input"]
+    tiles = out.frames[0].meta["preprocess"]["tiles"]
+    assert t.shape == (5, 192, 192, 3) and len(tiles) == 5
+    assert tiles[0]["roi"] == [0, 0, 1366, 768] and tiles[4]["roi"][0] + tiles[4]["roi"][2] == 1366
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_output_lands_in_pooled_shared_memory_without_copies(backend) -> None:
+    img = _image(640, 480)
+    out = run_pre(dict(size=(128, 128)), [img] * 3, backend)
+    assert out.result.ok
+    assert all(e["copies"] == 0 for e in out.result.edges.values())
+
+
+@pytest.mark.parametrize("fmt, w, h, msg", [
+    ("NV12", 640, 481, "NV12 needs even width and height (data of height*3/2 rows), got 640x481 data"),
+    ("NV12", 1366, 1153, "got 1366x1153 data"),  # 769 luma rows + 384: odd height
+    ("YUYV", 64, 64, "cannot convert format 'YUYV'"),
+])
+def test_bad_frames_give_clear_errors(fmt, w, h, msg) -> None:
+    data = np.zeros((h, w), np.uint8) if fmt == "NV12" else np.zeros((h, w, 2), np.uint8)
+    out = run_pre(dict(size=(64, 64)), [Frame("cam", 3, 0.0, data, fmt)], BACKENDS[0])
+    assert out.result.exit_code == 1
+    assert "node 'node' (preprocess), stream 'cam', frame 3" in str(out.result.error) and msg in str(out.result.error)
+
+
+def test_roi_outside_frame_is_an_error() -> None:
+    out = run_pre(dict(size=(64, 64), roi=(600, 0, 100, 100)), [_image(640, 480)], "cpu")
+    assert out.result.exit_code == 1 and "roi (600, 0, 100, 100) is outside the 640x480 frame" in str(out.result.error)
+
+
+def test_roi_and_tiles_together_rejected_at_validation() -> None:
+    from flowpipe import GraphError
+
+    with pytest.raises(GraphError, match="roi and tiles exclude each other"):
+        run_pre(dict(size=(64, 64), roi=(0, 0, 10, 10), tiles={"grid": [2, 2]}), [_image(64, 64)], "cpu")
