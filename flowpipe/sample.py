@@ -87,3 +87,37 @@ def default_sample() -> Path:
     if not path.exists() or not Path(str(path) + ".json").exists():
         make_sample(path)
     return path
+
+
+def make_text_sample(path: str | Path, frames: int = 60, fps: float = 30.0) -> Path:
+    """A clip of printed words scrolling over a photograph, for the text-detection graph."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _, bg = _photos()
+    tmp = path.with_name(path.stem + ".part" + path.suffix)
+    writer = cv2.VideoWriter(str(tmp), cv2.VideoWriter_fourcc(*"mp4v"), fps, (W, H))
+    words = ["FLOWPIPE", "OPEN VINO", "ZERO COPY", "EXIT 12", "NO PARKING", "GATE B"]
+    for i in range(frames):
+        canvas = bg.copy()
+        for k, word in enumerate(words):
+            x = 60 + (k % 2) * 650 + int(3 * i)
+            y = 120 + k * 110
+            cv2.rectangle(canvas, (x - 15, y - 60), (x + 28 * len(word) + 40, y + 20), (245, 245, 245), -1)
+            cv2.putText(canvas, word, (x, y), cv2.FONT_HERSHEY_DUPLEX, 1.8, (20, 20, 20), 3, cv2.LINE_AA)
+        writer.write(canvas)
+    writer.release()
+    os.replace(tmp, path)
+    return path
+
+
+def sample_path(name: str) -> Path:
+    """``sample`` (moving faces) or ``sample-text`` (printed words), made on first use in the cache."""
+    from .models import cache_dir
+
+    root = cache_dir().parent / "samples"
+    if name == "sample":
+        return default_sample()
+    if name == "sample-text":
+        p = root / "text_1366x768.mp4"
+        return p if p.exists() else make_text_sample(p)
+    raise ValueError(f"unknown sample {name!r}: expected 'sample' or 'sample-text'")

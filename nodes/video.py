@@ -43,7 +43,7 @@ class VideoSource(Source):
 
     class Config(NodeConfig):
         uri: str = Field(description="file path, rtsp:// or http:// URL, /dev/videoN or camera index, image folder, "
-                                     "or 'sample' (a generated clip with moving faces)")
+                                     "or 'sample' / 'sample-text' (generated clips: moving faces / printed words)")
         stream: str | None = Field(None, description="stream id (default: the node id)")
         loop: int = Field(0, ge=-1, description="replay a file this many extra times (-1: forever)")
         max_fps: float | None = Field(None, gt=0, description="limit the output frame rate (sleeps)")
@@ -77,10 +77,10 @@ class VideoSource(Source):
         self.is_net = bool(_NET.match(c.uri))
         self.folder = None
         self.cap = None
-        if c.uri == "sample":
-            from flowpipe.sample import default_sample
+        if c.uri in ("sample", "sample-text"):
+            from flowpipe.sample import sample_path
 
-            c = self.config = c.model_copy(update={"uri": str(default_sample())})
+            c = self.config = c.model_copy(update={"uri": str(sample_path(c.uri))})
         self.decoded = 0
         self.failures = 0
         self.reconnects = 0

@@ -1,0 +1,151 @@
+"""MQTT sink against a real mosquitto broker on loopback (started here)."""
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+from flowpipe import Frame
+from flowpipe.testing import feed, run_yaml
+
+MOSQUITTO = shutil.which("mosquitto") or (shutil.which("mosquitto", path="/usr/sbin:/usr/local/sbin"))
+pytestmark = pytest.mark.skipif(MOSQUITTO is None, reason="mosquitto is not installed (scripts/setup.sh installs it)")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Broker:
+    def __init__(self, tmp_path, port: int):
+        self.port = port
+        self.conf = tmp_path / "mosquitto.conf"
+        self.conf.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n")
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen([MOSQUITTO, "-c", str(self.conf)], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("mosquitto did not start")
+
+    def stop(self) -> None:
+        if self.proc:
+            self.proc.terminate()
+            self.proc.wait(10)
+            self.proc = None
+
+
+@pytest.fixture
+def broker(tmp_path):
+    b = Broker(tmp_path, _free_port())
+    b.start()
+    yield b
+    b.stop()
+
+
+class Subscriber:
+    def __init__(self, port: int, topic: str):
+        import paho.mqtt.client as mqtt
+
+        self.messages: list[dict] = []
+        self.ready = threading.Event()
+        self.c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2)
+        self.c.on_connect = lambda c, u, f, rc, p=None: (c.subscribe(topic, qos=1), self.ready.set())
+        self.c.on_message = lambda c, u, m: self.messages.append(json.loads(m.payload))
+        self.c.reconnect_delay_set(1, 1)
+        self.c.connect_async("127.0.0.1", port)
+        self.c.loop_start()
+        assert self.ready.wait(10)
+        time.sleep(0.2)
+
+    def wait_for(self, n: int, timeout: float = 15) -> list[dict]:
+        deadline = time.monotonic() + timeout
+        while len(self.messages) < n and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self.messages
+
+    def close(self) -> None:
+        self.c.loop_stop()
+        self.c.disconnect()
+
+
+def _frames(n: int, stream: str = "door") -> list[Frame]:
+    from flowpipe import Detection
+
+    return [Frame(stream, i, i / 30, None, meta={}, detections=[Detection((1, 2, 3, 4), 0.9, "face", 0, i % 3)])
+            for i in range(n)]
+
+
+def test_every_frame_arrives_at_the_broker(broker) -> None:
+    sub = Subscriber(broker.port, "flowpipe/#")
+    res = run_yaml(f"""
+        nodes:
+          - {{id: src, type: list_source, config: {{feed: {feed(_frames(25))}}}}}
+          - {{id: pub, type: mqtt, config: {{port: {broker.port}, topic: "flowpipe/{{stream}}/faces"}}, inputs: src.frame}}
+    """)
+    assert res.ok, res.error
+    msgs = sub.wait_for(25)
+    sub.close()
+    assert sorted(m["frame"] for m in msgs) == list(range(25))
+    assert msgs[0]["stream"] == "door" and msgs[0]["objects"][0]["label"] == "face"
+    assert res.nodes["pub"]["published"] == 25
+
+
+def test_unreachable_broker_is_a_clear_error() -> None:
+    port = _free_port()
+    res = run_yaml(f"""
+        nodes:
+          - {{id: src, type: list_source, config: {{feed: {feed(_frames(3))}}}}}
+          - {{id: pub, type: mqtt, config: {{port: {port}, connect_timeout_s: 1}}, inputs: src.frame}}
+    """)
+    assert res.exit_code == 1
+    assert str(res.error) == (f"node 'pub' (mqtt): open failed: RuntimeError: MQTT broker 127.0.0.1:{port} "
+                              "not reachable within 1.0s")
+
+
+def test_broker_restart_mid_run_reconnects_and_delivers_queued_messages(broker) -> None:
+    from flowpipe import load_graph
+    from flowpipe.engine import Runner
+
+    items = _frames(60)
+    spec = load_graph("<t>", text=f"""
+nodes:
+  - {{id: src, type: list_source, config: {{feed: {feed(items)}, fps: 20}}}}
+  - {{id: pace, type: test_fault, config: {{delay_s: 0.05}}, inputs: src.frame}}
+  - {{id: pub, type: mqtt, config: {{port: {broker.port}, topic: "t/{{stream}}", min_backoff_s: 1, max_backoff_s: 1}}, inputs: pace.out}}
+""")
+    import fp_testnodes  # noqa: F401  (test_fault)
+
+    runner = Runner(spec, handle_signals=False)
+    t = threading.Thread(target=lambda: setattr(runner, "result", runner.run()))
+    t.start()
+    time.sleep(0.8)
+    broker.stop()
+    t_down = time.monotonic()
+    time.sleep(1.0)
+    broker.start()
+    sub = Subscriber(broker.port, "t/#")
+    t.join(60)
+    res = runner.result
+    assert res.ok, res.error
+    msgs = sub.wait_for(30, timeout=10)
+    sub.close()
+    assert res.frames["out"] == 60 and res.nodes["pub"]["reconnects"] >= 1
+    # the subscriber joined after the restart: it sees the tail, in order, ending at the last frame
+    frames = [m["frame"] for m in msgs]
+    assert frames and frames == sorted(frames) and frames[-1] == 59
+    assert time.monotonic() - t_down < 60
