@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -261,6 +262,10 @@ def _validate(doc: Any, fname: str, overrides: dict[str, Any]) -> GraphSpec:
     fail_if_errors()
 
     # per-node schema and type lookup --------------------------------------------------------------
+    if plugins and os.path.isfile(fname):  # plugins may sit beside the graph file
+        gdir = os.path.dirname(os.path.abspath(fname))
+        if gdir not in sys.path:
+            sys.path.insert(0, gdir)
     for mod in plugins:
         try:
             importlib.import_module(mod)

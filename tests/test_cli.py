@@ -1,0 +1,97 @@
+"""The command line: exit codes, one-line errors, drawings, node listings."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flowpipe.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_validate_all_shipped_graphs_and_examples(capsys) -> None:
+    graphs = [str(p) for p in sorted((ROOT / "graphs").glob("*.yaml"))]
+    graphs.append(str(ROOT / "examples" / "02_custom_node" / "count_line.yaml"))
+    assert main(["validate", *graphs]) == 0
+    out = capsys.readouterr().out
+    assert out.count(": ok (") == len(graphs)
+    assert "loads plugin module: line_counter" in out and "connects to mqtt://127.0.0.1:1883" in out
+
+
+def test_invalid_graph_exits_2_with_one_line_per_error(tmp_path, capsys) -> None:
+    g = tmp_path / "bad.yaml"
+    g.write_text("nodes:\n  - {id: a, type: synthetic_sorce}\n  - {id: b, type: null_sink, inputs: {in: a.x}}\n")
+    assert main(["validate", str(g)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"{g}:2: node 'a' (synthetic_sorce): unknown node type 'synthetic_sorce'; did you mean "
+                   f"'synthetic_source'? known: " + err[0].split("known: ")[1]]
+    assert main(["run", str(g)]) == 2
+
+
+def test_missing_file_exits_2(capsys) -> None:
+    assert main(["validate", "/nope/graph.yaml"]) == 2
+    assert "/nope/graph.yaml: cannot read graph: FileNotFoundError" in capsys.readouterr().err
+
+
+def test_run_writes_stats_json(tmp_path) -> None:
+    stats = tmp_path / "s.json"
+    assert main(["run", str(ROOT / "graphs" / "passthrough.yaml"), "--set", "frames=50", "--stats", str(stats)]) == 0
+    s = json.loads(stats.read_text())
+    assert s["frames"] == {"in": 50, "out": 50, "dropped": 0, "failed": 0} and s["exit"] == 0
+    assert set(s["nodes"]["hop"]) >= {"type", "frames", "fps", "latency_ms", "queue_max"}
+    assert set(s["nodes"]["hop"]["latency_ms"]) == {"p50", "p95", "p99"}
+    assert s["edges"]["src->hop"] == {"frames": 50, "copies": 0, "bytes_copied": 0, "memory": s["edges"]["src->hop"]["memory"]}
+    assert s["edges"]["src->hop"]["memory"] in ("memfd", "dma-heap", "host")
+
+
+def test_runtime_failure_exits_1(tmp_path, capsys) -> None:
+    g = tmp_path / "g.yaml"
+    g.write_text("nodes:\n  - {id: v, type: video_source, config: {uri: /nope.mp4}}\n"
+                 "  - {id: s, type: null_sink, inputs: v.frame}\n")
+    assert main(["run", str(g)]) == 1
+    assert "node 'v' (video_source): open failed: FileNotFoundError: video file not found: /nope.mp4" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("suffix, head", [(".dot", "digraph flowpipe {"), (".mmd", "flowchart LR")])
+def test_graph_drawing(tmp_path, suffix, head) -> None:
+    out = tmp_path / f"g{suffix}"
+    assert main(["graph", str(ROOT / "graphs" / "face_blur.yaml"), "-o", str(out)]) == 0
+    text = out.read_text()
+    assert text.startswith(head) and "decode" in text and "frame -> frame" in text
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz not installed")
+def test_graph_svg_with_graphviz(tmp_path) -> None:
+    out = tmp_path / "g.svg"
+    assert main(["graph", str(ROOT / "graphs" / "face_blur.yaml"), "-o", str(out)]) == 0
+    assert "<svg" in out.read_text()
+
+
+def test_nodes_listing_and_detail(capsys) -> None:
+    assert main(["nodes"]) == 0
+    listing = capsys.readouterr().out
+    for t in ("video_source", "preprocess", "inference", "blazeface_decode", "tracker", "blur", "mqtt"):
+        assert t in listing
+    assert main(["nodes", "preprocess"]) == 0
+    detail = capsys.readouterr().out
+    assert "inputs:  frame (frame)" in detail and "size:" in detail and "backend:" in detail
+    assert main(["nodes", "preproces"]) == 2
+
+
+def test_devices_reports_shared_memory_and_openvino(capsys) -> None:
+    assert main(["devices", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert "memfd" in rep["shared_memory"] and "CPU" in rep["openvino"]
+    assert rep["inference_default"]["device"] in ("NPU", "GPU", "CPU")
+
+
+def test_console_script_is_installed() -> None:
+    exe = shutil.which("flowpipe")
+    assert exe, "pip install -e . provides the flowpipe command"
+    r = subprocess.run([exe, "validate", str(ROOT / "graphs" / "passthrough.yaml")], capture_output=True, text=True)
+    assert r.returncode == 0 and ": ok (" in r.stdout
