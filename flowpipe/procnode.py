@@ -68,25 +68,36 @@ class _Codec:
 
     def __init__(self) -> None:
         self.buffers: dict[int, memory.SharedBuffer] = {}
+        self.pickled = 0  # arrays that crossed by value: copies, reported to the parent's ledger
+        self.pickled_bytes = 0
+
+    def take_copies(self) -> tuple[int, int]:
+        out = (self.pickled, self.pickled_bytes)
+        self.pickled = self.pickled_bytes = 0
+        return out
 
     def encode(self, arr: Any, frame: Frame | None, new_fds: dict[int, int]) -> Any:
         if not isinstance(arr, np.ndarray):
             return ("obj", arr)
-        buf = frame.buffer_of(arr) if frame is not None else self._find(arr)
-        if buf is not None and buf.handle is not None:
-            bid = id(buf)
-            if bid not in self.buffers:
-                self.buffers[bid] = buf
-                new_fds[bid] = buf.handle
+        found = self._find(arr)  # a buffer this side already knows (by the id both sides use)
+        if found is None and frame is not None:
+            buf = frame.buffer_of(arr)
+            if buf is not None and buf.handle is not None:
+                found = (id(buf), buf)
+                self.buffers[id(buf)] = buf
+                new_fds[id(buf)] = buf.handle
+        if found is not None:
+            bid, buf = found
             return ("buf", bid, arr.ctypes.data - buf.address, arr.shape, arr.dtype.str, arr.strides)
-        memory.ledger.record(arr.nbytes)
+        self.pickled_bytes += arr.nbytes
+        self.pickled += 1
         return ("obj", arr)
 
-    def _find(self, arr: np.ndarray) -> memory.SharedBuffer | None:
+    def _find(self, arr: np.ndarray) -> tuple[int, memory.SharedBuffer] | None:
         addr = arr.ctypes.data
-        for buf in self.buffers.values():
+        for bid, buf in self.buffers.items():
             if buf.address <= addr < buf.address + buf.size:
-                return buf
+                return bid, buf
         return None
 
     def decode(self, item: Any) -> Any:
@@ -169,7 +180,8 @@ def _worker_main(sock: socket.socket, info: dict[str, Any]) -> None:
             frame = _decode_into(codec, fmsg)
             try:
                 result = node.process(frame, port)
-                _send(sock, ("ok", _encode_result(codec, result)))
+                body = _encode_result(codec, result)
+                _send(sock, ("ok", body, codec.take_copies()))
             except Exception as e:  # noqa: BLE001
                 _send(sock, ("error", f"{type(e).__name__}: {e}"))
         elif kind == "close":
@@ -221,7 +233,6 @@ class ProcessNode(Node):
         child.close()
         self.sock = parent
         self.codec = _Codec()
-        self.sent: set[int] = set()
         msg, _ = self._recv_or_crash(None)
         if msg[0] == "open_error":
             raise RuntimeError(f"open failed in worker process: {msg[1]}")
@@ -239,8 +250,7 @@ class ProcessNode(Node):
     def process(self, frame: Frame, port: str) -> Any:
         new: dict[int, int] = {}
         fmsg = _encode_frame(self.codec, frame, new)
-        ids = [b for b in new if b not in self.sent]
-        self.sent.update(ids)
+        ids = list(new)  # buffers the worker has not seen: their fds ride along, once
         try:
             _send(self.sock, ("frame", ids, fmsg, port), [new[b] for b in ids])
             msg, _ = self._recv_or_crash(frame)
@@ -255,6 +265,9 @@ class ProcessNode(Node):
             raise err from None
         if msg[0] == "error":
             raise RuntimeError(msg[1])
+        for n_copies, nbytes in (self.codec.take_copies(), msg[2]):  # by value, either way: copies
+            for _ in range(n_copies):
+                memory.ledger.record(nbytes // max(n_copies, 1))
         res = msg[1]
         if res is None:
             return None

@@ -38,6 +38,7 @@ class SyntheticSource(Source):
         fps: float = Field(30.0, gt=0, description="timestamps advance at this rate")
         realtime: bool = Field(False, description="sleep to keep the frame rate")
         pool: bool = Field(True, description="allocate frames from a shared buffer pool")
+        fill: bool = Field(True, description="write a pattern into every frame (off: measure the engine only)")
         memory: Literal["auto", "dma-heap", "memfd", "host"] = "auto"
 
     def open(self, ctx: Any) -> None:
@@ -60,7 +61,8 @@ class SyntheticSource(Source):
                 data = lease.buffer.array(shape)
             else:
                 data = np.empty(shape, np.uint8)
-            data[...] = i & 0xFF
+            if c.fill:
+                data[...] = i & 0xFF
             if c.realtime:
                 delay = t0 + i / c.fps - time.monotonic()
                 if delay > 0:

@@ -1,0 +1,55 @@
+"""Nodes used only by the benchmarks (loaded through a graph's plugins: list)."""
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import numpy as np
+from pydantic import Field
+
+from flowpipe import Frame, FrameRef, Node, NodeConfig, Source, memory, register
+from flowpipe.memory import BufferPool
+
+
+@register("bench_tensor_source")
+class TensorSource(Source):
+    """Emits ready model-input tensors from a pool (random data): feeds inference with nothing else."""
+
+    outputs = {"tensor": "tensor"}
+
+    class Config(NodeConfig):
+        shape: list[int]
+        count: int = 1000
+
+    def open(self, ctx: Any) -> None:
+        n = int(np.prod(self.config.shape)) * 4
+        self.pool = BufferPool(n, min(ctx.frames_in_flight(self.id), 64))
+        rng = np.random.default_rng(0)
+        for b in self.pool._all:
+            b.array(tuple(self.config.shape), np.float32)[...] = rng.uniform(-1, 1, self.config.shape)
+
+    def frames(self) -> Iterator[Frame]:
+        for i in range(self.config.count):
+            ref = FrameRef(self.id, i)
+            lease = self.pool.acquire()
+            ref.leases.append(lease)
+            t = lease.buffer.array(tuple(self.config.shape), np.float32)
+            yield Frame(self.id, i, i / 30, None, "TENSOR", tensors={"input": t}, ref=ref)
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+@register("bench_copy")
+class CopyStage(Node):
+    """What a stage without shared buffers does: takes its own copy of the pixels (counted)."""
+
+    inputs = {"in": "any"}
+    outputs = {"out": "any"}
+
+    class Config(NodeConfig):
+        times: int = Field(1, ge=1)
+
+    def process(self, frame: Frame, port: str) -> Frame:
+        for _ in range(self.config.times):
+            frame.data = memory.copy(frame.data)
+        return frame
