@@ -103,6 +103,9 @@ class Mqtt(Node):
         self.published = 0
         self.dropped = 0
         self.reconnects = -1
+        self.pending: set[int] = set()  # mids of QoS>0 messages the broker has not acknowledged
+        self._early: set[int] = set()  # acks that arrived before publish() returned the mid
+        self._plock = threading.Lock()
         cl = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=c.client_id)
         if c.username:
             cl.username_pw_set(c.username, c.password)
@@ -110,6 +113,7 @@ class Mqtt(Node):
         cl.reconnect_delay_set(int(max(1, c.min_backoff_s)), int(max(1, c.max_backoff_s)))
         cl.on_connect = self._on_connect
         cl.on_disconnect = self._on_disconnect
+        cl.on_publish = self._on_publish
         self.client = cl
         try:
             cl.connect_async(c.host, c.port, keepalive=15)
@@ -130,6 +134,13 @@ class Mqtt(Node):
         self.reconnects += 1
         self.connected.set()
 
+    def _on_publish(self, client: Any, userdata: Any, mid: int, reason: Any = None, props: Any = None) -> None:
+        with self._plock:
+            if mid in self.pending:
+                self.pending.discard(mid)
+            else:
+                self._early.add(mid)
+
     def _on_disconnect(self, client: Any, userdata: Any, flags: Any, reason: Any, props: Any = None) -> None:
         self.connected.clear()
         log.warning("node '%s': MQTT disconnected (%s); reconnecting", self.id, reason)
@@ -144,14 +155,26 @@ class Mqtt(Node):
         info = self.client.publish(c.topic.replace("{stream}", frame.stream), payload, qos=c.qos)
         if info.rc == mqtt.MQTT_ERR_QUEUE_SIZE:
             self.dropped += 1
-        else:
-            self.published += 1
+            return
+        self.published += 1
+        if c.qos:  # queued while disconnected (MQTT_ERR_NO_CONN) is resent on reconnect
+            with self._plock:
+                if info.mid in self._early:  # acknowledged before publish() returned
+                    self._early.discard(info.mid)
+                else:
+                    self.pending.add(info.mid)
 
     def close(self) -> None:
-        deadline = time.monotonic() + 5.0
+        # deliver what is queued (bounded): acknowledged QoS>0 messages, flushed QoS 0 ones
+        deadline = time.monotonic() + self.config.connect_timeout_s
+        while self.pending and time.monotonic() < deadline:
+            time.sleep(0.01)
         while self.connected.is_set() and self.client.want_write() and time.monotonic() < deadline:
             time.sleep(0.01)
+        unacked = len(self.pending)
         self.client.disconnect()
         self.client.loop_stop()
-        self.stats.update(published=self.published, queue_dropped=self.dropped,
+        self.stats.update(published=self.published, queue_dropped=self.dropped, unacknowledged=unacked,
                           reconnects=max(0, self.reconnects))
+        if unacked:
+            log.warning("node '%s': %d MQTT messages were not acknowledged by the broker", self.id, unacked)

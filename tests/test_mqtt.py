@@ -64,13 +64,13 @@ class Subscriber:
         self.messages: list[dict] = []
         self.ready = threading.Event()
         self.c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2)
-        self.c.on_connect = lambda c, u, f, rc, p=None: (c.subscribe(topic, qos=1), self.ready.set())
+        self.c.on_connect = lambda c, u, f, rc, p=None: c.subscribe(topic, qos=1)
+        self.c.on_subscribe = lambda c, u, mid, rcs, p=None: self.ready.set()
         self.c.on_message = lambda c, u, m: self.messages.append(json.loads(m.payload))
         self.c.reconnect_delay_set(1, 1)
         self.c.connect_async("127.0.0.1", port)
         self.c.loop_start()
         assert self.ready.wait(10)
-        time.sleep(0.2)
 
     def wait_for(self, n: int, timeout: float = 15) -> list[dict]:
         deadline = time.monotonic() + timeout
