@@ -167,6 +167,7 @@ class Preprocess(Node):
         self.stats["backend"] = self.backend
         if self.cl is not None:
             self.stats["opencl_device"] = self.cl.name
+            self.stats["opencl_memory"] = "unified" if self.cl.unified_memory else "discrete (frames uploaded)"
             self.kernels = self._kernel_cache()
         self.shape = self.tensor_shape()
         self.np_dtype = DTYPES[c.dtype][1]

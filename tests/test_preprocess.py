@@ -137,7 +137,13 @@ def test_output_lands_in_pooled_shared_memory_without_copies(backend) -> None:
     img = _image(640, 480)
     out = run_pre(dict(size=(128, 128)), [img] * 3, backend)
     assert out.result.ok
-    assert out.result.edges["src->node"]["copies"] == 0 and out.result.edges["node->sink"]["copies"] == 3  # collector
+    assert out.result.edges["node->sink"]["copies"] == 3  # the collector copies out, and says so
+    src = out.result.edges["src->node"]
+    if backend == "opencl" and "unified" not in out.result.nodes["node"].get("opencl_memory", "unified"):
+        # a discrete GPU cannot read host pages in place: one counted upload per frame
+        assert src["copies"] == 3 and src["bytes_copied"] == 3 * img.nbytes
+    else:
+        assert src["copies"] == 0
 
 
 @pytest.mark.parametrize("fmt, w, h, msg", [
