@@ -208,6 +208,8 @@ class Inference(Node):
         self.wake()
 
     def _bind_input(self, req: Any, frame: Frame) -> None:
+        import openvino as ov
+
         t = frame.tensors.get("input")
         if t is None:
             raise ValueError("no input tensor on the frame: expected a preprocess node upstream")
@@ -215,7 +217,7 @@ class Inference(Node):
         if cl_buffer is not None:  # OpenCL buffer in OpenVINO's GPU context
             rt = self._remote_tensors.get(cl_buffer.int_ptr)
             if rt is None:
-                rt = self.remote_ctx.create_tensor(self.in_type, self.in_shape,
+                rt = self.remote_ctx.create_tensor(self.in_type, ov.Shape(list(self.in_shape)),
                                                    {"SHARED_MEM_TYPE": "OCL_BUFFER", "MEM_HANDLE": hex(cl_buffer.int_ptr)})
                 self._remote_tensors[cl_buffer.int_ptr] = rt
             req.set_tensor(self.input.get_any_name(), rt)
@@ -228,13 +230,12 @@ class Inference(Node):
         if self.device == "NPU" and self.remote_ctx is not None and buf is not None and buf.kind == "dma-heap":
             rt = self._remote_tensors.get(buf.handle)
             if rt is None:
-                rt = self.remote_ctx.create_tensor(self.in_type, self.in_shape, buf.remote_properties("NPU"))
+                rt = self.remote_ctx.create_tensor(self.in_type, ov.Shape(list(self.in_shape)),
+                                                   buf.remote_properties("NPU"))
                 self._remote_tensors[buf.handle] = rt
             req.set_tensor(self.input.get_any_name(), rt)
             self.section["input_binding"] = "remote SHARED_BUF (DMA-BUF)"
             return
-        import openvino as ov
-
         key = (arr.ctypes.data, arr.shape)
         tensor = self._host_tensors.get(key) if buf is not None else None
         if tensor is None:
