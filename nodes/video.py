@@ -10,7 +10,7 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Literal
 
 import cv2
 import numpy as np
@@ -51,6 +51,8 @@ class VideoSource(Source):
         realtime: bool = Field(False, description="pace file playback at the file's frame rate")
         reconnect_attempts: int = Field(5, ge=0, description="network streams: reopen this many times")
         reconnect_backoff_s: float = Field(0.5, gt=0, description="first reopen delay; doubles up to 8 s")
+        timeout_s: float = Field(5.0, gt=0, description="network streams: open and read timeout")
+        rtsp_transport: Literal["tcp", "udp"] = Field("tcp", description="RTSP over TCP survives lossy networks")
         pool: bool = Field(True, description="decode into shared buffers (zero copy downstream)")
 
         @field_validator("uri")
@@ -100,7 +102,14 @@ class VideoSource(Source):
     def _open_capture(self, first: bool = False) -> cv2.VideoCapture:
         c = self.config
         src: Any = int(c.uri) if c.uri.isdigit() else c.uri
-        cap = cv2.VideoCapture(src, cv2.CAP_V4L2 if _is_camera(c.uri) and c.uri.startswith("/dev/") else cv2.CAP_ANY)
+        if self.is_net:
+            if c.uri.lower().startswith("rtsp") and "OPENCV_FFMPEG_CAPTURE_OPTIONS" not in os.environ:
+                os.environ["OPENCV_FFMPEG_CAPTURE_OPTIONS"] = f"rtsp_transport;{c.rtsp_transport}"
+            ms = int(c.timeout_s * 1000)
+            cap = cv2.VideoCapture(src, cv2.CAP_FFMPEG, [cv2.CAP_PROP_OPEN_TIMEOUT_MSEC, ms,
+                                                         cv2.CAP_PROP_READ_TIMEOUT_MSEC, ms])
+        else:
+            cap = cv2.VideoCapture(src, cv2.CAP_V4L2 if c.uri.startswith("/dev/") else cv2.CAP_ANY)
         if not cap.isOpened():
             cap.release()
             if self.is_net and not first:
@@ -118,6 +127,7 @@ class VideoSource(Source):
     def _reconnect(self) -> cv2.VideoCapture | None:
         c = self.config
         delay = c.reconnect_backoff_s
+        lost = time.monotonic()
         for attempt in range(1, c.reconnect_attempts + 1):
             if self.ctx.stopping:
                 return None
@@ -128,6 +138,7 @@ class VideoSource(Source):
             if cap is not None:
                 self.reconnects += 1
                 self.stats["reconnects"] = self.reconnects
+                self.stats["last_outage_s"] = round(time.monotonic() - lost, 3)
                 return cap
             delay = min(delay * 2, 8.0)
         raise RuntimeError(f"stream {_redact(c.uri)} did not come back after {c.reconnect_attempts} attempts")

@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# Installs what flowpipe needs on a fresh Debian/Ubuntu machine: system packages (the MQTT broker
-# for the MQTT sink and its tests, Graphviz for graph drawings, an OpenCL ICD loader), then flowpipe
-# itself with its test extras (PoCL gives an OpenCL CPU device where no GPU driver exists).
+# Installs what flowpipe needs on a fresh Debian/Ubuntu machine: system packages, then flowpipe itself
+# with its test extras (PoCL gives an OpenCL CPU device where no GPU driver exists).
+#   mosquitto            MQTT broker: the MQTT sink's tests start one on loopback
+#   graphviz             PNG/SVG drawings from 'flowpipe graph'
+#   ocl-icd-libopencl1   the OpenCL ICD loader pyopencl talks to
+#   chromium             headless browser: the MJPEG preview test looks at the page for real
+#   gst-rtsp-server ...  a real RTSP server on loopback for the reconnect tests (system Python + GI)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if command -v apt-get >/dev/null 2>&1; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   need=()
-  for pkg in mosquitto graphviz ocl-icd-libopencl1; do
+  for pkg in mosquitto graphviz ocl-icd-libopencl1 chromium python3-gi gir1.2-gstreamer-1.0 \
+             gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-base gstreamer1.0-plugins-good; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
   done
   if [ ${#need[@]} -gt 0 ]; then

@@ -1,0 +1,216 @@
+"""Network sinks: a live MJPEG preview and a Prometheus metrics endpoint. Both bind 127.0.0.1 unless
+configured otherwise: exposing video or metrics beyond this machine is an explicit choice."""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import cv2
+from pydantic import Field
+
+from flowpipe.frame import Frame
+from flowpipe.node import Node, NodeConfig, register
+
+log = logging.getLogger("flowpipe.serve")
+PAGE = """<!doctype html><html><head><title>flowpipe preview</title>
+<style>body{{margin:0;background:#111;color:#ddd;font:14px sans-serif}} img{{display:block;max-width:100%}}</style>
+</head><body>{items}</body></html>"""
+
+
+class _Latest:
+    """The newest JPEG per stream; viewers wait on a condition for the next one."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.jpeg: dict[str, tuple[int, bytes]] = {}
+        self.viewers = 0
+        self.closed = False
+
+    def put(self, stream: str, data: bytes) -> None:
+        with self.cond:
+            seq = self.jpeg.get(stream, (0, b""))[0] + 1
+            self.jpeg[stream] = (seq, data)
+            self.cond.notify_all()
+
+    def next(self, stream: str, after: int, timeout: float = 5.0) -> tuple[int, bytes] | None:
+        with self.cond:
+            self.cond.wait_for(lambda: self.closed or self.jpeg.get(stream, (0, b""))[0] > after, timeout)
+            if self.closed:
+                return None
+            return self.jpeg.get(stream)
+
+
+def _handler(latest: _Latest) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, fmt: str, *args: Any) -> None:  # quiet: the run's log is for the pipeline
+            log.debug("preview: " + fmt, *args)
+
+        def do_GET(self) -> None:  # noqa: N802
+            path = self.path.split("?")[0]
+            if path == "/":
+                with latest.cond:
+                    streams = sorted(latest.jpeg)
+                items = "".join(f'<h3>{s}</h3><img src="/stream/{s}.mjpg" alt="{s}">' for s in streams) \
+                    or "<p>waiting for frames</p>"
+                body = PAGE.format(items=items).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
+            if path.startswith("/stream/") and path.endswith(".mjpg"):
+                self._stream(path[len("/stream/"):-len(".mjpg")])
+                return
+            self.send_error(404)
+
+        def _stream(self, stream: str) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "multipart/x-mixed-replace; boundary=frame")
+            self.send_header("Cache-Control", "no-cache")
+            self.end_headers()
+            with latest.cond:
+                latest.viewers += 1
+            seq = 0
+            try:
+                while True:
+                    item = latest.next(stream, seq)
+                    if item is None:
+                        return
+                    seq, data = item
+                    if not data:
+                        continue
+                    self.wfile.write(b"--frame\r\nContent-Type: image/jpeg\r\nContent-Length: "
+                                     + str(len(data)).encode() + b"\r\n\r\n" + data + b"\r\n")
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            finally:
+                with latest.cond:
+                    latest.viewers -= 1
+
+    return Handler
+
+
+@register("mjpeg_preview")
+class MjpegPreview(Node):
+    """A live preview in any browser: http://HOST:PORT/ shows one MJPEG stream per video stream.
+
+    YAML:
+        - id: preview
+          type: mjpeg_preview
+          config: {port: 8090}          # binds 127.0.0.1 unless host is set
+          inputs: {frame: draw.frame}
+    """
+
+    inputs = {"frame": "frame"}
+
+    class Config(NodeConfig):
+        host: str = Field("127.0.0.1", description="bind address; 0.0.0.0 exposes the video to the network")
+        port: int = Field(8090, ge=0, le=65535, description="0 picks a free port (see stats)")
+        quality: int = Field(80, ge=10, le=100)
+        max_fps: float = Field(15.0, gt=0)
+        width: int | None = Field(640, ge=16, description="scale frames to this width (None: as is)")
+
+    def resources(self) -> list[str]:
+        return [f"listens on http://{self.config.host}:{self.config.port}/ (MJPEG preview)"]
+
+    def open(self, ctx: Any) -> None:
+        self.latest = _Latest()
+        self.server = ThreadingHTTPServer((self.config.host, self.config.port), _handler(self.latest))
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        ctx.stats_for(self.id)["url"] = f"http://{self.config.host}:{self.port}/"
+        threading.Thread(target=self.server.serve_forever, name=f"flowpipe:{self.id}:http", daemon=True).start()
+        log.info("node '%s': preview at http://%s:%d/", self.id, self.config.host, self.port)
+        self._last: dict[str, float] = {}
+
+    def process(self, frame: Frame, port: str) -> None:
+        now = time.monotonic()
+        if now - self._last.get(frame.stream, 0.0) < 1.0 / self.config.max_fps:
+            return
+        if self.latest.viewers == 0 and frame.stream in self.latest.jpeg:
+            return  # nobody is watching: keep one picture for the page, skip the encoding
+        self._last[frame.stream] = now
+        img = frame.data
+        if self.config.width and img.shape[1] > self.config.width:
+            h = round(img.shape[0] * self.config.width / img.shape[1])
+            img = cv2.resize(img, (self.config.width, h), interpolation=cv2.INTER_AREA)
+        ok, jpg = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, self.config.quality])
+        if ok:
+            self.latest.put(frame.stream, jpg.tobytes())
+
+    def close(self) -> None:
+        with self.latest.cond:
+            self.latest.closed = True
+            self.latest.cond.notify_all()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@register("prometheus")
+class Prometheus(Node):
+    """Serves the run's per-node statistics at http://HOST:PORT/metrics for Prometheus, and counts
+    frames per stream reaching this node.
+
+    YAML:
+        - id: metrics
+          type: prometheus
+          config: {port: 9108}
+          inputs: {frame: meta.frame}
+    """
+
+    inputs = {"frame": "any"}
+
+    class Config(NodeConfig):
+        host: str = Field("127.0.0.1", description="bind address")
+        port: int = Field(9108, ge=0, le=65535, description="0 picks a free port (see stats)")
+
+    def resources(self) -> list[str]:
+        return [f"listens on http://{self.config.host}:{self.config.port}/metrics (Prometheus)"]
+
+    def open(self, ctx: Any) -> None:
+        from prometheus_client import CollectorRegistry, start_http_server
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        runner = ctx._runner
+        self.frames: dict[str, int] = {}
+        me = self
+
+        class Collector:
+            def collect(self):  # noqa: ANN202 - prometheus_client protocol
+                frames = CounterMetricFamily("flowpipe_node_frames", "frames processed by a node", labels=["node", "type"])
+                dropped = CounterMetricFamily("flowpipe_node_dropped", "frames dropped by policy", labels=["node", "type"])
+                failed = CounterMetricFamily("flowpipe_node_failed", "frames failed in a node", labels=["node", "type"])
+                busy = CounterMetricFamily("flowpipe_node_busy_seconds", "time spent processing", labels=["node", "type"])
+                queue = GaugeMetricFamily("flowpipe_node_queue_max", "deepest input queue seen", labels=["node", "type"])
+                for nid, st in runner.stats.items():
+                    lab = [nid, st.type]
+                    frames.add_metric(lab, st.frames)
+                    dropped.add_metric(lab, st.dropped)
+                    failed.add_metric(lab, st.failed)
+                    busy.add_metric(lab, st.busy_s)
+                    ch = runner.channels.get(nid)
+                    queue.add_metric(lab, ch.high_water if ch else 0)
+                acct = CounterMetricFamily("flowpipe_frames", "frames by fate", labels=["fate"])
+                for fate, n in runner.snapshot().items():
+                    acct.add_metric([fate], n)
+                seen = CounterMetricFamily("flowpipe_stream_frames", "frames per stream at this node", labels=["stream"])
+                for s, n in list(me.frames.items()):
+                    seen.add_metric([s], n)
+                yield from (frames, dropped, failed, busy, queue, acct, seen)
+
+        self.registry = CollectorRegistry()
+        self.registry.register(Collector())
+        self.server, self.thread = start_http_server(self.config.port, addr=self.config.host, registry=self.registry)
+        self.port = self.server.server_address[1]
+        ctx.stats_for(self.id)["url"] = f"http://{self.config.host}:{self.port}/metrics"
+
+    def process(self, frame: Frame, port: str) -> None:
+        self.frames[frame.stream] = self.frames.get(frame.stream, 0) + 1
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
