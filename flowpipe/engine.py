@@ -35,10 +35,18 @@ class FrameError(Exception):
 
 
 class Channel:
-    """A bounded FIFO with batch get: under load a consumer wakes once for many items."""
+    """A bounded FIFO with batch get: under load a consumer wakes once for many items.
 
-    def __init__(self, capacity: int):
+    ``overflow`` decides what a full channel does: ``block`` the producer (backpressure, nothing lost),
+    or drop (``drop_oldest`` for live sources: the freshest frame wins; ``drop_newest``). Every drop
+    goes to ``on_drop`` so the frame is accounted for.
+    """
+
+    def __init__(self, capacity: int, overflow: str = "block", on_drop: Callable[[Any], None] | None = None):
         self.capacity = capacity
+        self.overflow = overflow
+        self.on_drop = on_drop
+        self.dropped = 0
         self._items: deque = deque()
         self._cond = threading.Condition(threading.Lock())
         self.closed = False
@@ -46,16 +54,33 @@ class Channel:
         self._woken = False
 
     def put(self, item: Any, force: bool = False) -> bool:
+        victim = None
         with self._cond:
-            while not force and len(self._items) >= self.capacity and not self.closed:
-                self._cond.wait()
-            if self.closed:
-                return False
-            self._items.append(item)
+            if not force and len(self._items) >= self.capacity and self.overflow != "block" and not self.closed:
+                self.dropped += 1
+                if self.overflow == "drop_newest":
+                    victim = item
+                else:
+                    idx = next((i for i, x in enumerate(self._items) if x is not _EOS), None)
+                    if idx is None:
+                        victim = item
+                    else:
+                        victim = self._items[idx]
+                        del self._items[idx]
+                        self._items.append(item)
+                        self._cond.notify_all()
+            else:
+                while not force and len(self._items) >= self.capacity and not self.closed:
+                    self._cond.wait()
+                if self.closed:
+                    return False
+                self._items.append(item)
             if len(self._items) > self.high_water:
                 self.high_water = len(self._items)
             self._cond.notify_all()
-            return True
+        if victim is not None and self.on_drop is not None:
+            self.on_drop(victim)
+        return True
 
     def wake(self) -> None:
         """Wake the consumer with no item (an async completion is ready to collect)."""
@@ -183,6 +208,15 @@ class Runner:
             self.per_stream[ref.stream] = self.per_stream.get(ref.stream, 0) + 1
             if self.record_times:
                 self.done_times.append((now, ref.stream))
+
+    def _overflow_drop(self, node_id: str) -> Callable[[Any], None]:
+        st = self.stats[node_id]
+
+        def drop(item: Any) -> None:
+            st.dropped += 1
+            item[1].ref.end("dropped")
+
+        return drop
 
     def _fail(self, err: BaseException) -> None:
         if self.error is None:
@@ -365,7 +399,8 @@ class Runner:
         ctx = self._ctx = RunContext(self.spec, self)
         order = self.spec.topo_order()
         for s in order:
-            self.channels[s.id] = Channel(s.queue) if s.cls.inputs else None  # type: ignore[assignment]
+            self.channels[s.id] = (Channel(s.queue, s.overflow, self._overflow_drop(s.id))  # type: ignore[assignment]
+                                   if s.cls.inputs else None)
             self.routes[s.id] = {p: [] for p in s.cls.outputs}
         for s in order:
             for port, refs in s.inputs.items():

@@ -3,6 +3,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+_CONTROL = {c: f"\\x{c:02x}" for c in range(32)} | {10: "\\n", 13: "\\r", 9: "\\t", 0x7F: "\\x7f"}
+
+
+def one_line(text: str) -> str:
+    """Control characters (newlines from a hostile key, say) escaped: an error stays on one line."""
+    return text.translate(_CONTROL)
+
 
 @dataclass(frozen=True)
 class Diagnostic:
@@ -22,7 +29,7 @@ class Diagnostic:
         if self.node_id is not None:
             parts.append(f"node '{self.node_id}'" + (f" ({self.node_type})" if self.node_type else ""))
         parts.append(self.message)
-        return ": ".join(parts)
+        return one_line(": ".join(parts))
 
 
 class GraphError(Exception):
@@ -49,4 +56,4 @@ class NodeError(Exception):
             where += f", stream '{stream}'"
         if frame is not None:
             where += f", frame {frame}"
-        super().__init__(f"{where}: {message}")
+        super().__init__(one_line(f"{where}: {message}"))

@@ -24,7 +24,8 @@ from .node import Node, NodeConfig, kinds_compatible, lookup
 MAX_YAML_BYTES = 1 << 20
 MAX_EXPANDED_NODES = 100_000
 TOP_KEYS = {"flowpipe", "description", "params", "plugins", "nodes"}
-NODE_KEYS = {"id", "type", "config", "inputs", "on_error", "queue", "isolation", "restarts"}
+NODE_KEYS = {"id", "type", "config", "inputs", "on_error", "queue", "overflow", "isolation", "restarts"}
+OVERFLOW = ("block", "drop_oldest", "drop_newest")
 ON_ERROR = ("fail", "drop", "restart")
 ISOLATION = ("thread", "process")
 _ID_RE = re.compile(r"^[A-Za-z_][\w-]*$")
@@ -34,13 +35,17 @@ _VAR_RE = re.compile(r"\$\{(?:params\.(?P<param>[A-Za-z_]\w*)|env:(?P<env>[A-Za-
 class LineDict(dict):
     """A mapping that remembers the line of itself and of each key."""
 
-    line: int = 0
-    key_lines: dict[Any, int]
+    def __init__(self, *args: Any, **kw: Any):
+        super().__init__(*args, **kw)
+        self.line: int = 0
+        self.key_lines: dict[Any, int] = {}
 
 
 class LineList(list):
-    line: int = 0
-    item_lines: list[int]
+    def __init__(self, *args: Any):
+        super().__init__(*args)
+        self.line: int = 0
+        self.item_lines: list[int] = []
 
 
 class _Loader(yaml.SafeLoader):
@@ -84,6 +89,7 @@ class NodeSpec:
     isolation: str = "thread"
     restarts: int = 3
     line: int | None = None
+    overflow: str = "block"
 
     def make(self) -> Node:
         return self.cls(self.id, self.config)
@@ -320,6 +326,10 @@ def _validate(doc: Any, fname: str, overrides: dict[str, Any]) -> GraphSpec:
             errors.append(Diagnostic(f"queue: expected an integer 1..4096, got {queue!r}", fname,
                                      _line(raw, "queue"), *node))
             queue = 8
+        overflow = raw.get("overflow", "block")
+        if overflow not in OVERFLOW:
+            errors.append(Diagnostic(f"overflow: expected one of {'|'.join(OVERFLOW)}, got {overflow!r}", fname,
+                                     _line(raw, "overflow"), *node))
         restarts = raw.get("restarts", 3)
         if isinstance(restarts, bool) or not isinstance(restarts, int) or not 0 <= restarts <= 1000:
             errors.append(Diagnostic(f"restarts: expected an integer 0..1000, got {restarts!r}", fname,
@@ -349,7 +359,7 @@ def _validate(doc: Any, fname: str, overrides: dict[str, Any]) -> GraphSpec:
             errors.append(Diagnostic(f"config: {e}", fname, _line(raw, "config"), *node))
             continue
         raw_inputs[nid] = (raw.get("inputs"), raw)
-        specs.append(NodeSpec(nid, ntype, cls, cfg, {}, on_error, queue, isolation, restarts, line))
+        specs.append(NodeSpec(nid, ntype, cls, cfg, {}, on_error, queue, isolation, restarts, line, overflow))
     fail_if_errors()
 
     # wiring ---------------------------------------------------------------------------------------

@@ -5,13 +5,14 @@
 #   graphviz             PNG/SVG drawings from 'flowpipe graph'
 #   ocl-icd-libopencl1   the OpenCL ICD loader pyopencl talks to
 #   chromium             headless browser: the MJPEG preview test looks at the page for real
+#   ffmpeg               makes H.264 and MPEG-TS test media (corruption, resolution change)
 #   gst-rtsp-server ...  a real RTSP server on loopback for the reconnect tests (system Python + GI)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if command -v apt-get >/dev/null 2>&1; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   need=()
-  for pkg in mosquitto graphviz ocl-icd-libopencl1 chromium python3-gi gir1.2-gstreamer-1.0 \
+  for pkg in mosquitto graphviz ocl-icd-libopencl1 chromium ffmpeg python3-gi gir1.2-gstreamer-1.0 \
              gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-base gstreamer1.0-plugins-good; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
   done
