@@ -449,6 +449,11 @@ class Runner:
             self._restore_signals(old_handlers)
             if close_errors and self.error is None:
                 self.error = close_errors[0]
+            # nodes, the context and the runner refer to each other: break the cycle so buffers, fds and
+            # device objects go now, not at the next full garbage collection (long-lived processes)
+            self.nodes.clear()
+            ctx.services.clear()
+            ctx._runner = None  # type: ignore[assignment]
         elapsed = time.perf_counter() - t_start
         return RunResult(self, elapsed)
 

@@ -311,10 +311,20 @@ class Inference(Node):
     def close(self) -> None:
         for slot, _frame in list(getattr(self, "_pending", [])):
             self._done[slot].wait(timeout=10)
+        # the requests hold our callback inside OpenVINO (a cycle the garbage collector cannot see):
+        # drop them, and everything bound to our buffers, before the pools go
+        for r in getattr(self, "requests", []):
+            r.set_callback(_noop, None)
+        self.requests, self.compiled, self.remote_ctx = [], None, None
         self._host_tensors = {}
         self._remote_tensors = {}
         for p in getattr(self, "out_pools", []):
             p.close()
+        self.out_pools = []
+
+
+def _noop(_userdata: Any) -> None:
+    pass
 
 
 def _expand(p: str | None) -> str | None:

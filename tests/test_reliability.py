@@ -179,3 +179,25 @@ def test_drop_policy_counts_every_drop() -> None:
     r = _rss(600, ", overflow: drop_oldest")
     f = r["frames"]
     assert f["in"] == 600 and f["dropped"] == r["dropped"] > 0 and f["out"] + f["dropped"] == 600
+
+
+def test_a_finished_run_releases_its_buffers_and_fds_at_once(tmp_path) -> None:
+    """Long-lived processes build and tear down graphs (source churn): nothing may wait for the GC."""
+    import gc
+    import os
+
+    from flowpipe import load_graph, run
+
+    root = Path(__file__).resolve().parent.parent
+    params = {"output": str(tmp_path / "o.mp4"), "metadata": str(tmp_path / "o.jsonl"), "tiles": None}
+    run(load_graph(root / "graphs" / "face_blur.yaml", params), max_frames=30, handle_signals=False)  # warm-up
+    gc.disable()
+    try:
+        before = len(os.listdir("/proc/self/fd"))
+        for _ in range(3):
+            res = run(load_graph(root / "graphs" / "face_blur.yaml", params), max_frames=30, handle_signals=False)
+            assert res.ok
+        after = len(os.listdir("/proc/self/fd"))
+    finally:
+        gc.enable()
+    assert after <= before + 2, (before, after)

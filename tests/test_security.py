@@ -1,0 +1,67 @@
+"""What flowpipe lets in: only safe YAML, registered node types, explicit plugins, verified models,
+loopback listeners by default, and no shell with user strings."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from flowpipe import GraphError, load_graph, models
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _calls(tree: ast.AST) -> list[str]:
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+            base = getattr(f.value, "id", "") if isinstance(f, ast.Attribute) else ""
+            out.append(f"{base}.{name}" if base else name)
+            for kw in node.keywords:
+                if kw.arg == "shell" and getattr(kw.value, "value", False) is True:
+                    out.append("shell=True")
+    return out
+
+
+def test_no_shell_eval_or_exec_in_the_package() -> None:
+    banned = {"os.system", "os.popen", "eval", "exec", "shell=True", "yaml.load", "pickle.load"}
+    for py in list((ROOT / "flowpipe").rglob("*.py")) + list((ROOT / "nodes").rglob("*.py")):
+        found = banned.intersection(_calls(ast.parse(py.read_text())))
+        # procnode unpickles only what its own worker sent over a private socketpair
+        if py.name == "procnode.py":
+            found -= {"pickle.load"}
+        assert not found, f"{py.relative_to(ROOT)} calls {found}"
+
+
+def test_yaml_tags_never_construct_objects() -> None:
+    with pytest.raises(GraphError, match="could not determine a constructor"):
+        load_graph("g.yaml", text="nodes: !!python/name:os.system\n")
+
+
+def test_python_only_through_an_explicit_plugins_list() -> None:
+    with pytest.raises(GraphError, match="unknown node type 'os.system'"):
+        load_graph("g.yaml", text="nodes:\n  - {id: a, type: os.system}\n")
+    with pytest.raises(GraphError, match="plugin 'no_such_plugin_mod' failed to import: ModuleNotFoundError"):
+        load_graph("g.yaml", text="plugins: [no_such_plugin_mod]\nnodes:\n  - {id: a, type: synthetic_source}\n")
+
+
+def test_listeners_default_to_loopback() -> None:
+    from flowpipe.node import registry
+
+    for name in ("mjpeg_preview", "prometheus", "mqtt"):
+        assert registry()[name].Config().host == "127.0.0.1"
+
+
+def test_model_files_are_checked_against_sha256(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("FLOWPIPE_CACHE", str(tmp_path))
+    path = models.cached_path("blazeface_short")
+    path.write_bytes(b"tampered")
+    with pytest.raises(FileNotFoundError, match="is not in the cache; run: flowpipe models pull blazeface_short"):
+        models.resolve("blazeface_short", fetch=False)  # a tampered file is not used
+    entry = dict(models.registry()["blazeface_short"], sha256="0" * 64)
+    monkeypatch.setitem(models.registry(), "blazeface_short", entry)
+    with pytest.raises(RuntimeError, match="sha256 mismatch: expected 0000"):
+        models.pull("blazeface_short")
