@@ -54,6 +54,8 @@ class VideoSource(Source):
         timeout_s: float = Field(5.0, gt=0, description="network streams: open and read timeout")
         rtsp_transport: Literal["tcp", "udp"] = Field("tcp", description="RTSP over TCP survives lossy networks")
         pool: bool = Field(True, description="decode into shared buffers (zero copy downstream)")
+        max_decode_errors: int = Field(10, ge=0, description="files: consecutive undecodable frames skipped "
+                                                                  "before the stream is taken as ended")
 
         @field_validator("uri")
         @classmethod
@@ -84,6 +86,8 @@ class VideoSource(Source):
 
             c = self.config = c.model_copy(update={"uri": str(sample_path(c.uri))})
         self.decoded = 0
+        self.decode_errors = 0
+        self._bad_run = 0
         self.failures = 0
         self.reconnects = 0
         if not self.is_net and not _is_camera(c.uri):
@@ -182,7 +186,13 @@ class VideoSource(Source):
                     if not ok:
                         for lease in ref.leases:
                             lease.release()
+                        if not self.is_net and self._skip_corrupt():
+                            continue
                         break
+                    if self._bad_run:  # frames were skipped and decoding resumed: they were corrupt
+                        self.decode_errors += self._bad_run
+                        self.stats["decode_errors"] = self.decode_errors
+                        self._bad_run = 0
                     if img.ctypes.data != data.ctypes.data:  # decoder changed size mid-stream
                         for lease in ref.leases:
                             lease.release()
@@ -211,6 +221,11 @@ class VideoSource(Source):
                 self.cap.set(cv2.CAP_PROP_POS_FRAMES, 0)
                 continue
             return
+
+    def _skip_corrupt(self) -> bool:
+        """A file frame that does not decode: skip it (counted) unless too many fail in a row (the end)."""
+        self._bad_run += 1
+        return self._bad_run <= self.config.max_decode_errors
 
     def _pace(self, t0: float, n: int) -> None:
         c = self.config

@@ -76,7 +76,8 @@ def test_flipped_bytes_mid_stream_carry_on(h264, tmp_path, seed) -> None:
     bad.write_bytes(bytes(data))
     res = run_yaml(_decode_graph(bad, f"flip{seed}"))
     _accounted(res)
-    assert res.ok and res.frames["in"] > 30
+    # undecodable frames are skipped and counted; decoding carries on to the end of the file
+    assert res.ok and res.frames["in"] + res.nodes["src"].get("decode_errors", 0) >= 100
 
 
 @needs_ffmpeg
