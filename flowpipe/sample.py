@@ -54,15 +54,19 @@ def _paste(canvas: np.ndarray, head: np.ndarray, face_h: float, cx: float, cy: f
     return [round(float(v), 1) for v in box]
 
 
-def make_sample(path: str | Path, frames: int = 150, fps: float = 30.0) -> dict[str, Any]:
-    """Write the sample MP4 and ``<path>.json`` with the true face boxes; returns the ground truth."""
+def make_sample(path: str | Path, frames: int = 150, fps: float = 30.0,
+                size: tuple[int, int] | None = None) -> dict[str, Any]:
+    """Write the sample MP4 and ``<path>.json`` with the true face boxes; returns the ground truth.
+    ``size`` rescales the 1366x768 composition (e.g. (1280, 720), (1920, 1080))."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     astro, bg = _photos()
     tmp = path.with_name(path.stem + ".part" + path.suffix)
-    writer = cv2.VideoWriter(str(tmp), cv2.VideoWriter_fourcc(*"mp4v"), fps, (W, H))
+    out_w, out_h = size or (W, H)
+    writer = cv2.VideoWriter(str(tmp), cv2.VideoWriter_fourcc(*"mp4v"), fps, (out_w, out_h))
     if not writer.isOpened():
         raise RuntimeError(f"cannot write {path}")
+    sx, sy = out_w / W, out_h / H
     truth = []
     for i in range(frames):
         t = i / max(frames - 1, 1)
@@ -70,11 +74,14 @@ def make_sample(path: str | Path, frames: int = 150, fps: float = 30.0) -> dict[
         # the close face walks left to right and bobs; the distant one circles in the upper right
         near = _paste(canvas, astro, 300.0, 300 + 700 * t, 420 + 40 * math.sin(6.28 * t), flip=False)
         far = _paste(canvas, astro, 70.0, 1120 + 90 * math.cos(6.28 * t), 170 + 50 * math.sin(6.28 * t), flip=True)
+        if (out_w, out_h) != (W, H):
+            canvas = cv2.resize(canvas, (out_w, out_h), interpolation=cv2.INTER_AREA)
+            near, far = ([round(v * (sx if k % 2 == 0 else sy), 1) for k, v in enumerate(b)] for b in (near, far))
         writer.write(canvas)
         truth.append({"frame": i, "faces": [{"box": near, "size": "near"}, {"box": far, "size": "far"}]})
     writer.release()
     os.replace(tmp, path)
-    gt = {"video": path.name, "width": W, "height": H, "fps": fps, "frames": truth}
+    gt = {"video": path.name, "width": out_w, "height": out_h, "fps": fps, "frames": truth}
     Path(str(path) + ".json").write_text(json.dumps(gt))
     return gt
 

@@ -311,6 +311,9 @@ class VideoWriter(Node):
         size = (frame.width, frame.height)
         if w is None:
             path = self.config.path.replace("{stream}", frame.stream)
+            if "{stream}" not in self.config.path and self.writers:  # a second stream: its own file
+                p = Path(path)
+                path = str(p.with_name(f"{p.stem}-{frame.stream}{p.suffix}"))
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             w = cv2.VideoWriter(path, cv2.VideoWriter_fourcc(*self.config.fourcc), self._fps(), size)
             if not w.isOpened():

@@ -1,0 +1,123 @@
+"""Renders benchmarks/results/suite.json as BENCHMARKS.md (targets marked met or missed)."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def _fmt(m: dict) -> str:
+    return f"{m['median']} ({m['min']}–{m['max']})"
+
+
+def _target(ok: bool) -> str:
+    return "met" if ok else "**missed**"
+
+
+def write_report(s: dict, path: Path) -> None:
+    L: list[str] = []
+    m = s["machine"]
+    L += ["# Benchmarks", "",
+          "Produced by `python benchmarks/run_all.py` in one run; every figure is the median of repeated runs "
+          "with (min–max), and every ratio is computed pair by pair within a repeat. Raw data: "
+          "`benchmarks/results/suite.json`.", "",
+          f"Machine: {m['cpu']}, {m['cores']} cores; Python {m['python']}; OpenVINO {m['openvino']}; "
+          f"OpenCV {m['opencv']}; numpy {m['numpy']}.",
+          f"Settings: {s['settings']}", ""]
+    fb = s["face_blur"]
+    L += ["## 1. Face blur: flowpipe vs the hand-written loops", "",
+          "Same video, model (BlazeFace full range, 192x192 letterbox), device (CPU) and work: decode, "
+          "preprocess, infer, decode boxes, blur, write MP4 + JSON lines. Baselines: "
+          "`benchmarks/baselines/sync_loop.py` (one frame at a time) and `expert_loop.py` (decode thread + "
+          "AsyncInferQueue). Detections are compared frame by frame (IoU >= 0.9).", "",
+          "| video | sync loop fps | expert loop fps | flowpipe fps | flowpipe / sync | flowpipe / expert | "
+          "bytes copied per frame | detections agree (vs sync, vs expert) |", "|---|---|---|---|---|---|---|---|"]
+    for v, r in fb.items():
+        L.append(f"| {v} | {_fmt(r['fps']['sync_loop'])} | {_fmt(r['fps']['expert_loop'])} | {_fmt(r['fps']['flowpipe'])} | "
+                 f"{_fmt(r['ratios']['flowpipe/sync'])} | {_fmt(r['ratios']['flowpipe/expert'])} | "
+                 f"{r['flowpipe_bytes_copied_per_frame']} | {r['detections_vs_sync']['agreement']}, "
+                 f"{r['detections_vs_expert']['agreement']} |")
+    c720 = s["ceilings"]["720p"]
+    r720 = fb["720p"]
+    L += ["", "![face blur fps](benchmarks/results/face_blur_fps.png)", "",
+          "Targets (720p, this machine):", "",
+          f"- flowpipe >= 1.5x the synchronous loop: {r720['ratios']['flowpipe/sync']['median']}x — "
+          f"{_target(r720['ratios']['flowpipe/sync']['median'] >= 1.5)}",
+          f"- flowpipe >= 1.0x the expert loop: {r720['ratios']['flowpipe/expert']['median']}x — "
+          f"{_target(r720['ratios']['flowpipe/expert']['median'] >= 1.0)}",
+          f"- flowpipe >= 0.85 of the CPU-work ceiling: {c720['flowpipe_fraction_of_cpu_work_ceiling']} — "
+          f"{_target(c720['flowpipe_fraction_of_cpu_work_ceiling'] >= 0.85)}",
+          f"- 0 bytes copied per frame between decode and sinks: {r720['flowpipe_bytes_copied_per_frame']} — "
+          f"{_target(r720['flowpipe_bytes_copied_per_frame'] == 0)}", ""]
+    L += ["## 2. Ceilings", "",
+          "Standalone CPU cost of each stage (CPU seconds per frame, one stage at a time); the CPU-work ceiling "
+          "spreads their sum over all cores.", "",
+          "| video | " + " | ".join(c720["cpu_ms_per_frame"]) + " | sum ms | CPU-work ceiling fps | decode-only fps | "
+          "benchmark_app fps | flowpipe / CPU-work ceiling | flowpipe / slowest stage |",
+          "|---|" + "---|" * (len(c720["cpu_ms_per_frame"]) + 6)]
+    for v, c in s["ceilings"].items():
+        L.append(f"| {v} | " + " | ".join(str(x) for x in c["cpu_ms_per_frame"].values()) +
+                 f" | {c['sum_cpu_ms']} | {c['cpu_work_ceiling_fps']} | {c.get('decode_only_fps')} | "
+                 f"{c.get('benchmark_app_throughput_fps')} | {c.get('flowpipe_fraction_of_cpu_work_ceiling')} | "
+                 f"{c.get('flowpipe_fraction_of_slowest_stage_ceiling')} |")
+    L += ["", "## 3. Stream scaling (720p, one shared inference node)", "",
+          "| streams | aggregate fps | slowest stream | fastest stream | spread | CPU cores busy |", "|---|---|---|---|---|---|"]
+    for n, r in s["scaling"].items():
+        L.append(f"| {n} | {r['aggregate_fps']} | {r['per_stream_min']} | {r['per_stream_max']} | "
+                 f"{r['per_stream_spread']} | {r['cpu_util_cores']} |")
+    L += ["", "![stream scaling](benchmarks/results/stream_scaling.png)", ""]
+    o = s["overhead"]
+    fpb = o["frame_passing_1080p"]
+    L += ["## 4. Engine overhead and zero copy", "",
+          f"- 10-hop pass-through chain: {o['chain_10_hops']['fps_median']} frames/s "
+          f"({o['chain_10_hops']['fps_min']}–{o['chain_10_hops']['fps_max']}), "
+          f"{o['chain_10_hops']['per_hop_us']} µs per hop.",
+          "- Passing a 1080p BGR frame between two stages (µs per frame, added to a source -> sink run):", "",
+          "| hop | median µs | min–max | bytes copied per frame |", "|---|---|---|---|"]
+    for k, v in fpb.items():
+        if isinstance(v, dict) and "median_us" in v:
+            L.append(f"| {k} | {v['median_us']} | {v['min_us']}–{v['max_us']} | "
+                     f"{fpb['bytes_copied_per_frame'].get(k, '-')} |")
+    L += ["", f"A plain numpy copy of the frame costs {fpb['ratio_numpy_copy_over_thread_hop']}x a thread hop.", ""]
+    p = s["preprocess"]
+    L += ["## 5. Preprocessing: OpenCL vs OpenCV + numpy (1080p frame)", "",
+          f"This machine, {p['opencl_device']}:", "",
+          "| case | OpenCL ms | OpenCV+numpy ms | speed-up | kernel ms | max abs diff |", "|---|---|---|---|---|---|"]
+    for k, v in p["cases"].items():
+        L.append(f"| {k} | {v['opencl_ms_median']} | {v['opencv_numpy_ms_median']} | {v['speedup']} | "
+                 f"{v['kernel_ms_median']} | {v['max_abs_diff']} |")
+    L += ["", "## 6. GPU machine (NVIDIA H200, 16 cores; run with the `device` tool)", ""]
+    g = s.get("gpu_machine", {})
+    if not g:
+        L += ["No GPU-machine results in benchmarks/results/.", ""]
+    for name, r in g.items():
+        if "cases" in r:
+            L += [f"Preprocessing on {r['opencl_device']} (frame upload included; `{name}`):", "",
+                  "| case | OpenCL ms | OpenCV+numpy ms | speed-up | kernel ms |", "|---|---|---|---|---|"]
+            for k, v in r["cases"].items():
+                L.append(f"| {k} | {v['opencl_ms_median']} | {v['opencv_numpy_ms_median']} | {v['speedup']} | "
+                         f"{v['kernel_ms_median']} |")
+            L.append("")
+        elif "ratio_opencl_remote_over_host" in r:
+            L += [f"End to end on the GPU, {r['model']} (`{name}`): OpenCL preprocess + remote-tensor inference "
+                  f"{_fmt(r['fps']['opencl+remote'])} fps vs host preprocess + host-tensor inference "
+                  f"{_fmt(r['fps']['host+host'])} fps: ratio {_fmt(r['ratio_opencl_remote_over_host'])} "
+                  f"(target >= 1.3: {_target(r['ratio_opencl_remote_over_host']['median'] >= 1.3)}).", ""]
+        elif "scaling" in r:
+            ceil = r["ceilings"]["720p"]["cpu_work_ceiling_fps"]
+            L += [f"Stream scaling on {r['machine']['cores']} cores (`{name}`), CPU-work ceiling {ceil} fps:", "",
+                  "| streams | aggregate fps | fraction of ceiling | slowest | fastest | spread |", "|---|---|---|---|---|---|"]
+            for n, x in r["scaling"].items():
+                L.append(f"| {n} | {x['aggregate_fps']} | {round(x['aggregate_fps'] / ceil, 3)} | {x['per_stream_min']} | "
+                         f"{x['per_stream_max']} | {x['per_stream_spread']} |")
+            eight = r["scaling"].get("8")
+            if eight:
+                L += ["", f"Target: 8 streams >= 0.8 of the ceiling with every stream at the same rate: "
+                      f"{round(eight['aggregate_fps'] / ceil, 3)}, spread {eight['per_stream_spread']} — "
+                      f"{_target(eight['aggregate_fps'] / ceil >= 0.8 and eight['per_stream_spread'] < 0.1)}", ""]
+    path.write_text("\n".join(L) + "\n")
+
+
+if __name__ == "__main__":
+    suite = json.loads(Path(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results/suite.json").read_text())
+    write_report(suite, Path(__file__).resolve().parent.parent / "BENCHMARKS.md")
