@@ -173,7 +173,7 @@ class YoloV8Decode(Node):
         off = boxes + (cls_id[:, None] * 4096.0)
         keep = nms(off, score, c.iou_threshold, c.max_detections)
         src = to_source(frame, boxes[keep])
-        names = c.labels
+        names = c.labels or frame.meta.get("labels")
         frame.detections = [Detection(tuple(float(v) for v in b), float(score[k]),
                                       names[cls_id[k]] if names and cls_id[k] < len(names) else str(int(cls_id[k])),
                                       int(cls_id[k])) for b, k in zip(src, keep)]
@@ -200,7 +200,7 @@ class SsdDecode(Node):
         tw, th = frame.meta.get("preprocess", {}).get("tensor", [1, 1])
         boxes = rows[:, 3:7] * np.array([tw, th, tw, th], np.float32)
         src = to_source(frame, boxes)
-        names = c.labels
+        names = c.labels or frame.meta.get("labels")
         frame.detections = [Detection(tuple(float(v) for v in b), float(r[2]),
                                       names[int(r[1])] if names and int(r[1]) < len(names) else str(int(r[1])),
                                       int(r[1])) for b, r in zip(src, rows)]

@@ -67,7 +67,8 @@ class Inference(Node):
         blob: str | None = Field(None, description="precompiled blob from 'flowpipe compile' (import, no compile)")
         properties: dict[str, Any] = Field(default_factory=dict, description="extra OpenVINO properties")
         npu: NpuOptions = Field(default_factory=NpuOptions)
-        reset_state: Literal["per_stream", "never"] = Field("per_stream", description="stateful models")
+        reset_state: Literal["per_stream", "never"] = Field(
+            "per_stream", description="stateful models: one state per stream (saved/restored), reset at frame 0")
 
     def resources(self) -> list[str]:
         return [f"loads model {self.config.blob or self.config.model}"]
@@ -85,6 +86,7 @@ class Inference(Node):
         config = cmp.build_config(self.device, hint=c.performance_hint, num_requests=c.num_requests,
                                   priority=c.priority, cache_dir=_expand(c.cache_dir),
                                   npu=c.npu.model_dump(), properties=c.properties)
+        self.labels = models.entry(c.model).get("labels") if models.is_registry_name(c.model) else None
         if c.blob:
             comp = cmp.import_blob(_expand(c.blob), self.device, config)
         else:
@@ -115,6 +117,7 @@ class Inference(Node):
         self._idle = deque(range(len(self.requests)))
         self._pending: deque[tuple[int, Frame]] = deque()
         self._last_stream: str | None = None
+        self._states: dict[str, list[Any]] = {}
         self.max_held = len(self.requests)
         n = min(ctx.frames_in_flight(self.id), 64) + len(self.requests)
         self.out_pools = [BufferPool(int(np.prod(o.get_shape())) * o.get_element_type().size, n)
@@ -245,6 +248,24 @@ class Inference(Node):
         req.set_input_tensor(tensor)
         self.section["input_binding"] = "host tensor, shared memory"
 
+    def _switch_state(self, req: Any, frame: Frame) -> None:
+        """Stateful models keep one state per stream: saved when another stream's frame comes, restored
+        when the stream returns, reset at its first frame or on demand (``frame.meta['reset_state']``)."""
+        import openvino as ov
+
+        if frame.stream != self._last_stream:
+            if self._last_stream is not None and self.config.reset_state == "per_stream":
+                self._states[self._last_stream] = [st.state.data.copy() for st in req.query_state()]
+            saved = self._states.pop(frame.stream, None)
+            if saved is not None and frame.index != 0:
+                for st, value in zip(req.query_state(), saved):
+                    st.state = ov.Tensor(value)
+            elif self._last_stream is not None or frame.index == 0:
+                req.reset_state()
+        elif frame.index == 0 or frame.meta.get("reset_state"):
+            req.reset_state()
+        self._last_stream = frame.stream
+
     def process(self, frame: Frame, port: str) -> list[Frame]:
         import openvino as ov
 
@@ -255,10 +276,8 @@ class Inference(Node):
         slot = self._idle.popleft()
         req = self.requests[slot]
         try:
-            if self.stateful and self.config.reset_state == "per_stream" and (
-                    frame.stream != self._last_stream or frame.index == 0 or frame.meta.get("reset_state")):
-                req.reset_state()
-            self._last_stream = frame.stream
+            if self.stateful:
+                self._switch_state(req, frame)
             self._bind_input(req, frame)
             for i, pool in enumerate(self.out_pools):
                 lease = pool.acquire(timeout=30)
@@ -298,6 +317,8 @@ class Inference(Node):
                 self.section.update({key: round(self._first, 2),
                                      "first_request_ms": round((now - self._t_first_submit) * 1e3, 2)})
             frame.meta["inference"] = {"node": self.id, "device": self.device}
+            if self.labels:
+                frame.meta["labels"] = self.labels  # the registry's class names, for the decoders
             out.append(frame)
         return out
 

@@ -132,6 +132,9 @@ class Preprocess(Node):
                 raise ValueError(f"size: expected width and height in 1..8192, got {self.size}")
             if any(s == 0 for s in self.scale):
                 raise ValueError(f"scale: expected non-zero values, got {self.scale}")
+            if self.backend == "openvino" and (self.resize != "stretch" or self.roi or self.tiles):
+                raise ValueError("backend openvino folds preprocessing into the model with PrePostProcessor, "
+                                 "which resizes by stretching: expected resize: stretch without roi or tiles")
             if self.roi is not None and self.tiles is not None:
                 raise ValueError("roi and tiles exclude each other: expected one of them, got both")
             return self

@@ -157,3 +157,73 @@ def test_unreadable_model_and_shape_mismatch(tmp_path, astronaut) -> None:
 def test_unknown_inference_key_is_a_validation_error() -> None:
     with pytest.raises(GraphError, match=r"config\.devcie: unknown key"):
         run_yaml(_graph("x", "y", "model: m, devcie: CPU"))
+
+
+def test_stateful_model_keeps_one_state_per_stream(tmp_path) -> None:
+    """An accumulator model (ReadValue/Assign): each stream sees its own running sum, across interleaving."""
+    import openvino as ov
+    import openvino.opset13 as ops
+    from openvino.op.util import Variable, VariableInfo
+
+    x = ops.parameter([1, 4], ov.Type.f32, name="input")
+    info = VariableInfo()
+    info.data_shape, info.data_type, info.variable_id = ov.PartialShape([1, 4]), ov.Type.f32, "acc"
+    var = Variable(info)
+    add = ops.add(ops.read_value(ops.constant(np.zeros([1, 4], np.float32)), var), x)
+    ov.save_model(ov.Model([ops.result(add)], [ops.assign(add, var)], [x], "acc"), tmp_path / "acc.xml")
+    order = [("a", 0), ("a", 1), ("b", 0), ("a", 2), ("b", 1), ("b", 2), ("a", 3)]
+    items = [Frame(s, i, 0.0, None, "TENSOR", tensors={"input": np.ones((1, 4), np.float32)}) for s, i in order]
+    res = run_yaml(f"""
+        nodes:
+          - {{id: src, type: list_source, config: {{feed: {feed(items)}}}}}
+          - {{id: det, type: inference, config: {{model: "{tmp_path / 'acc.xml'}", device: CPU}}, inputs: src.frame}}
+          - {{id: out, type: collect, config: {{into: stateful}}, inputs: det.tensors}}
+    """)
+    assert res.ok, res.error
+    sec = res.inference["inference.det"]
+    assert sec["stateful"] and sec["requests"] == 1
+    got = [(f.stream, f.index, float(next(v for k, v in f.tensors.items() if k != "input")[0, 0]))
+           for f in collected("stateful")]
+    assert got == [("a", 0, 1.0), ("a", 1, 2.0), ("b", 0, 1.0), ("a", 2, 3.0), ("b", 1, 2.0), ("b", 2, 3.0), ("a", 3, 4.0)]
+
+
+def test_openvino_preprocessing_folded_into_the_model_matches_opencl(astronaut) -> None:
+    """backend: openvino builds a PrePostProcessor (u8 BGR NHWC in, resize, RGB, mean/scale in the model)."""
+    def graph(backend: str, into: str) -> str:
+        return f"""
+        nodes:
+          - {{id: src, type: list_source, config: {{feed: {feed([astronaut])}}}}}
+          - {{id: pre, type: preprocess, config: {{size: [128, 128], color: RGB, layout: NHWC, mean: [127.5, 127.5, 127.5],
+              scale: [127.5, 127.5, 127.5], resize: stretch, backend: {backend}}}, inputs: src.frame}}
+          - {{id: det, type: inference, config: {{model: blazeface_short, device: CPU}}, inputs: pre.tensor}}
+          - {{id: faces, type: blazeface_decode, config: {{variant: short}}, inputs: det.tensors}}
+          - {{id: out, type: collect, config: {{into: {into}}}, inputs: faces.detections}}
+        """
+    a, b = run_yaml(graph("openvino", "ppp")), run_yaml(graph("cpu", "noppp"))
+    assert a.ok and b.ok, (a.error, b.error)
+    assert "u8" in a.inference["inference.det"]["input"]["type"]
+    from flowpipe.nodes.track import iou_matrix
+
+    da = np.array([d.box for d in collected("ppp")[0].detections])
+    db = np.array([d.box for d in collected("noppp")[0].detections])
+    assert len(da) == len(db) == 1 and iou_matrix(da, db)[0, 0] > 0.9
+
+
+def test_yolov8_model_from_its_wheel_finds_the_face(astronaut) -> None:
+    """NudeNet 320n (YOLOv8n-style [1, 4+18, N]); dynamic input reshaped static from the preprocess size."""
+    res = run_yaml(f"""
+        nodes:
+          - {{id: src, type: list_source, config: {{feed: {feed([astronaut])}}}}}
+          - {{id: pre, type: preprocess, config: {{size: [320, 320], color: RGB, layout: NCHW, scale: [255, 255, 255],
+              resize: letterbox, pad_value: 114, backend: cpu}}, inputs: src.frame}}
+          - {{id: det, type: inference, config: {{model: yolov8n_nudenet, device: CPU}}, inputs: pre.tensor}}
+          - {{id: dec, type: yolov8_decode, config: {{score_threshold: 0.3}}, inputs: det.tensors}}
+          - {{id: out, type: collect, config: {{into: yolo}}, inputs: dec.detections}}
+    """)
+    assert res.ok, res.error
+    assert res.inference["inference.det"]["input"]["shape"] == "[1,3,320,320]"
+    faces = [d for d in collected("yolo")[0].detections if d.label == "FACE_FEMALE"]
+    from flowpipe.nodes.track import iou_matrix
+    from flowpipe.sample import ASTRONAUT_FACE
+
+    assert faces and iou_matrix(np.array([faces[0].box]), np.array([ASTRONAUT_FACE]))[0, 0] > 0.5
