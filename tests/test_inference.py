@@ -201,7 +201,7 @@ def test_openvino_preprocessing_folded_into_the_model_matches_opencl(astronaut) 
         """
     a, b = run_yaml(graph("openvino", "ppp")), run_yaml(graph("cpu", "noppp"))
     assert a.ok and b.ok, (a.error, b.error)
-    assert "u8" in a.inference["inference.det"]["input"]["type"]
+    assert "uint8" in a.inference["inference.det"]["input"]["type"]
     from flowpipe.nodes.track import iou_matrix
 
     da = np.array([d.box for d in collected("ppp")[0].detections])
