@@ -247,6 +247,7 @@ def main() -> None:
     ap.add_argument("--section", default="all", choices=["all", "scaling"])
     ap.add_argument("--device", default="CPU")
     ap.add_argument("--out", default=str(HERE / "results"))
+    ap.add_argument("--video", help="an existing 720p clip for --section scaling (no sample generation)")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -254,11 +255,20 @@ def main() -> None:
     model = str(models.resolve("blazeface_full"))
     videos = {}
     for label, size in (("720p", (1280, 720)), ("1080p", (1920, 1080))):
+        if a.video and label == "720p":
+            videos[label] = Path(a.video)
+            continue
+        if a.section == "scaling":
+            continue
         v = work / f"faces_{label}.mp4"
         make_sample(v, frames=a.frames + WARMUP + 5, size=size)
         videos[label] = v
     import openvino as ov
 
+    if "720p" not in videos:
+        v = work / "faces_720p.mp4"
+        make_sample(v, frames=a.frames + WARMUP + 5, size=(1280, 720))
+        videos["720p"] = v
     suite: dict = {"machine": {"cpu": platform.processor() or platform.machine(), "cores": len(os.sched_getaffinity(0)),
                                "python": platform.python_version(), "openvino": ov.get_version(),
                                "opencv": cv2.__version__, "numpy": np.__version__},
