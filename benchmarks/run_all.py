@@ -49,9 +49,10 @@ def window_fps(times: list[float]) -> float:
 
 
 def flowpipe_face_blur(video: Path, out: Path, frames: int, streams: int = 1, device: str = "CPU") -> dict:
+    workers = max(1, min(streams, len(os.sched_getaffinity(0)) // 2))  # per-stream stages spread over threads
     spec = load_graph(ROOT / "graphs" / "face_blur.yaml",
                       {"input": str(video), "output": str(out / "fp.mp4"), "metadata": str(out / "fp.jsonl"),
-                       "tiles": None, "device": device})
+                       "tiles": None, "device": device, "workers": workers})
     return bench_graph("face_blur", spec=spec, frames=frames, warmup=WARMUP, streams=streams)
 
 

@@ -110,6 +110,39 @@ class Channel:
             return left
 
 
+class StreamRouter:
+    """A node's input spread over several worker channels by stream: a stream always meets the same
+    worker (first seen, round robin), so per-stream order and per-stream state hold without reordering."""
+
+    def __init__(self, channels: list[Channel]):
+        self.channels = channels
+        self._assign: dict[str, Channel] = {}
+        self._lock = threading.Lock()
+
+    def put(self, item: Any, force: bool = False) -> bool:
+        if item is _EOS:
+            for ch in self.channels:
+                ch.put(_EOS, force=True)
+            return True
+        stream = item[1].stream
+        ch = self._assign.get(stream)
+        if ch is None:
+            with self._lock:
+                ch = self._assign.setdefault(stream, self.channels[len(self._assign) % len(self.channels)])
+        return ch.put(item, force)
+
+    @property
+    def high_water(self) -> int:
+        return max(ch.high_water for ch in self.channels)
+
+    def wake(self) -> None:
+        for ch in self.channels:
+            ch.wake()
+
+    def close(self) -> list[Any]:
+        return [item for ch in self.channels for item in ch.close()]
+
+
 @dataclass
 class NodeStats:
     type: str
@@ -122,6 +155,7 @@ class NodeStats:
     last: float | None = None
     latency: deque = field(default_factory=lambda: deque(maxlen=100_000))
     extra: dict[str, Any] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def summary(self, channel: Channel | None) -> dict[str, Any]:
         lat = np.asarray(self.latency, dtype=np.float64) * 1e3
@@ -301,8 +335,9 @@ class Runner:
             for ch, _, _ in targets:
                 ch.put(_EOS, force=True)
 
-    def _run_node(self, spec: NodeSpec, node: Node) -> None:
-        ch = self.channels[spec.id]
+    def _run_node(self, spec: NodeSpec, node: Node, ch: Channel | None = None,
+                  workers_left: list[int] | None = None) -> None:
+        ch = ch or self.channels[spec.id]
         st = self.stats[spec.id]
         n_in = sum(len(v) for v in spec.inputs.values())
         eos = 0
@@ -320,6 +355,11 @@ class Runner:
                 if item is _EOS:
                     eos += 1
                     if eos == n_in:
+                        if workers_left is not None:  # several workers: the last one to finish ends it
+                            with st.lock:
+                                workers_left[0] -= 1
+                                if workers_left[0] > 0:
+                                    return
                         try:
                             emit(spec.id, node.flush(), default_port, held)
                         except Exception as e:  # noqa: BLE001
@@ -343,12 +383,13 @@ class Runner:
                 except Exception as e:  # noqa: BLE001
                     self._node_error(spec, st, None if held else frame, e, held)
                 t1 = time.perf_counter()
-                st.frames += 1
-                st.busy_s += t1 - t0
-                st.latency.append(t1 - t0)
-                if st.first is None:
-                    st.first = t0
-                st.last = t1
+                with st.lock:
+                    st.frames += 1
+                    st.busy_s += t1 - t0
+                    st.latency.append(t1 - t0)
+                    if st.first is None:
+                        st.first = t0
+                    st.last = max(st.last or t1, t1)
             if held:
                 self._poll(spec, st, node)
 
@@ -399,8 +440,13 @@ class Runner:
         ctx = self._ctx = RunContext(self.spec, self)
         order = self.spec.topo_order()
         for s in order:
-            self.channels[s.id] = (Channel(s.queue, s.overflow, self._overflow_drop(s.id))  # type: ignore[assignment]
-                                   if s.cls.inputs else None)
+            if not s.cls.inputs:
+                self.channels[s.id] = None  # type: ignore[assignment]
+            elif s.workers > 1:
+                self.channels[s.id] = StreamRouter(  # type: ignore[assignment]
+                    [Channel(s.queue, s.overflow, self._overflow_drop(s.id)) for _ in range(s.workers)])
+            else:
+                self.channels[s.id] = Channel(s.queue, s.overflow, self._overflow_drop(s.id))
             self.routes[s.id] = {p: [] for p in s.cls.outputs}
         for s in order:
             for port, refs in s.inputs.items():
@@ -420,9 +466,17 @@ class Runner:
                     raise NodeError(s.id, s.type, f"open failed: {type(e).__name__}: {e}") from e
                 opened.append((s, node))
             for s, node in opened:
-                target = self._run_source if isinstance(node, Source) else self._run_node
-                t = threading.Thread(target=target, args=(s, node), name=f"flowpipe:{s.id}", daemon=True)
-                threads.append(t)
+                if isinstance(node, Source):
+                    threads.append(threading.Thread(target=self._run_source, args=(s, node), name=f"flowpipe:{s.id}",
+                                                    daemon=True))
+                elif s.workers > 1:
+                    left = [s.workers]
+                    for i, ch in enumerate(self.channels[s.id].channels):
+                        threads.append(threading.Thread(target=self._run_node, args=(s, node, ch, left),
+                                                        name=f"flowpipe:{s.id}:{i}", daemon=True))
+                else:
+                    threads.append(threading.Thread(target=self._run_node, args=(s, node), name=f"flowpipe:{s.id}",
+                                                    daemon=True))
             for t in threads:
                 t.start()
             self._wait(threads)

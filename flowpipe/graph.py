@@ -24,7 +24,7 @@ from .node import Node, NodeConfig, kinds_compatible, lookup
 MAX_YAML_BYTES = 1 << 20
 MAX_EXPANDED_NODES = 100_000
 TOP_KEYS = {"flowpipe", "description", "params", "plugins", "nodes"}
-NODE_KEYS = {"id", "type", "config", "inputs", "on_error", "queue", "overflow", "isolation", "restarts"}
+NODE_KEYS = {"id", "type", "config", "inputs", "on_error", "queue", "overflow", "isolation", "restarts", "workers"}
 OVERFLOW = ("block", "drop_oldest", "drop_newest")
 ON_ERROR = ("fail", "drop", "restart")
 ISOLATION = ("thread", "process")
@@ -90,6 +90,7 @@ class NodeSpec:
     restarts: int = 3
     line: int | None = None
     overflow: str = "block"
+    workers: int = 1
 
     def make(self) -> Node:
         return self.cls(self.id, self.config)
@@ -330,6 +331,19 @@ def _validate(doc: Any, fname: str, overrides: dict[str, Any]) -> GraphSpec:
         if overflow not in OVERFLOW:
             errors.append(Diagnostic(f"overflow: expected one of {'|'.join(OVERFLOW)}, got {overflow!r}", fname,
                                      _line(raw, "overflow"), *node))
+        workers = raw.get("workers", 1)
+        if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= 64:
+            errors.append(Diagnostic(f"workers: expected an integer 1..64, got {workers!r}", fname,
+                                     _line(raw, "workers"), *node))
+            workers = 1
+        elif workers > 1 and not cls.parallel_streams:
+            errors.append(Diagnostic(f"workers: {ntype} keeps state across streams and runs on one worker; "
+                                     f"expected 1, got {workers}", fname, _line(raw, "workers"), *node))
+            workers = 1
+        elif workers > 1 and raw.get("isolation") == "process":
+            errors.append(Diagnostic("workers: expected 1 with isolation: process", fname, _line(raw, "workers"),
+                                     *node))
+            workers = 1
         restarts = raw.get("restarts", 3)
         if isinstance(restarts, bool) or not isinstance(restarts, int) or not 0 <= restarts <= 1000:
             errors.append(Diagnostic(f"restarts: expected an integer 0..1000, got {restarts!r}", fname,
@@ -359,7 +373,8 @@ def _validate(doc: Any, fname: str, overrides: dict[str, Any]) -> GraphSpec:
             errors.append(Diagnostic(f"config: {e}", fname, _line(raw, "config"), *node))
             continue
         raw_inputs[nid] = (raw.get("inputs"), raw)
-        specs.append(NodeSpec(nid, ntype, cls, cfg, {}, on_error, queue, isolation, restarts, line, overflow))
+        specs.append(NodeSpec(nid, ntype, cls, cfg, {}, on_error, queue, isolation, restarts, line, overflow,
+                              workers))
     fail_if_errors()
 
     # wiring ---------------------------------------------------------------------------------------

@@ -54,6 +54,9 @@ class Node:
     writes_input: ClassVar[bool] = False
     #: True if the node keeps frames past ``process`` and emits them later (async pools, batching).
     holds_frames: ClassVar[bool] = False
+    #: True if ``process`` may run on several threads at once for different streams (``workers: N``):
+    #: the node keeps no state shared across streams, or guards it.
+    parallel_streams: ClassVar[bool] = False
 
     def __init__(self, node_id: str, config: NodeConfig | None = None):
         self.id = node_id

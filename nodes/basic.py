@@ -134,6 +134,8 @@ class Collect(Node):
 class Passthrough(Node):
     """Forwards every packet unchanged (a hop for tests and engine benchmarks)."""
 
+    parallel_streams = True
+
     inputs = {"in": "any"}
     outputs = {"out": "any"}
 
@@ -144,6 +146,8 @@ class Passthrough(Node):
 @register("null_sink")
 class NullSink(Node):
     """Consumes packets and does nothing (ends a branch)."""
+
+    parallel_streams = True
 
     inputs = {"in": "any"}
 

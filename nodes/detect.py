@@ -92,6 +92,8 @@ class BlazeFaceDecode(Node):
           inputs: {tensors: detect.tensors}
     """
 
+    parallel_streams = True
+
     inputs = {"tensors": "tensors"}
     outputs = {"detections": "detections"}
 
@@ -148,6 +150,8 @@ class BlazeFaceDecode(Node):
 class YoloV8Decode(Node):
     """Decodes YOLOv8-style outputs [1, 4+classes, N] (cx, cy, w, h, class scores) with per-class NMS."""
 
+    parallel_streams = True
+
     inputs = {"tensors": "tensors"}
     outputs = {"detections": "detections"}
 
@@ -184,6 +188,8 @@ class YoloV8Decode(Node):
 class SsdDecode(Node):
     """Decodes SSD-style DetectionOutput [1,1,N,7] rows (image_id, label, conf, x1, y1, x2, y2 normalized)."""
 
+    parallel_streams = True
+
     inputs = {"tensors": "tensors"}
     outputs = {"detections": "detections"}
 
@@ -210,6 +216,8 @@ class SsdDecode(Node):
 @register("db_decode")
 class DbDecode(Node):
     """Decodes a DB text-detection probability map [1,1,H,W] (PP-OCR) into text boxes."""
+
+    parallel_streams = True
 
     inputs = {"tensors": "tensors"}
     outputs = {"detections": "detections"}
@@ -251,6 +259,8 @@ class DbDecode(Node):
 @register("classify_topk")
 class ClassifyTopK(Node):
     """Top-k classes from a classifier output [1, C]; stored in ``frame.meta['classes']``."""
+
+    parallel_streams = True
 
     inputs = {"tensors": "tensors"}
     outputs = {"tensors": "tensors"}

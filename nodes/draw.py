@@ -31,6 +31,8 @@ class Blur(Node):
           inputs: {detections: faces.detections}
     """
 
+    parallel_streams = True
+
     inputs = {"detections": "detections"}
     outputs = {"frame": "detections"}
     writes_input = True
@@ -70,6 +72,8 @@ class Blur(Node):
 @register("overlay")
 class Overlay(Node):
     """Draws boxes, labels, scores, track ids and the stream's FPS onto the frame in place."""
+
+    parallel_streams = True
 
     inputs = {"detections": "detections"}
     outputs = {"frame": "detections"}

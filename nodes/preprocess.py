@@ -108,6 +108,8 @@ class Preprocess(Node):
           inputs: {frame: decode.frame}
     """
 
+    parallel_streams = True
+
     inputs = {"frame": "frame"}
     outputs = {"tensor": "tensor"}
 

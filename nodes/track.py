@@ -61,6 +61,8 @@ class Tracker(Node):
           inputs: {detections: faces.detections}
     """
 
+    parallel_streams = True
+
     inputs = {"detections": "detections"}
     outputs = {"detections": "detections"}
 

@@ -279,6 +279,8 @@ class VideoWriter(Node):
           inputs: {frame: blur.frame}
     """
 
+    parallel_streams = True
+
     inputs = {"frame": "frame"}
 
     class Config(NodeConfig):
@@ -290,6 +292,9 @@ class VideoWriter(Node):
         return [f"writes {self.config.path}"]
 
     def open(self, ctx: Any) -> None:
+        import threading
+
+        self._lock = threading.Lock()  # workers: N writes several streams at once
         self.writers: dict[str, cv2.VideoWriter] = {}
         self.sizes: dict[str, tuple[int, int]] = {}
         self.ctx = ctx
@@ -310,6 +315,14 @@ class VideoWriter(Node):
         w = self.writers.get(frame.stream)
         size = (frame.width, frame.height)
         if w is None:
+            w = self._create(frame, size)
+        elif size != self.sizes[frame.stream]:
+            raise ValueError(f"frame size changed from {self.sizes[frame.stream]} to {size}; a video file has one size")
+        w.write(frame.data)
+        self.written[frame.stream] += 1
+
+    def _create(self, frame: Frame, size: tuple[int, int]) -> cv2.VideoWriter:
+        with self._lock:
             path = self.config.path.replace("{stream}", frame.stream)
             if "{stream}" not in self.config.path and self.writers:  # a second stream: its own file
                 p = Path(path)
@@ -318,12 +331,10 @@ class VideoWriter(Node):
             w = cv2.VideoWriter(path, cv2.VideoWriter_fourcc(*self.config.fourcc), self._fps(), size)
             if not w.isOpened():
                 raise RuntimeError(f"cannot write {path} with fourcc {self.config.fourcc!r}")
-            self.writers[frame.stream], self.sizes[frame.stream] = w, size
+            self.sizes[frame.stream] = size
             self.written[frame.stream] = 0
-        elif size != self.sizes[frame.stream]:
-            raise ValueError(f"frame size changed from {self.sizes[frame.stream]} to {size}; a video file has one size")
-        w.write(frame.data)
-        self.written[frame.stream] += 1
+            self.writers[frame.stream] = w
+            return w
 
     def close(self) -> None:
         for w in self.writers.values():

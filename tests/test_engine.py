@@ -146,3 +146,30 @@ def test_signal_shuts_down_cleanly_with_exit_130(tmp_path, sig) -> None:
     s = json.loads(stats.read_text())
     f = s["frames"]
     assert f["in"] > 0 and f["in"] == f["out"] and f["failed"] == 0 and s["exit"] == 130
+
+
+def test_workers_split_streams_and_keep_each_streams_order() -> None:
+    res = run_yaml("""
+        nodes:
+          - {id: a, type: synthetic_source, config: {count: 150, stream: s1}}
+          - {id: b, type: synthetic_source, config: {count: 150, stream: s2}}
+          - {id: c, type: synthetic_source, config: {count: 150, stream: s3}}
+          - {id: hop, type: passthrough, workers: 3, inputs: {in: [a.frame, b.frame, c.frame]}}
+          - {id: s, type: collect, config: {into: workers3, keep_tensors: false}, inputs: hop.out}
+    """)
+    assert res.ok and res.frames == {"in": 450, "out": 450, "dropped": 0, "failed": 0}
+    got = collected("workers3")
+    for stream in ("s1", "s2", "s3"):
+        assert [f.index for f in got if f.stream == stream] == list(range(150))
+    assert res.nodes["hop"]["frames"] == 450
+
+
+def test_workers_refused_for_nodes_with_cross_stream_state() -> None:
+    from flowpipe import GraphError
+
+    with pytest.raises(GraphError, match=r"workers: jsonl keeps state across streams and runs on one worker; expected 1, got 2"):
+        run_yaml("""
+            nodes:
+              - {id: a, type: synthetic_source}
+              - {id: m, type: jsonl, workers: 2, config: {path: /tmp/x.jsonl}, inputs: a.frame}
+        """)
