@@ -58,7 +58,9 @@ class Inference(Node):
     holds_frames = True
 
     class Config(NodeConfig):
-        model: str = Field(description="registry name (flowpipe models list), .xml/.onnx/.tflite path, or a blob")
+        model: str = Field(description="registry name (flowpipe models list), .xml/.onnx/.tflite path, or an "
+                                       "http(s) URL (with model_sha256)")
+        model_sha256: str | None = Field(None, description="required for a URL: the model file's sha256")
         device: str | list[str] = Field("AUTO", description="NPU|GPU|CPU|AUTO or a fallback list, e.g. 'NPU,GPU,CPU'")
         performance_hint: Literal["LATENCY", "THROUGHPUT", "CUMULATIVE_THROUGHPUT"] = "THROUGHPUT"
         num_requests: int | None = Field(None, ge=1, le=64, description="default: OPTIMAL_NUMBER_OF_INFER_REQUESTS")
@@ -90,7 +92,7 @@ class Inference(Node):
         if c.blob:
             comp = cmp.import_blob(_expand(c.blob), self.device, config)
         else:
-            path = models.resolve(c.model)
+            path = models.resolve(c.model, sha256=c.model_sha256)
             model = ov_core().read_model(str(path))
             model = self._fit_model(model, upstream)
             comp = cmp.compile_model(model, self.device, config)

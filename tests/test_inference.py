@@ -227,3 +227,31 @@ def test_yolov8_model_from_its_wheel_finds_the_face(astronaut) -> None:
     from flowpipe.sample import ASTRONAUT_FACE
 
     assert faces and iou_matrix(np.array([faces[0].box]), np.array([ASTRONAUT_FACE]))[0, 0] > 0.5
+
+
+def test_model_from_a_url_is_downloaded_once_and_checked(tmp_path, monkeypatch, face_model, astronaut) -> None:
+    import functools
+    import http.server
+    import shutil
+    import threading
+
+    from flowpipe.models import sha256_of
+
+    monkeypatch.setenv("FLOWPIPE_CACHE", str(tmp_path / "cache"))
+    root = tmp_path / "www"
+    root.mkdir()
+    shutil.copy(face_model, root / "face.tflite")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/face.tflite"
+    try:
+        good = sha256_of(face_model)
+        res = run_yaml(_graph(feed([astronaut]), "url1", f"model: '{url}', model_sha256: {good}, device: CPU"))
+        assert res.ok, res.error
+        bad = run_yaml(_graph(feed([astronaut]), "url2", f"model: '{url}', model_sha256: {'0' * 64}, device: CPU"))
+        assert bad.exit_code == 1 and "sha256 mismatch" in str(bad.error)
+        none = run_yaml(_graph(feed([astronaut]), "url3", f"model: '{url}', device: CPU"))
+        assert none.exit_code == 1 and "expected model_sha256" in str(none.error)
+    finally:
+        server.shutdown()
