@@ -247,9 +247,9 @@ def test_model_from_a_url_is_downloaded_once_and_checked(tmp_path, monkeypatch, 
     url = f"http://127.0.0.1:{server.server_address[1]}/face.tflite"
     try:
         good = sha256_of(face_model)
-        res = run_yaml(_graph(feed([astronaut]), "url1", f"model: '{url}', model_sha256: {good}, device: CPU"))
+        res = run_yaml(_graph(feed([astronaut]), "url1", f"model: '{url}', model_sha256: '{good}', device: CPU"))
         assert res.ok, res.error
-        bad = run_yaml(_graph(feed([astronaut]), "url2", f"model: '{url}', model_sha256: {'0' * 64}, device: CPU"))
+        bad = run_yaml(_graph(feed([astronaut]), "url2", f"model: '{url}', model_sha256: '{'0' * 64}', device: CPU"))
         assert bad.exit_code == 1 and "sha256 mismatch" in str(bad.error)
         none = run_yaml(_graph(feed([astronaut]), "url3", f"model: '{url}', device: CPU"))
         assert none.exit_code == 1 and "expected model_sha256" in str(none.error)
