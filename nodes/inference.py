@@ -19,6 +19,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from flowpipe import compiled as cmp
+from flowpipe import memory
 from flowpipe import models
 from flowpipe.devices import choose_device, ov_core
 from flowpipe.engine import FrameError
@@ -69,6 +70,8 @@ class Inference(Node):
         blob: str | None = Field(None, description="precompiled blob from 'flowpipe compile' (import, no compile)")
         properties: dict[str, Any] = Field(default_factory=dict, description="extra OpenVINO properties")
         npu: NpuOptions = Field(default_factory=NpuOptions)
+        batch: int = Field(1, ge=1, le=64, description="frames per inference request (streams batched together)")
+        batch_timeout_ms: float = Field(10.0, gt=0, description="send a partial batch after this wait")
         reset_state: Literal["per_stream", "never"] = Field(
             "per_stream", description="stateful models: one state per stream (saved/restored), reset at frame 0")
 
@@ -89,13 +92,17 @@ class Inference(Node):
                                   priority=c.priority, cache_dir=_expand(c.cache_dir),
                                   npu=c.npu.model_dump(), properties=c.properties)
         self.labels = models.entry(c.model).get("labels") if models.is_registry_name(c.model) else None
+        self.entries = 1
         if c.blob:
             comp = cmp.import_blob(_expand(c.blob), self.device, config)
         else:
             path = models.resolve(c.model, sha256=c.model_sha256)
             model = ov_core().read_model(str(path))
+            batch_before = _static_batch(model)
             model = self._fit_model(model, upstream)
             comp = cmp.compile_model(model, self.device, config)
+            if batch_before == 1 and _static_batch(model) not in (None, 1):
+                self._check_batch_layout(comp.model, str(path), config)
         self.compiled = comp.model
         self.input = self.compiled.inputs[0]
         pshape = self.input.get_partial_shape()
@@ -117,7 +124,19 @@ class Inference(Node):
         for i, r in enumerate(self.requests):
             r.set_callback(self._on_done, i)
         self._idle = deque(range(len(self.requests)))
-        self._pending: deque[tuple[int, Frame]] = deque()
+        self._pending: deque[tuple[int, list[Frame]]] = deque()
+        self.batch = c.batch
+        self._gather: list[Frame] = []
+        self._deadline = 0.0
+        if self.batch > 1:
+            if self.stateful:
+                raise ValueError("batch > 1 with a stateful model: state follows one stream; expected batch: 1")
+            if self.in_shape is None:
+                raise ValueError("batch > 1 needs a preprocess node upstream (its size sets the static shape)")
+            nbytes = int(np.prod(self.in_shape)) * self.in_type.size
+            self.batch_pool = BufferPool(nbytes, len(self.requests) + 1)
+            ups = [u for refs in ctx.spec.node(self.id).inputs.values() for u, _ in refs]
+            self._edge = f"{ups[0]}->{self.id}" if ups else None
         self._last_stream: str | None = None
         self._states: dict[str, list[Any]] = {}
         self.max_held = len(self.requests)
@@ -170,6 +189,9 @@ class Inference(Node):
             want = pre.tensor_shape()
             if upstream.config.backend == "openvino":
                 return self._with_ppp(model, upstream.config)
+            if self.config.batch > 1:  # several frames (each one or more entries: tiles) per request
+                self.entries = want[0]
+                want = (want[0] * self.config.batch, *want[1:])
         if ps.is_dynamic:
             if want is None:
                 if self.device == "NPU":
@@ -189,6 +211,26 @@ class Inference(Node):
                 raise ValueError(f"model input {inp.get_any_name()} is {list(have)} and cannot take batch "
                                  f"{want[0]} from '{upstream.id}': {str(e).splitlines()[0]}") from None
         return model
+
+    def _check_batch_layout(self, batched: Any, path: str, config: dict[str, Any]) -> None:
+        """A model reshaped from batch 1 to B must give each entry's results as a contiguous block:
+        on the batch axis, or folded frame-major into axis 1 (single-feature-map BlazeFace does this).
+        Models that fold it another way (multi-layer anchor concatenation) are refused, not mis-split."""
+        b = tuple(batched.inputs[0].get_shape())[0]
+        if all(tuple(o.get_shape())[0] == b for o in batched.outputs):
+            return
+        single = cmp.compile_model(ov_core().read_model(path), self.device, config).model
+        x = np.random.default_rng(0).uniform(-1, 1, tuple(batched.inputs[0].get_shape())).astype(
+            batched.inputs[0].get_element_type().to_dtype())
+        got = batched(x)
+        for k in range(b):
+            ref = single(x[k:k + 1])
+            for ob, o1 in zip(batched.outputs, single.outputs):
+                part = _part(got[ob], k, b)
+                if part.shape != ref[o1].shape or not np.allclose(part, ref[o1], atol=0.05 * (np.abs(ref[o1]).max() + 1)):
+                    raise ValueError(f"the model folds a batch of {b} into output {ob.get_any_name()} "
+                                     f"{list(ob.get_shape())} in an order that cannot be split per entry; "
+                                     "expected batch: 1 and no tiles with this model")
 
     def _with_ppp(self, model: Any, pc: Any) -> Any:
         import openvino as ov
@@ -269,47 +311,113 @@ class Inference(Node):
         self._last_stream = frame.stream
 
     def process(self, frame: Frame, port: str) -> list[Frame]:
+        if self.batch > 1:
+            self._gather.append(frame)
+            if len(self._gather) == 1:  # the first frame of a batch starts the clock
+                self._deadline = time.monotonic() + self.config.batch_timeout_ms / 1e3
+                timer = threading.Timer(self.config.batch_timeout_ms / 1e3, self.wake)
+                timer.daemon = True
+                timer.start()
+            if len(self._gather) < self.batch:
+                return self.poll()
+            frames, self._gather = self._gather, []
+            return self._submit(frames) + self.poll()
+        return self._submit([frame]) + self.poll()
+
+    def _fits(self, frame: Frame) -> bool:
+        src = frame.tensors.get("input")
+        return src is not None and tuple(getattr(src, "shape", ())) == (self.entries, *self.in_shape[1:])
+
+    def _submit(self, frames: list[Frame]) -> list[Frame]:
         import openvino as ov
 
+        if self.batch > 1:
+            bad = next((f for f in frames if not self._fits(f)), None)
+            if bad is not None:  # fail that frame alone; the others go out with the next batch
+                self._gather = [f for f in frames if f is not bad] + self._gather
+                self._deadline = 0.0
+                self.wake()
+                got = list(getattr(bad.tensors.get("input"), "shape", []))
+                raise FrameError(bad, ValueError(f"input tensor {got} does not fit a batch slot of "
+                                                 f"{[self.entries, *self.in_shape[1:]]}"))
         ready = []
         if not self._idle:  # all requests busy: the oldest finishes first
             self._done[self._pending[0][0]].wait()
-            ready = self.poll()
+            ready = self._collect()
         slot = self._idle.popleft()
         req = self.requests[slot]
         try:
             if self.stateful:
-                self._switch_state(req, frame)
-            self._bind_input(req, frame)
+                self._switch_state(req, frames[0])
+            if self.batch > 1:
+                self._bind_batch(req, frames)
+            else:
+                self._bind_input(req, frames[0])
             for i, pool in enumerate(self.out_pools):
                 lease = pool.acquire(timeout=30)
-                frame.ref.leases.append(lease)
+                shared = _SharedLease(lease, len(frames))
+                for f in frames:
+                    f.ref.leases.append(shared)
                 view = lease.buffer.array(*self.out_specs[i])
                 key = (view.ctypes.data, view.shape)
                 t = self._host_tensors.get(key)
                 if t is None:
                     t = self._host_tensors[key] = ov.Tensor(view, shared_memory=True)
                 req.set_output_tensor(i, t)
-                frame.tensors[self.out_names[i]] = view
+                for k, f in enumerate(frames):
+                    f.tensors[self.out_names[i]] = view if self.batch == 1 else _part(view, k, self.batch)
             self._done[slot].clear()
             if self._t_first_submit is None:
                 self._t_first_submit = time.perf_counter()
             req.start_async()
         except Exception as e:
             self._idle.appendleft(slot)
-            raise FrameError(frame, e) from e
-        self._pending.append((slot, frame))
-        return ready + self.poll()
+            if len(frames) == 1:
+                raise FrameError(frames[0], e) from e
+            raise
+        self._pending.append((slot, frames))
+        return ready
+
+    def _bind_batch(self, req: Any, frames: list[Frame]) -> None:
+        """Frames of several streams gathered into one request: each input is copied once into its slot
+        of the batch tensor (counted on the input edge)."""
+        import openvino as ov
+
+        lease = self.batch_pool.acquire(timeout=30)
+        shared = _SharedLease(lease, len(frames))
+        arr = lease.buffer.array(self.in_shape, self.in_type.to_dtype())
+        per = self.entries
+        for k, f in enumerate(frames):
+            f.ref.leases.append(shared)
+            memory.copy(f.tensors["input"], out=arr[k * per:(k + 1) * per])
+        if len(frames) < self.batch:
+            arr[len(frames) * per:] = 0  # a partial batch (timeout): empty slots, results ignored
+        key = (arr.ctypes.data, arr.shape)
+        t = self._host_tensors.get(key)
+        if t is None:
+            t = self._host_tensors[key] = ov.Tensor(arr, shared_memory=True)
+        req.set_input_tensor(t)
+        self.section["input_binding"] = f"host tensor, batch of {self.batch} (one counted copy per frame)"
 
     def poll(self) -> list[Frame]:
+        out: list[Frame] = []
+        if self._gather and time.monotonic() >= self._deadline:
+            frames, self._gather = self._gather, []
+            with memory.ledger.on_edge(getattr(self, "_edge", None)):
+                out += self._submit(frames)
+        return out + self._collect()
+
+    def _collect(self) -> list[Frame]:
         out = []
         while self._pending and self._done[self._pending[0][0]].is_set():
-            slot, frame = self._pending.popleft()
+            slot, frames = self._pending.popleft()
             self._idle.append(slot)
             try:
                 self.requests[slot].wait()  # re-raises an inference error here, on the engine's thread
             except Exception as e:
-                raise FrameError(frame, e) from e
+                if len(frames) == 1:
+                    raise FrameError(frames[0], e) from e
+                raise
             if self._first is None:
                 # FEIL: compile + load + first inference; FIL: load a precompiled model (cache hit or
                 # blob) + first inference (the NPU plugin README's definitions)
@@ -318,21 +426,26 @@ class Inference(Node):
                 key = "fil_ms" if self.section["cache"] in ("hit", "blob") else "feil_ms"
                 self.section.update({key: round(self._first, 2),
                                      "first_request_ms": round((now - self._t_first_submit) * 1e3, 2)})
-            frame.meta["inference"] = {"node": self.id, "device": self.device}
-            if self.labels:
-                frame.meta["labels"] = self.labels  # the registry's class names, for the decoders
-            out.append(frame)
+            for frame in frames:
+                frame.meta["inference"] = {"node": self.id, "device": self.device}
+                if self.labels:
+                    frame.meta["labels"] = self.labels  # the registry's class names, for the decoders
+                out.append(frame)
         return out
 
     def flush(self) -> list[Frame]:
         out = []
+        if self._gather:
+            frames, self._gather = self._gather, []
+            with memory.ledger.on_edge(getattr(self, "_edge", None)):
+                out += self._submit(frames)
         while self._pending:
             self._done[self._pending[0][0]].wait()
-            out += self.poll()
+            out += self._collect()
         return out
 
     def close(self) -> None:
-        for slot, _frame in list(getattr(self, "_pending", [])):
+        for slot, _frames in list(getattr(self, "_pending", [])):
             self._done[slot].wait(timeout=10)
         # the requests hold our callback inside OpenVINO (a cycle the garbage collector cannot see):
         # drop them, and everything bound to our buffers, before the pools go
@@ -341,13 +454,46 @@ class Inference(Node):
         self.requests, self.compiled, self.remote_ctx = [], None, None
         self._host_tensors = {}
         self._remote_tensors = {}
-        for p in getattr(self, "out_pools", []):
-            p.close()
+        for p in [*getattr(self, "out_pools", []), getattr(self, "batch_pool", None)]:
+            if p is not None:
+                p.close()
         self.out_pools = []
 
 
 def _noop(_userdata: Any) -> None:
     pass
+
+
+def _static_batch(model: Any) -> int | None:
+    ps = model.inputs[0].get_partial_shape()
+    return ps[0].get_length() if ps[0].is_static else None
+
+
+class _SharedLease:
+    """One buffer serving several frames of a batch: back to its pool when the last frame ends."""
+
+    def __init__(self, lease: Any, users: int):
+        self.lease, self.users = lease, users
+        self.buffer = lease.buffer
+        self._lock = threading.Lock()
+
+    def release(self) -> None:
+        with self._lock:
+            self.users -= 1
+            last = self.users == 0
+        if last:
+            self.lease.release()
+
+
+def _part(view: np.ndarray, k: int, n: int) -> np.ndarray:
+    """Frame k's share of a batched output: along the batch axis, or along axis 1 where the model folds
+    the batch into it (BlazeFace: [1, n*2304, 16])."""
+    if view.shape[0] == n:
+        return view[k:k + 1]
+    if view.shape[0] == 1 and view.ndim >= 2 and view.shape[1] % n == 0:
+        m = view.shape[1] // n
+        return view[:, k * m:(k + 1) * m]
+    raise ValueError(f"cannot split output {list(view.shape)} into {n} frames")
 
 
 def _expand(p: str | None) -> str | None:

@@ -255,3 +255,58 @@ def test_model_from_a_url_is_downloaded_once_and_checked(tmp_path, monkeypatch, 
         assert none.exit_code == 1 and "expected model_sha256" in str(none.error)
     finally:
         server.shutdown()
+
+
+def test_batching_across_streams_matches_unbatched_results_and_keeps_order(astronaut) -> None:
+    shifts = np.random.default_rng(3).integers(0, 200, 30)
+
+    def items() -> list[Frame]:  # 30 frames: 7 full batches of 4 and a partial one; fresh Frames per run
+        return [Frame(s, i, i / 30, np.ascontiguousarray(np.roll(astronaut, int(shifts[3 * i + j]), axis=1)))
+                for i in range(10) for j, s in enumerate(("a", "b", "c"))]
+
+    f32 = "properties: {INFERENCE_PRECISION_HINT: f32}"
+    g = lambda name, cfg: _graph(feed(items()), name, cfg).replace("128, 128", "192, 192")  # noqa: E731
+    batched = run_yaml(g("batch4", f"model: blazeface_full, device: CPU, batch: 4, {f32}"))
+    single = run_yaml(g("batch1", f"model: blazeface_full, device: CPU, {f32}"))
+    assert batched.ok and single.ok, (batched.error, single.error)
+    assert batched.frames == {"in": 30, "out": 30, "dropped": 0, "failed": 0}
+    assert "batch of 4" in batched.inference["inference.det"]["input_binding"]
+    assert batched.edges["pre->det"]["copies"] == 30  # one counted copy per frame into its batch slot
+    a, b = collected("batch4"), collected("batch1")
+    for s in ("a", "b", "c"):
+        assert [f.index for f in a if f.stream == s] == list(range(10))
+    by_key = {(f.stream, f.index): f for f in b}
+    for f in a:
+        ref = by_key[(f.stream, f.index)]
+        for name, t in f.tensors.items():
+            if name != "input":
+                np.testing.assert_allclose(t, ref.tensors[name], atol=1e-3)
+
+
+def test_batch_that_cannot_be_split_per_frame_is_refused(astronaut) -> None:
+    """BlazeFace short range concatenates two feature maps: a reshaped batch comes out layer-major."""
+    res = run_yaml(_graph(feed([astronaut]), "nosplit", "model: blazeface_short, device: CPU, batch: 2"))
+    assert res.exit_code == 1 and "cannot be split per entry; expected batch: 1 and no tiles" in str(res.error)
+
+
+def test_partial_batch_leaves_after_the_timeout() -> None:
+    from flowpipe import load_graph
+    from flowpipe.engine import Runner
+
+    runner = Runner(load_graph("<t>", text="""
+nodes:
+  - {id: src, type: synthetic_source, config: {count: 12, width: 128, height: 96, realtime: true, fps: 20}}
+  - id: pre
+    type: preprocess
+    config: {size: [192, 192], color: RGB, layout: NHWC, mean: [127.5, 127.5, 127.5], scale: [127.5, 127.5, 127.5], backend: cpu}
+    inputs: src.frame
+  - {id: det, type: inference, config: {model: blazeface_full, device: CPU, batch: 8, batch_timeout_ms: 20},
+     inputs: pre.tensor}
+  - {id: out, type: null_sink, inputs: det.tensors}
+"""), handle_signals=False)
+    runner.record_times = True
+    res = runner.run()
+    assert res.ok and res.frames["out"] == 12, res.error
+    done = sorted(t for t, _ in res.done_times)
+    # frames arrive every 50 ms; a batch waits at most 20 ms: results trickle out instead of 8 at once
+    assert done[7] - done[0] > 0.25, [round(t - done[0], 3) for t in done]
