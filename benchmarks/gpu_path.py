@@ -19,7 +19,7 @@ from flowpipe.bench import bench_graph
 
 GRAPH = """
 nodes:
-  - {{id: src, type: synthetic_source, config: {{count: 100000, width: 1920, height: 1080}}}}
+  - {{id: src, type: synthetic_source, config: {{count: 100000, width: 1920, height: 1080, fill: {fill}}}}}
   - id: pre
     type: preprocess
     config: {{size: [{size}, {size}], resize: letterbox, color: RGB, layout: NHWC, mean: [127.5, 127.5, 127.5],
@@ -31,9 +31,10 @@ nodes:
 """
 
 
-def one(backend: str, device: str, frames: int, model: str, hint: str, nreq: int) -> dict:
+def one(backend: str, device: str, frames: int, model: str, hint: str, nreq: int, fill: bool = True) -> dict:
     size, variant = (192, "full") if model == "blazeface_full" else (128, "short")
-    text = GRAPH.format(backend=backend, device=device, size=size, model=model, variant=variant, hint=hint, nreq=nreq)
+    text = GRAPH.format(backend=backend, device=device, size=size, model=model, variant=variant, hint=hint, nreq=nreq,
+                        fill=str(fill).lower())
     return bench_graph("<gpu>", spec=load_graph("<gpu>", text=text), frames=frames, warmup=50)
 
 
@@ -45,13 +46,14 @@ def main() -> None:
     ap.add_argument("--model", default="blazeface_full")
     ap.add_argument("--hint", default="LATENCY")
     ap.add_argument("--requests", type=int, default=2)
+    ap.add_argument("--no-fill", action="store_true", help="the source does not write its frames (isolates the rest)")
     ap.add_argument("--json")
     a = ap.parse_args()
     fps = {"opencl+remote": [], "host+host": []}
     detail = {}
     for _ in range(a.repeats):
         for name, backend in (("opencl+remote", "opencl"), ("host+host", "cpu")):
-            r = one(backend, a.device, a.frames, a.model, a.hint, a.requests)
+            r = one(backend, a.device, a.frames, a.model, a.hint, a.requests, fill=not a.no_fill)
             assert r["exit"] == 0, r["error"]
             fps[name].append(r["fps"])
             detail[name] = {"inference": r["inference"], "bytes_copied_per_frame": r["bytes_copied_per_frame"],
