@@ -198,6 +198,15 @@ class RunContext:
     def stats_for(self, node_id: str) -> dict[str, Any]:
         return self._runner.stats[node_id].extra
 
+    def frame_pool(self, node_id: str, nbytes: int, count: int, kind: str | None = None) -> memory.BufferPool:
+        """A source's frame pool, in the memory its consumers asked for (negotiated at open: consumers
+        open first and publish ``services['memory:<id>']``), else the best shared kind here."""
+        for _, consumer, _ in self.spec.consumers(node_id):
+            want = self.services.get(f"memory:{consumer}") or {}
+            if want.get("frames") == "ocl-pinned" and kind is None:
+                return memory.BufferPool(nbytes, count, "ocl-pinned", cl_device=want["cl"])
+        return memory.BufferPool(nbytes, count, kind)
+
     def waker(self, node_id: str) -> Callable[[], None]:
         """A thread-safe callable that makes the engine call ``node.poll()`` soon (async completions)."""
         ch = self._runner.channels.get(node_id)

@@ -7,6 +7,8 @@ Backings, best first (``best_kind()`` picks at run time):
 * ``memfd``: Linux ``memfd_create`` + ``mmap``. The fd crosses processes (SCM_RIGHTS).
 * ``win32``: a pagefile-backed file mapping whose NT handle can be duplicated into another process.
 * ``host``: anonymous page-aligned memory; no handle, single process only.
+* ``ocl-pinned``: page-locked host memory from an OpenCL driver (``CL_MEM_ALLOC_HOST_PTR``, mapped once),
+  asked for by a preprocess node on a discrete GPU so frame uploads are DMA transfers; single process.
 
 Every buffer is page aligned (4096) so OpenCL (``USE_HOST_PTR``) and NPU drivers can use it in place.
 """
@@ -26,7 +28,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 PAGE = 4096
-KINDS = ("dma-heap", "memfd", "win32", "host")
+KINDS = ("dma-heap", "memfd", "win32", "host", "ocl-pinned")
 
 DMA_HEAP_PATH = "/dev/dma_heap/system"
 # _IOWR('H', 0, struct dma_heap_allocation_data{u64 len; u32 fd; u32 fd_flags; u64 heap_flags})
@@ -71,7 +73,7 @@ class SharedBuffer:
     """
 
     def __init__(self, nbytes: int, kind: str | None = None, *, _fd: int | None = None,
-                 _ioctl: Callable[..., Any] | None = None, _kernel32: Any = None):
+                 _ioctl: Callable[..., Any] | None = None, _kernel32: Any = None, cl_device: Any = None):
         self.kind = kind or best_kind()
         if self.kind not in KINDS:
             raise ValueError(f"unknown shared-memory kind: expected one of {'|'.join(KINDS)}, got {self.kind!r}")
@@ -89,6 +91,16 @@ class SharedBuffer:
                 os.ftruncate(fd, self.size)
             self.handle = fd
             self._mmap = mmap.mmap(fd, self.size)
+        elif self.kind == "ocl-pinned":
+            import pyopencl as cl
+
+            self._cl_pinned = cl.Buffer(cl_device.context, cl.mem_flags.READ_WRITE | cl.mem_flags.ALLOC_HOST_PTR,
+                                        self.size)
+            self._pinned_map, _ = cl.enqueue_map_buffer(cl_device.queue, self._cl_pinned,
+                                                        cl.map_flags.READ | cl.map_flags.WRITE, 0, (self.size,),
+                                                        np.uint8, is_blocking=True)
+            self._address = int(self._pinned_map.ctypes.data)
+            self._mmap = None
         elif self.kind == "dma-heap":
             fd = _fd if _fd is not None else dma_heap_alloc(self.size, ioctl=_ioctl)
             self.handle = fd
@@ -162,6 +174,9 @@ class SharedBuffer:
             pass  # a numpy view is still alive; the mapping goes when it does
         if self.kind in ("memfd", "dma-heap") and self.handle is not None:
             os.close(self.handle)
+        elif self.kind == "ocl-pinned":
+            self._pinned_map = None  # unmaps when the mapping object goes
+            self._cl_pinned = None
         elif self.kind == "win32" and self.handle is not None:
             k32 = self._kernel32 or ctypes.windll.kernel32  # type: ignore[attr-defined]
             if self._address:
@@ -227,10 +242,10 @@ class Lease:
 class BufferPool:
     """A fixed set of equal buffers, recycled. ``acquire`` blocks when all are leased (backpressure)."""
 
-    def __init__(self, nbytes: int, count: int, kind: str | None = None):
+    def __init__(self, nbytes: int, count: int, kind: str | None = None, **buffer_args: Any):
         self.nbytes, self.count = nbytes, count
         self.kind = kind or best_kind()
-        self._free = [SharedBuffer(nbytes, self.kind) for _ in range(count)]
+        self._free = [SharedBuffer(nbytes, self.kind, **buffer_args) for _ in range(count)]
         self._all = list(self._free)
         self._cond = threading.Condition()
         self.high_water = 0

@@ -9,7 +9,6 @@ import numpy as np
 from pydantic import Field
 
 from flowpipe.frame import Frame, FrameRef
-from flowpipe.memory import BufferPool
 from flowpipe.node import Node, NodeConfig, Source, register
 
 #: In-memory feeds and collections, by name, for tests and the Python API (``flowpipe.testing``).
@@ -47,7 +46,7 @@ class SyntheticSource(Source):
         self.pool = None
         if c.pool:
             n = min(ctx.frames_in_flight(self.id), 256)
-            self.pool = BufferPool(c.width * c.height * 3, n, None if c.memory == "auto" else c.memory)
+            self.pool = ctx.frame_pool(self.id, c.width * c.height * 3, n, None if c.memory == "auto" else c.memory)
 
     def frames(self) -> Iterator[Frame]:
         c = self.config

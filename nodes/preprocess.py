@@ -170,6 +170,9 @@ class Preprocess(Node):
                 log.warning("node '%s': no OpenCL device (%s); preprocessing on the CPU with OpenCV", self.id, e)
                 self.backend = "cpu"
         self.stats["backend"] = self.backend
+        if self.cl is not None and not self.cl.unified_memory:
+            # a discrete GPU: ask the source for page-locked frames so each upload is a DMA transfer
+            ctx.services[f"memory:{self.id}"] = {"frames": "ocl-pinned", "cl": self.cl}
         if self.cl is not None:
             self.stats["opencl_device"] = self.cl.name
             self.stats["opencl_memory"] = "unified" if self.cl.unified_memory else "discrete (frames uploaded)"
@@ -270,7 +273,10 @@ class Preprocess(Node):
             if buf is not None:
                 self._cl_bufs[key] = clb  # pooled memory: the same buffers come back
             return clb
-        # a discrete GPU cannot read host memory in place: upload once (counted)
+        # a discrete GPU cannot read host memory in place: upload once (counted); from page-locked
+        # frames (negotiated with the source) the driver does it as an asynchronous DMA transfer
+        if frame.buffer is not None and frame.buffer.kind == "ocl-pinned":
+            self.stats["frame_memory"] = "ocl-pinned"
         dev = self._dev_src.get(data.nbytes)
         if dev is None:
             dev = cl.Buffer(self.cl.context, cl.mem_flags.READ_ONLY, data.nbytes)

@@ -155,7 +155,7 @@ class VideoSource(Source):
             if self.pool is not None:
                 log.info("node '%s': resolution changed %s -> %s", self.id, self.pool_shape, shape)
                 self._old_pools.append(self.pool)
-            self.pool = BufferPool(int(np.prod(shape)), self.pool_size)
+            self.pool = self.ctx.frame_pool(self.id, int(np.prod(shape)), self.pool_size)
             self.pool_shape = shape
             self.stats["memory"] = self.pool.kind
         lease = self.pool.acquire()

@@ -194,3 +194,22 @@ def test_win32_mapping_calls__no_windows_here() -> None:
     assert names == ["CreateFileMappingW", "MapViewOfFile", "UnmapViewOfFile", "CloseHandle"]
     assert k.calls[0][2] == 0x04 and (k.calls[0][3], k.calls[0][4]) == (0, 8192)  # PAGE_READWRITE, size
     assert k.calls[1][2] == 0x000F001F  # FILE_MAP_ALL_ACCESS
+
+
+def test_page_locked_opencl_frames_are_host_views() -> None:
+    """ocl-pinned buffers (asked for by a preprocess node on a discrete GPU) work as frame memory; PoCL here."""
+    pytest.importorskip("pyopencl")
+    from flowpipe.devices import cl_device
+
+    try:
+        dev = cl_device("cpu")
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"no OpenCL CPU device: {e}")
+    pool = BufferPool(640 * 480 * 3, 2, "ocl-pinned", cl_device=dev)
+    lease = pool.acquire()
+    img = lease.buffer.array((480, 640, 3))
+    img[...] = 9
+    assert lease.buffer.kind == "ocl-pinned" and lease.buffer.handle is None
+    assert img.ctypes.data == lease.buffer.address and int(lease.buffer.array((4,)).sum()) == 36
+    lease.release()
+    pool.close()
