@@ -99,7 +99,8 @@ def write_report(s: dict, path: Path) -> None:
                          f"{v['kernel_ms_median']} |")
             L.append("")
         elif "ratio_opencl_remote_over_host" in r:
-            L += [f"End to end on the GPU, {r['model']} (`{name}`): OpenCL preprocess + remote-tensor inference "
+            L += [f"End to end on the GPU, {r['model']}, {r.get('hint', 'LATENCY')} with {r.get('requests')} requests, "
+                  f"{r.get('source', 'frames written by the source')} (`{name}`): OpenCL preprocess + remote-tensor inference "
                   f"{_fmt(r['fps']['opencl+remote'])} fps vs host preprocess + host-tensor inference "
                   f"{_fmt(r['fps']['host+host'])} fps: ratio {_fmt(r['ratio_opencl_remote_over_host'])} "
                   f"(target >= 1.3: {_target(r['ratio_opencl_remote_over_host']['median'] >= 1.3)}).", ""]
