@@ -240,12 +240,16 @@ class Lease:
 
 
 class BufferPool:
-    """A fixed set of equal buffers, recycled. ``acquire`` blocks when all are leased (backpressure)."""
+    """A fixed set of equal buffers, recycled. ``acquire`` blocks when all are leased (backpressure).
 
-    def __init__(self, nbytes: int, count: int, kind: str | None = None, **buffer_args: Any):
+    ``factory`` makes buffers of another sort (device memory, e.g. OpenCL buffers in a GPU context)."""
+
+    def __init__(self, nbytes: int, count: int, kind: str | None = None, factory: Callable[[], Any] | None = None,
+                 **buffer_args: Any):
         self.nbytes, self.count = nbytes, count
-        self.kind = kind or best_kind()
-        self._free = [SharedBuffer(nbytes, self.kind, **buffer_args) for _ in range(count)]
+        self.kind = "device" if factory else (kind or best_kind())
+        make = factory or (lambda: SharedBuffer(nbytes, self.kind, **buffer_args))
+        self._free = [make() for _ in range(count)]
         self._all = list(self._free)
         self._cond = threading.Condition()
         self.high_water = 0
@@ -270,7 +274,7 @@ class BufferPool:
 
     def close(self) -> None:
         for b in self._all:
-            b.close()
+            (getattr(b, "close", None) or getattr(b, "release", None) or (lambda: None))()
 
 
 # -- copy accounting ---------------------------------------------------------------------------------

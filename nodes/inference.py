@@ -260,8 +260,8 @@ class Inference(Node):
         t = frame.tensors.get("input")
         if t is None:
             raise ValueError("no input tensor on the frame: expected a preprocess node upstream")
-        cl_buffer = getattr(t, "cl_buffer", None)
-        if cl_buffer is not None:  # OpenCL buffer in OpenVINO's GPU context
+        cl_buffer = getattr(t, "buffer", None)  # a lease on device memory from the preprocess pool
+        if cl_buffer is not None and hasattr(cl_buffer, "int_ptr"):  # OpenCL buffer in OpenVINO's GPU context
             rt = self._remote_tensors.get(cl_buffer.int_ptr)
             if rt is None:
                 rt = self.remote_ctx.create_tensor(self.in_type, ov.Shape(list(self.in_shape)),

@@ -182,8 +182,15 @@ class Preprocess(Node):
         self.nbytes = int(np.prod(self.shape)) * np.dtype(self.np_dtype).itemsize
         n = min(ctx.frames_in_flight(self.id), 64)
         self.remote = self.want.get("memory") == "ocl-remote" and self.cl is not None
-        self.pool = None if self.backend == "openvino" else (
-            _ClPool(self.cl, self.nbytes, n) if self.remote else BufferPool(self.nbytes, n))
+        self.pool = None
+        if self.backend != "openvino":
+            device_buffer = None
+            if self.remote:  # OpenCL buffers in OpenVINO's GPU context, bound later as remote tensors
+                import pyopencl as cl
+
+                def device_buffer() -> Any:
+                    return cl.Buffer(self.cl.context, cl.mem_flags.READ_WRITE, self.nbytes)
+            self.pool = BufferPool(self.nbytes, n, factory=device_buffer)
         self._cl_bufs: dict[tuple[int, int], Any] = {}
         self._dev_src: dict[int, Any] = {}
 
@@ -292,7 +299,7 @@ class Preprocess(Node):
         k = self._kernel(frame.format)
         src = self._src_buffer(frame)
         if self.remote:
-            dst = lease.cl_buffer
+            dst = lease.buffer
         else:
             key = (lease.buffer.address, self.nbytes)
             dst = self._cl_bufs.get(key)
@@ -369,38 +376,3 @@ def _to_bgr(frame: Frame) -> np.ndarray:
     code = {"RGB": cv2.COLOR_RGB2BGR, "GRAY": cv2.COLOR_GRAY2BGR, "NV12": cv2.COLOR_YUV2BGR_NV12,
             "I420": cv2.COLOR_YUV2BGR_I420}[f]
     return cv2.cvtColor(frame.data, code)
-
-
-class _ClLease:
-    """A device buffer from a _ClPool (the remote-tensor path on a discrete GPU)."""
-
-    def __init__(self, pool: _ClPool, cl_buffer: Any):
-        self.cl_buffer, self._pool = cl_buffer, pool
-
-    def release(self) -> None:
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            pool._give_back(self.cl_buffer)
-
-
-class _ClPool:
-    def __init__(self, dev: ClDevice, nbytes: int, count: int):
-        import pyopencl as cl
-
-        self.nbytes = nbytes
-        self._free = [cl.Buffer(dev.context, cl.mem_flags.READ_WRITE, nbytes) for _ in range(count)]
-        self._cond = threading.Condition()
-
-    def acquire(self, timeout: float | None = None) -> _ClLease:
-        with self._cond:
-            if not self._cond.wait_for(lambda: self._free, timeout):
-                raise TimeoutError("no free device buffer")
-            return _ClLease(self, self._free.pop())
-
-    def _give_back(self, b: Any) -> None:
-        with self._cond:
-            self._free.append(b)
-            self._cond.notify()
-
-    def close(self) -> None:
-        self._free.clear()
