@@ -464,6 +464,7 @@ class Runner:
         opened: list[tuple[NodeSpec, Node]] = []
         threads: list[threading.Thread] = []
         old_handlers = self._install_signals()
+        cv_threads = self._limit_library_threads()
         try:
             # open sinks first so a source never feeds a node that is not ready
             for s in reversed(order):
@@ -510,6 +511,10 @@ class Runner:
                     close_errors.append(NodeError(s.id, s.type, f"close failed: {type(e).__name__}: {e}"))
                     log.error("%s", close_errors[-1])
             self._restore_signals(old_handlers)
+            if cv_threads is not None:
+                import cv2
+
+                cv2.setNumThreads(cv_threads)
             if close_errors and self.error is None:
                 self.error = close_errors[0]
             # nodes, the context and the runner refer to each other: break the cycle so buffers, fds and
@@ -519,6 +524,25 @@ class Runner:
             ctx._runner = None  # type: ignore[assignment]
         elapsed = time.perf_counter() - t_start
         return RunResult(self, elapsed)
+
+    def _limit_library_threads(self) -> int | None:
+        """When the graph alone has at least as many stage threads as there are cores, OpenCV's own thread
+        pool only oversubscribes them (measured on 16 cores: 8 streams 283 -> 416 fps): run it single-
+        threaded for this run. Returns the previous setting to restore."""
+        import os
+
+        try:
+            import cv2
+        except ImportError:
+            return None
+        stage_threads = sum(s.workers for s in self.spec.nodes)
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        if stage_threads < cores:
+            return None
+        previous = cv2.getNumThreads()
+        cv2.setNumThreads(1)
+        log.info("%d stage threads on %d cores: OpenCV runs single-threaded for this run", stage_threads, cores)
+        return previous
 
     def _wait(self, threads: list[threading.Thread]) -> None:
         last = time.monotonic()
