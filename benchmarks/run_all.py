@@ -117,7 +117,7 @@ def _stage_costs(video: Path, model: str, frames: int, ov) -> dict:
     anc = common.anchors()
     c0 = time.process_time()
     faces = []
-    for (x, geo), r, f in zip(pre, res, imgs):
+    for (_, geo), r, f in zip(pre, res, imgs):
         reg = next(o for o in r if o.shape[-1] == 16)
         cls = next(o for o in r if o.shape[-1] == 1)
         faces.append(common.decode(reg, cls, geo, anc, f.shape))
@@ -228,7 +228,7 @@ def plots(suite: dict, out: Path) -> list[str]:
         lo = [fb[v]["fps"][impl]["median"] - fb[v]["fps"][impl]["min"] for v in labels]
         hi = [fb[v]["fps"][impl]["max"] - fb[v]["fps"][impl]["median"] for v in labels]
         ax.bar(np.arange(len(labels)) + i * 0.27, m, 0.27, yerr=[lo, hi], capsize=3, label=impl)
-    for v_i, v in enumerate(labels):
+    for v in labels:
         ax.axhline(suite["ceilings"][v]["cpu_work_ceiling_fps"], color="gray", ls=":", lw=1)
     ax.set_xticks(np.arange(len(labels)) + 0.27, labels)
     ax.set_ylabel("frames per second (median, min-max)")

@@ -606,7 +606,7 @@ class RunResult:
         self.nodes = {s.id: runner.stats[s.id].summary(runner.channels.get(s.id)) for s in runner.spec.nodes}
         edges = {}
         for s in runner.spec.nodes:
-            for port, refs in s.inputs.items():
+            for refs in s.inputs.values():
                 for up, _ in refs:
                     name = f"{up}->{s.id}"
                     em = memory.ledger.edges.get(name, memory.EdgeMemory())

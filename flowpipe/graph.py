@@ -61,7 +61,8 @@ class _Loader(yaml.SafeLoader):
             try:
                 hash(key)
             except TypeError:
-                raise yaml.constructor.ConstructorError(None, None, "unhashable mapping key", key_node.start_mark)
+                raise yaml.constructor.ConstructorError(None, None, "unhashable mapping key",
+                                                        key_node.start_mark) from None
             out[key] = self.construct_object(value_node, deep=True)
             out.key_lines[key] = key_node.start_mark.line + 1
         return out

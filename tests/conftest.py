@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-import fp_testnodes
+import fp_testnodes  # noqa: F401  (registers the test-only node types)
 from fp_testnodes import EVENTS
 
 

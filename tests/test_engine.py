@@ -1,17 +1,15 @@
 """The executor: ordering, fan-out/fan-in, policies, accounting and guaranteed close()."""
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 
 import numpy as np
 import pytest
 
-from flowpipe.testing import collected, feed, run_node, run_yaml
+from flowpipe.testing import collected, run_node, run_yaml
 
 
 def test_run_node_harness_passes_frames_through() -> None:

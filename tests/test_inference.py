@@ -89,8 +89,10 @@ def test_blob_export_import_round_trip(tmp_path, face_model, astronaut) -> None:
     header, data = cmp.read_blob(blob)
     assert header["device"] == "CPU" and header["model_sha256"] == cmp.model_hash(face_model) and data
     res = run_yaml(_graph(feed([astronaut]), "blob1", f"model: blazeface_short, blob: {blob}, device: CPU"))
-    assert res.ok, res.error and res.inference["inference.det"]["cache"] == "blob"
+    assert res.ok, res.error
+    assert res.inference["inference.det"]["cache"] == "blob" and "fil_ms" in res.inference["inference.det"]
     ref = run_yaml(_graph(feed([astronaut]), "blob2", "model: blazeface_short, device: CPU"))
+    assert ref.ok, ref.error
     np.testing.assert_allclose(collected("blob1")[0].tensors["classificators"],
                                collected("blob2")[0].tensors["classificators"], atol=1e-3)
 

@@ -6,7 +6,6 @@ import os
 import socket
 import struct
 import sys
-import threading
 
 import numpy as np
 import pytest

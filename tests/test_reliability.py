@@ -14,7 +14,7 @@ from pathlib import Path
 import cv2
 import pytest
 
-from flowpipe.testing import collected, run_yaml
+from flowpipe.testing import run_yaml
 
 FFMPEG = shutil.which("ffmpeg")
 needs_ffmpeg = pytest.mark.skipif(FFMPEG is None, reason="ffmpeg (scripts/setup.sh installs it) makes the test media")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
