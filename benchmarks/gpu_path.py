@@ -2,10 +2,11 @@
 
 A: frames -> OpenCL preprocess in OpenVINO's GPU context -> remote-tensor (OCL_BUFFER) GPU inference
 B: frames -> OpenCV/numpy preprocess on the host -> host-tensor GPU inference
-Both read the same 1080p frames from shared host memory and run BlazeFace (full range); the ratio is
-end-to-end frames per second, A over B. Each pair is measured back to back, repeated.
+Both read the same 1080p frames from shared host memory and run the same model: BlazeFace full range
+(192x192 input) or PP-OCRv4 text detection (640x640 NCHW, `--model ppocr_det` or a path to its IR); the
+ratio is end-to-end frames per second, A over B. Each pair is measured back to back, repeated.
 
-    python benchmarks/gpu_path.py [--frames 600] [--repeats 3] [--json out.json]
+    python benchmarks/gpu_path.py [--model blazeface_full|ppocr_det|PATH.xml] [--frames 600] [--repeats 3]
 """
 from __future__ import annotations
 
@@ -22,18 +23,23 @@ nodes:
   - {{id: src, type: synthetic_source, config: {{count: 100000, width: 1920, height: 1080, fill: {fill}}}}}
   - id: pre
     type: preprocess
-    config: {{size: [{size}, {size}], resize: letterbox, color: RGB, layout: NHWC, mean: [127.5, 127.5, 127.5],
-             scale: [127.5, 127.5, 127.5], backend: {backend}}}
+    config: {{{pre}, backend: {backend}}}
     inputs: src.frame
-  - {{id: detect, type: inference, config: {{model: {model}, device: {device}, performance_hint: {hint}, num_requests: {nreq}}},
+  - {{id: detect, type: inference, config: {{model: "{model}", device: {device}, performance_hint: {hint}, num_requests: {nreq}}},
      inputs: pre.tensor}}
-  - {{id: faces, type: blazeface_decode, config: {{variant: {variant}}}, inputs: detect.tensors}}
+  - {{id: post, type: {decoder}, inputs: detect.tensors}}
 """
+PRE = {
+    "blazeface": ("size: [192, 192], resize: letterbox, color: RGB, layout: NHWC, mean: [127.5, 127.5, 127.5], "
+                  "scale: [127.5, 127.5, 127.5]", "blazeface_decode"),
+    "ppocr": ("size: [640, 640], resize: letterbox, color: BGR, layout: NCHW, mean: [123.675, 116.28, 103.53], "
+              "scale: [58.395, 57.12, 57.375]", "db_decode"),
+}
 
 
 def one(backend: str, device: str, frames: int, model: str, hint: str, nreq: int, fill: bool = True) -> dict:
-    size, variant = (192, "full") if model == "blazeface_full" else (128, "short")
-    text = GRAPH.format(backend=backend, device=device, size=size, model=model, variant=variant, hint=hint, nreq=nreq,
+    pre, decoder = PRE["ppocr" if "ppocr" in model else "blazeface"]
+    text = GRAPH.format(backend=backend, device=device, pre=pre, decoder=decoder, model=model, hint=hint, nreq=nreq,
                         fill=str(fill).lower())
     return bench_graph("<gpu>", spec=load_graph("<gpu>", text=text), frames=frames, warmup=50)
 
@@ -59,7 +65,8 @@ def main() -> None:
             detail[name] = {"inference": r["inference"], "bytes_copied_per_frame": r["bytes_copied_per_frame"],
                             "nodes": {k: v["latency_ms"] for k, v in r["nodes"].items()}}
     ratios = [x / y for x, y in zip(fps["opencl+remote"], fps["host+host"])]
-    out = {"device": a.device, "model": a.model, "hint": a.hint, "requests": a.requests,
+    out = {"device": a.device, "model": Path(a.model).stem if a.model.endswith(".xml") else a.model,
+           "hint": a.hint, "requests": a.requests,
            "source": "frames not written (--no-fill)" if a.no_fill else "every 1080p frame written by the source",
            "fps": {k: {"median": round(statistics.median(v), 1), "min": round(min(v), 1), "max": round(max(v), 1)}
                    for k, v in fps.items()},
