@@ -264,7 +264,6 @@ def _validate(doc: Any, fname: str, overrides: dict[str, Any]) -> GraphSpec:
     if not isinstance(nodes_raw, list) or not nodes_raw:
         errors.append(Diagnostic(f"nodes: expected a non-empty list of nodes, got {_type_name(nodes_raw)}",
                                  fname, _line(doc, "nodes") or 1))
-        fail_if_errors()
     fail_if_errors()
     nodes_raw = _interpolate(nodes_raw, params, (fname, _line(doc, "nodes")), errors)
     fail_if_errors()

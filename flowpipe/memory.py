@@ -144,9 +144,7 @@ class SharedBuffer:
         dev = device.split(".")[0].upper()
         if dev == "NPU":
             return {"MEM_TYPE": "SHARED_BUF", "MEM_HANDLE": hex(self.handle)}
-        if dev == "GPU":
-            if sys.platform == "win32":
-                return {"SHARED_MEM_TYPE": "BUFFER_FROM_HANDLE", "OS_HANDLE": self.handle}
+        if dev == "GPU":  # a DMA-BUF fd on Linux, an NT handle on Windows
             return {"SHARED_MEM_TYPE": "BUFFER_FROM_HANDLE", "OS_HANDLE": int(self.handle)}
         raise ValueError(f"no remote tensor import for device {device!r}: expected NPU or GPU")
 

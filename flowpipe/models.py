@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -60,7 +59,7 @@ def cached_path(name: str) -> Path:
     return cache_dir() / f"{name}{Path(e['source']['member']).suffix}"
 
 
-def pull(name: str, quiet: bool = True) -> Path:
+def pull(name: str) -> Path:
     """Fetch a registry model into the cache (once), verify its sha256, return its path."""
     e = entry(name)
     dest = cached_path(name)
@@ -135,7 +134,3 @@ def resolve(ref: str, fetch: bool = True, sha256: str | None = None) -> Path:
                                 f"{', '.join(registry())}, or an existing .xml/.onnx/.tflite/.blob path)")
     return path
 
-
-def copy_to(name: str, dest: str | Path) -> Path:
-    src = pull(name)
-    return Path(shutil.copy(src, dest))

@@ -87,7 +87,7 @@ class Inference(Node):
         choice = choose_device(c.device)
         self.device = choice.device
         log.info("node '%s': device %s (%s)", self.id, self.device, choice.reason)
-        upstream = self._upstream_preprocess(ctx)
+        upstream = self._upstream_preprocess(ctx, self.device)
         config = cmp.build_config(self.device, hint=c.performance_hint, num_requests=c.num_requests,
                                   priority=c.priority, cache_dir=_expand(c.cache_dir),
                                   npu=c.npu.model_dump(), properties=c.properties)
@@ -165,12 +165,9 @@ class Inference(Node):
                         "input_binding": None}
         ctx.section(f"inference.{self.id}", self.section, self.id)
 
-    def _upstream_preprocess(self, ctx: Any) -> Any:
+    def _upstream_preprocess(self, ctx: Any, device: str) -> Any:
         """Tell the upstream preprocess which memory to write (negotiation) and read its tensor shape."""
-        want = {"memory": "host"}
-        choice = choose_device(self.config.device)
-        if choice.device == "GPU":
-            want = {"memory": "ocl-remote", "device": "GPU"}
+        want = {"memory": "ocl-remote", "device": "GPU"} if device == "GPU" else {"memory": "host"}
         ctx.services[f"memory:{self.id}"] = want
         for up_id, _ in [r for refs in ctx.spec.node(self.id).inputs.values() for r in refs]:
             up = ctx.spec.node(up_id)
