@@ -52,6 +52,15 @@ def _output(frame: Frame, name: str | None, index: int, names: list[str] | None 
     return outs[index]
 
 
+def _detections(frame: Frame, boxes: np.ndarray, scores: np.ndarray, class_ids: np.ndarray,
+                labels: list[str] | None) -> list[Detection]:
+    """Tensor-pixel boxes -> Detections in source pixels, named by the config's labels or the model's
+    registry labels (the class id as text when neither names it)."""
+    names = labels or frame.meta.get("labels") or []
+    return [Detection(tuple(float(v) for v in b), float(s), names[i] if i < len(names) else str(int(i)), int(i))
+            for b, s, i in zip(to_source(frame, boxes), scores, class_ids)]
+
+
 @lru_cache(maxsize=8)
 def blazeface_anchors(variant: str) -> np.ndarray:
     """MediaPipe SSD anchors (fixed size) for BlazeFace: (N, 2) centres in [0, 1]."""
@@ -176,11 +185,7 @@ class YoloV8Decode(Node):
         # class-aware NMS: offset boxes by class so different classes never suppress each other
         off = boxes + (cls_id[:, None] * 4096.0)
         keep = nms(off, score, c.iou_threshold, c.max_detections)
-        src = to_source(frame, boxes[keep])
-        names = c.labels or frame.meta.get("labels")
-        frame.detections = [Detection(tuple(float(v) for v in b), float(score[k]),
-                                      names[cls_id[k]] if names and cls_id[k] < len(names) else str(int(cls_id[k])),
-                                      int(cls_id[k])) for b, k in zip(src, keep)]
+        frame.detections = _detections(frame, boxes[keep], score[keep], cls_id[keep], c.labels)
         return frame
 
 
@@ -205,11 +210,7 @@ class SsdDecode(Node):
         rows = rows[(rows[:, 0] >= 0) & (rows[:, 2] >= c.score_threshold)][: c.max_detections]
         tw, th = frame.meta.get("preprocess", {}).get("tensor", [1, 1])
         boxes = rows[:, 3:7] * np.array([tw, th, tw, th], np.float32)
-        src = to_source(frame, boxes)
-        names = c.labels or frame.meta.get("labels")
-        frame.detections = [Detection(tuple(float(v) for v in b), float(r[2]),
-                                      names[int(r[1])] if names and int(r[1]) < len(names) else str(int(r[1])),
-                                      int(r[1])) for b, r in zip(src, rows)]
+        frame.detections = _detections(frame, boxes, rows[:, 2], rows[:, 1].astype(np.int64), c.labels)
         return frame
 
 
