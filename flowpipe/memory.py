@@ -185,6 +185,15 @@ class SharedBuffer:
         return f"SharedBuffer(kind={self.kind!r}, size={self.size}, handle={self.handle})"
 
 
+def cpu_write(buffer: SharedBuffer | None) -> Any:
+    """Context for a CPU write into ``buffer``: DMA_BUF_IOCTL_SYNC on DMA-BUF memory, nothing otherwise."""
+    from contextlib import nullcontext
+
+    if buffer is not None and buffer.kind == "dma-heap":
+        return buffer.cpu_access(write=True)
+    return nullcontext()
+
+
 def dma_heap_alloc(size: int, heap: str = DMA_HEAP_PATH, *, ioctl: Callable[..., Any] | None = None,
                    opener: Callable[..., int] = os.open, closer: Callable[[int], None] = os.close) -> int:
     """Allocate ``size`` bytes from a DMA-BUF heap; returns the DMA-BUF fd."""

@@ -8,6 +8,7 @@ from typing import Any, Iterator, Literal
 import numpy as np
 from pydantic import Field
 
+from flowpipe import memory
 from flowpipe.frame import Frame, FrameRef
 from flowpipe.node import Node, NodeConfig, Source, register
 
@@ -61,7 +62,8 @@ class SyntheticSource(Source):
             else:
                 data = np.empty(shape, np.uint8)
             if c.fill:
-                data[...] = i & 0xFF
+                with memory.cpu_write(ref.leases[0].buffer if ref.leases else None):
+                    data[...] = i & 0xFF
             if c.realtime:
                 delay = t0 + i / c.fps - time.monotonic()
                 if delay > 0:

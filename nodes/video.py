@@ -16,6 +16,7 @@ import cv2
 import numpy as np
 from pydantic import Field, field_validator
 
+from flowpipe import memory
 from flowpipe.frame import Frame, FrameRef
 from flowpipe.memory import BufferPool
 from flowpipe.node import Node, NodeConfig, Source, register
@@ -174,15 +175,17 @@ class VideoSource(Source):
             w = int(self.cap.get(cv2.CAP_PROP_FRAME_WIDTH))
             h = int(self.cap.get(cv2.CAP_PROP_FRAME_HEIGHT))
             while True:
-                if w <= 0 or h <= 0:
+                if w <= 0 or h <= 0:  # size unknown up front: decode one frame to learn it, then in place
                     ok, img = self.cap.read()
                     if not ok:
                         break
+                    h, w = img.shape[:2]
                     data, ref = self._buffer(img.shape)
-                    data[...] = img  # size unknown up front: the first frame only
+                    memory.copy(img, out=data)
                 else:
                     data, ref = self._buffer((h, w, 3))
-                    ok, img = self.cap.read(image=data)
+                    with memory.cpu_write(ref.leases[0].buffer if ref.leases else None):
+                        ok, img = self.cap.read(image=data)
                     if not ok:
                         for lease in ref.leases:
                             lease.release()
@@ -193,12 +196,12 @@ class VideoSource(Source):
                         self.decode_errors += self._bad_run
                         self.stats["decode_errors"] = self.decode_errors
                         self._bad_run = 0
-                    if img.ctypes.data != data.ctypes.data:  # decoder changed size mid-stream
+                    if img.ctypes.data != data.ctypes.data:  # the decoder changed size mid-stream
                         for lease in ref.leases:
                             lease.release()
                         h, w = img.shape[:2]
                         data, ref = self._buffer(img.shape)
-                        data[...] = img
+                        memory.copy(img, out=data)
                 pts = self.cap.get(cv2.CAP_PROP_POS_MSEC) / 1000.0
                 self.decoded += 1
                 if (self.decoded - 1) % c.every:

@@ -212,3 +212,16 @@ def test_page_locked_opencl_frames_are_host_views() -> None:
     assert img.ctypes.data == lease.buffer.address and int(lease.buffer.array((4,)).sum()) == 36
     lease.release()
     pool.close()
+
+
+def test_cpu_write_syncs_only_dma_buf_memory__no_dma_heap_here() -> None:
+    """Sources bracket their writes with memory.cpu_write: the sync ioctls for DMA-BUF, nothing for memfd."""
+    calls = []
+    fd = os.memfd_create("fake-dmabuf")
+    os.ftruncate(fd, 4096)
+    dma = SharedBuffer(4096, "dma-heap", _fd=fd, _ioctl=lambda fd, req, arg: calls.append(req))
+    with memory.cpu_write(dma):
+        dma.array((4,))[:] = 1
+    with memory.cpu_write(SharedBuffer(4096, "memfd")), memory.cpu_write(None):
+        pass
+    assert calls == [0x40086200, 0x40086200]
