@@ -20,12 +20,12 @@ from flowpipe.bench import bench_graph
 
 GRAPH = """
 nodes:
-  - {{id: src, type: synthetic_source, config: {{count: 100000, width: 1920, height: 1080, fill: {fill}}}}}
+  - {{id: src, type: synthetic_source, config: {{count: 100000, width: 1920, height: 1080, fill: {fill}, format: {fmt}}}}}
   - id: pre
     type: preprocess
     config: {{{pre}, backend: {backend}}}
     inputs: src.frame
-  - {{id: detect, type: inference, config: {{model: "{model}", device: {device}, performance_hint: {hint}, num_requests: {nreq}}},
+  - {{id: detect, type: inference, config: {{model: "{model}", device: {device}, performance_hint: {hint}, num_requests: {nreq}{batch}}},
      inputs: pre.tensor}}
   - {{id: post, type: {decoder}, inputs: detect.tensors}}
 """
@@ -37,10 +37,12 @@ PRE = {
 }
 
 
-def one(backend: str, device: str, frames: int, model: str, hint: str, nreq: int, fill: bool = True) -> dict:
+def one(backend: str, device: str, frames: int, model: str, hint: str, nreq: int, fill: bool = True,
+        fmt: str = "BGR", batch: int = 1) -> dict:
     pre, decoder = PRE["ppocr" if "ppocr" in model else "blazeface"]
     text = GRAPH.format(backend=backend, device=device, pre=pre, decoder=decoder, model=model, hint=hint, nreq=nreq,
-                        fill=str(fill).lower())
+                        fill=str(fill).lower(), fmt=fmt,
+                       batch=f", batch: {batch}, batch_timeout_ms: 20" if batch > 1 else "")
     return bench_graph("<gpu>", spec=load_graph("<gpu>", text=text), frames=frames, warmup=50)
 
 
@@ -52,6 +54,10 @@ def main() -> None:
     ap.add_argument("--model", default="blazeface_full")
     ap.add_argument("--hint", default="THROUGHPUT")
     ap.add_argument("--requests", type=int, default=4)
+    ap.add_argument("--format", default="BGR", choices=["BGR", "NV12"],
+                    help="frames as software decode gives them (BGR) or as hardware decoders do (NV12)")
+    ap.add_argument("--batch", type=int, default=1, help="frames per inference request")
+    ap.add_argument("--only", choices=["opencl+remote", "host+host"], help="run one side only (diagnostics)")
     ap.add_argument("--no-fill", action="store_true", help="the source does not write its frames (isolates the rest)")
     ap.add_argument("--json")
     a = ap.parse_args()
@@ -59,19 +65,27 @@ def main() -> None:
     detail = {}
     for _ in range(a.repeats):
         for name, backend in (("opencl+remote", "opencl"), ("host+host", "cpu")):
-            r = one(backend, a.device, a.frames, a.model, a.hint, a.requests, fill=not a.no_fill)
+            if a.only and name != a.only:
+                continue
+            r = one(backend, a.device, a.frames, a.model, a.hint, a.requests, fill=not a.no_fill, fmt=a.format,
+                  batch=a.batch)
             assert r["exit"] == 0, r["error"]
             fps[name].append(r["fps"])
+            print(name, {k: v.get("PROF") for k, v in r["nodes"].items() if v.get("PROF")}, [v.get("PROF") for v in r["inference"].values()], flush=True)
             detail[name] = {"inference": r["inference"], "bytes_copied_per_frame": r["bytes_copied_per_frame"],
+                            "busy_ms_per_frame": {k: round(v["busy_s"] / max(v["frames"], 1) * 1e3, 3)
+                                                  for k, v in r["nodes"].items()},
                             "nodes": {k: v["latency_ms"] for k, v in r["nodes"].items()}}
     ratios = [x / y for x, y in zip(fps["opencl+remote"], fps["host+host"])]
-    out = {"device": a.device, "model": Path(a.model).stem if a.model.endswith(".xml") else a.model,
+    out = {"device": a.device, "batch": a.batch, "model": Path(a.model).stem if a.model.endswith(".xml") else a.model,
            "hint": a.hint, "requests": a.requests,
            "source": "frames not written (--no-fill)" if a.no_fill else "every 1080p frame written by the source",
+           "frame_format": a.format,
            "fps": {k: {"median": round(statistics.median(v), 1), "min": round(min(v), 1), "max": round(max(v), 1)}
-                   for k, v in fps.items()},
+                   for k, v in fps.items() if v},
            "ratio_opencl_remote_over_host": {"median": round(statistics.median(ratios), 3),
-                                             "min": round(min(ratios), 3), "max": round(max(ratios), 3)},
+                                             "min": round(min(ratios), 3), "max": round(max(ratios), 3)}
+           if ratios else None,
            "detail": detail}
     print(json.dumps(out, indent=2))
     if a.json:

@@ -6,7 +6,9 @@ shares the same plugin instances, remote contexts and compiled kernels.
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -176,3 +178,24 @@ def cl_device_from_openvino(device: str = "GPU") -> ClDevice:
     with _lock:
         _cl[key] = out
     return out
+
+
+def wait_event(event: Any) -> None:
+    """Waits for an OpenCL event by polling its status with short sleeps instead of ``clWaitForEvents``.
+
+    Some drivers (NVIDIA's) serve a blocking wait by spinning inside the driver, which stalls the other
+    threads submitting work to the same device (OpenVINO's inference); polling keeps them moving. A
+    failed command (negative status) raises."""
+    import pyopencl as cl
+
+    if os.environ.get("FLOWPIPE_CL_WAIT") == "block":
+        event.wait()
+        return
+    status = event.command_execution_status
+    spins = 0
+    while status > cl.command_execution_status.COMPLETE:
+        time.sleep(0 if spins < 20 else 0.0001)
+        spins += 1
+        status = event.command_execution_status
+    if status < 0:
+        raise RuntimeError(f"OpenCL command failed with status {status}")

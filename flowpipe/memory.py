@@ -235,12 +235,22 @@ def _win32_map(size: int, handle: int | None, kernel32: Any) -> tuple[int, int, 
 class Lease:
     """A buffer taken from a pool; valid until released (the engine releases it with the frame)."""
 
-    __slots__ = ("buffer", "_pool")
+    __slots__ = ("buffer", "_pool", "ready")
 
     def __init__(self, buffer: SharedBuffer, pool: BufferPool | None):
         self.buffer, self._pool = buffer, pool
+        self.ready: Any = None  # device work still filling the buffer (an OpenCL event), None when done
+
+    def wait_ready(self) -> None:
+        """Returns once the device work that fills the buffer has finished (see ``devices.wait_event``)."""
+        ev, self.ready = self.ready, None
+        if ev is not None:
+            from flowpipe.devices import wait_event
+
+            wait_event(ev)
 
     def release(self) -> None:
+        self.ready = None
         pool, self._pool = self._pool, None
         if pool is not None:
             pool._give_back(self.buffer)
@@ -282,6 +292,85 @@ class BufferPool:
     def close(self) -> None:
         for b in self._all:
             (getattr(b, "close", None) or getattr(b, "release", None) or (lambda: None))()
+
+
+class BatchSlots:
+    """Places in pooled batch buffers, handed to a producer so it writes each frame's tensor straight into
+    the batch its consumer submits (no assembly copy). A buffer fills slot by slot; it is sealed when full,
+    or early by the consumer when it sends a partial batch (timeout), and goes back to its pool when the
+    last frame holding one of its slots ends."""
+
+    def __init__(self, pool: BufferPool, size: int):
+        self.pool, self.size = pool, size
+        self._lock = threading.Lock()
+        self._filling: _BatchBuffer | None = None
+
+    def take(self, timeout: float | None = 30) -> Slot:
+        with self._lock:
+            b = self._filling
+            if b is None:
+                b = self._filling = _BatchBuffer(self, self.pool.acquire(timeout=timeout))
+            slot = Slot(b, b.taken)
+            b.taken += 1
+            b.refs += 1
+            if b.taken == self.size:
+                b.sealed, self._filling = True, None
+        return slot
+
+    def seal(self, b: _BatchBuffer) -> None:
+        """No more slots from ``b``: its next frames go to a fresh buffer."""
+        with self._lock:
+            if self._filling is b:
+                self._filling = None
+            last = b.refs == 0 and not b.sealed
+            b.sealed = True
+        if last:
+            b.lease.release()
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+class _BatchBuffer:
+    __slots__ = ("owner", "lease", "taken", "refs", "sealed", "submitted")
+
+    def __init__(self, owner: BatchSlots, lease: Lease):
+        self.owner, self.lease = owner, lease
+        self.taken = self.refs = self.submitted = 0
+        self.sealed = False
+
+    def complete(self, arrived: int) -> bool:
+        """Every slot taken from a sealed buffer has reached the consumer (``arrived`` not yet sent)."""
+        return self.sealed and self.submitted + arrived >= self.taken
+
+
+class Slot:
+    """One frame's place in a batch buffer (see ``BatchSlots``); travels as a lease with the frame."""
+
+    __slots__ = ("batch", "index", "ready")
+
+    def __init__(self, batch: _BatchBuffer, index: int):
+        self.batch, self.index, self.ready = batch, index, None
+
+    @property
+    def buffer(self) -> Any:
+        return self.batch.lease.buffer
+
+    def wait_ready(self) -> None:
+        ev, self.ready = self.ready, None
+        if ev is not None:
+            from flowpipe.devices import wait_event
+
+            wait_event(ev)
+
+    def release(self) -> None:
+        b, self.ready = self.batch, None
+        owner = b.owner
+        with owner._lock:
+            b.refs -= 1
+            last = b.refs == 0 and b.sealed
+        if last:
+            b.lease.release()
 
 
 # -- copy accounting ---------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import time
 from typing import Any, Iterator, Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from flowpipe import memory
 from flowpipe.frame import Frame, FrameRef
@@ -39,19 +39,27 @@ class SyntheticSource(Source):
         realtime: bool = Field(False, description="sleep to keep the frame rate")
         pool: bool = Field(True, description="allocate frames from a shared buffer pool")
         fill: bool = Field(True, description="write a pattern into every frame (off: measure the engine only)")
+        format: Literal["BGR", "NV12"] = Field("BGR", description="NV12: what hardware video decoders hand over")
         memory: Literal["auto", "dma-heap", "memfd", "host"] = "auto"
+
+        @model_validator(mode="after")
+        def _even(self) -> SyntheticSource.Config:
+            if self.format == "NV12" and (self.width % 2 or self.height % 2):
+                raise ValueError(f"NV12 needs even width and height, got {self.width}x{self.height}")
+            return self
 
     def open(self, ctx: Any) -> None:
         c = self.config
         self.stream = c.stream or self.id
+        self.shape = (c.height * 3 // 2, c.width) if c.format == "NV12" else (c.height, c.width, 3)
         self.pool = None
         if c.pool:
             n = min(ctx.frames_in_flight(self.id), 256)
-            self.pool = ctx.frame_pool(self.id, c.width * c.height * 3, n, None if c.memory == "auto" else c.memory)
+            self.pool = ctx.frame_pool(self.id, int(np.prod(self.shape)), n, None if c.memory == "auto" else c.memory)
 
     def frames(self) -> Iterator[Frame]:
         c = self.config
-        shape = (c.height, c.width, 3)
+        shape = self.shape
         t0 = time.monotonic()
         for i in range(c.count):
             ref = FrameRef(self.stream, i)
@@ -68,7 +76,7 @@ class SyntheticSource(Source):
                 delay = t0 + i / c.fps - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
-            yield Frame(self.stream, i, i / c.fps, data, "BGR", ref=ref)
+            yield Frame(self.stream, i, i / c.fps, data, c.format, ref=ref)
 
     def close(self) -> None:
         if self.pool is not None:

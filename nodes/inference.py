@@ -21,10 +21,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from flowpipe import compiled as cmp
 from flowpipe import memory
 from flowpipe import models
-from flowpipe.devices import choose_device, ov_core
+from flowpipe.devices import choose_device, cl_device_from_openvino, ov_core
 from flowpipe.engine import FrameError
 from flowpipe.frame import Frame
-from flowpipe.memory import BufferPool
+from flowpipe.memory import BatchSlots, BufferPool, Slot
 from flowpipe.node import Node, NodeConfig, register
 
 log = logging.getLogger("flowpipe.inference")
@@ -126,6 +126,8 @@ class Inference(Node):
         self._idle = deque(range(len(self.requests)))
         self._pending: deque[tuple[int, list[Frame]]] = deque()
         self.batch = c.batch
+        self.slots: BatchSlots | None = None
+        self._groups: dict[int, tuple[Any, list[Frame], float]] = {}
         self._gather: list[Frame] = []
         self._deadline = 0.0
         if self.batch > 1:
@@ -135,6 +137,8 @@ class Inference(Node):
                 raise ValueError("batch > 1 needs a preprocess node upstream (its size sets the static shape)")
             nbytes = int(np.prod(self.in_shape)) * self.in_type.size
             self.batch_pool = BufferPool(nbytes, len(self.requests) + 1)
+            if upstream is not None and upstream.config.backend != "openvino":
+                self.slots = self._batch_slots(ctx, nbytes)
             ups = [u for refs in ctx.spec.node(self.id).inputs.values() for u, _ in refs]
             self._edge = f"{ups[0]}->{self.id}" if ups else None
         self._last_stream: str | None = None
@@ -168,12 +172,28 @@ class Inference(Node):
     def _upstream_preprocess(self, ctx: Any, device: str) -> Any:
         """Tell the upstream preprocess which memory to write (negotiation) and read its tensor shape."""
         want = {"memory": "ocl-remote", "device": "GPU"} if device == "GPU" else {"memory": "host"}
-        ctx.services[f"memory:{self.id}"] = want
+        self._want = ctx.services[f"memory:{self.id}"] = want
         for up_id, _ in [r for refs in ctx.spec.node(self.id).inputs.values() for r in refs]:
             up = ctx.spec.node(up_id)
             if up.type == "preprocess":
                 return up
         return None
+
+    def _batch_slots(self, ctx: Any, nbytes: int) -> BatchSlots:
+        """Batch buffers the upstream preprocess writes frame by frame, each frame into its own slot: on
+        the GPU OpenCL buffers in OpenVINO's context (bound as one remote tensor), else shared host memory."""
+        factory = None
+        if self.device == "GPU":
+            import pyopencl as cl
+
+            dev = cl_device_from_openvino("GPU")
+
+            def factory() -> Any:
+                return cl.Buffer(dev.context, cl.mem_flags.READ_WRITE, nbytes)
+        per_request = -(-min(ctx.frames_in_flight(self.id), 64) // self.batch)
+        slots = BatchSlots(BufferPool(nbytes, len(self.requests) + per_request + 2, factory=factory), self.batch)
+        self._want["slots"] = slots
+        return slots
 
     def _fit_model(self, model: Any, upstream: Any) -> Any:
         """Static shapes: reshape a dynamic input to the shape the upstream preprocess declares;
@@ -259,6 +279,7 @@ class Inference(Node):
             raise ValueError("no input tensor on the frame: expected a preprocess node upstream")
         cl_buffer = getattr(t, "buffer", None)  # a lease on device memory from the preprocess pool
         if cl_buffer is not None and hasattr(cl_buffer, "int_ptr"):  # OpenCL buffer in OpenVINO's GPU context
+            t.wait_ready()  # the preprocess kernel that writes it may still be running on its own queue
             rt = self._remote_tensors.get(cl_buffer.int_ptr)
             if rt is None:
                 rt = self.remote_ctx.create_tensor(self.in_type, ov.Shape(list(self.in_shape)),
@@ -309,17 +330,50 @@ class Inference(Node):
 
     def process(self, frame: Frame, port: str) -> list[Frame]:
         if self.batch > 1:
+            slot = self._slot_of(frame)
+            if slot is not None:  # written in place into a batch buffer: send it when all its frames are here
+                b = slot.batch
+                if id(b) not in self._groups:  # its first frame here starts the batch's clock
+                    self._groups[id(b)] = (b, [], self._start_clock())
+                group = self._groups[id(b)][1]
+                group.append(frame)
+                if not b.complete(len(group)):
+                    return self.poll()
+                del self._groups[id(b)]
+                return self._submit(group) + self.poll()
+            if not self._gather:  # the first frame of a batch starts the clock
+                self._deadline = self._start_clock()
             self._gather.append(frame)
-            if len(self._gather) == 1:  # the first frame of a batch starts the clock
-                self._deadline = time.monotonic() + self.config.batch_timeout_ms / 1e3
-                timer = threading.Timer(self.config.batch_timeout_ms / 1e3, self.wake)
-                timer.daemon = True
-                timer.start()
             if len(self._gather) < self.batch:
                 return self.poll()
             frames, self._gather = self._gather, []
             return self._submit(frames) + self.poll()
         return self._submit([frame]) + self.poll()
+
+    def _slot_of(self, frame: Frame) -> Slot | None:
+        if self.slots is None or frame.ref is None:
+            return None
+        return next((s for s in frame.ref.leases if isinstance(s, Slot) and s.batch.owner is self.slots), None)
+
+    def _start_clock(self) -> float:
+        timer = threading.Timer(self.config.batch_timeout_ms / 1e3, self.wake)
+        timer.daemon = True
+        timer.start()
+        return time.monotonic() + self.config.batch_timeout_ms / 1e3
+
+    def _send_partial(self, now: float | None = None) -> list[Frame]:
+        """Batches whose time is up (all, at the end) go as they are: a slot buffer is sealed first, so
+        frames still on their way to it follow in a batch of their own."""
+        out: list[Frame] = []
+        for key, (b, frames, deadline) in list(self._groups.items()):
+            if now is None or now >= deadline:
+                del self._groups[key]
+                self.slots.seal(b)
+                out += self._submit(frames)
+        if self._gather and (now is None or now >= self._deadline):
+            frames, self._gather = self._gather, []
+            out += self._submit(frames)
+        return out
 
     def _fits(self, frame: Frame) -> bool:
         src = frame.tensors.get("input")
@@ -328,7 +382,8 @@ class Inference(Node):
     def _submit(self, frames: list[Frame]) -> list[Frame]:
         import openvino as ov
 
-        if self.batch > 1:
+        slots = [self._slot_of(f) for f in frames] if self.batch > 1 else []
+        if self.batch > 1 and slots[0] is None:
             bad = next((f for f in frames if not self._fits(f)), None)
             if bad is not None:  # fail that frame alone; the others go out with the next batch
                 self._gather = [f for f in frames if f is not bad] + self._gather
@@ -346,7 +401,9 @@ class Inference(Node):
         try:
             if self.stateful:
                 self._switch_state(req, frames[0])
-            if self.batch > 1:
+            if slots and slots[0] is not None:
+                self._bind_slots(req, slots)
+            elif self.batch > 1:
                 self._bind_batch(req, frames)
             else:
                 self._bind_input(req, frames[0])
@@ -362,7 +419,8 @@ class Inference(Node):
                     t = self._host_tensors[key] = ov.Tensor(view, shared_memory=True)
                 req.set_output_tensor(i, t)
                 for k, f in enumerate(frames):
-                    f.tensors[self.out_names[i]] = view if self.batch == 1 else _part(view, k, self.batch)
+                    at = slots[k].index if slots and slots[k] is not None else k
+                    f.tensors[self.out_names[i]] = view if self.batch == 1 else _part(view, at, self.batch)
             self._done[slot].clear()
             if self._t_first_submit is None:
                 self._t_first_submit = time.perf_counter()
@@ -374,6 +432,32 @@ class Inference(Node):
             raise
         self._pending.append((slot, frames))
         return ready
+
+    def _bind_slots(self, req: Any, slots: list[Slot]) -> None:
+        """Frames the preprocess wrote into slots of one batch buffer: bind the whole buffer, no copies."""
+        import openvino as ov
+
+        b = slots[0].batch
+        b.submitted += len(slots)
+        buf = b.lease.buffer
+        if hasattr(buf, "int_ptr"):  # an OpenCL buffer in OpenVINO's GPU context
+            for s in slots:
+                s.wait_ready()  # the preprocess kernels may still run on their own queue
+            rt = self._remote_tensors.get(buf.int_ptr)
+            if rt is None:
+                rt = self._remote_tensors[buf.int_ptr] = self.remote_ctx.create_tensor(
+                    self.in_type, ov.Shape(list(self.in_shape)), {"SHARED_MEM_TYPE": "OCL_BUFFER",
+                                                                   "MEM_HANDLE": hex(buf.int_ptr)})
+            req.set_tensor(self.input.get_any_name(), rt)
+            self.section["input_binding"] = f"remote OCL_BUFFER, batch of {self.batch} written in place"
+            return
+        arr = buf.array(self.in_shape, self.in_type.to_dtype())
+        key = (arr.ctypes.data, arr.shape)
+        t = self._host_tensors.get(key)
+        if t is None:
+            t = self._host_tensors[key] = ov.Tensor(arr, shared_memory=True)
+        req.set_input_tensor(t)
+        self.section["input_binding"] = f"host tensor, batch of {self.batch} written in place"
 
     def _bind_batch(self, req: Any, frames: list[Frame]) -> None:
         """Frames of several streams gathered into one request: each input is copied once into its slot
@@ -398,10 +482,9 @@ class Inference(Node):
 
     def poll(self) -> list[Frame]:
         out: list[Frame] = []
-        if self._gather and time.monotonic() >= self._deadline:
-            frames, self._gather = self._gather, []
+        if self._gather or self._groups:
             with memory.ledger.on_edge(getattr(self, "_edge", None)):
-                out += self._submit(frames)
+                out += self._send_partial(time.monotonic())
         return out + self._collect()
 
     def _collect(self) -> list[Frame]:
@@ -432,10 +515,9 @@ class Inference(Node):
 
     def flush(self) -> list[Frame]:
         out = []
-        if self._gather:
-            frames, self._gather = self._gather, []
+        if self._gather or self._groups:
             with memory.ledger.on_edge(getattr(self, "_edge", None)):
-                out += self._submit(frames)
+                out += self._send_partial()
         while self._pending:
             self._done[self._pending[0][0]].wait()
             out += self._collect()
@@ -451,7 +533,7 @@ class Inference(Node):
         self.requests, self.compiled, self.remote_ctx = [], None, None
         self._host_tensors = {}
         self._remote_tensors = {}
-        for p in [*getattr(self, "out_pools", []), getattr(self, "batch_pool", None)]:
+        for p in [*getattr(self, "out_pools", []), getattr(self, "batch_pool", None), getattr(self, "slots", None)]:
             if p is not None:
                 p.close()
         self.out_pools = []

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Literal
@@ -24,7 +25,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from flowpipe import memory
-from flowpipe.devices import ClDevice, cl_device, cl_device_from_openvino, opencl_platforms
+from flowpipe.devices import ClDevice, cl_device, cl_device_from_openvino, opencl_platforms, wait_event
 from flowpipe.frame import Frame
 from flowpipe.memory import BufferPool
 from flowpipe.node import Node, NodeConfig, register
@@ -182,8 +183,14 @@ class Preprocess(Node):
         self.nbytes = int(np.prod(self.shape)) * np.dtype(self.np_dtype).itemsize
         n = min(ctx.frames_in_flight(self.id), 64)
         self.remote = self.want.get("memory") == "ocl-remote" and self.cl is not None
+        # a batching inference downstream hands out slots of its batch buffers: write each frame there
+        self.slots = self.want.get("slots") if self.backend != "openvino" else None
+        if self.slots is not None and self.slots.pool.kind == "device" and not self.remote:
+            self.slots = None  # device slots, but no OpenCL here: host tensors, batched by copy downstream
+        self.full_shape = (self.slots.size * self.shape[0], *self.shape[1:]) if self.slots else self.shape
+        self.stats["writes"] = f"slots of a batch of {self.slots.size}" if self.slots else "own pool"
         self.pool = None
-        if self.backend != "openvino":
+        if self.backend != "openvino" and self.slots is None:
             device_buffer = None
             if self.remote:  # OpenCL buffers in OpenVINO's GPU context, bound later as remote tensors
                 import pyopencl as cl
@@ -193,6 +200,7 @@ class Preprocess(Node):
             self.pool = BufferPool(self.nbytes, n, factory=device_buffer)
         self._cl_bufs: dict[tuple[int, int], Any] = {}
         self._dev_src: dict[int, Any] = {}
+        self._timed: deque[list[Any]] = deque()
 
     def _downstream_memory(self, ctx: Any) -> dict[str, Any]:
         for _, consumer, _ in ctx.spec.consumers(self.id):
@@ -253,16 +261,20 @@ class Preprocess(Node):
         if self.backend == "openvino":
             frame.tensors["input"] = frame.data[None] if frame.data.ndim == 3 else frame.data
             return frame
-        lease = self.pool.acquire(timeout=30)
+        lease = self.slots.take() if self.slots is not None else self.pool.acquire(timeout=30)
         frame.ref.leases.append(lease)
+        base = lease.index * self.shape[0] if self.slots is not None else 0  # first batch entry we write
         if self.backend == "opencl":
-            out = self._run_opencl(frame, geos, lease)
+            out = self._run_opencl(frame, geos, lease, base)
         else:
-            out = lease.buffer.array(self.shape, self.np_dtype)
+            out = self._host_view(lease, base)
             for i, geo in enumerate(geos):
                 self._run_cpu(frame, geo, out[i])
         frame.tensors["input"] = out
         return frame
+
+    def _host_view(self, lease: Any, base: int) -> np.ndarray:
+        return lease.buffer.array(self.full_shape, self.np_dtype)[base:base + self.shape[0]]
 
     def _src_buffer(self, frame: Frame) -> Any:
         import pyopencl as cl
@@ -292,7 +304,7 @@ class Preprocess(Node):
         memory.ledger.record(data.nbytes)
         return dev
 
-    def _run_opencl(self, frame: Frame, geos: list[Geometry], lease: Any) -> Any:
+    def _run_opencl(self, frame: Frame, geos: list[Geometry], lease: Any, base: int) -> Any:
         import pyopencl as cl
 
         c = self.config
@@ -301,11 +313,12 @@ class Preprocess(Node):
         if self.remote:
             dst = lease.buffer
         else:
-            key = (lease.buffer.address, self.nbytes)
+            nbytes = self.nbytes * (self.slots.size if self.slots else 1)
+            key = (lease.buffer.address, nbytes)
             dst = self._cl_bufs.get(key)
             if dst is None:
                 dst = cl.Buffer(self.cl.context, cl.mem_flags.WRITE_ONLY | cl.mem_flags.USE_HOST_PTR,
-                                hostbuf=lease.buffer.array((self.nbytes,)))
+                                hostbuf=lease.buffer.array((nbytes,)))
                 self._cl_bufs[key] = dst
         stride = frame.data.strides[0]
         ow, oh = c.size
@@ -315,19 +328,37 @@ class Preprocess(Node):
             rx, ry, rw, rh = geo.roi
             args = (src, np.int32(stride), np.int32(frame.width), np.int32(frame.height),
                     np.int32(rx), np.int32(ry), np.int32(rw), np.int32(rh),
-                    dst, np.int32(ow), np.int32(oh), np.int32(i),
+                    dst, np.int32(ow), np.int32(oh), np.int32(base + i),
                     np.int32(geo.pad_x), np.int32(geo.pad_y), np.int32(geo.new_w), np.int32(geo.new_h),
                     np.float32(c.pad_value),
                     *(np.float32(m) for m in c.mean), *(np.float32(s) for s in inv))
             events.append(k(self.cl.queue, (_round_up(ow, 16), _round_up(oh, 4)), None, *args))
-        events[-1].wait()
-        self.kernel_ns.append(sum(ev.profile.end - ev.profile.start for ev in events))
+        self._timed.append(events)
         if self.remote:
+            # the tensor stays on the device: the inference waits for this event just before it starts,
+            # so this thread goes on to the next frame while the GPU uploads and converts this one
+            self.cl.queue.flush()
+            lease.ready = events[-1]
+            self._read_profiles()
             return lease
+        wait_event(events[-1])
+        self._read_profiles()
         if not self.cl.unified_memory:  # make the host view current (a no-op mapping on unified memory)
-            arr, _ = cl.enqueue_map_buffer(self.cl.queue, dst, cl.map_flags.READ, 0, (self.nbytes,), np.uint8)
+            arr, _ = cl.enqueue_map_buffer(self.cl.queue, dst, cl.map_flags.READ, 0, (dst.size,), np.uint8)
             del arr
-        return lease.buffer.array(self.shape, self.np_dtype)
+        return self._host_view(lease, base)
+
+    def _read_profiles(self, wait: bool = False) -> None:
+        """Kernel times from profiling events, read once their commands have finished."""
+        import pyopencl as cl
+
+        while self._timed:
+            events = self._timed[0]
+            if not wait and events[-1].command_execution_status != cl.command_execution_status.COMPLETE:
+                return
+            wait_event(events[-1])
+            self._timed.popleft()
+            self.kernel_ns.append(sum(ev.profile.end - ev.profile.start for ev in events))
 
     def _run_cpu(self, frame: Frame, geo: Geometry, out: np.ndarray) -> None:
         """One batch entry (``out`` is [C,H,W] or [H,W,C]) with OpenCV."""
@@ -354,6 +385,8 @@ class Preprocess(Node):
             np.copyto(out, canvas, casting="same_kind")
 
     def close(self) -> None:
+        if self._timed:
+            self._read_profiles(wait=True)
         ns = self.kernel_ns
         if ns:
             arr = np.asarray(ns) / 1e6
