@@ -192,10 +192,8 @@ def wait_event(event: Any) -> None:
         event.wait()
         return
     status = event.command_execution_status
-    spins = 0
     while status > cl.command_execution_status.COMPLETE:
-        time.sleep(0 if spins < 20 else 0.0001)
-        spins += 1
+        time.sleep(0.00005)
         status = event.command_execution_status
     if status < 0:
         raise RuntimeError(f"OpenCL command failed with status {status}")

@@ -138,7 +138,7 @@ class Inference(Node):
             nbytes = int(np.prod(self.in_shape)) * self.in_type.size
             self.batch_pool = BufferPool(nbytes, len(self.requests) + 1)
             if upstream is not None and upstream.config.backend != "openvino":
-                self.slots = self._batch_slots(ctx, nbytes)
+                self.slots = self._batch_slots(ctx, nbytes, on_device=upstream.config.backend != "cpu")
             ups = [u for refs in ctx.spec.node(self.id).inputs.values() for u, _ in refs]
             self._edge = f"{ups[0]}->{self.id}" if ups else None
         self._last_stream: str | None = None
@@ -179,11 +179,11 @@ class Inference(Node):
                 return up
         return None
 
-    def _batch_slots(self, ctx: Any, nbytes: int) -> BatchSlots:
+    def _batch_slots(self, ctx: Any, nbytes: int, on_device: bool) -> BatchSlots:
         """Batch buffers the upstream preprocess writes frame by frame, each frame into its own slot: on
         the GPU OpenCL buffers in OpenVINO's context (bound as one remote tensor), else shared host memory."""
         factory = None
-        if self.device == "GPU":
+        if self.device == "GPU" and on_device:
             import pyopencl as cl
 
             dev = cl_device_from_openvino("GPU")

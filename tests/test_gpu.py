@@ -30,26 +30,30 @@ nodes:
     config: {{size: [192, 192], resize: letterbox, color: RGB, layout: NHWC, mean: [127.5, 127.5, 127.5],
              scale: [127.5, 127.5, 127.5], backend: {backend}}}
     inputs: decode.frame
-  - {{id: detect, type: inference, config: {{model: blazeface_full, device: {device}}}, inputs: pre.tensor}}
+  - {{id: detect, type: inference, config: {{model: blazeface_full, device: {device}, batch: {batch}}}, inputs: pre.tensor}}
   - {{id: faces, type: blazeface_decode, config: {{variant: full}}, inputs: detect.tensors}}
   - {{id: out, type: collect, config: {{into: {into}, keep_tensors: false}}, inputs: faces.detections}}
 """
 
 
-def _run(backend: str, device: str, into: str):
+def _run(backend: str, device: str, into: str, batch: int = 1):
     from flowpipe.testing import collected
 
-    res = run(load_graph("<gpu>", text=GRAPH.format(backend=backend, device=device, into=into)), handle_signals=False)
+    text = GRAPH.format(backend=backend, device=device, into=into, batch=batch)
+    res = run(load_graph("<gpu>", text=text), handle_signals=False)
     assert res.ok, res.error
     return res, collected(into)
 
 
-def test_opencl_preprocess_feeds_gpu_inference_through_remote_tensors() -> None:
-    res, frames = _run("opencl", "GPU", "gpu_remote")
+@pytest.mark.parametrize("batch", [1, 4])
+def test_opencl_preprocess_feeds_gpu_inference_through_remote_tensors(batch: int) -> None:
+    res, frames = _run("opencl", "GPU", f"gpu_remote{batch}", batch)
     sec = res.inference["inference.detect"]
-    assert sec["device"] == "GPU" and sec["input_binding"] == "remote OCL_BUFFER"
+    binding = "remote OCL_BUFFER" + (f", batch of {batch} written in place" if batch > 1 else "")
+    assert sec["device"] == "GPU" and sec["input_binding"] == binding
+    assert sum(e["copies"] for e in res.edges.values()) == res.frames["in"]  # the frame upload, counted
     assert res.nodes["pre"]["backend"] == "opencl" and "NVIDIA" in res.nodes["pre"]["opencl_device"]
-    _, ref = _run("cpu", "CPU", "cpu_ref")
+    _, ref = _run("cpu", "CPU", f"cpu_ref{batch}")
     assert len(frames) == len(ref) == res.frames["in"]
     matched = total = 0
     for g, c in zip(frames, ref):
@@ -64,3 +68,6 @@ def test_opencl_preprocess_feeds_gpu_inference_through_remote_tensors() -> None:
 def test_host_path_on_gpu_reports_host_binding() -> None:
     res, _ = _run("cpu", "GPU", "gpu_host")
     assert res.inference["inference.detect"]["input_binding"] == "host tensor, shared memory"
+    res, _ = _run("cpu", "GPU", "gpu_host4", batch=4)
+    assert res.inference["inference.detect"]["input_binding"] == "host tensor, batch of 4 written in place"
+    assert sum(e["copies"] for e in res.edges.values()) == 0

@@ -285,6 +285,32 @@ def test_batching_across_streams_matches_unbatched_results_and_keeps_order(astro
                 np.testing.assert_allclose(t, ref.tensors[name], atol=1e-3)
 
 
+@pytest.mark.parametrize("backend", ["cpu", "opencl"])
+def test_batch_of_tiled_frames_is_written_in_place_and_matches_unbatched(astronaut, backend: str) -> None:
+    """5 entries per frame (whole frame + 2x2 tiles), 3 frames per request: 15-entry requests, the last
+    one partial; the preprocess writes each frame's entries into its slot of the batch buffer."""
+    def frames() -> list[Frame]:
+        return [Frame("a", i, i / 30, np.ascontiguousarray(np.roll(astronaut, 40 * i, axis=1))) for i in range(7)]
+
+    def g(name: str, batch: int) -> str:
+        cfg = f"model: blazeface_full, device: CPU, batch: {batch}, properties: {{INFERENCE_PRECISION_HINT: f32}}"
+        return (_graph(feed(frames()), name, cfg).replace("128, 128", "192, 192")
+                .replace("backend: cpu", f"backend: {backend}, tiles: {{grid: [2, 2]}}"))
+
+    batched, single = run_yaml(g(f"tiles3{backend}", 3)), run_yaml(g(f"tiles1{backend}", 1))
+    assert batched.ok and single.ok, (batched.error, single.error)
+    assert batched.frames == {"in": 7, "out": 7, "dropped": 0, "failed": 0}
+    assert batched.inference["inference.det"]["input"]["shape"] == "[15,192,192,3]"
+    assert batched.edges["pre->det"]["copies"] == 0
+    a, b = collected(f"tiles3{backend}"), collected(f"tiles1{backend}")
+    assert [f.index for f in a] == list(range(7))
+    for fa, fb in zip(a, b):
+        np.testing.assert_allclose(fa.tensors["input"], fb.tensors["input"], atol=1e-6)
+        for name, t in fa.tensors.items():
+            if name != "input":
+                np.testing.assert_allclose(t, fb.tensors[name], atol=1e-3)
+
+
 def test_batch_that_cannot_be_split_per_frame_is_refused(astronaut) -> None:
     """BlazeFace short range concatenates two feature maps: a reshaped batch comes out layer-major."""
     res = run_yaml(_graph(feed([astronaut]), "nosplit", "model: blazeface_short, device: CPU, batch: 2"))

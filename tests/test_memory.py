@@ -6,6 +6,7 @@ import os
 import socket
 import struct
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -225,3 +226,52 @@ def test_cpu_write_syncs_only_dma_buf_memory__no_dma_heap_here() -> None:
     with memory.cpu_write(SharedBuffer(4096, "memfd")), memory.cpu_write(None):
         pass
     assert calls == [0x40086200, 0x40086200]
+
+
+def test_batch_slots_fill_seal_and_return_their_buffer_when_the_last_frame_ends() -> None:
+    from flowpipe.memory import BatchSlots
+
+    slots = BatchSlots(BufferPool(4096, 2, "host"), size=3)
+    a = [slots.take() for _ in range(3)]  # a full batch: sealed by its third slot
+    assert [s.index for s in a] == [0, 1, 2] and len({id(s.batch) for s in a}) == 1
+    assert a[0].batch.sealed and a[0].batch.complete(3) and not a[0].batch.complete(2)
+    b = slots.take()  # the next frame starts a second buffer
+    assert b.index == 0 and b.batch is not a[0].batch
+    for s in a:
+        s.release()
+    assert len(slots.pool._free) == 1  # the first buffer is back once all three frames ended
+    slots.seal(b.batch)  # a partial batch sent on timeout: no more slots from it
+    slots.seal(b.batch)
+    c = slots.take()
+    assert c.batch is not b.batch and c.index == 0
+    b.release()
+    c.release()
+    slots.seal(c.batch)  # sealed with no frame left: back at once, and only once
+    assert len(slots.pool._free) == 2
+
+
+def test_batch_slots_are_shared_safely_by_several_writers() -> None:
+    from flowpipe.memory import BatchSlots
+
+    slots = BatchSlots(BufferPool(4096, 64, "host"), size=4)
+    taken: list = []
+    held: list = []
+    lock = threading.Lock()
+
+    def writer() -> None:
+        for _ in range(50):
+            s = slots.take()
+            with lock:
+                held.append(s)  # keep every buffer alive so ids stay unique
+                taken.append((id(s.batch), s.index))
+
+    threads = [threading.Thread(target=writer) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(taken) == len(set(taken)) == 200  # no slot handed out twice
+    per_buffer: dict[int, int] = {}
+    for key, _ in taken:
+        per_buffer[key] = per_buffer.get(key, 0) + 1
+    assert set(per_buffer.values()) == {4}
