@@ -56,7 +56,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=4)
     ap.add_argument("--format", default="BGR", choices=["BGR", "NV12"],
                     help="frames as software decode gives them (BGR) or as hardware decoders do (NV12)")
-    ap.add_argument("--batch", type=int, default=1, help="frames per inference request")
+    ap.add_argument("--batch", type=int, default=8, help="frames per inference request (both sides)")
     ap.add_argument("--only", choices=["opencl+remote", "host+host"], help="run one side only (diagnostics)")
     ap.add_argument("--no-fill", action="store_true", help="the source does not write its frames (isolates the rest)")
     ap.add_argument("--json")

@@ -87,7 +87,9 @@ def write_report(s: dict, path: Path) -> None:
         L.append(f"| {k} | {v['opencl_ms_median']} | {v['opencv_numpy_ms_median']} | {v['speedup']} | "
                  f"{v['kernel_ms_median']} | {v['max_abs_diff']} |")
     L += ["", "## 6. GPU machine (NVIDIA H200, 16 cores; run with the `device` tool)", ""]
-    g = s.get("gpu_machine", {})
+    g = dict(s.get("gpu_machine", {}))
+    results = Path(__file__).resolve().parent / "results"  # GPU-machine runs recorded since the suite ran
+    g.update({f.name: json.loads(f.read_text()) for f in sorted(results.glob("*h200*.json"))})
     if not g:
         L += ["No GPU-machine results in benchmarks/results/.", ""]
     for name, r in g.items():
@@ -100,7 +102,9 @@ def write_report(s: dict, path: Path) -> None:
             L.append("")
         elif "ratio_opencl_remote_over_host" in r:
             L += [f"End to end on the GPU, {r['model']}, {r.get('hint', 'LATENCY')} with {r.get('requests')} requests, "
-                  f"{r.get('source', 'frames written by the source')} (`{name}`): OpenCL preprocess + remote-tensor inference "
+                  f"batch {r.get('batch', 1)}, {r.get('frame_format', 'BGR')} frames, "
+                  f"{r.get('source', 'frames written by the source')} (`{name}`"
+                  + (f"; {r['note']}" if r.get("note") else "") + "): OpenCL preprocess + remote-tensor inference "
                   f"{_fmt(r['fps']['opencl+remote'])} fps vs host preprocess + host-tensor inference "
                   f"{_fmt(r['fps']['host+host'])} fps: ratio {_fmt(r['ratio_opencl_remote_over_host'])} "
                   f"(target >= 1.3: {_target(r['ratio_opencl_remote_over_host']['median'] >= 1.3)}).", ""]

@@ -460,8 +460,8 @@ class Inference(Node):
         self.section["input_binding"] = f"host tensor, batch of {self.batch} written in place"
 
     def _bind_batch(self, req: Any, frames: list[Frame]) -> None:
-        """Frames of several streams gathered into one request: each input is copied once into its slot
-        of the batch tensor (counted on the input edge)."""
+        """Frames whose tensors are not in batch slots (no preprocess upstream wrote them there): each
+        input is copied once into its slot of the batch tensor (counted on the input edge)."""
         import openvino as ov
 
         lease = self.batch_pool.acquire(timeout=30)
