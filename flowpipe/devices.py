@@ -6,7 +6,6 @@ shares the same plugin instances, remote contexts and compiled kernels.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass
@@ -188,12 +187,85 @@ def wait_event(event: Any) -> None:
     failed command (negative status) raises."""
     import pyopencl as cl
 
-    if os.environ.get("FLOWPIPE_CL_WAIT") == "block":
-        event.wait()
-        return
     status = event.command_execution_status
     while status > cl.command_execution_status.COMPLETE:
         time.sleep(0.00005)
         status = event.command_execution_status
     if status < 0:
         raise RuntimeError(f"OpenCL command failed with status {status}")
+
+
+class ClCalls:
+    """The per-frame OpenCL submissions (write, kernel launch, flush), called through ctypes so the GIL is
+    released while the driver works: a driver busy with OpenVINO's own submissions can take a fraction
+    of a millisecond per call, and pyopencl holds the GIL during a kernel launch, stalling every other
+    stage for that long. The handles are pyopencl's; the library is the OpenCL loader pyopencl loaded."""
+
+    def __init__(self) -> None:
+        import ctypes
+
+        import pyopencl as cl
+
+        self._cl = cl
+        lib = ctypes.CDLL(_opencl_library())
+        vp, sz, u32 = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint32
+        self._kernel = lib.clEnqueueNDRangeKernel
+        self._kernel.argtypes = [vp, vp, u32, vp, ctypes.POINTER(sz), vp, u32, vp, ctypes.POINTER(vp)]
+        self._write = lib.clEnqueueWriteBuffer
+        self._write.argtypes = [vp, vp, u32, sz, sz, vp, u32, vp, ctypes.POINTER(vp)]
+        self._flush = lib.clFlush
+        self._flush.argtypes = [vp]
+        for f in (self._kernel, self._write, self._flush):
+            f.restype = ctypes.c_int32
+        self._ct = ctypes
+
+    def _event(self, code: int, name: str, ev: Any) -> Any:
+        if code != 0:
+            raise RuntimeError(f"{name} failed with OpenCL error {code}")
+        return self._cl.Event.from_int_ptr(ev.value, retain=False)
+
+    def launch(self, queue: Any, kernel: Any, global_size: tuple[int, ...]) -> Any:
+        """Enqueue ``kernel`` (its arguments already set) over ``global_size``; returns its event."""
+        ct = self._ct
+        gs = (ct.c_size_t * len(global_size))(*global_size)
+        ev = ct.c_void_p()
+        code = self._kernel(queue.int_ptr, kernel.int_ptr, len(global_size), None, gs, None, 0, None, ct.byref(ev))
+        return self._event(code, "clEnqueueNDRangeKernel", ev)
+
+    def write(self, queue: Any, buffer: Any, host: Any) -> Any:
+        """Non-blocking upload of ``host`` (a contiguous array kept alive by the caller until the event)."""
+        ct = self._ct
+        ev = ct.c_void_p()
+        code = self._write(queue.int_ptr, buffer.int_ptr, 0, 0, host.nbytes, host.ctypes.data, 0, None, ct.byref(ev))
+        return self._event(code, "clEnqueueWriteBuffer", ev)
+
+    def flush(self, queue: Any) -> None:
+        code = self._flush(queue.int_ptr)
+        if code != 0:
+            raise RuntimeError(f"clFlush failed with OpenCL error {code}")
+
+
+def _opencl_library() -> str:
+    """The OpenCL loader this process already uses (pyopencl's bundled one, or the system's)."""
+    import ctypes.util
+    import sys
+
+    import pyopencl  # noqa: F401  (loads the library)
+
+    if sys.platform.startswith("linux"):
+        with open("/proc/self/maps") as f:
+            for line in f:
+                if "libOpenCL" in line and "/" in line:
+                    return line[line.index("/"):].strip()
+    return ctypes.util.find_library("OpenCL") or ("OpenCL.dll" if sys.platform == "win32" else "libOpenCL.so.1")
+
+
+_cl_calls: ClCalls | None = None
+
+
+def cl_calls() -> ClCalls:
+    global _cl_calls
+    with _lock:
+        if _cl_calls is None:
+            _cl_calls = ClCalls()
+        return _cl_calls

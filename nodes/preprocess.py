@@ -25,7 +25,8 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from flowpipe import memory
-from flowpipe.devices import ClDevice, cl_device, cl_device_from_openvino, opencl_platforms, wait_event
+from flowpipe.devices import (ClDevice, cl_calls, cl_device, cl_device_from_openvino, opencl_platforms,
+                              wait_event)
 from flowpipe.frame import Frame
 from flowpipe.memory import BufferPool
 from flowpipe.node import Node, NodeConfig, register
@@ -178,6 +179,8 @@ class Preprocess(Node):
             self.stats["opencl_device"] = self.cl.name
             self.stats["opencl_memory"] = "unified" if self.cl.unified_memory else "discrete (frames uploaded)"
             self.kernels = self._kernel_cache()
+            self._tls = threading.local()
+            self.calls = cl_calls()
         self.shape = self.tensor_shape()
         self.np_dtype = DTYPES[c.dtype][1]
         self.nbytes = int(np.prod(self.shape)) * np.dtype(self.np_dtype).itemsize
@@ -217,6 +220,18 @@ class Preprocess(Node):
             return _programs.setdefault(key, {})
 
     def _kernel(self, fmt: str) -> Any:
+        """This thread's kernel object for ``fmt`` (arguments are per kernel object, so threads never
+        share one); the program behind it is built once per context and format."""
+        import pyopencl as cl
+
+        mine = getattr(self._tls, "kernels", None)
+        if mine is None:
+            mine = self._tls.kernels = {}
+        if fmt not in mine:
+            mine[fmt] = cl.Kernel(self._program(fmt), "preprocess")
+        return mine[fmt]
+
+    def _program(self, fmt: str) -> Any:
         import pyopencl as cl
 
         c = self.config
@@ -232,7 +247,7 @@ class Preprocess(Node):
                 first = str(e).strip().splitlines()
                 raise RuntimeError(f"OpenCL kernel build failed for {fmt} on {self.cl.name}: "
                                    f"{' | '.join(first[:3])}") from None
-            progs[fmt] = cl.Kernel(prg, "preprocess")
+            progs[fmt] = prg
         return progs[fmt]
 
     # per frame ---------------------------------------------------------------------------------------
@@ -300,7 +315,10 @@ class Preprocess(Node):
         if dev is None:
             dev = cl.Buffer(self.cl.context, cl.mem_flags.READ_ONLY, data.nbytes)
             self._dev_src[data.nbytes] = dev
-        cl.enqueue_copy(self.cl.queue, dev, data, is_blocking=False)
+        if data.flags.c_contiguous:
+            self.calls.write(self.cl.queue, dev, data)
+        else:
+            cl.enqueue_copy(self.cl.queue, dev, data, is_blocking=False)
         memory.ledger.record(data.nbytes)
         return dev
 
@@ -332,12 +350,13 @@ class Preprocess(Node):
                     np.int32(geo.pad_x), np.int32(geo.pad_y), np.int32(geo.new_w), np.int32(geo.new_h),
                     np.float32(c.pad_value),
                     *(np.float32(m) for m in c.mean), *(np.float32(s) for s in inv))
-            events.append(k(self.cl.queue, (_round_up(ow, 16), _round_up(oh, 4)), None, *args))
+            k.set_args(*args)
+            events.append(self.calls.launch(self.cl.queue, k, (_round_up(ow, 16), _round_up(oh, 4))))
         self._timed.append(events)
         if self.remote:
             # the tensor stays on the device: the inference waits for this event just before it starts,
             # so this thread goes on to the next frame while the GPU uploads and converts this one
-            self.cl.queue.flush()
+            self.calls.flush(self.cl.queue)
             lease.ready = events[-1]
             self._read_profiles()
             return lease
