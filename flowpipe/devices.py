@@ -215,14 +215,36 @@ class ClCalls:
         self._write.argtypes = [vp, vp, u32, sz, sz, vp, u32, vp, ctypes.POINTER(vp)]
         self._flush = lib.clFlush
         self._flush.argtypes = [vp]
-        for f in (self._kernel, self._write, self._flush):
+        self._info = lib.clGetEventInfo
+        self._info.argtypes = [vp, u32, sz, vp, vp]
+        self._profiling = lib.clGetEventProfilingInfo
+        self._profiling.argtypes = [vp, u32, sz, vp, vp]
+        self._release = lib.clReleaseEvent
+        self._release.argtypes = [vp]
+        for f in (self._kernel, self._write, self._flush, self._info, self._profiling, self._release):
             f.restype = ctypes.c_int32
         self._ct = ctypes
 
-    def _event(self, code: int, name: str, ev: Any) -> Any:
+    def _event(self, code: int, name: str, ev: Any) -> RawEvent:
         if code != 0:
             raise RuntimeError(f"{name} failed with OpenCL error {code}")
-        return self._cl.Event.from_int_ptr(ev.value, retain=False)
+        return RawEvent(ev.value, self)
+
+    def status(self, handle: int) -> int:
+        """CL_EVENT_COMMAND_EXECUTION_STATUS: 0 complete, > 0 pending, < 0 failed."""
+        out = self._ct.c_int32()
+        code = self._info(handle, 0x11D3, 4, self._ct.byref(out), None)
+        if code != 0:
+            raise RuntimeError(f"clGetEventInfo failed with OpenCL error {code}")
+        return out.value
+
+    def elapsed_ns(self, handle: int) -> int:
+        """Device time between a finished command's start and end (the queue profiles)."""
+        start, end = self._ct.c_uint64(), self._ct.c_uint64()
+        if (self._profiling(handle, 0x1282, 8, self._ct.byref(start), None)
+                or self._profiling(handle, 0x1283, 8, self._ct.byref(end), None)):
+            return 0
+        return end.value - start.value
 
     def launch(self, queue: Any, kernel: Any, global_size: tuple[int, ...]) -> Any:
         """Enqueue ``kernel`` (its arguments already set) over ``global_size``; returns its event."""
@@ -243,6 +265,27 @@ class ClCalls:
         code = self._flush(queue.int_ptr)
         if code != 0:
             raise RuntimeError(f"clFlush failed with OpenCL error {code}")
+
+
+class RawEvent:
+    """An OpenCL event handle from ``ClCalls``: status and profiling read without holding the GIL."""
+
+    __slots__ = ("_calls", "handle")
+
+    def __init__(self, handle: int, calls: ClCalls):
+        self.handle, self._calls = handle, calls
+
+    @property
+    def command_execution_status(self) -> int:
+        return self._calls.status(self.handle)
+
+    def elapsed_ns(self) -> int:
+        return self._calls.elapsed_ns(self.handle)
+
+    def __del__(self) -> None:
+        if self.handle:
+            self._calls._release(self.handle)
+            self.handle = 0
 
 
 def _opencl_library() -> str:

@@ -369,15 +369,16 @@ class Preprocess(Node):
 
     def _read_profiles(self, wait: bool = False) -> None:
         """Kernel times from profiling events, read once their commands have finished."""
-        import pyopencl as cl
-
         while self._timed:
             events = self._timed[0]
-            if not wait and events[-1].command_execution_status != cl.command_execution_status.COMPLETE:
+            if not wait and events[-1].command_execution_status > 0:  # still queued or running
                 return
-            wait_event(events[-1])
             self._timed.popleft()
-            self.kernel_ns.append(sum(ev.profile.end - ev.profile.start for ev in events))
+            try:
+                wait_event(events[-1])
+            except RuntimeError:
+                continue  # a failed kernel: the frame's consumer reports it
+            self.kernel_ns.append(sum(ev.elapsed_ns() for ev in events))
 
     def _run_cpu(self, frame: Frame, geo: Geometry, out: np.ndarray) -> None:
         """One batch entry (``out`` is [C,H,W] or [H,W,C]) with OpenCV."""
