@@ -20,14 +20,18 @@ from flowpipe.bench import bench_graph
 
 GRAPH = """
 nodes:
-  - {{id: src, type: synthetic_source, config: {{count: 100000, width: 1920, height: 1080, fill: {fill}, format: {fmt}}}}}
+  - id: src
+    type: synthetic_source
+    config: {{count: 100000, width: 1920, height: 1080, fill: {fill}, format: {fmt}}}
   - id: pre
     type: preprocess
     workers: {streams}
     config: {{{pre}, backend: {backend}}}
     inputs: src.frame
-  - {{id: detect, type: inference, config: {{model: "{model}", device: {device}, performance_hint: {hint}, num_requests: {nreq}{batch}}},
-     inputs: pre.tensor}}
+  - id: detect
+    type: inference
+    config: {{model: "{model}", device: {device}, performance_hint: {hint}, num_requests: {nreq}{batch}}}
+    inputs: pre.tensor
   - {{id: post, type: {decoder}, inputs: detect.tensors}}
 """
 PRE = {
@@ -74,7 +78,6 @@ def main() -> None:
                   batch=a.batch, streams=a.streams)
             assert r["exit"] == 0, r["error"]
             fps[name].append(r["fps"])
-            print(name, {k: v.get("PROF") for k, v in r["nodes"].items() if v.get("PROF")}, [v.get("PROF") for v in r["inference"].values()], flush=True)
             detail[name] = {"inference": r["inference"], "bytes_copied_per_frame": r["bytes_copied_per_frame"],
                             "busy_ms_per_frame": {k: round(v["busy_s"] / max(v["frames"], 1) * 1e3, 3)
                                                   for k, v in r["nodes"].items()},
