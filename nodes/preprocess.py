@@ -202,8 +202,9 @@ class Preprocess(Node):
                     return cl.Buffer(self.cl.context, cl.mem_flags.READ_WRITE, self.nbytes)
             self.pool = BufferPool(self.nbytes, n, factory=device_buffer)
         self._cl_bufs: dict[tuple[int, int], Any] = {}
-        self._dev_src: dict[int, Any] = {}
+        self._dev_src: dict[tuple[int, int], Any] = {}
         self._timed: deque[list[Any]] = deque()
+        self._timed_lock = threading.Lock()
 
     def _downstream_memory(self, ctx: Any) -> dict[str, Any]:
         for _, consumer, _ in ctx.spec.consumers(self.id):
@@ -311,10 +312,12 @@ class Preprocess(Node):
         # frames (negotiated with the source) the driver does it as an asynchronous DMA transfer
         if frame.buffer is not None and frame.buffer.kind == "ocl-pinned":
             self.stats["frame_memory"] = "ocl-pinned"
-        dev = self._dev_src.get(data.nbytes)
+        # one device copy of the frame per worker thread: the queue is shared, so two streams' uploads
+        # into one buffer could land between the other's upload and kernel
+        key = (threading.get_ident(), data.nbytes)
+        dev = self._dev_src.get(key)
         if dev is None:
-            dev = cl.Buffer(self.cl.context, cl.mem_flags.READ_ONLY, data.nbytes)
-            self._dev_src[data.nbytes] = dev
+            dev = self._dev_src[key] = cl.Buffer(self.cl.context, cl.mem_flags.READ_ONLY, data.nbytes)
         if data.flags.c_contiguous:
             self.calls.write(self.cl.queue, dev, data)
         else:
@@ -352,7 +355,8 @@ class Preprocess(Node):
                     *(np.float32(m) for m in c.mean), *(np.float32(s) for s in inv))
             k.set_args(*args)
             events.append(self.calls.launch(self.cl.queue, k, (_round_up(ow, 16), _round_up(oh, 4))))
-        self._timed.append(events)
+        with self._timed_lock:
+            self._timed.append(events)
         if self.remote:
             # the tensor stays on the device: the inference waits for this event just before it starts,
             # so this thread goes on to the next frame while the GPU uploads and converts this one
@@ -369,11 +373,11 @@ class Preprocess(Node):
 
     def _read_profiles(self, wait: bool = False) -> None:
         """Kernel times from profiling events, read once their commands have finished."""
-        while self._timed:
-            events = self._timed[0]
-            if not wait and events[-1].command_execution_status > 0:  # still queued or running
-                return
-            self._timed.popleft()
+        while True:
+            with self._timed_lock:  # worker threads (one per stream) share the list
+                if not self._timed or (not wait and self._timed[0][-1].command_execution_status > 0):
+                    return  # empty, or the oldest still queued or running
+                events = self._timed.popleft()
             try:
                 wait_event(events[-1])
             except RuntimeError:

@@ -71,3 +71,39 @@ def test_host_path_on_gpu_reports_host_binding() -> None:
     res, _ = _run("cpu", "GPU", "gpu_host4", batch=4)
     assert res.inference["inference.detect"]["input_binding"] == "host tensor, batch of 4 written in place"
     assert sum(e["copies"] for e in res.edges.values()) == 0
+
+
+def test_two_streams_with_a_worker_each_keep_their_own_frames() -> None:
+    """Two cameras, one preprocess worker each, sharing one OpenCL queue and batch buffers: every frame's
+    detections must be those of its own picture (the CPU reference at the same index)."""
+    from flowpipe.testing import collected
+
+    text = """
+nodes:
+  - {id: cam_a, type: video_source, config: {uri: sample, stream: a}}
+  - {id: cam_b, type: video_source, config: {uri: sample, stream: b, every: 2}}
+  - id: pre
+    type: preprocess
+    workers: 2
+    config: {size: [192, 192], resize: letterbox, color: RGB, layout: NHWC, mean: [127.5, 127.5, 127.5],
+             scale: [127.5, 127.5, 127.5], backend: opencl}
+    inputs: {frame: [cam_a.frame, cam_b.frame]}
+  - {id: detect, type: inference, config: {model: blazeface_full, device: GPU, batch: 4}, inputs: pre.tensor}
+  - {id: faces, type: blazeface_decode, config: {variant: full}, inputs: detect.tensors}
+  - {id: out, type: collect, config: {into: gpu_two, keep_tensors: false}, inputs: faces.detections}
+"""
+    res = run(load_graph("<gpu>", text=text), handle_signals=False)
+    assert res.ok, res.error
+    _, ref = _run("cpu", "CPU", "cpu_ref_two")
+    by_index = {f.index: f for f in ref}
+    frames = collected("gpu_two")
+    assert {f.stream for f in frames} == {"a", "b"}
+    matched = total = 0
+    for g in frames:
+        c = by_index[g.meta["decoded_index"]]  # 'b' keeps every second picture
+        gb = np.array([d.box for d in g.detections]).reshape(-1, 4)
+        cb = np.array([d.box for d in c.detections]).reshape(-1, 4)
+        total += len(cb)
+        if len(gb) and len(cb):
+            matched += int((iou_matrix(cb, gb).max(1) >= 0.8).sum())
+    assert total > 0 and matched >= 0.95 * total, (matched, total)
