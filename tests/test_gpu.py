@@ -30,7 +30,8 @@ nodes:
     config: {{size: [192, 192], resize: letterbox, color: RGB, layout: NHWC, mean: [127.5, 127.5, 127.5],
              scale: [127.5, 127.5, 127.5], backend: {backend}}}
     inputs: decode.frame
-  - {{id: detect, type: inference, config: {{model: blazeface_full, device: {device}, batch: {batch}}}, inputs: pre.tensor}}
+  - {{id: detect, type: inference, config: {{model: blazeface_full, device: {device}, batch: {batch}}},
+     inputs: pre.tensor}}
   - {{id: faces, type: blazeface_decode, config: {{variant: full}}, inputs: detect.tensors}}
   - {{id: out, type: collect, config: {{into: {into}, keep_tensors: false}}, inputs: faces.detections}}
 """
