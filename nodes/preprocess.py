@@ -232,6 +232,17 @@ class Preprocess(Node):
             mine[fmt] = cl.Kernel(self._program(fmt), "preprocess")
         return mine[fmt]
 
+    def _queue(self) -> Any:
+        """This thread's in-order queue: workers (one per stream) submit side by side instead of
+        contending for one queue; the consumer waits on each tensor's own event, not on queue order."""
+        q = getattr(self._tls, "queue", None)
+        if q is None:
+            import pyopencl as cl
+
+            q = self._tls.queue = cl.CommandQueue(self.cl.context,
+                                                  properties=cl.command_queue_properties.PROFILING_ENABLE)
+        return q
+
     def _program(self, fmt: str) -> Any:
         import pyopencl as cl
 
@@ -319,9 +330,9 @@ class Preprocess(Node):
         if dev is None:
             dev = self._dev_src[key] = cl.Buffer(self.cl.context, cl.mem_flags.READ_ONLY, data.nbytes)
         if data.flags.c_contiguous:
-            self.calls.write(self.cl.queue, dev, data)
+            self.calls.write(self._queue(), dev, data)
         else:
-            cl.enqueue_copy(self.cl.queue, dev, data, is_blocking=False)
+            cl.enqueue_copy(self._queue(), dev, data, is_blocking=False)
         memory.ledger.record(data.nbytes)
         return dev
 
@@ -354,20 +365,20 @@ class Preprocess(Node):
                     np.float32(c.pad_value),
                     *(np.float32(m) for m in c.mean), *(np.float32(s) for s in inv))
             k.set_args(*args)
-            events.append(self.calls.launch(self.cl.queue, k, (_round_up(ow, 16), _round_up(oh, 4))))
+            events.append(self.calls.launch(self._queue(), k, (_round_up(ow, 16), _round_up(oh, 4))))
         with self._timed_lock:
             self._timed.append(events)
         if self.remote:
             # the tensor stays on the device: the inference waits for this event just before it starts,
             # so this thread goes on to the next frame while the GPU uploads and converts this one
-            self.calls.flush(self.cl.queue)
+            self.calls.flush(self._queue())
             lease.ready = events[-1]
             self._read_profiles()
             return lease
         wait_event(events[-1])
         self._read_profiles()
         if not self.cl.unified_memory:  # make the host view current (a no-op mapping on unified memory)
-            arr, _ = cl.enqueue_map_buffer(self.cl.queue, dst, cl.map_flags.READ, 0, (dst.size,), np.uint8)
+            arr, _ = cl.enqueue_map_buffer(self._queue(), dst, cl.map_flags.READ, 0, (dst.size,), np.uint8)
             del arr
         return self._host_view(lease, base)
 
