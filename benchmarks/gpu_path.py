@@ -25,7 +25,7 @@ nodes:
     config: {{count: 100000, width: 1920, height: 1080, fill: {fill}, format: {fmt}}}
   - id: pre
     type: preprocess
-    workers: {streams}
+    workers: {workers}
     config: {{{pre}, backend: {backend}}}
     inputs: src.frame
   - id: detect
@@ -43,11 +43,12 @@ PRE = {
 
 
 def one(backend: str, device: str, frames: int, model: str, hint: str, nreq: int, fill: bool = True,
-        fmt: str = "BGR", batch: int = 1, streams: int = 1) -> dict:
+        fmt: str = "BGR", batch: int = 1, streams: int = 1, workers: int | None = None) -> dict:
     pre, decoder = PRE["ppocr" if "ppocr" in model else "blazeface"]
     text = GRAPH.format(backend=backend, device=device, pre=pre, decoder=decoder, model=model, hint=hint, nreq=nreq,
                         fill=str(fill).lower(), fmt=fmt,
-                       batch=f", batch: {batch}, batch_timeout_ms: 20" if batch > 1 else "", streams=streams)
+                       batch=f", batch: {batch}, batch_timeout_ms: 20" if batch > 1 else "",
+                       workers=workers or streams)
     return bench_graph("<gpu>", spec=load_graph("<gpu>", text=text), frames=frames, warmup=50, streams=streams)
 
 
@@ -64,6 +65,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=8, help="frames per inference request (both sides)")
     ap.add_argument("--streams", type=int, default=1, help="cameras, each its own source thread; the "
                     "preprocess runs one worker per stream")
+    ap.add_argument("--pre-workers", type=int, help="preprocess threads (default: one per stream)")
     ap.add_argument("--only", choices=["opencl+remote", "host+host"], help="run one side only (diagnostics)")
     ap.add_argument("--no-fill", action="store_true", help="the source does not write its frames (isolates the rest)")
     ap.add_argument("--json")
@@ -75,7 +77,7 @@ def main() -> None:
             if a.only and name != a.only:
                 continue
             r = one(backend, a.device, a.frames, a.model, a.hint, a.requests, fill=not a.no_fill, fmt=a.format,
-                  batch=a.batch, streams=a.streams)
+                  batch=a.batch, streams=a.streams, workers=a.pre_workers)
             assert r["exit"] == 0, r["error"]
             fps[name].append(r["fps"])
             detail[name] = {"inference": r["inference"], "bytes_copied_per_frame": r["bytes_copied_per_frame"],
@@ -84,6 +86,7 @@ def main() -> None:
                             "nodes": {k: v["latency_ms"] for k, v in r["nodes"].items()}}
     ratios = [x / y for x, y in zip(fps["opencl+remote"], fps["host+host"])]
     out = {"device": a.device, "batch": a.batch, "streams": a.streams,
+           "pre_workers": a.pre_workers or a.streams,
            "model": Path(a.model).stem if a.model.endswith(".xml") else a.model,
            "hint": a.hint, "requests": a.requests,
            "source": "frames not written (--no-fill)" if a.no_fill else "every 1080p frame written by the source",
