@@ -28,7 +28,7 @@ from flowpipe import memory
 from flowpipe.devices import (ClDevice, cl_calls, cl_device, cl_device_from_openvino, opencl_platforms,
                               wait_event)
 from flowpipe.frame import Frame
-from flowpipe.memory import BufferPool
+from flowpipe.memory import BatchSlots, BufferPool
 from flowpipe.node import Node, NodeConfig, register
 
 log = logging.getLogger("flowpipe.preprocess")
@@ -186,30 +186,45 @@ class Preprocess(Node):
         self.nbytes = int(np.prod(self.shape)) * np.dtype(self.np_dtype).itemsize
         n = min(ctx.frames_in_flight(self.id), 64)
         self.remote = self.want.get("memory") == "ocl-remote" and self.cl is not None
-        # a batching inference downstream hands out slots of its batch buffers: write each frame there
-        self.slots = self.want.get("slots") if self.backend != "openvino" else None
-        if self.slots is not None and self.slots.pool.kind == "device" and not self.remote:
-            self.slots = None  # device slots, but no OpenCL here: host tensors, batched by copy downstream
-        self.full_shape = (self.slots.size * self.shape[0], *self.shape[1:]) if self.slots else self.shape
-        self.stats["writes"] = f"slots of a batch of {self.slots.size}" if self.slots else "own pool"
         self.pool = None
-        if self.backend != "openvino" and self.slots is None:
+        self._pool_size = n
+        self._use_slots(self.want.get("slots"))
+        self._cl_bufs: dict[tuple[int, int], Any] = {}
+        self._dev_src: dict[tuple[int, int], Any] = {}
+        self._timed: deque[list[Any]] = deque()
+        self._timed_lock = threading.Lock()
+
+    def _use_slots(self, slots: BatchSlots | None) -> None:
+        """A batching inference downstream hands out slots of its batch buffers: write each frame there;
+        otherwise into this node's own pool."""
+        if self.backend == "openvino" or (slots is not None and slots.pool.kind == "device" and not self.remote):
+            slots = None  # device slots, but no OpenCL here: host tensors, batched by copy downstream
+        self.slots = slots
+        self.full_shape = (slots.size * self.shape[0], *self.shape[1:]) if slots else self.shape
+        self.stats["writes"] = f"slots of a batch of {slots.size}" if slots else "own pool"
+        if self.backend != "openvino" and slots is None and self.pool is None:
             device_buffer = None
             if self.remote:  # OpenCL buffers in OpenVINO's GPU context, bound later as remote tensors
                 import pyopencl as cl
 
                 def device_buffer() -> Any:
                     return cl.Buffer(self.cl.context, cl.mem_flags.READ_WRITE, self.nbytes)
-            self.pool = BufferPool(self.nbytes, n, factory=device_buffer)
-        self._cl_bufs: dict[tuple[int, int], Any] = {}
-        self._dev_src: dict[tuple[int, int], Any] = {}
-        self._timed: deque[list[Any]] = deque()
-        self._timed_lock = threading.Lock()
+            self.pool = BufferPool(self.nbytes, self._pool_size, factory=device_buffer)
+
+    def _current_slots(self) -> BatchSlots | None:
+        """The consumer's slots; re-read when it opened again (``on_error: restart``) and published new ones."""
+        want = self.ctx.services.get(self._want_key) if self._want_key else None
+        if want is not None and want is not self.want:
+            self.want = want
+            self._use_slots(want.get("slots"))
+        return self.slots
 
     def _downstream_memory(self, ctx: Any) -> dict[str, Any]:
+        self._want_key = None
         for _, consumer, _ in ctx.spec.consumers(self.id):
             want = ctx.services.get(f"memory:{consumer}")
             if want:
+                self._want_key = f"memory:{consumer}"
                 return want
         return {"memory": "host"}
 
@@ -288,9 +303,10 @@ class Preprocess(Node):
         if self.backend == "openvino":
             frame.tensors["input"] = frame.data[None] if frame.data.ndim == 3 else frame.data
             return frame
-        lease = self.slots.take() if self.slots is not None else self.pool.acquire(timeout=30)
+        slots = self._current_slots()
+        lease = slots.take() if slots is not None else self.pool.acquire(timeout=30)
         frame.ref.leases.append(lease)
-        base = lease.index * self.shape[0] if self.slots is not None else 0  # first batch entry we write
+        base = lease.index * self.shape[0] if slots is not None else 0  # first batch entry we write
         if self.backend == "opencl":
             out = self._run_opencl(frame, geos, lease, base)
         else:
