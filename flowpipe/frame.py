@@ -109,10 +109,9 @@ class Frame:
         addr = array.ctypes.data
         for lease in self.ref.leases:
             buf = getattr(lease, "buffer", None)
-            if buf is not None:
-                base = buf.address
-                if base <= addr < base + buf.size:
-                    return buf
+            base = getattr(buf, "address", None)  # device memory (an OpenCL buffer) has no host address
+            if base is not None and base <= addr < base + buf.size:
+                return buf
         return None
 
     @property

@@ -8,6 +8,7 @@ import cv2
 import numpy as np
 from pydantic import Field
 
+from flowpipe import memory
 from flowpipe.frame import Frame
 from flowpipe.node import Node, NodeConfig, register
 
@@ -46,6 +47,11 @@ class Blur(Node):
     def process(self, frame: Frame, port: str) -> Frame:
         if frame.format != "BGR":
             raise ValueError(f"blur works on BGR frames, got {frame.format}")
+        with memory.cpu_write(frame.buffer_of(frame.data)):  # DMA-BUF frames: sync around the CPU write
+            self._apply(frame)
+        return frame
+
+    def _apply(self, frame: Frame) -> None:
         c = self.config
         img = frame.data
         for d in frame.detections:
@@ -66,7 +72,6 @@ class Blur(Node):
             else:
                 k = max(3, (max(x2 - x1, y2 - y1) // c.strength) | 1)
                 cv2.GaussianBlur(roi, (k, k), 0, dst=roi)
-        return frame
 
 
 @register("overlay")
@@ -89,6 +94,11 @@ class Overlay(Node):
         self._times: dict[str, list[float]] = {}
 
     def process(self, frame: Frame, port: str) -> Frame:
+        with memory.cpu_write(frame.buffer_of(frame.data)):  # DMA-BUF frames: sync around the CPU write
+            self._draw(frame)
+        return frame
+
+    def _draw(self, frame: Frame) -> None:
         c = self.config
         img = frame.data
         for d in frame.detections:
@@ -105,4 +115,3 @@ class Overlay(Node):
             fps = (len(ts) - 1) / (ts[-1] - ts[0]) if len(ts) > 1 and ts[-1] > ts[0] else 0.0
             cv2.putText(img, f"{frame.stream} {fps:5.1f} fps", (8, 22), cv2.FONT_HERSHEY_SIMPLEX, 0.6, (255, 255, 255),
                         2, cv2.LINE_AA)
-        return frame

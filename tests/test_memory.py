@@ -275,3 +275,28 @@ def test_batch_slots_are_shared_safely_by_several_writers() -> None:
     for key, _ in taken:
         per_buffer[key] = per_buffer.get(key, 0) + 1
     assert set(per_buffer.values()) == {4}
+
+
+@pytest.mark.parametrize("node", ["blur", "overlay"])
+def test_in_place_drawing_syncs_dma_buf_frames__no_dma_heap_here(node: str) -> None:
+    """blur and overlay write the frame in place: on DMA-BUF memory the write is bracketed by the sync
+    ioctls (memfd stands in for the DMA-BUF fd; this checks what is sent, not a real heap)."""
+    from flowpipe.frame import Detection, Frame, FrameRef
+    from flowpipe.memory import Lease
+    from flowpipe.testing import run_node
+
+    calls = []
+    fd = os.memfd_create("fake-dmabuf")
+    os.ftruncate(fd, 64 * 64 * 3)
+    buf = SharedBuffer(64 * 64 * 3, "dma-heap", _fd=fd, _ioctl=lambda fd, req, arg: calls.append(req))
+    ref = FrameRef("s", 0)
+    ref.leases.append(Lease(buf, None))
+    img = buf.array((64, 64, 3))
+    img[...] = np.arange(64, dtype=np.uint8)[None, :, None]
+    frame = Frame("s", 0, 0.0, img, "BGR", ref=ref)
+    frame.detections = [Detection((10.0, 10.0, 40.0, 40.0), 0.9, "face")]
+    before = img.copy()
+    out = run_node(f"type: {node}", [frame])
+    assert out.result.ok and len(out.frames) == 1, out.result.error
+    assert not np.array_equal(before, img)  # written in place
+    assert calls == [0x40086200, 0x40086200]
