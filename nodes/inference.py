@@ -4,7 +4,9 @@ Frames are submitted asynchronously and come out in submission order (so in fram
 Inputs are bound without copies: host tensors over the preprocess node's shared buffers on CPU (and on
 NPU where no DMA-BUF is available), OpenCL buffers wrapped as remote tensors on the GPU, DMA-BUF fds
 imported as ``MEM_TYPE: SHARED_BUF`` remote tensors on the NPU. Outputs land in pooled shared buffers
-bound per request, so results are never copied out of a request.
+bound per request, so results are never copied out of a request. With ``batch: N`` the node hands the
+upstream preprocess slots of its batch buffers (``memory.BatchSlots``; on the GPU OpenCL buffers bound as
+one remote tensor) and each frame is written straight into its place in the batch.
 """
 from __future__ import annotations
 
