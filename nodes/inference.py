@@ -282,12 +282,7 @@ class Inference(Node):
         cl_buffer = getattr(t, "buffer", None)  # a lease on device memory from the preprocess pool
         if cl_buffer is not None and hasattr(cl_buffer, "int_ptr"):  # OpenCL buffer in OpenVINO's GPU context
             t.wait_ready()  # the preprocess kernel that writes it may still be running on its own queue
-            rt = self._remote_tensors.get(cl_buffer.int_ptr)
-            if rt is None:
-                rt = self.remote_ctx.create_tensor(self.in_type, ov.Shape(list(self.in_shape)),
-                                                   {"SHARED_MEM_TYPE": "OCL_BUFFER", "MEM_HANDLE": hex(cl_buffer.int_ptr)})
-                self._remote_tensors[cl_buffer.int_ptr] = rt
-            req.set_tensor(self.input.get_any_name(), rt)
+            req.set_tensor(self.input.get_any_name(), self._ocl_tensor(cl_buffer))
             self.section["input_binding"] = "remote OCL_BUFFER"
             return
         arr = t
@@ -382,8 +377,6 @@ class Inference(Node):
         return src is not None and tuple(getattr(src, "shape", ())) == (self.entries, *self.in_shape[1:])
 
     def _submit(self, frames: list[Frame]) -> list[Frame]:
-        import openvino as ov
-
         slots = [self._slot_of(f) for f in frames] if self.batch > 1 else []
         if self.batch > 1 and slots[0] is None:
             bad = next((f for f in frames if not self._fits(f)), None)
@@ -415,11 +408,7 @@ class Inference(Node):
                 for f in frames:
                     f.ref.leases.append(shared)
                 view = lease.buffer.array(*self.out_specs[i])
-                key = (view.ctypes.data, view.shape)
-                t = self._host_tensors.get(key)
-                if t is None:
-                    t = self._host_tensors[key] = ov.Tensor(view, shared_memory=True)
-                req.set_output_tensor(i, t)
+                req.set_output_tensor(i, self._host_tensor(view))
                 for k, f in enumerate(frames):
                     at = slots[k].index if slots and slots[k] is not None else k
                     f.tensors[self.out_names[i]] = view if self.batch == 1 else _part(view, at, self.batch)
@@ -437,35 +426,42 @@ class Inference(Node):
 
     def _bind_slots(self, req: Any, slots: list[Slot]) -> None:
         """Frames the preprocess wrote into slots of one batch buffer: bind the whole buffer, no copies."""
-        import openvino as ov
-
         b = slots[0].batch
         b.submitted += len(slots)
         buf = b.lease.buffer
         if hasattr(buf, "int_ptr"):  # an OpenCL buffer in OpenVINO's GPU context
             for s in slots:
                 s.wait_ready()  # the preprocess kernels may still run on their own queue
-            rt = self._remote_tensors.get(buf.int_ptr)
-            if rt is None:
-                rt = self._remote_tensors[buf.int_ptr] = self.remote_ctx.create_tensor(
-                    self.in_type, ov.Shape(list(self.in_shape)), {"SHARED_MEM_TYPE": "OCL_BUFFER",
-                                                                   "MEM_HANDLE": hex(buf.int_ptr)})
-            req.set_tensor(self.input.get_any_name(), rt)
+            req.set_tensor(self.input.get_any_name(), self._ocl_tensor(buf))
             self.section["input_binding"] = f"remote OCL_BUFFER, batch of {self.batch} written in place"
             return
-        arr = buf.array(self.in_shape, self.in_type.to_dtype())
+        req.set_input_tensor(self._host_tensor(buf.array(self.in_shape, self.in_type.to_dtype())))
+        self.section["input_binding"] = f"host tensor, batch of {self.batch} written in place"
+
+    def _ocl_tensor(self, buffer: Any) -> Any:
+        """A remote tensor over an OpenCL buffer of OpenVINO's GPU context, made once per buffer."""
+        import openvino as ov
+
+        rt = self._remote_tensors.get(buffer.int_ptr)
+        if rt is None:
+            rt = self._remote_tensors[buffer.int_ptr] = self.remote_ctx.create_tensor(
+                self.in_type, ov.Shape(list(self.in_shape)),
+                {"SHARED_MEM_TYPE": "OCL_BUFFER", "MEM_HANDLE": hex(buffer.int_ptr)})
+        return rt
+
+    def _host_tensor(self, arr: np.ndarray) -> Any:
+        """An OpenVINO tensor over pooled memory, made once per buffer."""
+        import openvino as ov
+
         key = (arr.ctypes.data, arr.shape)
         t = self._host_tensors.get(key)
         if t is None:
             t = self._host_tensors[key] = ov.Tensor(arr, shared_memory=True)
-        req.set_input_tensor(t)
-        self.section["input_binding"] = f"host tensor, batch of {self.batch} written in place"
+        return t
 
     def _bind_batch(self, req: Any, frames: list[Frame]) -> None:
         """Frames whose tensors are not in batch slots (no preprocess upstream wrote them there): each
         input is copied once into its slot of the batch tensor (counted on the input edge)."""
-        import openvino as ov
-
         lease = self.batch_pool.acquire(timeout=30)
         shared = _SharedLease(lease, len(frames))
         arr = lease.buffer.array(self.in_shape, self.in_type.to_dtype())
@@ -475,11 +471,7 @@ class Inference(Node):
             memory.copy(f.tensors["input"], out=arr[k * per:(k + 1) * per])
         if len(frames) < self.batch:
             arr[len(frames) * per:] = 0  # a partial batch (timeout): empty slots, results ignored
-        key = (arr.ctypes.data, arr.shape)
-        t = self._host_tensors.get(key)
-        if t is None:
-            t = self._host_tensors[key] = ov.Tensor(arr, shared_memory=True)
-        req.set_input_tensor(t)
+        req.set_input_tensor(self._host_tensor(arr))
         self.section["input_binding"] = f"host tensor, batch of {self.batch} (one counted copy per frame)"
 
     def poll(self) -> list[Frame]:

@@ -46,6 +46,18 @@ def _run(backend: str, device: str, into: str, batch: int = 1):
     return res, collected(into)
 
 
+def _assert_same_faces(pairs) -> None:
+    """GPU detections against the CPU reference, frame by frame: >= 95 % of faces at IoU >= 0.8."""
+    matched = total = 0
+    for g, c in pairs:
+        gb = np.array([d.box for d in g.detections]).reshape(-1, 4)
+        cb = np.array([d.box for d in c.detections]).reshape(-1, 4)
+        total += len(cb)
+        if len(gb) and len(cb):
+            matched += int((iou_matrix(cb, gb).max(1) >= 0.8).sum())
+    assert total > 0 and matched >= 0.95 * total, (matched, total)
+
+
 @pytest.mark.parametrize("batch", [1, 4])
 def test_opencl_preprocess_feeds_gpu_inference_through_remote_tensors(batch: int) -> None:
     res, frames = _run("opencl", "GPU", f"gpu_remote{batch}", batch)
@@ -56,14 +68,7 @@ def test_opencl_preprocess_feeds_gpu_inference_through_remote_tensors(batch: int
     assert res.nodes["pre"]["backend"] == "opencl" and "NVIDIA" in res.nodes["pre"]["opencl_device"]
     _, ref = _run("cpu", "CPU", f"cpu_ref{batch}")
     assert len(frames) == len(ref) == res.frames["in"]
-    matched = total = 0
-    for g, c in zip(frames, ref):
-        gb = np.array([d.box for d in g.detections]).reshape(-1, 4)
-        cb = np.array([d.box for d in c.detections]).reshape(-1, 4)
-        total += len(cb)
-        if len(gb) and len(cb):
-            matched += int((iou_matrix(cb, gb).max(1) >= 0.8).sum())
-    assert total > 0 and matched >= 0.95 * total, (matched, total)
+    _assert_same_faces(zip(frames, ref))
 
 
 def test_host_path_on_gpu_reports_host_binding() -> None:
@@ -99,12 +104,4 @@ nodes:
     by_index = {f.index: f for f in ref}
     frames = collected("gpu_two")
     assert {f.stream for f in frames} == {"a", "b"}
-    matched = total = 0
-    for g in frames:
-        c = by_index[g.meta["decoded_index"]]  # 'b' keeps every second picture
-        gb = np.array([d.box for d in g.detections]).reshape(-1, 4)
-        cb = np.array([d.box for d in c.detections]).reshape(-1, 4)
-        total += len(cb)
-        if len(gb) and len(cb):
-            matched += int((iou_matrix(cb, gb).max(1) >= 0.8).sum())
-    assert total > 0 and matched >= 0.95 * total, (matched, total)
+    _assert_same_faces((g, by_index[g.meta["decoded_index"]]) for g in frames)  # 'b' keeps every second
