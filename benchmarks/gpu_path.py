@@ -71,6 +71,7 @@ def main() -> None:
     ap.add_argument("--json")
     a = ap.parse_args()
     fps = {"opencl+remote": [], "host+host": []}
+    cpu = {"opencl+remote": [], "host+host": []}  # process CPU time per frame: what the path leaves free
     detail = {}
     for _ in range(a.repeats):
         for name, backend in (("opencl+remote", "opencl"), ("host+host", "cpu")):
@@ -80,6 +81,8 @@ def main() -> None:
                   batch=a.batch, streams=a.streams, workers=a.pre_workers)
             assert r["exit"] == 0, r["error"]
             fps[name].append(r["fps"])
+            if r["cpu_ms_per_frame"] is not None:
+                cpu[name].append(r["cpu_ms_per_frame"])
             detail[name] = {"inference": r["inference"], "bytes_copied_per_frame": r["bytes_copied_per_frame"],
                             "busy_ms_per_frame": {k: round(v["busy_s"] / max(v["frames"], 1) * 1e3, 3)
                                                   for k, v in r["nodes"].items()},
@@ -93,6 +96,7 @@ def main() -> None:
            "frame_format": a.format,
            "fps": {k: {"median": round(statistics.median(v), 1), "min": round(min(v), 1), "max": round(max(v), 1)}
                    for k, v in fps.items() if v},
+           "cpu_ms_per_frame": {k: round(statistics.median(v), 3) for k, v in cpu.items() if v},
            "ratio_opencl_remote_over_host": {"median": round(statistics.median(ratios), 3),
                                              "min": round(min(ratios), 3), "max": round(max(ratios), 3)}
            if ratios else None,

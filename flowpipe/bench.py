@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import platform
 import resource
+import threading
 import time
 from typing import Any
 
@@ -54,8 +55,19 @@ def bench_graph(path: str, sets: list[str] | None = None, frames: int = 300, war
     spec = replicate_sources(spec, streams)
     runner = Runner(spec, max_frames=(frames + warmup) * streams, handle_signals=False)
     runner.record_times = True
+    samples: list[tuple[float, float]] = []  # (time, process CPU seconds): CPU in the measured window
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(0.02):
+            samples.append((time.perf_counter(), time.process_time()))
+
+    sampler = threading.Thread(target=sample, daemon=True)
     ru0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+    sampler.start()
     res = runner.run()
+    stop.set()
+    sampler.join()
     ru1, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter() - t0
     cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
     times = [t for t, _ in res.done_times]
@@ -72,6 +84,7 @@ def bench_graph(path: str, sets: list[str] | None = None, frames: int = 300, war
         "fps": _round(_window_fps(times, warmup * streams)),
         "per_stream_fps": {s: _round(_window_fps(ts, warmup)) for s, ts in sorted(by_stream.items())},
         "elapsed_s": round(wall, 3), "cpu_s": round(cpu, 3), "cpu_util_cores": round(cpu / wall, 2),
+        "cpu_ms_per_frame": _window_cpu_ms(samples, sorted(times), warmup * streams),
         "peak_rss_mb": round(ru1.ru_maxrss / 1024, 1),
         "copies_per_frame": round(copies / out_frames, 4), "bytes_copied_per_frame": round(bytes_copied / out_frames, 1),
         "nodes": {k: {f: v.get(f) for f in ("type", "frames", "fps", "latency_ms", "queue_max", "busy_s")}
@@ -82,6 +95,19 @@ def bench_graph(path: str, sets: list[str] | None = None, frames: int = 300, war
                     "python": platform.python_version(), "openvino": ov.get_version(),
                     "numpy": np.__version__},
     }
+
+
+def _window_cpu_ms(samples: list[tuple[float, float]], times: list[float], warmup: int) -> float | None:
+    """Process CPU milliseconds per frame between the end of the warm-up and the last frame (model
+    compilation and start-up excluded), from samples taken every 20 ms."""
+    if len(times) <= warmup + 1:
+        return None
+    start, end = times[warmup - 1] if warmup > 0 else times[0], times[-1]
+    inside = [(t, c) for t, c in samples if start <= t <= end]
+    if len(inside) < 2:
+        return None
+    frames = sum(1 for t in times if inside[0][0] < t <= inside[-1][0])
+    return round((inside[-1][1] - inside[0][1]) / max(frames, 1) * 1e3, 3)
 
 
 def _cores() -> int:
