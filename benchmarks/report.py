@@ -107,7 +107,9 @@ def write_report(s: dict, path: Path) -> None:
                   + (f"; {r['note']}" if r.get("note") else "") + "): OpenCL preprocess + remote-tensor inference "
                   f"{_fmt(r['fps']['opencl+remote'])} fps vs host preprocess + host-tensor inference "
                   f"{_fmt(r['fps']['host+host'])} fps: ratio {_fmt(r['ratio_opencl_remote_over_host'])} "
-                  f"(target >= 1.3: {_target(r['ratio_opencl_remote_over_host']['median'] >= 1.3)}).", ""]
+                  f"(target >= 1.3: {_target(r['ratio_opencl_remote_over_host']['median'] >= 1.3)})"
+                  + (f"; process CPU per frame {r['cpu_ms_per_frame']['opencl+remote']} ms vs "
+                     f"{r['cpu_ms_per_frame']['host+host']} ms" if r.get("cpu_ms_per_frame") else "") + ".", ""]
         elif "scaling" in r:
             ceil = r["ceilings"]["720p"]["cpu_work_ceiling_fps"]
             L += [f"Stream scaling on {r['machine']['cores']} cores (`{name}`), CPU-work ceiling {ceil} fps:", "",
