@@ -188,6 +188,8 @@ def wait_event(event: Any) -> None:
     import pyopencl as cl
 
     status = event.command_execution_status
+    if status == cl.command_execution_status.QUEUED and isinstance(event, RawEvent):
+        event.flush()  # its producer may leave the queue unflushed (it flushes once per batch)
     while status > cl.command_execution_status.COMPLETE:
         time.sleep(0.00005)
         status = event.command_execution_status
@@ -210,9 +212,9 @@ class ClCalls:
         lib = ctypes.CDLL(_opencl_library())
         vp, sz, u32 = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint32
         self._kernel = lib.clEnqueueNDRangeKernel
-        self._kernel.argtypes = [vp, vp, u32, vp, ctypes.POINTER(sz), vp, u32, vp, ctypes.POINTER(vp)]
+        self._kernel.argtypes = [vp, vp, u32, vp, ctypes.POINTER(sz), vp, u32, vp, vp]
         self._write = lib.clEnqueueWriteBuffer
-        self._write.argtypes = [vp, vp, u32, sz, sz, vp, u32, vp, ctypes.POINTER(vp)]
+        self._write.argtypes = [vp, vp, u32, sz, sz, vp, u32, vp, vp]
         self._flush = lib.clFlush
         self._flush.argtypes = [vp]
         self._info = lib.clGetEventInfo
@@ -225,10 +227,10 @@ class ClCalls:
             f.restype = ctypes.c_int32
         self._ct = ctypes
 
-    def _event(self, code: int, name: str, ev: Any) -> RawEvent:
+    def _event(self, code: int, name: str, ev: Any, queue: Any) -> RawEvent:
         if code != 0:
             raise RuntimeError(f"{name} failed with OpenCL error {code}")
-        return RawEvent(ev.value, self)
+        return RawEvent(ev.value, self, queue)
 
     def status(self, handle: int) -> int:
         """CL_EVENT_COMMAND_EXECUTION_STATUS: 0 complete, > 0 pending, < 0 failed."""
@@ -246,20 +248,26 @@ class ClCalls:
             return 0
         return end.value - start.value
 
-    def launch(self, queue: Any, kernel: Any, global_size: tuple[int, ...]) -> Any:
-        """Enqueue ``kernel`` (its arguments already set) over ``global_size``; returns its event."""
+    def launch(self, queue: Any, kernel: Any, global_size: tuple[int, ...], event: bool = True) -> RawEvent | None:
+        """Enqueue ``kernel`` (its arguments already set) over ``global_size``; returns its event (None
+        with ``event=False``: no event to create and release)."""
         ct = self._ct
         gs = (ct.c_size_t * len(global_size))(*global_size)
         ev = ct.c_void_p()
-        code = self._kernel(queue.int_ptr, kernel.int_ptr, len(global_size), None, gs, None, 0, None, ct.byref(ev))
-        return self._event(code, "clEnqueueNDRangeKernel", ev)
+        code = self._kernel(queue.int_ptr, kernel.int_ptr, len(global_size), None, gs, None, 0, None,
+                            ct.byref(ev) if event else None)
+        if not event:
+            if code != 0:
+                raise RuntimeError(f"clEnqueueNDRangeKernel failed with OpenCL error {code}")
+            return None
+        return self._event(code, "clEnqueueNDRangeKernel", ev, queue)
 
-    def write(self, queue: Any, buffer: Any, host: Any) -> Any:
-        """Non-blocking upload of ``host`` (a contiguous array kept alive by the caller until the event)."""
-        ct = self._ct
-        ev = ct.c_void_p()
-        code = self._write(queue.int_ptr, buffer.int_ptr, 0, 0, host.nbytes, host.ctypes.data, 0, None, ct.byref(ev))
-        return self._event(code, "clEnqueueWriteBuffer", ev)
+    def write(self, queue: Any, buffer: Any, host: Any) -> None:
+        """Non-blocking upload of ``host`` (a contiguous array the caller keeps alive until a later command
+        on the same in-order queue has finished). No event: one driver call fewer per frame."""
+        code = self._write(queue.int_ptr, buffer.int_ptr, 0, 0, host.nbytes, host.ctypes.data, 0, None, None)
+        if code != 0:
+            raise RuntimeError(f"clEnqueueWriteBuffer failed with OpenCL error {code}")
 
     def flush(self, queue: Any) -> None:
         code = self._flush(queue.int_ptr)
@@ -270,10 +278,13 @@ class ClCalls:
 class RawEvent:
     """An OpenCL event handle from ``ClCalls``: status and profiling read without holding the GIL."""
 
-    __slots__ = ("_calls", "handle")
+    __slots__ = ("_calls", "_queue", "handle")
 
-    def __init__(self, handle: int, calls: ClCalls):
-        self.handle, self._calls = handle, calls
+    def __init__(self, handle: int, calls: ClCalls, queue: Any):
+        self.handle, self._calls, self._queue = handle, calls, queue
+
+    def flush(self) -> None:
+        self._calls.flush(self._queue)
 
     @property
     def command_execution_status(self) -> int:

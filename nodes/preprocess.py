@@ -28,13 +28,14 @@ from flowpipe import memory
 from flowpipe.devices import (ClDevice, cl_calls, cl_device, cl_device_from_openvino, opencl_platforms,
                               wait_event)
 from flowpipe.frame import Frame
-from flowpipe.memory import BatchSlots, BufferPool
+from flowpipe.memory import BatchSlots, BufferPool, Slot
 from flowpipe.node import Node, NodeConfig, register
 
 log = logging.getLogger("flowpipe.preprocess")
 SRC_FMT = {"BGR": 0, "RGB": 1, "GRAY": 2, "NV12": 3, "I420": 4}
 DST_COLOR = {"BGR": 0, "RGB": 1, "GRAY": 2}
 DTYPES = {"u8": (0, np.uint8, "uchar"), "f16": (1, np.float16, "half"), "f32": (2, np.float32, "float")}
+PROFILE_EVERY = 8  # kernel time is read from one frame in this many (each read is a driver call)
 _programs: dict[tuple[int, tuple], dict[str, Any]] = {}
 _programs_lock = threading.Lock()
 
@@ -193,6 +194,7 @@ class Preprocess(Node):
         self._dev_src: dict[tuple[int, int], Any] = {}
         self._timed: deque[list[Any]] = deque()
         self._timed_lock = threading.Lock()
+        self._frames = 0
 
     def _use_slots(self, slots: BatchSlots | None) -> None:
         """A batching inference downstream hands out slots of its batch buffers: write each frame there;
@@ -371,6 +373,8 @@ class Preprocess(Node):
         stride = frame.data.strides[0]
         ow, oh = c.size
         inv = [1.0 / s for s in c.scale]
+        self._frames += 1
+        sampled = self._frames % PROFILE_EVERY == 1 or PROFILE_EVERY == 1  # kernel time of a sample of frames
         events = []
         for i, geo in enumerate(geos):
             rx, ry, rw, rh = geo.roi
@@ -381,13 +385,19 @@ class Preprocess(Node):
                     np.float32(c.pad_value),
                     *(np.float32(m) for m in c.mean), *(np.float32(s) for s in inv))
             k.set_args(*args)
-            events.append(self.calls.launch(self._queue(), k, (_round_up(ow, 16), _round_up(oh, 4))))
-        with self._timed_lock:
-            self._timed.append(events)
+            last = i == len(geos) - 1
+            ev = self.calls.launch(self._queue(), k, (_round_up(ow, 16), _round_up(oh, 4)), event=sampled or last)
+            if ev is not None:
+                events.append(ev)
+        if sampled:
+            with self._timed_lock:
+                self._timed.append(events)
         if self.remote:
             # the tensor stays on the device: the inference waits for this event just before it starts,
-            # so this thread goes on to the next frame while the GPU uploads and converts this one
-            self.calls.flush(self._queue())
+            # so this thread goes on to the next frame while the GPU uploads and converts this one. The
+            # queue is flushed once per batch (the waiting side flushes a partial one)
+            if not isinstance(lease, Slot) or lease.index == lease.batch.owner.size - 1:
+                self.calls.flush(self._queue())
             lease.ready = events[-1]
             self._read_profiles()
             return lease
