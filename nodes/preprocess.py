@@ -341,8 +341,8 @@ class Preprocess(Node):
         # frames (negotiated with the source) the driver does it as an asynchronous DMA transfer
         if frame.buffer is not None and frame.buffer.kind == "ocl-pinned":
             self.stats["frame_memory"] = "ocl-pinned"
-        # one device copy of the frame per worker thread: the queue is shared, so two streams' uploads
-        # into one buffer could land between the other's upload and kernel
+        # one device copy of the frame per worker thread (each with its own queue): a shared one would let
+        # one stream's upload land between another's upload and kernel
         key = (threading.get_ident(), data.nbytes)
         dev = self._dev_src.get(key)
         if dev is None:
