@@ -94,3 +94,19 @@ def test_console_script_is_installed() -> None:
     assert exe, "pip install -e . provides the flowpipe command"
     r = subprocess.run([exe, "validate", str(ROOT / "graphs" / "passthrough.yaml")], capture_output=True, text=True)
     assert r.returncode == 0 and ": ok (" in r.stdout
+
+
+def test_bench_reports_rates_cpu_and_accounting_for_several_streams(tmp_path, capsys) -> None:
+    out = tmp_path / "bench.json"
+    code = main(["bench", str(ROOT / "graphs" / "passthrough.yaml"), "--frames", "3000", "--warmup", "50",
+                 "--streams", "2", "--set", "frames=10000", "--json", str(out)])
+    assert code == 0
+    r = json.loads(out.read_text())
+    assert r["exit"] == 0 and r["streams"] == 2
+    assert r["frames"]["in"] == r["frames"]["out"] + r["frames"]["dropped"] + r["frames"]["failed"]
+    assert r["frames"]["out"] >= 2 * 3050  # frames + warm-up per stream (the run stops there)
+    assert sorted(r["per_stream_fps"]) == ["src", "src-1"] and all(v > 0 for v in r["per_stream_fps"].values())
+    assert r["fps"] > 0 and r["copies_per_frame"] == 0
+    # CPU per frame inside the measured window (start-up excluded): of the order of the whole run's average
+    whole = 1e3 * r["cpu_s"] / r["frames"]["out"]
+    assert r["cpu_ms_per_frame"] is not None and 0 < r["cpu_ms_per_frame"] < 2 * whole
