@@ -179,18 +179,19 @@ def cl_device_from_openvino(device: str = "GPU") -> ClDevice:
     return out
 
 
+CL_COMPLETE, CL_QUEUED = 0, 3  # CL_EVENT_COMMAND_EXECUTION_STATUS values
+
+
 def wait_event(event: Any) -> None:
     """Waits for an OpenCL event by polling its status with short sleeps instead of ``clWaitForEvents``.
 
     Some drivers (NVIDIA's) serve a blocking wait by spinning inside the driver, which stalls the other
     threads submitting work to the same device (OpenVINO's inference); polling keeps them moving. A
     failed command (negative status) raises."""
-    import pyopencl as cl
-
     status = event.command_execution_status
-    if status == cl.command_execution_status.QUEUED and isinstance(event, RawEvent):
+    if status == CL_QUEUED and isinstance(event, RawEvent):
         event.flush()  # its producer may leave the queue unflushed (it flushes once per batch)
-    while status > cl.command_execution_status.COMPLETE:
+    while status > CL_COMPLETE:
         time.sleep(0.00005)
         status = event.command_execution_status
     if status < 0:

@@ -232,6 +232,14 @@ def _win32_map(size: int, handle: int | None, kernel32: Any) -> tuple[int, int, 
 
 
 # -- pools -----------------------------------------------------------------------------------------
+def _wait_ready(holder: Lease | Slot) -> None:
+    ev, holder.ready = holder.ready, None
+    if ev is not None:
+        from flowpipe.devices import wait_event
+
+        wait_event(ev)
+
+
 class Lease:
     """A buffer taken from a pool; valid until released (the engine releases it with the frame)."""
 
@@ -243,11 +251,7 @@ class Lease:
 
     def wait_ready(self) -> None:
         """Returns once the device work that fills the buffer has finished (see ``devices.wait_event``)."""
-        ev, self.ready = self.ready, None
-        if ev is not None:
-            from flowpipe.devices import wait_event
-
-            wait_event(ev)
+        _wait_ready(self)
 
     def release(self) -> None:
         self.ready = None
@@ -357,11 +361,7 @@ class Slot:
         return self.batch.lease.buffer
 
     def wait_ready(self) -> None:
-        ev, self.ready = self.ready, None
-        if ev is not None:
-            from flowpipe.devices import wait_event
-
-            wait_event(ev)
+        _wait_ready(self)
 
     def release(self) -> None:
         b, self.ready = self.batch, None

@@ -129,7 +129,7 @@ class Inference(Node):
         self._pending: deque[tuple[int, list[Frame]]] = deque()
         self.batch = c.batch
         self.slots: BatchSlots | None = None
-        self._groups: dict[int, tuple[Any, list[Frame], float]] = {}
+        self._groups: dict[int, tuple[Any, list[Frame], list[Slot], float]] = {}
         self._gather: list[Frame] = []
         self._deadline = 0.0
         if self.batch > 1:
@@ -138,7 +138,8 @@ class Inference(Node):
             if self.in_shape is None:
                 raise ValueError("batch > 1 needs a preprocess node upstream (its size sets the static shape)")
             nbytes = int(np.prod(self.in_shape)) * self.in_type.size
-            self.batch_pool = BufferPool(nbytes, len(self.requests) + 1)
+            self.batch_pool: BufferPool | None = None  # made on first use: slots usually make it unneeded
+            self._batch_nbytes = nbytes
             if upstream is not None and upstream.config.backend != "openvino":
                 self.slots = self._batch_slots(ctx, nbytes, on_device=upstream.config.backend != "cpu")
             ups = [u for refs in ctx.spec.node(self.id).inputs.values() for u, _ in refs]
@@ -246,7 +247,8 @@ class Inference(Node):
             ref = single(x[k:k + 1])
             for ob, o1 in zip(batched.outputs, single.outputs):
                 part = _part(got[ob], k, b)
-                if part.shape != ref[o1].shape or not np.allclose(part, ref[o1], atol=0.05 * (np.abs(ref[o1]).max() + 1)):
+                tol = 0.05 * (np.abs(ref[o1]).max() + 1)
+                if part.shape != ref[o1].shape or not np.allclose(part, ref[o1], atol=tol):
                     raise ValueError(f"the model folds a batch of {b} into output {ob.get_any_name()} "
                                      f"{list(ob.get_shape())} in an order that cannot be split per entry; "
                                      "expected batch: 1 and no tiles with this model")
@@ -331,13 +333,14 @@ class Inference(Node):
             if slot is not None:  # written in place into a batch buffer: send it when all its frames are here
                 b = slot.batch
                 if id(b) not in self._groups:  # its first frame here starts the batch's clock
-                    self._groups[id(b)] = (b, [], self._start_clock())
-                group = self._groups[id(b)][1]
+                    self._groups[id(b)] = (b, [], [], self._start_clock())
+                _, group, group_slots, _ = self._groups[id(b)]
                 group.append(frame)
+                group_slots.append(slot)
                 if not b.complete(len(group)):
                     return self.poll()
                 del self._groups[id(b)]
-                return self._submit(group) + self.poll()
+                return self._submit(group, group_slots) + self.poll()
             if not self._gather:  # the first frame of a batch starts the clock
                 self._deadline = self._start_clock()
             self._gather.append(frame)
@@ -362,11 +365,11 @@ class Inference(Node):
         """Batches whose time is up (all, at the end) go as they are: a slot buffer is sealed first, so
         frames still on their way to it follow in a batch of their own."""
         out: list[Frame] = []
-        for key, (b, frames, deadline) in list(self._groups.items()):
+        for key, (b, frames, slots, deadline) in list(self._groups.items()):
             if now is None or now >= deadline:
                 del self._groups[key]
                 self.slots.seal(b)
-                out += self._submit(frames)
+                out += self._submit(frames, slots)
         if self._gather and (now is None or now >= self._deadline):
             frames, self._gather = self._gather, []
             out += self._submit(frames)
@@ -376,9 +379,10 @@ class Inference(Node):
         src = frame.tensors.get("input")
         return src is not None and tuple(getattr(src, "shape", ())) == (self.entries, *self.in_shape[1:])
 
-    def _submit(self, frames: list[Frame]) -> list[Frame]:
-        slots = [self._slot_of(f) for f in frames] if self.batch > 1 else []
-        if self.batch > 1 and slots[0] is None:
+    def _submit(self, frames: list[Frame], slots: list[Slot] | None = None) -> list[Frame]:
+        """Start a request for ``frames``: one frame, frames written into ``slots`` of one batch buffer,
+        or a batch assembled by copying."""
+        if self.batch > 1 and not slots:
             bad = next((f for f in frames if not self._fits(f)), None)
             if bad is not None:  # fail that frame alone; the others go out with the next batch
                 self._gather = [f for f in frames if f is not bad] + self._gather
@@ -391,12 +395,12 @@ class Inference(Node):
         if not self._idle:  # all requests busy: the oldest finishes first
             self._done[self._pending[0][0]].wait()
             ready = self._collect()
-        slot = self._idle.popleft()
-        req = self.requests[slot]
+        rid = self._idle.popleft()
+        req = self.requests[rid]
         try:
             if self.stateful:
                 self._switch_state(req, frames[0])
-            if slots and slots[0] is not None:
+            if slots:
                 self._bind_slots(req, slots)
             elif self.batch > 1:
                 self._bind_batch(req, frames)
@@ -410,18 +414,18 @@ class Inference(Node):
                 view = lease.buffer.array(*self.out_specs[i])
                 req.set_output_tensor(i, self._host_tensor(view))
                 for k, f in enumerate(frames):
-                    at = slots[k].index if slots and slots[k] is not None else k
+                    at = slots[k].index if slots else k
                     f.tensors[self.out_names[i]] = view if self.batch == 1 else _part(view, at, self.batch)
-            self._done[slot].clear()
+            self._done[rid].clear()
             if self._t_first_submit is None:
                 self._t_first_submit = time.perf_counter()
             req.start_async()
         except Exception as e:
-            self._idle.appendleft(slot)
+            self._idle.appendleft(rid)
             if len(frames) == 1:
                 raise FrameError(frames[0], e) from e
             raise
-        self._pending.append((slot, frames))
+        self._pending.append((rid, frames))
         return ready
 
     def _bind_slots(self, req: Any, slots: list[Slot]) -> None:
@@ -462,6 +466,8 @@ class Inference(Node):
     def _bind_batch(self, req: Any, frames: list[Frame]) -> None:
         """Frames whose tensors are not in batch slots (no preprocess upstream wrote them there): each
         input is copied once into its slot of the batch tensor (counted on the input edge)."""
+        if self.batch_pool is None:
+            self.batch_pool = BufferPool(self._batch_nbytes, len(self.requests) + 1)
         lease = self.batch_pool.acquire(timeout=30)
         shared = _SharedLease(lease, len(frames))
         arr = lease.buffer.array(self.in_shape, self.in_type.to_dtype())
