@@ -111,6 +111,21 @@ def test_conversion_matches_opencv_reference(case, backend) -> None:
         assert out.result.nodes["node"]["backend"] == "opencl"
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_frames_that_change_size_and_format_midstream(backend) -> None:
+    """One node, one thread: each frame's geometry and format differ from the last (a camera renegotiating,
+    a playlist). The OpenCL path keeps the kernel arguments it set and re-sends only what changed."""
+    cfg = dict(size=(160, 128), resize="letterbox", color="RGB", layout="NHWC", pad_value=7)
+    shapes = [("BGR", 1920, 1080), ("NV12", 1280, 720), ("BGR", 640, 480), ("BGR", 1366, 769), ("NV12", 640, 480)]
+    srcs = [_as(fmt, _image(w, h, seed=i)) for i, (fmt, w, h) in enumerate(shapes)]
+    out = run_pre(cfg, [Frame("s", i, i / 30, s, fmt) for i, (s, (fmt, _, _)) in enumerate(zip(srcs, shapes))], backend)
+    assert out.result.ok, out.result.error
+    assert len(out.frames) == len(shapes)
+    for f, src, (fmt, _, _) in zip(out.frames, srcs, shapes):
+        err = np.abs(f.tensors["input"].astype(np.float32) - reference(src, fmt, cfg))
+        assert float(err.max()) <= 2.01, f"frame {f.index} ({fmt}): max error {err.max()}"
+
+
 def test_letterbox_geometry_recorded_for_box_mapping() -> None:
     out = run_pre(dict(size=(192, 192), resize="letterbox"), [_image(1366, 768)], BACKENDS[0])
     pre = out.frames[0].meta["preprocess"]
