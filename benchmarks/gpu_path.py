@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from pathlib import Path
 
 from flowpipe import load_graph
@@ -68,8 +69,11 @@ def main() -> None:
     ap.add_argument("--pre-workers", type=int, help="preprocess threads (default: one per stream)")
     ap.add_argument("--only", choices=["opencl+remote", "host+host"], help="run one side only (diagnostics)")
     ap.add_argument("--no-fill", action="store_true", help="the source does not write its frames (isolates the rest)")
+    ap.add_argument("--switch-interval", type=float, help="sys.setswitchinterval in ms (GIL hand-over; diagnostics)")
     ap.add_argument("--json")
     a = ap.parse_args()
+    if a.switch_interval:
+        sys.setswitchinterval(a.switch_interval / 1e3)
     fps = {"opencl+remote": [], "host+host": []}
     cpu = {"opencl+remote": [], "host+host": []}  # process CPU time per frame: what the path leaves free
     detail = {}
@@ -93,6 +97,7 @@ def main() -> None:
            "model": Path(a.model).stem if a.model.endswith(".xml") else a.model,
            "hint": a.hint, "requests": a.requests,
            "source": "frames not written (--no-fill)" if a.no_fill else "every 1080p frame written by the source",
+           "switch_interval_ms": a.switch_interval,
            "frame_format": a.format,
            "fps": {k: {"median": round(statistics.median(v), 1), "min": round(min(v), 1), "max": round(max(v), 1)}
                    for k, v in fps.items() if v},

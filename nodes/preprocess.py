@@ -395,7 +395,8 @@ class Preprocess(Node):
             if not isinstance(lease, Slot) or lease.index == lease.batch.owner.size - 1:
                 self.calls.flush(self._queue())
             lease.ready = events[-1]
-            self._read_profiles()
+            if sampled:  # earlier samples are done by now; reading them costs a driver call each
+                self._read_profiles()
             return lease
         wait_event(events[-1])
         self._read_profiles()
