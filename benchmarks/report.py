@@ -102,7 +102,8 @@ def write_report(s: dict, path: Path) -> None:
             L.append("")
         elif "ratio_opencl_remote_over_host" in r:
             L += [f"End to end on the GPU, {r['model']}, {r.get('hint', 'LATENCY')} with {r.get('requests')} requests, "
-                  f"batch {r.get('batch', 1)}, {r.get('streams', 1)} stream(s), {r.get('frame_format', 'BGR')} frames, "
+                  f"batch {r.get('batch', 1)}, {r.get('streams', 1)} stream(s), "
+                  f"{r.get('pre_workers', r.get('streams', 1))} preprocess thread(s), {r.get('frame_format', 'BGR')} frames, "
                   f"{r.get('source', 'frames written by the source')} (`{name}`"
                   + (f"; {r['note']}" if r.get("note") else "") + "): OpenCL preprocess + remote-tensor inference "
                   f"{_fmt(r['fps']['opencl+remote'])} fps vs host preprocess + host-tensor inference "
