@@ -27,11 +27,27 @@ _EOS = object()
 
 
 class FrameError(Exception):
-    """Raised by a node (often from an async callback) to say which frame failed."""
+    """Raised by a node (often from an async callback) to say which frame failed, or which frames:
+    a batched request fails for every frame in it, and the node's ``on_error`` applies to each."""
 
-    def __init__(self, frame: Frame, cause: BaseException | str):
-        self.frame, self.cause = frame, cause
+    def __init__(self, frame: Frame | list[Frame], cause: BaseException | str):
+        self.frames = list(frame) if isinstance(frame, (list, tuple)) else [frame]
+        self.frame, self.cause = self.frames[0], cause
         super().__init__(str(cause))
+
+
+def _frame_list(frames: list[Frame]) -> str:
+    """``cam-a 4-7, cam-b 4`` : the frames of a batch, per stream."""
+    by: dict[str, list[int]] = {}
+    for f in frames:
+        by.setdefault(f.stream, []).append(f.index)
+    out = []
+    for stream, idx in by.items():
+        idx.sort()
+        contiguous = idx[-1] - idx[0] == len(idx) - 1
+        out.append(f"{stream} {idx[0]}-{idx[-1]}" if contiguous and len(idx) > 1 else
+                   f"{stream} {','.join(map(str, idx))}")
+    return ", ".join(out)
 
 
 class Channel:
@@ -373,6 +389,8 @@ class Runner:
                             emit(spec.id, node.flush(), default_port, held)
                         except Exception as e:  # noqa: BLE001
                             self._node_error(spec, st, None, e, held)
+                        if held:
+                            self._drain(spec, st, node)
                         self._send_eos(spec.id)
                         return
                     continue
@@ -402,6 +420,19 @@ class Runner:
             if held:
                 self._poll(spec, st, node)
 
+    def _drain(self, spec: NodeSpec, st: NodeStats, node: Node) -> None:
+        """After ``flush``: what an async node still reports through ``poll`` (failed requests whose
+        frames are not yet accounted for), until it has nothing left."""
+        for _ in range(st.frames + 1):
+            try:
+                out = node.poll()
+            except Exception as e:  # noqa: BLE001
+                self._node_error(spec, st, None, e, True)
+                continue
+            if not out:
+                return
+            self._emit(spec.id, out, next(iter(spec.cls.outputs), None), True)
+
     def _poll(self, spec: NodeSpec, st: NodeStats, node: Node) -> None:
         """Collect what an async node has finished (in order) and send it on."""
         try:
@@ -410,17 +441,22 @@ class Runner:
             self._node_error(spec, st, None, e, True)
 
     def _node_error(self, spec: NodeSpec, st: NodeStats, frame: Frame | None, err: Exception, held: bool) -> None:
+        frames = [frame] if frame is not None else []
         if isinstance(err, FrameError):
-            frame, cause = err.frame, err.cause
+            frames, cause = err.frames, err.cause
+            frame = frames[0]
         else:
             cause = err
         msg = f"{type(cause).__name__}: {cause}" if isinstance(cause, BaseException) else str(cause)
+        if len(frames) > 1:
+            msg += f" (a batch of {len(frames)} frames: {_frame_list(frames)})"
         if spec.on_error == "restart" and frame is not None and st.restarts < spec.restarts:
             st.restarts += 1
-            st.failed += 1
+            st.failed += len(frames)
             log.warning("node '%s' (%s), stream '%s', frame %d: %s (restart %d/%d)", spec.id, spec.type,
                         frame.stream, frame.index, msg, st.restarts, spec.restarts)
-            frame.ref.end("failed")
+            for f in frames:
+                f.ref.end("failed")
             if not isinstance(err, FrameError):  # a worker process restarts itself; a thread node reopens
                 node = self.nodes[spec.id]
                 try:
@@ -430,14 +466,15 @@ class Runner:
                     self._fail(NodeError(spec.id, spec.type, f"restart failed: {type(e).__name__}: {e}"))
             return
         if spec.on_error == "drop" and frame is not None:
-            st.dropped += 1
+            st.dropped += len(frames)
             log.warning("node '%s' (%s), stream '%s', frame %d: %s (dropped by policy)",
                         spec.id, spec.type, frame.stream, frame.index, msg)
-            frame.ref.end("dropped")
+            for f in frames:
+                f.ref.end("dropped")
             return
-        st.failed += 1
-        if frame is not None:
-            frame.ref.end("failed")
+        st.failed += max(len(frames), 1)
+        for f in frames:
+            f.ref.end("failed")
         self._fail(NodeError(spec.id, spec.type, msg, frame.stream if frame else None,
                              frame.index if frame else None))
 

@@ -127,6 +127,7 @@ class Inference(Node):
             r.set_callback(self._on_done, i)
         self._idle = deque(range(len(self.requests)))
         self._pending: deque[tuple[int, list[Frame]]] = deque()
+        self._errors: deque[FrameError] = deque()  # failed requests, raised by poll() after finished frames
         self.batch = c.batch
         self.slots: BatchSlots | None = None
         self._groups: dict[int, tuple[Any, list[Frame], list[Slot], float]] = {}
@@ -338,17 +339,17 @@ class Inference(Node):
                 group.append(frame)
                 group_slots.append(slot)
                 if not b.complete(len(group)):
-                    return self.poll()
+                    return self._ready()
                 del self._groups[id(b)]
-                return self._submit(group, group_slots) + self.poll()
+                return self._submit(group, group_slots) + self._ready()
             if not self._gather:  # the first frame of a batch starts the clock
                 self._deadline = self._start_clock()
             self._gather.append(frame)
             if len(self._gather) < self.batch:
-                return self.poll()
+                return self._ready()
             frames, self._gather = self._gather, []
-            return self._submit(frames) + self.poll()
-        return self._submit([frame]) + self.poll()
+            return self._submit(frames) + self._ready()
+        return self._submit([frame]) + self._ready()
 
     def _slot_of(self, frame: Frame) -> Slot | None:
         if self.slots is None or frame.ref is None:
@@ -422,11 +423,16 @@ class Inference(Node):
             req.start_async()
         except Exception as e:
             self._idle.appendleft(rid)
-            if len(frames) == 1:
-                raise FrameError(frames[0], e) from e
-            raise
+            self._fail_later(FrameError(frames, e))
+            return ready
         self._pending.append((rid, frames))
         return ready
+
+    def _fail_later(self, err: FrameError) -> None:
+        """A request failed for its frames (all of a batch): frames that finished alongside still go on;
+        the engine gets the error from the next ``poll()`` and applies ``on_error`` to each frame."""
+        self._errors.append(err)
+        self.wake()
 
     def _bind_slots(self, req: Any, slots: list[Slot]) -> None:
         """Frames the preprocess wrote into slots of one batch buffer: bind the whole buffer, no copies."""
@@ -481,6 +487,15 @@ class Inference(Node):
         self.section["input_binding"] = f"host tensor, batch of {self.batch} (one counted copy per frame)"
 
     def poll(self) -> list[Frame]:
+        out = self._ready()
+        if self._errors:
+            self.wake()  # come back for the (rest of the) errors
+            if not out:
+                raise self._errors.popleft()
+        return out
+
+    def _ready(self) -> list[Frame]:
+        """Partial batches whose time is up, then finished requests' frames (never raises)."""
         out: list[Frame] = []
         if self._gather or self._groups:
             with memory.ledger.on_edge(getattr(self, "_edge", None)):
@@ -494,10 +509,9 @@ class Inference(Node):
             self._idle.append(slot)
             try:
                 self.requests[slot].wait()  # re-raises an inference error here, on the engine's thread
-            except Exception as e:
-                if len(frames) == 1:
-                    raise FrameError(frames[0], e) from e
-                raise
+            except Exception as e:  # noqa: BLE001
+                self._fail_later(FrameError(frames, e))
+                continue
             if self._first is None:
                 # FEIL: compile + load + first inference; FIL: load a precompiled model (cache hit or
                 # blob) + first inference (the NPU plugin README's definitions)

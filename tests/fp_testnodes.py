@@ -76,3 +76,39 @@ class Crash(Node):
         frame.data[0, 0, 0] = 7  # visible to the parent: same pages
         frame.meta["pid"] = os.getpid()
         return frame
+
+
+def _flaky_inference() -> None:
+    """``test_flaky_inference``: the real inference node whose n-th started requests report a failure
+    when waited on (as OpenVINO does for a request that failed on the device)."""
+    from flowpipe.nodes.inference import Inference
+
+    class _Request:
+        def __init__(self, req: Any, owner: Any):
+            self._req, self._owner, self._fail = req, owner, False
+
+        def start_async(self, *args: Any) -> None:
+            n, self._owner.started = self._owner.started, self._owner.started + 1
+            self._fail = n in self._owner.config.fail_requests
+            self._req.start_async(*args)
+
+        def wait(self) -> None:
+            self._req.wait()
+            if self._fail:
+                raise RuntimeError("injected device failure")
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._req, name)
+
+    @register("test_flaky_inference")
+    class FlakyInference(Inference):
+        class Config(Inference.Config):
+            fail_requests: list[int] = []
+
+        def open(self, ctx: Any) -> None:
+            super().open(ctx)
+            self.started = 0
+            self.requests = [_Request(r, self) for r in self.requests]
+
+
+_flaky_inference()

@@ -338,3 +338,38 @@ nodes:
     done = sorted(t for t, _ in res.done_times)
     # frames arrive every 50 ms; a batch waits at most 20 ms: results trickle out instead of 8 at once
     assert done[7] - done[0] > 0.25, [round(t - done[0], 3) for t in done]
+
+
+@pytest.mark.parametrize("on_error", ["drop", "fail"])
+def test_a_failed_batch_request_accounts_for_each_of_its_frames(astronaut, on_error: str) -> None:
+    """The second request (frames 4-7) fails on the device: with on_error: drop the other batches go on;
+    with fail the run stops with one line naming the node and the batch's frames. Nothing is lost."""
+    frames = [Frame("cam", i, i / 30, astronaut) for i in range(12)]
+    text = _graph(feed(frames), f"flaky-{on_error}", "model: blazeface_full, device: CPU, batch: 4, "
+                  "num_requests: 1, fail_requests: [1]").replace("128, 128", "192, 192")
+    text = text.replace("type: inference,", f"type: test_flaky_inference, on_error: {on_error},")
+    res = run_yaml(text)
+    got = collected(f"flaky-{on_error}")
+    if on_error == "drop":
+        assert res.ok, res.error
+        assert res.frames == {"in": 12, "out": 8, "dropped": 4, "failed": 0}
+        assert [f.index for f in got] == [0, 1, 2, 3, 8, 9, 10, 11]
+        assert res.nodes["det"]["dropped"] == 4
+    else:
+        assert res.exit_code == 1
+        assert str(res.error).startswith("node 'det' (test_flaky_inference), stream 'cam', frame 4: "
+                                         "RuntimeError: injected device failure (a batch of 4 frames: cam 4-7)")
+        assert res.frames["failed"] >= 4
+        assert res.frames["in"] == res.frames["out"] + res.frames["dropped"] + res.frames["failed"]
+        assert [f.index for f in got] == [0, 1, 2, 3]
+
+
+def test_failed_requests_among_finished_ones_lose_no_frame(astronaut) -> None:
+    """Four requests in flight, two of them fail: the frames that finished alongside go on in order."""
+    frames = [Frame("cam", i, i / 30, astronaut) for i in range(12)]
+    text = _graph(feed(frames), "flaky-pool", "model: blazeface_short, device: CPU, num_requests: 4, "
+                  "fail_requests: [2, 5]").replace("type: inference,", "type: test_flaky_inference, on_error: drop,")
+    res = run_yaml(text)
+    assert res.ok, res.error
+    assert res.frames == {"in": 12, "out": 10, "dropped": 2, "failed": 0}
+    assert [f.index for f in collected("flaky-pool")] == [0, 1, 3, 4, 6, 7, 8, 9, 10, 11]
