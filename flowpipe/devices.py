@@ -18,7 +18,8 @@ _compile_locks: dict[str, threading.Lock] = {}
 
 #: Keys the Core accepts for every device although a plugin may not list them in SUPPORTED_PROPERTIES.
 CORE_KEYS = {"CACHE_DIR", "CACHE_MODE", "ENABLE_MMAP", "FORCE_TBB_TERMINATE", "LOG_LEVEL", "PERFORMANCE_HINT",
-             "PERFORMANCE_HINT_NUM_REQUESTS", "MODEL_PRIORITY", "INFERENCE_PRECISION_HINT", "EXECUTION_MODE_HINT"}
+             "PERFORMANCE_HINT_NUM_REQUESTS", "MODEL_PRIORITY", "INFERENCE_PRECISION_HINT", "EXECUTION_MODE_HINT",
+             "ALLOW_AUTO_BATCHING"}
 DEVICE_ORDER = ("NPU", "GPU", "CPU")
 
 

@@ -93,6 +93,8 @@ class Inference(Node):
         config = cmp.build_config(self.device, hint=c.performance_hint, num_requests=c.num_requests,
                                   priority=c.priority, cache_dir=_expand(c.cache_dir),
                                   npu=c.npu.model_dump(), properties=c.properties)
+        if self.device == "GPU" and upstream is not None and upstream.config.backend in ("auto", "opencl"):
+            no_auto_batching(config)
         self.labels = models.entry(c.model).get("labels") if models.is_registry_name(c.model) else None
         self.entries = 1
         if c.blob:
@@ -551,6 +553,18 @@ class Inference(Node):
             if p is not None:
                 p.close()
         self.out_pools = []
+
+
+def no_auto_batching(config: dict[str, Any]) -> None:
+    """Inputs written by an OpenCL preprocess arrive as remote (OCL_BUFFER) tensors. OpenVINO's automatic
+    batching, which the GPU's THROUGHPUT hint turns on for batch-1 models, gathers inputs on the host and
+    cannot read them: the plugin aborts the whole process from a worker thread (seen with PP-OCR text
+    detection on OpenVINO 2026.4). Turn it off; ``batch: N`` on the node batches without it."""
+    if str(config.get("ALLOW_AUTO_BATCHING", "NO")).upper() not in ("NO", "FALSE", "0"):
+        raise ValueError("properties.ALLOW_AUTO_BATCHING: OpenVINO's automatic batching cannot take the remote "
+                         "(OCL_BUFFER) tensors an OpenCL preprocess writes; expected NO (or leave it out), "
+                         "batch: N on this node, or backend: cpu on the preprocess")
+    config["ALLOW_AUTO_BATCHING"] = "NO"
 
 
 def _noop(_userdata: Any) -> None:

@@ -64,6 +64,7 @@ def test_opencl_preprocess_feeds_gpu_inference_through_remote_tensors(batch: int
     sec = res.inference["inference.detect"]
     binding = "remote OCL_BUFFER" + (f", batch of {batch} written in place" if batch > 1 else "")
     assert sec["device"] == "GPU" and sec["input_binding"] == binding
+    assert sec["config"]["ALLOW_AUTO_BATCHING"] == "NO"  # automatic batching cannot read remote inputs
     assert sum(e["copies"] for e in res.edges.values()) == res.frames["in"]  # the frame upload, counted
     assert res.nodes["pre"]["backend"] == "opencl" and "NVIDIA" in res.nodes["pre"]["opencl_device"]
     _, ref = _run("cpu", "CPU", f"cpu_ref{batch}")

@@ -345,8 +345,8 @@ def test_a_failed_batch_request_accounts_for_each_of_its_frames(astronaut, on_er
     """The second request (frames 4-7) fails on the device: with on_error: drop the other batches go on;
     with fail the run stops with one line naming the node and the batch's frames. Nothing is lost."""
     frames = [Frame("cam", i, i / 30, astronaut) for i in range(12)]
-    text = _graph(feed(frames), f"flaky-{on_error}", "model: blazeface_full, device: CPU, batch: 4, "
-                  "num_requests: 1, fail_requests: [1]").replace("128, 128", "192, 192")
+    text = _graph(feed(frames), f"flaky-{on_error}", "model: blazeface_full, device: CPU, batch: 4, num_requests: 1, "
+                  "batch_timeout_ms: 60000, fail_requests: [1]").replace("128, 128", "192, 192")  # full batches
     text = text.replace("type: inference,", f"type: test_flaky_inference, on_error: {on_error},")
     res = run_yaml(text)
     got = collected(f"flaky-{on_error}")
@@ -374,3 +374,15 @@ def test_failed_requests_among_finished_ones_lose_no_frame(astronaut) -> None:
     assert res.ok, res.error
     assert res.frames == {"in": 12, "out": 10, "dropped": 2, "failed": 0}
     assert [f.index for f in collected("flaky-pool")] == [0, 1, 3, 4, 6, 7, 8, 9, 10, 11]
+
+
+def test_automatic_batching_is_off_for_remote_inputs_and_refused_if_asked_for() -> None:
+    from flowpipe.nodes.inference import no_auto_batching
+
+    cfg = {"PERFORMANCE_HINT": "THROUGHPUT"}
+    no_auto_batching(cfg)
+    assert cfg == {"PERFORMANCE_HINT": "THROUGHPUT", "ALLOW_AUTO_BATCHING": "NO"}
+    no_auto_batching(cfg)  # asked for NO already: fine
+    with pytest.raises(ValueError, match=r"^properties.ALLOW_AUTO_BATCHING: OpenVINO's automatic batching cannot "
+                                         r"take the remote \(OCL_BUFFER\) tensors"):
+        no_auto_batching({"ALLOW_AUTO_BATCHING": "YES"})
