@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from flowpipe import Frame, Node, NodeConfig, register
+from flowpipe.nodes.inference import Inference
 
 EVENTS: list[str] = []
 _lock = threading.Lock()
@@ -78,37 +79,35 @@ class Crash(Node):
         return frame
 
 
-def _flaky_inference() -> None:
-    """``test_flaky_inference``: the real inference node whose n-th started requests report a failure
-    when waited on (as OpenVINO does for a request that failed on the device)."""
-    from flowpipe.nodes.inference import Inference
 
-    class _Request:
-        def __init__(self, req: Any, owner: Any):
-            self._req, self._owner, self._fail = req, owner, False
+class _FlakyRequest:
+    """An OpenVINO infer request that reports a failure when waited on if it was the n-th one started."""
 
-        def start_async(self, *args: Any) -> None:
-            n, self._owner.started = self._owner.started, self._owner.started + 1
-            self._fail = n in self._owner.config.fail_requests
-            self._req.start_async(*args)
+    def __init__(self, req: Any, owner: Any):
+        self._req, self._owner, self._fail = req, owner, False
 
-        def wait(self) -> None:
-            self._req.wait()
-            if self._fail:
-                raise RuntimeError("injected device failure")
+    def start_async(self, *args: Any) -> None:
+        n, self._owner.started = self._owner.started, self._owner.started + 1
+        self._fail = n in self._owner.config.fail_requests
+        self._req.start_async(*args)
 
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self._req, name)
+    def wait(self) -> None:
+        self._req.wait()
+        if self._fail:
+            raise RuntimeError("injected device failure")
 
-    @register("test_flaky_inference")
-    class FlakyInference(Inference):
-        class Config(Inference.Config):
-            fail_requests: list[int] = []
-
-        def open(self, ctx: Any) -> None:
-            super().open(ctx)
-            self.started = 0
-            self.requests = [_Request(r, self) for r in self.requests]
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._req, name)
 
 
-_flaky_inference()
+@register("test_flaky_inference")
+class FlakyInference(Inference):
+    """The real inference node whose n-th started requests fail (as OpenVINO reports a device failure)."""
+
+    class Config(Inference.Config):
+        fail_requests: list[int] = []
+
+    def open(self, ctx: Any) -> None:
+        super().open(ctx)
+        self.started = 0
+        self.requests = [_FlakyRequest(r, self) for r in self.requests]
