@@ -424,21 +424,18 @@ class Runner:
         """After ``flush``: what an async node still reports through ``poll`` (failed requests whose
         frames are not yet accounted for), until it has nothing left."""
         for _ in range(st.frames + 1):
-            try:
-                out = node.poll()
-            except Exception as e:  # noqa: BLE001
-                self._node_error(spec, st, None, e, True)
-                continue
-            if not out:
+            if not self._poll(spec, st, node):
                 return
-            self._emit(spec.id, out, next(iter(spec.cls.outputs), None), True)
 
-    def _poll(self, spec: NodeSpec, st: NodeStats, node: Node) -> None:
-        """Collect what an async node has finished (in order) and send it on."""
+    def _poll(self, spec: NodeSpec, st: NodeStats, node: Node) -> bool:
+        """Collect what an async node has finished (in order) and send it on; False when it had nothing."""
         try:
-            self._emit(spec.id, node.poll(), next(iter(spec.cls.outputs), None), True)
+            out = node.poll()
+            self._emit(spec.id, out, next(iter(spec.cls.outputs), None), True)
+            return bool(out)
         except Exception as e:  # noqa: BLE001
             self._node_error(spec, st, None, e, True)
+            return True
 
     def _node_error(self, spec: NodeSpec, st: NodeStats, frame: Frame | None, err: Exception, held: bool) -> None:
         frames = [frame] if frame is not None else []
