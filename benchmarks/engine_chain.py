@@ -30,7 +30,7 @@ def measure(hops: int, frames: int, repeats: int, pool: bool = True) -> dict:
     fps = []
     for _ in range(repeats):
         spec = load_graph("<chain>", text=chain_yaml(hops, frames, pool))
-        res = run(spec, handle_signals=False)
+        res = run(spec)
         assert res.ok and res.frames["out"] == frames, res.frames
         fps.append(frames / res.elapsed_s)
     med = statistics.median(fps)

@@ -21,7 +21,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 
 from flowpipe import load_graph  # noqa: E402
-from flowpipe.engine import Runner  # noqa: E402
+from flowpipe import Runner  # noqa: E402
 
 W, H = 1920, 1080
 SRC = f"{{id: src, type: synthetic_source, config: {{count: COUNT, width: {W}, height: {H}, fill: false}}}}"
@@ -35,7 +35,7 @@ def per_frame_us(frames: int, hop: str | None, warmup: int = 20) -> tuple[float,
     else:
         text = (f"plugins: [bench_nodes]\nnodes:\n  - {src}\n  - {hop}\n"
                 "  - {id: sink, type: null_sink, inputs: hop.out}\n")
-    r = Runner(load_graph("<bench>", text=text), handle_signals=False)
+    r = Runner(load_graph("<bench>", text=text))
     r.record_times = True
     res = r.run()
     assert res.ok, res.error

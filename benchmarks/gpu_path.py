@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from flowpipe import load_graph
-from flowpipe.bench import bench_graph
+from flowpipe.cli.bench import bench_graph
 
 GRAPH = """
 nodes:

@@ -33,7 +33,7 @@ import expert_loop  # noqa: E402
 import sync_loop  # noqa: E402
 
 from flowpipe import load_graph, models  # noqa: E402
-from flowpipe.bench import bench_graph  # noqa: E402
+from flowpipe.cli.bench import bench_graph  # noqa: E402
 from flowpipe.sample import make_sample  # noqa: E402
 
 WARMUP = 10

@@ -40,7 +40,7 @@ def main() -> None:
         spec = load_graph(ROOT / "graphs" / "face_blur.yaml",
                           {"output": str(out_dir / "soak.mp4"), "metadata": str(out_dir / "soak.jsonl"), "tiles": None})
         spec.node("decode").config = spec.node("decode").config.model_copy(update={"loop": -1})
-        res = run(spec, max_frames=a.frames, handle_signals=False)
+        res = run(spec, max_frames=a.frames)
         f = res.frames
         assert f["in"] == f["out"] + f["dropped"] + f["failed"]
         if not res.ok:

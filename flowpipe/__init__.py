@@ -1,13 +1,14 @@
 """flowpipe: zero-copy video-analytics pipelines on OpenVINO and OpenCL."""
 from __future__ import annotations
 
-from .engine import FrameError, RunResult, Runner, run
-from .errors import Diagnostic, GraphError, NodeError
+from .errors import Diagnostic, FrameError, GraphError, NodeError
 from .frame import Detection, Frame, FrameRef
 from .graph import GraphSpec, load_graph
-from .node import Node, NodeConfig, Source, register, registry
+from .node import Node, NodeConfig, RunContext, Source
+from .registry import register, registry
+from .runtime import RunResult, Runner, run
 
 __version__ = "0.1.0"
 __all__ = ["Detection", "Diagnostic", "Frame", "FrameError", "FrameRef", "GraphError", "GraphSpec", "Node",
-           "NodeConfig", "NodeError", "RunResult", "Runner", "Source", "load_graph", "register", "registry",
-           "run"]
+           "NodeConfig", "NodeError", "RunContext", "RunResult", "Runner", "Source", "load_graph", "register",
+           "registry", "run"]

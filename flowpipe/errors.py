@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 _CONTROL = {c: f"\\x{c:02x}" for c in range(32)} | {10: "\\n", 13: "\\r", 9: "\\t", 0x7F: "\\x7f"}
 
@@ -57,3 +58,13 @@ class NodeError(Exception):
         if frame is not None:
             where += f", frame {frame}"
         super().__init__(one_line(f"{where}: {message}"))
+
+
+class FrameError(Exception):
+    """Raised by a node (often from an async callback) to say which frame failed, or which frames:
+    a batched request fails for every frame in it, and the node's ``on_error`` applies to each."""
+
+    def __init__(self, frame: Any, cause: BaseException | str):
+        self.frames = list(frame) if isinstance(frame, (list, tuple)) else [frame]
+        self.frame, self.cause = self.frames[0], cause
+        super().__init__(str(cause))

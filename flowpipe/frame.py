@@ -43,6 +43,12 @@ class FrameRef:
         self._on_final = on_final
         self.stream, self.index = stream, index
 
+    def report_to(self, on_final: Callable[[FrameRef], None]) -> None:
+        """Where this frame's fate goes when its last reference ends (the run that accounts for it)."""
+        if self._on_final is not None and self._on_final != on_final:
+            raise RuntimeError(f"frame {self.stream}:{self.index} is already accounted for by another run")
+        self._on_final = on_final
+
     def add(self, n: int) -> None:
         with self._lock:
             self.count += n
@@ -99,8 +105,9 @@ class Frame:
 
     @property
     def buffer(self) -> Any:
-        """The SharedBuffer under ``data`` when it came from a pool, else None."""
-        return self.ref.leases[0].buffer if self.ref is not None and self.ref.leases else None
+        """The pooled SharedBuffer that ``data`` is a view of, else None (a frame may hold other leases,
+        such as its tensor's, that are not its pixels)."""
+        return self.buffer_of(self.data)
 
     def buffer_of(self, array: Any) -> Any:
         """The pooled SharedBuffer that ``array`` is a view of, or None."""

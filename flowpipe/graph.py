@@ -6,30 +6,68 @@ Each phase reports every problem it finds, one line each, and later phases run o
 """
 from __future__ import annotations
 
-import importlib
 import os
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import networkx as nx
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import Diagnostic, GraphError
-from .node import Node, NodeConfig, kinds_compatible, lookup
+from .node import Node, NodeConfig, kinds_compatible
+from .node import isolation_refusal
+from .registry import import_plugin, lookup
 
 MAX_YAML_BYTES = 1 << 20
 MAX_EXPANDED_NODES = 100_000
 TOP_KEYS = {"flowpipe", "description", "params", "plugins", "nodes"}
-NODE_KEYS = {"id", "type", "config", "inputs", "on_error", "queue", "overflow", "isolation", "restarts", "workers"}
 OVERFLOW = ("block", "drop_oldest", "drop_newest")
 ON_ERROR = ("fail", "drop", "restart")
 ISOLATION = ("thread", "process")
 _ID_RE = re.compile(r"^[A-Za-z_][\w-]*$")
 _VAR_RE = re.compile(r"\$\{(?:params\.(?P<param>[A-Za-z_]\w*)|env:(?P<env>[A-Za-z_]\w*)(?::-(?P<default>[^}]*))?)\}")
+
+
+def _choice(name: str, allowed: tuple[str, ...]) -> Any:
+    def check(v: Any) -> Any:
+        if v not in allowed:
+            raise ValueError(f"expected one of {'|'.join(allowed)}, got {v!r}")
+        return v
+    return field_validator(name, mode="before")(lambda cls, v: check(v))
+
+
+def _integer(name: str, lo: int, hi: int) -> Any:
+    def check(v: Any) -> Any:
+        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+            raise ValueError(f"expected an integer {lo}..{hi}, got {v!r}")
+        return v
+    return field_validator(name, mode="before")(lambda cls, v: check(v))
+
+
+class EngineKeys(BaseModel):
+    """The keys every node takes beside ``id``, ``type``, ``config`` and ``inputs``: how the runner runs it."""
+
+    model_config = ConfigDict(extra="forbid")
+    on_error: str = Field("fail", description="fail | drop | restart")
+    isolation: str = Field("thread", description="thread | process (a worker process; frames cross as fds)")
+    queue: int = Field(8, description="bounded input queue, 1..4096")
+    overflow: str = Field("block", description="block | drop_oldest | drop_newest (every drop is counted)")
+    workers: int = Field(1, description="threads for stages that keep no cross-stream state, 1..64")
+    restarts: int = Field(3, description="with on_error: restart, how many times, 0..1000")
+
+    _on_error = _choice("on_error", ON_ERROR)
+    _isolation = _choice("isolation", ISOLATION)
+    _overflow = _choice("overflow", OVERFLOW)
+    _queue = _integer("queue", 1, 4096)
+    _workers = _integer("workers", 1, 64)
+    _restarts = _integer("restarts", 0, 1000)
+
+
+ENGINE_KEYS = set(EngineKeys.model_fields)
+NODE_KEYS = {"id", "type", "config", "inputs"} | ENGINE_KEYS
 
 
 class LineDict(dict):
@@ -103,6 +141,7 @@ class GraphSpec:
     nodes: list[NodeSpec]
     params: dict[str, Any] = field(default_factory=dict)
     plugins: list[str] = field(default_factory=list)
+    plugin_dir: str | None = None  # the graph file's folder, where plugin modules may sit
     dag: nx.MultiDiGraph = field(default_factory=nx.MultiDiGraph)
 
     def node(self, node_id: str) -> NodeSpec:
@@ -269,13 +308,10 @@ def _validate(doc: Any, fname: str, overrides: dict[str, Any]) -> GraphSpec:
     fail_if_errors()
 
     # per-node schema and type lookup --------------------------------------------------------------
-    if plugins and os.path.isfile(fname):  # plugins may sit beside the graph file
-        gdir = os.path.dirname(os.path.abspath(fname))
-        if gdir not in sys.path:
-            sys.path.insert(0, gdir)
-    for mod in plugins:
+    plugin_dir = os.path.dirname(os.path.abspath(fname)) if os.path.isfile(fname) else None
+    for mod in plugins:  # plugins may sit beside the graph file
         try:
-            importlib.import_module(mod)
+            import_plugin(mod, plugin_dir)
         except Exception as e:  # noqa: BLE001 - any import failure is a config error here
             errors.append(Diagnostic(f"plugin '{mod}' failed to import: {type(e).__name__}: {e}", fname,
                                      _line(doc, "plugins")))
@@ -314,41 +350,29 @@ def _validate(doc: Any, fname: str, overrides: dict[str, Any]) -> GraphSpec:
         except KeyError as e:
             errors.append(Diagnostic(str(e.args[0]), fname, _line(raw, "type"), *node))
             continue
-        on_error = raw.get("on_error", "fail")
-        if on_error not in ON_ERROR:
-            errors.append(Diagnostic(f"on_error: expected one of {'|'.join(ON_ERROR)}, got {on_error!r}",
-                                     fname, _line(raw, "on_error"), *node))
-        isolation = raw.get("isolation", "thread")
-        if isolation not in ISOLATION:
-            errors.append(Diagnostic(f"isolation: expected one of {'|'.join(ISOLATION)}, got {isolation!r}",
-                                     fname, _line(raw, "isolation"), *node))
-        queue = raw.get("queue", 8)
-        if isinstance(queue, bool) or not isinstance(queue, int) or not 1 <= queue <= 4096:
-            errors.append(Diagnostic(f"queue: expected an integer 1..4096, got {queue!r}", fname,
-                                     _line(raw, "queue"), *node))
-            queue = 8
-        overflow = raw.get("overflow", "block")
-        if overflow not in OVERFLOW:
-            errors.append(Diagnostic(f"overflow: expected one of {'|'.join(OVERFLOW)}, got {overflow!r}", fname,
-                                     _line(raw, "overflow"), *node))
-        workers = raw.get("workers", 1)
-        if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= 64:
-            errors.append(Diagnostic(f"workers: expected an integer 1..64, got {workers!r}", fname,
-                                     _line(raw, "workers"), *node))
-            workers = 1
-        elif workers > 1 and not cls.parallel_streams:
+        keys = {k: v for k, v in raw.items() if k in ENGINE_KEYS}
+        try:
+            eng = EngineKeys.model_validate(keys)
+        except ValidationError as e:
+            for err in e.errors():
+                key = str(err["loc"][0]) if err["loc"] else "?"
+                msg = str(err["msg"]).removeprefix("Value error, ")
+                errors.append(Diagnostic(f"{key}: {msg}", fname, _line(raw, key), *node))
+            eng = EngineKeys()
+        workers = eng.workers
+        if workers > 1 and not cls.parallel_streams:
             errors.append(Diagnostic(f"workers: {ntype} keeps state across streams and runs on one worker; "
                                      f"expected 1, got {workers}", fname, _line(raw, "workers"), *node))
             workers = 1
-        elif workers > 1 and raw.get("isolation") == "process":
+        elif workers > 1 and eng.isolation == "process":
             errors.append(Diagnostic("workers: expected 1 with isolation: process", fname, _line(raw, "workers"),
                                      *node))
             workers = 1
-        restarts = raw.get("restarts", 3)
-        if isinstance(restarts, bool) or not isinstance(restarts, int) or not 0 <= restarts <= 1000:
-            errors.append(Diagnostic(f"restarts: expected an integer 0..1000, got {restarts!r}", fname,
-                                     _line(raw, "restarts"), *node))
-            restarts = 3
+        if eng.isolation == "process":
+            why = isolation_refusal(cls)
+            if why is not None:
+                errors.append(Diagnostic(f"isolation: process is not available for {ntype}: {why}; expected "
+                                         "isolation: thread", fname, _line(raw, "isolation"), *node))
         cfg_raw = raw.get("config") or LineDict()
         if not isinstance(cfg_raw, dict):
             errors.append(Diagnostic(f"config: expected a mapping, got {_type_name(cfg_raw)}", fname,
@@ -373,8 +397,8 @@ def _validate(doc: Any, fname: str, overrides: dict[str, Any]) -> GraphSpec:
             errors.append(Diagnostic(f"config: {e}", fname, _line(raw, "config"), *node))
             continue
         raw_inputs[nid] = (raw.get("inputs"), raw)
-        specs.append(NodeSpec(nid, ntype, cls, cfg, {}, on_error, queue, isolation, restarts, line, overflow,
-                              workers))
+        specs.append(NodeSpec(nid, ntype, cls, cfg, {}, eng.on_error, eng.queue, eng.isolation, eng.restarts, line,
+                              eng.overflow, workers))
     fail_if_errors()
 
     # wiring ---------------------------------------------------------------------------------------
@@ -444,11 +468,9 @@ def _validate(doc: Any, fname: str, overrides: dict[str, Any]) -> GraphSpec:
                                     first.line, first.id, first.type))
     except nx.NetworkXNoCycle:
         pass
-    spec = GraphSpec(fname, specs, params, list(plugins), dag)
+    spec = GraphSpec(fname, specs, params, list(plugins), plugin_dir, dag)
     for s in specs:
-        check = getattr(s.cls, "check_wiring", None)
-        if check is not None:
-            for msg in check(s, spec) or []:
-                errors.append(Diagnostic(msg, fname, s.line, s.id, s.type))
+        for msg in s.cls.check_wiring(s, spec):
+            errors.append(Diagnostic(msg, fname, s.line, s.id, s.type))
     fail_if_errors()
     return spec

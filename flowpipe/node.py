@@ -23,18 +23,53 @@ its image, so any output may feed an input of kind ``frame``; ``any`` accepts ev
 """
 from __future__ import annotations
 
-import difflib
-import importlib
-import pkgutil
-from importlib.metadata import entry_points
-from typing import Any, ClassVar, Iterator
+from typing import TYPE_CHECKING, Any, ClassVar, Iterator, Mapping, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from .errors import GraphError
+from .contracts import Allocation, InputContract, Offer, Request
 from .frame import Frame
 
+if TYPE_CHECKING:
+    from .accel import Devices
+    from .graph import GraphSpec, NodeSpec
+
 PORT_KINDS = ("frame", "tensor", "tensors", "detections", "any")
+
+
+class RunContext(Protocol):
+    """What a node gets in ``open``: its view of the run (one per node; per run, never process-wide)."""
+
+    node_id: str
+    devices: Devices  # the device owners of this process (OpenVINO Core, OpenCL contexts)
+    stats: dict[str, Any]  # this node's block of ``--stats``
+
+    @property
+    def stopping(self) -> bool: ...
+
+    def wake(self) -> None:
+        """Make the runner call ``node.poll()`` soon (thread-safe; for async completions)."""
+
+    def frames_in_flight(self) -> int:
+        """How many frames can be in flight downstream of this node: the size its pools need."""
+
+    def allocation(self, port: str) -> Allocation:
+        """Where what this node writes on output ``port`` must live (resolved before any open)."""
+
+    def input(self, port: str) -> InputContract | None:
+        """The offer and allocation on input ``port`` (None for an unconnected port)."""
+
+    def section(self, name: str, data: dict[str, Any]) -> None:
+        """A top-level block of ``--stats`` (e.g. ``inference.<id>``)."""
+
+    def feed(self, name: str) -> list[Any]:
+        """An in-memory feed this run was given (``Runner(feeds=...)``)."""
+
+    def collector(self, name: str) -> list[Frame]:
+        """An in-memory collection of this run (``RunResult.collected[name]``)."""
+
+    def snapshot(self) -> dict[str, Any]:
+        """This run's statistics so far: frames by fate, per node counts (for metrics endpoints)."""
 
 
 class NodeConfig(BaseModel):
@@ -57,14 +92,20 @@ class Node:
     #: True if ``process`` may run on several threads at once for different streams (``workers: N``):
     #: the node keeps no state shared across streams, or guards it.
     parallel_streams: ClassVar[bool] = False
+    #: Output port -> input port for packets passed on untouched: memory contracts flow through the node.
+    forwards: ClassVar[dict[str, str]] = {}
+    #: Why this node type cannot run with ``isolation: process`` (``flowpipe validate`` says so), or None.
+    isolation_refused: ClassVar[str | None] = None
+    #: Frames the node holds past ``process`` at most (async requests): pools upstream are sized for them.
+    max_held: int = 0
 
     def __init__(self, node_id: str, config: NodeConfig | None = None):
         self.id = node_id
         self.config = config if config is not None else self.Config()
 
     # lifecycle -----------------------------------------------------------------------------------
-    def open(self, ctx: Any) -> None:
-        """Acquire resources (files, devices). ``ctx`` is the run's RunContext."""
+    def open(self, ctx: RunContext) -> None:
+        """Acquire resources (files, devices). ``ctx`` is this node's view of the run."""
 
     def process(self, frame: Frame, port: str) -> Any:
         """Handle one packet. Return None, a Frame, a list of Frames, or {port: Frame | [Frame]}."""
@@ -81,10 +122,24 @@ class Node:
     def close(self) -> None:
         """Release resources. Called once for every node whose ``open`` succeeded."""
 
-    # declared facts the validator and the engine use ---------------------------------------------
+    # declared facts the validator and the runner use ----------------------------------------------
     def resources(self) -> list[str]:
         """What this node will load, open or listen on (shown by ``flowpipe validate``)."""
         return []
+
+    @classmethod
+    def check_wiring(cls, spec: NodeSpec, graph: GraphSpec) -> list[str]:
+        """Problems with how this node is wired into ``graph`` (one message each); run by validation."""
+        return []
+
+    def offer(self, port: str, inputs: Mapping[str, Offer], devices: Devices) -> Offer:
+        """What this node writes on output ``port``, given what its inputs offer (before any open)."""
+        return Offer(self.id, port)
+
+    def request(self, port: str, offer: Offer, outputs: Mapping[str, Allocation], devices: Devices) -> Request:
+        """What this node asks of the memory on input ``port``, given the offer there and the allocations
+        its own outputs got (consumers resolve first)."""
+        return Request(by=self.id)
 
 
 class Source(Node):
@@ -97,62 +152,15 @@ class Source(Node):
         raise RuntimeError("a source has no inputs")
 
 
-_REGISTRY: dict[str, type[Node]] = {}
-_ORIGIN: dict[str, str] = {}
-_LOADED = False
-
-
-def register(type_name: str):
-    """Class decorator: register a node type. A second registration of a name is an error."""
-
-    def deco(cls: type[Node]) -> type[Node]:
-        origin = f"{cls.__module__}.{cls.__qualname__}"
-        if type_name in _REGISTRY and _ORIGIN[type_name] != origin:
-            raise GraphError(f"node type '{type_name}' registered twice: by {_ORIGIN[type_name]} and by {origin}")
-        for kind in list(cls.inputs.values()) + list(cls.outputs.values()):
-            if kind not in PORT_KINDS:
-                raise TypeError(f"{origin}: port kind {kind!r} is not one of {PORT_KINDS}")
-        cls.type_name = type_name
-        _REGISTRY[type_name] = cls
-        _ORIGIN[type_name] = origin
-        return cls
-
-    return deco
-
-
-def load_builtin_and_plugins() -> None:
-    """Import the built-in node library and the ``flowpipe.nodes`` entry points, once."""
-    global _LOADED
-    if _LOADED:
-        return
-    _LOADED = True
-    import flowpipe.nodes as builtin
-
-    for mod in pkgutil.iter_modules(builtin.__path__):
-        if not mod.name.startswith("_"):
-            importlib.import_module(f"flowpipe.nodes.{mod.name}")
-    for ep in entry_points(group="flowpipe.nodes"):
-        before = set(_REGISTRY)
-        obj = ep.load()
-        if isinstance(obj, type) and issubclass(obj, Node) and obj.type_name not in before:
-            if ep.name in _REGISTRY and _REGISTRY[ep.name] is not obj:
-                raise GraphError(f"entry point '{ep.name}' ({ep.value}) clashes with {_ORIGIN[ep.name]}")
-            register(ep.name)(obj)
-
-
-def registry() -> dict[str, type[Node]]:
-    load_builtin_and_plugins()
-    return dict(_REGISTRY)
-
-
-def lookup(type_name: str) -> type[Node]:
-    reg = registry()
-    if type_name in reg:
-        return reg[type_name]
-    close = difflib.get_close_matches(type_name, reg, n=1)
-    hint = f"; did you mean '{close[0]}'?" if close else ""
-    raise KeyError(f"unknown node type '{type_name}'{hint} known: {', '.join(sorted(reg))}")
-
-
 def kinds_compatible(out_kind: str, in_kind: str) -> bool:
     return in_kind in ("any", "frame") or out_kind == "any" or out_kind == in_kind
+
+
+def isolation_refusal(cls: type[Node]) -> str | None:
+    """Why a node type cannot run with ``isolation: process``, or None: sources and nodes that hold frames
+    past ``process`` (async pools) run in the runner's process; a node type may declare its own reason."""
+    if issubclass(cls, Source):
+        return "a source runs in the runner's process, where its frames are accounted"
+    if cls.holds_frames:
+        return "it holds frames past process() (asynchronous requests)"
+    return cls.isolation_refused

@@ -10,12 +10,9 @@ from pydantic import Field, model_validator
 
 from flowpipe import memory
 from flowpipe.frame import Frame, FrameRef
-from flowpipe.node import Node, NodeConfig, Source, register
+from flowpipe.node import Node, NodeConfig, RunContext, Source
+from flowpipe.registry import register
 
-#: In-memory feeds and collections, by name, for tests and the Python API (``flowpipe.testing``).
-FEEDS: dict[str, list[Any]] = {}
-COLLECTED: dict[str, list[Frame]] = {}
-_collect_lock = threading.Lock()
 
 
 @register("synthetic_source")
@@ -48,14 +45,15 @@ class SyntheticSource(Source):
                 raise ValueError(f"NV12 needs even width and height, got {self.width}x{self.height}")
             return self
 
-    def open(self, ctx: Any) -> None:
+    def open(self, ctx: RunContext) -> None:
         c = self.config
         self.stream = c.stream or self.id
         self.shape = (c.height * 3 // 2, c.width) if c.format == "NV12" else (c.height, c.width, 3)
         self.pool = None
         if c.pool:
-            n = min(ctx.frames_in_flight(self.id), 256)
-            self.pool = ctx.frame_pool(self.id, int(np.prod(self.shape)), n, None if c.memory == "auto" else c.memory)
+            n = min(ctx.frames_in_flight(), 256)
+            self.pool = ctx.allocation("frame").pool(int(np.prod(self.shape)), n,
+                                                     None if c.memory == "auto" else c.memory)
 
     def frames(self) -> Iterator[Frame]:
         c = self.config
@@ -85,7 +83,7 @@ class SyntheticSource(Source):
 
 @register("list_source")
 class ListSource(Source):
-    """Emits the items of an in-memory feed (``flowpipe.testing.feed(name, items)``).
+    """Emits the items of an in-memory feed the run was given (``Runner(spec, feeds={name: items})``).
 
     Items may be Frames or numpy images (wrapped as BGR frames).
     """
@@ -97,13 +95,12 @@ class ListSource(Source):
         stream: str | None = None
         fps: float = Field(30.0, gt=0)
 
-    def open(self, ctx: Any) -> None:
-        if self.config.feed not in FEEDS:
-            raise KeyError(f"no in-memory feed named {self.config.feed!r}")
+    def open(self, ctx: RunContext) -> None:
+        self.items = ctx.feed(self.config.feed)
 
     def frames(self) -> Iterator[Frame]:
         stream = self.config.stream or self.id
-        for i, item in enumerate(FEEDS[self.config.feed]):
+        for i, item in enumerate(self.items):
             if isinstance(item, Frame):
                 yield item
             else:
@@ -113,18 +110,19 @@ class ListSource(Source):
 
 @register("collect")
 class Collect(Node):
-    """Sink that appends every packet to an in-memory list (``flowpipe.testing.collected(name)``)."""
+    """Sink that appends every packet to an in-memory list of the run (``RunResult.collected[into]``)."""
 
     inputs = {"in": "any"}
+    isolation_refused = "it keeps packets in the runner's memory"
 
     class Config(NodeConfig):
         into: str
         keep_pixels: bool = Field(False, description="copy pixels out of pooled buffers (counted)")
         keep_tensors: bool = Field(True, description="copy tensors out of pooled buffers (counted)")
 
-    def open(self, ctx: Any) -> None:
-        with _collect_lock:
-            COLLECTED.setdefault(self.config.into, [])
+    def open(self, ctx: RunContext) -> None:
+        self.into = ctx.collector(self.config.into)
+        self._lock = threading.Lock()
 
     def process(self, frame: Frame, port: str) -> None:
         from flowpipe.memory import copy
@@ -135,8 +133,8 @@ class Collect(Node):
         kept = Frame(frame.stream, frame.index, frame.pts,
                      copy(frame.data) if self.config.keep_pixels and frame.data is not None else None,
                      frame.format, dict(frame.meta), tensors, list(frame.detections))
-        with _collect_lock:
-            COLLECTED[self.config.into].append(kept)
+        with self._lock:
+            self.into.append(kept)
 
 
 @register("passthrough")
@@ -147,6 +145,7 @@ class Passthrough(Node):
 
     inputs = {"in": "any"}
     outputs = {"out": "any"}
+    forwards = {"out": "in"}
 
     def process(self, frame: Frame, port: str) -> Frame:
         return frame

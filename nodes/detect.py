@@ -13,7 +13,8 @@ import numpy as np
 from pydantic import Field
 
 from flowpipe.frame import Detection, Frame
-from flowpipe.node import Node, NodeConfig, register
+from flowpipe.node import Node, NodeConfig, RunContext
+from flowpipe.registry import register
 
 
 def to_source(frame: Frame, boxes: np.ndarray, tile: int = 0) -> np.ndarray:
@@ -110,7 +111,7 @@ class BlazeFaceDecode(Node):
         variant: Literal["short", "full"] = "full"
         keypoints: bool = False
 
-    def open(self, ctx: Any) -> None:
+    def open(self, ctx: RunContext) -> None:
         self.anchors = blazeface_anchors(self.config.variant)
         self.size = 128.0 if self.config.variant == "short" else 192.0
 

@@ -10,7 +10,8 @@ from pydantic import Field
 
 from flowpipe import memory
 from flowpipe.frame import Frame
-from flowpipe.node import Node, NodeConfig, register
+from flowpipe.node import Node, NodeConfig, RunContext
+from flowpipe.registry import register
 
 
 def _region(frame: Frame, box: tuple[float, ...], grow: float) -> tuple[int, int, int, int] | None:
@@ -90,7 +91,7 @@ class Overlay(Node):
         show_fps: bool = True
         show_scores: bool = True
 
-    def open(self, ctx: Any) -> None:
+    def open(self, ctx: RunContext) -> None:
         self._times: dict[str, list[float]] = {}
 
     def process(self, frame: Frame, port: str) -> Frame:

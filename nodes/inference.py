@@ -15,19 +15,21 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Mapping
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from flowpipe import compiled as cmp
-from flowpipe import memory
 from flowpipe import models
-from flowpipe.devices import choose_device, cl_device_from_openvino, ov_core
-from flowpipe.engine import FrameError
+from flowpipe.accel import Devices
+from flowpipe.accel import openvino as ovx
+from flowpipe.contracts import Allocation, Offer, Request
+from flowpipe.errors import FrameError
 from flowpipe.frame import Frame
-from flowpipe.memory import BatchSlots, BufferPool, Slot
-from flowpipe.node import Node, NodeConfig, register
+from flowpipe.memory import BatchSlots, BufferPool, SharedLease, Slot
+from flowpipe.memory import ledger as ledgers
+from flowpipe.node import Node, NodeConfig, RunContext
+from flowpipe.registry import register
 
 log = logging.getLogger("flowpipe.inference")
 
@@ -80,33 +82,50 @@ class Inference(Node):
     def resources(self) -> list[str]:
         return [f"loads model {self.config.blob or self.config.model}"]
 
+    # memory contract ----------------------------------------------------------------------------------
+    def request(self, port: str, offer: Offer, outputs: Mapping[str, Allocation], devices: Devices) -> Request:
+        """Chooses the device, then asks for the input memory it binds without copies: OpenCL buffers in
+        the GPU's own context (remote tensors), DMA-BUF on the NPU, host memory on the CPU; and batch
+        slots of ``batch`` when the producer declares the tensor it writes."""
+        self.choice = devices.openvino.choose(self.config.device)
+        dev = self.choice.device
+        batch = self.config.batch if offer.tensor is not None else 1
+        if dev == "GPU" and "opencl" in offer.writes:
+            return Request("opencl", device="GPU", batch=batch, by=self.id)
+        return Request("dma-buf" if dev == "NPU" else "host", batch=batch, by=self.id)
+
     # open -------------------------------------------------------------------------------------------
-    def open(self, ctx: Any) -> None:
+    def open(self, ctx: RunContext) -> None:
         t_open = time.perf_counter()
         c = self.config
-        self.ctx = ctx
-        self.wake = ctx.waker(self.id)
-        choice = choose_device(c.device)
+        ov_owner = ctx.devices.openvino
+        self.wake = ctx.wake
+        contract = ctx.input("tensor")
+        offer = contract.offer if contract is not None else Offer()
+        alloc = contract.allocation if contract is not None else Allocation()
+        self._edge = contract.edge if contract is not None else None
+        if not hasattr(self, "choice"):  # no producer declared anything: choose here
+            self.choice = ov_owner.choose(c.device)
+        choice = self.choice
         self.device = choice.device
         log.info("node '%s': device %s (%s)", self.id, self.device, choice.reason)
-        upstream = self._upstream_preprocess(ctx, self.device)
-        config = cmp.build_config(self.device, hint=c.performance_hint, num_requests=c.num_requests,
-                                  priority=c.priority, cache_dir=_expand(c.cache_dir),
-                                  npu=c.npu.model_dump(), properties=c.properties)
-        if self.device == "GPU" and upstream is not None and upstream.config.backend in ("auto", "opencl"):
-            no_auto_batching(config)
+        config = ov_owner.build_config(self.device, hint=c.performance_hint, num_requests=c.num_requests,
+                                       priority=c.priority, cache_dir=_expand(c.cache_dir),
+                                       npu=c.npu.model_dump(), properties=c.properties)
+        if alloc.placement == "opencl":  # remote OCL_BUFFER inputs
+            ovx.no_auto_batching(config)
         self.labels = models.entry(c.model).get("labels") if models.is_registry_name(c.model) else None
-        self.entries = 1
+        self.entries = offer.tensor.shape[0] if offer.tensor is not None else 1
         if c.blob:
-            comp = cmp.import_blob(_expand(c.blob), self.device, config)
+            comp = ov_owner.import_blob(_expand(c.blob), self.device, config)
         else:
             path = models.resolve(c.model, sha256=c.model_sha256)
-            model = ov_core().read_model(str(path))
-            batch_before = _static_batch(model)
-            model = self._fit_model(model, upstream)
-            comp = cmp.compile_model(model, self.device, config)
-            if batch_before == 1 and _static_batch(model) not in (None, 1):
-                self._check_batch_layout(comp.model, str(path), config)
+            model = ov_owner.read_model(path)
+            batch_before = ovx.static_batch(model)
+            model = self._fit_model(model, offer)
+            comp = ov_owner.compile(model, self.device, config)
+            if batch_before == 1 and ovx.static_batch(model) not in (None, 1):
+                ovx.check_batch_layout(ov_owner, comp.model, str(path), self.device, config)
         self.compiled = comp.model
         self.input = self.compiled.inputs[0]
         pshape = self.input.get_partial_shape()
@@ -135,143 +154,46 @@ class Inference(Node):
         self._groups: dict[int, tuple[Any, list[Frame], list[Slot], float]] = {}
         self._gather: list[Frame] = []
         self._deadline = 0.0
+        self.batch_pool: BufferPool | None = None  # made on first use: slots usually make it unneeded
         if self.batch > 1:
             if self.stateful:
                 raise ValueError("batch > 1 with a stateful model: state follows one stream; expected batch: 1")
             if self.in_shape is None:
                 raise ValueError("batch > 1 needs a preprocess node upstream (its size sets the static shape)")
-            nbytes = int(np.prod(self.in_shape)) * self.in_type.size
-            self.batch_pool: BufferPool | None = None  # made on first use: slots usually make it unneeded
-            self._batch_nbytes = nbytes
-            if upstream is not None and upstream.config.backend != "openvino":
-                self.slots = self._batch_slots(ctx, nbytes, on_device=upstream.config.backend != "cpu")
-            ups = [u for refs in ctx.spec.node(self.id).inputs.values() for u, _ in refs]
-            self._edge = f"{ups[0]}->{self.id}" if ups else None
+            self._batch_nbytes = int(np.prod(self.in_shape)) * self.in_type.size
+            self.slots = alloc.slots
+            if self.slots is not None:  # requests in flight hold batch buffers too
+                self.slots.pool.grow(self.slots.pool.count + len(self.requests))
         self._last_stream: str | None = None
         self._states: dict[str, list[Any]] = {}
         self.max_held = len(self.requests)
-        n = min(ctx.frames_in_flight(self.id), 64) + len(self.requests)
+        n = min(ctx.frames_in_flight(), 64) + len(self.requests)
         self.out_pools = [BufferPool(int(np.prod(o.get_shape())) * o.get_element_type().size, n)
                           for o in self.compiled.outputs]
         self.out_names = [o.get_any_name() for o in self.compiled.outputs]
         self.out_specs = [(tuple(o.get_shape()), o.get_element_type().to_dtype()) for o in self.compiled.outputs]
-        self._host_tensors: dict[tuple[int, tuple], Any] = {}
-        self._remote_tensors: dict[int, Any] = {}
-        self.remote_ctx = None
-        if self.device == "GPU":
-            self.remote_ctx = ov_core().get_default_context("GPU")
-        elif self.device == "NPU":
-            try:
-                self.remote_ctx = ov_core().get_default_context("NPU")
-            except Exception:  # noqa: BLE001
-                self.remote_ctx = None
+        remote_ctx = ov_owner.remote_context(self.device) if self.device in ("GPU", "NPU") else None
+        self.tensors = ovx.TensorBinder(self.in_type, self.in_shape, remote_ctx)
         self.t_open, self._first = t_open, None
         self._t_first_submit: float | None = None
         self.section = {"device": self.device, "device_reason": choice.reason, "requests": len(self.requests),
                         "compile_ms": round(comp.compile_ms, 2), "cache": comp.cache,
                         "input": {"name": self.input.get_any_name(), "shape": str(pshape),
                                   "type": str(self.in_type)},
+                        "input_memory": alloc.placement,
                         "config": {k: str(v) for k, v in config.items()}, "stateful": self.stateful,
                         "input_binding": None}
-        ctx.section(f"inference.{self.id}", self.section, self.id)
+        ctx.section(f"inference.{self.id}", self.section)
 
-    def _upstream_preprocess(self, ctx: Any, device: str) -> Any:
-        """Tell the upstream preprocess which memory to write (negotiation) and read its tensor shape."""
-        want = {"memory": "ocl-remote", "device": "GPU"} if device == "GPU" else {"memory": "host"}
-        self._want = ctx.services[f"memory:{self.id}"] = want
-        for up_id, _ in [r for refs in ctx.spec.node(self.id).inputs.values() for r in refs]:
-            up = ctx.spec.node(up_id)
-            if up.type == "preprocess":
-                return up
-        return None
-
-    def _batch_slots(self, ctx: Any, nbytes: int, on_device: bool) -> BatchSlots:
-        """Batch buffers the upstream preprocess writes frame by frame, each frame into its own slot: on
-        the GPU OpenCL buffers in OpenVINO's context (bound as one remote tensor), else shared host memory."""
-        factory = None
-        if self.device == "GPU" and on_device:
-            import pyopencl as cl
-
-            dev = cl_device_from_openvino("GPU")
-
-            def factory() -> Any:
-                return cl.Buffer(dev.context, cl.mem_flags.READ_WRITE, nbytes)
-        per_request = -(-min(ctx.frames_in_flight(self.id), 64) // self.batch)
-        slots = BatchSlots(BufferPool(nbytes, len(self.requests) + per_request + 2, factory=factory), self.batch)
-        self._want["slots"] = slots
-        return slots
-
-    def _fit_model(self, model: Any, upstream: Any) -> Any:
-        """Static shapes: reshape a dynamic input to the shape the upstream preprocess declares;
-        with ``backend: openvino`` fold the preprocessing into the model (PrePostProcessor)."""
-        inp = model.inputs[0]
-        ps = inp.get_partial_shape()
-        want = None
-        if upstream is not None:
-            pre = upstream.make()
-            want = pre.tensor_shape()
-            if upstream.config.backend == "openvino":
-                return self._with_ppp(model, upstream.config)
-            if self.config.batch > 1:  # several frames (each one or more entries: tiles) per request
-                self.entries = want[0]
-                want = (want[0] * self.config.batch, *want[1:])
-        if ps.is_dynamic:
-            if want is None:
-                if self.device == "NPU":
-                    raise ValueError(f"model input {inp.get_any_name()} is dynamic {ps}; the NPU needs a static "
-                                     "shape: put a preprocess node upstream (its size sets the shape)")
-                return model
-            model.reshape({inp.get_any_name(): want})
-            log.info("node '%s': reshaped dynamic input %s to static %s", self.id, ps, list(want))
-        elif want is not None and tuple(ps.to_shape()) != tuple(want):
-            have = tuple(ps.to_shape())
-            if have[1:] != tuple(want[1:]):
-                raise ValueError(f"model input {inp.get_any_name()} is {list(have)} but upstream "
-                                 f"'{upstream.id}' produces {list(want)}")
-            try:  # a batch (tiles, several frames): reshape the batch dimension
-                model.reshape({inp.get_any_name(): want})
-            except Exception as e:  # noqa: BLE001
-                raise ValueError(f"model input {inp.get_any_name()} is {list(have)} and cannot take batch "
-                                 f"{want[0]} from '{upstream.id}': {str(e).splitlines()[0]}") from None
-        return model
-
-    def _check_batch_layout(self, batched: Any, path: str, config: dict[str, Any]) -> None:
-        """A model reshaped from batch 1 to B must give each entry's results as a contiguous block:
-        on the batch axis, or folded frame-major into axis 1 (single-feature-map BlazeFace does this).
-        Models that fold it another way (multi-layer anchor concatenation) are refused, not mis-split."""
-        b = tuple(batched.inputs[0].get_shape())[0]
-        if all(tuple(o.get_shape())[0] == b for o in batched.outputs):
-            return
-        single = cmp.compile_model(ov_core().read_model(path), self.device, config).model
-        x = np.random.default_rng(0).uniform(-1, 1, tuple(batched.inputs[0].get_shape())).astype(
-            batched.inputs[0].get_element_type().to_dtype())
-        got = batched(x)
-        for k in range(b):
-            ref = single(x[k:k + 1])
-            for ob, o1 in zip(batched.outputs, single.outputs):
-                part = _part(got[ob], k, b)
-                tol = 0.05 * (np.abs(ref[o1]).max() + 1)
-                if part.shape != ref[o1].shape or not np.allclose(part, ref[o1], atol=tol):
-                    raise ValueError(f"the model folds a batch of {b} into output {ob.get_any_name()} "
-                                     f"{list(ob.get_shape())} in an order that cannot be split per entry; "
-                                     "expected batch: 1 and no tiles with this model")
-
-    def _with_ppp(self, model: Any, pc: Any) -> Any:
-        import openvino as ov
-        from openvino.preprocess import ColorFormat, PrePostProcessor, ResizeAlgorithm
-
-        ppp = PrePostProcessor(model)
-        inp = ppp.input()
-        inp.tensor().set_element_type(ov.Type.u8).set_layout(ov.Layout("NHWC")) \
-            .set_color_format(ColorFormat.BGR).set_spatial_dynamic_shape()
-        steps = inp.preprocess()
-        steps.convert_element_type(ov.Type.f32)
-        if pc.color == "RGB":
-            steps.convert_color(ColorFormat.RGB)
-        steps.resize(ResizeAlgorithm.RESIZE_LINEAR)
-        steps.mean(list(pc.mean)).scale(list(pc.scale))
-        inp.model().set_layout(ov.Layout(pc.layout))
-        return ppp.build()
+    def _fit_model(self, model: Any, offer: Offer) -> Any:
+        """Static shapes from the tensor the producer declares (times the batch), or the producer's
+        preprocessing folded into the model (PrePostProcessor)."""
+        if offer.model_preprocessing is not None:
+            return ovx.with_ppp(model, **offer.model_preprocessing)
+        want = offer.tensor.shape if offer.tensor is not None else None
+        if want is not None and self.config.batch > 1:  # several frames (each one or more entries) per request
+            want = (want[0] * self.config.batch, *want[1:])
+        return ovx.fit_input(model, want, self.device, offer.producer or None)
 
     # per frame --------------------------------------------------------------------------------------
     def _on_done(self, slot: int) -> None:
@@ -279,36 +201,30 @@ class Inference(Node):
         self.wake()
 
     def _bind_input(self, req: Any, frame: Frame) -> None:
-        import openvino as ov
-
         t = frame.tensors.get("input")
         if t is None:
             raise ValueError("no input tensor on the frame: expected a preprocess node upstream")
         cl_buffer = getattr(t, "buffer", None)  # a lease on device memory from the preprocess pool
         if cl_buffer is not None and hasattr(cl_buffer, "int_ptr"):  # OpenCL buffer in OpenVINO's GPU context
             t.wait_ready()  # the preprocess kernel that writes it may still be running on its own queue
-            req.set_tensor(self.input.get_any_name(), self._ocl_tensor(cl_buffer))
+            req.set_tensor(self.input.get_any_name(), self.tensors.ocl_buffer(cl_buffer))
             self.section["input_binding"] = "remote OCL_BUFFER"
             return
         arr = t
         if self.in_shape is not None and tuple(arr.shape) != self.in_shape:
             raise ValueError(f"input tensor shape {list(arr.shape)} does not match the model's {list(self.in_shape)}")
         buf = frame.buffer_of(arr)
-        if self.device == "NPU" and self.remote_ctx is not None and buf is not None and buf.kind == "dma-heap":
-            rt = self._remote_tensors.get(buf.handle)
-            if rt is None:
-                rt = self.remote_ctx.create_tensor(self.in_type, ov.Shape(list(self.in_shape)),
-                                                   buf.remote_properties("NPU"))
-                self._remote_tensors[buf.handle] = rt
-            req.set_tensor(self.input.get_any_name(), rt)
+        if self.device == "NPU" and self.tensors.remote_context is not None and buf is not None \
+                and buf.kind == "dma-heap":
+            req.set_tensor(self.input.get_any_name(), self.tensors.shared_buf(buf, "NPU"))
             self.section["input_binding"] = "remote SHARED_BUF (DMA-BUF)"
             return
-        key = (arr.ctypes.data, arr.shape)
-        tensor = self._host_tensors.get(key) if buf is not None else None
-        if tensor is None:
+        if buf is not None:
+            tensor = self.tensors.host(arr)  # pooled memory: the same views come back, made once
+        else:
+            import openvino as ov
+
             tensor = ov.Tensor(arr, shared_memory=True)
-            if buf is not None:
-                self._host_tensors[key] = tensor
         req.set_input_tensor(tensor)
         self.section["input_binding"] = "host tensor, shared memory"
 
@@ -411,14 +327,14 @@ class Inference(Node):
                 self._bind_input(req, frames[0])
             for i, pool in enumerate(self.out_pools):
                 lease = pool.acquire(timeout=30)
-                shared = _SharedLease(lease, len(frames))
+                shared = SharedLease(lease, len(frames))
                 for f in frames:
                     f.ref.leases.append(shared)
                 view = lease.buffer.array(*self.out_specs[i])
-                req.set_output_tensor(i, self._host_tensor(view))
+                req.set_output_tensor(i, self.tensors.host(view))
                 for k, f in enumerate(frames):
                     at = slots[k].index if slots else k
-                    f.tensors[self.out_names[i]] = view if self.batch == 1 else _part(view, at, self.batch)
+                    f.tensors[self.out_names[i]] = view if self.batch == 1 else ovx.split_batch(view, at, self.batch)
             self._done[rid].clear()
             if self._t_first_submit is None:
                 self._t_first_submit = time.perf_counter()
@@ -444,32 +360,11 @@ class Inference(Node):
         if hasattr(buf, "int_ptr"):  # an OpenCL buffer in OpenVINO's GPU context
             for s in slots:
                 s.wait_ready()  # the preprocess kernels may still run on their own queue
-            req.set_tensor(self.input.get_any_name(), self._ocl_tensor(buf))
+            req.set_tensor(self.input.get_any_name(), self.tensors.ocl_buffer(buf))
             self.section["input_binding"] = f"remote OCL_BUFFER, batch of {self.batch} written in place"
             return
-        req.set_input_tensor(self._host_tensor(buf.array(self.in_shape, self.in_type.to_dtype())))
+        req.set_input_tensor(self.tensors.host(buf.array(self.in_shape, self.in_type.to_dtype())))
         self.section["input_binding"] = f"host tensor, batch of {self.batch} written in place"
-
-    def _ocl_tensor(self, buffer: Any) -> Any:
-        """A remote tensor over an OpenCL buffer of OpenVINO's GPU context, made once per buffer."""
-        import openvino as ov
-
-        rt = self._remote_tensors.get(buffer.int_ptr)
-        if rt is None:
-            rt = self._remote_tensors[buffer.int_ptr] = self.remote_ctx.create_tensor(
-                self.in_type, ov.Shape(list(self.in_shape)),
-                {"SHARED_MEM_TYPE": "OCL_BUFFER", "MEM_HANDLE": hex(buffer.int_ptr)})
-        return rt
-
-    def _host_tensor(self, arr: np.ndarray) -> Any:
-        """An OpenVINO tensor over pooled memory, made once per buffer."""
-        import openvino as ov
-
-        key = (arr.ctypes.data, arr.shape)
-        t = self._host_tensors.get(key)
-        if t is None:
-            t = self._host_tensors[key] = ov.Tensor(arr, shared_memory=True)
-        return t
 
     def _bind_batch(self, req: Any, frames: list[Frame]) -> None:
         """Frames whose tensors are not in batch slots (no preprocess upstream wrote them there): each
@@ -477,15 +372,15 @@ class Inference(Node):
         if self.batch_pool is None:
             self.batch_pool = BufferPool(self._batch_nbytes, len(self.requests) + 1)
         lease = self.batch_pool.acquire(timeout=30)
-        shared = _SharedLease(lease, len(frames))
+        shared = SharedLease(lease, len(frames))
         arr = lease.buffer.array(self.in_shape, self.in_type.to_dtype())
         per = self.entries
         for k, f in enumerate(frames):
             f.ref.leases.append(shared)
-            memory.copy(f.tensors["input"], out=arr[k * per:(k + 1) * per])
+            ledgers.copy(f.tensors["input"], out=arr[k * per:(k + 1) * per])
         if len(frames) < self.batch:
             arr[len(frames) * per:] = 0  # a partial batch (timeout): empty slots, results ignored
-        req.set_input_tensor(self._host_tensor(arr))
+        req.set_input_tensor(self.tensors.host(arr))
         self.section["input_binding"] = f"host tensor, batch of {self.batch} (one counted copy per frame)"
 
     def poll(self) -> list[Frame]:
@@ -500,7 +395,7 @@ class Inference(Node):
         """Partial batches whose time is up, then finished requests' frames (never raises)."""
         out: list[Frame] = []
         if self._gather or self._groups:
-            with memory.ledger.on_edge(getattr(self, "_edge", None)):
+            with ledgers.on_edge(self._edge):
                 out += self._send_partial(time.monotonic())
         return out + self._collect()
 
@@ -532,7 +427,7 @@ class Inference(Node):
     def flush(self) -> list[Frame]:
         out = []
         if self._gather or self._groups:
-            with memory.ledger.on_edge(getattr(self, "_edge", None)):
+            with ledgers.on_edge(self._edge):
                 out += self._send_partial()
         while self._pending:
             self._done[self._pending[0][0]].wait()
@@ -546,61 +441,17 @@ class Inference(Node):
         # drop them, and everything bound to our buffers, before the pools go
         for r in getattr(self, "requests", []):
             r.set_callback(_noop, None)
-        self.requests, self.compiled, self.remote_ctx = [], None, None
-        self._host_tensors = {}
-        self._remote_tensors = {}
-        for p in [*getattr(self, "out_pools", []), getattr(self, "batch_pool", None), getattr(self, "slots", None)]:
+        self.requests, self.compiled = [], None
+        if hasattr(self, "tensors"):
+            self.tensors.clear()
+        for p in [*getattr(self, "out_pools", []), getattr(self, "batch_pool", None)]:
             if p is not None:
-                p.close()
+                p.close()  # batch slots belong to the run (their producer keeps writing across a restart)
         self.out_pools = []
-
-
-def no_auto_batching(config: dict[str, Any]) -> None:
-    """Inputs written by an OpenCL preprocess arrive as remote (OCL_BUFFER) tensors. OpenVINO's automatic
-    batching, which the GPU's THROUGHPUT hint turns on for batch-1 models, gathers inputs on the host and
-    cannot read them: the plugin aborts the whole process from a worker thread (seen with PP-OCR text
-    detection on OpenVINO 2026.4). Turn it off; ``batch: N`` on the node batches without it."""
-    if str(config.get("ALLOW_AUTO_BATCHING", "NO")).upper() not in ("NO", "FALSE", "0"):
-        raise ValueError("properties.ALLOW_AUTO_BATCHING: OpenVINO's automatic batching cannot take the remote "
-                         "(OCL_BUFFER) tensors an OpenCL preprocess writes; expected NO (or leave it out), "
-                         "batch: N on this node, or backend: cpu on the preprocess")
-    config["ALLOW_AUTO_BATCHING"] = "NO"
 
 
 def _noop(_userdata: Any) -> None:
     pass
-
-
-def _static_batch(model: Any) -> int | None:
-    ps = model.inputs[0].get_partial_shape()
-    return ps[0].get_length() if ps[0].is_static else None
-
-
-class _SharedLease:
-    """One buffer serving several frames of a batch: back to its pool when the last frame ends."""
-
-    def __init__(self, lease: Any, users: int):
-        self.lease, self.users = lease, users
-        self.buffer = lease.buffer
-        self._lock = threading.Lock()
-
-    def release(self) -> None:
-        with self._lock:
-            self.users -= 1
-            last = self.users == 0
-        if last:
-            self.lease.release()
-
-
-def _part(view: np.ndarray, k: int, n: int) -> np.ndarray:
-    """Frame k's share of a batched output: along the batch axis, or along axis 1 where the model folds
-    the batch into it (BlazeFace: [1, n*2304, 16])."""
-    if view.shape[0] == n:
-        return view[k:k + 1]
-    if view.shape[0] == 1 and view.ndim >= 2 and view.shape[1] % n == 0:
-        m = view.shape[1] // n
-        return view[:, k * m:(k + 1) * m]
-    raise ValueError(f"cannot split output {list(view.shape)} into {n} frames")
 
 
 def _expand(p: str | None) -> str | None:

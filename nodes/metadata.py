@@ -12,7 +12,8 @@ from typing import Any
 from pydantic import Field
 
 from flowpipe.frame import Frame
-from flowpipe.node import Node, NodeConfig, register
+from flowpipe.node import Node, NodeConfig, RunContext
+from flowpipe.registry import register
 
 log = logging.getLogger("flowpipe.metadata")
 
@@ -45,7 +46,7 @@ class JsonLines(Node):
     def resources(self) -> list[str]:
         return [f"writes {self.config.path}"]
 
-    def open(self, ctx: Any) -> None:
+    def open(self, ctx: RunContext) -> None:
         if self.config.path == "-":
             self.f = sys.stdout
         else:
@@ -94,11 +95,11 @@ class Mqtt(Node):
     def resources(self) -> list[str]:
         return [f"connects to mqtt://{self.config.host}:{self.config.port}"]
 
-    def open(self, ctx: Any) -> None:
+    def open(self, ctx: RunContext) -> None:
         import paho.mqtt.client as mqtt
 
         c = self.config
-        self.stats = ctx.stats_for(self.id)
+        self.stats = ctx.stats
         self.connected = threading.Event()
         self.published = 0
         self.dropped = 0

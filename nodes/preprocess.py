@@ -17,27 +17,28 @@ import logging
 import threading
 from collections import deque
 from dataclasses import dataclass
+from functools import partial
 from importlib import resources
-from typing import Any, Literal
+from typing import Any, Literal, Mapping
 
 import cv2
 import numpy as np
 from pydantic import Field, model_validator
 
 from flowpipe import memory
-from flowpipe.devices import (ClDevice, cl_calls, cl_device, cl_device_from_openvino, opencl_platforms,
-                              wait_event)
+from flowpipe.accel import Devices
+from flowpipe.accel.opencl import ClDevice, wait_event
+from flowpipe.contracts import Allocation, Offer, Request, TensorSpec
 from flowpipe.frame import Frame
-from flowpipe.memory import BatchSlots, BufferPool, Slot
-from flowpipe.node import Node, NodeConfig, register
+from flowpipe.memory import BatchSlots, Slot
+from flowpipe.node import Node, NodeConfig, RunContext
+from flowpipe.registry import register
 
 log = logging.getLogger("flowpipe.preprocess")
 SRC_FMT = {"BGR": 0, "RGB": 1, "GRAY": 2, "NV12": 3, "I420": 4}
 DST_COLOR = {"BGR": 0, "RGB": 1, "GRAY": 2}
 DTYPES = {"u8": (0, np.uint8, "uchar"), "f16": (1, np.float16, "half"), "f32": (2, np.float32, "float")}
 PROFILE_EVERY = 8  # kernel time is read from one frame in this many (each read is a driver call)
-_programs: dict[tuple[int, tuple], dict[str, Any]] = {}
-_programs_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,8 @@ class Preprocess(Node):
 
     inputs = {"frame": "frame"}
     outputs = {"tensor": "tensor"}
+    isolation_refused = "it writes into memory resolved with its consumer in the runner's process " \
+                        "(batch slots, device buffers)"
 
     class Config(NodeConfig):
         size: tuple[int, int] = Field((224, 224), description="tensor width, height")
@@ -150,92 +153,70 @@ class Preprocess(Node):
         n = self.config.tiles.count if self.config.tiles else 1
         return (n, c, h, w) if self.config.layout == "NCHW" else (n, h, w, c)
 
-    def open(self, ctx: Any) -> None:
+    # memory contracts ------------------------------------------------------------------------------
+    def offer(self, port: str, inputs: Mapping[str, Offer], devices: Devices) -> Offer:
         c = self.config
-        self.ctx = ctx
-        self.stats = ctx.stats_for(self.id)
-        self.kernel_ns: list[int] = []
-        self.want = self._downstream_memory(ctx)
-        self.backend = c.backend
-        self.cl: ClDevice | None = None
-        if self.backend == "openvino" or self.want.get("memory") == "openvino-ppp":
-            self.backend = "openvino"
-        elif self.backend in ("auto", "opencl"):
+        if c.backend == "openvino":  # nothing written here: the consumer folds this into its model
+            return Offer(self.id, port, model_preprocessing={"color": c.color, "mean": c.mean, "scale": c.scale,
+                                                             "layout": c.layout})
+        writes = {"host"}
+        if c.backend == "opencl" or (c.backend == "auto" and any(
+                d["usable"] for p in devices.opencl.platforms() for d in p["devices"])):
+            writes.add("opencl")
+        return Offer(self.id, port, TensorSpec(self.tensor_shape(), np.dtype(DTYPES[c.dtype][1]).name),
+                     frozenset(writes))
+
+    def request(self, port: str, offer: Offer, outputs: Mapping[str, Allocation], devices: Devices) -> Request:
+        """Chooses the backend: the OpenCL context of the consumer's device when it asked for device
+        buffers, else one of our own; asks the source for page-locked frames on a discrete GPU."""
+        c = self.config
+        alloc = outputs.get("tensor") or Allocation()
+        self.backend, self.cl = c.backend, None
+        if c.backend == "openvino":
+            return Request(by=self.id)
+        if alloc.placement == "opencl" and alloc.cl is not None:
+            self.backend, self.cl = "opencl", alloc.cl
+        elif c.backend in ("auto", "opencl"):
             try:
-                if self.want.get("memory") == "ocl-remote":
-                    self.cl = cl_device_from_openvino(self.want.get("device", "GPU"))
-                else:
-                    self.cl = cl_device(c.opencl_device)
-                self.backend = "opencl"
+                self.cl, self.backend = devices.opencl.device(c.opencl_device), "opencl"
             except Exception as e:  # noqa: BLE001
                 if c.backend == "opencl":
-                    raise RuntimeError(f"OpenCL unavailable ({e}); platforms: {opencl_platforms() or 'none'}") from e
+                    raise RuntimeError(f"OpenCL unavailable ({e}); platforms: "
+                                       f"{devices.opencl.platforms() or 'none'}") from e
                 log.warning("node '%s': no OpenCL device (%s); preprocessing on the CPU with OpenCV", self.id, e)
                 self.backend = "cpu"
-        self.stats["backend"] = self.backend
         if self.cl is not None and not self.cl.unified_memory:
-            # a discrete GPU: ask the source for page-locked frames so each upload is a DMA transfer
-            ctx.services[f"memory:{self.id}"] = {"frames": "ocl-pinned", "cl": self.cl}
+            return Request("pinned", cl=self.cl, by=self.id)  # a discrete GPU uploads page-locked frames by DMA
+        return Request(by=self.id)
+
+    def open(self, ctx: RunContext) -> None:
+        c = self.config
+        self.stats = ctx.stats
+        self.kernel_ns: list[int] = []
+        if not hasattr(self, "backend"):  # opened without contracts (a harness): resolve on our own
+            self.request("frame", Offer(), {}, ctx.devices)
+        self.stats["backend"] = self.backend
+        alloc = ctx.allocation("tensor")
+        self.remote = alloc.placement == "opencl" and self.cl is not None
         if self.cl is not None:
             self.stats["opencl_device"] = self.cl.name
             self.stats["opencl_memory"] = "unified" if self.cl.unified_memory else "discrete (frames uploaded)"
-            self.kernels = self._kernel_cache()
             self._tls = threading.local()
-            self.calls = cl_calls()
+            self.calls = ctx.devices.opencl.calls()
         self.shape = self.tensor_shape()
         self.np_dtype = DTYPES[c.dtype][1]
         self.nbytes = int(np.prod(self.shape)) * np.dtype(self.np_dtype).itemsize
-        n = min(ctx.frames_in_flight(self.id), 64)
-        self.remote = self.want.get("memory") == "ocl-remote" and self.cl is not None
+        self.slots: BatchSlots | None = alloc.slots if self.backend != "openvino" else None
+        self.full_shape = (self.slots.size * self.shape[0], *self.shape[1:]) if self.slots else self.shape
+        self.stats["writes"] = f"slots of a batch of {self.slots.size}" if self.slots else "own pool"
         self.pool = None
-        self._pool_size = n
-        self._use_slots(self.want.get("slots"))
+        if self.backend != "openvino" and self.slots is None:
+            self.pool = alloc.pool(self.nbytes, min(ctx.frames_in_flight(), 64))
         self._cl_bufs: dict[tuple[int, int], Any] = {}
         self._dev_src: dict[tuple[int, int], Any] = {}
         self._timed: deque[list[Any]] = deque()
         self._timed_lock = threading.Lock()
         self._frames = 0
-
-    def _use_slots(self, slots: BatchSlots | None) -> None:
-        """A batching inference downstream hands out slots of its batch buffers: write each frame there;
-        otherwise into this node's own pool."""
-        if self.backend == "openvino" or (slots is not None and slots.pool.kind == "device" and not self.remote):
-            slots = None  # device slots, but no OpenCL here: host tensors, batched by copy downstream
-        self.slots = slots
-        self.full_shape = (slots.size * self.shape[0], *self.shape[1:]) if slots else self.shape
-        self.stats["writes"] = f"slots of a batch of {slots.size}" if slots else "own pool"
-        if self.backend != "openvino" and slots is None and self.pool is None:
-            device_buffer = None
-            if self.remote:  # OpenCL buffers in OpenVINO's GPU context, bound later as remote tensors
-                import pyopencl as cl
-
-                def device_buffer() -> Any:
-                    return cl.Buffer(self.cl.context, cl.mem_flags.READ_WRITE, self.nbytes)
-            self.pool = BufferPool(self.nbytes, self._pool_size, factory=device_buffer)
-
-    def _current_slots(self) -> BatchSlots | None:
-        """The consumer's slots; re-read when it opened again (``on_error: restart``) and published new ones."""
-        want = self.ctx.services.get(self._want_key) if self._want_key else None
-        if want is not None and want is not self.want:
-            self.want = want
-            self._use_slots(want.get("slots"))
-        return self.slots
-
-    def _downstream_memory(self, ctx: Any) -> dict[str, Any]:
-        self._want_key = None
-        for _, consumer, _ in ctx.spec.consumers(self.id):
-            want = ctx.services.get(f"memory:{consumer}")
-            if want:
-                self._want_key = f"memory:{consumer}"
-                return want
-        return {"memory": "host"}
-
-    def _kernel_cache(self) -> dict[str, Any]:
-        """Kernels are built once per OpenCL context and output format, shared by every node."""
-        c = self.config
-        key = (id(self.cl.context), (c.color, c.layout, c.dtype))
-        with _programs_lock:
-            return _programs.setdefault(key, {})
 
     def _kernel(self, fmt: str) -> _BoundKernel:
         """This thread's kernel object for ``fmt`` (arguments are per kernel object, so threads never
@@ -261,23 +242,24 @@ class Preprocess(Node):
         return q
 
     def _program(self, fmt: str) -> Any:
+        """Built once per OpenCL context, source format and output format (the context owns the cache)."""
         import pyopencl as cl
 
         c = self.config
-        progs = self.kernels
-        if fmt not in progs:
-            dt = DTYPES[c.dtype]
-            opts = [f"-DSRC_FMT={SRC_FMT[fmt]}", f"-DDST_COLOR={DST_COLOR[c.color]}",
-                    f"-DNCHW={int(c.layout == 'NCHW')}", f"-DDST_T={dt[0]}", f"-DDST_TYPE={dt[2]}"]
+        dt = DTYPES[c.dtype]
+        opts = [f"-DSRC_FMT={SRC_FMT[fmt]}", f"-DDST_COLOR={DST_COLOR[c.color]}",
+                f"-DNCHW={int(c.layout == 'NCHW')}", f"-DDST_T={dt[0]}", f"-DDST_TYPE={dt[2]}"]
+
+        def build(context: Any) -> Any:
             src = resources.files("flowpipe").joinpath("kernels/preprocess.cl").read_text()
             try:
-                prg = cl.Program(self.cl.context, src).build(options=opts)
+                return cl.Program(context, src).build(options=opts)
             except cl.RuntimeError as e:
                 first = str(e).strip().splitlines()
                 raise RuntimeError(f"OpenCL kernel build failed for {fmt} on {self.cl.name}: "
                                    f"{' | '.join(first[:3])}") from None
-            progs[fmt] = prg
-        return progs[fmt]
+
+        return self.cl.program(("preprocess.cl", *opts), build)
 
     # per frame ---------------------------------------------------------------------------------------
     def process(self, frame: Frame, port: str) -> Frame:
@@ -305,7 +287,7 @@ class Preprocess(Node):
         if self.backend == "openvino":
             frame.tensors["input"] = frame.data[None] if frame.data.ndim == 3 else frame.data
             return frame
-        slots = self._current_slots()
+        slots = self.slots
         lease = slots.take() if slots is not None else self.pool.acquire(timeout=30)
         frame.ref.leases.append(lease)
         base = lease.index * self.shape[0] if slots is not None else 0  # first batch entry we write
@@ -351,7 +333,7 @@ class Preprocess(Node):
             self.calls.write(self._queue(), dev, data)
         else:
             cl.enqueue_copy(self._queue(), dev, data, is_blocking=False)
-        memory.ledger.record(data.nbytes)
+        memory.record(data.nbytes)
         return dev
 
     def _run_opencl(self, frame: Frame, geos: list[Geometry], lease: Any, base: int) -> Any:
@@ -394,7 +376,7 @@ class Preprocess(Node):
             # queue is flushed once per batch (the waiting side flushes a partial one)
             if not isinstance(lease, Slot) or lease.index == lease.batch.owner.size - 1:
                 self.calls.flush(self._queue())
-            lease.ready = events[-1]
+            lease.ready = partial(wait_event, events[-1])
             if sampled:  # earlier samples are done by now; reading them costs a driver call each
                 self._read_profiles()
             return lease

@@ -12,7 +12,8 @@ import cv2
 from pydantic import Field
 
 from flowpipe.frame import Frame
-from flowpipe.node import Node, NodeConfig, register
+from flowpipe.node import Node, NodeConfig, RunContext
+from flowpipe.registry import register
 
 log = logging.getLogger("flowpipe.serve")
 PAGE = """<!doctype html><html><head><title>flowpipe preview</title>
@@ -117,12 +118,12 @@ class MjpegPreview(Node):
     def resources(self) -> list[str]:
         return [f"listens on http://{self.config.host}:{self.config.port}/ (MJPEG preview)"]
 
-    def open(self, ctx: Any) -> None:
+    def open(self, ctx: RunContext) -> None:
         self.latest = _Latest()
         self.server = ThreadingHTTPServer((self.config.host, self.config.port), _handler(self.latest))
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
-        ctx.stats_for(self.id)["url"] = f"http://{self.config.host}:{self.port}/"
+        ctx.stats["url"] = f"http://{self.config.host}:{self.port}/"
         threading.Thread(target=self.server.serve_forever, name=f"flowpipe:{self.id}:http", daemon=True).start()
         log.info("node '%s': preview at http://%s:%d/", self.id, self.config.host, self.port)
         self._last: dict[str, float] = {}
@@ -163,6 +164,7 @@ class Prometheus(Node):
     """
 
     inputs = {"frame": "any"}
+    isolation_refused = "it serves the statistics of the run in the runner's process"
 
     class Config(NodeConfig):
         host: str = Field("127.0.0.1", description="bind address")
@@ -171,32 +173,31 @@ class Prometheus(Node):
     def resources(self) -> list[str]:
         return [f"listens on http://{self.config.host}:{self.config.port}/metrics (Prometheus)"]
 
-    def open(self, ctx: Any) -> None:
+    def open(self, ctx: RunContext) -> None:
         from prometheus_client import CollectorRegistry, start_http_server
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        runner = ctx._runner
         self.frames: dict[str, int] = {}
         me = self
 
         class Collector:
             def collect(self):  # noqa: ANN202 - prometheus_client protocol
+                snap = ctx.snapshot()
                 frames = CounterMetricFamily("flowpipe_node_frames", "frames processed by a node", labels=["node", "type"])
                 dropped = CounterMetricFamily("flowpipe_node_dropped", "frames dropped by policy", labels=["node", "type"])
                 failed = CounterMetricFamily("flowpipe_node_failed", "frames failed in a node", labels=["node", "type"])
                 busy = CounterMetricFamily("flowpipe_node_busy_seconds", "time spent processing", labels=["node", "type"])
                 queue = GaugeMetricFamily("flowpipe_node_queue_max", "deepest input queue seen", labels=["node", "type"])
-                for nid, st in runner.stats.items():
-                    lab = [nid, st.type]
-                    frames.add_metric(lab, st.frames)
-                    dropped.add_metric(lab, st.dropped)
-                    failed.add_metric(lab, st.failed)
-                    busy.add_metric(lab, st.busy_s)
-                    ch = runner.channels.get(nid)
-                    queue.add_metric(lab, ch.high_water if ch else 0)
+                for nid, st in snap["nodes"].items():
+                    lab = [nid, st["type"]]
+                    frames.add_metric(lab, st["frames"])
+                    dropped.add_metric(lab, st["dropped"])
+                    failed.add_metric(lab, st["failed"])
+                    busy.add_metric(lab, st["busy_s"])
+                    queue.add_metric(lab, st["queue_max"])
                 acct = CounterMetricFamily("flowpipe_frames", "frames by fate", labels=["fate"])
-                for fate, n in runner.snapshot().items():
-                    acct.add_metric([fate], n)
+                for fate in ("in", "out", "dropped", "failed"):
+                    acct.add_metric([fate], snap[fate])
                 seen = CounterMetricFamily("flowpipe_stream_frames", "frames per stream at this node", labels=["stream"])
                 for s, n in list(me.frames.items()):
                     seen.add_metric([s], n)
@@ -206,7 +207,7 @@ class Prometheus(Node):
         self.registry.register(Collector())
         self.server, self.thread = start_http_server(self.config.port, addr=self.config.host, registry=self.registry)
         self.port = self.server.server_address[1]
-        ctx.stats_for(self.id)["url"] = f"http://{self.config.host}:{self.port}/metrics"
+        ctx.stats["url"] = f"http://{self.config.host}:{self.port}/metrics"
 
     def process(self, frame: Frame, port: str) -> None:
         self.frames[frame.stream] = self.frames.get(frame.stream, 0) + 1

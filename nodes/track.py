@@ -8,7 +8,8 @@ import numpy as np
 from pydantic import Field
 
 from flowpipe.frame import Frame
-from flowpipe.node import Node, NodeConfig, register
+from flowpipe.node import Node, NodeConfig, RunContext
+from flowpipe.registry import register
 
 
 def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -72,7 +73,7 @@ class Tracker(Node):
         max_age: int = Field(15, ge=0, description="frames a lost track is kept")
         min_hits: int = Field(1, ge=1, description="frames before an id is reported")
 
-    def open(self, ctx: Any) -> None:
+    def open(self, ctx: RunContext) -> None:
         self.tracks: dict[str, list[_Track]] = {}
         self.next_id: dict[str, int] = {}
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 import logging
 import os
 import re
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Literal
 
@@ -19,7 +21,8 @@ from pydantic import Field, field_validator
 from flowpipe import memory
 from flowpipe.frame import Frame, FrameRef
 from flowpipe.memory import BufferPool
-from flowpipe.node import Node, NodeConfig, Source, register
+from flowpipe.node import Node, NodeConfig, RunContext, Source
+from flowpipe.registry import register
 
 log = logging.getLogger("flowpipe.video")
 IMAGE_EXT = {".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp"}
@@ -70,15 +73,16 @@ class VideoSource(Source):
         kind = "network stream" if _NET.match(uri) else "camera" if _is_camera(uri) else "file/folder"
         return [f"opens {kind} {_redact(uri)}"]
 
-    def open(self, ctx: Any) -> None:
+    def open(self, ctx: RunContext) -> None:
         c = self.config
         self.stream = c.stream or self.id
         self.ctx = ctx
-        self.stats = ctx.stats_for(self.id)
+        self.stats = ctx.stats
         self.pool: BufferPool | None = None
         self.pool_shape: tuple[int, ...] | None = None
         self._old_pools: list[BufferPool] = []
-        self.pool_size = min(ctx.frames_in_flight(self.id), 128)
+        self.pool_size = min(ctx.frames_in_flight(), 128)
+        self.allocation = ctx.allocation("frame")
         self.is_net = bool(_NET.match(c.uri))
         self.folder = None
         self.cap = None
@@ -108,11 +112,11 @@ class VideoSource(Source):
         c = self.config
         src: Any = int(c.uri) if c.uri.isdigit() else c.uri
         if self.is_net:
-            if c.uri.lower().startswith("rtsp") and "OPENCV_FFMPEG_CAPTURE_OPTIONS" not in os.environ:
-                os.environ["OPENCV_FFMPEG_CAPTURE_OPTIONS"] = f"rtsp_transport;{c.rtsp_transport}"
             ms = int(c.timeout_s * 1000)
-            cap = cv2.VideoCapture(src, cv2.CAP_FFMPEG, [cv2.CAP_PROP_OPEN_TIMEOUT_MSEC, ms,
-                                                         cv2.CAP_PROP_READ_TIMEOUT_MSEC, ms])
+            options = f"rtsp_transport;{c.rtsp_transport}" if c.uri.lower().startswith("rtsp") else None
+            with _capture_options(options):
+                cap = cv2.VideoCapture(src, cv2.CAP_FFMPEG, [cv2.CAP_PROP_OPEN_TIMEOUT_MSEC, ms,
+                                                             cv2.CAP_PROP_READ_TIMEOUT_MSEC, ms])
         else:
             cap = cv2.VideoCapture(src, cv2.CAP_V4L2 if c.uri.startswith("/dev/") else cv2.CAP_ANY)
         if not cap.isOpened():
@@ -156,7 +160,7 @@ class VideoSource(Source):
             if self.pool is not None:
                 log.info("node '%s': resolution changed %s -> %s", self.id, self.pool_shape, shape)
                 self._old_pools.append(self.pool)
-            self.pool = self.ctx.frame_pool(self.id, int(np.prod(shape)), self.pool_size)
+            self.pool = self.allocation.pool(int(np.prod(shape)), self.pool_size)
             self.pool_shape = shape
             self.stats["memory"] = self.pool.kind
         lease = self.pool.acquire()
@@ -209,7 +213,8 @@ class VideoSource(Source):
                         lease.release()
                     continue
                 ref.index = emitted
-                frame = Frame(self.stream, emitted, pts, data, "BGR", meta={"decoded_index": self.decoded - 1}, ref=ref)
+                frame = Frame(self.stream, emitted, pts, data, "BGR", ref=ref,
+                              meta={"decoded_index": self.decoded - 1, "fps": self.fps / c.every})
                 self._pace(t0, emitted)
                 emitted += 1
                 yield frame
@@ -294,23 +299,18 @@ class VideoWriter(Node):
     def resources(self) -> list[str]:
         return [f"writes {self.config.path}"]
 
-    def open(self, ctx: Any) -> None:
+    def open(self, ctx: RunContext) -> None:
         import threading
 
         self._lock = threading.Lock()  # workers: N writes several streams at once
         self.writers: dict[str, cv2.VideoWriter] = {}
         self.sizes: dict[str, tuple[int, int]] = {}
-        self.ctx = ctx
+        self.stats = ctx.stats
         self.written: dict[str, int] = {}
 
-    def _fps(self) -> float:
-        if self.config.fps:
-            return self.config.fps
-        for n in self.ctx.spec.nodes:
-            src = self.ctx.stats_for(n.id).get("source")
-            if src:
-                return float(src["fps"]) / getattr(n.config, "every", 1)
-        return 30.0
+    def _fps(self, frame: Frame) -> float:
+        """The configured rate, else the rate the source gave the stream (``meta['fps']``), else 30."""
+        return float(self.config.fps or frame.meta.get("fps") or 30.0)
 
     def process(self, frame: Frame, port: str) -> None:
         if frame.format != "BGR":
@@ -331,7 +331,7 @@ class VideoWriter(Node):
                 p = Path(path)
                 path = str(p.with_name(f"{p.stem}-{frame.stream}{p.suffix}"))
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-            w = cv2.VideoWriter(path, cv2.VideoWriter_fourcc(*self.config.fourcc), self._fps(), size)
+            w = cv2.VideoWriter(path, cv2.VideoWriter_fourcc(*self.config.fourcc), self._fps(frame), size)
             if not w.isOpened():
                 raise RuntimeError(f"cannot write {path} with fourcc {self.config.fourcc!r}")
             self.sizes[frame.stream] = size
@@ -342,4 +342,23 @@ class VideoWriter(Node):
     def close(self) -> None:
         for w in self.writers.values():
             w.release()
-        self.ctx.stats_for(self.id)["written"] = dict(self.written)
+        self.stats["written"] = dict(self.written)
+
+
+_env_lock = threading.Lock()
+
+
+@contextmanager
+def _capture_options(options: str | None) -> Iterator[None]:
+    """FFmpeg options for one capture being opened: OpenCV reads them from OPENCV_FFMPEG_CAPTURE_OPTIONS
+    when it opens a capture, so each source sets its own, under a lock, for the length of its open only
+    (two cameras with different transports each get theirs). A value the user exported wins."""
+    if options is None or "OPENCV_FFMPEG_CAPTURE_OPTIONS" in os.environ:
+        yield
+        return
+    with _env_lock:
+        os.environ["OPENCV_FFMPEG_CAPTURE_OPTIONS"] = options
+        try:
+            yield
+        finally:
+            del os.environ["OPENCV_FFMPEG_CAPTURE_OPTIONS"]

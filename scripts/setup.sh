@@ -4,6 +4,8 @@
 #   mosquitto            MQTT broker: the MQTT sink's tests start one on loopback
 #   graphviz             PNG/SVG drawings from 'flowpipe graph'
 #   ocl-icd-libopencl1   the OpenCL ICD loader pyopencl talks to
+#   pocl-opencl-icd      a distribution build of PoCL (OpenCL on the CPU) whose kernels build on CPUs newer than
+#                        the LLVM inside the PyPI PoCL knows (that one fails with "unknown target CPU generic")
 #   chromium             headless browser: the MJPEG preview test looks at the page for real
 #   ffmpeg               makes H.264 and MPEG-TS test media (corruption, resolution change)
 #   gst-rtsp-server ...  a real RTSP server on loopback for the reconnect tests (system Python + GI)
@@ -12,7 +14,7 @@ cd "$(dirname "$0")/.."
 if command -v apt-get >/dev/null 2>&1; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   need=()
-  for pkg in mosquitto graphviz ocl-icd-libopencl1 chromium ffmpeg python3-gi gir1.2-gstreamer-1.0 \
+  for pkg in mosquitto graphviz ocl-icd-libopencl1 pocl-opencl-icd chromium ffmpeg python3-gi gir1.2-gstreamer-1.0 \
              gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-base gstreamer1.0-plugins-good; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
   done

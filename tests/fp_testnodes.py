@@ -111,3 +111,55 @@ class FlakyInference(Inference):
         super().open(ctx)
         self.started = 0
         self.requests = [_FlakyRequest(r, self) for r in self.requests]
+
+
+@register("test_streams")
+class Streams(Node):
+    """Spreads one source's frames over N streams (frame i goes to stream s{i % N})."""
+
+    inputs = {"in": "any"}
+    outputs = {"out": "any"}
+
+    class Config(NodeConfig):
+        streams: int = 2
+
+    def process(self, frame: Frame, port: str) -> Frame:
+        frame.stream = f"s{frame.index % self.config.streams}"
+        return frame
+
+
+@register("test_reopen")
+class Reopen(Node):
+    """A node whose instance must not be used while closed: counts frames that reach it then
+    (``closed_hits``), fails the frames listed in ``fail_on`` once each."""
+
+    parallel_streams = True
+    inputs = {"in": "any"}
+    outputs = {"out": "any"}
+
+    class Config(NodeConfig):
+        fail_on: list[int] = []
+
+    def __init__(self, node_id: str, config: NodeConfig | None = None):
+        super().__init__(node_id, config)
+        self.failed: set[int] = set()
+        self.state = "new"
+
+    def open(self, ctx: Any) -> None:
+        self.stats = ctx.stats
+        self.stats.setdefault("closed_hits", 0)
+        time.sleep(0.02)
+        self.state = "open"
+
+    def process(self, frame: Frame, port: str) -> Frame:
+        if self.state != "open":
+            self.stats["closed_hits"] += 1
+        time.sleep(0.002)
+        if frame.index in self.config.fail_on and frame.index not in self.failed:
+            self.failed.add(frame.index)
+            raise RuntimeError(f"planned failure at {frame.index}")
+        return frame
+
+    def close(self) -> None:
+        self.state = "closed"
+        time.sleep(0.02)

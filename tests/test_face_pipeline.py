@@ -29,7 +29,7 @@ def face_run(sample, tmp_path_factory):
     out = tmp_path_factory.mktemp("out")
     spec = load_graph(ROOT / "graphs" / "face_blur.yaml", {"input": str(video), "output": str(out / "blur.mp4"),
                                                              "metadata": str(out / "faces.jsonl"), "device": "CPU"})
-    res = run(spec, handle_signals=False)
+    res = run(spec)
     lines = [json.loads(line) for line in (out / "faces.jsonl").read_text().splitlines()]
     return res, lines, out, gt
 

@@ -7,15 +7,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flowpipe import load_graph, run
+from flowpipe import load_graph
+from flowpipe.testing import collected, feed, run_spec
 from flowpipe.nodes.track import iou_matrix
 
 
 def _has_gpu() -> bool:
     try:
-        from flowpipe.devices import ov_core
+        from flowpipe.accel import devices
 
-        return "GPU" in ov_core().available_devices
+        return "GPU" in devices().openvino.available()
     except Exception:  # noqa: BLE001
         return False
 
@@ -41,7 +42,7 @@ def _run(backend: str, device: str, into: str, batch: int = 1):
     from flowpipe.testing import collected
 
     text = GRAPH.format(backend=backend, device=device, into=into, batch=batch)
-    res = run(load_graph("<gpu>", text=text), handle_signals=False)
+    res = run_spec(load_graph("<gpu>", text=text), text)
     assert res.ok, res.error
     return res, collected(into)
 
@@ -99,7 +100,7 @@ nodes:
   - {id: faces, type: blazeface_decode, config: {variant: full}, inputs: detect.tensors}
   - {id: out, type: collect, config: {into: gpu_two, keep_tensors: false}, inputs: faces.detections}
 """
-    res = run(load_graph("<gpu>", text=text), handle_signals=False)
+    res = run_spec(load_graph("<gpu>", text=text), text)
     assert res.ok, res.error
     _, ref = _run("cpu", "CPU", "cpu_ref_two")
     by_index = {f.index: f for f in ref}

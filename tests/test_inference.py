@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from flowpipe import GraphError, Frame, models
-from flowpipe import compiled as cmp
-from flowpipe.devices import choose_device
+from flowpipe.accel import devices
+from flowpipe.accel import openvino as cmp
+from flowpipe.accel.openvino import choose_device
 from flowpipe.testing import collected, feed, run_yaml
 
 
@@ -105,11 +106,11 @@ def test_blob_for_another_device_is_refused(tmp_path, face_model) -> None:
     cm = ov.Core().compile_model(face_model, "CPU")
     buf = io.BytesIO()
     cm.export_model(buf)
-    header = cmp.blob_key("CPU", "x", {})
+    header = devices().openvino.blob_key("CPU", "x", {})
     header["device"], header["driver"] = "NPU", "1.2.3"
     cmp.write_blob(tmp_path / "npu.blob", header, buf.getvalue())
     with pytest.raises(ValueError, match="blob was made for device 'NPU', this machine has 'CPU'"):
-        cmp.check_blob(cmp.read_blob(tmp_path / "npu.blob")[0], "CPU")
+        devices().openvino.check_blob(cmp.read_blob(tmp_path / "npu.blob")[0], "CPU")
 
 
 def test_npu_property_map__no_npu_here() -> None:
@@ -319,7 +320,7 @@ def test_batch_that_cannot_be_split_per_frame_is_refused(astronaut) -> None:
 
 def test_partial_batch_leaves_after_the_timeout() -> None:
     from flowpipe import load_graph
-    from flowpipe.engine import Runner
+    from flowpipe import Runner
 
     runner = Runner(load_graph("<t>", text="""
 nodes:
@@ -331,7 +332,7 @@ nodes:
   - {id: det, type: inference, config: {model: blazeface_full, device: CPU, batch: 8, batch_timeout_ms: 20},
      inputs: pre.tensor}
   - {id: out, type: null_sink, inputs: det.tensors}
-"""), handle_signals=False)
+"""))
     runner.record_times = True
     res = runner.run()
     assert res.ok and res.frames["out"] == 12, res.error
@@ -377,7 +378,7 @@ def test_failed_requests_among_finished_ones_lose_no_frame(astronaut) -> None:
 
 
 def test_automatic_batching_is_off_for_remote_inputs_and_refused_if_asked_for() -> None:
-    from flowpipe.nodes.inference import no_auto_batching
+    from flowpipe.accel.openvino import no_auto_batching
 
     cfg = {"PERFORMANCE_HINT": "THROUGHPUT"}
     no_auto_batching(cfg)

@@ -54,7 +54,7 @@ def test_child_process_maps_handle_and_parent_sees_its_writes() -> None:
 
 @linux_only
 def test_fd_crosses_unix_socket_with_scm_rights() -> None:
-    from flowpipe.procnode import _recv, _send
+    from flowpipe.runtime.process import _recv, _send
 
     a, b = socket.socketpair()
     buf = SharedBuffer(8192, "memfd")
@@ -100,16 +100,16 @@ def test_pool_stays_bounded_under_a_slow_consumer() -> None:
 
 def test_opencl_buffer_over_shared_memory_is_zero_copy_on_pocl() -> None:
     cl = pytest.importorskip("pyopencl")
-    from flowpipe.devices import cl_device
+    from flowpipe.accel import devices
 
     try:
-        dev = cl_device("cpu")
+        dev = devices().opencl.device("cpu")
     except Exception as e:  # noqa: BLE001
         pytest.skip(f"no OpenCL CPU device: {e}")
     buf = SharedBuffer(4096, memory.best_kind())
     view = buf.array((1024,), np.float32)
     view[:] = 1
-    clb = buf.cl_buffer(dev.context, (1024,), np.float32)
+    clb = cl.Buffer(dev.context, cl.mem_flags.READ_WRITE | cl.mem_flags.USE_HOST_PTR, hostbuf=view)
     prg = cl.Program(dev.context, "__kernel void k(__global float* a){ a[get_global_id(0)] *= 3.0f; }").build()
     prg.k(dev.queue, (1024,), None, clb).wait()
     mapped, _ = cl.enqueue_map_buffer(dev.queue, clb, cl.map_flags.READ, 0, (1024,), np.float32)
@@ -120,7 +120,9 @@ def test_opencl_buffer_over_shared_memory_is_zero_copy_on_pocl() -> None:
 
 def test_openvino_host_tensor_shares_the_buffer() -> None:
     buf = SharedBuffer(4 * 3 * 8 * 8, memory.best_kind())
-    t = buf.ov_tensor((1, 3, 8, 8), np.float32)
+    import openvino as ov
+
+    t = ov.Tensor(buf.array((1, 3, 8, 8), np.float32), shared_memory=True)
     assert t.data.ctypes.data == buf.address
 
 
@@ -199,13 +201,13 @@ def test_win32_mapping_calls__no_windows_here() -> None:
 def test_page_locked_opencl_frames_are_host_views() -> None:
     """ocl-pinned buffers (asked for by a preprocess node on a discrete GPU) work as frame memory; PoCL here."""
     pytest.importorskip("pyopencl")
-    from flowpipe.devices import cl_device
+    from flowpipe.accel import devices
 
     try:
-        dev = cl_device("cpu")
+        dev = devices().opencl.device("cpu")
     except Exception as e:  # noqa: BLE001
         pytest.skip(f"no OpenCL CPU device: {e}")
-    pool = BufferPool(640 * 480 * 3, 2, "ocl-pinned", cl_device=dev)
+    pool = BufferPool(640 * 480 * 3, 2, "ocl-pinned", factory=lambda: dev.pinned(640 * 480 * 3))
     lease = pool.acquire()
     img = lease.buffer.array((480, 640, 3))
     img[...] = 9

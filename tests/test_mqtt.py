@@ -119,18 +119,18 @@ def test_unreachable_broker_is_a_clear_error() -> None:
 
 def test_broker_restart_mid_run_reconnects_and_delivers_queued_messages(broker) -> None:
     from flowpipe import load_graph
-    from flowpipe.engine import Runner
+    from flowpipe import Runner
 
     items = _frames(60)
     spec = load_graph("<t>", text=f"""
 nodes:
-  - {{id: src, type: list_source, config: {{feed: {feed(items)}, fps: 20}}}}
+  - {{id: src, type: list_source, config: {{feed: items, fps: 20}}}}
   - {{id: pace, type: test_fault, config: {{delay_s: 0.05}}, inputs: src.frame}}
   - {{id: pub, type: mqtt, config: {{port: {broker.port}, topic: "t/{{stream}}", min_backoff_s: 1, max_backoff_s: 1}}, inputs: pace.out}}
 """)
     import fp_testnodes  # noqa: F401  (test_fault)
 
-    runner = Runner(spec, handle_signals=False)
+    runner = Runner(spec, feeds={"items": items})
     t = threading.Thread(target=lambda: setattr(runner, "result", runner.run()))
     t.start()
     time.sleep(0.8)

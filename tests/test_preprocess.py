@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 
 from flowpipe import Frame
-from flowpipe.devices import opencl_platforms
+from flowpipe.accel import devices
 from flowpipe.testing import run_node
 
 OCL = os.environ.get("FLOWPIPE_TEST_OPENCL", "cpu")
-BACKENDS = ["opencl", "cpu"] if opencl_platforms() else ["cpu"]
+BACKENDS = ["opencl", "cpu"] if any(d["usable"] for p in devices().opencl.platforms() for d in p["devices"]) \
+    else ["cpu"]
 
 
 def _image(w: int, h: int, seed: int = 0) -> np.ndarray:

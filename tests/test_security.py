@@ -49,7 +49,7 @@ def test_python_only_through_an_explicit_plugins_list() -> None:
 
 
 def test_listeners_default_to_loopback() -> None:
-    from flowpipe.node import registry
+    from flowpipe.registry import registry
 
     for name in ("mjpeg_preview", "prometheus", "mqtt"):
         assert registry()[name].Config().host == "127.0.0.1"

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from flowpipe import load_graph
-from flowpipe.engine import Runner
+from flowpipe import Runner
 from flowpipe.testing import collected, run_yaml
 
 HERE = Path(__file__).parent
@@ -29,7 +29,7 @@ def _free_port() -> int:
 
 
 def _start(spec_text: str, **kw):
-    r = Runner(load_graph("<t>", text=spec_text), handle_signals=False, **kw)
+    r = Runner(load_graph("<t>", text=spec_text), **kw)
     box: dict = {}
     t = threading.Thread(target=lambda: box.update(result=r.run()), daemon=True)
     t.start()

@@ -9,22 +9,24 @@ from typing import Any, Callable
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
-    from . import devices, memory
+    from .. import memory
+    from ..accel import devices
+    from ..accel.openvino import choose_device
 
+    owners = devices()
     report: dict[str, Any] = {"shared_memory": memory.available_kinds(),
                               "shared_memory_default": memory.best_kind()}
     try:
-        core = devices.ov_core()
-        avail = list(core.available_devices)
-        report["openvino"] = {d: devices.device_info(d) for d in avail}
+        avail = owners.openvino.available()
+        report["openvino"] = {d: owners.openvino.device_info(d) for d in avail}
         try:
-            choice = devices.choose_device("AUTO", avail)
+            choice = choose_device("AUTO", avail)
             report["inference_default"] = {"device": choice.device, "reason": choice.reason}
         except RuntimeError as e:
             report["inference_default"] = {"device": None, "reason": str(e)}
     except Exception as e:  # noqa: BLE001
         report["openvino"] = {"error": str(e)}
-    report["opencl"] = [{"platform": p, "devices": ds} for p, ds in devices.opencl_platforms()]
+    report["opencl"] = owners.opencl.platforms()
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
@@ -37,13 +39,14 @@ def cmd_devices(args: argparse.Namespace) -> int:
         print(f"  {d}: {info.get('FULL_DEVICE_NAME', info) if isinstance(info, dict) else info}")
     inf = report.get("inference_default", {})
     print(f"inference device for AUTO: {inf.get('device')} ({inf.get('reason')})")
-    print("OpenCL: " + ("; ".join(f"{p['platform']}: {', '.join(p['devices'])}" for p in report["opencl"])
-                        or "no platform (preprocessing falls back to OpenCV on the CPU)"))
+    print("OpenCL: " + ("; ".join(f"{p['platform']}: " + ", ".join(
+        d["name"] + ("" if d["usable"] else f" (not usable: {d['why']})") for d in p["devices"])
+        for p in report["opencl"]) or "no platform (preprocessing falls back to OpenCV on the CPU)"))
     return 0
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from . import models
+    from .. import models
 
     if args.action == "list":
         for name, e in models.registry().items():
@@ -65,26 +68,27 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    from . import compiled as cmp
-    from . import models
-    from .devices import choose_device, ov_core
-    from .graph import parse_sets
+    from .. import models
+    from ..accel import devices
+    from ..accel import openvino as ovx
+    from ..graph import parse_sets
 
+    owner = devices().openvino
     props = parse_sets(args.set)
-    device = choose_device(args.device).device
+    device = owner.choose(args.device).device
     path = models.resolve(args.model)
-    config = cmp.build_config(device, hint=args.hint, properties=props)
-    model = ov_core().read_model(str(path))
+    config = owner.build_config(device, hint=args.hint, properties=props)
+    model = owner.read_model(path)
     if args.shape:
         model.reshape({model.inputs[0].get_any_name(): [int(x) for x in args.shape.split(",")]})
-    comp = cmp.compile_model(model, device, config)
-    header = cmp.blob_key(device, cmp.model_hash(path), config)
+    comp = owner.compile(model, device, config)
+    header = owner.blob_key(device, ovx.model_hash(path), config)
     header["model"] = str(args.model)
     import io
 
     buf = io.BytesIO()
     comp.model.export_model(buf)
-    cmp.write_blob(args.output, header, buf.getvalue())
+    ovx.write_blob(args.output, header, buf.getvalue())
     print(f"wrote {args.output}: {device}, compiled in {comp.compile_ms:.0f} ms, "
           f"{Path(args.output).stat().st_size} bytes")
     return 0

@@ -12,13 +12,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .errors import GraphError
+from ..errors import GraphError
 
 EXIT_OK, EXIT_RUNTIME, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 def _load(path: str, sets: list[str] | None = None):
-    from .graph import load_graph, parse_sets
+    from ..graph import load_graph, parse_sets
 
     return load_graph(path, parse_sets(sets))
 
@@ -50,11 +50,15 @@ class _Progress:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .engine import Runner
+    from ..runtime import Runner
+    from ..runtime.settings import interrupts_stop, limit_library_threads
 
     spec = _load(args.graph, args.set)
     progress = _Progress()
-    result = Runner(spec, max_frames=args.max_frames, progress=progress).run()
+    limit_library_threads(spec)
+    runner = Runner(spec, max_frames=args.max_frames, progress=progress)
+    with interrupts_stop(runner):
+        result = runner.run()
     progress.end()
     stats = result.to_json()
     if args.stats:
@@ -126,7 +130,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
 
 
 def cmd_nodes(args: argparse.Namespace) -> int:
-    from .node import lookup, registry
+    from ..registry import lookup, registry
 
     if not args.type:
         for name, cls in sorted(registry().items()):
@@ -183,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("type", nargs="?")
     n.set_defaults(func=cmd_nodes)
 
-    from . import cli_extra
+    from . import extra as cli_extra
 
     cli_extra.add_commands(sub, with_set)
     return p
@@ -206,7 +210,3 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
         return EXIT_RUNTIME
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -3,37 +3,37 @@
 Every frame a source emits is accounted exactly once when its last reference ends: delivered
 ("out"), "dropped" by a policy, or "failed". Buffer leases travel with the frame's reference and go
 back to their pool at that moment, so pools bound the memory in flight.
+
+A run owns everything it creates (``RunState``: copy ledger, feeds, collections, memory contracts);
+process-wide settings (signal handlers, OpenCV's thread pool) belong to the command line
+(``flowpipe.runtime.process_settings``), never to a run.
 """
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+import networkx as nx
 import numpy as np
 
-from . import memory
-from .errors import NodeError
-from .frame import Frame, FrameRef
-from .graph import GraphSpec, NodeSpec
-from .node import Node, Source
+from ..accel import Devices, devices
+from ..errors import FrameError, NodeError
+from ..frame import Frame, FrameRef
+from ..graph import GraphSpec, NodeSpec
+from ..memory import ledger as ledgers
+from ..memory.ledger import UNATTRIBUTED, EdgeMemory
+from ..node import Node, Source
+from .channel import EOS, Channel, StreamRouter
+from .context import NodeContext, RunState
+from .negotiate import resolve
+from .process import isolate
 
 log = logging.getLogger("flowpipe")
-_EOS = object()
-
-
-class FrameError(Exception):
-    """Raised by a node (often from an async callback) to say which frame failed, or which frames:
-    a batched request fails for every frame in it, and the node's ``on_error`` applies to each."""
-
-    def __init__(self, frame: Frame | list[Frame], cause: BaseException | str):
-        self.frames = list(frame) if isinstance(frame, (list, tuple)) else [frame]
-        self.frame, self.cause = self.frames[0], cause
-        super().__init__(str(cause))
+Inbox = Channel | StreamRouter
 
 
 def _frame_list(frames: list[Frame]) -> str:
@@ -50,113 +50,41 @@ def _frame_list(frames: list[Frame]) -> str:
     return ", ".join(out)
 
 
-class Channel:
-    """A bounded FIFO with batch get: under load a consumer wakes once for many items.
+class _Gate:
+    """Lets a node's worker threads into ``process`` together, and a restart in alone: ``on_error:
+    restart`` closes and reopens the one node instance all workers share, which must not happen while
+    another worker is inside it."""
 
-    ``overflow`` decides what a full channel does: ``block`` the producer (backpressure, nothing lost),
-    or drop (``drop_oldest`` for live sources: the freshest frame wins; ``drop_newest``). Every drop
-    goes to ``on_drop`` so the frame is accounted for.
-    """
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._inside = 0
+        self._closed = False
 
-    def __init__(self, capacity: int, overflow: str = "block", on_drop: Callable[[Any], None] | None = None):
-        self.capacity = capacity
-        self.overflow = overflow
-        self.on_drop = on_drop
-        self.dropped = 0
-        self._items: deque = deque()
-        self._cond = threading.Condition(threading.Lock())
-        self.closed = False
-        self.high_water = 0
-        self._woken = False
-
-    def put(self, item: Any, force: bool = False) -> bool:
-        victim = None
+    def enter(self) -> None:
         with self._cond:
-            if not force and len(self._items) >= self.capacity and self.overflow != "block" and not self.closed:
-                self.dropped += 1
-                if self.overflow == "drop_newest":
-                    victim = item
-                else:
-                    idx = next((i for i, x in enumerate(self._items) if x is not _EOS), None)
-                    if idx is None:
-                        victim = item
-                    else:
-                        victim = self._items[idx]
-                        del self._items[idx]
-                        self._items.append(item)
-                        self._cond.notify_all()
-            else:
-                while not force and len(self._items) >= self.capacity and not self.closed:
-                    self._cond.wait()
-                if self.closed:
-                    return False
-                self._items.append(item)
-            if len(self._items) > self.high_water:
-                self.high_water = len(self._items)
-            self._cond.notify_all()
-        if victim is not None and self.on_drop is not None:
-            self.on_drop(victim)
-        return True
-
-    def wake(self) -> None:
-        """Wake the consumer with no item (an async completion is ready to collect)."""
-        with self._cond:
-            self._woken = True
-            self._cond.notify_all()
-
-    def get_batch(self) -> list[Any] | None:
-        """All queued items; [] when woken without items; None when closed and empty."""
-        with self._cond:
-            while not self._items and not self.closed and not self._woken:
+            while self._closed:
                 self._cond.wait()
-            self._woken = False
-            if not self._items:
-                return None if self.closed else []
-            items = list(self._items)
-            self._items.clear()
-            self._cond.notify_all()
-            return items
+            self._inside += 1
 
-    def close(self) -> list[Any]:
+    def leave(self) -> None:
         with self._cond:
-            self.closed = True
-            left = list(self._items)
-            self._items.clear()
-            self._cond.notify_all()
-            return left
+            self._inside -= 1
+            if self._inside == 0:
+                self._cond.notify_all()
 
-
-class StreamRouter:
-    """A node's input spread over several worker channels by stream: a stream always meets the same
-    worker (first seen, round robin), so per-stream order and per-stream state hold without reordering."""
-
-    def __init__(self, channels: list[Channel]):
-        self.channels = channels
-        self._assign: dict[str, Channel] = {}
-        self._lock = threading.Lock()
-
-    def put(self, item: Any, force: bool = False) -> bool:
-        if item is _EOS:
-            for ch in self.channels:
-                ch.put(_EOS, force=True)
-            return True
-        stream = item[1].stream
-        ch = self._assign.get(stream)
-        if ch is None:
-            with self._lock:
-                ch = self._assign.setdefault(stream, self.channels[len(self._assign) % len(self.channels)])
-        return ch.put(item, force)
-
-    @property
-    def high_water(self) -> int:
-        return max(ch.high_water for ch in self.channels)
-
-    def wake(self) -> None:
-        for ch in self.channels:
-            ch.wake()
-
-    def close(self) -> list[Any]:
-        return [item for ch in self.channels for item in ch.close()]
+    def exclusive(self, action: Callable[[], None]) -> None:
+        with self._cond:
+            while self._closed:  # another worker is restarting it: that restart serves this error too
+                self._cond.wait()
+            self._closed = True
+            while self._inside:
+                self._cond.wait()
+        try:
+            action()
+        finally:
+            with self._cond:
+                self._closed = False
+                self._cond.notify_all()
 
 
 @dataclass
@@ -173,7 +101,7 @@ class NodeStats:
     extra: dict[str, Any] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def summary(self, channel: Channel | None) -> dict[str, Any]:
+    def summary(self, channel: Inbox | None) -> dict[str, Any]:
         lat = np.asarray(self.latency, dtype=np.float64) * 1e3
         span = (self.last - self.first) if self.first is not None and self.last is not None else 0.0
         out: dict[str, Any] = {
@@ -189,75 +117,39 @@ class NodeStats:
         return out
 
 
-class RunContext:
-    """What nodes get in ``open``: the graph, the copy ledger, the stop flag and shared services."""
-
-    def __init__(self, spec: GraphSpec, runner: Runner):
-        self.spec = spec
-        self.ledger = memory.ledger
-        self._runner = runner
-        self.services: dict[str, Any] = {}
-
-    @property
-    def stopping(self) -> bool:
-        return self._runner.stop_event.is_set()
-
-    def frames_in_flight(self, node_id: str) -> int:
-        """How many frames can be in flight downstream of ``node_id``: the size a source's pool needs."""
-        import networkx as nx
-
-        down = nx.descendants(self.spec.dag, node_id)
-        queues = sum(self.spec.node(n).queue for n in down)
-        holders = sum(getattr(self._runner.nodes.get(n), "max_held", 0) for n in down)
-        return queues + holders + 2 * len(down) + 2
-
-    def stats_for(self, node_id: str) -> dict[str, Any]:
-        return self._runner.stats[node_id].extra
-
-    def frame_pool(self, node_id: str, nbytes: int, count: int, kind: str | None = None) -> memory.BufferPool:
-        """A source's frame pool, in the memory its consumers asked for (negotiated at open: consumers
-        open first and publish ``services['memory:<id>']``), else the best shared kind here."""
-        for _, consumer, _ in self.spec.consumers(node_id):
-            want = self.services.get(f"memory:{consumer}") or {}
-            if want.get("frames") == "ocl-pinned" and kind is None:
-                return memory.BufferPool(nbytes, count, "ocl-pinned", cl_device=want["cl"])
-        return memory.BufferPool(nbytes, count, kind)
-
-    def waker(self, node_id: str) -> Callable[[], None]:
-        """A thread-safe callable that makes the engine call ``node.poll()`` soon (async completions)."""
-        ch = self._runner.channels.get(node_id)
-        return ch.wake if ch is not None else (lambda: None)
-
-    def section(self, name: str, data: dict[str, Any], node_id: str) -> None:
-        """A top-level block of ``--stats`` (e.g. ``inference.<id>``)."""
-        self._runner.stats[node_id].extra.setdefault("_sections", {})[name] = data
-
-
 class Runner:
-    """Runs a validated graph. Use as ``Runner(spec).run()``; returns a RunResult."""
+    """Runs a validated graph: ``Runner(spec).run()`` returns a RunResult.
+
+    ``feeds`` are in-memory inputs for ``list_source`` nodes; what ``collect`` nodes keep comes back in
+    ``RunResult.collected``. ``devices`` are the device owners to use (this process's by default).
+    """
 
     def __init__(self, spec: GraphSpec, max_frames: int | None = None, drain_timeout: float = 30.0,
-                 progress: Callable[[dict[str, Any]], None] | None = None, handle_signals: bool = True):
+                 progress: Callable[[dict[str, Any]], None] | None = None,
+                 feeds: dict[str, list[Any]] | None = None, devices_: Devices | None = None,
+                 record_times: bool = False):
         self.spec = spec
         self.max_frames = max_frames
         self.drain_timeout = drain_timeout
         self.progress = progress
-        self.handle_signals = handle_signals
+        self.devices = devices_ or devices()
+        self.state = RunState(feeds=dict(feeds or {}))
         self.stop_event = threading.Event()
         self.abort_event = threading.Event()
         self.nodes: dict[str, Node] = {}
-        self.channels: dict[str, Channel] = {}
+        self.contexts: dict[str, NodeContext] = {}
+        self.channels: dict[str, Inbox] = {}
+        self.gates: dict[str, _Gate] = {}
         self.stats = {n.id: NodeStats(n.type) for n in spec.nodes}
-        self.routes: dict[str, dict[str, list[tuple[Channel, str, str]]]] = {}
+        self.routes: dict[str, dict[str, list[tuple[Inbox, str, str]]]] = {}
         self.counts = {"in": 0, "out": 0, "dropped": 0, "failed": 0}
         self._count_lock = threading.Lock()
         self.error: BaseException | None = None
         self.interrupted = False
         self._emitted = 0
         self.per_stream: dict[str, int] = {}
-        self.record_times = False
+        self.record_times = record_times
         self.done_times: list[tuple[float, str]] = []
-        memory.ledger.edges.clear()
 
     # accounting ------------------------------------------------------------------------------------
     def _on_final(self, ref: FrameRef) -> None:
@@ -272,7 +164,8 @@ class Runner:
         st = self.stats[node_id]
 
         def drop(item: Any) -> None:
-            st.dropped += 1
+            with st.lock:
+                st.dropped += 1
             item[1].ref.end("dropped")
 
         return drop
@@ -292,8 +185,25 @@ class Runner:
         self.stop_event.set()
         self.abort_event.set()
         for ch in self.channels.values():
-            if ch is not None:
-                ch.close()
+            ch.close()
+
+    def interrupt(self) -> None:
+        """What Ctrl-C or SIGTERM does: drain on the first, stop at once on the second."""
+        if self.stop_event.is_set():
+            log.warning("second interrupt: stopping now")
+            self.interrupted = True
+            self.abort()
+            return
+        log.warning("interrupted: finishing frames in flight; interrupt again to stop now")
+        self.interrupted = True
+        self.stop()
+
+    def frames_in_flight(self, node_id: str) -> int:
+        """How many frames can be in flight downstream of ``node_id``: the size a source's pool needs."""
+        down = nx.descendants(self.spec.dag, node_id)
+        queues = sum(self.spec.node(n).queue for n in down)
+        holders = sum(self.nodes[n].max_held for n in down if n in self.nodes)
+        return queues + holders + 2 * len(down) + 2
 
     # emission --------------------------------------------------------------------------------------
     def _emit(self, node_id: str, result: Any, default_port: str | None, held: bool) -> None:
@@ -304,6 +214,7 @@ class Runner:
         elif isinstance(result, list):
             result = {default_port: result}
         routes = self.routes[node_id]
+        passed = self.state.ledger.passed
         for port, frames in result.items():
             if port not in routes:
                 raise RuntimeError(f"emitted on unknown output port {port!r}; declared: {', '.join(routes)}")
@@ -315,15 +226,13 @@ class Runner:
                     # each branch gets its own packet (shared pixels, own metadata)
                     pkt = fr if i == 0 else replace(fr, meta=dict(fr.meta), tensors=dict(fr.tensors),
                                                     detections=list(fr.detections))
-                    em = memory.ledger.edges[edge]
-                    em.frames += 1
-                    if em.memory == "none":
-                        em.memory = fr.memory
+                    passed(edge, fr.memory)
                     if not ch.put((in_port, pkt, edge)):
                         fr.ref.end("failed")
 
     # threads ---------------------------------------------------------------------------------------
     def _run_source(self, spec: NodeSpec, node: Source) -> None:
+        ledgers.bind(self.state.ledger)
         st = self.stats[spec.id]
         port = next(iter(spec.cls.outputs), None)
         try:
@@ -337,7 +246,7 @@ class Runner:
                 t1 = time.perf_counter()
                 if frame.ref is None:
                     frame.ref = FrameRef(frame.stream, frame.index)
-                frame.ref._on_final = self._on_final
+                frame.ref.report_to(self._on_final)
                 with self._count_lock:
                     self.counts["in"] += 1
                     self._emitted += 1
@@ -358,17 +267,18 @@ class Runner:
     def _send_eos(self, node_id: str) -> None:
         for targets in self.routes[node_id].values():
             for ch, _, _ in targets:
-                ch.put(_EOS, force=True)
+                ch.put(EOS, force=True)
 
-    def _run_node(self, spec: NodeSpec, node: Node, ch: Channel | None = None,
-                  workers_left: list[int] | None = None) -> None:
-        ch = ch or self.channels[spec.id]
+    def _run_node(self, spec: NodeSpec, node: Node, ch: Channel, workers_left: list[int] | None = None) -> None:
+        ledger = self.state.ledger
+        ledgers.bind(ledger)
         st = self.stats[spec.id]
         n_in = sum(len(v) for v in spec.inputs.values())
         eos = 0
         default_port = next(iter(spec.cls.outputs), None)
         held = node.holds_frames
-        process, emit, ledger = node.process, self._emit, memory.ledger
+        process, emit = node.process, self._emit
+        gate = self.gates.get(spec.id)
         while True:
             batch = ch.get_batch()
             if batch is None:
@@ -377,7 +287,7 @@ class Runner:
                 self._poll(spec, st, node)
                 continue
             for item in batch:
-                if item is _EOS:
+                if item is EOS:
                     eos += 1
                     if eos == n_in:
                         if workers_left is not None:  # several workers: the last one to finish ends it
@@ -388,7 +298,7 @@ class Runner:
                         try:
                             emit(spec.id, node.flush(), default_port, held)
                         except Exception as e:  # noqa: BLE001
-                            self._node_error(spec, st, None, e, held)
+                            self._node_error(spec, st, None, e)
                         if held:
                             self._drain(spec, st, node)
                         self._send_eos(spec.id)
@@ -399,16 +309,24 @@ class Runner:
                     frame.ref.end("failed")
                     continue
                 t0 = time.perf_counter()
+                if gate is not None:
+                    gate.enter()
                 try:
                     with ledger.on_edge(edge):
                         if node.writes_input and frame.ref.count > 1 and frame.data is not None:
-                            frame = replace(frame, data=memory.copy(frame.data), meta=dict(frame.meta))
+                            frame = replace(frame, data=ledgers.copy(frame.data), meta=dict(frame.meta))
                         result = process(frame, in_port)
                         emit(spec.id, result, default_port, held)
                     if not held:
                         frame.ref.end("out")
+                    error = None
                 except Exception as e:  # noqa: BLE001
-                    self._node_error(spec, st, None if held else frame, e, held)
+                    error = e
+                finally:
+                    if gate is not None:
+                        gate.leave()
+                if error is not None:
+                    self._node_error(spec, st, None if held else frame, error)
                 t1 = time.perf_counter()
                 with st.lock:
                     st.frames += 1
@@ -434,93 +352,126 @@ class Runner:
             self._emit(spec.id, out, next(iter(spec.cls.outputs), None), True)
             return bool(out)
         except Exception as e:  # noqa: BLE001
-            self._node_error(spec, st, None, e, True)
+            self._node_error(spec, st, None, e)
             return True
 
-    def _node_error(self, spec: NodeSpec, st: NodeStats, frame: Frame | None, err: Exception, held: bool) -> None:
+    def _node_error(self, spec: NodeSpec, st: NodeStats, frame: Frame | None, err: Exception) -> None:
         frames = [frame] if frame is not None else []
+        cause: BaseException | str = err
         if isinstance(err, FrameError):
             frames, cause = err.frames, err.cause
             frame = frames[0]
-        else:
-            cause = err
         msg = f"{type(cause).__name__}: {cause}" if isinstance(cause, BaseException) else str(cause)
         if len(frames) > 1:
             msg += f" (a batch of {len(frames)} frames: {_frame_list(frames)})"
-        if spec.on_error == "restart" and frame is not None and st.restarts < spec.restarts:
-            st.restarts += 1
-            st.failed += len(frames)
+        if spec.on_error == "restart" and frame is not None:
+            with st.lock:
+                restart = st.restarts < spec.restarts
+                if restart:
+                    st.restarts += 1
+                    st.failed += len(frames)
+                    n = st.restarts
+        else:
+            restart = False
+        if restart and frame is not None:
             log.warning("node '%s' (%s), stream '%s', frame %d: %s (restart %d/%d)", spec.id, spec.type,
-                        frame.stream, frame.index, msg, st.restarts, spec.restarts)
+                        frame.stream, frame.index, msg, n, spec.restarts)
             for f in frames:
                 f.ref.end("failed")
             if not isinstance(err, FrameError):  # a worker process restarts itself; a thread node reopens
-                node = self.nodes[spec.id]
-                try:
-                    node.close()
-                    node.open(self._ctx)
-                except Exception as e:  # noqa: BLE001
-                    self._fail(NodeError(spec.id, spec.type, f"restart failed: {type(e).__name__}: {e}"))
+                self._reopen(spec)
             return
         if spec.on_error == "drop" and frame is not None:
-            st.dropped += len(frames)
+            with st.lock:
+                st.dropped += len(frames)
             log.warning("node '%s' (%s), stream '%s', frame %d: %s (dropped by policy)",
                         spec.id, spec.type, frame.stream, frame.index, msg)
             for f in frames:
                 f.ref.end("dropped")
             return
-        st.failed += max(len(frames), 1)
+        with st.lock:
+            st.failed += max(len(frames), 1)
         for f in frames:
             f.ref.end("failed")
         self._fail(NodeError(spec.id, spec.type, msg, frame.stream if frame else None,
                              frame.index if frame else None))
 
-    # the run ---------------------------------------------------------------------------------------
-    def run(self) -> RunResult:
-        from .isolation import maybe_isolate
+    def _reopen(self, spec: NodeSpec) -> None:
+        node = self.nodes[spec.id]
 
-        t_start = time.perf_counter()
-        ctx = self._ctx = RunContext(self.spec, self)
-        order = self.spec.topo_order()
+        def reopen() -> None:
+            try:
+                node.close()
+                node.open(self.contexts[spec.id])
+            except Exception as e:  # noqa: BLE001
+                self._fail(NodeError(spec.id, spec.type, f"restart failed: {type(e).__name__}: {e}"))
+
+        gate = self.gates.get(spec.id)
+        if gate is None:
+            reopen()
+        else:
+            gate.exclusive(reopen)
+
+    # the run ---------------------------------------------------------------------------------------
+    def _wire(self, order: list[NodeSpec]) -> None:
         for s in order:
-            if not s.cls.inputs:
-                self.channels[s.id] = None  # type: ignore[assignment]
-            elif s.workers > 1:
-                self.channels[s.id] = StreamRouter(  # type: ignore[assignment]
-                    [Channel(s.queue, s.overflow, self._overflow_drop(s.id)) for _ in range(s.workers)])
-            else:
-                self.channels[s.id] = Channel(s.queue, s.overflow, self._overflow_drop(s.id))
+            if s.cls.inputs:
+                if s.workers > 1:
+                    self.channels[s.id] = StreamRouter(
+                        [Channel(s.queue, s.overflow, self._overflow_drop(s.id)) for _ in range(s.workers)])
+                    self.gates[s.id] = _Gate()
+                else:
+                    self.channels[s.id] = Channel(s.queue, s.overflow, self._overflow_drop(s.id))
             self.routes[s.id] = {p: [] for p in s.cls.outputs}
         for s in order:
             for port, refs in s.inputs.items():
                 for up_id, up_port in refs:
                     self.routes[up_id][up_port].append((self.channels[s.id], port, f"{up_id}->{s.id}"))
+
+    def _threads(self, opened: list[tuple[NodeSpec, Node]]) -> list[threading.Thread]:
+        threads = []
+        for s, node in opened:
+            ch = self.channels.get(s.id)
+            if isinstance(node, Source):
+                threads.append(threading.Thread(target=self._run_source, args=(s, node), name=f"flowpipe:{s.id}",
+                                                daemon=True))
+            elif isinstance(ch, StreamRouter):
+                left = [s.workers]
+                for i, c in enumerate(ch.channels):
+                    threads.append(threading.Thread(target=self._run_node, args=(s, node, c, left),
+                                                    name=f"flowpipe:{s.id}:{i}", daemon=True))
+            elif ch is not None:
+                threads.append(threading.Thread(target=self._run_node, args=(s, node, ch), name=f"flowpipe:{s.id}",
+                                                daemon=True))
+        return threads
+
+    def _context(self, s: NodeSpec) -> NodeContext:
+        ch = self.channels.get(s.id)
+        return NodeContext(self, s.id, self.devices, self.stats[s.id].extra,
+                           ch.wake if ch is not None else (lambda: None))
+
+    def run(self) -> RunResult:
+        t_start = time.perf_counter()
+        order = self.spec.topo_order()
+        self._wire(order)
         opened: list[tuple[NodeSpec, Node]] = []
         threads: list[threading.Thread] = []
-        old_handlers = self._install_signals()
-        cv_threads = self._limit_library_threads()
+        ledgers.bind(self.state.ledger)  # copies made while nodes open count in this run
         try:
-            # open sinks first so a source never feeds a node that is not ready
+            for s in order:
+                self.nodes[s.id] = isolate(s, self.spec.plugins, self.spec.plugin_dir) if s.isolation == "process" else s.make()
+                self.contexts[s.id] = self._context(s)
+            self.state.contracts = resolve(self.spec, self.nodes, self.devices, self.frames_in_flight)
+            # consumers open before producers: a source never feeds a node that is not ready, and an
+            # async consumer's max_held is known when its producer sizes a pool (frames_in_flight)
             for s in reversed(order):
-                node = maybe_isolate(s)
-                self.nodes[s.id] = node
+                node = self.nodes[s.id]
                 try:
-                    node.open(ctx)
+                    node.open(self.contexts[s.id])
                 except Exception as e:  # noqa: BLE001
                     raise NodeError(s.id, s.type, f"open failed: {type(e).__name__}: {e}") from e
                 opened.append((s, node))
-            for s, node in opened:
-                if isinstance(node, Source):
-                    threads.append(threading.Thread(target=self._run_source, args=(s, node), name=f"flowpipe:{s.id}",
-                                                    daemon=True))
-                elif s.workers > 1:
-                    left = [s.workers]
-                    for i, ch in enumerate(self.channels[s.id].channels):
-                        threads.append(threading.Thread(target=self._run_node, args=(s, node, ch, left),
-                                                        name=f"flowpipe:{s.id}:{i}", daemon=True))
-                else:
-                    threads.append(threading.Thread(target=self._run_node, args=(s, node), name=f"flowpipe:{s.id}",
-                                                    daemon=True))
+            threads = self._threads(opened)
             for t in threads:
                 t.start()
             self._wait(threads)
@@ -531,10 +482,9 @@ class Runner:
             self._fail(e)
         finally:
             for ch in self.channels.values():
-                if ch is not None:
-                    for item in ch.close():
-                        if item is not _EOS:
-                            item[1].ref.end("failed")
+                for item in ch.close():
+                    if item is not EOS:
+                        item[1].ref.end("failed")
             for t in threads:
                 t.join(timeout=5.0)
             close_errors = []
@@ -544,39 +494,16 @@ class Runner:
                 except Exception as e:  # noqa: BLE001
                     close_errors.append(NodeError(s.id, s.type, f"close failed: {type(e).__name__}: {e}"))
                     log.error("%s", close_errors[-1])
-            self._restore_signals(old_handlers)
-            if cv_threads is not None:
-                import cv2
-
-                cv2.setNumThreads(cv_threads)
+            self.state.contracts.close()
+            ledgers.bind(None)
             if close_errors and self.error is None:
                 self.error = close_errors[0]
-            # nodes, the context and the runner refer to each other: break the cycle so buffers, fds and
+            # nodes, their contexts and the runner refer to each other: break the cycle so buffers, fds and
             # device objects go now, not at the next full garbage collection (long-lived processes)
             self.nodes.clear()
-            ctx.services.clear()
-            ctx._runner = None  # type: ignore[assignment]
+            self.contexts.clear()
         elapsed = time.perf_counter() - t_start
         return RunResult(self, elapsed)
-
-    def _limit_library_threads(self) -> int | None:
-        """When the graph alone has at least as many stage threads as there are cores, OpenCV's own thread
-        pool only oversubscribes them (measured on 16 cores: 8 streams 283 -> 416 fps): run it single-
-        threaded for this run. Returns the previous setting to restore."""
-        import os
-
-        try:
-            import cv2
-        except ImportError:
-            return None
-        stage_threads = sum(s.workers for s in self.spec.nodes)
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        if stage_threads < cores:
-            return None
-        previous = cv2.getNumThreads()
-        cv2.setNumThreads(1)
-        log.info("%d stage threads on %d cores: OpenCV runs single-threaded for this run", stage_threads, cores)
-        return previous
 
     def _wait(self, threads: list[threading.Thread]) -> None:
         last = time.monotonic()
@@ -596,33 +523,14 @@ class Runner:
                 break
 
     def snapshot(self) -> dict[str, Any]:
+        """Frames by fate so far, and per node counts (thread-safe; for progress and metrics)."""
         with self._count_lock:
-            return dict(self.counts)
-
-    # signals ---------------------------------------------------------------------------------------
-    def _install_signals(self) -> dict[int, Any]:
-        if not self.handle_signals or threading.current_thread() is not threading.main_thread():
-            return {}
-        old = {}
-
-        def on_signal(signum: int, _frame: Any) -> None:
-            if self.stop_event.is_set():
-                log.warning("second interrupt: stopping now")
-                self.interrupted = True
-                self.abort()
-                return
-            log.warning("interrupted (%s): finishing frames in flight; interrupt again to stop now",
-                        signal.Signals(signum).name)
-            self.interrupted = True
-            self.stop()
-
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            old[sig] = signal.signal(sig, on_signal)
-        return old
-
-    def _restore_signals(self, old: dict[int, Any]) -> None:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
+            out: dict[str, Any] = dict(self.counts)
+        out["nodes"] = {nid: {"type": st.type, "frames": st.frames, "dropped": st.dropped, "failed": st.failed,
+                              "busy_s": st.busy_s,
+                              "queue_max": self.channels[nid].high_water if nid in self.channels else 0}
+                        for nid, st in self.stats.items()}
+        return out
 
 
 class RunResult:
@@ -638,23 +546,23 @@ class RunResult:
         self.elapsed_s = elapsed
         self.exit_code = 1 if self.error else (130 if self.interrupted else 0)
         self.nodes = {s.id: runner.stats[s.id].summary(runner.channels.get(s.id)) for s in runner.spec.nodes}
+        self.collected = runner.state.collected
+        ledger = runner.state.ledger
         edges = {}
         for s in runner.spec.nodes:
             for refs in s.inputs.values():
                 for up, _ in refs:
                     name = f"{up}->{s.id}"
-                    em = memory.ledger.edges.get(name, memory.EdgeMemory())
+                    em = ledger.edges.get(name, EdgeMemory())
                     edges[name] = {"frames": em.frames, "copies": em.copies, "bytes_copied": em.bytes_copied,
                                    "memory": em.memory}
-        stray = memory.ledger.edges.get("<unattributed>")
+        stray = ledger.edges.get(UNATTRIBUTED)
         if stray is not None:
-            edges["<unattributed>"] = {"frames": 0, "copies": stray.copies, "bytes_copied": stray.bytes_copied,
-                                       "memory": "none"}
+            edges[UNATTRIBUTED] = {"frames": 0, "copies": stray.copies, "bytes_copied": stray.bytes_copied,
+                                   "memory": "none"}
         self.edges = edges
-        self.inference = {k: v for s in runner.spec.nodes
-                          for k, v in runner.stats[s.id].extra.get("_sections", {}).items()}
-        for n in self.nodes.values():
-            n.pop("_sections", None)
+        self.contracts = runner.state.contracts.describe()
+        self.inference = dict(runner.state.sections)
 
     @property
     def ok(self) -> bool:
@@ -662,7 +570,7 @@ class RunResult:
 
     def to_json(self) -> dict[str, Any]:
         out = {"frames": self.frames, "streams": self.per_stream, "nodes": self.nodes, "edges": self.edges,
-               "elapsed_s": round(self.elapsed_s, 4), "exit": self.exit_code,
+               "memory_contracts": self.contracts, "elapsed_s": round(self.elapsed_s, 4), "exit": self.exit_code,
                "error": str(self.error) if self.error else None}
         out.update(self.inference)
         return out

@@ -15,9 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from .engine import Runner
-from .graph import GraphSpec, load_graph, parse_sets
-from .node import Source
+from ..graph import GraphSpec, load_graph, parse_sets
+from ..node import Source
+from ..runtime import Runner
+from ..runtime.settings import limit_library_threads
 
 
 def replicate_sources(spec: GraphSpec, streams: int) -> GraphSpec:
@@ -53,8 +54,8 @@ def bench_graph(path: str, sets: list[str] | None = None, frames: int = 300, war
                 streams: int = 1, spec: GraphSpec | None = None) -> dict[str, Any]:
     spec = spec or load_graph(path, parse_sets(sets))
     spec = replicate_sources(spec, streams)
-    runner = Runner(spec, max_frames=(frames + warmup) * streams, handle_signals=False)
-    runner.record_times = True
+    limit_library_threads(spec)
+    runner = Runner(spec, max_frames=(frames + warmup) * streams, record_times=True)
     samples: list[tuple[float, float]] = []  # (time, process CPU seconds): CPU in the measured window
     stop = threading.Event()
 

@@ -19,11 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from . import memory
-from .engine import FrameError
-from .frame import Frame
-from .graph import NodeSpec
-from .node import Node
+from .. import memory
+from ..accel import devices
+from ..contracts import Allocation, InputContract
+from ..errors import FrameError
+from ..frame import Frame
+from ..graph import NodeSpec
+from ..node import Node, RunContext, isolation_refusal
 
 log = logging.getLogger("flowpipe.process")
 MAX_FDS = 64
@@ -130,32 +132,49 @@ def _decode_into(codec: _Codec, msg: dict[str, Any], frame: Frame | None = None)
 
 # -- worker side -----------------------------------------------------------------------------------------
 class _WorkerContext:
-    def __init__(self, spec_info: dict[str, Any]):
-        self.spec = None
-        self.services: dict[str, Any] = {}
-        self.stats: dict[str, Any] = {}
-        self.stopping = False
-        self._in_flight = spec_info["in_flight"]
+    """The node's view of the run inside a worker process: host memory, its own stats, no neighbours."""
 
-    def frames_in_flight(self, node_id: str) -> int:
+    def __init__(self, info: dict[str, Any]):
+        self.node_id = info["id"]
+        self.devices = devices()
+        self.stats: dict[str, Any] = {}
+        self.sections: dict[str, dict[str, Any]] = {}
+        self._in_flight = info["in_flight"]
+
+    @property
+    def stopping(self) -> bool:
+        return False
+
+    def wake(self) -> None:
+        pass
+
+    def frames_in_flight(self) -> int:
         return self._in_flight
 
-    def stats_for(self, node_id: str) -> dict[str, Any]:
-        return self.stats
+    def allocation(self, port: str) -> Allocation:
+        return Allocation("host")
 
-    def waker(self, node_id: str) -> Any:
-        return lambda: None
+    def input(self, port: str) -> InputContract | None:
+        return None
 
-    def section(self, name: str, data: dict[str, Any], node_id: str) -> None:
-        self.stats.setdefault("_sections", {})[name] = data
+    def section(self, name: str, data: dict[str, Any]) -> None:
+        self.sections[name] = data
+
+    def feed(self, name: str) -> list[Any]:
+        raise KeyError(f"in-memory feed {name!r} is not reachable from a worker process")
+
+    def collector(self, name: str) -> list[Frame]:
+        raise KeyError(f"in-memory collection {name!r} is not reachable from a worker process")
+
+    def snapshot(self) -> dict[str, Any]:
+        return {}
 
 
 def _worker_main(sock: socket.socket, info: dict[str, Any]) -> None:
-    import importlib
+    from ..registry import import_plugin, lookup
 
     for mod in info["plugins"]:
-        importlib.import_module(mod)
-    from .node import lookup
+        import_plugin(mod, info["plugin_dir"])
 
     cls = lookup(info["type"])
     node = cls(info["id"], cls.Config.model_validate(info["config"]))
@@ -188,7 +207,6 @@ def _worker_main(sock: socket.socket, info: dict[str, Any]) -> None:
             try:
                 node.close()
             finally:
-                ctx.stats.pop("_sections", None)
                 _send(sock, ("closed", ctx.stats))
             break
 
@@ -208,25 +226,24 @@ def _encode_result(codec: _Codec, result: Any) -> Any:
 class ProcessNode(Node):
     """Stands in for a node whose real instance runs in a worker process."""
 
-    def __init__(self, spec: NodeSpec):
+    def __init__(self, spec: NodeSpec, plugins: list[str], plugin_dir: str | None):
         super().__init__(spec.id, spec.config)
         self.spec = spec
+        self.plugins, self.plugin_dir = plugins, plugin_dir
         self.inputs = spec.cls.inputs
         self.outputs = spec.cls.outputs
         self.writes_input = spec.cls.writes_input
-        if spec.cls.holds_frames:
-            raise ValueError(f"node type '{spec.type}' holds frames asynchronously; run it with isolation: thread")
         self.restarts_left = spec.restarts if spec.on_error == "restart" else 0
 
-    def open(self, ctx: Any) -> None:
+    def open(self, ctx: RunContext) -> None:
         self.ctx = ctx
-        self.stats = ctx.stats_for(self.id)
+        self.stats = ctx.stats
         self._start()
 
     def _start(self) -> None:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         info = {"type": self.spec.type, "id": self.id, "config": self.spec.config.model_dump(mode="json"),
-                "plugins": list(self.ctx.spec.plugins), "in_flight": self.ctx.frames_in_flight(self.id)}
+                "plugins": self.plugins, "plugin_dir": self.plugin_dir, "in_flight": self.ctx.frames_in_flight()}
         mpc = mp.get_context("spawn")
         self.proc = mpc.Process(target=_worker_main, args=(child, info), name=f"flowpipe:{self.id}", daemon=True)
         self.proc.start()
@@ -267,7 +284,7 @@ class ProcessNode(Node):
             raise RuntimeError(msg[1])
         for n_copies, nbytes in (self.codec.take_copies(), msg[2]):  # by value, either way: copies
             for _ in range(n_copies):
-                memory.ledger.record(nbytes // max(n_copies, 1))
+                memory.record(nbytes // max(n_copies, 1))
         res = msg[1]
         if res is None:
             return None
@@ -295,3 +312,11 @@ class ProcessNode(Node):
 
 class _WorkerDied(RuntimeError):
     pass
+
+
+def isolate(spec: NodeSpec, plugins: list[str] | None = None, plugin_dir: str | None = None) -> Node:
+    """The stand-in for ``spec``'s node, whose real instance runs in a worker process."""
+    why = isolation_refusal(spec.cls)
+    if why is not None:
+        raise ValueError(f"isolation: process is not available for {spec.type}: {why}")
+    return ProcessNode(spec, plugins or [], plugin_dir)

@@ -1,0 +1,34 @@
+"""The device wing: one owner per device kind per process, reached by nodes through ``ctx.devices``.
+
+* ``openvino`` (``OpenVino``): the Core, device choice, compile / cache / blobs, model fitting, tensor binding.
+* ``opencl`` (``OpenCl``): contexts of its own or adopted from OpenVINO, queues, program caches per context.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from .opencl import ClDevice, OpenCl, wait_event
+from .openvino import OpenVino
+
+
+@dataclass
+class Devices:
+    openvino: OpenVino = field(default_factory=OpenVino)
+    opencl: OpenCl = field(default_factory=OpenCl)
+
+
+_devices: Devices | None = None
+_lock = threading.Lock()
+
+
+def devices() -> Devices:
+    """This process's device owners (created on first use; a device is opened only when asked for)."""
+    global _devices
+    with _lock:
+        if _devices is None:
+            _devices = Devices()
+        return _devices
+
+
+__all__ = ["ClDevice", "Devices", "OpenCl", "OpenVino", "devices", "wait_event"]

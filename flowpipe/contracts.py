@@ -1,0 +1,102 @@
+"""Memory contracts: what a producer writes, what a consumer asks for, and what the runner hands out.
+
+Before any node opens, the runner resolves every edge once (``flowpipe.runtime.negotiate``):
+
+1. forward, in graph order: each output port's ``Offer`` (a tensor's shape and type, the placements its
+   producer can write, or preprocessing a consumer may fold into its model);
+2. backward, consumers first: each input's ``Request`` (host memory, device buffers in an OpenVINO
+   device's OpenCL context, DMA-BUF, page-locked frames for a discrete GPU, batch slots of N);
+3. per output port, an ``Allocation`` built from the merged requests of its consumers.
+
+Nodes that forward packets untouched (``Node.forwards``) pass offers down and requests up, so a
+passthrough between a preprocess and an inference keeps zero copy and remote binding. No node reads
+another node's spec, config or stats: what it learns of its neighbours is in these records.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from .accel.opencl import ClDevice
+    from .memory import BatchSlots, BufferPool
+
+#: ``host``: shared host memory (memfd / DMA-BUF heap where present); ``opencl``: device buffers in an
+#: OpenVINO device's OpenCL context; ``dma-buf``: DMA-BUF host memory a device imports by fd;
+#: ``pinned``: page-locked host memory of an OpenCL context (a discrete GPU uploads it by DMA).
+Placement = Literal["any", "host", "opencl", "dma-buf", "pinned"]
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One frame's tensor: ``shape`` with its entries (tiles) first, numpy ``dtype`` name."""
+
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def nbytes(self) -> int:
+        import numpy as np
+
+        return int(np.prod(self.shape)) * np.dtype(self.dtype).itemsize
+
+
+@dataclass(frozen=True)
+class Offer:
+    """What a producer writes on an output port, declared from its config before anything opens."""
+
+    producer: str = ""
+    port: str = ""
+    tensor: TensorSpec | None = None
+    writes: frozenset[str] = frozenset({"host"})
+    #: preprocessing the consumer folds into its model instead (OpenVINO PrePostProcessor parameters)
+    model_preprocessing: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a consumer asks of the memory on one input."""
+
+    placement: Placement = "any"
+    device: str | None = None  # ``opencl``: the OpenVINO device whose OpenCL context buffers live in
+    batch: int = 1  # > 1: the producer writes each frame into a slot of a batch buffer of this many
+    cl: ClDevice | None = None  # ``pinned``: the OpenCL context whose page-locked memory to use
+    by: str = ""  # the asking node (for messages and --stats)
+
+
+@dataclass
+class Allocation:
+    """What the runner hands a producer for one output port: where what it writes must live."""
+
+    placement: Placement = "host"
+    device: str | None = None
+    cl: ClDevice | None = None
+    slots: BatchSlots | None = None
+    consumers: list[str] = field(default_factory=list)
+    why: str = ""
+
+    def pool(self, nbytes: int, count: int, kind: str | None = None) -> BufferPool:
+        """A pool of ``count`` buffers of ``nbytes`` in this allocation's memory (``kind`` overrides the
+        shared-memory kind for host placements: a source configured for ``memfd``)."""
+        from .memory import BufferPool, available_kinds
+
+        if self.placement == "opencl":
+            assert self.cl is not None
+            cl = self.cl
+            return BufferPool(nbytes, count, "device", factory=lambda: cl.buffer(nbytes))
+        if self.placement == "pinned" and kind is None:
+            assert self.cl is not None
+            pinned = self.cl
+            return BufferPool(nbytes, count, "ocl-pinned", factory=lambda: pinned.pinned(nbytes))
+        if self.placement == "dma-buf" and kind is None and "dma-heap" in available_kinds():
+            kind = "dma-heap"
+        return BufferPool(nbytes, count, kind)
+
+
+@dataclass(frozen=True)
+class InputContract:
+    """What a consumer learns of one input edge: the offer it gets and the allocation its producer uses."""
+
+    offer: Offer
+    allocation: Allocation
+    edge: str = ""  # "upstream->this", the name copies on this input are counted under

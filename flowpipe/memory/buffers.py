@@ -1,0 +1,212 @@
+"""Shared frame memory: one buffer type over several backings, with zero-copy views and OS handles.
+
+Backings, best first (``best_kind()`` picks at run time):
+
+* ``dma-heap``: Linux DMA-BUF system heap (``/dev/dma_heap/system``). The fd can be imported by the
+  NPU (``MEM_TYPE: SHARED_BUF``) and by GPU drivers. CPU access is bracketed with DMA_BUF_IOCTL_SYNC.
+* ``memfd``: Linux ``memfd_create`` + ``mmap``. The fd crosses processes (SCM_RIGHTS).
+* ``win32``: a pagefile-backed file mapping whose NT handle can be duplicated into another process.
+* ``host``: anonymous page-aligned memory; no handle, single process only.
+* ``ocl-pinned``: page-locked host memory from an OpenCL driver (``CL_MEM_ALLOC_HOST_PTR``, mapped once;
+  made by ``flowpipe.accel.opencl.ClDevice.pinned``), asked for by a preprocess node on a discrete GPU so
+  frame uploads are DMA transfers; single process.
+
+This module knows no OpenCL or OpenVINO: device memory is made by the device wing (``flowpipe.accel``).
+
+Every buffer is page aligned (4096) so OpenCL (``USE_HOST_PTR``) and NPU drivers can use it in place.
+"""
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import struct
+import sys
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+PAGE = 4096
+KINDS = ("dma-heap", "memfd", "win32", "host", "ocl-pinned")
+
+DMA_HEAP_PATH = "/dev/dma_heap/system"
+# _IOWR('H', 0, struct dma_heap_allocation_data{u64 len; u32 fd; u32 fd_flags; u64 heap_flags})
+DMA_HEAP_IOCTL_ALLOC = 0xC0184800
+# _IOW('b', 0, struct dma_buf_sync{u64 flags})
+DMA_BUF_IOCTL_SYNC = 0x40086200
+DMA_BUF_SYNC_READ, DMA_BUF_SYNC_WRITE, DMA_BUF_SYNC_START, DMA_BUF_SYNC_END = 1, 2, 0, 4
+
+
+def page_round(nbytes: int) -> int:
+    return max(PAGE, (nbytes + PAGE - 1) // PAGE * PAGE)
+
+
+def available_kinds() -> list[str]:
+    """Shared-memory kinds this machine offers, best first."""
+    kinds = []
+    if sys.platform.startswith("linux"):
+        if os.access(DMA_HEAP_PATH, os.R_OK | os.W_OK):
+            kinds.append("dma-heap")
+        if hasattr(os, "memfd_create"):
+            kinds.append("memfd")
+    if sys.platform == "win32":
+        kinds.append("win32")
+    kinds.append("host")
+    return kinds
+
+
+def best_kind(shareable: bool = False) -> str:
+    kinds = available_kinds()
+    if shareable:
+        kinds = [k for k in kinds if k != "host"] or kinds
+    return kinds[0]
+
+
+class SharedBuffer:
+    """Page-aligned memory with a handle and zero-copy views.
+
+    Example:
+        >>> buf = SharedBuffer(1920 * 1080 * 3)
+        >>> img = buf.array((1080, 1920, 3), np.uint8)   # numpy view, no copy
+        >>> buf.handle                                    # fd (Linux) or NT handle (Windows), None for host
+    """
+
+    def __init__(self, nbytes: int, kind: str | None = None, *, _fd: int | None = None,
+                 _ioctl: Callable[..., Any] | None = None, _kernel32: Any = None,
+                 _external: tuple[int, Any] | None = None):
+        self.kind = kind or best_kind()
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown shared-memory kind: expected one of {'|'.join(KINDS)}, got {self.kind!r}")
+        self.nbytes = nbytes
+        self.size = page_round(nbytes)
+        self.handle: int | None = None
+        self._ioctl = _ioctl
+        self._kernel32 = _kernel32
+        self._address: int | None = None
+        self._keep: Any = None  # what keeps external memory alive (a driver mapping)
+        self._mmap: Any = None
+        if _external is not None:  # memory another owner made (page-locked driver memory)
+            self._address, self._keep = _external
+        elif self.kind == "host":
+            self._mmap = mmap.mmap(-1, self.size)
+        elif self.kind == "memfd":
+            fd = _fd if _fd is not None else os.memfd_create("flowpipe-frame", os.MFD_CLOEXEC)
+            if _fd is None:
+                os.ftruncate(fd, self.size)
+            self.handle = fd
+            self._mmap = mmap.mmap(fd, self.size)
+        elif self.kind == "dma-heap":
+            fd = _fd if _fd is not None else dma_heap_alloc(self.size, ioctl=_ioctl)
+            self.handle = fd
+            self._mmap = mmap.mmap(fd, self.size)
+        elif self.kind == "win32":
+            self.handle, self._address, self._mmap = _win32_map(self.size, _fd, _kernel32)
+        else:
+            raise ValueError(f"'{self.kind}' memory is made by its device owner (flowpipe.accel), not here")
+        self._closed = False
+        self.address = self._address or int(np.frombuffer(self._mmap, np.uint8, count=1).ctypes.data)
+
+    # -- views -------------------------------------------------------------------------------
+    def array(self, shape: tuple[int, ...], dtype: Any = np.uint8, offset: int = 0) -> np.ndarray:
+        """A numpy view over the buffer (no copy)."""
+        dtype = np.dtype(dtype)
+        count = int(np.prod(shape))
+        if offset + count * dtype.itemsize > self.size:
+            raise ValueError(f"view of {count * dtype.itemsize} bytes at offset {offset} exceeds buffer of {self.size}")
+        if self._mmap is not None:
+            return np.frombuffer(self._mmap, dtype=dtype, count=count, offset=offset).reshape(shape)
+        raw = (ctypes.c_uint8 * self.size).from_address(self._address)  # MapViewOfFile or driver memory
+        return np.frombuffer(raw, dtype=dtype, count=count, offset=offset).reshape(shape)
+
+    def remote_properties(self, device: str) -> dict[str, Any]:
+        """The property map for ``RemoteContext.create_tensor`` that imports this buffer's handle."""
+        if self.handle is None:
+            raise ValueError(f"a '{self.kind}' buffer has no handle to import on {device}")
+        dev = device.split(".")[0].upper()
+        if dev == "NPU":
+            return {"MEM_TYPE": "SHARED_BUF", "MEM_HANDLE": hex(self.handle)}
+        if dev == "GPU":  # a DMA-BUF fd on Linux, an NT handle on Windows
+            return {"SHARED_MEM_TYPE": "BUFFER_FROM_HANDLE", "OS_HANDLE": int(self.handle)}
+        raise ValueError(f"no remote tensor import for device {device!r}: expected NPU or GPU")
+
+    @contextmanager
+    def cpu_access(self, write: bool = True) -> Iterator[None]:
+        """Bracket CPU access; for DMA-BUF this issues DMA_BUF_IOCTL_SYNC start/end (cache coherency)."""
+        if self.kind != "dma-heap":
+            yield
+            return
+        flags = DMA_BUF_SYNC_READ | (DMA_BUF_SYNC_WRITE if write else 0)
+        dma_buf_sync(self.handle, DMA_BUF_SYNC_START | flags, ioctl=self._ioctl)
+        try:
+            yield
+        finally:
+            dma_buf_sync(self.handle, DMA_BUF_SYNC_END | flags, ioctl=self._ioctl)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._mmap is not None:
+                self._mmap.close()
+        except BufferError:
+            pass  # a numpy view is still alive; the mapping goes when it does
+        if self.kind in ("memfd", "dma-heap") and self.handle is not None:
+            os.close(self.handle)
+        elif self._keep is not None:
+            self._keep = None  # driver memory unmaps when its mapping object goes
+        elif self.kind == "win32" and self.handle is not None:
+            k32 = self._kernel32 or ctypes.windll.kernel32  # type: ignore[attr-defined]
+            if self._address:
+                k32.UnmapViewOfFile(ctypes.c_void_p(self._address))
+            k32.CloseHandle(ctypes.c_void_p(self.handle))
+
+    def __repr__(self) -> str:
+        return f"SharedBuffer(kind={self.kind!r}, size={self.size}, handle={self.handle})"
+
+
+def cpu_write(buffer: SharedBuffer | None) -> Any:
+    """Context for a CPU write into ``buffer``: DMA_BUF_IOCTL_SYNC on DMA-BUF memory, nothing otherwise."""
+    from contextlib import nullcontext
+
+    if buffer is not None and buffer.kind == "dma-heap":
+        return buffer.cpu_access(write=True)
+    return nullcontext()
+
+
+def dma_heap_alloc(size: int, heap: str = DMA_HEAP_PATH, *, ioctl: Callable[..., Any] | None = None,
+                   opener: Callable[..., int] = os.open, closer: Callable[[int], None] = os.close) -> int:
+    """Allocate ``size`` bytes from a DMA-BUF heap; returns the DMA-BUF fd."""
+    import fcntl
+
+    ioctl = ioctl or fcntl.ioctl
+    heap_fd = opener(heap, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        req = bytearray(struct.pack("=QIIQ", size, 0, os.O_RDWR | os.O_CLOEXEC, 0))
+        ioctl(heap_fd, DMA_HEAP_IOCTL_ALLOC, req, True)
+        _, fd, _, _ = struct.unpack("=QIIQ", bytes(req))
+        return fd
+    finally:
+        closer(heap_fd)
+
+
+def dma_buf_sync(fd: int, flags: int, *, ioctl: Callable[..., Any] | None = None) -> None:
+    import fcntl
+
+    (ioctl or fcntl.ioctl)(fd, DMA_BUF_IOCTL_SYNC, struct.pack("=Q", flags))
+
+
+def _win32_map(size: int, handle: int | None, kernel32: Any) -> tuple[int, int, None]:
+    """CreateFileMappingW (pagefile-backed) + MapViewOfFile; returns (NT handle, address, None)."""
+    k32 = kernel32 or ctypes.windll.kernel32  # type: ignore[attr-defined]
+    INVALID_HANDLE_VALUE, PAGE_READWRITE, FILE_MAP_ALL_ACCESS = -1, 0x04, 0x000F001F
+    if handle is None:
+        handle = k32.CreateFileMappingW(ctypes.c_void_p(INVALID_HANDLE_VALUE), None, PAGE_READWRITE,
+                                        (size >> 32) & 0xFFFFFFFF, size & 0xFFFFFFFF, None)
+        if not handle:
+            raise OSError("CreateFileMappingW failed")
+    address = k32.MapViewOfFile(ctypes.c_void_p(handle), FILE_MAP_ALL_ACCESS, 0, 0, size)
+    if not address:
+        raise OSError("MapViewOfFile failed")
+    return int(handle), int(address), None

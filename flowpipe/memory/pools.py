@@ -1,0 +1,183 @@
+"""Pools of equal buffers, the leases that carry them with a frame, and batch slots.
+
+A lease is released with the frame that holds it (its ``FrameRef`` ends), so a pool bounds the memory in
+flight: ``acquire`` blocks when every buffer is out (backpressure).
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+from .buffers import SharedBuffer, best_kind
+
+
+def _wait_ready(holder: Lease | Slot) -> None:
+    wait, holder.ready = holder.ready, None
+    if wait is not None:
+        wait()
+
+
+class Lease:
+    """A buffer taken from a pool; valid until released (the engine releases it with the frame)."""
+
+    __slots__ = ("buffer", "_pool", "ready")
+
+    def __init__(self, buffer: Any, pool: BufferPool | None):
+        self.buffer, self._pool = buffer, pool
+        #: device work still filling the buffer: a callable that waits for it, None when done
+        self.ready: Callable[[], None] | None = None
+
+    def wait_ready(self) -> None:
+        """Returns once the device work that fills the buffer has finished."""
+        _wait_ready(self)
+
+    def release(self) -> None:
+        self.ready = None
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool._give_back(self.buffer)
+
+
+class BufferPool:
+    """A fixed set of equal buffers, recycled. ``acquire`` blocks when all are leased (backpressure).
+
+    ``factory`` makes buffers of another sort (device memory, e.g. OpenCL buffers in a GPU context, or
+    page-locked driver memory); ``kind`` names what it makes."""
+
+    def __init__(self, nbytes: int, count: int, kind: str | None = None, factory: Callable[[], Any] | None = None):
+        self.nbytes, self.count = nbytes, count
+        self.kind = made = kind or ("device" if factory else best_kind())
+        # no reference to self in the factory: a pool in a reference cycle would keep its fds until a GC
+        self._make: Callable[[], Any] = factory or (lambda: SharedBuffer(nbytes, made))
+        self._free = [self._make() for _ in range(count)]
+        self._all = list(self._free)
+        self._cond = threading.Condition()
+        self.high_water = 0
+
+    def acquire(self, timeout: float | None = None) -> Lease:
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._free, timeout):
+                raise TimeoutError(f"no free buffer in pool of {self.count} after {timeout}s")
+            buf = self._free.pop()
+            self.high_water = max(self.high_water, self.count - len(self._free))
+            return Lease(buf, self)
+
+    def grow(self, count: int) -> None:
+        """At least ``count`` buffers in all (a consumer that holds more than was planned for)."""
+        with self._cond:
+            while self.count < count:
+                buf = self._make()
+                self._all.append(buf)
+                self._free.append(buf)
+                self.count += 1
+            self._cond.notify_all()
+
+    @property
+    def in_use(self) -> int:
+        with self._cond:
+            return self.count - len(self._free)
+
+    def _give_back(self, buf: Any) -> None:
+        with self._cond:
+            self._free.append(buf)
+            self._cond.notify()
+
+    def close(self) -> None:
+        for b in self._all:
+            close = getattr(b, "close", None) or getattr(b, "release", None)  # SharedBuffer / cl.Buffer
+            if close is not None:
+                close()
+
+
+class BatchSlots:
+    """Places in pooled batch buffers, handed to a producer so it writes each frame's tensor straight into
+    the batch its consumer submits (no assembly copy). A buffer fills slot by slot; it is sealed when full,
+    or early by the consumer when it sends a partial batch (timeout), and goes back to its pool when the
+    last frame holding one of its slots ends."""
+
+    def __init__(self, pool: BufferPool, size: int):
+        self.pool, self.size = pool, size
+        self._lock = threading.Lock()
+        self._filling: _BatchBuffer | None = None
+
+    def take(self, timeout: float | None = 30) -> Slot:
+        with self._lock:
+            b = self._filling
+            if b is None:
+                b = self._filling = _BatchBuffer(self, self.pool.acquire(timeout=timeout))
+            slot = Slot(b, b.taken)
+            b.taken += 1
+            b.refs += 1
+            if b.taken == self.size:
+                b.sealed, self._filling = True, None
+        return slot
+
+    def seal(self, b: _BatchBuffer) -> None:
+        """No more slots from ``b``: its next frames go to a fresh buffer."""
+        with self._lock:
+            if self._filling is b:
+                self._filling = None
+            last = b.refs == 0 and not b.sealed
+            b.sealed = True
+        if last:
+            b.lease.release()
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+class _BatchBuffer:
+    __slots__ = ("owner", "lease", "taken", "refs", "sealed", "submitted")
+
+    def __init__(self, owner: BatchSlots, lease: Lease):
+        self.owner, self.lease = owner, lease
+        self.taken = self.refs = self.submitted = 0
+        self.sealed = False
+
+    def complete(self, arrived: int) -> bool:
+        """Every slot taken from a sealed buffer has reached the consumer (``arrived`` not yet sent)."""
+        return self.sealed and self.submitted + arrived >= self.taken
+
+
+class Slot:
+    """One frame's place in a batch buffer (see ``BatchSlots``); travels as a lease with the frame."""
+
+    __slots__ = ("batch", "index", "ready")
+
+    def __init__(self, batch: _BatchBuffer, index: int):
+        self.batch, self.index = batch, index
+        self.ready: Callable[[], None] | None = None
+
+    @property
+    def buffer(self) -> Any:
+        return self.batch.lease.buffer
+
+    def wait_ready(self) -> None:
+        _wait_ready(self)
+
+    def release(self) -> None:
+        b, self.ready = self.batch, None
+        owner = b.owner
+        with owner._lock:
+            b.refs -= 1
+            last = b.refs == 0 and b.sealed
+        if last:
+            b.lease.release()
+
+
+class SharedLease:
+    """One lease serving several frames (a batch's output buffer): released when the last frame ends."""
+
+    __slots__ = ("lease", "users", "buffer", "_lock")
+
+    def __init__(self, lease: Lease, users: int):
+        self.lease, self.users = lease, users
+        self.buffer = lease.buffer
+        self._lock = threading.Lock()
+
+    def release(self) -> None:
+        with self._lock:
+            self.users -= 1
+            last = self.users == 0
+        if last:
+            self.lease.release()

@@ -1,0 +1,71 @@
+"""Per-run state and each node's view of it (the ``RunContext`` protocol of ``flowpipe.node``)."""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from ..accel import Devices
+from ..contracts import Allocation, InputContract
+from ..frame import Frame
+from ..memory import CopyLedger
+from .negotiate import Contracts
+
+if TYPE_CHECKING:
+    from .runner import Runner
+
+
+@dataclass
+class RunState:
+    """Everything a run creates and nothing outlives it: the copy ledger, in-memory feeds and collections,
+    the resolved memory contracts."""
+
+    ledger: CopyLedger = field(default_factory=CopyLedger)
+    feeds: dict[str, list[Any]] = field(default_factory=dict)
+    collected: dict[str, list[Frame]] = field(default_factory=dict)
+    contracts: Contracts = field(default_factory=Contracts)
+    sections: dict[str, dict[str, Any]] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class NodeContext:
+    """One node's view of the run: its allocations and inputs, its stats, the device owners."""
+
+    def __init__(self, runner: Runner, node_id: str, devices: Devices, stats: dict[str, Any],
+                 wake: Callable[[], None]):
+        self.node_id = node_id
+        self.devices = devices
+        self.stats = stats
+        self.wake = wake
+        self._runner = runner
+        self._state = runner.state
+
+    @property
+    def stopping(self) -> bool:
+        return self._runner.stop_event.is_set()
+
+    def frames_in_flight(self) -> int:
+        return self._runner.frames_in_flight(self.node_id)
+
+    def allocation(self, port: str) -> Allocation:
+        return self._state.contracts.allocations.get((self.node_id, port)) or Allocation()
+
+    def input(self, port: str) -> InputContract | None:
+        return self._state.contracts.inputs.get((self.node_id, port))
+
+    def section(self, name: str, data: dict[str, Any]) -> None:
+        with self._state.lock:
+            self._state.sections[name] = data
+
+    def feed(self, name: str) -> list[Any]:
+        if name not in self._state.feeds:
+            known = ", ".join(sorted(self._state.feeds)) or "none"
+            raise KeyError(f"no in-memory feed named {name!r} in this run (feeds: {known})")
+        return self._state.feeds[name]
+
+    def collector(self, name: str) -> list[Frame]:
+        with self._state.lock:
+            return self._state.collected.setdefault(name, [])
+
+    def snapshot(self) -> dict[str, Any]:
+        return self._runner.snapshot()

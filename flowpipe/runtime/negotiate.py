@@ -1,0 +1,129 @@
+"""Resolving memory contracts (``flowpipe.contracts``) for a whole graph, once, before any node opens."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable, TypeVar
+
+from ..accel import Devices
+from ..contracts import Allocation, InputContract, Offer, Request
+from ..errors import NodeError
+from ..graph import GraphSpec, NodeSpec
+from ..memory import BatchSlots
+from ..node import Node
+
+log = logging.getLogger("flowpipe.contracts")
+Port = tuple[str, str]  # (node id, port)
+T = TypeVar("T")
+
+
+@dataclass
+class Contracts:
+    """Every output port's offer and allocation, and what each input sees."""
+
+    offers: dict[Port, Offer] = field(default_factory=dict)
+    allocations: dict[Port, Allocation] = field(default_factory=dict)
+    inputs: dict[Port, InputContract] = field(default_factory=dict)
+
+    def describe(self) -> dict[str, Any]:
+        """Per producer port, what was resolved (for ``--stats``)."""
+        out = {}
+        for (nid, port), a in self.allocations.items():
+            if a.consumers:
+                d: dict[str, Any] = {"placement": a.placement, "consumers": a.consumers}
+                if a.slots is not None:
+                    d["batch_slots"] = a.slots.size
+                if a.cl is not None:
+                    d["opencl"] = a.cl.name
+                if a.why:
+                    d["why"] = a.why
+                out[f"{nid}.{port}"] = d
+        return out
+
+    def close(self) -> None:
+        for a in self.allocations.values():
+            if a.slots is not None:
+                a.slots.close()
+
+
+def resolve(spec: GraphSpec, nodes: dict[str, Node], devices: Devices,
+            in_flight: Callable[[str], int]) -> Contracts:
+    """Offers forward in graph order, requests backward (consumers first), one allocation per output port."""
+    order = spec.topo_order()
+    out = Contracts()
+    for s in order:  # offers flow forward
+        node = nodes[s.id]
+        inputs = {port: out.offers[refs[0]] for port, refs in s.inputs.items() if refs}
+        for port in s.cls.outputs:
+            src = node.forwards.get(port)
+            if src is not None:
+                out.offers[(s.id, port)] = inputs.get(src) or Offer(s.id, port)
+            else:
+                out.offers[(s.id, port)] = _declared(s, lambda: node.offer(port, inputs, devices))
+    requests: dict[Port, Request] = {}  # per input port
+    merged: dict[Port, Request] = {}  # per output port
+    for s in reversed(order):  # requests flow backward
+        node = nodes[s.id]
+        outputs: dict[str, Allocation] = {}
+        for port in s.cls.outputs:
+            consumers = [(v, in_port) for p, v, in_port in spec.consumers(s.id) if p == port]
+            req = merged[(s.id, port)] = _merge([requests[c] for c in consumers])
+            if port in node.forwards:
+                continue  # the producer upstream allocates what this node passes on
+            alloc = _allocate(out.offers[(s.id, port)], req, devices, in_flight)
+            alloc.consumers = [v for v, _ in consumers]
+            out.allocations[(s.id, port)] = outputs[port] = alloc
+        for port, refs in s.inputs.items():
+            fwd = next((o for o, i in node.forwards.items() if i == port), None)
+            offer = out.offers[refs[0]]
+            requests[(s.id, port)] = merged[(s.id, fwd)] if fwd is not None else \
+                _declared(s, lambda: node.request(port, offer, outputs, devices))
+    for s in order:  # what each input sees: the offer and the allocation of the node that wrote it
+        for port, refs in s.inputs.items():
+            offer = out.offers[refs[0]]
+            alloc = out.allocations.get((offer.producer, offer.port)) or Allocation()
+            out.inputs[(s.id, port)] = InputContract(offer, alloc, f"{refs[0][0]}->{s.id}")
+    return out
+
+
+def _declared(s: NodeSpec, declare: Callable[[], T]) -> T:
+    try:
+        return declare()
+    except Exception as e:  # noqa: BLE001 - whatever a node raises names that node
+        raise NodeError(s.id, s.type, f"memory contract: {type(e).__name__}: {e}") from e
+
+
+def _merge(reqs: list[Request]) -> Request:
+    """One request for a port several consumers read: theirs where they agree, host memory where not."""
+    asked = [r for r in reqs if r.placement != "any"]
+    if not asked:
+        batches = {r.batch for r in reqs}
+        return Request("any", batch=batches.pop() if len(batches) == 1 else 1)
+    first = asked[0]
+    if all((r.placement, r.device, r.cl, r.batch) == (first.placement, first.device, first.cl, first.batch)
+           for r in asked):
+        return first
+    by = ", ".join(f"{r.by}: {r.placement}" for r in asked)
+    log.info("consumers ask for different memory (%s): host memory for all", by)
+    return Request("host", by=by)
+
+
+def _allocate(offer: Offer, req: Request, devices: Devices, in_flight: Callable[[str], int]) -> Allocation:
+    placement = req.placement if req.placement != "any" else "host"
+    why = ""
+    cl = req.cl
+    if placement == "opencl":
+        if "opencl" not in offer.writes:
+            placement, why = "host", f"'{offer.producer}' cannot write OpenCL device memory"
+        else:
+            dev = req.device or "GPU"
+            ov_ctx = devices.openvino.remote_context(dev)
+            cl = devices.opencl.adopt(ov_ctx, dev) if ov_ctx is not None else None
+            if cl is None:
+                placement, why = "host", f"{dev} has no OpenCL context to share"
+    alloc = Allocation(placement, req.device, cl, why=why)
+    if req.batch > 1 and offer.tensor is not None and offer.model_preprocessing is None:
+        nbytes = offer.tensor.nbytes * req.batch
+        count = -(-min(in_flight(req.by), 64) // req.batch) + 2
+        alloc.slots = BatchSlots(alloc.pool(nbytes, count), req.batch)
+    return alloc

@@ -1,0 +1,215 @@
+"""The restructured runtime: memory contracts resolved before open, per-run state, isolation per node type,
+and the defects the old single-process runtime had (each reproduced before it was fixed)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+
+from flowpipe import GraphError, Runner, load_graph
+from flowpipe.accel import devices
+from flowpipe.registry import registry
+from flowpipe.testing import run_yaml
+
+HAS_OPENCL = any(d["usable"] for p in devices().opencl.platforms() for d in p["devices"])
+
+
+def _graph(text: str):
+    return load_graph("<test>", text=textwrap.dedent(text))
+
+
+# -- memory contracts --------------------------------------------------------------------------------------
+def test_a_passthrough_between_preprocess_and_inference_keeps_batch_slots_and_zero_copy() -> None:
+    """The contract flows through a node that forwards packets: the preprocess still writes each frame
+    into its slot of the inference's batch buffer, and the model is reshaped to the declared tensor."""
+    text = """
+        nodes:
+          - {id: src, type: synthetic_source, config: {count: 24, width: 320, height: 240}}
+          - {id: pre, type: preprocess, inputs: src.frame,
+             config: {size: [192, 192], color: RGB, layout: NHWC, backend: cpu}}
+          - {id: hop, type: passthrough, inputs: pre.tensor}
+          - {id: det, type: inference, inputs: hop.out, config: {model: blazeface_full, device: CPU, batch: 4}}
+          - {id: out, type: null_sink, inputs: det.tensors}
+    """
+    res = Runner(_graph(text)).run()
+    assert res.ok, res.error
+    assert res.frames == {"in": 24, "out": 24, "dropped": 0, "failed": 0}
+    assert res.contracts["pre.tensor"]["batch_slots"] == 4 and res.contracts["pre.tensor"]["consumers"] == ["hop"]
+    assert res.inference["inference.det"]["input_binding"] == "host tensor, batch of 4 written in place"
+    assert res.nodes["pre"]["writes"] == "slots of a batch of 4"
+    assert sum(e["copies"] for e in res.edges.values()) == 0
+
+
+def test_consumers_that_disagree_get_host_memory_and_the_run_says_why() -> None:
+    text = """
+        nodes:
+          - {id: src, type: synthetic_source, config: {count: 6, width: 160, height: 120}}
+          - {id: pre, type: preprocess, inputs: src.frame, config: {size: [192, 192], layout: NHWC, backend: cpu}}
+          - {id: a, type: inference, inputs: pre.tensor, config: {model: blazeface_full, device: CPU, batch: 2}}
+          - {id: b, type: inference, inputs: pre.tensor, config: {model: blazeface_full, device: CPU}}
+          - {id: sa, type: null_sink, inputs: a.tensors}
+          - {id: sb, type: null_sink, inputs: b.tensors}
+    """
+    res = Runner(_graph(text)).run()
+    assert res.ok, res.error
+    c = res.contracts["pre.tensor"]
+    assert c["placement"] == "host" and "batch_slots" not in c and sorted(c["consumers"]) == ["a", "b"]
+    assert res.frames["out"] == 6
+
+
+def test_a_node_whose_contract_fails_is_named() -> None:
+    text = """
+        nodes:
+          - {id: src, type: synthetic_source, config: {count: 2}}
+          - {id: pre, type: preprocess, inputs: src.frame, config: {backend: opencl, opencl_device: no-such-device}}
+          - {id: out, type: null_sink, inputs: pre.tensor}
+    """
+    res = Runner(_graph(text)).run()
+    assert res.exit_code == 1 and str(res.error).startswith("node 'pre' (preprocess): memory contract:")
+    assert res.frames["in"] == 0
+
+
+# -- defect 1: OpenCL preprocessing of frames that do not come from a pool -----------------------------------
+@pytest.mark.skipif(not HAS_OPENCL, reason="no usable OpenCL device")
+def test_opencl_preprocess_of_unpooled_frames_does_not_grow_memory() -> None:
+    """``Frame.buffer`` used to mean "the first lease", which for an unpooled frame is its tensor's lease:
+    a USE_HOST_PTR buffer was cached per frame address forever (~6 MB per 1080p frame). Peak RSS of a
+    child process running 150 unpooled 1080p frames stays within 350 MB of one running 10."""
+    code = textwrap.dedent("""
+        import resource, sys
+        from flowpipe import Runner, load_graph
+        n = int(sys.argv[1])
+        spec = load_graph("<t>", text=f'''
+        nodes:
+          - {{id: src, type: synthetic_source, config: {{count: {n}, width: 1920, height: 1080, pool: false}}}}
+          - {{id: pre, type: preprocess, inputs: src.frame, config: {{size: [256, 256], backend: opencl}}}}
+          - {{id: out, type: null_sink, inputs: pre.tensor}}
+        ''')
+        res = Runner(spec).run()
+        assert res.ok and res.frames["out"] == n, res.error
+        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+    """)
+    peak = {n: int(subprocess.run([sys.executable, "-c", code, str(n)], capture_output=True, text=True,
+                                  check=True, timeout=300).stdout.split()[-1]) for n in (10, 150)}
+    assert peak[150] - peak[10] < 350, peak  # the leak: ~6 MB x 140 frames = 840 MB more
+
+
+# -- defect 3: two graphs in one process ---------------------------------------------------------------------
+def test_two_graphs_in_one_process_keep_their_own_counts() -> None:
+    text = """
+        nodes:
+          - {id: src, type: synthetic_source, config: {count: 400, width: 32, height: 24, stream: STREAM}}
+          - {id: a, type: passthrough, workers: 3, inputs: src.frame}
+          - {id: b, type: passthrough, inputs: a.out}
+          - {id: out, type: null_sink, inputs: b.out}
+    """
+    results = {}
+
+    def go(name: str) -> None:
+        results[name] = Runner(_graph(text.replace("STREAM", name))).run()
+
+    threads = [threading.Thread(target=go, args=(n,)) for n in ("x", "y")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for res in results.values():
+        assert res.ok
+        assert res.frames == {"in": 400, "out": 400, "dropped": 0, "failed": 0}
+        assert {e: v["frames"] for e, v in res.edges.items()} == {"src->a": 400, "a->b": 400, "b->out": 400}
+
+
+def test_feeds_and_collections_belong_to_the_run() -> None:
+    text = """
+        nodes:
+          - {id: src, type: list_source, config: {feed: items}}
+          - {id: keep, type: collect, config: {into: kept}, inputs: src.frame}
+    """
+    spec = _graph(text)
+    a = Runner(spec, feeds={"items": [np.zeros((2, 2, 3), np.uint8)] * 3}).run()
+    b = Runner(spec, feeds={"items": [np.zeros((2, 2, 3), np.uint8)] * 5}).run()
+    assert len(a.collected["kept"]) == 3 and len(b.collected["kept"]) == 5
+    missing = Runner(spec).run()
+    assert "no in-memory feed named 'items' in this run" in str(missing.error)
+
+
+# -- defect 4: restart with several workers --------------------------------------------------------------------
+def test_restart_waits_until_no_other_worker_is_inside_the_node() -> None:
+    """``on_error: restart`` closes and reopens the one instance every worker shares; the node fails any
+    frame that reaches it while it is closed or half-open, so a restart racing other workers shows up as
+    extra failures (the node counts what it saw)."""
+    res = run_yaml("""
+        plugins: [fp_testnodes]
+        nodes:
+          - {id: src, type: synthetic_source, config: {count: 120, width: 16, height: 16}}
+          - {id: fan, type: test_streams, config: {streams: 4}, inputs: src.frame}
+          - {id: w, type: test_reopen, config: {fail_on: [10, 40, 70]}, workers: 4, on_error: restart,
+             restarts: 10, inputs: fan.out}
+          - {id: out, type: null_sink, inputs: w.out}
+    """)
+    assert res.ok, res.error
+    assert res.frames == {"in": 120, "out": 117, "dropped": 0, "failed": 3}
+    assert res.nodes["w"]["restarts"] == 3 and res.nodes["w"]["closed_hits"] == 0
+
+
+# -- isolation: process, per node type ---------------------------------------------------------------------------
+ISOLATED = {  # the node under test (id n) with isolation: process, after src -> pre -> det -> faces (None: not run)
+    "blazeface_decode": "{id: n, type: blazeface_decode, isolation: process, inputs: det.tensors}",
+    # decoders of other models take those models' tensors: allowed in a worker, not run here
+    "classify_topk": None, "db_decode": None, "ssd_decode": None, "yolov8_decode": None,
+    "blur": "{id: n, type: blur, isolation: process, inputs: faces.detections}",
+    "overlay": "{id: n, type: overlay, isolation: process, inputs: faces.detections}",
+    "tracker": "{id: n, type: tracker, isolation: process, inputs: faces.detections}",
+    "passthrough": "{id: n, type: passthrough, isolation: process, inputs: src.frame}",
+    "null_sink": "{id: n, type: null_sink, isolation: process, inputs: src.frame}",
+    "jsonl": "{id: n, type: jsonl, isolation: process, config: {path: OUT/m.jsonl}, inputs: faces.detections}",
+    "video_writer": "{id: n, type: video_writer, isolation: process, config: {path: OUT/v.mp4}, inputs: src.frame}",
+    "mjpeg_preview": "{id: n, type: mjpeg_preview, isolation: process, config: {port: 0}, inputs: src.frame}",
+    "mqtt": None,  # needs a broker: tests/test_mqtt.py runs it in a thread; not refused
+}
+REFUSED = {"synthetic_source", "list_source", "video_source", "inference", "preprocess", "collect", "prometheus"}
+
+
+def test_every_builtin_node_type_has_an_isolation_case() -> None:
+    builtin = {n for n, cls in registry().items() if cls.__module__.startswith("flowpipe.nodes.")}
+    assert builtin == set(ISOLATED) | REFUSED
+
+
+@pytest.mark.parametrize("ntype", sorted(REFUSED))
+def test_isolation_is_refused_by_validation_with_a_reason(ntype: str) -> None:
+    cls = registry()[ntype]
+    inputs = "" if not cls.inputs else f", inputs: {{{next(iter(cls.inputs))}: src.frame}}"
+    config = {"video_source": "{uri: sample}", "list_source": "{feed: x}", "collect": "{into: x}",
+              "inference": "{model: blazeface_short}"}.get(ntype, "{}")
+    text = f"""
+        nodes:
+          - {{id: src, type: synthetic_source, config: {{count: 1}}}}
+          - {{id: n, type: {ntype}, isolation: process, config: {config}{inputs}}}
+    """
+    with pytest.raises(GraphError, match=rf"node 'n' \({ntype}\): isolation: process is not available for "
+                                         rf"{ntype}: .+; expected isolation: thread"):
+        _graph(text)
+
+
+@pytest.mark.parametrize("ntype", sorted(k for k, v in ISOLATED.items() if v))
+def test_isolation_runs_in_a_worker_process(ntype: str, tmp_path) -> None:
+    node = ISOLATED[ntype].replace("OUT", str(tmp_path))  # type: ignore[union-attr]
+    text = f"""
+        nodes:
+          - {{id: src, type: synthetic_source, config: {{count: 12, width: 64, height: 48}}}}
+          - {{id: pre, type: preprocess, config: {{size: [192, 192], color: RGB, layout: NHWC, backend: cpu,
+                                                   mean: [127.5, 127.5, 127.5], scale: [127.5, 127.5, 127.5]}},
+             inputs: src}}
+          - {{id: det, type: inference, config: {{model: blazeface_full, device: CPU}}, inputs: pre}}
+          - {{id: faces, type: blazeface_decode, inputs: det.tensors}}
+          - {node}
+    """
+    res = Runner(_graph(text)).run()
+    assert res.ok, res.error
+    assert res.frames == {"in": 12, "out": 12, "dropped": 0, "failed": 0}
+    assert res.nodes["n"]["process"]["pid"] != os.getpid()
