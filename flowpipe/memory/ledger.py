@@ -50,13 +50,16 @@ class CopyLedger:
             e.copies += 1
             e.bytes_copied += int(nbytes)
 
-    def passed(self, edge: str, memory: str) -> None:
-        """A frame crossed ``edge`` in ``memory`` (the first kind seen names the edge)."""
+    def passed(self, edge: str) -> bool:
+        """A frame crossed ``edge``; True while the edge's memory kind is not yet named (``name_memory``)."""
         with self._lock:
             e = self.edges[edge]
             e.frames += 1
-            if e.memory == "none":
-                e.memory = memory
+            return e.memory == "none"
+
+    def name_memory(self, edge: str, memory: str) -> None:
+        with self._lock:
+            self.edges[edge].memory = memory
 
 
 _bound = threading.local()

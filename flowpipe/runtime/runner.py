@@ -214,7 +214,8 @@ class Runner:
         elif isinstance(result, list):
             result = {default_port: result}
         routes = self.routes[node_id]
-        passed = self.state.ledger.passed
+        ledger = self.state.ledger
+        passed = ledger.passed
         for port, frames in result.items():
             if port not in routes:
                 raise RuntimeError(f"emitted on unknown output port {port!r}; declared: {', '.join(routes)}")
@@ -226,7 +227,8 @@ class Runner:
                     # each branch gets its own packet (shared pixels, own metadata)
                     pkt = fr if i == 0 else replace(fr, meta=dict(fr.meta), tensors=dict(fr.tensors),
                                                     detections=list(fr.detections))
-                    passed(edge, fr.memory)
+                    if passed(edge):  # the first frame on an edge names its memory (costly to find)
+                        ledger.name_memory(edge, fr.memory)
                     if not ch.put((in_port, pkt, edge)):
                         fr.ref.end("failed")
 
