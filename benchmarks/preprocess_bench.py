@@ -18,7 +18,7 @@ import cv2
 import numpy as np
 
 from flowpipe import Frame
-from flowpipe.devices import cl_device
+from flowpipe.accel import devices
 from flowpipe.memory import SharedBuffer
 from flowpipe.nodes.preprocess import Preprocess, geometry
 
@@ -74,7 +74,7 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=200)
     ap.add_argument("--json")
     a = ap.parse_args()
-    dev = cl_device(a.device)
+    dev = devices().opencl.device(a.device)
     img_buf = SharedBuffer(1920 * 1080 * 3)
     img = img_buf.array((1080, 1920, 3))
     img[...] = cv2.GaussianBlur(np.random.default_rng(0).integers(0, 255, (1080, 1920, 3), np.uint8), (5, 5), 2)
