@@ -1,13 +1,13 @@
 """Nodes used only by the benchmarks (loaded through a graph's plugins: list)."""
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
 
 import numpy as np
 from pydantic import Field
 
 from flowpipe import Frame, FrameRef, Node, NodeConfig, Source, memory, register
-from flowpipe.memory import BufferPool
+from flowpipe.node import RunContext
 
 
 @register("bench_tensor_source")
@@ -20,12 +20,16 @@ class TensorSource(Source):
         shape: list[int]
         count: int = 1000
 
-    def open(self, ctx: Any) -> None:
+    config: Config
+
+    def open(self, ctx: RunContext) -> None:
         n = int(np.prod(self.config.shape)) * 4
-        self.pool = BufferPool(n, min(ctx.frames_in_flight(self.id), 64))
+        self.pool = ctx.allocation("tensor").pool(n, min(ctx.frames_in_flight(), 64))
         rng = np.random.default_rng(0)
-        for b in self.pool._all:
-            b.array(tuple(self.config.shape), np.float32)[...] = rng.uniform(-1, 1, self.config.shape)
+        leases = [self.pool.acquire() for _ in range(self.pool.count)]
+        for lease in leases:
+            lease.buffer.array(tuple(self.config.shape), np.float32)[...] = rng.uniform(-1, 1, self.config.shape)
+            lease.release()
 
     def frames(self) -> Iterator[Frame]:
         for i in range(self.config.count):
@@ -49,7 +53,9 @@ class CopyStage(Node):
     class Config(NodeConfig):
         times: int = Field(1, ge=1)
 
+    config: Config
+
     def process(self, frame: Frame, port: str) -> Frame:
         for _ in range(self.config.times):
-            frame.data = memory.copy(frame.data)
+            frame.data = memory.copy(frame.image)
         return frame

@@ -15,13 +15,16 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from flowpipe import load_graph  # noqa: E402
-from flowpipe import Runner  # noqa: E402
+from flowpipe import (
+    Runner,
+    load_graph,
+)
 
 W, H = 1920, 1080
 SRC = f"{{id: src, type: synthetic_source, config: {{count: COUNT, width: {W}, height: {H}, fill: false}}}}"
@@ -61,7 +64,8 @@ def main() -> None:
     hops = {
         "direct (source -> sink, no hop)": None,
         "thread hop (shared view)": "{id: hop, type: passthrough, inputs: src.frame}",
-        "process hop (fd once, header per frame)": "{id: hop, type: passthrough, isolation: process, inputs: src.frame}",
+        "process hop (fd once, header per frame)":
+            "{id: hop, type: passthrough, isolation: process, inputs: src.frame}",
         "thread hop that copies the frame": "{id: hop, type: bench_copy, inputs: src.frame}",
     }
     rows: dict[str, list[float]] = {k: [] for k in hops}
@@ -77,8 +81,9 @@ def main() -> None:
             rows[name].append(us - base)  # what the hop adds per frame
             edges_seen[name] = edges
         rows["numpy copy of one 1080p frame"].append(numpy_copy_us())
-    out = {k: {"median_us": round(statistics.median(v), 1), "min_us": round(min(v), 1), "max_us": round(max(v), 1)}
-           for k, v in rows.items()}
+    out: dict[str, Any] = {
+        k: {"median_us": round(statistics.median(v), 1), "min_us": round(min(v), 1), "max_us": round(max(v), 1)}
+        for k, v in rows.items()}
     out["bytes_copied_per_frame"] = {k: e.get("src->hop", {}).get("bytes_copied", 0) // a.frames
                                      for k, e in edges_seen.items()}
     t = out["thread hop (shared view)"]["median_us"]

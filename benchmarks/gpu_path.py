@@ -74,8 +74,9 @@ def main() -> None:
     a = ap.parse_args()
     if a.switch_interval:
         sys.setswitchinterval(a.switch_interval / 1e3)
-    fps = {"opencl+remote": [], "host+host": []}
-    cpu = {"opencl+remote": [], "host+host": []}  # process CPU time per frame: what the path leaves free
+    fps: dict[str, list[float]] = {"opencl+remote": [], "host+host": []}
+    # process CPU time per frame: what the path leaves free
+    cpu: dict[str, list[float]] = {"opencl+remote": [], "host+host": []}
     detail = {}
     for _ in range(a.repeats):
         for name, backend in (("opencl+remote", "opencl"), ("host+host", "cpu")):

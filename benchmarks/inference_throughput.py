@@ -16,8 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from flowpipe import load_graph, models  # noqa: E402
-from flowpipe.cli.bench import bench_graph  # noqa: E402
+from flowpipe import load_graph, models
+from flowpipe.cli.bench import bench_graph
 
 SHAPES = {"blazeface_full": [1, 192, 192, 3], "blazeface_short": [1, 128, 128, 3]}
 

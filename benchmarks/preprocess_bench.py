@@ -12,15 +12,18 @@ import argparse
 import json
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import cv2
 import numpy as np
-
-from flowpipe import Frame
-from flowpipe.accel import devices
-from flowpipe.memory import SharedBuffer
 from flowpipe.nodes.preprocess import Preprocess, geometry
+
+from flowpipe.accel import devices
+from flowpipe.frame import Frame, FrameRef
+from flowpipe.memory import Lease, SharedBuffer
+from flowpipe.testing import Harness
 
 CASES = {
     "1080p->128x128 NHWC [-1,1]": dict(size=(128, 128), color="RGB", layout="NHWC", mean=(127.5,) * 3,
@@ -30,7 +33,7 @@ CASES = {
 }
 
 
-def opencv_numpy(img: np.ndarray, cfg: dict) -> np.ndarray:
+def opencv_numpy(img: np.ndarray, cfg: dict[str, Any]) -> np.ndarray:
     """What a hand-written loop does."""
     ow, oh = cfg["size"]
     geo = geometry(img.shape[1], img.shape[0], ow, oh, cfg["resize"])
@@ -44,20 +47,7 @@ def opencv_numpy(img: np.ndarray, cfg: dict) -> np.ndarray:
     return canvas[None]
 
 
-class _Ctx:
-    def __init__(self) -> None:
-        self.spec = type("S", (), {"consumers": staticmethod(lambda _id: [])})()
-        self.services: dict = {}
-        self.stats: dict = {}
-
-    def frames_in_flight(self, _id: str) -> int:
-        return 4
-
-    def stats_for(self, _id: str) -> dict:
-        return self.stats
-
-
-def time_it(fn, iters: int) -> list[float]:
+def time_it(fn: Callable[[], object], iters: int) -> list[float]:
     for _ in range(5):
         fn()
     out = []
@@ -66,6 +56,33 @@ def time_it(fn, iters: int) -> list[float]:
         fn()
         out.append((time.perf_counter() - t) * 1e3)
     return out
+
+
+def measure(cfg: dict[str, Any], img_buf: SharedBuffer, img: np.ndarray, device: str, iters: int) -> dict[str, Any]:
+    node = Preprocess("pre", Preprocess.Config(**cfg, backend="opencl", opencl_device=device))
+    frame_lease = Lease(img_buf, None)  # the frame as a pooled source hands it over (never released)
+
+    def run_ocl() -> np.ndarray:
+        ref = FrameRef("s", 0)
+        ref.leases.append(frame_lease)
+        f = Frame("s", 0, 0.0, img, "BGR", ref=ref)
+        out = node.process(f, "frame").tensors["input"]
+        for extra in ref.leases[1:]:  # the tensor's lease, as the engine releases it with the frame
+            extra.release()
+        return np.asarray(out)
+
+    with Harness(node):
+        ocl = time_it(run_ocl, iters)
+        cpu = time_it(lambda: opencv_numpy(img, cfg), iters)
+        diff = float(np.abs(np.asarray(run_ocl(), np.float32) - opencv_numpy(img, cfg)).max())
+        kernel = node.kernel_ns[-iters:]
+    return {
+        "opencl_ms_median": round(statistics.median(ocl), 3),
+        "opencv_numpy_ms_median": round(statistics.median(cpu), 3),
+        "opencl_ms_min_max": [round(min(ocl), 3), round(max(ocl), 3)],
+        "opencv_numpy_ms_min_max": [round(min(cpu), 3), round(max(cpu), 3)],
+        "kernel_ms_median": round(statistics.median(kernel) / 1e6, 3),
+        "speedup": round(statistics.median(cpu) / statistics.median(ocl), 2), "max_abs_diff": round(diff, 5)}
 
 
 def main() -> None:
@@ -78,32 +95,10 @@ def main() -> None:
     img_buf = SharedBuffer(1920 * 1080 * 3)
     img = img_buf.array((1080, 1920, 3))
     img[...] = cv2.GaussianBlur(np.random.default_rng(0).integers(0, 255, (1080, 1920, 3), np.uint8), (5, 5), 2)
-    report = {"opencl_device": dev.name, "unified_memory": dev.unified_memory, "cases": {}}
+    cases: dict[str, dict[str, object]] = {}
+    report = {"opencl_device": dev.name, "unified_memory": dev.unified_memory, "cases": cases}
     for name, cfg in CASES.items():
-        node = Preprocess("pre", Preprocess.Config(**cfg, backend="opencl", opencl_device=a.device))
-        node.open(_Ctx())
-        lease = type("L", (), {"buffer": img_buf, "release": lambda self: None})()
-
-        def run_ocl() -> np.ndarray:
-            ref = type("R", (), {"leases": [lease], "count": 1})()
-            f = Frame("s", 0, 0.0, img, "BGR", ref=ref)
-            f.ref.leases = [lease]
-            out = node.process(f, "frame").tensors["input"]
-            for extra in f.ref.leases[1:]:
-                extra.release()
-            return out
-
-        ocl = time_it(run_ocl, a.iters)
-        cpu = time_it(lambda: opencv_numpy(img, cfg), a.iters)
-        diff = float(np.abs(np.asarray(run_ocl(), np.float32) - opencv_numpy(img, cfg)).max())
-        kernel = node.kernel_ns[-a.iters:]
-        report["cases"][name] = {
-            "opencl_ms_median": round(statistics.median(ocl), 3), "opencv_numpy_ms_median": round(statistics.median(cpu), 3),
-            "opencl_ms_min_max": [round(min(ocl), 3), round(max(ocl), 3)],
-            "opencv_numpy_ms_min_max": [round(min(cpu), 3), round(max(cpu), 3)],
-            "kernel_ms_median": round(statistics.median(kernel) / 1e6, 3),
-            "speedup": round(statistics.median(cpu) / statistics.median(ocl), 2), "max_abs_diff": round(diff, 5)}
-        node.close()
+        cases[name] = measure(cfg, img_buf, img, a.device, a.iters)
     print(json.dumps(report, indent=2))
     if a.json:
         Path(a.json).write_text(json.dumps(report, indent=2))

@@ -33,7 +33,8 @@ def write_report(s: dict, path: Path) -> None:
           "| video | sync loop fps | expert loop fps | flowpipe fps | flowpipe / sync | flowpipe / expert | "
           "bytes copied per frame | detections agree (vs sync, vs expert) |", "|---|---|---|---|---|---|---|---|"]
     for v, r in fb.items():
-        L.append(f"| {v} | {_fmt(r['fps']['sync_loop'])} | {_fmt(r['fps']['expert_loop'])} | {_fmt(r['fps']['flowpipe'])} | "
+        L.append(f"| {v} | {_fmt(r['fps']['sync_loop'])} | {_fmt(r['fps']['expert_loop'])} | "
+                 f"{_fmt(r['fps']['flowpipe'])} | "
                  f"{_fmt(r['ratios']['flowpipe/sync'])} | {_fmt(r['ratios']['flowpipe/expert'])} | "
                  f"{r['flowpipe_bytes_copied_per_frame']} | {r['detections_vs_sync']['agreement']}, "
                  f"{r['detections_vs_expert']['agreement']} |")
@@ -61,7 +62,8 @@ def write_report(s: dict, path: Path) -> None:
                  f"{c.get('benchmark_app_throughput_fps')} | {c.get('flowpipe_fraction_of_cpu_work_ceiling')} | "
                  f"{c.get('flowpipe_fraction_of_slowest_stage_ceiling')} |")
     L += ["", "## 3. Stream scaling (720p, one shared inference node)", "",
-          "| streams | aggregate fps | slowest stream | fastest stream | spread | CPU cores busy |", "|---|---|---|---|---|---|"]
+          "| streams | aggregate fps | slowest stream | fastest stream | spread | CPU cores busy |",
+          "|---|---|---|---|---|---|"]
     for n, r in s["scaling"].items():
         L.append(f"| {n} | {r['aggregate_fps']} | {r['per_stream_min']} | {r['per_stream_max']} | "
                  f"{r['per_stream_spread']} | {r['cpu_util_cores']} |")
@@ -103,7 +105,8 @@ def write_report(s: dict, path: Path) -> None:
         elif "ratio_opencl_remote_over_host" in r:
             L += [f"End to end on the GPU, {r['model']}, {r.get('hint', 'LATENCY')} with {r.get('requests')} requests, "
                   f"batch {r.get('batch', 1)}, {r.get('streams', 1)} stream(s), "
-                  f"{r.get('pre_workers', r.get('streams', 1))} preprocess thread(s), {r.get('frame_format', 'BGR')} frames, "
+                  f"{r.get('pre_workers', r.get('streams', 1))} preprocess thread(s), "
+                  f"{r.get('frame_format', 'BGR')} frames, "
                   f"{r.get('source', 'frames written by the source')} (`{name}`"
                   + (f"; {r['note']}" if r.get("note") else "") + "): OpenCL preprocess + remote-tensor inference "
                   f"{_fmt(r['fps']['opencl+remote'])} fps vs host preprocess + host-tensor inference "
@@ -114,16 +117,38 @@ def write_report(s: dict, path: Path) -> None:
         elif "scaling" in r:
             ceil = r["ceilings"]["720p"]["cpu_work_ceiling_fps"]
             L += [f"Stream scaling on {r['machine']['cores']} cores (`{name}`), CPU-work ceiling {ceil} fps:", "",
-                  "| streams | aggregate fps | fraction of ceiling | slowest | fastest | spread |", "|---|---|---|---|---|---|"]
+                  "| streams | aggregate fps | fraction of ceiling | slowest | fastest | spread |",
+                  "|---|---|---|---|---|---|"]
             for n, x in r["scaling"].items():
-                L.append(f"| {n} | {x['aggregate_fps']} | {round(x['aggregate_fps'] / ceil, 3)} | {x['per_stream_min']} | "
-                         f"{x['per_stream_max']} | {x['per_stream_spread']} |")
+                L.append(f"| {n} | {x['aggregate_fps']} | {round(x['aggregate_fps'] / ceil, 3)} | "
+                         f"{x['per_stream_min']} | {x['per_stream_max']} | {x['per_stream_spread']} |")
             eight = r["scaling"].get("8")
             if eight:
                 L += ["", f"Target: 8 streams >= 0.8 of the ceiling with every stream at the same rate: "
                       f"{round(eight['aggregate_fps'] / ceil, 3)}, spread {eight['per_stream_spread']} — "
                       f"{_target(eight['aggregate_fps'] / ceil >= 0.8 and eight['per_stream_spread'] < 0.1)}", ""]
+    L += _changes(results)
     path.write_text("\n".join(L) + "\n")
+
+
+def _changes(results: Path) -> list[str]:
+    """Section 7: changes measured side by side (``benchmarks/ab.py``: both versions alternating in one run)."""
+    L = ["## 7. Changes measured side by side", ""]
+    runs = sorted(results.glob("ab_*.json"))
+    if not runs:
+        return [*L, "No side-by-side runs in benchmarks/results/.", ""]
+    L += ["| run | graph, settings | cores | fps before | fps after | ratio | CPU ms/frame before -> after | "
+          "peak RSS MB before -> after | copies/frame after |", "|---|---|---|---|---|---|---|---|---|"]
+    for f in runs:
+        r = json.loads(f.read_text())
+        b, a = r["median"]["before"], r["median"]["after"]
+        L.append(f"| {r.get('title', f.stem)} | {r['graph']} {' '.join(r['sets'])}, {r['frames']} frames x "
+                 f"{r['repeats']} | {r['cores']} | {round(b['fps'], 1)} | {round(a['fps'], 1)} | "
+                 f"{r['ratio_after_over_before']['fps']} | {round(b['cpu_ms_per_frame'], 2)} -> "
+                 f"{round(a['cpu_ms_per_frame'], 2)} | {round(b['peak_rss_mb'])} -> {round(a['peak_rss_mb'])} | "
+                 f"{a['copies_per_frame']} |")
+    return [*L, "", "Produced by `python benchmarks/ab.py --before SITE --before-graphs DIR ...` (see its docstring); "
+            "medians of the repeats, both sides alternating.", ""]
 
 
 if __name__ == "__main__":

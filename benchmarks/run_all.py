@@ -89,7 +89,7 @@ def stage_costs(video: Path, model: str, frames: int) -> dict:
 
 def _stage_costs(video: Path, model: str, frames: int, ov) -> dict:
     cap = cv2.VideoCapture(str(video))
-    ok, buf = cap.read()
+    _, buf = cap.read()
     c0 = time.process_time()
     n_dec = 0
     while n_dec < frames and cap.read(image=buf)[0]:  # decode into one buffer, as the pipelines do
@@ -104,7 +104,7 @@ def _stage_costs(video: Path, model: str, frames: int, ov) -> dict:
     cost["preprocess"] = (time.process_time() - c0) / n
     compiled = ov.Core().compile_model(model, "CPU", {"PERFORMANCE_HINT": "THROUGHPUT"})
     q = ov.AsyncInferQueue(compiled)
-    res = [None] * n
+    res: list[tuple[np.ndarray, ...]] = [()] * n
     q.set_callback(lambda r, i: res.__setitem__(i, tuple(r.get_tensor(o).data.copy() for o in compiled.outputs)))
     for i, (x, _) in enumerate(pre[:20]):
         q.start_async({0: x}, i)
@@ -128,7 +128,7 @@ def _stage_costs(video: Path, model: str, frames: int, ov) -> dict:
         common.blur(f, fc)
     cost["blur"] = (time.process_time() - c0) / n
     tmp = Path(tempfile.mkdtemp()) / "w.mp4"
-    w = cv2.VideoWriter(str(tmp), cv2.VideoWriter_fourcc(*"mp4v"), 30, (imgs[0].shape[1], imgs[0].shape[0]))
+    w = cv2.VideoWriter(str(tmp), cv2.VideoWriter.fourcc(*"mp4v"), 30, (imgs[0].shape[1], imgs[0].shape[0]))
     c0 = time.process_time()
     for f in imgs:
         w.write(f)
@@ -139,7 +139,7 @@ def _stage_costs(video: Path, model: str, frames: int, ov) -> dict:
     return {"cpu_ms_per_frame": {k: round(v * 1e3, 3) for k, v in cost.items()},
             "sum_cpu_ms": round(total * 1e3, 3), "cores": cores,
             "cpu_work_ceiling_fps": round(cores / total, 1),
-            "slowest_stage": max(cost, key=cost.get),
+            "slowest_stage": max(cost, key=lambda k: cost[k]),
             "slowest_stage_ceiling_fps": round(1 / max(cost.values()), 1)}
 
 
@@ -162,7 +162,7 @@ def section_face_blur(videos: dict, model: str, frames: int, repeats: int, work:
     out = {}
     for label, video in videos.items():
         rows: dict[str, list[float]] = {"flowpipe": [], "sync_loop": [], "expert_loop": []}
-        ratios = {"flowpipe/sync": [], "flowpipe/expert": []}
+        ratios: dict[str, list[float]] = {"flowpipe/sync": [], "flowpipe/expert": []}
         copies = []
         for _ in range(repeats):
             fp = flowpipe_face_blur(video, work, frames)
@@ -202,8 +202,8 @@ def section_overhead(repeats: int) -> dict:
     import engine_chain
 
     chain = engine_chain.measure(10, 30000, repeats)
-    proc = subprocess.run([sys.executable, str(HERE / "frame_passing.py"), "--frames", "400", "--repeats", str(repeats)],
-                          capture_output=True, text=True, check=True)
+    cmd = [sys.executable, str(HERE / "frame_passing.py"), "--frames", "400", "--repeats", str(repeats)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
     return {"chain_10_hops": chain, "frame_passing_1080p": json.loads(proc.stdout)}
 
 

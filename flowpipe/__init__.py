@@ -6,7 +6,7 @@ from .frame import Detection, Frame, FrameRef
 from .graph import GraphSpec, load_graph
 from .node import Node, NodeConfig, RunContext, Source
 from .registry import register, registry
-from .runtime import RunResult, Runner, run
+from .runtime import Runner, RunResult, run
 
 __version__ = "0.1.0"
 __all__ = ["Detection", "Diagnostic", "Frame", "FrameError", "FrameRef", "GraphError", "GraphSpec", "Node",

@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
+
+from .errors import FrameError
 
 FORMATS = ("BGR", "RGB", "GRAY", "NV12", "I420", "TENSOR")
 
@@ -33,7 +36,7 @@ class FrameRef:
     """Shared by a frame and every packet derived from it: counts live references across fan-out,
     holds the buffer leases, and reports the frame's fate once when the last reference ends."""
 
-    __slots__ = ("count", "fate", "leases", "_lock", "_on_final", "stream", "index")
+    __slots__ = ("_lock", "_on_final", "count", "fate", "index", "leases", "stream")
 
     def __init__(self, stream: str, index: int, on_final: Callable[[FrameRef], None] | None = None):
         self.count = 1
@@ -94,6 +97,25 @@ class Frame:
     ref: FrameRef | None = None
 
     @property
+    def image(self) -> np.ndarray:
+        """The pixels, for stages that need them (a frame that carries only tensors is a FrameError)."""
+        if self.data is None:
+            raise FrameError(self, f"frame {self.index} of stream '{self.stream}' carries no image")
+        return self.data
+
+    def hold(self, lease: Any) -> None:
+        """Keep ``lease`` (a pooled buffer this frame's data or tensors live in) until the frame's last
+        reference ends; a frame made outside a run gets its reference here."""
+        if self.ref is None:
+            self.ref = FrameRef(self.stream, self.index)
+        self.ref.leases.append(lease)
+
+    def end(self, fate: str) -> None:
+        """End this packet's reference to its frame (see ``FrameRef.end``); no-op outside a run."""
+        if self.ref is not None:
+            self.ref.end(fate)
+
+    @property
     def height(self) -> int:
         assert self.data is not None
         return self.data.shape[0] * 2 // 3 if self.format in ("NV12", "I420") else self.data.shape[0]
@@ -117,7 +139,7 @@ class Frame:
         for lease in self.ref.leases:
             buf = getattr(lease, "buffer", None)
             base = getattr(buf, "address", None)  # device memory (an OpenCL buffer) has no host address
-            if base is not None and base <= addr < base + buf.size:
+            if buf is not None and base is not None and base <= addr < base + buf.size:
                 return buf
         return None
 

@@ -6,6 +6,7 @@ Each phase reports every problem it finds, one line each, and later phases run o
 """
 from __future__ import annotations
 
+import builtins
 import os
 import re
 from dataclasses import dataclass, field
@@ -17,8 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import Diagnostic, GraphError
-from .node import Node, NodeConfig, kinds_compatible
-from .node import isolation_refusal
+from .node import Node, NodeConfig, isolation_refusal, kinds_compatible
 from .registry import import_plugin, lookup
 
 MAX_YAML_BYTES = 1 << 20
@@ -120,7 +120,7 @@ _Loader.add_constructor("tag:yaml.org,2002:seq", _Loader.construct_sequence)
 class NodeSpec:
     id: str
     type: str
-    cls: type[Node]
+    cls: builtins.type[Node]  # (the field ``type`` shadows the builtin here)
     config: NodeConfig
     inputs: dict[str, list[tuple[str, str]]]
     on_error: str = "fail"
@@ -189,7 +189,7 @@ def _parse(text: str, fname: str) -> Any:
     if len(text) > MAX_YAML_BYTES:
         raise GraphError(Diagnostic(f"document is larger than {MAX_YAML_BYTES} bytes", fname))
     try:
-        docs = list(yaml.load_all(text, Loader=_Loader))  # noqa: S506 - _Loader is a SafeLoader
+        docs = list(yaml.load_all(text, Loader=_Loader))
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line = mark.line + 1 if mark else None
@@ -358,7 +358,7 @@ def _validate(doc: Any, fname: str, overrides: dict[str, Any]) -> GraphSpec:
                 key = str(err["loc"][0]) if err["loc"] else "?"
                 msg = str(err["msg"]).removeprefix("Value error, ")
                 errors.append(Diagnostic(f"{key}: {msg}", fname, _line(raw, key), *node))
-            eng = EngineKeys()
+            eng = EngineKeys.model_validate({})
         workers = eng.workers
         if workers > 1 and not cls.parallel_streams:
             errors.append(Diagnostic(f"workers: {ntype} keeps state across streams and runs on one worker; "

@@ -23,7 +23,8 @@ its image, so any output may feed an input of kind ``frame``; ``any`` accepts ev
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Iterator, Mapping, Protocol
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict
 

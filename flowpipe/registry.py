@@ -4,8 +4,8 @@ from __future__ import annotations
 import difflib
 import importlib
 import pkgutil
+from collections.abc import Callable
 from importlib.metadata import entry_points
-from typing import Callable
 
 from .errors import GraphError
 from .node import PORT_KINDS, Node

@@ -63,7 +63,7 @@ def make_sample(path: str | Path, frames: int = 150, fps: float = 30.0,
     astro, bg = _photos()
     tmp = path.with_name(path.stem + ".part" + path.suffix)
     out_w, out_h = size or (W, H)
-    writer = cv2.VideoWriter(str(tmp), cv2.VideoWriter_fourcc(*"mp4v"), fps, (out_w, out_h))
+    writer = cv2.VideoWriter(str(tmp), cv2.VideoWriter.fourcc(*"mp4v"), fps, (out_w, out_h))
     if not writer.isOpened():
         raise RuntimeError(f"cannot write {path}")
     sx, sy = out_w / W, out_h / H
@@ -102,7 +102,7 @@ def make_text_sample(path: str | Path, frames: int = 60, fps: float = 30.0) -> P
     path.parent.mkdir(parents=True, exist_ok=True)
     _, bg = _photos()
     tmp = path.with_name(path.stem + ".part" + path.suffix)
-    writer = cv2.VideoWriter(str(tmp), cv2.VideoWriter_fourcc(*"mp4v"), fps, (W, H))
+    writer = cv2.VideoWriter(str(tmp), cv2.VideoWriter.fourcc(*"mp4v"), fps, (W, H))
     words = ["FLOWPIPE", "OPEN VINO", "ZERO COPY", "EXIT 12", "NO PARKING", "GATE B"]
     for i in range(frames):
         canvas = bg.copy()

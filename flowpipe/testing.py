@@ -8,17 +8,25 @@ graph mentions it, and ``collected(name)`` reads what the latest such run collec
     >>> out = run_node("type: passthrough", [np.zeros((4, 4, 3), np.uint8)])
     >>> len(out.frames)
     1
+
+``Harness`` opens one node outside a graph, with the same contract steps a run takes (offers, requests,
+allocations), for benchmarks and notebooks that call ``process`` themselves.
 """
 from __future__ import annotations
 
 import itertools
 import re
 import textwrap
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any
 
+from .accel import Devices, devices
+from .contracts import Allocation, InputContract, Offer
 from .frame import Frame
 from .graph import GraphSpec, load_graph
+from .node import Node
 from .runtime import RunResult, run
 
 _ids = itertools.count()
@@ -73,3 +81,81 @@ def run_node(snippet: str, items: list[Any], port: str | None = None, out_port: 
 def run_yaml(text: str, **run_kwargs: Any) -> RunResult:
     text = textwrap.dedent(text)
     return run_spec(load_graph("<test>", text=text), text, **run_kwargs)
+
+
+class StandaloneContext:
+    """A ``RunContext`` for one node outside a graph: the allocations and input contracts it is given
+    (host memory where none is), its own stats, feeds and collections."""
+
+    def __init__(self, node_id: str, devices_: Devices, allocations: Mapping[str, Allocation],
+                 inputs: Mapping[str, InputContract], frames_in_flight: int = 4,
+                 feeds: Mapping[str, list[Any]] | None = None):
+        self.node_id = node_id
+        self.devices = devices_
+        self.stats: dict[str, Any] = {}
+        self.sections: dict[str, dict[str, Any]] = {}
+        self.collected: dict[str, list[Frame]] = {}
+        self._allocations, self._inputs = dict(allocations), dict(inputs)
+        self._in_flight = frames_in_flight
+        self._feeds = dict(feeds or {})
+        self.stopped = False
+
+    @property
+    def stopping(self) -> bool:
+        return self.stopped
+
+    def wake(self) -> None:
+        pass  # the caller polls
+
+    def frames_in_flight(self) -> int:
+        return self._in_flight
+
+    def allocation(self, port: str) -> Allocation:
+        return self._allocations.get(port) or Allocation()
+
+    def input(self, port: str) -> InputContract | None:
+        return self._inputs.get(port)
+
+    def section(self, name: str, data: dict[str, Any]) -> None:
+        self.sections[name] = data
+
+    def feed(self, name: str) -> list[Any]:
+        if name not in self._feeds:
+            raise KeyError(f"no in-memory feed named {name!r} (feeds: {', '.join(sorted(self._feeds)) or 'none'})")
+        return self._feeds[name]
+
+    def collector(self, name: str) -> list[Frame]:
+        return self.collected.setdefault(name, [])
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"node": self.node_id, "stats": self.stats}
+
+
+class Harness:
+    """One node, opened outside a graph after the contract steps a run takes: ``offer`` on each output
+    (given ``inputs``, what its inputs offer), ``request`` on each input, then ``open`` with host memory
+    on every output port unless ``allocations`` says otherwise.
+
+        >>> with Harness(Preprocess("pre", Preprocess.Config(size=(128, 128)))) as h:
+        ...     out = h.node.process(frame, "frame")
+    """
+
+    def __init__(self, node: Node, *, inputs: Mapping[str, Offer] | None = None,
+                 allocations: Mapping[str, Allocation] | None = None, devices_: Devices | None = None,
+                 frames_in_flight: int = 4, feeds: Mapping[str, list[Any]] | None = None):
+        self.node = node
+        self.devices = devices_ or devices()
+        offers = {port: inputs.get(port, Offer()) if inputs else Offer() for port in type(node).inputs}
+        self.offers = {port: node.offer(port, offers, self.devices) for port in type(node).outputs}
+        allocs = {port: (allocations or {}).get(port) or Allocation() for port in type(node).outputs}
+        self.requests = {port: node.request(port, offer, allocs, self.devices) for port, offer in offers.items()}
+        contracts = {port: InputContract(offer, Allocation(), f"harness->{node.id}") for port, offer in offers.items()}
+        self.context = StandaloneContext(node.id, self.devices, allocs, contracts, frames_in_flight, feeds)
+
+    def __enter__(self) -> Harness:
+        self.node.open(self.context)
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.node.close()

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Iterator, Literal
+from collections.abc import Iterator
+from typing import Literal
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -12,7 +13,6 @@ from flowpipe import memory
 from flowpipe.frame import Frame, FrameRef
 from flowpipe.node import Node, NodeConfig, RunContext, Source
 from flowpipe.registry import register
-
 
 
 @register("synthetic_source")
@@ -44,6 +44,8 @@ class SyntheticSource(Source):
             if self.format == "NV12" and (self.width % 2 or self.height % 2):
                 raise ValueError(f"NV12 needs even width and height, got {self.width}x{self.height}")
             return self
+
+    config: Config
 
     def open(self, ctx: RunContext) -> None:
         c = self.config
@@ -95,6 +97,8 @@ class ListSource(Source):
         stream: str | None = None
         fps: float = Field(30.0, gt=0)
 
+    config: Config
+
     def open(self, ctx: RunContext) -> None:
         self.items = ctx.feed(self.config.feed)
 
@@ -119,6 +123,8 @@ class Collect(Node):
         into: str
         keep_pixels: bool = Field(False, description="copy pixels out of pooled buffers (counted)")
         keep_tensors: bool = Field(True, description="copy tensors out of pooled buffers (counted)")
+
+    config: Config
 
     def open(self, ctx: RunContext) -> None:
         self.into = ctx.collector(self.config.into)

@@ -6,7 +6,7 @@ Boxes are decoded in tensor pixels and mapped back through the geometry the prep
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Literal
 
 import cv2
 import numpy as np
@@ -53,12 +53,16 @@ def _output(frame: Frame, name: str | None, index: int, names: list[str] | None 
     return outs[index]
 
 
+def _box(b: np.ndarray) -> tuple[float, float, float, float]:
+    return float(b[0]), float(b[1]), float(b[2]), float(b[3])
+
+
 def _detections(frame: Frame, boxes: np.ndarray, scores: np.ndarray, class_ids: np.ndarray,
                 labels: list[str] | None) -> list[Detection]:
     """Tensor-pixel boxes -> Detections in source pixels, named by the config's labels or the model's
     registry labels (the class id as text when neither names it)."""
     names = labels or frame.meta.get("labels") or []
-    return [Detection(tuple(float(v) for v in b), float(s), names[i] if i < len(names) else str(int(i)), int(i))
+    return [Detection(_box(b), float(s), names[i] if i < len(names) else str(int(i)), int(i))
             for b, s, i in zip(to_source(frame, boxes), scores, class_ids)]
 
 
@@ -111,6 +115,8 @@ class BlazeFaceDecode(Node):
         variant: Literal["short", "full"] = "full"
         keypoints: bool = False
 
+    config: Config
+
     def open(self, ctx: RunContext) -> None:
         self.anchors = blazeface_anchors(self.config.variant)
         self.size = 128.0 if self.config.variant == "short" else 192.0
@@ -151,7 +157,7 @@ class BlazeFaceDecode(Node):
             label = (c.labels or ["face"])[0]
             for k in keep:
                 frame.detections.append(Detection(
-                    tuple(float(v) for v in boxes[k]), float(sc[k]), label, 0,
+                    _box(boxes[k]), float(sc[k]), label, 0,
                     keypoints=[(float(x), float(y)) for x, y in kps[k]] if kps is not None else None))
         return frame
 
@@ -169,6 +175,8 @@ class YoloV8Decode(Node):
         score_threshold: float = Field(0.25, ge=0, le=1)
         iou_threshold: float = Field(0.45, ge=0, le=1)
         output: str | None = None
+
+    config: Config
 
     def process(self, frame: Frame, port: str) -> Frame:
         c = self.config
@@ -202,6 +210,8 @@ class SsdDecode(Node):
     class Config(_DecoderConfig):
         output: str | None = None
 
+    config: Config
+
     def process(self, frame: Frame, port: str) -> Frame:
         c = self.config
         out = _output(frame, c.output, 0)
@@ -232,6 +242,8 @@ class DbDecode(Node):
         max_detections: int = Field(1000, ge=1)
         output: str | None = None
 
+    config: Config
+
     def process(self, frame: Frame, port: str) -> Frame:
         c = self.config
         prob = _output(frame, c.output, 0)
@@ -254,7 +266,7 @@ class DbDecode(Node):
             boxes.append([x - d, y - d, x + w + d, y + h + d])
             scores.append(score)
         src = to_source(frame, np.asarray(boxes, np.float64).reshape(-1, 4))
-        frame.detections = [Detection(tuple(float(v) for v in b), s, "text", 0) for b, s in zip(src, scores)]
+        frame.detections = [Detection(_box(b), s, "text", 0) for b, s in zip(src, scores)]
         return frame
 
 
@@ -272,6 +284,8 @@ class ClassifyTopK(Node):
         softmax: bool = True
         labels: list[str] | None = None
         output: str | None = None
+
+    config: Config
 
     def process(self, frame: Frame, port: str) -> Frame:
         c = self.config

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Literal
+from typing import Literal
 
 import cv2
 import numpy as np
@@ -45,6 +45,8 @@ class Blur(Node):
         strength: int = Field(8, ge=1, le=64, description="blur: kernel = box size / strength; pixelate: cells")
         labels: list[str] | None = Field(None, description="only these labels (default: all)")
 
+    config: Config
+
     def process(self, frame: Frame, port: str) -> Frame:
         if frame.format != "BGR":
             raise ValueError(f"blur works on BGR frames, got {frame.format}")
@@ -54,7 +56,7 @@ class Blur(Node):
 
     def _apply(self, frame: Frame) -> None:
         c = self.config
-        img = frame.data
+        img = frame.image
         for d in frame.detections:
             if c.labels and d.label not in c.labels:
                 continue
@@ -67,8 +69,9 @@ class Blur(Node):
                 roi[...] = 0
             elif c.mode == "pixelate":
                 n = c.strength
-                small = cv2.resize(roi, (max(1, (x2 - x1) // max(1, (x2 - x1) // n)), max(1, (y2 - y1) // max(1, (y2 - y1) // n))),
-                                   interpolation=cv2.INTER_AREA)
+                w, h = x2 - x1, y2 - y1
+                cells = (max(1, w // max(1, w // n)), max(1, h // max(1, h // n)))
+                small = cv2.resize(roi, cells, interpolation=cv2.INTER_AREA)
                 cv2.resize(small, (x2 - x1, y2 - y1), dst=roi, interpolation=cv2.INTER_NEAREST)
             else:
                 k = max(3, (max(x2 - x1, y2 - y1) // c.strength) | 1)
@@ -91,6 +94,8 @@ class Overlay(Node):
         show_fps: bool = True
         show_scores: bool = True
 
+    config: Config
+
     def open(self, ctx: RunContext) -> None:
         self._times: dict[str, list[float]] = {}
 
@@ -101,9 +106,9 @@ class Overlay(Node):
 
     def _draw(self, frame: Frame) -> None:
         c = self.config
-        img = frame.data
+        img = frame.image
         for d in frame.detections:
-            x1, y1, x2, y2 = (int(round(v)) for v in d.box)
+            x1, y1, x2, y2 = (round(v) for v in d.box)
             cv2.rectangle(img, (x1, y1), (x2, y2), c.color, c.thickness)
             text = d.label + (f" #{d.track_id}" if d.track_id is not None else "")
             if c.show_scores:

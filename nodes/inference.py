@@ -14,8 +14,9 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -23,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from flowpipe import models
 from flowpipe.accel import Devices
 from flowpipe.accel import openvino as ovx
+from flowpipe.accel.openvino import DeviceChoice
 from flowpipe.contracts import Allocation, Offer, Request
 from flowpipe.errors import FrameError
 from flowpipe.frame import Frame
@@ -79,6 +81,9 @@ class Inference(Node):
         reset_state: Literal["per_stream", "never"] = Field(
             "per_stream", description="stateful models: one state per stream (saved/restored), reset at frame 0")
 
+    config: Config
+    choice: DeviceChoice | None = None  # made in request(), before open
+
     def resources(self) -> list[str]:
         return [f"loads model {self.config.blob or self.config.model}"]
 
@@ -104,9 +109,10 @@ class Inference(Node):
         offer = contract.offer if contract is not None else Offer()
         alloc = contract.allocation if contract is not None else Allocation()
         self._edge = contract.edge if contract is not None else None
-        if not hasattr(self, "choice"):  # no producer declared anything: choose here
-            self.choice = ov_owner.choose(c.device)
         choice = self.choice
+        if choice is None:
+            raise RuntimeError(f"inference '{self.id}' opened before its memory contract was resolved "
+                               "(run it in a graph, or open it with flowpipe.testing.Harness)")
         self.device = choice.device
         log.info("node '%s': device %s (%s)", self.id, self.device, choice.reason)
         config = ov_owner.build_config(self.device, hint=c.performance_hint, num_requests=c.num_requests,
@@ -117,7 +123,7 @@ class Inference(Node):
         self.labels = models.entry(c.model).get("labels") if models.is_registry_name(c.model) else None
         self.entries = offer.tensor.shape[0] if offer.tensor is not None else 1
         if c.blob:
-            comp = ov_owner.import_blob(_expand(c.blob), self.device, config)
+            comp = ov_owner.import_blob(Path(c.blob).expanduser(), self.device, config)
         else:
             path = models.resolve(c.model, sha256=c.model_sha256)
             model = ov_owner.read_model(path)
@@ -174,7 +180,8 @@ class Inference(Node):
         self.out_specs = [(tuple(o.get_shape()), o.get_element_type().to_dtype()) for o in self.compiled.outputs]
         remote_ctx = ov_owner.remote_context(self.device) if self.device in ("GPU", "NPU") else None
         self.tensors = ovx.TensorBinder(self.in_type, self.in_shape, remote_ctx)
-        self.t_open, self._first = t_open, None
+        self.t_open = t_open
+        self._first: float | None = None
         self._t_first_submit: float | None = None
         self.section = {"device": self.device, "device_reason": choice.reason, "requests": len(self.requests),
                         "compile_ms": round(comp.compile_ms, 2), "cache": comp.cache,
@@ -287,6 +294,7 @@ class Inference(Node):
         for key, (b, frames, slots, deadline) in list(self._groups.items()):
             if now is None or now >= deadline:
                 del self._groups[key]
+                assert self.slots is not None, "slot groups exist only with batch slots"
                 self.slots.seal(b)
                 out += self._submit(frames, slots)
         if self._gather and (now is None or now >= self._deadline):
@@ -294,9 +302,15 @@ class Inference(Node):
             out += self._submit(frames)
         return out
 
+    @property
+    def _batch_shape(self) -> tuple[int, ...]:
+        """The model's static input shape (batching needs one; open() checks it)."""
+        assert self.in_shape is not None, "batching runs with a static input shape"
+        return self.in_shape
+
     def _fits(self, frame: Frame) -> bool:
         src = frame.tensors.get("input")
-        return src is not None and tuple(getattr(src, "shape", ())) == (self.entries, *self.in_shape[1:])
+        return src is not None and tuple(getattr(src, "shape", ())) == (self.entries, *self._batch_shape[1:])
 
     def _submit(self, frames: list[Frame], slots: list[Slot] | None = None) -> list[Frame]:
         """Start a request for ``frames``: one frame, frames written into ``slots`` of one batch buffer,
@@ -309,7 +323,7 @@ class Inference(Node):
                 self.wake()
                 got = list(getattr(bad.tensors.get("input"), "shape", []))
                 raise FrameError(bad, ValueError(f"input tensor {got} does not fit a batch slot of "
-                                                 f"{[self.entries, *self.in_shape[1:]]}"))
+                                                 f"{[self.entries, *self._batch_shape[1:]]}"))
         ready = []
         if not self._idle:  # all requests busy: the oldest finishes first
             self._done[self._pending[0][0]].wait()
@@ -329,7 +343,7 @@ class Inference(Node):
                 lease = pool.acquire(timeout=30)
                 shared = SharedLease(lease, len(frames))
                 for f in frames:
-                    f.ref.leases.append(shared)
+                    f.hold(shared)
                 view = lease.buffer.array(*self.out_specs[i])
                 req.set_output_tensor(i, self.tensors.host(view))
                 for k, f in enumerate(frames):
@@ -339,7 +353,7 @@ class Inference(Node):
             if self._t_first_submit is None:
                 self._t_first_submit = time.perf_counter()
             req.start_async()
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - whatever binding or starting raised fails these frames
             self._idle.appendleft(rid)
             self._fail_later(FrameError(frames, e))
             return ready
@@ -363,7 +377,7 @@ class Inference(Node):
             req.set_tensor(self.input.get_any_name(), self.tensors.ocl_buffer(buf))
             self.section["input_binding"] = f"remote OCL_BUFFER, batch of {self.batch} written in place"
             return
-        req.set_input_tensor(self.tensors.host(buf.array(self.in_shape, self.in_type.to_dtype())))
+        req.set_input_tensor(self.tensors.host(buf.array(self._batch_shape, self.in_type.to_dtype())))
         self.section["input_binding"] = f"host tensor, batch of {self.batch} written in place"
 
     def _bind_batch(self, req: Any, frames: list[Frame]) -> None:
@@ -373,10 +387,10 @@ class Inference(Node):
             self.batch_pool = BufferPool(self._batch_nbytes, len(self.requests) + 1)
         lease = self.batch_pool.acquire(timeout=30)
         shared = SharedLease(lease, len(frames))
-        arr = lease.buffer.array(self.in_shape, self.in_type.to_dtype())
+        arr = lease.buffer.array(self._batch_shape, self.in_type.to_dtype())
         per = self.entries
         for k, f in enumerate(frames):
-            f.ref.leases.append(shared)
+            f.hold(shared)
             ledgers.copy(f.tensors["input"], out=arr[k * per:(k + 1) * per])
         if len(frames) < self.batch:
             arr[len(frames) * per:] = 0  # a partial batch (timeout): empty slots, results ignored
@@ -413,10 +427,10 @@ class Inference(Node):
                 # FEIL: compile + load + first inference; FIL: load a precompiled model (cache hit or
                 # blob) + first inference (the NPU plugin README's definitions)
                 now = time.perf_counter()
-                self._first = (now - self.t_open) * 1e3
+                self._first = first = (now - self.t_open) * 1e3
                 key = "fil_ms" if self.section["cache"] in ("hit", "blob") else "feil_ms"
-                self.section.update({key: round(self._first, 2),
-                                     "first_request_ms": round((now - self._t_first_submit) * 1e3, 2)})
+                submitted = self._t_first_submit if self._t_first_submit is not None else now
+                self.section.update({key: round(first, 2), "first_request_ms": round((now - submitted) * 1e3, 2)})
             for frame in frames:
                 frame.meta["inference"] = {"node": self.id, "device": self.device}
                 if self.labels:

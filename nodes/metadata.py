@@ -43,6 +43,8 @@ class JsonLines(Node):
     class Config(NodeConfig):
         path: str = Field(description="output file, or '-' for standard output")
 
+    config: Config
+
     def resources(self) -> list[str]:
         return [f"writes {self.config.path}"]
 
@@ -91,6 +93,8 @@ class Mqtt(Node):
         max_queued: int = Field(10000, ge=1)
         min_backoff_s: float = Field(0.5, gt=0)
         max_backoff_s: float = Field(30.0, gt=0)
+
+    config: Config
 
     def resources(self) -> list[str]:
         return [f"connects to mqtt://{self.config.host}:{self.config.port}"]

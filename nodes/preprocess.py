@@ -16,10 +16,11 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
 from importlib import resources
-from typing import Any, Literal, Mapping
+from typing import Any, Literal, cast
 
 import cv2
 import numpy as np
@@ -30,7 +31,7 @@ from flowpipe.accel import Devices
 from flowpipe.accel.opencl import ClDevice, wait_event
 from flowpipe.contracts import Allocation, Offer, Request, TensorSpec
 from flowpipe.frame import Frame
-from flowpipe.memory import BatchSlots, Slot
+from flowpipe.memory import BatchSlots, Lease, Slot
 from flowpipe.node import Node, NodeConfig, RunContext
 from flowpipe.registry import register
 
@@ -147,6 +148,10 @@ class Preprocess(Node):
                 raise ValueError("roi and tiles exclude each other: expected one of them, got both")
             return self
 
+    config: Config
+    backend: str | None = None  # chosen in request(): opencl, cpu or openvino
+    cl: ClDevice | None = None
+
     def tensor_shape(self) -> tuple[int, ...]:
         w, h = self.config.size
         c = 1 if self.config.color == "GRAY" else 3
@@ -179,7 +184,7 @@ class Preprocess(Node):
         elif c.backend in ("auto", "opencl"):
             try:
                 self.cl, self.backend = devices.opencl.device(c.opencl_device), "opencl"
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 if c.backend == "opencl":
                     raise RuntimeError(f"OpenCL unavailable ({e}); platforms: "
                                        f"{devices.opencl.platforms() or 'none'}") from e
@@ -193,8 +198,9 @@ class Preprocess(Node):
         c = self.config
         self.stats = ctx.stats
         self.kernel_ns: list[int] = []
-        if not hasattr(self, "backend"):  # opened without contracts (a harness): resolve on our own
-            self.request("frame", Offer(), {}, ctx.devices)
+        if self.backend is None:
+            raise RuntimeError(f"preprocess '{self.id}' opened before its memory contract was resolved "
+                               "(run it in a graph, or open it with flowpipe.testing.Harness)")
         self.stats["backend"] = self.backend
         alloc = ctx.allocation("tensor")
         self.remote = alloc.placement == "opencl" and self.cl is not None
@@ -230,6 +236,12 @@ class Preprocess(Node):
             mine[fmt] = _BoundKernel(cl.Kernel(self._program(fmt), "preprocess"))
         return mine[fmt]
 
+    @property
+    def _cl(self) -> ClDevice:
+        """The OpenCL device of the ``opencl`` backend (set by ``offer``)."""
+        assert self.cl is not None, "the opencl backend runs with a device"
+        return self.cl
+
     def _queue(self) -> Any:
         """This thread's in-order queue: workers (one per stream) submit side by side instead of
         contending for one queue; the consumer waits on each tensor's own event, not on queue order."""
@@ -237,7 +249,7 @@ class Preprocess(Node):
         if q is None:
             import pyopencl as cl
 
-            q = self._tls.queue = cl.CommandQueue(self.cl.context,
+            q = self._tls.queue = cl.CommandQueue(self._cl.context,
                                                   properties=cl.command_queue_properties.PROFILING_ENABLE)
         return q
 
@@ -256,21 +268,20 @@ class Preprocess(Node):
                 return cl.Program(context, src).build(options=opts)
             except cl.RuntimeError as e:
                 first = str(e).strip().splitlines()
-                raise RuntimeError(f"OpenCL kernel build failed for {fmt} on {self.cl.name}: "
+                raise RuntimeError(f"OpenCL kernel build failed for {fmt} on {self._cl.name}: "
                                    f"{' | '.join(first[:3])}") from None
 
-        return self.cl.program(("preprocess.cl", *opts), build)
+        return self._cl.program(("preprocess.cl", *opts), build)
 
     # per frame ---------------------------------------------------------------------------------------
     def process(self, frame: Frame, port: str) -> Frame:
         c = self.config
-        if frame.data is None:
-            raise ValueError("frame has no pixels")
+        data = frame.image
         if frame.format not in SRC_FMT:
             raise ValueError(f"cannot convert format {frame.format!r}: expected one of {', '.join(SRC_FMT)}")
         w, h = frame.width, frame.height
         if frame.format in ("NV12", "I420"):
-            rows = frame.data.shape[0]
+            rows = data.shape[0]
             if w % 2 or rows % 3 or h % 2:
                 raise ValueError(f"{frame.format} needs even width and height (data of height*3/2 rows), "
                                  f"got {w}x{rows} data")
@@ -285,12 +296,17 @@ class Preprocess(Node):
         if c.tiles:
             frame.meta["preprocess"]["tiles"] = [g.as_meta() for g in geos]
         if self.backend == "openvino":
-            frame.tensors["input"] = frame.data[None] if frame.data.ndim == 3 else frame.data
+            frame.tensors["input"] = data[None] if data.ndim == 3 else data
             return frame
         slots = self.slots
-        lease = slots.take() if slots is not None else self.pool.acquire(timeout=30)
-        frame.ref.leases.append(lease)
-        base = lease.index * self.shape[0] if slots is not None else 0  # first batch entry we write
+        lease: Slot | Lease
+        if slots is not None:
+            slot = lease = slots.take()
+            base = slot.index * self.shape[0]  # the first batch entry this frame writes
+        else:
+            assert self.pool is not None, "a pool is made in open() when no batch slots were allocated"
+            lease, base = self.pool.acquire(timeout=30), 0
+        frame.hold(lease)
         if self.backend == "opencl":
             out = self._run_opencl(frame, geos, lease, base)
         else:
@@ -306,16 +322,16 @@ class Preprocess(Node):
     def _src_buffer(self, frame: Frame) -> Any:
         import pyopencl as cl
 
-        data = frame.data
+        data = frame.image
         if not data.flags.c_contiguous and not (data.ndim >= 2 and data.strides[-1] == data.itemsize
                                                 and (data.ndim == 2 or data.strides[-2] == data.shape[-1])):
             raise ValueError("frame pixels must have contiguous rows")
-        if self.cl.unified_memory:
+        if self._cl.unified_memory:
             buf = frame.buffer
             key = (data.ctypes.data, data.nbytes)
             if buf is not None and key in self._cl_bufs:
                 return self._cl_bufs[key]
-            clb = cl.Buffer(self.cl.context, cl.mem_flags.READ_ONLY | cl.mem_flags.USE_HOST_PTR, hostbuf=data)
+            clb = cl.Buffer(self._cl.context, cl.mem_flags.READ_ONLY | cl.mem_flags.USE_HOST_PTR, hostbuf=data)
             if buf is not None:
                 self._cl_bufs[key] = clb  # pooled memory: the same buffers come back
             return clb
@@ -328,7 +344,7 @@ class Preprocess(Node):
         key = (threading.get_ident(), data.nbytes)
         dev = self._dev_src.get(key)
         if dev is None:
-            dev = self._dev_src[key] = cl.Buffer(self.cl.context, cl.mem_flags.READ_ONLY, data.nbytes)
+            dev = self._dev_src[key] = cl.Buffer(self._cl.context, cl.mem_flags.READ_ONLY, data.nbytes)
         if data.flags.c_contiguous:
             self.calls.write(self._queue(), dev, data)
         else:
@@ -349,10 +365,10 @@ class Preprocess(Node):
             key = (lease.buffer.address, nbytes)
             dst = self._cl_bufs.get(key)
             if dst is None:
-                dst = cl.Buffer(self.cl.context, cl.mem_flags.WRITE_ONLY | cl.mem_flags.USE_HOST_PTR,
+                dst = cl.Buffer(self._cl.context, cl.mem_flags.WRITE_ONLY | cl.mem_flags.USE_HOST_PTR,
                                 hostbuf=lease.buffer.array((nbytes,)))
                 self._cl_bufs[key] = dst
-        stride = frame.data.strides[0]
+        stride = frame.image.strides[0]
         ow, oh = c.size
         inv = [1.0 / s for s in c.scale]
         self._frames += 1
@@ -382,8 +398,9 @@ class Preprocess(Node):
             return lease
         wait_event(events[-1])
         self._read_profiles()
-        if not self.cl.unified_memory:  # make the host view current (a no-op mapping on unified memory)
-            arr, _ = cl.enqueue_map_buffer(self._queue(), dst, cl.map_flags.READ, 0, (dst.size,), np.uint8)
+        if not self._cl.unified_memory:  # make the host view current (a no-op mapping on unified memory)
+            arr, _ = cl.enqueue_map_buffer(self._queue(), dst, cast("cl.map_flags", cl.map_flags.READ), 0,
+                                           (dst.size,), np.dtype(np.uint8))
             del arr
         return self._host_view(lease, base)
 
@@ -466,7 +483,7 @@ def _round_up(n: int, m: int) -> int:
 def _to_bgr(frame: Frame) -> np.ndarray:
     f = frame.format
     if f == "BGR":
-        return frame.data
+        return frame.image
     code = {"RGB": cv2.COLOR_RGB2BGR, "GRAY": cv2.COLOR_GRAY2BGR, "NV12": cv2.COLOR_YUV2BGR_NV12,
             "I420": cv2.COLOR_YUV2BGR_I420}[f]
-    return cv2.cvtColor(frame.data, code)
+    return cv2.cvtColor(frame.image, code)

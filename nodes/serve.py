@@ -49,7 +49,7 @@ def _handler(latest: _Latest) -> type[BaseHTTPRequestHandler]:
         def log_message(self, fmt: str, *args: Any) -> None:  # quiet: the run's log is for the pipeline
             log.debug("preview: " + fmt, *args)
 
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             path = self.path.split("?")[0]
             if path == "/":
                 with latest.cond:
@@ -115,6 +115,8 @@ class MjpegPreview(Node):
         max_fps: float = Field(15.0, gt=0)
         width: int | None = Field(640, ge=16, description="scale frames to this width (None: as is)")
 
+    config: Config
+
     def resources(self) -> list[str]:
         return [f"listens on http://{self.config.host}:{self.config.port}/ (MJPEG preview)"]
 
@@ -135,7 +137,7 @@ class MjpegPreview(Node):
         if self.latest.viewers == 0 and frame.stream in self.latest.jpeg:
             return  # nobody is watching: keep one picture for the page, skip the encoding
         self._last[frame.stream] = now
-        img = frame.data
+        img = frame.image
         if self.config.width and img.shape[1] > self.config.width:
             h = round(img.shape[0] * self.config.width / img.shape[1])
             img = cv2.resize(img, (self.config.width, h), interpolation=cv2.INTER_AREA)
@@ -170,6 +172,8 @@ class Prometheus(Node):
         host: str = Field("127.0.0.1", description="bind address")
         port: int = Field(9108, ge=0, le=65535, description="0 picks a free port (see stats)")
 
+    config: Config
+
     def resources(self) -> list[str]:
         return [f"listens on http://{self.config.host}:{self.config.port}/metrics (Prometheus)"]
 
@@ -181,13 +185,14 @@ class Prometheus(Node):
         me = self
 
         class Collector:
-            def collect(self):  # noqa: ANN202 - prometheus_client protocol
+            def collect(self):
                 snap = ctx.snapshot()
-                frames = CounterMetricFamily("flowpipe_node_frames", "frames processed by a node", labels=["node", "type"])
-                dropped = CounterMetricFamily("flowpipe_node_dropped", "frames dropped by policy", labels=["node", "type"])
-                failed = CounterMetricFamily("flowpipe_node_failed", "frames failed in a node", labels=["node", "type"])
-                busy = CounterMetricFamily("flowpipe_node_busy_seconds", "time spent processing", labels=["node", "type"])
-                queue = GaugeMetricFamily("flowpipe_node_queue_max", "deepest input queue seen", labels=["node", "type"])
+                by = ["node", "type"]
+                frames = CounterMetricFamily("flowpipe_node_frames", "frames processed by a node", labels=by)
+                dropped = CounterMetricFamily("flowpipe_node_dropped", "frames dropped by policy", labels=by)
+                failed = CounterMetricFamily("flowpipe_node_failed", "frames failed in a node", labels=by)
+                busy = CounterMetricFamily("flowpipe_node_busy_seconds", "time spent processing", labels=by)
+                queue = GaugeMetricFamily("flowpipe_node_queue_max", "deepest input queue seen", labels=by)
                 for nid, st in snap["nodes"].items():
                     lab = [nid, st["type"]]
                     frames.add_metric(lab, st["frames"])
@@ -198,7 +203,8 @@ class Prometheus(Node):
                 acct = CounterMetricFamily("flowpipe_frames", "frames by fate", labels=["fate"])
                 for fate in ("in", "out", "dropped", "failed"):
                     acct.add_metric([fate], snap[fate])
-                seen = CounterMetricFamily("flowpipe_stream_frames", "frames per stream at this node", labels=["stream"])
+                seen = CounterMetricFamily("flowpipe_stream_frames", "frames per stream at this node",
+                                           labels=["stream"])
                 for s, n in list(me.frames.items()):
                     seen.add_metric([s], n)
                 yield from (frames, dropped, failed, busy, queue, acct, seen)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 from pydantic import Field
@@ -25,7 +24,7 @@ def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _greedy(iou: np.ndarray, thr: float) -> list[tuple[int, int]]:
-    pairs = []
+    pairs: list[tuple[int, int]] = []
     if iou.size == 0:
         return pairs
     order = np.dstack(np.unravel_index(np.argsort(-iou, axis=None), iou.shape))[0]
@@ -73,6 +72,8 @@ class Tracker(Node):
         max_age: int = Field(15, ge=0, description="frames a lost track is kept")
         min_hits: int = Field(1, ge=1, description="frames before an id is reported")
 
+    config: Config
+
     def open(self, ctx: RunContext) -> None:
         self.tracks: dict[str, list[_Track]] = {}
         self.next_id: dict[str, int] = {}
@@ -100,13 +101,13 @@ class Tracker(Node):
             t.box, t.hits, t.missed = boxes[di], t.hits + 1, 0
             if t.hits >= c.min_hits:
                 dets[di].track_id = t.id
-        for di in high:
-            if int(di) not in assign:
+        for h in high.tolist():
+            if h not in assign:
                 nid = self.next_id.get(frame.stream, 1)
                 self.next_id[frame.stream] = nid + 1
-                tracks.append(_Track(nid, boxes[di]))
+                tracks.append(_Track(nid, boxes[h]))
                 if c.min_hits <= 1:
-                    dets[di].track_id = nid
+                    dets[h].track_id = nid
         for i, t in enumerate(tracks[: len(pred)]):  # tracks that existed before this frame
             if i not in matched_t:
                 t.missed += 1

@@ -10,9 +10,10 @@ import os
 import re
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Any, Literal
 
 import cv2
 import numpy as np
@@ -68,6 +69,8 @@ class VideoSource(Source):
                 raise ValueError("expected a file, URL, camera or folder; got an empty string")
             return v
 
+    config: Config
+
     def resources(self) -> list[str]:
         uri = self.config.uri
         kind = "network stream" if _NET.match(uri) else "camera" if _is_camera(uri) else "file/folder"
@@ -84,8 +87,8 @@ class VideoSource(Source):
         self.pool_size = min(ctx.frames_in_flight(), 128)
         self.allocation = ctx.allocation("frame")
         self.is_net = bool(_NET.match(c.uri))
-        self.folder = None
-        self.cap = None
+        self.folder: list[Path] | None = None
+        self.cap: cv2.VideoCapture | None = None
         if c.uri in ("sample", "sample-text"):
             from flowpipe.sample import sample_path
 
@@ -108,7 +111,7 @@ class VideoSource(Source):
                 raise ValueError(f"video file is empty (0 bytes): {c.uri}")
         self.cap = self._open_capture(first=True)
 
-    def _open_capture(self, first: bool = False) -> cv2.VideoCapture:
+    def _open_capture(self, first: bool = False) -> cv2.VideoCapture | None:
         c = self.config
         src: Any = int(c.uri) if c.uri.isdigit() else c.uri
         if self.is_net:
@@ -122,15 +125,15 @@ class VideoSource(Source):
         if not cap.isOpened():
             cap.release()
             if self.is_net and not first:
-                return None  # type: ignore[return-value]
+                return None
             if self.is_net and c.reconnect_attempts > 0:
                 return self._reconnect()
             raise RuntimeError(f"cannot open {_redact(c.uri)}: not a video OpenCV/FFmpeg can decode")
         self.fps = cap.get(cv2.CAP_PROP_FPS) or 30.0
         if not 0 < self.fps < 1000:
             self.fps = 30.0
-        self.stats["source"] = {"uri": _redact(c.uri), "fps": round(self.fps, 3),
-                                "size": [int(cap.get(cv2.CAP_PROP_FRAME_WIDTH)), int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT))]}
+        size = [int(cap.get(cv2.CAP_PROP_FRAME_WIDTH)), int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT))]
+        self.stats["source"] = {"uri": _redact(c.uri), "fps": round(self.fps, 3), "size": size}
         return cap
 
     def _reconnect(self) -> cv2.VideoCapture | None:
@@ -170,17 +173,20 @@ class VideoSource(Source):
     def frames(self) -> Iterator[Frame]:
         c = self.config
         if self.folder is not None:
-            yield from self._folder_frames()
+            yield from self._folder_frames(self.folder)
+            return
+        cap = self.cap
+        if cap is None:  # the run stopped while the first connection was retried
             return
         plays = 0
         t0 = time.monotonic()
         emitted = 0
         while True:
-            w = int(self.cap.get(cv2.CAP_PROP_FRAME_WIDTH))
-            h = int(self.cap.get(cv2.CAP_PROP_FRAME_HEIGHT))
+            w = int(cap.get(cv2.CAP_PROP_FRAME_WIDTH))
+            h = int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT))
             while True:
                 if w <= 0 or h <= 0:  # size unknown up front: decode one frame to learn it, then in place
-                    ok, img = self.cap.read()
+                    ok, img = cap.read()
                     if not ok:
                         break
                     h, w = img.shape[:2]
@@ -189,7 +195,7 @@ class VideoSource(Source):
                 else:
                     data, ref = self._buffer((h, w, 3))
                     with memory.cpu_write(ref.leases[0].buffer if ref.leases else None):
-                        ok, img = self.cap.read(image=data)
+                        ok, img = cap.read(image=data)
                     if not ok:
                         for lease in ref.leases:
                             lease.release()
@@ -206,7 +212,7 @@ class VideoSource(Source):
                         h, w = img.shape[:2]
                         data, ref = self._buffer(img.shape)
                         memory.copy(img, out=data)
-                pts = self.cap.get(cv2.CAP_PROP_POS_MSEC) / 1000.0
+                pts = cap.get(cv2.CAP_PROP_POS_MSEC) / 1000.0
                 self.decoded += 1
                 if (self.decoded - 1) % c.every:
                     for lease in ref.leases:
@@ -219,14 +225,15 @@ class VideoSource(Source):
                 emitted += 1
                 yield frame
             if self.is_net and not self.ctx.stopping:
-                self.cap.release()
-                self.cap = self._reconnect()
-                if self.cap is None:
+                cap.release()
+                self.cap = reopened = self._reconnect()
+                if reopened is None:
                     return
+                cap = reopened
                 continue
             plays += 1
             if c.loop == -1 or plays <= c.loop:
-                self.cap.set(cv2.CAP_PROP_POS_FRAMES, 0)
+                cap.set(cv2.CAP_PROP_POS_FRAMES, 0)
                 continue
             return
 
@@ -243,12 +250,12 @@ class VideoSource(Source):
             if delay > 0:
                 time.sleep(delay)
 
-    def _folder_frames(self) -> Iterator[Frame]:
+    def _folder_frames(self, folder: list[Path]) -> Iterator[Frame]:
         c = self.config
         t0 = time.monotonic()
         plays, n = 0, 0
         while True:
-            for p in self.folder:
+            for p in folder:
                 img = cv2.imread(str(p), cv2.IMREAD_COLOR)
                 if img is None:
                     log.warning("node '%s': cannot decode image %s; skipped", self.id, p)
@@ -296,6 +303,8 @@ class VideoWriter(Node):
         fourcc: str = Field("mp4v", min_length=4, max_length=4)
         fps: float | None = Field(None, gt=0, description="default: 30, or the source's rate when known")
 
+    config: Config
+
     def resources(self) -> list[str]:
         return [f"writes {self.config.path}"]
 
@@ -321,7 +330,7 @@ class VideoWriter(Node):
             w = self._create(frame, size)
         elif size != self.sizes[frame.stream]:
             raise ValueError(f"frame size changed from {self.sizes[frame.stream]} to {size}; a video file has one size")
-        w.write(frame.data)
+        w.write(frame.image)
         self.written[frame.stream] += 1
 
     def _create(self, frame: Frame, size: tuple[int, int]) -> cv2.VideoWriter:
@@ -331,7 +340,7 @@ class VideoWriter(Node):
                 p = Path(path)
                 path = str(p.with_name(f"{p.stem}-{frame.stream}{p.suffix}"))
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-            w = cv2.VideoWriter(path, cv2.VideoWriter_fourcc(*self.config.fourcc), self._fps(frame), size)
+            w = cv2.VideoWriter(path, cv2.VideoWriter.fourcc(*self.config.fourcc), self._fps(frame), size)
             if not w.isOpened():
                 raise RuntimeError(f"cannot write {path} with fourcc {self.config.fourcc!r}")
             self.sizes[frame.stream] = size

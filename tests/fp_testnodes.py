@@ -8,8 +8,9 @@ import threading
 import time
 from typing import Any
 
-from flowpipe import Frame, Node, NodeConfig, register
 from flowpipe.nodes.inference import Inference
+
+from flowpipe import Frame, Node, NodeConfig, register
 
 EVENTS: list[str] = []
 _lock = threading.Lock()

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from flowpipe.nodes.track import iou_matrix
 
 from flowpipe import load_graph
-from flowpipe.testing import collected, feed, run_spec
-from flowpipe.nodes.track import iou_matrix
+from flowpipe.testing import collected, run_spec
 
 
 def _has_gpu() -> bool:
@@ -39,7 +39,6 @@ nodes:
 
 
 def _run(backend: str, device: str, into: str, batch: int = 1):
-    from flowpipe.testing import collected
 
     text = GRAPH.format(backend=backend, device=device, into=into, batch=batch)
     res = run_spec(load_graph("<gpu>", text=text), text)
@@ -84,7 +83,6 @@ def test_host_path_on_gpu_reports_host_binding() -> None:
 def test_two_streams_with_a_worker_each_keep_their_own_frames() -> None:
     """Two cameras, one preprocess worker each, sharing one OpenCL queue and batch buffers: every frame's
     detections must be those of its own picture (the CPU reference at the same index)."""
-    from flowpipe.testing import collected
 
     text = """
 nodes:

@@ -5,7 +5,7 @@ import cv2
 import numpy as np
 import pytest
 
-from flowpipe import GraphError, Frame, models
+from flowpipe import Frame, GraphError, models
 from flowpipe.accel import devices
 from flowpipe.accel import openvino as cmp
 from flowpipe.accel.openvino import choose_device
@@ -126,7 +126,7 @@ def test_npu_property_map__no_npu_here() -> None:
                    "NPU_BYPASS_UMD_CACHING": "YES"}
     with pytest.raises(ValueError, match=r"npu.tiles: expected 1..4 \(NPU_MAX_TILES of NPU\), got 6"):
         cmp.build_config("NPU", npu={"tiles": 6}, supported=supported, read_property=lambda d, k: 4)
-    with pytest.raises(ValueError, match="npu.turbo applies to the NPU only"):
+    with pytest.raises(ValueError, match=r"npu\.turbo applies to the NPU only"):
         cmp.build_config("CPU", npu={"turbo": True}, supported=supported)
 
 
@@ -227,6 +227,7 @@ def test_yolov8_model_from_its_wheel_finds_the_face(astronaut) -> None:
     assert res.inference["inference.det"]["input"]["shape"] == "[1,3,320,320]"
     faces = [d for d in collected("yolo")[0].detections if d.label == "FACE_FEMALE"]
     from flowpipe.nodes.track import iou_matrix
+
     from flowpipe.sample import ASTRONAUT_FACE
 
     assert faces and iou_matrix(np.array([faces[0].box]), np.array([ASTRONAUT_FACE]))[0, 0] > 0.5
@@ -319,8 +320,7 @@ def test_batch_that_cannot_be_split_per_frame_is_refused(astronaut) -> None:
 
 
 def test_partial_batch_leaves_after_the_timeout() -> None:
-    from flowpipe import load_graph
-    from flowpipe import Runner
+    from flowpipe import Runner, load_graph
 
     runner = Runner(load_graph("<t>", text="""
 nodes:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -105,6 +106,22 @@ def test_every_frame_arrives_at_the_broker(broker) -> None:
     assert res.nodes["pub"]["published"] == 25
 
 
+def test_mqtt_runs_in_a_worker_process(broker) -> None:
+    """``isolation: process``: the client lives in the worker; every frame still reaches the broker once."""
+    sub = Subscriber(broker.port, "iso/#")
+    res = run_yaml(f"""
+        nodes:
+          - {{id: src, type: list_source, config: {{feed: {feed(_frames(20, "yard"))}}}}}
+          - {{id: pub, type: mqtt, isolation: process, config: {{port: {broker.port}, topic: "iso/{{stream}}"}},
+             inputs: src.frame}}
+    """)
+    assert res.ok, res.error
+    msgs = sub.wait_for(20)
+    sub.close()
+    assert sorted(m["frame"] for m in msgs) == list(range(20)) and {m["stream"] for m in msgs} == {"yard"}
+    assert res.nodes["pub"]["process"]["pid"] != os.getpid() and res.nodes["pub"]["published"] == 20
+
+
 def test_unreachable_broker_is_a_clear_error() -> None:
     port = _free_port()
     res = run_yaml(f"""
@@ -118,8 +135,7 @@ def test_unreachable_broker_is_a_clear_error() -> None:
 
 
 def test_broker_restart_mid_run_reconnects_and_delivers_queued_messages(broker) -> None:
-    from flowpipe import load_graph
-    from flowpipe import Runner
+    from flowpipe import Runner, load_graph
 
     items = _frames(60)
     spec = load_graph("<t>", text=f"""

@@ -11,10 +11,10 @@ import threading
 import numpy as np
 import pytest
 
-from flowpipe import GraphError, Runner, load_graph
+from flowpipe import Frame, GraphError, Runner, load_graph
 from flowpipe.accel import devices
 from flowpipe.registry import registry
-from flowpipe.testing import run_yaml
+from flowpipe.testing import feed, run_yaml
 
 HAS_OPENCL = any(d["usable"] for p in devices().opencl.platforms() for d in p["devices"])
 
@@ -160,7 +160,7 @@ def test_restart_waits_until_no_other_worker_is_inside_the_node() -> None:
 # -- isolation: process, per node type ---------------------------------------------------------------------------
 ISOLATED = {  # the node under test (id n) with isolation: process, after src -> pre -> det -> faces (None: not run)
     "blazeface_decode": "{id: n, type: blazeface_decode, isolation: process, inputs: det.tensors}",
-    # decoders of other models take those models' tensors: allowed in a worker, not run here
+    # decoders of models no wheel ships: hand-made tensors, in test_decoders_run_in_a_worker_process
     "classify_topk": None, "db_decode": None, "ssd_decode": None, "yolov8_decode": None,
     "blur": "{id: n, type: blur, isolation: process, inputs: faces.detections}",
     "overlay": "{id: n, type: overlay, isolation: process, inputs: faces.detections}",
@@ -170,7 +170,7 @@ ISOLATED = {  # the node under test (id n) with isolation: process, after src ->
     "jsonl": "{id: n, type: jsonl, isolation: process, config: {path: OUT/m.jsonl}, inputs: faces.detections}",
     "video_writer": "{id: n, type: video_writer, isolation: process, config: {path: OUT/v.mp4}, inputs: src.frame}",
     "mjpeg_preview": "{id: n, type: mjpeg_preview, isolation: process, config: {port: 0}, inputs: src.frame}",
-    "mqtt": None,  # needs a broker: tests/test_mqtt.py runs it in a thread; not refused
+    "mqtt": None,  # needs a broker: tests/test_mqtt.py::test_mqtt_runs_in_a_worker_process
 }
 REFUSED = {"synthetic_source", "list_source", "video_source", "inference", "preprocess", "collect", "prometheus"}
 
@@ -213,3 +213,44 @@ def test_isolation_runs_in_a_worker_process(ntype: str, tmp_path) -> None:
     assert res.ok, res.error
     assert res.frames == {"in": 12, "out": 12, "dropped": 0, "failed": 0}
     assert res.nodes["n"]["process"]["pid"] != os.getpid()
+
+
+def _decoder_cases() -> dict[str, tuple[dict[str, np.ndarray], dict, str]]:
+    """Hand-made outputs of models no wheel ships, with what each decoder must find in them."""
+    letterbox = {"roi": [0, 0, 200, 100], "new_w": 100, "new_h": 50, "pad_x": 0, "pad_y": 25, "tensor": [100, 100]}
+    ssd = np.array([[[[0, 1, 0.9, 0.1, 0.2, 0.5, 0.6], [-1, 0, 0, 0, 0, 0, 0]]]], np.float32)
+    yolo = np.zeros((1, 6, 3), np.float32)  # 3 candidates, 2 classes: one above the threshold
+    yolo[0, :, 1] = [50, 50, 20, 10, 0.1, 0.8]
+    prob = np.zeros((1, 1, 100, 100), np.float32)
+    prob[0, 0, 40:60, 10:90] = 0.9  # one text line
+    return {
+        "ssd_decode": ({"out": ssd}, {"preprocess": letterbox}, "{labels: [bg, person]}"),
+        "yolov8_decode": ({"out": yolo}, {"preprocess": letterbox}, "{labels: [car, bus]}"),
+        "db_decode": ({"out": prob}, {"preprocess": letterbox}, "{}"),
+        "classify_topk": ({"logits": np.array([[0.1, 3.0, -1.0]], np.float32)}, {}, "{k: 1, labels: [a, b, c]}"),
+    }
+
+
+@pytest.mark.parametrize("ntype", ["classify_topk", "db_decode", "ssd_decode", "yolov8_decode"])
+def test_decoders_run_in_a_worker_process(ntype: str) -> None:
+    """The same hand-made tensors decode to the same result in a worker process as in a thread."""
+    tensors, meta, config = _decoder_cases()[ntype]
+    got = {}
+    for isolation in ("thread", "process"):
+        frames = [Frame("s", i, i / 30, np.zeros((100, 200, 3), np.uint8), tensors=dict(tensors), meta=dict(meta))
+                  for i in range(6)]
+        res = run_yaml(f"""
+            nodes:
+              - {{id: src, type: list_source, config: {{feed: {feed(frames)}}}}}
+              - {{id: n, type: {ntype}, isolation: {isolation}, config: {config}, inputs: {{tensors: src.frame}}}}
+              - {{id: sink, type: collect, config: {{into: dec_{isolation}}}, inputs: n}}
+        """)
+        assert res.ok, res.error
+        assert res.frames == {"in": 6, "out": 6, "dropped": 0, "failed": 0}
+        out = res.collected[f"dec_{isolation}"]
+        got[isolation] = [([(d.label, [round(v, 3) for v in d.box]) for d in f.detections], f.meta.get("classes"))
+                          for f in out]
+        if isolation == "process":
+            assert res.nodes["n"]["process"]["pid"] != os.getpid()
+    assert got["process"] == got["thread"]
+    assert got["thread"][0][0] or got["thread"][0][1]  # each case finds something

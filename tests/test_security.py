@@ -42,7 +42,7 @@ def test_yaml_tags_never_construct_objects() -> None:
 
 
 def test_python_only_through_an_explicit_plugins_list() -> None:
-    with pytest.raises(GraphError, match="unknown node type 'os.system'"):
+    with pytest.raises(GraphError, match=r"unknown node type 'os\.system'"):
         load_graph("g.yaml", text="nodes:\n  - {id: a, type: os.system}\n")
     with pytest.raises(GraphError, match="plugin 'no_such_plugin_mod' failed to import: ModuleNotFoundError"):
         load_graph("g.yaml", text="plugins: [no_such_plugin_mod]\nnodes:\n  - {id: a, type: synthetic_source}\n")

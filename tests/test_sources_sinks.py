@@ -14,8 +14,7 @@ import cv2
 import numpy as np
 import pytest
 
-from flowpipe import load_graph
-from flowpipe import Runner
+from flowpipe import Runner, load_graph
 from flowpipe.testing import collected, run_yaml
 
 HERE = Path(__file__).parent

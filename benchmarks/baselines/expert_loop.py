@@ -10,10 +10,9 @@ import queue
 import threading
 import time
 
+import common
 import cv2
 import openvino as ov
-
-import common
 
 
 def main(video: str, model: str, out_mp4: str, out_jsonl: str, frames: int | None = None, device: str = "CPU") -> dict:
@@ -47,7 +46,7 @@ def main(video: str, model: str, out_mp4: str, out_jsonl: str, frames: int | Non
 
     infer_queue.set_callback(on_done)
     threading.Thread(target=reader, daemon=True).start()
-    writer = None
+    writer: cv2.VideoWriter | None = None
     n_in, n_out = 0, 0
     times: list[float] = []
     t0 = time.perf_counter()
@@ -66,7 +65,8 @@ def main(video: str, model: str, out_mp4: str, out_jsonl: str, frames: int | Non
             faces = common.decode(reg, cls, geo, anc, frame.shape)
             common.blur(frame, faces)
             if writer is None:
-                writer = cv2.VideoWriter(out_mp4, cv2.VideoWriter_fourcc(*"mp4v"), fps, (frame.shape[1], frame.shape[0]))
+                size = (frame.shape[1], frame.shape[0])
+                writer = cv2.VideoWriter(out_mp4, cv2.VideoWriter.fourcc(*"mp4v"), fps, size)
             writer.write(frame)
             meta.write(common.record(n_out, faces) + "\n")
             times.append(time.perf_counter())
@@ -83,7 +83,8 @@ def main(video: str, model: str, out_mp4: str, out_jsonl: str, frames: int | Non
     infer_queue.wait_all()
     drain(block=True)
     meta.close()
-    writer.release()
+    if writer is not None:
+        writer.release()
     wall = time.perf_counter() - t0
     return {"frames": n_out, "seconds": wall, "fps": n_out / wall, "times": times}
 

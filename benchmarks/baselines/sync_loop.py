@@ -7,10 +7,9 @@ from __future__ import annotations
 import argparse
 import time
 
+import common
 import cv2
 import openvino as ov
-
-import common
 
 
 def main(video: str, model: str, out_mp4: str, out_jsonl: str, frames: int | None = None, device: str = "CPU") -> dict:
@@ -19,7 +18,7 @@ def main(video: str, model: str, out_mp4: str, out_jsonl: str, frames: int | Non
     anc = common.anchors()
     cap = cv2.VideoCapture(video)
     fps = cap.get(cv2.CAP_PROP_FPS) or 30.0
-    writer = None
+    writer: cv2.VideoWriter | None = None
     n = 0
     times: list[float] = []
     t0 = time.perf_counter()
@@ -33,12 +32,14 @@ def main(video: str, model: str, out_mp4: str, out_jsonl: str, frames: int | Non
             faces = common.decode(*common.outputs(result, compiled), geo, anc, frame.shape)
             common.blur(frame, faces)
             if writer is None:
-                writer = cv2.VideoWriter(out_mp4, cv2.VideoWriter_fourcc(*"mp4v"), fps, (frame.shape[1], frame.shape[0]))
+                size = (frame.shape[1], frame.shape[0])
+                writer = cv2.VideoWriter(out_mp4, cv2.VideoWriter.fourcc(*"mp4v"), fps, size)
             writer.write(frame)
             meta.write(common.record(n, faces) + "\n")
             times.append(time.perf_counter())
             n += 1
-    writer.release()
+    if writer is not None:
+        writer.release()
     cap.release()
     wall = time.perf_counter() - t0
     return {"frames": n, "seconds": wall, "fps": n / wall, "times": times}

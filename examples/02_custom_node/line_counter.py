@@ -25,6 +25,8 @@ class LineCounter(Node):
     class Config(NodeConfig):
         y: float = Field(description="the counting line, in source pixels")
 
+    config: Config
+
     def open(self, ctx: Any) -> None:
         self.last: dict[tuple[str, int], float] = {}
         self.totals: dict[str, int] = {}

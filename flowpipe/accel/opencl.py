@@ -11,8 +11,9 @@ import ctypes
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, cast
 
 from flowpipe.memory import SharedBuffer, page_round
 
@@ -54,8 +55,8 @@ class ClDevice:
 
         size = page_round(nbytes)
         clbuf = cl.Buffer(self.context, cl.mem_flags.READ_WRITE | cl.mem_flags.ALLOC_HOST_PTR, size)
-        mapped, _ = cl.enqueue_map_buffer(self.queue, clbuf, cl.map_flags.READ | cl.map_flags.WRITE, 0, (size,),
-                                          np.uint8, is_blocking=True)
+        flags = cast("cl.map_flags", cl.map_flags.READ | cl.map_flags.WRITE)  # an int at run time
+        mapped, _ = cl.enqueue_map_buffer(self.queue, clbuf, flags, 0, (size,), np.dtype(np.uint8), is_blocking=True)
         return SharedBuffer(nbytes, "ocl-pinned", _external=(int(mapped.ctypes.data), (clbuf, mapped)))
 
     def buffer(self, nbytes: int) -> Any:

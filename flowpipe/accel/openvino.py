@@ -17,9 +17,10 @@ import logging
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -328,8 +329,8 @@ def check_batch_layout(owner: OpenVino, batched: Any, path: str, device: str, co
     """A model reshaped from batch 1 to B must give each entry's results as a contiguous block: on the
     batch axis, or folded frame-major into axis 1 (single-feature-map BlazeFace does this). Models that fold
     it another way (multi-layer anchor concatenation) are refused, not mis-split."""
-    b = tuple(batched.inputs[0].get_shape())[0]
-    if all(tuple(o.get_shape())[0] == b for o in batched.outputs):
+    b = batched.inputs[0].get_shape()[0]
+    if all(o.get_shape()[0] == b for o in batched.outputs):
         return
     single = owner.compile(owner.read_model(path), device, config).model
     x = np.random.default_rng(0).uniform(-1, 1, tuple(batched.inputs[0].get_shape())).astype(

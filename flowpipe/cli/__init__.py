@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CONFIG
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         if args.debug:
             raise
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)

@@ -87,7 +87,8 @@ def bench_graph(path: str, sets: list[str] | None = None, frames: int = 300, war
         "elapsed_s": round(wall, 3), "cpu_s": round(cpu, 3), "cpu_util_cores": round(cpu / wall, 2),
         "cpu_ms_per_frame": _window_cpu_ms(samples, sorted(times), warmup * streams),
         "peak_rss_mb": round(ru1.ru_maxrss / 1024, 1),
-        "copies_per_frame": round(copies / out_frames, 4), "bytes_copied_per_frame": round(bytes_copied / out_frames, 1),
+        "copies_per_frame": round(copies / out_frames, 4),
+        "bytes_copied_per_frame": round(bytes_copied / out_frames, 1),
         "nodes": {k: {f: v.get(f) for f in ("type", "frames", "fps", "latency_ms", "queue_max", "busy_s")}
                   for k, v in res.nodes.items()},
         "edges": res.edges, "inference": res.inference, "exit": res.exit_code,

@@ -3,8 +3,20 @@ copy ledger (``ledger``). Nothing here imports OpenCL or OpenVINO; device memory
 ``flowpipe.accel``."""
 from __future__ import annotations
 
-from .buffers import (DMA_BUF_IOCTL_SYNC, DMA_HEAP_IOCTL_ALLOC, DMA_HEAP_PATH, KINDS, PAGE, SharedBuffer,
-                      available_kinds, best_kind, cpu_write, dma_buf_sync, dma_heap_alloc, page_round)
+from .buffers import (
+                      DMA_BUF_IOCTL_SYNC,
+                      DMA_HEAP_IOCTL_ALLOC,
+                      DMA_HEAP_PATH,
+                      KINDS,
+                      PAGE,
+                      SharedBuffer,
+                      available_kinds,
+                      best_kind,
+                      cpu_write,
+                      dma_buf_sync,
+                      dma_heap_alloc,
+                      page_round,
+)
 from .ledger import CopyLedger, EdgeMemory, copy, record
 from .pools import BatchSlots, BufferPool, Lease, SharedLease, Slot
 

@@ -22,8 +22,9 @@ import mmap
 import os
 import struct
 import sys
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -116,8 +117,8 @@ class SharedBuffer:
             raise ValueError(f"view of {count * dtype.itemsize} bytes at offset {offset} exceeds buffer of {self.size}")
         if self._mmap is not None:
             return np.frombuffer(self._mmap, dtype=dtype, count=count, offset=offset).reshape(shape)
-        raw = (ctypes.c_uint8 * self.size).from_address(self._address)  # MapViewOfFile or driver memory
-        return np.frombuffer(raw, dtype=dtype, count=count, offset=offset).reshape(shape)
+        raw = (ctypes.c_uint8 * self.size).from_address(self.address)  # MapViewOfFile or driver memory
+        return np.frombuffer(memoryview(raw), dtype=dtype, count=count, offset=offset).reshape(shape)
 
     def remote_properties(self, device: str) -> dict[str, Any]:
         """The property map for ``RemoteContext.create_tensor`` that imports this buffer's handle."""
@@ -137,6 +138,7 @@ class SharedBuffer:
             yield
             return
         flags = DMA_BUF_SYNC_READ | (DMA_BUF_SYNC_WRITE if write else 0)
+        assert self.handle is not None  # a dma-heap buffer always has its fd
         dma_buf_sync(self.handle, DMA_BUF_SYNC_START | flags, ioctl=self._ioctl)
         try:
             yield

@@ -6,7 +6,8 @@ flight: ``acquire`` blocks when every buffer is out (backpressure).
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .buffers import SharedBuffer, best_kind
 
@@ -20,7 +21,7 @@ def _wait_ready(holder: Lease | Slot) -> None:
 class Lease:
     """A buffer taken from a pool; valid until released (the engine releases it with the frame)."""
 
-    __slots__ = ("buffer", "_pool", "ready")
+    __slots__ = ("_pool", "buffer", "ready")
 
     def __init__(self, buffer: Any, pool: BufferPool | None):
         self.buffer, self._pool = buffer, pool
@@ -127,7 +128,7 @@ class BatchSlots:
 
 
 class _BatchBuffer:
-    __slots__ = ("owner", "lease", "taken", "refs", "sealed", "submitted")
+    __slots__ = ("lease", "owner", "refs", "sealed", "submitted", "taken")
 
     def __init__(self, owner: BatchSlots, lease: Lease):
         self.owner, self.lease = owner, lease
@@ -168,7 +169,7 @@ class Slot:
 class SharedLease:
     """One lease serving several frames (a batch's output buffer): released when the last frame ends."""
 
-    __slots__ = ("lease", "users", "buffer", "_lock")
+    __slots__ = ("_lock", "buffer", "lease", "users")
 
     def __init__(self, lease: Lease, users: int):
         self.lease, self.users = lease, users

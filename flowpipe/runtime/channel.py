@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 #: End of stream: one per input edge; a node ends when it has seen one from each.
 EOS = object()
@@ -100,8 +101,8 @@ class StreamRouter:
 
     def put(self, item: Any, force: bool = False) -> bool:
         if item is EOS:
-            for ch in self.channels:
-                ch.put(EOS, force=True)
+            for c in self.channels:
+                c.put(EOS, force=True)
             return True
         stream = item[1].stream
         ch = self._assign.get(stream)

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from ..accel import Devices
 from ..contracts import Allocation, InputContract, Offer, Request
@@ -59,7 +60,7 @@ def resolve(spec: GraphSpec, nodes: dict[str, Node], devices: Devices,
             if src is not None:
                 out.offers[(s.id, port)] = inputs.get(src) or Offer(s.id, port)
             else:
-                out.offers[(s.id, port)] = _declared(s, lambda: node.offer(port, inputs, devices))
+                out.offers[(s.id, port)] = _declared(s, node.offer, port, inputs, devices)
     requests: dict[Port, Request] = {}  # per input port
     merged: dict[Port, Request] = {}  # per output port
     for s in reversed(order):  # requests flow backward
@@ -77,7 +78,7 @@ def resolve(spec: GraphSpec, nodes: dict[str, Node], devices: Devices,
             fwd = next((o for o, i in node.forwards.items() if i == port), None)
             offer = out.offers[refs[0]]
             requests[(s.id, port)] = merged[(s.id, fwd)] if fwd is not None else \
-                _declared(s, lambda: node.request(port, offer, outputs, devices))
+                _declared(s, node.request, port, offer, outputs, devices)
     for s in order:  # what each input sees: the offer and the allocation of the node that wrote it
         for port, refs in s.inputs.items():
             offer = out.offers[refs[0]]
@@ -86,10 +87,10 @@ def resolve(spec: GraphSpec, nodes: dict[str, Node], devices: Devices,
     return out
 
 
-def _declared(s: NodeSpec, declare: Callable[[], T]) -> T:
+def _declared(s: NodeSpec, declare: Callable[..., T], *args: Any) -> T:
     try:
-        return declare()
-    except Exception as e:  # noqa: BLE001 - whatever a node raises names that node
+        return declare(*args)
+    except Exception as e:
         raise NodeError(s.id, s.type, f"memory contract: {type(e).__name__}: {e}") from e
 
 

@@ -230,9 +230,6 @@ class ProcessNode(Node):
         super().__init__(spec.id, spec.config)
         self.spec = spec
         self.plugins, self.plugin_dir = plugins, plugin_dir
-        self.inputs = spec.cls.inputs
-        self.outputs = spec.cls.outputs
-        self.writes_input = spec.cls.writes_input
         self.restarts_left = spec.restarts if spec.on_error == "restart" else 0
 
     def open(self, ctx: RunContext) -> None:

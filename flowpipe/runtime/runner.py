@@ -14,8 +14,9 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any
 
 import networkx as nx
 import numpy as np
@@ -230,7 +231,7 @@ class Runner:
                     if passed(edge):  # the first frame on an edge names its memory (costly to find)
                         ledger.name_memory(edge, fr.memory)
                     if not ch.put((in_port, pkt, edge)):
-                        fr.ref.end("failed")
+                        fr.end("failed")
 
     # threads ---------------------------------------------------------------------------------------
     def _run_source(self, spec: NodeSpec, node: Source) -> None:
@@ -308,19 +309,19 @@ class Runner:
                     continue
                 in_port, frame, edge = item
                 if self.abort_event.is_set():
-                    frame.ref.end("failed")
+                    frame.end("failed")
                     continue
                 t0 = time.perf_counter()
                 if gate is not None:
                     gate.enter()
                 try:
                     with ledger.on_edge(edge):
-                        if node.writes_input and frame.ref.count > 1 and frame.data is not None:
+                        if spec.cls.writes_input and frame.ref.count > 1 and frame.data is not None:
                             frame = replace(frame, data=ledgers.copy(frame.data), meta=dict(frame.meta))
                         result = process(frame, in_port)
                         emit(spec.id, result, default_port, held)
                     if not held:
-                        frame.ref.end("out")
+                        frame.end("out")
                     error = None
                 except Exception as e:  # noqa: BLE001
                     error = e
@@ -379,7 +380,7 @@ class Runner:
             log.warning("node '%s' (%s), stream '%s', frame %d: %s (restart %d/%d)", spec.id, spec.type,
                         frame.stream, frame.index, msg, n, spec.restarts)
             for f in frames:
-                f.ref.end("failed")
+                f.end("failed")
             if not isinstance(err, FrameError):  # a worker process restarts itself; a thread node reopens
                 self._reopen(spec)
             return
@@ -389,12 +390,12 @@ class Runner:
             log.warning("node '%s' (%s), stream '%s', frame %d: %s (dropped by policy)",
                         spec.id, spec.type, frame.stream, frame.index, msg)
             for f in frames:
-                f.ref.end("dropped")
+                f.end("dropped")
             return
         with st.lock:
             st.failed += max(len(frames), 1)
         for f in frames:
-            f.ref.end("failed")
+            f.end("failed")
         self._fail(NodeError(spec.id, spec.type, msg, frame.stream if frame else None,
                              frame.index if frame else None))
 
@@ -461,7 +462,8 @@ class Runner:
         ledgers.bind(self.state.ledger)  # copies made while nodes open count in this run
         try:
             for s in order:
-                self.nodes[s.id] = isolate(s, self.spec.plugins, self.spec.plugin_dir) if s.isolation == "process" else s.make()
+                process = s.isolation == "process"
+                self.nodes[s.id] = isolate(s, self.spec.plugins, self.spec.plugin_dir) if process else s.make()
                 self.contexts[s.id] = self._context(s)
             self.state.contracts = resolve(self.spec, self.nodes, self.devices, self.frames_in_flight)
             # consumers open before producers: a source never feeds a node that is not ready, and an
@@ -470,7 +472,7 @@ class Runner:
                 node = self.nodes[s.id]
                 try:
                     node.open(self.contexts[s.id])
-                except Exception as e:  # noqa: BLE001
+                except Exception as e:
                     raise NodeError(s.id, s.type, f"open failed: {type(e).__name__}: {e}") from e
                 opened.append((s, node))
             threads = self._threads(opened)
@@ -550,7 +552,7 @@ class RunResult:
         self.nodes = {s.id: runner.stats[s.id].summary(runner.channels.get(s.id)) for s in runner.spec.nodes}
         self.collected = runner.state.collected
         ledger = runner.state.ledger
-        edges = {}
+        edges: dict[str, dict[str, Any]] = {}
         for s in runner.spec.nodes:
             for refs in s.inputs.values():
                 for up, _ in refs:

@@ -6,8 +6,9 @@ import logging
 import os
 import signal
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 from ..graph import GraphSpec
 from .runner import Runner

@@ -1,0 +1,67 @@
+"""One graph under two versions of flowpipe, alternating in one run: what a change did to speed and memory.
+
+The other version is an installed copy (``pip install --no-deps --target DIR <checkout>``) put first on
+``PYTHONPATH``; each repeat runs both sides back to back so that drift on the machine hits both.
+
+    git worktree add /tmp/before <rev> && pip install --no-deps --target /tmp/before-site /tmp/before
+    python benchmarks/ab.py --before /tmp/before-site --before-graphs /tmp/before/graphs \\
+        --graph face_blur.yaml --set input=clip_720p.mp4 --frames 300 --repeats 3 --json out.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def bench(site: str | None, graph: Path, frames: int, sets: list[str], work: Path, tag: str) -> dict[str, Any]:
+    out = work / f"{tag}.json"
+    cmd = [sys.executable, "-c", "import sys; from flowpipe.cli import main; sys.exit(main())", "bench", str(graph),
+           "--frames", str(frames), "--warmup", "30", "--json", str(out),
+           "--set", f"output={work / tag}.mp4", "--set", f"metadata={work / tag}.jsonl"]
+    for s in sets:
+        cmd += ["--set", s]
+    env = dict(os.environ)
+    if site:
+        env["PYTHONPATH"] = site
+    subprocess.run(cmd, env=env, check=True, capture_output=True, text=True, cwd=ROOT)
+    return json.loads(out.read_text())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--before", required=True, help="site-packages folder holding the other version")
+    ap.add_argument("--before-graphs", required=True, help="that version's graphs/ folder")
+    ap.add_argument("--graph", default="face_blur.yaml")
+    ap.add_argument("--set", action="append", default=[], dest="sets")
+    ap.add_argument("--frames", type=int, default=300)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    rows: dict[str, dict[str, list[float]]] = {"before": {}, "after": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(a.repeats):
+            for side, site, graphs in (("before", a.before, Path(a.before_graphs)), ("after", None, ROOT / "graphs")):
+                d = bench(site, graphs / a.graph, a.frames, a.sets, Path(tmp), f"{side}{r}")
+                for key in ("fps", "cpu_ms_per_frame", "peak_rss_mb", "copies_per_frame"):
+                    rows[side].setdefault(key, []).append(float(d[key]))
+    med = {side: {k: statistics.median(v) for k, v in m.items()} for side, m in rows.items()}
+    report = {"graph": a.graph, "sets": a.sets, "frames": a.frames, "repeats": a.repeats,
+              "cores": len(os.sched_getaffinity(0)), "runs": rows,
+              "median": med, "ratio_after_over_before": {k: round(med["after"][k] / med["before"][k], 3)
+                                                         for k in med["after"] if med["before"][k]}}
+    print(json.dumps(report, indent=2))
+    if a.json:
+        Path(a.json).write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
