@@ -99,14 +99,17 @@ def fetch_url(url: str, sha256: str | None) -> Path:
 
     if not sha256 or len(sha256) != 64:
         raise ValueError(f"model URL {url}: expected model_sha256 (64 hex digits) in the node config")
-    suffix = Path(urllib.parse.urlparse(url).path).suffix or ".bin"
+    parsed = urllib.parse.urlparse(url)
+    if parsed.scheme not in ("http", "https"):
+        raise ValueError(f"model URL {url}: expected an http(s) URL, got scheme {parsed.scheme!r}")
+    suffix = Path(parsed.path).suffix or ".bin"
     dest = cache_dir() / f"url-{sha256[:16]}{suffix}"
     with _fetch_lock:
         if dest.exists() and sha256_of(dest) == sha256:
             return dest
         part = dest.with_suffix(dest.suffix + ".part")
         h = hashlib.sha256()
-        with urllib.request.urlopen(url, timeout=60) as r, open(part, "wb") as f:
+        with urllib.request.urlopen(url, timeout=60) as r, open(part, "wb") as f:  # noqa: S310 - http(s) only
             for chunk in iter(lambda: r.read(1 << 20), b""):
                 h.update(chunk)
                 f.write(chunk)

@@ -181,7 +181,7 @@ nodes:
         time.sleep(0.5)
         url = r.stats["metrics"].extra["url"]
         assert url.startswith("http://127.0.0.1:")
-        text = urllib.request.urlopen(url, timeout=10).read().decode()
+        text = urllib.request.urlopen(url, timeout=10).read().decode()  # noqa: S310 - checked http above
         assert 'flowpipe_node_frames_total{node="hop",type="passthrough"}' in text
         assert 'flowpipe_frames_total{fate="out"}' in text and 'flowpipe_stream_frames_total{stream="src"}' in text
         n = float(text.split('flowpipe_node_frames_total{node="hop",type="passthrough"} ')[1].split()[0])

@@ -119,7 +119,7 @@ class OpenVino:
                     "OPTIMIZATION_CAPABILITIES"):
             try:
                 info[key] = str(self.core.get_property(device, key))
-            except Exception:  # noqa: BLE001 - not every device has every key
+            except Exception:  # noqa: BLE001, S110 - not every device has every key
                 pass
         return info
 
@@ -221,7 +221,7 @@ def build_config(device: str, *, supported: set[str], read_property: Callable[[s
             max_tiles = None
             try:
                 max_tiles = int(read_property(device, "NPU_MAX_TILES")) if read_property else None
-            except Exception:  # noqa: BLE001 - an older driver has no NPU_MAX_TILES
+            except Exception:  # noqa: BLE001, S110 - an older driver has no NPU_MAX_TILES
                 pass
             if max_tiles is not None and not 1 <= int(value) <= max_tiles:
                 raise ValueError(f"npu.tiles: expected 1..{max_tiles} (NPU_MAX_TILES of {device}), got {value}")

@@ -62,7 +62,7 @@ def _recv(sock: socket.socket) -> tuple[Any, list[int]]:
         if not chunk:
             raise EOFError("worker closed the connection")
         buf += chunk
-    return pickle.loads(bytes(buf)), list(fds)
+    return pickle.loads(bytes(buf)), list(fds)  # noqa: S301 - our own worker, over a socketpair
 
 
 class _Codec:
@@ -259,7 +259,7 @@ class ProcessNode(Node):
             self.proc.join(timeout=5)
             code = self.proc.exitcode
             held = f" holding stream '{frame.stream}' frame {frame.index}" if frame is not None else ""
-            raise _WorkerDied(f"worker process {self.proc.pid} died (exit code {code}){held}") from None
+            raise _WorkerDiedError(f"worker process {self.proc.pid} died (exit code {code}){held}") from None
 
     def process(self, frame: Frame, port: str) -> Any:
         new: dict[int, int] = {}
@@ -268,8 +268,8 @@ class ProcessNode(Node):
         try:
             _send(self.sock, ("frame", ids, fmsg, port), [new[b] for b in ids])
             msg, _ = self._recv_or_crash(frame)
-        except (_WorkerDied, BrokenPipeError, ConnectionError) as e:
-            err = e if isinstance(e, _WorkerDied) else _WorkerDied(f"worker process died: {e}")
+        except (_WorkerDiedError, BrokenPipeError, ConnectionError) as e:
+            err = e if isinstance(e, _WorkerDiedError) else _WorkerDiedError(f"worker process died: {e}")
             if self.restarts_left > 0:
                 self.restarts_left -= 1
                 log.warning("node '%s': %s; restarting worker (%d restarts left)", self.id, err, self.restarts_left)
@@ -307,7 +307,7 @@ class ProcessNode(Node):
                 self.proc.kill()
 
 
-class _WorkerDied(RuntimeError):
+class _WorkerDiedError(RuntimeError):
     pass
 
 
