@@ -18,12 +18,12 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import Diagnostic, GraphError
-from .node import Node, NodeConfig, isolation_refusal, kinds_compatible
+from .node import Node, NodeConfig, Source, isolation_refusal, kinds_compatible, sharding_refusal
 from .registry import import_plugin, lookup
 
 MAX_YAML_BYTES = 1 << 20
 MAX_EXPANDED_NODES = 100_000
-TOP_KEYS = {"flowpipe", "description", "params", "plugins", "nodes"}
+TOP_KEYS = {"flowpipe", "description", "params", "plugins", "processes", "nodes"}
 OVERFLOW = ("block", "drop_oldest", "drop_newest")
 ON_ERROR = ("fail", "drop", "restart")
 ISOLATION = ("thread", "process")
@@ -143,6 +143,11 @@ class GraphSpec:
     plugins: list[str] = field(default_factory=list)
     plugin_dir: str | None = None  # the graph file's folder, where plugin modules may sit
     dag: nx.MultiDiGraph = field(default_factory=nx.MultiDiGraph)
+    processes: int | str = 1  # worker processes the streams are sharded over, or "auto"
+
+    def sources(self) -> list[NodeSpec]:
+        """The source nodes, in graph order: one stream each."""
+        return [s for s in self.nodes if issubclass(s.cls, Source)]
 
     def node(self, node_id: str) -> NodeSpec:
         return next(n for n in self.nodes if n.id == node_id)
@@ -299,6 +304,12 @@ def _validate(doc: Any, fname: str, overrides: dict[str, Any]) -> GraphSpec:
     if not isinstance(plugins, list) or not all(isinstance(p, str) for p in plugins):
         errors.append(Diagnostic("plugins: expected a list of module names", fname, _line(doc, "plugins")))
         plugins = []
+    processes = doc.get("processes", 1)
+    if processes != "auto" and (isinstance(processes, bool) or not isinstance(processes, int)
+                                or not 1 <= processes <= 256):
+        errors.append(Diagnostic(f"processes: expected an integer 1..256 or 'auto', got {processes!r}", fname,
+                                 _line(doc, "processes")))
+        processes = 1
     nodes_raw = doc.get("nodes")
     if not isinstance(nodes_raw, list) or not nodes_raw:
         errors.append(Diagnostic(f"nodes: expected a non-empty list of nodes, got {_type_name(nodes_raw)}",
@@ -468,9 +479,13 @@ def _validate(doc: Any, fname: str, overrides: dict[str, Any]) -> GraphSpec:
                                     first.line, first.id, first.type))
     except nx.NetworkXNoCycle:
         pass
-    spec = GraphSpec(fname, specs, params, list(plugins), plugin_dir, dag)
+    spec = GraphSpec(fname, specs, params, list(plugins), plugin_dir, dag, processes)
     for s in specs:
         for msg in s.cls.check_wiring(s, spec):
             errors.append(Diagnostic(msg, fname, s.line, s.id, s.type))
+        why = sharding_refusal(s.cls)
+        if processes != 1 and why is not None:
+            errors.append(Diagnostic(f"processes: {processes} is not available with {s.type}: {why}; expected "
+                                     "processes: 1", fname, s.line, s.id, s.type))
     fail_if_errors()
     return spec

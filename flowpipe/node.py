@@ -43,6 +43,7 @@ class RunContext(Protocol):
 
     node_id: str
     devices: Devices  # the device owners of this process (OpenVINO Core, OpenCL contexts)
+    shard: tuple[int, int]  # (index, count): this process's share of the run's streams; (0, 1) unsharded
     stats: dict[str, Any]  # this node's block of ``--stats``
 
     @property
@@ -97,6 +98,8 @@ class Node:
     forwards: ClassVar[dict[str, str]] = {}
     #: Why this node type cannot run with ``isolation: process`` (``flowpipe validate`` says so), or None.
     isolation_refused: ClassVar[str | None] = None
+    #: Why a graph with this node cannot be sharded over several processes (``processes: N``), or None.
+    sharding_refused: ClassVar[str | None] = None
     #: Frames the node holds past ``process`` at most (async requests): pools upstream are sized for them.
     max_held: int = 0
 
@@ -155,6 +158,11 @@ class Source(Node):
 
 def kinds_compatible(out_kind: str, in_kind: str) -> bool:
     return in_kind in ("any", "frame") or out_kind == "any" or out_kind == in_kind
+
+
+def sharding_refusal(cls: type[Node]) -> str | None:
+    """Why a graph with a node of this type cannot run its streams in several processes, or None."""
+    return cls.sharding_refused
 
 
 def isolation_refusal(cls: type[Node]) -> str | None:

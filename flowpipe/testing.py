@@ -91,6 +91,7 @@ class StandaloneContext:
                  inputs: Mapping[str, InputContract], frames_in_flight: int = 4,
                  feeds: Mapping[str, list[Any]] | None = None):
         self.node_id = node_id
+        self.shard = (0, 1)
         self.devices = devices_
         self.stats: dict[str, Any] = {}
         self.sections: dict[str, dict[str, Any]] = {}

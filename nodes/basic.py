@@ -92,6 +92,8 @@ class ListSource(Source):
 
     outputs = {"frame": "any"}
 
+    sharding_refused = "its feed lives in the memory of the process that started the run"
+
     class Config(NodeConfig):
         feed: str
         stream: str | None = None
@@ -118,6 +120,7 @@ class Collect(Node):
 
     inputs = {"in": "any"}
     isolation_refused = "it keeps packets in the runner's memory"
+    sharding_refused = "it keeps packets in the memory of the process that started the run"
 
     class Config(NodeConfig):
         into: str

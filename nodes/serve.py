@@ -107,6 +107,7 @@ class MjpegPreview(Node):
     """
 
     inputs = {"frame": "frame"}
+    sharding_refused = "one port serves every stream, and each shard process would bind its own"
 
     class Config(NodeConfig):
         host: str = Field("127.0.0.1", description="bind address; 0.0.0.0 exposes the video to the network")
@@ -167,6 +168,7 @@ class Prometheus(Node):
 
     inputs = {"frame": "any"}
     isolation_refused = "it serves the statistics of the run in the runner's process"
+    sharding_refused = "one endpoint serves the whole run, and each shard process has only its own statistics"
 
     class Config(NodeConfig):
         host: str = Field("127.0.0.1", description="bind address")

@@ -313,6 +313,7 @@ class VideoWriter(Node):
 
         self._lock = threading.Lock()  # workers: N writes several streams at once
         self.writers: dict[str, cv2.VideoWriter] = {}
+        self.first_shard = ctx.shard[0] == 0  # the plain path belongs to the first stream of the first shard
         self.sizes: dict[str, tuple[int, int]] = {}
         self.stats = ctx.stats
         self.written: dict[str, int] = {}
@@ -336,7 +337,7 @@ class VideoWriter(Node):
     def _create(self, frame: Frame, size: tuple[int, int]) -> cv2.VideoWriter:
         with self._lock:
             path = self.config.path.replace("{stream}", frame.stream)
-            if "{stream}" not in self.config.path and self.writers:  # a second stream: its own file
+            if "{stream}" not in self.config.path and (self.writers or not self.first_shard):  # its own file
                 p = Path(path)
                 path = str(p.with_name(f"{p.stem}-{frame.stream}{p.suffix}"))
             Path(path).parent.mkdir(parents=True, exist_ok=True)

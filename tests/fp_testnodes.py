@@ -71,9 +71,11 @@ class Crash(Node):
 
     class Config(NodeConfig):
         crash_on: list[int] = []
+        streams: list[str] | None = None  # only frames of these streams (default: all)
 
     def process(self, frame: Frame, port: str) -> Frame:
-        if frame.index in self.config.crash_on:
+        mine = self.config.streams is None or frame.stream in self.config.streams
+        if mine and frame.index in self.config.crash_on:
             os.kill(os.getpid(), 9)
         frame.data[0, 0, 0] = 7  # visible to the parent: same pages
         frame.meta["pid"] = os.getpid()

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..errors import GraphError
 
+log = logging.getLogger("flowpipe")
 EXIT_OK, EXIT_RUNTIME, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
@@ -49,14 +50,33 @@ class _Progress:
             self.stream.write("\n")
 
 
+def processes_arg(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= 256:
+        raise argparse.ArgumentTypeError(f"expected an integer 1..256 or 'auto', got {text!r}")
+    return n
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from ..runtime import Runner
     from ..runtime.settings import interrupts_stop, limit_library_threads
+    from ..runtime.shards import ShardedRun, resolve_processes
 
     spec = _load(args.graph, args.set)
     progress = _Progress()
-    limit_library_threads(spec)
-    runner = Runner(spec, max_frames=args.max_frames, progress=progress)
+    processes = resolve_processes(spec, args.processes)
+    runner: Runner | ShardedRun
+    if processes > 1:
+        log.info("%d streams sharded over %d processes", len(spec.sources()), processes)
+        runner = ShardedRun(spec, processes, max_frames=args.max_frames, progress=progress)
+    else:
+        limit_library_threads(spec)
+        runner = Runner(spec, max_frames=args.max_frames, progress=progress)
     with interrupts_stop(runner):
         result = runner.run()
     progress.end()
@@ -169,6 +189,8 @@ def build_parser() -> argparse.ArgumentParser:
     with_set(r)
     r.add_argument("--stats", metavar="PATH", help="write run statistics as JSON")
     r.add_argument("--max-frames", type=int, metavar="N", help="stop the sources after N frames in all")
+    r.add_argument("--processes", type=processes_arg, metavar="N|auto",
+                   help="shard the streams over N worker processes (default: the graph's 'processes', 1)")
     r.set_defaults(func=cmd_run)
 
     v = sub.add_parser("validate", help="check graphs without running them (touches no device)")

@@ -98,7 +98,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from .bench import bench_graph
 
-    report = bench_graph(args.graph, sets=args.set, frames=args.frames, warmup=args.warmup, streams=args.streams)
+    report = bench_graph(args.graph, sets=args.set, frames=args.frames, warmup=args.warmup, streams=args.streams,
+                         processes=args.processes)
     text = json.dumps(report, indent=2)
     if args.json:
         Path(args.json).write_text(text)
@@ -107,6 +108,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def add_commands(sub: Any, with_set: Callable[[argparse.ArgumentParser], None]) -> None:
+    from . import processes_arg
+
     d = sub.add_parser("devices", help="shared-memory kinds, OpenVINO devices and OpenCL platforms here")
     d.add_argument("--json", action="store_true")
     d.set_defaults(func=cmd_devices)
@@ -130,6 +133,8 @@ def add_commands(sub: Any, with_set: Callable[[argparse.ArgumentParser], None]) 
     b.add_argument("--frames", type=int, default=300)
     b.add_argument("--warmup", type=int, default=30)
     b.add_argument("--streams", type=int, default=1)
+    b.add_argument("--processes", type=processes_arg, metavar="N|auto",
+                   help="shard the streams over N worker processes (default: the graph's 'processes', 1)")
     b.add_argument("--json", metavar="PATH")
     with_set(b)
     b.set_defaults(func=cmd_bench)

@@ -35,6 +35,7 @@ class NodeContext:
     def __init__(self, runner: Runner, node_id: str, devices: Devices, stats: dict[str, Any],
                  wake: Callable[[], None]):
         self.node_id = node_id
+        self.shard = runner.shard
         self.devices = devices
         self.stats = stats
         self.wake = wake

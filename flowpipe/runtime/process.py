@@ -136,6 +136,7 @@ class _WorkerContext:
 
     def __init__(self, info: dict[str, Any]):
         self.node_id = info["id"]
+        self.shard = tuple(info["shard"])
         self.devices = devices()
         self.stats: dict[str, Any] = {}
         self.sections: dict[str, dict[str, Any]] = {}
@@ -240,7 +241,8 @@ class ProcessNode(Node):
     def _start(self) -> None:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         info = {"type": self.spec.type, "id": self.id, "config": self.spec.config.model_dump(mode="json"),
-                "plugins": self.plugins, "plugin_dir": self.plugin_dir, "in_flight": self.ctx.frames_in_flight()}
+                "plugins": self.plugins, "plugin_dir": self.plugin_dir, "in_flight": self.ctx.frames_in_flight(),
+                "shard": list(self.ctx.shard)}
         mpc = mp.get_context("spawn")
         self.proc = mpc.Process(target=_worker_main, args=(child, info), name=f"flowpipe:{self.id}", daemon=True)
         self.proc.start()

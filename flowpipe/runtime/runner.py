@@ -128,11 +128,15 @@ class Runner:
     def __init__(self, spec: GraphSpec, max_frames: int | None = None, drain_timeout: float = 30.0,
                  progress: Callable[[dict[str, Any]], None] | None = None,
                  feeds: dict[str, list[Any]] | None = None, devices_: Devices | None = None,
-                 record_times: bool = False):
+                 record_times: bool = False, shard: tuple[int, int] = (0, 1),
+                 on_opened: Callable[[], bool] | None = None):
         self.spec = spec
+        self.shard = shard  # (index, count) when this run is one shard of a run over several processes
+        self.on_opened = on_opened  # after every open, before any frame: False stops the run unstarted
         self.max_frames = max_frames
         self.drain_timeout = drain_timeout
         self.progress = progress
+        self.progress_every = 0.5  # seconds between progress calls
         self.devices = devices_ or devices()
         self.state = RunState(feeds=dict(feeds or {}))
         self.stop_event = threading.Event()
@@ -475,10 +479,13 @@ class Runner:
                 except Exception as e:
                     raise NodeError(s.id, s.type, f"open failed: {type(e).__name__}: {e}") from e
                 opened.append((s, node))
-            threads = self._threads(opened)
-            for t in threads:
-                t.start()
-            self._wait(threads)
+            if self.on_opened is None or self.on_opened():
+                threads = self._threads(opened)
+                for t in threads:
+                    t.start()
+                self._wait(threads)
+            else:
+                self.interrupted = True  # stopped before any frame: another shard failed to open
         except KeyboardInterrupt:
             self.interrupted = True
             self.abort()
@@ -515,7 +522,7 @@ class Runner:
         while any(t.is_alive() for t in threads):
             next(t for t in threads if t.is_alive()).join(timeout=0.1)
             now = time.monotonic()
-            if self.progress is not None and now - last >= 0.5:
+            if self.progress is not None and now - last >= self.progress_every:
                 last = now
                 self.progress(self.snapshot())
             if self.stop_event.is_set() and not self.abort_event.is_set():

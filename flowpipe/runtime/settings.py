@@ -8,16 +8,19 @@ import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 from ..graph import GraphSpec
-from .runner import Runner
 
 log = logging.getLogger("flowpipe")
 
 
+class Interruptible(Protocol):
+    def interrupt(self) -> None: ...
+
+
 @contextmanager
-def interrupts_stop(runner: Runner) -> Iterator[None]:
+def interrupts_stop(runner: Interruptible) -> Iterator[None]:
     """The first SIGINT/SIGTERM drains frames in flight and closes every node; a second stops at once."""
     if threading.current_thread() is not threading.main_thread():
         yield

@@ -1,0 +1,410 @@
+"""One graph over several processes: the streams (one per source) are sharded over worker processes.
+
+The process that starts the run is the supervisor. It splits the sources round-robin over N shard
+processes; each shard runs the graph's nodes that its sources reach, in its own ``Runner``, so the
+Python stages of different streams no longer queue on one interpreter lock. The supervisor:
+
+- starts every shard and waits until each has opened every node, then lets all of them start (an open
+  that fails anywhere stops the run before any frame flows, and names the node and the shard);
+- keeps one account: each shard reports its frames by fate several times a second; a shard that dies
+  (SIGKILL, out of memory) costs only the frames it had in flight, counted as failed and named by stream;
+- forwards the first SIGINT/SIGTERM as a drain to every shard and the second as a stop, and kills shards
+  that do not finish after that;
+- merges the results: frames by fate, per stream, per node (frames, busy time and fates summed; each
+  shard's own block under ``shards``), per edge, with the pid of every shard.
+
+Shard processes ignore SIGINT: a Ctrl-C in a terminal reaches the whole process group, and the supervisor
+alone decides what it means.
+"""
+from __future__ import annotations
+
+import copy
+import logging
+import multiprocessing as mp
+import os
+import pickle
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from ..errors import GraphError
+from ..graph import GraphSpec
+from ..node import sharding_refusal
+
+log = logging.getLogger("flowpipe.shards")
+REPORT_EVERY_S = 0.2
+
+
+def auto_processes(spec: GraphSpec, cores: int | None = None) -> int:
+    """``processes: auto``: one process per ~4 cores, never more than streams; 1 on small machines
+    (below 8 cores a second interpreter costs more than the lock it frees) and for a single stream."""
+    cores = cores or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    streams = len(spec.sources())
+    if cores < 8 or streams < 2:
+        return 1
+    return max(1, min(streams, cores // 4))
+
+
+def resolve_processes(spec: GraphSpec, wanted: int | str | None = None) -> int:
+    """The number of processes a run uses: the command line's, else the graph's; ``auto`` decided here.
+    Never more than there are streams."""
+    value = wanted if wanted is not None else spec.processes
+    n = auto_processes(spec) if value == "auto" else int(value)
+    refused = [(s, sharding_refusal(s.cls)) for s in spec.nodes if sharding_refusal(s.cls)]
+    if n > 1 and refused:
+        s, why = refused[0]
+        raise GraphError(f"{spec.file}: node '{s.id}' ({s.type}): processes: {n} is not available with "
+                         f"{s.type}: {why}; expected processes: 1")
+    return max(1, min(n, len(spec.sources()) or 1))
+
+
+def plan(spec: GraphSpec, processes: int) -> list[list[str]]:
+    """Source ids per shard, round-robin in graph order (shard 0 has the graph's first stream)."""
+    shards: list[list[str]] = [[] for _ in range(processes)]
+    for i, s in enumerate(spec.sources()):
+        shards[i % processes].append(s.id)
+    return [s for s in shards if s]
+
+
+def subgraph(spec: GraphSpec, sources: list[str]) -> GraphSpec:
+    """The part of ``spec`` that ``sources`` reach: those sources and every node downstream of them, with
+    edges from other sources removed."""
+    import networkx as nx
+
+    keep = set(sources)
+    for src in sources:
+        keep |= nx.descendants(spec.dag, src)
+    nodes = []
+    for s in spec.nodes:
+        if s.id not in keep:
+            continue
+        c = copy.copy(s)
+        c.inputs = {p: [r for r in refs if r[0] in keep] for p, refs in s.inputs.items()}
+        nodes.append(c)
+    sub = copy.copy(spec)
+    sub.nodes = nodes
+    sub.dag = spec.dag.subgraph(keep).copy()
+    sub.processes = 1
+    return sub
+
+
+# -- shard side --------------------------------------------------------------------------------------------
+def _shard_main(conn: Connection, payload: bytes, plugins: list[str], plugin_dir: str | None, index: int,
+                count: int, sources: list[str], max_frames: int | None, record_times: bool) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides what an interrupt means
+    from ..registry import import_plugin
+    from .runner import Runner
+
+    for mod in plugins:
+        import_plugin(mod, plugin_dir)
+    spec: GraphSpec = pickle.loads(payload)  # noqa: S301 - from the supervisor that started this process
+    lock = threading.Lock()
+
+    def send(msg: tuple[Any, ...]) -> None:
+        with lock:
+            conn.send(msg)
+
+    def progress(snap: dict[str, Any]) -> None:
+        send(("progress", {k: snap[k] for k in ("in", "out", "dropped", "failed")}, dict(runner.per_stream)))
+
+    def on_opened() -> bool:
+        send(("opened", os.getpid()))
+        return bool(conn.recv() == "go")
+
+    runner = Runner(subgraph(spec, sources), max_frames=max_frames, progress=progress, record_times=record_times,
+                    shard=(index, count), on_opened=on_opened)
+    runner.progress_every = REPORT_EVERY_S
+
+    def listen() -> None:  # the supervisor's stop and abort, after the start
+        while True:
+            try:
+                msg = conn.recv()
+            except (EOFError, OSError):
+                runner.abort()  # the supervisor is gone: stop at once
+                return
+            if msg == "stop":
+                runner.stop()
+            elif msg == "abort":
+                runner.interrupted = True
+                runner.abort()
+                return
+
+    started = threading.Event()
+    orig = runner.on_opened
+
+    def opened_then_listen() -> bool:
+        go = orig() if orig is not None else True
+        started.set()
+        threading.Thread(target=listen, name="flowpipe:shard-control", daemon=True).start()
+        return go
+
+    runner.on_opened = opened_then_listen
+    try:
+        res = runner.run()
+        summary = res.to_json()
+        summary["streams"] = res.per_stream
+        summary["done_times"] = res.done_times if record_times else []
+        summary["interrupted"] = res.interrupted
+        summary["error_text"] = str(res.error) if res.error else None
+        send(("result", summary))
+    except BaseException as e:  # noqa: BLE001 - whatever ends the shard is reported, one line
+        send(("crashed", f"{type(e).__name__}: {e}"))
+    finally:
+        conn.close()
+
+
+# -- supervisor side ------------------------------------------------------------------------------------------
+@dataclass
+class _Shard:
+    index: int
+    sources: list[str]
+    proc: Any
+    conn: Connection
+    pid: int | None = None
+    opened: bool = False
+    counts: dict[str, int] = field(default_factory=lambda: {"in": 0, "out": 0, "dropped": 0, "failed": 0})
+    streams: dict[str, int] = field(default_factory=dict)
+    result: dict[str, Any] | None = None
+    error: str | None = None
+
+
+class ShardedRun:
+    """Runs ``spec`` with its streams sharded over ``processes`` worker processes; ``run()`` returns a
+    ``ShardedResult`` with the same fields as a one-process ``RunResult``."""
+
+    def __init__(self, spec: GraphSpec, processes: int, max_frames: int | None = None,
+                 record_times: bool = False, drain_timeout: float = 30.0,
+                 progress: Any = None):
+        self.spec, self.processes = spec, processes
+        self.max_frames, self.record_times = max_frames, record_times
+        self.drain_timeout = drain_timeout
+        self.progress = progress
+        self.shards: list[_Shard] = []
+        self._stop_at: float | None = None
+        self._abort = False
+        self.interrupted = False
+        self.pids: list[int] = []
+
+    # control (thread- and signal-safe: flags, then messages from the supervisor loop) -------------------
+    def stop(self) -> None:
+        if self._stop_at is None:
+            self._stop_at = time.monotonic()
+
+    def abort(self) -> None:
+        self.interrupted = True
+        self._abort = True
+        self.stop()
+
+    def interrupt(self) -> None:
+        """First SIGINT/SIGTERM: every shard drains; second: every shard stops now."""
+        if self._stop_at is not None:
+            log.warning("second interrupt: stopping every shard now")
+            self.abort()
+            return
+        log.warning("interrupt: draining frames in flight in %d shard processes (again to stop now)",
+                    len(self.shards))
+        self.interrupted = True
+        self.stop()
+
+    # run ------------------------------------------------------------------------------------------------
+    def run(self) -> ShardedResult:
+        t0 = time.perf_counter()
+        groups = plan(self.spec, self.processes)
+        total_sources = max(1, len(self.spec.sources()))
+        payload = pickle.dumps(self.spec)
+        ctx = mp.get_context("spawn")
+        for i, sources in enumerate(groups):
+            parent, child = ctx.Pipe(duplex=True)
+            cap = None
+            if self.max_frames is not None:  # the run's frame limit, shared by the streams' weight
+                cap = max(1, round(self.max_frames * len(sources) / total_sources))
+            proc = ctx.Process(target=_shard_main, name=f"flowpipe:shard-{i}", daemon=True,
+                               args=(child, payload, self.spec.plugins, self.spec.plugin_dir, i, len(groups),
+                                     sources, cap, self.record_times))
+            proc.start()
+            child.close()
+            self.shards.append(_Shard(i, sources, proc, parent))
+        try:
+            if self._open_all():
+                for sh in self.shards:
+                    self._send(sh, "go")
+                self._supervise()
+        finally:
+            for sh in self.shards:
+                sh.proc.join(timeout=10)
+                if sh.proc.is_alive():
+                    log.error("shard %d (pid %s) did not finish; killing it", sh.index, sh.pid)
+                    sh.proc.kill()
+                    sh.proc.join(timeout=5)
+                sh.conn.close()
+        return ShardedResult(self, time.perf_counter() - t0)
+
+    def _send(self, sh: _Shard, msg: str) -> None:
+        try:
+            sh.conn.send(msg)
+        except (OSError, ValueError):
+            pass  # a shard that is gone is accounted by _supervise
+
+    def _open_all(self) -> bool:
+        """Every shard opened every node: True. Any failure: the others are told not to start."""
+        waiting = {sh.conn: sh for sh in self.shards}
+        failed = False
+        while waiting:
+            if self._abort:
+                failed = True
+                break
+            for ready in wait(list(waiting), timeout=0.2):
+                sh = waiting.pop(ready)  # type: ignore[call-overload]
+                try:
+                    msg = sh.conn.recv()
+                except (EOFError, OSError):
+                    sh.error = f"shard {sh.index} exited while opening (exit code {sh.proc.exitcode})"
+                    failed = True
+                    continue
+                if msg[0] == "opened":
+                    sh.pid, sh.opened = msg[1], True
+                    self.pids.append(msg[1])
+                else:
+                    self._take(sh, msg)  # an open failure ends that shard with its result
+                    failed = True
+            for sh in list(waiting.values()):
+                if not sh.proc.is_alive() and not sh.conn.poll():
+                    waiting.pop(sh.conn)
+                    sh.error = f"shard {sh.index} exited while opening (exit code {sh.proc.exitcode})"
+                    failed = True
+        if failed:
+            for sh in self.shards:
+                if sh.opened:
+                    self._send(sh, "stop-before-start")
+            for sh in self.shards:
+                if sh.opened and sh.result is None:
+                    self._drain_messages(sh, timeout=30)
+        return not failed
+
+    def _drain_messages(self, sh: _Shard, timeout: float) -> None:
+        end = time.monotonic() + timeout
+        while sh.result is None and sh.error is None and time.monotonic() < end:
+            if sh.conn.poll(0.2):
+                try:
+                    self._take(sh, sh.conn.recv())
+                except (EOFError, OSError):
+                    self._died(sh)
+
+    def _take(self, sh: _Shard, msg: tuple[Any, ...]) -> None:
+        kind = msg[0]
+        if kind == "progress":
+            sh.counts, sh.streams = dict(msg[1]), dict(msg[2])
+        elif kind == "result":
+            sh.result = msg[1]
+            sh.counts = dict(msg[1]["frames"])
+        elif kind == "crashed":
+            sh.error = f"shard {sh.index} (pid {sh.pid}): {msg[1]}"
+
+    def _died(self, sh: _Shard) -> None:
+        sh.proc.join(timeout=2)
+        code = sh.proc.exitcode
+        how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+        lost = sh.counts["in"] - sh.counts["out"] - sh.counts["dropped"] - sh.counts["failed"]
+        sh.error = (f"shard {sh.index} (pid {sh.pid}, streams {', '.join(sh.sources)}) died ({how}); "
+                    f"{max(lost, 0)} frames in flight counted as failed")
+        log.error("%s", sh.error)
+
+    def _supervise(self) -> None:
+        live = {sh.conn: sh for sh in self.shards if sh.opened}
+        told_stop = told_abort = False
+        last_progress = 0.0
+        while live:
+            if self._stop_at is not None and not told_stop:
+                told_stop = True
+                for sh in live.values():
+                    self._send(sh, "stop")
+            if self._stop_at is not None and not told_abort and (
+                    self._abort or time.monotonic() - self._stop_at > self.drain_timeout):
+                told_abort = True
+                for sh in live.values():
+                    self._send(sh, "abort")
+            for ready in wait(list(live), timeout=0.2):
+                sh = live[ready]  # type: ignore[index]
+                try:
+                    self._take(sh, sh.conn.recv())
+                except (EOFError, OSError):
+                    if sh.result is None and sh.error is None:
+                        self._died(sh)
+                    live.pop(sh.conn)
+                    continue
+                if sh.result is not None or sh.error is not None:
+                    live.pop(sh.conn)
+            if self.progress is not None and time.monotonic() - last_progress >= 0.5:
+                last_progress = time.monotonic()
+                self.progress(self.snapshot())
+
+    def snapshot(self) -> dict[str, Any]:
+        out: dict[str, Any] = {k: sum(sh.counts[k] for sh in self.shards) for k in ("in", "out", "dropped", "failed")}
+        out["nodes"] = {}
+        return out
+
+
+def _merge_nodes(results: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
+    """Per node: counts and busy time summed over the shards that ran it; each shard's block kept."""
+    merged: dict[str, Any] = {}
+    for index, res in results:
+        for nid, st in res["nodes"].items():
+            m = merged.setdefault(nid, {"type": st.get("type"), "frames": 0, "dropped": 0, "failed": 0,
+                                        "busy_s": 0.0, "queue_max": 0, "shards": {}})
+            for k in ("frames", "dropped", "failed"):
+                m[k] += st.get(k) or 0
+            m["busy_s"] = round(m["busy_s"] + (st.get("busy_s") or 0.0), 4)
+            m["queue_max"] = max(m["queue_max"], st.get("queue_max") or 0)
+            m["shards"][str(index)] = st
+    return merged
+
+
+class ShardedResult:
+    """What a sharded run did, in the shape of ``RunResult`` (``to_json`` adds ``shards``)."""
+
+    def __init__(self, run: ShardedRun, elapsed: float):
+        done = [(sh.index, sh.result) for sh in run.shards if sh.result is not None]
+        self.frames = {k: sum(sh.counts[k] for sh in run.shards) for k in ("in", "out", "dropped", "failed")}
+        lost = self.frames["in"] - self.frames["out"] - self.frames["dropped"] - self.frames["failed"]
+        self.frames["failed"] += max(0, lost)  # frames in flight in shards that died
+        self.per_stream: dict[str, int] = {}
+        for sh in run.shards:
+            for s, n in ((sh.result or {}).get("streams") or sh.streams).items():
+                self.per_stream[s] = self.per_stream.get(s, 0) + n
+        self.done_times = sorted(t for _, r in done for t in r.get("done_times", []))
+        self.nodes = _merge_nodes(done)
+        self.edges: dict[str, dict[str, Any]] = {}
+        for _, r in done:
+            for name, e in r["edges"].items():
+                m = self.edges.setdefault(name, {"frames": 0, "copies": 0, "bytes_copied": 0,
+                                                 "memory": e["memory"], "crosses_process": False})
+                for k in ("frames", "copies", "bytes_copied"):
+                    m[k] += e[k]
+        self.contracts = done[0][1].get("memory_contracts", {}) if done else {}
+        self.inference = {k: v for _, r in done for k, v in r.items() if k.startswith("inference.")}
+        self.collected: dict[str, Any] = {}
+        self.elapsed_s = elapsed
+        self.interrupted = run.interrupted or any(r.get("interrupted") for _, r in done)
+        errors = [sh.error for sh in run.shards if sh.error] + \
+                 [f"shard {i}: {r['error_text']}" for i, r in done if r.get("error_text")]
+        self.error: BaseException | None = RuntimeError(errors[0]) if errors else None
+        if self.error is not None and len(errors) > 1:
+            log.error("%d shards failed; the first: %s", len(errors), errors[0])
+        self.exit_code = 1 if self.error else (130 if self.interrupted else 0)
+        self.shards = [{"index": sh.index, "pid": sh.pid, "streams": sh.sources, "frames": sh.counts,
+                        "error": sh.error or (sh.result or {}).get("error_text")} for sh in run.shards]
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"frames": self.frames, "streams": self.per_stream, "nodes": self.nodes, "edges": self.edges,
+               "memory_contracts": self.contracts, "elapsed_s": round(self.elapsed_s, 4), "exit": self.exit_code,
+               "error": str(self.error) if self.error else None, "processes": len(self.shards),
+               "shards": self.shards}
+        out.update(self.inference)
+        return out

@@ -1,0 +1,135 @@
+"""One graph over several processes (``processes: N``): streams sharded, one account, one set of outputs."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from flowpipe import GraphError, load_graph
+from flowpipe.runtime.shards import ShardedRun, auto_processes, plan, resolve_processes
+
+HERE = Path(__file__).resolve().parent
+
+
+def _graph(text: str, tmp_path: Path, name: str = "g.yaml"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return load_graph(str(path)), path
+
+
+def _three_streams(tmp_path: Path, extra: str = "", counts: tuple[int, int, int] = (120, 90, 60),
+                   realtime: bool = False, hop: str = "{id: hop, type: passthrough, inputs: {in: [a, b, c]}}") -> str:
+    rt = ", realtime: true, fps: 100" if realtime else ""
+    return f"""
+        plugins: [fp_testnodes]
+        processes: 2
+        nodes:
+          - {{id: a, type: synthetic_source, config: {{count: {counts[0]}, width: 64, height: 48{rt}}}}}
+          - {{id: b, type: synthetic_source, config: {{count: {counts[1]}, width: 64, height: 48{rt}}}}}
+          - {{id: c, type: synthetic_source, config: {{count: {counts[2]}, width: 64, height: 48{rt}}}}}
+          - {hop}
+          - {{id: meta, type: jsonl, config: {{path: {tmp_path}/m.jsonl}}, inputs: hop}}
+          - {{id: video, type: video_writer, config: {{path: {tmp_path}/v.mp4}}, inputs: hop}}
+        {extra}
+    """
+
+
+def _lines(path: Path) -> list[tuple[str, int]]:
+    return [(r["stream"], r["frame"]) for r in map(json.loads, path.read_text().splitlines())]
+
+
+def test_streams_are_sharded_and_every_frame_is_written_once(tmp_path) -> None:
+    spec, _ = _graph(_three_streams(tmp_path), tmp_path)
+    assert plan(spec, 2) == [["a", "c"], ["b"]]
+    res = ShardedRun(spec, 2).run()
+    assert res.ok, res.error
+    assert res.frames == {"in": 270, "out": 270, "dropped": 0, "failed": 0}
+    assert res.per_stream == {"a": 120, "b": 90, "c": 60}
+    lines = _lines(tmp_path / "m.jsonl")  # two processes appended to one file: whole lines, each once
+    assert sorted(lines) == sorted([("a", i) for i in range(120)] + [("b", i) for i in range(90)]
+                                   + [("c", i) for i in range(60)])
+    pids = {sh["pid"] for sh in res.shards}
+    assert len(pids) == 2 and os.getpid() not in pids
+    assert [sh["streams"] for sh in res.shards] == [["a", "c"], ["b"]]
+    # per node: counts summed over the shards, each shard's own block kept
+    assert res.nodes["hop"]["frames"] == 270 and set(res.nodes["hop"]["shards"]) == {"0", "1"}
+    assert res.edges["a->hop"]["frames"] == 120 and res.edges["hop->meta"]["frames"] == 270
+    assert res.edges["hop->meta"]["copies"] == 0
+    # one video file per stream; the plain path is the first shard's first stream's
+    videos = sorted(p.name for p in tmp_path.glob("v*.mp4"))
+    assert len(videos) == 3 and "v.mp4" in videos
+
+
+def test_a_shard_killed_costs_only_its_frames_in_flight(tmp_path) -> None:
+    """SIGKILL inside shard 1 (stream b, frame 40): streams a and c finish; every frame is accounted."""
+    hop = "{id: hop, type: test_crash, config: {crash_on: [40], streams: [b]}, inputs: {in: [a, b, c]}}"
+    spec, _ = _graph(_three_streams(tmp_path, hop=hop, realtime=True), tmp_path)
+    res = ShardedRun(spec, 2).run()
+    assert res.exit_code == 1
+    assert "shard 1" in str(res.error) and "streams b" in str(res.error) and "signal 9" in str(res.error)
+    f = res.frames
+    assert f["in"] == f["out"] + f["dropped"] + f["failed"]
+    assert res.per_stream["a"] == 120 and res.per_stream["c"] == 60  # the other shard is untouched
+    lines = _lines(tmp_path / "m.jsonl")
+    assert {i for s, i in lines if s == "a"} == set(range(120))
+    assert all(i < 40 for s, i in lines if s == "b")
+
+
+def test_an_open_failure_in_one_shard_stops_every_shard_before_any_frame(tmp_path) -> None:
+    text = _three_streams(tmp_path).replace(
+        "{id: b, type: synthetic_source, config: {count: 90, width: 64, height: 48}}",
+        "{id: b, type: video_source, config: {uri: " + str(tmp_path / "missing.mp4") + "}}")
+    spec, _ = _graph(text, tmp_path)
+    res = ShardedRun(spec, 2).run()
+    assert res.exit_code == 1
+    assert "node 'b' (video_source): open failed" in str(res.error) and "missing.mp4" in str(res.error)
+    assert res.frames["in"] == 0
+    assert (tmp_path / "m.jsonl").read_text() == ""
+
+
+def test_first_interrupt_drains_every_shard(tmp_path) -> None:
+    """SIGINT to the supervisor (as a terminal sends it): every shard drains, the outputs are whole."""
+    path = tmp_path / "g.yaml"
+    path.write_text(textwrap.dedent(_three_streams(tmp_path, counts=(5000, 5000, 5000), realtime=True)))
+    env = {**os.environ, "PYTHONPATH": f"{HERE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.Popen([sys.executable, "-m", "flowpipe.cli", "run", str(path), "--stats",
+                             str(tmp_path / "s.json")], env=env, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    time.sleep(4)
+    os.killpg(proc.pid, signal.SIGINT)  # the whole process group, as Ctrl-C does
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    stats = json.loads((tmp_path / "s.json").read_text())
+    f = stats["frames"]
+    assert 0 < f["in"] < 15000 and f["in"] == f["out"] and f["failed"] == 0, f
+    assert len(_lines(tmp_path / "m.jsonl")) == f["out"]
+    assert stats["processes"] == 2
+
+
+def test_sharding_is_refused_with_in_memory_nodes(tmp_path) -> None:
+    with pytest.raises(GraphError, match=r"node 'sink' \(collect\): processes: 2 is not available with collect: "
+                                         r"it keeps packets in the memory of the process that started the run"):
+        _graph("""
+            processes: 2
+            nodes:
+              - {id: a, type: synthetic_source}
+              - {id: sink, type: collect, config: {into: x}, inputs: a}
+        """, tmp_path)
+
+
+def test_processes_auto_and_limits(tmp_path) -> None:
+    spec, _ = _graph(_three_streams(tmp_path), tmp_path)
+    assert auto_processes(spec, cores=2) == 1  # small machines stay in one process
+    assert auto_processes(spec, cores=16) == 3  # never more processes than streams
+    assert auto_processes(spec, cores=8) == 2
+    assert resolve_processes(spec, 8) == 3
+    assert resolve_processes(spec, 1) == 1
+    with pytest.raises(GraphError, match=r"processes: expected an integer 1\.\.256 or 'auto', got 0"):
+        _graph("processes: 0\nnodes:\n  - {id: a, type: synthetic_source}\n", tmp_path)
