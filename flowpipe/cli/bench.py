@@ -64,14 +64,16 @@ def bench_graph(path: str, sets: list[str] | None = None, frames: int = 300, war
         runner = Runner(spec, max_frames=(frames + warmup) * streams, record_times=True)
     samples: list[tuple[float, float]] = []  # (time, CPU seconds of this process and its shards)
     peak_kb: dict[int, int] = {}  # per shard process: its high-water resident set
+    shard_cpu: dict[int, float] = {}  # per shard process: CPU seconds when last seen alive
     stop = threading.Event()
 
     def sample() -> None:
         while not stop.wait(0.02):
             pids = runner.pids if isinstance(runner, ShardedRun) else []
-            samples.append((time.perf_counter(), time.process_time() + sum(_proc_cpu_s(p) for p in pids)))
             for p in pids:
+                shard_cpu[p] = max(shard_cpu.get(p, 0.0), _proc_cpu_s(p))
                 peak_kb[p] = max(peak_kb.get(p, 0), _proc_hwm_kb(p))
+            samples.append((time.perf_counter(), time.process_time() + sum(shard_cpu.values())))
 
     sampler = threading.Thread(target=sample, daemon=True)
     ru0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
@@ -81,8 +83,7 @@ def bench_graph(path: str, sets: list[str] | None = None, frames: int = 300, war
     sampler.join()
     ru1, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter() - t0
     cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
-    if samples and n_proc > 1:  # the shards' CPU, from the last sample that saw them alive
-        cpu = max(cpu, samples[-1][1] - samples[0][1])
+    cpu += sum(shard_cpu.values())  # the shards' CPU, as last seen alive (their last ~20 ms are missed)
     times = [t for t, _ in res.done_times]
     by_stream: dict[str, list[float]] = {}
     for t, s in res.done_times:
