@@ -544,7 +544,35 @@ class Runner:
         return out
 
 
-class RunResult:
+class RunSummary:
+    """What a run did, as ``--stats`` shows it: filled by ``RunResult`` (one process) and ``ShardedResult``."""
+
+    frames: dict[str, int]
+    per_stream: dict[str, int]
+    nodes: dict[str, Any]
+    edges: dict[str, dict[str, Any]]
+    contracts: dict[str, Any]
+    inference: dict[str, Any]
+    elapsed_s: float
+    exit_code: int
+    error: BaseException | None
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"frames": self.frames, "streams": self.per_stream, "nodes": self.nodes, "edges": self.edges,
+               "memory_contracts": self.contracts, "elapsed_s": round(self.elapsed_s, 4), "exit": self.exit_code,
+               "error": str(self.error) if self.error else None, **self._more_json()}
+        out.update(self.inference)
+        return out
+
+    def _more_json(self) -> dict[str, Any]:
+        return {}
+
+
+class RunResult(RunSummary):
     def __init__(self, runner: Runner, elapsed: float):
         self.error = runner.error
         self.interrupted = runner.interrupted
@@ -574,17 +602,6 @@ class RunResult:
         self.edges = edges
         self.contracts = runner.state.contracts.describe()
         self.inference = dict(runner.state.sections)
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_code == 0
-
-    def to_json(self) -> dict[str, Any]:
-        out = {"frames": self.frames, "streams": self.per_stream, "nodes": self.nodes, "edges": self.edges,
-               "memory_contracts": self.contracts, "elapsed_s": round(self.elapsed_s, 4), "exit": self.exit_code,
-               "error": str(self.error) if self.error else None}
-        out.update(self.inference)
-        return out
 
 
 def run(spec: GraphSpec, **kwargs: Any) -> RunResult:

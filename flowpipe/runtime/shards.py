@@ -33,6 +33,7 @@ from typing import Any
 from ..errors import GraphError
 from ..graph import GraphSpec
 from ..node import sharding_refusal
+from .runner import RunSummary
 
 log = logging.getLogger("flowpipe.shards")
 REPORT_EVERY_S = 0.2
@@ -110,13 +111,11 @@ def _shard_main(conn: Connection, payload: bytes, plugins: list[str], plugin_dir
     def progress(snap: dict[str, Any]) -> None:
         send(("progress", {k: snap[k] for k in ("in", "out", "dropped", "failed")}, dict(runner.per_stream)))
 
-    def on_opened() -> bool:
+    def on_opened() -> bool:  # every node is open: wait for the supervisor's word, then listen for more
         send(("opened", os.getpid()))
-        return bool(conn.recv() == "go")
-
-    runner = Runner(subgraph(spec, sources), max_frames=max_frames, progress=progress, record_times=record_times,
-                    shard=(index, count), on_opened=on_opened)
-    runner.progress_every = REPORT_EVERY_S
+        go = bool(conn.recv() == "go")
+        threading.Thread(target=listen, name="flowpipe:shard-control", daemon=True).start()
+        return go
 
     def listen() -> None:  # the supervisor's stop and abort, after the start
         while True:
@@ -132,16 +131,9 @@ def _shard_main(conn: Connection, payload: bytes, plugins: list[str], plugin_dir
                 runner.abort()
                 return
 
-    started = threading.Event()
-    orig = runner.on_opened
-
-    def opened_then_listen() -> bool:
-        go = orig() if orig is not None else True
-        started.set()
-        threading.Thread(target=listen, name="flowpipe:shard-control", daemon=True).start()
-        return go
-
-    runner.on_opened = opened_then_listen
+    runner = Runner(subgraph(spec, sources), max_frames=max_frames, progress=progress, record_times=record_times,
+                    shard=(index, count), on_opened=on_opened)
+    runner.progress_every = REPORT_EVERY_S
     try:
         res = runner.run()
         summary = res.to_json()
@@ -362,7 +354,7 @@ def _merge_nodes(results: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
     return merged
 
 
-class ShardedResult:
+class ShardedResult(RunSummary):
     """What a sharded run did, in the shape of ``RunResult`` (``to_json`` adds ``shards``)."""
 
     def __init__(self, run: ShardedRun, elapsed: float):
@@ -397,14 +389,5 @@ class ShardedResult:
         self.shards = [{"index": sh.index, "pid": sh.pid, "streams": sh.sources, "frames": sh.counts,
                         "error": sh.error or (sh.result or {}).get("error_text")} for sh in run.shards]
 
-    @property
-    def ok(self) -> bool:
-        return self.exit_code == 0
-
-    def to_json(self) -> dict[str, Any]:
-        out = {"frames": self.frames, "streams": self.per_stream, "nodes": self.nodes, "edges": self.edges,
-               "memory_contracts": self.contracts, "elapsed_s": round(self.elapsed_s, 4), "exit": self.exit_code,
-               "error": str(self.error) if self.error else None, "processes": len(self.shards),
-               "shards": self.shards}
-        out.update(self.inference)
-        return out
+    def _more_json(self) -> dict[str, Any]:
+        return {"processes": len(self.shards), "shards": self.shards}
