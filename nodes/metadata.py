@@ -59,12 +59,12 @@ class JsonLines(Node):
         self.fd = os.open(self.config.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | truncate, 0o644)
 
     def process(self, frame: Frame, port: str) -> None:
-        line = (json.dumps(frame_record(frame), separators=(",", ":")) + "\n").encode()
+        line = json.dumps(frame_record(frame), separators=(",", ":")) + "\n"
         if self.fd is None:
-            sys.stdout.write(line.decode())
+            sys.stdout.write(line)
             sys.stdout.flush()
             return
-        view = memoryview(line)
+        view = memoryview(line.encode())
         while view:  # one write per line unless the kernel takes it in parts (it does not for files)
             view = view[os.write(self.fd, view):]
 

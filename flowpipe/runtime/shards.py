@@ -137,10 +137,7 @@ def _shard_main(conn: Connection, payload: bytes, plugins: list[str], plugin_dir
     try:
         res = runner.run()
         summary = res.to_json()
-        summary["streams"] = res.per_stream
         summary["done_times"] = res.done_times if record_times else []
-        summary["interrupted"] = res.interrupted
-        summary["error_text"] = str(res.error) if res.error else None
         send(("result", summary))
     except BaseException as e:  # noqa: BLE001 - whatever ends the shard is reported, one line
         send(("crashed", f"{type(e).__name__}: {e}"))
@@ -253,7 +250,7 @@ class ShardedRun:
                 try:
                     msg = sh.conn.recv()
                 except (EOFError, OSError):
-                    sh.error = f"shard {sh.index} exited while opening (exit code {sh.proc.exitcode})"
+                    sh.error = _exited_opening(sh)
                     failed = True
                     continue
                 if msg[0] == "opened":
@@ -265,7 +262,7 @@ class ShardedRun:
             for sh in list(waiting.values()):
                 if not sh.proc.is_alive() and not sh.conn.poll():
                     waiting.pop(sh.conn)
-                    sh.error = f"shard {sh.index} exited while opening (exit code {sh.proc.exitcode})"
+                    sh.error = _exited_opening(sh)
                     failed = True
         if failed:
             for sh in self.shards:
@@ -277,6 +274,7 @@ class ShardedRun:
         return not failed
 
     def _drain_messages(self, sh: _Shard, timeout: float) -> None:
+        """Messages of a shard told not to start, until its result (or its end)."""
         end = time.monotonic() + timeout
         while sh.result is None and sh.error is None and time.monotonic() < end:
             if sh.conn.poll(0.2):
@@ -334,9 +332,11 @@ class ShardedRun:
                 self.progress(self.snapshot())
 
     def snapshot(self) -> dict[str, Any]:
-        out: dict[str, Any] = {k: sum(sh.counts[k] for sh in self.shards) for k in ("in", "out", "dropped", "failed")}
-        out["nodes"] = {}
-        return out
+        return {k: sum(sh.counts[k] for sh in self.shards) for k in ("in", "out", "dropped", "failed")}
+
+
+def _exited_opening(sh: _Shard) -> str:
+    return f"shard {sh.index} exited while opening (exit code {sh.proc.exitcode})"
 
 
 def _merge_nodes(results: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
@@ -379,15 +379,15 @@ class ShardedResult(RunSummary):
         self.inference = {k: v for _, r in done for k, v in r.items() if k.startswith("inference.")}
         self.collected: dict[str, Any] = {}
         self.elapsed_s = elapsed
-        self.interrupted = run.interrupted or any(r.get("interrupted") for _, r in done)
+        self.interrupted = run.interrupted or any(r["exit"] == 130 for _, r in done)
         errors = [sh.error for sh in run.shards if sh.error] + \
-                 [f"shard {i}: {r['error_text']}" for i, r in done if r.get("error_text")]
+                 [f"shard {i}: {r['error']}" for i, r in done if r["error"]]
         self.error: BaseException | None = RuntimeError(errors[0]) if errors else None
         if self.error is not None and len(errors) > 1:
             log.error("%d shards failed; the first: %s", len(errors), errors[0])
         self.exit_code = 1 if self.error else (130 if self.interrupted else 0)
         self.shards = [{"index": sh.index, "pid": sh.pid, "streams": sh.sources, "frames": sh.counts,
-                        "error": sh.error or (sh.result or {}).get("error_text")} for sh in run.shards]
+                        "error": sh.error or (sh.result or {}).get("error")} for sh in run.shards]
 
     def _more_json(self) -> dict[str, Any]:
         return {"processes": len(self.shards), "shards": self.shards}
