@@ -23,7 +23,7 @@ from .registry import import_plugin, lookup
 
 MAX_YAML_BYTES = 1 << 20
 MAX_EXPANDED_NODES = 100_000
-TOP_KEYS = {"flowpipe", "description", "params", "plugins", "processes", "nodes"}
+TOP_KEYS = {"flowpipe", "description", "params", "plugins", "processes", "device_owner", "nodes"}
 OVERFLOW = ("block", "drop_oldest", "drop_newest")
 ON_ERROR = ("fail", "drop", "restart")
 ISOLATION = ("thread", "process")
@@ -144,6 +144,8 @@ class GraphSpec:
     plugin_dir: str | None = None  # the graph file's folder, where plugin modules may sit
     dag: nx.MultiDiGraph = field(default_factory=nx.MultiDiGraph)
     processes: int | str = 1  # worker processes the streams are sharded over, or "auto"
+    #: over several processes, nodes that serve many streams (inference) run once in a device owner
+    device_owner: bool = True
 
     def sources(self) -> list[NodeSpec]:
         """The source nodes, in graph order: one stream each."""
@@ -310,6 +312,11 @@ def _validate(doc: Any, fname: str, overrides: dict[str, Any]) -> GraphSpec:
         errors.append(Diagnostic(f"processes: expected an integer 1..256 or 'auto', got {processes!r}", fname,
                                  _line(doc, "processes")))
         processes = 1
+    device_owner = doc.get("device_owner", True)
+    if not isinstance(device_owner, bool):
+        errors.append(Diagnostic(f"device_owner: expected true or false, got {device_owner!r}", fname,
+                                 _line(doc, "device_owner")))
+        device_owner = True
     nodes_raw = doc.get("nodes")
     if not isinstance(nodes_raw, list) or not nodes_raw:
         errors.append(Diagnostic(f"nodes: expected a non-empty list of nodes, got {_type_name(nodes_raw)}",
@@ -479,7 +486,7 @@ def _validate(doc: Any, fname: str, overrides: dict[str, Any]) -> GraphSpec:
                                     first.line, first.id, first.type))
     except nx.NetworkXNoCycle:
         pass
-    spec = GraphSpec(fname, specs, params, list(plugins), plugin_dir, dag, processes)
+    spec = GraphSpec(fname, specs, params, list(plugins), plugin_dir, dag, processes, device_owner)
     for s in specs:
         for msg in s.cls.check_wiring(s, spec):
             errors.append(Diagnostic(msg, fname, s.line, s.id, s.type))

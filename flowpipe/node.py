@@ -100,6 +100,9 @@ class Node:
     isolation_refused: ClassVar[str | None] = None
     #: Why a graph with this node cannot be sharded over several processes (``processes: N``), or None.
     sharding_refused: ClassVar[str | None] = None
+    #: True if one instance serves every stream of a run: over several processes it runs once, in the
+    #: device owner process, fed by every shard (one compiled model, batches across all streams).
+    serves_streams: ClassVar[bool] = False
     #: Frames the node holds past ``process`` at most (async requests): pools upstream are sized for them.
     max_held: int = 0
 

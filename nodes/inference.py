@@ -63,6 +63,7 @@ class Inference(Node):
     inputs = {"tensor": "tensor"}
     outputs = {"tensors": "tensors"}
     holds_frames = True
+    serves_streams = True
 
     class Config(NodeConfig):
         model: str = Field(description="registry name (flowpipe models list), .xml/.onnx/.tflite path, or an "
@@ -98,6 +99,35 @@ class Inference(Node):
         if dev == "GPU" and "opencl" in offer.writes:
             return Request("opencl", device="GPU", batch=batch, by=self.id)
         return Request("dma-buf" if dev == "NPU" else "host", batch=batch, by=self.id)
+
+    # served from the device owner (a run over several processes) ------------------------------------------
+    def owned_input(self, devices: Devices) -> str:
+        """Where clients in other processes put this node's input: DMA-BUF for the NPU (imported by fd),
+        host shared memory otherwise (the GPU plugin uploads it; OpenCL buffers do not cross processes)."""
+        self.choice = devices.openvino.choose(self.config.device)
+        return "dma-buf" if self.choice.device == "NPU" else "host"
+
+    def output_specs(self) -> list[tuple[str, tuple[int, ...], str]]:
+        """One frame's outputs (name, shape, dtype), for a client that provides the memory they land in."""
+        out = []
+        for name, (shape, dtype) in zip(self.out_names, self.out_specs):
+            if self.batch > 1:
+                shape = ovx.split_batch(np.empty(shape, np.uint8), 0, self.batch).shape
+            out.append((name, tuple(shape), np.dtype(dtype).str))
+        return out
+
+    def frame_meta(self) -> dict[str, Any]:
+        """What this node adds to each frame's metadata."""
+        meta: dict[str, Any] = {"inference": {"node": self.id, "device": self.device}}
+        if self.labels:
+            meta["labels"] = self.labels
+        return meta
+
+    def provide_outputs(self, frame: Frame, arrays: list[np.ndarray]) -> None:
+        """Where ``frame``'s results go (one array per model output, in order): a client in another process
+        passes its own shared buffers. With ``batch: 1`` the request writes into them (no copy); in a batch
+        each frame's share is copied out once (counted)."""
+        self._into[id(frame)] = arrays
 
     # open -------------------------------------------------------------------------------------------
     def open(self, ctx: RunContext) -> None:
@@ -170,6 +200,7 @@ class Inference(Node):
             self.slots = alloc.slots
             if self.slots is not None:  # requests in flight hold batch buffers too
                 self.slots.pool.grow(self.slots.pool.count + len(self.requests))
+        self._into: dict[int, list[np.ndarray]] = {}
         self._last_stream: str | None = None
         self._states: dict[str, list[Any]] = {}
         self.max_held = len(self.requests)
@@ -339,7 +370,12 @@ class Inference(Node):
                 self._bind_batch(req, frames)
             else:
                 self._bind_input(req, frames[0])
+            into = self._into.pop(id(frames[0]), None) if self.batch == 1 else None
             for i, pool in enumerate(self.out_pools):
+                if into is not None:  # the client's own shared buffer: results land in place
+                    req.set_output_tensor(i, self.tensors.host(into[i]))
+                    frames[0].tensors[self.out_names[i]] = into[i]
+                    continue
                 lease = pool.acquire(timeout=30)
                 shared = SharedLease(lease, len(frames))
                 for f in frames:
@@ -363,6 +399,8 @@ class Inference(Node):
     def _fail_later(self, err: FrameError) -> None:
         """A request failed for its frames (all of a batch): frames that finished alongside still go on;
         the engine gets the error from the next ``poll()`` and applies ``on_error`` to each frame."""
+        for f in err.frames:
+            self._into.pop(id(f), None)
         self._errors.append(err)
         self.wake()
 
@@ -432,6 +470,12 @@ class Inference(Node):
                 submitted = self._t_first_submit if self._t_first_submit is not None else now
                 self.section.update({key: round(first, 2), "first_request_ms": round((now - submitted) * 1e3, 2)})
             for frame in frames:
+                into = self._into.pop(id(frame), None)
+                if into is not None:  # a batch's share, copied to where the client wants it
+                    with ledgers.on_edge(self._edge):
+                        for name, arr in zip(self.out_names, into):
+                            ledgers.copy(frame.tensors[name], out=arr)
+                            frame.tensors[name] = arr
                 frame.meta["inference"] = {"node": self.id, "device": self.device}
                 if self.labels:
                     frame.meta["labels"] = self.labels  # the registry's class names, for the decoders

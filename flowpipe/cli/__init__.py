@@ -70,6 +70,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     spec = _load(args.graph, args.set)
     progress = _Progress()
     processes = resolve_processes(spec, args.processes)
+    if args.no_device_owner:
+        spec.device_owner = False
     runner: Runner | ShardedRun
     if processes > 1:
         log.info("%d streams sharded over %d processes", len(spec.sources()), processes)
@@ -191,6 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--max-frames", type=int, metavar="N", help="stop the sources after N frames in all")
     r.add_argument("--processes", type=processes_arg, metavar="N|auto",
                    help="shard the streams over N worker processes (default: the graph's 'processes', 1)")
+    r.add_argument("--no-device-owner", action="store_true",
+                   help="over several processes, every shard opens its own inference (default: one device owner)")
     r.set_defaults(func=cmd_run)
 
     v = sub.add_parser("validate", help="check graphs without running them (touches no device)")

@@ -52,9 +52,11 @@ def _window_fps(times: list[float], warmup: int) -> float | None:
 
 
 def bench_graph(path: str, sets: list[str] | None = None, frames: int = 300, warmup: int = 30,
-                streams: int = 1, spec: GraphSpec | None = None, processes: int | str | None = None) -> dict[str, Any]:
+                streams: int = 1, spec: GraphSpec | None = None, processes: int | str | None = None,
+                device_owner: bool = True) -> dict[str, Any]:
     spec = spec or load_graph(path, parse_sets(sets))
     spec = replicate_sources(spec, streams)
+    spec.device_owner = spec.device_owner and device_owner
     n_proc = resolve_processes(spec, processes)
     runner: Runner | ShardedRun
     if n_proc > 1:
@@ -94,7 +96,9 @@ def bench_graph(path: str, sets: list[str] | None = None, frames: int = 300, war
     import openvino as ov
 
     return {
-        "graph": str(path), "streams": streams, "processes": n_proc, "frames": res.frames, "warmup": warmup,
+        "graph": str(path), "streams": streams, "processes": n_proc,
+        "device_owner": bool(n_proc > 1 and spec.device_owner and any(s.cls.serves_streams for s in spec.nodes)),
+        "frames": res.frames, "warmup": warmup,
         "fps": _round(_window_fps(times, warmup * streams)),
         "per_stream_fps": {s: _round(_window_fps(ts, warmup)) for s, ts in sorted(by_stream.items())},
         "elapsed_s": round(wall, 3), "cpu_s": round(cpu, 3), "cpu_util_cores": round(cpu / wall, 2),

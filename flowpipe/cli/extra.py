@@ -99,7 +99,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from .bench import bench_graph
 
     report = bench_graph(args.graph, sets=args.set, frames=args.frames, warmup=args.warmup, streams=args.streams,
-                         processes=args.processes)
+                         processes=args.processes, device_owner=not args.no_device_owner)
     text = json.dumps(report, indent=2)
     if args.json:
         Path(args.json).write_text(text)
@@ -135,6 +135,8 @@ def add_commands(sub: Any, with_set: Callable[[argparse.ArgumentParser], None]) 
     b.add_argument("--streams", type=int, default=1)
     b.add_argument("--processes", type=processes_arg, metavar="N|auto",
                    help="shard the streams over N worker processes (default: the graph's 'processes', 1)")
+    b.add_argument("--no-device-owner", action="store_true",
+                   help="over several processes, every shard opens its own inference (default: one device owner)")
     b.add_argument("--json", metavar="PATH")
     with_set(b)
     b.set_defaults(func=cmd_bench)

@@ -31,6 +31,7 @@ from ..node import Node, Source
 from .channel import EOS, Channel, StreamRouter
 from .context import NodeContext, RunState
 from .negotiate import resolve
+from .owner import OwnerClient, OwnerLink
 from .process import isolate
 
 log = logging.getLogger("flowpipe")
@@ -129,8 +130,9 @@ class Runner:
                  progress: Callable[[dict[str, Any]], None] | None = None,
                  feeds: dict[str, list[Any]] | None = None, devices_: Devices | None = None,
                  record_times: bool = False, shard: tuple[int, int] = (0, 1),
-                 on_opened: Callable[[], bool] | None = None):
+                 on_opened: Callable[[], bool] | None = None, owner: OwnerLink | None = None):
         self.spec = spec
+        self.owner = owner  # the device owner that serves this shard's ``serves_streams`` nodes
         self.shard = shard  # (index, count) when this run is one shard of a run over several processes
         self.on_opened = on_opened  # after every open, before any frame: False stops the run unstarted
         self.max_frames = max_frames
@@ -467,7 +469,10 @@ class Runner:
         try:
             for s in order:
                 process = s.isolation == "process"
-                self.nodes[s.id] = isolate(s, self.spec.plugins, self.spec.plugin_dir) if process else s.make()
+                if self.owner is not None and s.id in self.owner.placements:
+                    self.nodes[s.id] = OwnerClient(s, self.owner)
+                else:
+                    self.nodes[s.id] = isolate(s, self.spec.plugins, self.spec.plugin_dir) if process else s.make()
                 self.contexts[s.id] = self._context(s)
             self.state.contracts = resolve(self.spec, self.nodes, self.devices, self.frames_in_flight)
             # consumers open before producers: a source never feeds a node that is not ready, and an

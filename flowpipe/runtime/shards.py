@@ -23,7 +23,9 @@ import logging
 import multiprocessing as mp
 import os
 import pickle
+import shutil
 import signal
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -33,6 +35,7 @@ from typing import Any
 from ..errors import GraphError
 from ..graph import GraphSpec
 from ..node import sharding_refusal
+from .owner import OwnerLink, OwnerProcess
 from .runner import RunSummary
 
 log = logging.getLogger("flowpipe.shards")
@@ -94,7 +97,8 @@ def subgraph(spec: GraphSpec, sources: list[str]) -> GraphSpec:
 
 # -- shard side --------------------------------------------------------------------------------------------
 def _shard_main(conn: Connection, payload: bytes, plugins: list[str], plugin_dir: str | None, index: int,
-                count: int, sources: list[str], max_frames: int | None, record_times: bool) -> None:
+                count: int, sources: list[str], max_frames: int | None, record_times: bool,
+                owner: OwnerLink | None = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides what an interrupt means
     from ..registry import import_plugin
     from .runner import Runner
@@ -132,7 +136,7 @@ def _shard_main(conn: Connection, payload: bytes, plugins: list[str], plugin_dir
                 return
 
     runner = Runner(subgraph(spec, sources), max_frames=max_frames, progress=progress, record_times=record_times,
-                    shard=(index, count), on_opened=on_opened)
+                    shard=(index, count), on_opened=on_opened, owner=owner)
     runner.progress_every = REPORT_EVERY_S
     try:
         res = runner.run()
@@ -176,6 +180,8 @@ class ShardedRun:
         self._abort = False
         self.interrupted = False
         self.pids: list[int] = []
+        self.owner: OwnerProcess | None = None
+        self.error: str | None = None  # the run's own failure (the device owner's), beside the shards'
 
     # control (thread- and signal-safe: flags, then messages from the supervisor loop) -------------------
     def stop(self) -> None:
@@ -201,10 +207,32 @@ class ShardedRun:
     # run ------------------------------------------------------------------------------------------------
     def run(self) -> ShardedResult:
         t0 = time.perf_counter()
+        owned = [s for s in self.spec.nodes if s.cls.serves_streams] if self.spec.device_owner else []
+        workdir = tempfile.mkdtemp(prefix="flowpipe-run-")
+        try:
+            if owned:
+                try:
+                    self.owner = OwnerProcess(owned, self.spec.plugins, self.spec.plugin_dir,
+                                              os.path.join(workdir, "owner.sock"))
+                except RuntimeError as e:
+                    self.error = str(e)
+                    return ShardedResult(self, time.perf_counter() - t0)
+                self.pids.extend(self.owner.pids)
+                log.info("device owner (pid %s) serves %s for every shard", self.owner.pid,
+                         ", ".join(s.id for s in owned))
+            self._run_shards()
+        finally:
+            if self.owner is not None:
+                self.owner.close()
+            shutil.rmtree(workdir, ignore_errors=True)
+        return ShardedResult(self, time.perf_counter() - t0)
+
+    def _run_shards(self) -> None:
         groups = plan(self.spec, self.processes)
         total_sources = max(1, len(self.spec.sources()))
         payload = pickle.dumps(self.spec)
         ctx = mp.get_context("spawn")
+        link = self.owner.link if self.owner is not None else None
         for i, sources in enumerate(groups):
             parent, child = ctx.Pipe(duplex=True)
             cap = None
@@ -212,7 +240,7 @@ class ShardedRun:
                 cap = max(1, round(self.max_frames * len(sources) / total_sources))
             proc = ctx.Process(target=_shard_main, name=f"flowpipe:shard-{i}", daemon=True,
                                args=(child, payload, self.spec.plugins, self.spec.plugin_dir, i, len(groups),
-                                     sources, cap, self.record_times))
+                                     sources, cap, self.record_times, link))
             proc.start()
             child.close()
             self.shards.append(_Shard(i, sources, proc, parent))
@@ -229,7 +257,6 @@ class ShardedRun:
                     sh.proc.kill()
                     sh.proc.join(timeout=5)
                 sh.conn.close()
-        return ShardedResult(self, time.perf_counter() - t0)
 
     def _send(self, sh: _Shard, msg: str) -> None:
         try:
@@ -306,7 +333,16 @@ class ShardedRun:
         live = {sh.conn: sh for sh in self.shards if sh.opened}
         told_stop = told_abort = False
         last_progress = 0.0
+        restarts = max([s.restarts for s in self.owner.specs] if self.owner is not None else [0])
         while live:
+            if self.owner is not None and self.owner.error is None:
+                what = self.owner.check(restarts)
+                if what is not None:
+                    log.error("%s", what)
+                    self.pids.extend(p for p in self.owner.pids if p not in self.pids)
+                    if self.owner.error is not None:
+                        self.error = self.owner.error
+                        self.abort()
             if self._stop_at is not None and not told_stop:
                 told_stop = True
                 for sh in live.values():
@@ -368,19 +404,30 @@ class ShardedResult(RunSummary):
                 self.per_stream[s] = self.per_stream.get(s, 0) + n
         self.done_times = sorted(t for _, r in done for t in r.get("done_times", []))
         self.nodes = _merge_nodes(done)
+        owner = run.owner
+        owned = {s.id for s in owner.specs} if owner is not None else set()
         self.edges: dict[str, dict[str, Any]] = {}
         for _, r in done:
             for name, e in r["edges"].items():
+                ends = set(name.split("->"))
                 m = self.edges.setdefault(name, {"frames": 0, "copies": 0, "bytes_copied": 0,
-                                                 "memory": e["memory"], "crosses_process": False})
+                                                 "memory": e["memory"], "crosses_process": bool(ends & owned)})
                 for k in ("frames", "copies", "bytes_copied"):
                     m[k] += e[k]
         self.contracts = done[0][1].get("memory_contracts", {}) if done else {}
         self.inference = {k: v for _, r in done for k, v in r.items() if k.startswith("inference.")}
+        final = owner.final if owner is not None else None
+        if final is not None:  # the owner's own account of the nodes it served (compile, cache, binding)
+            self.inference.update({k: dict(v, owner_pid=final["pid"]) for k, v in final["sections"].items()})
+            for nid, st in final["nodes"].items():
+                if nid in self.nodes:
+                    self.nodes[nid]["device_owner"] = st
+        self.owner = None if owner is None else {
+            "pids": owner.pids, "restarts": owner.restarts, "nodes": sorted(owned), "error": owner.error}
         self.collected: dict[str, Any] = {}
         self.elapsed_s = elapsed
         self.interrupted = run.interrupted or any(r["exit"] == 130 for _, r in done)
-        errors = [sh.error for sh in run.shards if sh.error] + \
+        errors = ([run.error] if run.error else []) + [sh.error for sh in run.shards if sh.error] + \
                  [f"shard {i}: {r['error']}" for i, r in done if r["error"]]
         self.error: BaseException | None = RuntimeError(errors[0]) if errors else None
         if self.error is not None and len(errors) > 1:
@@ -390,4 +437,4 @@ class ShardedResult(RunSummary):
                         "error": sh.error or (sh.result or {}).get("error")} for sh in run.shards]
 
     def _more_json(self) -> dict[str, Any]:
-        return {"processes": len(self.shards), "shards": self.shards}
+        return {"processes": len(self.shards), "shards": self.shards, "device_owner": self.owner}

@@ -1,0 +1,667 @@
+"""The device owner: in a run over several processes, nodes that serve many streams run once, here.
+
+A node type that declares ``serves_streams`` (inference) would otherwise be opened by every shard: one
+compiled model, one set of infer requests and one device context per process (on an NPU, one compiled
+copy of the model per process). With a device owner the supervisor starts one more process that opens
+those nodes once; in each shard an ``OwnerClient`` takes the node's place and sends it frames:
+
+- the input tensor and the output buffers live in the shard's shared memory (memfd, or DMA-BUF where a
+  heap exists): each buffer's fd crosses once (SCM_RIGHTS), then a frame is a header naming buffer,
+  offset, shape and dtype. The owner binds the input as it would in one process (a host tensor over the
+  pages; a SHARED_BUF remote tensor on the NPU) and the request writes its results straight into the
+  shard's output buffers, so nothing is copied either way;
+- the owner batches across every stream of every shard (``batch: N``), answers in each shard's order,
+  and says which frames a failed request took;
+- a shard's client counts the frames it sent and has not had back; when the owner dies those are failed
+  by the shard's ``on_error`` (named by stream and frame), the supervisor starts a new owner (its model
+  from the OpenVINO cache) and clients reconnect.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing as mp
+import os
+import pickle
+import selectors
+import signal
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..accel import devices
+from ..contracts import Allocation, InputContract, Offer, Request
+from ..errors import FrameError
+from ..frame import Frame
+from ..graph import NodeSpec
+from ..memory import BufferPool, SharedBuffer
+from ..memory import ledger as ledgers
+from ..node import Node, RunContext
+from .process import _recv, _send
+
+log = logging.getLogger("flowpipe.owner")
+CONNECT_TIMEOUT_S = 60.0  # a restarted owner loads its model (from the cache) within this
+
+
+@dataclass(frozen=True)
+class OwnerLink:
+    """What a shard needs to reach the owner: its socket and, per owned node, the input placement."""
+
+    path: str
+    placements: dict[str, str]
+    devices: dict[str, str]
+
+
+# -- wire: arrays in shared buffers as headers ------------------------------------------------------------
+class _Mapped:
+    """A buffer the owner mapped from a client's fd, held by a frame so ``Frame.buffer_of`` finds it."""
+
+    __slots__ = ("buffer",)
+
+    def __init__(self, buffer: Any):
+        self.buffer = buffer
+
+    def release(self) -> None:
+        pass
+
+
+def _view(buffers: dict[int, Any], ref: tuple[Any, ...]) -> np.ndarray:
+    _, bid, offset, shape, dtype, strides = ref
+    buf = buffers[bid]
+    base = buf.array((buf.size,), np.uint8)
+    return np.lib.stride_tricks.as_strided(base[offset:].view(np.dtype(dtype)), shape, strides)
+
+
+# -- owner process ------------------------------------------------------------------------------------------
+class _OwnerContext:
+    """An owned node's view of the run: the owner's devices, the input contract its clients declared."""
+
+    def __init__(self, node_id: str, devs: Any, contract: InputContract, in_flight: int, wake: Callable[[], None]):
+        self.node_id = node_id
+        self.shard = (0, 1)
+        self.devices = devs
+        self.stats: dict[str, Any] = {}
+        self.sections: dict[str, dict[str, Any]] = {}
+        self.wake = wake
+        self._contract, self._in_flight = contract, in_flight
+
+    @property
+    def stopping(self) -> bool:
+        return False
+
+    def frames_in_flight(self) -> int:
+        return self._in_flight
+
+    def allocation(self, port: str) -> Allocation:
+        return Allocation("host")
+
+    def input(self, port: str) -> InputContract | None:
+        return self._contract
+
+    def section(self, name: str, data: dict[str, Any]) -> None:
+        self.sections[name] = data
+
+    def feed(self, name: str) -> list[Any]:
+        raise KeyError(f"in-memory feed {name!r} is not reachable from the device owner")
+
+    def collector(self, name: str) -> list[Frame]:
+        raise KeyError(f"in-memory collection {name!r} is not reachable from the device owner")
+
+    def snapshot(self) -> dict[str, Any]:
+        return {}
+
+
+@dataclass
+class _Client:
+    sock: socket.socket
+    buffers: dict[int, Any] = field(default_factory=dict)
+    in_flight: int = 0
+    gone: bool = False
+
+    def close_buffers(self) -> None:
+        for b in self.buffers.values():
+            b.close()
+        self.buffers.clear()
+
+
+@dataclass
+class _Owned:
+    spec: NodeSpec
+    node: Node
+    placement: str
+    offer: Offer | None = None
+    ctx: _OwnerContext | None = None
+    frames: int = 0
+    failed: int = 0
+    batches: int = 0
+    busy_s: float = 0.0
+
+
+class _Owner:
+    def __init__(self, control: Connection, path: str, specs: list[NodeSpec]):
+        self.control, self.path = control, path
+        self.devs = devices()
+        self.owned = {s.id: _Owned(s, s.make(), "host") for s in specs}
+        for o in self.owned.values():
+            o.placement = owned_placement(o.node, self.devs)
+        self.routes: dict[int, tuple[_Client, str, int, Frame]] = {}
+        self.sel = selectors.DefaultSelector()
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self.wake_w, False)
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        self.listener.bind(path)
+        self.listener.listen(256)
+        self.running = True
+
+    def wake(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            os.write(self.wake_w, b"x")
+
+    def serve(self) -> None:
+        self.sel.register(self.listener, selectors.EVENT_READ, "accept")
+        self.sel.register(self.wake_r, selectors.EVENT_READ, "wake")
+        self.sel.register(self.control, selectors.EVENT_READ, "control")
+        devs = {nid: str(getattr(o.node, "choice", None) and o.node.choice.device)  # type: ignore[attr-defined]
+                for nid, o in self.owned.items()}
+        self.control.send(("listening", os.getpid(), {n: o.placement for n, o in self.owned.items()}, devs))
+        while self.running:
+            for key, _ in self.sel.select(timeout=0.5):
+                what = key.data
+                if what == "accept":
+                    sock, _ = self.listener.accept()
+                    self.sel.register(sock, selectors.EVENT_READ, _Client(sock))
+                elif what == "wake":
+                    with contextlib.suppress(BlockingIOError):
+                        while os.read(self.wake_r, 4096):
+                            pass
+                    self._poll_all()
+                elif what == "control":
+                    self._control()
+                else:
+                    self._from_client(what)
+        self._close()
+
+    # messages ---------------------------------------------------------------------------------------
+    def _control(self) -> None:
+        try:
+            msg = self.control.recv()
+        except (EOFError, OSError):
+            msg = "close"  # the supervisor is gone
+        if msg == "close":
+            self.running = False
+        elif msg == "stats":
+            self.control.send(("stats", self._stats()))
+
+    def _from_client(self, c: _Client) -> None:
+        try:
+            msg, fds = _recv(c.sock)
+        except (EOFError, OSError):
+            self._drop(c)
+            return
+        kind = msg[0]
+        if kind == "frame":
+            _, nid, key, new, body = msg
+            for (bid, kind_), fd in zip(new, fds):
+                c.buffers[bid] = SharedBuffer(os.fstat(fd).st_size, kind_, _fd=fd)
+            self._frame(c, nid, key, body)
+        elif kind == "hello":
+            _, nid, offer, in_flight = msg
+            _send(c.sock, self._open(nid, offer, in_flight))
+        elif kind == "bye":
+            self._drop(c)
+
+    def _open(self, nid: str, offer: Offer, in_flight: int) -> tuple[Any, ...]:
+        o = self.owned.get(nid)
+        if o is None:
+            return ("open_error", f"node '{nid}' is not served by this device owner")
+        if o.ctx is None:
+            try:
+                o.node.request("tensor", offer, {}, self.devs)  # the node's device choice, as in one process
+                contract = InputContract(offer, Allocation(o.placement), f"{nid}:in")  # type: ignore[arg-type]
+                o.ctx = _OwnerContext(nid, self.devs, contract, in_flight, self.wake)
+                o.node.open(o.ctx)
+                o.offer = offer
+            except Exception as e:  # noqa: BLE001 - reported to the shard, which names the node
+                o.ctx = None
+                return ("open_error", f"{type(e).__name__}: {e} (in the device owner, pid {os.getpid()})")
+        elif offer != o.offer:
+            return ("open_error", f"shards disagree on what node '{nid}' gets: {offer} vs {o.offer}")
+        return ("ready", _ready_info(o.node, o.ctx))
+
+    def _frame(self, c: _Client, nid: str, key: int, body: dict[str, Any]) -> None:
+        o = self.owned[nid]
+        f = Frame(body["stream"], body["index"], body["pts"], None, "TENSOR", body["meta"])
+        for bid in body["bids"]:
+            f.hold(_Mapped(c.buffers[bid]))
+        f.tensors["input"] = _view(c.buffers, body["input"]) if body["input"][0] == "buf" else body["input"][1]
+        outs = [_view(c.buffers, r) for r in body["outputs"]]
+        provide = getattr(o.node, "provide_outputs", None)
+        if provide is not None:
+            provide(f, outs)
+        self.routes[id(f)] = (c, nid, key, f)
+        c.in_flight += 1
+        t = time.perf_counter()
+        try:
+            self._deliver(o, o.node.process(f, "tensor"))
+        except Exception as e:  # noqa: BLE001 - a frame's failure goes back to its shard
+            self._failed(o, e if isinstance(e, FrameError) else FrameError(f, e))
+        o.busy_s += time.perf_counter() - t
+
+    def _poll_all(self) -> None:
+        for o in self.owned.values():
+            if o.ctx is None:
+                continue
+            try:
+                self._deliver(o, o.node.poll())
+            except Exception as e:  # noqa: BLE001
+                self._failed(o, e if isinstance(e, FrameError) else FrameError([], e))
+
+    def _deliver(self, o: _Owned, out: Any) -> None:
+        done: dict[int, tuple[_Client, list[int]]] = {}
+        for f in _frames_of(out):
+            route = self.routes.pop(id(f), None)
+            if route is None:
+                continue
+            c, _, key, _ = route
+            done.setdefault(id(c), (c, []))[1].append(key)
+            o.frames += 1
+            f.end("out")
+            self._settled(c)
+        for c, keys in done.values():
+            self._reply(c, ("done", o.spec.id, keys))
+        if o.ctx is not None and o.frames:
+            o.batches = o.ctx.stats.get("batches", o.batches)
+
+    def _failed(self, o: _Owned, err: FrameError) -> None:
+        cause = err.cause
+        why = f"{type(cause).__name__}: {cause}" if isinstance(cause, BaseException) else str(cause)
+        groups: dict[int, tuple[_Client, list[int]]] = {}
+        for f in err.frames:
+            route = self.routes.pop(id(f), None)
+            if route is None:
+                continue
+            c, _, key, _ = route
+            groups.setdefault(id(c), (c, []))[1].append(key)
+            o.failed += 1
+            f.end("failed")
+            self._settled(c)
+        for c, keys in groups.values():
+            self._reply(c, ("failed", o.spec.id, keys, why))
+
+    def _reply(self, c: _Client, msg: tuple[Any, ...]) -> None:
+        if c.gone:
+            return
+        try:
+            _send(c.sock, msg)
+        except OSError:
+            self._drop(c)
+
+    def _settled(self, c: _Client) -> None:
+        c.in_flight -= 1
+        if c.gone and c.in_flight == 0:
+            c.close_buffers()  # requests no longer write into its pages
+
+    def _drop(self, c: _Client) -> None:
+        if c.gone:
+            return
+        c.gone = True
+        with contextlib.suppress(KeyError, ValueError):
+            self.sel.unregister(c.sock)
+        c.sock.close()
+        if c.in_flight == 0:
+            c.close_buffers()
+
+    def _stats(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"pid": os.getpid(), "nodes": {}, "sections": {}}
+        for nid, o in self.owned.items():
+            out["nodes"][nid] = {"frames": o.frames, "failed": o.failed, "busy_s": round(o.busy_s, 4),
+                                 "placement": o.placement}
+            if o.ctx is not None:
+                out["sections"].update(o.ctx.sections)
+        return out
+
+    def _close(self) -> None:
+        stats = self._stats()
+        for o in self.owned.values():
+            if o.ctx is not None:
+                try:
+                    o.node.flush()
+                    o.node.close()
+                except Exception as e:  # noqa: BLE001
+                    log.error("device owner: closing node '%s': %s", o.spec.id, e)
+        stats = self._stats() | {"nodes": stats["nodes"]}
+        with contextlib.suppress(OSError):
+            self.control.send(("closed", stats))
+        self.listener.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+        os.close(self.wake_r)
+        os.close(self.wake_w)
+
+
+def _frames_of(out: Any) -> list[Frame]:
+    if out is None:
+        return []
+    if isinstance(out, Frame):
+        return [out]
+    if isinstance(out, list):
+        return out
+    return [f for v in out.values() for f in (v if isinstance(v, list) else [v])]
+
+
+def _ready_info(node: Node, ctx: _OwnerContext) -> tuple[Any, ...]:
+    describe = getattr(node, "output_specs", None)
+    outs = describe() if describe is not None else []
+    return {"outputs": outs, "pid": os.getpid(), "meta": getattr(node, "frame_meta", dict)(),
+            "sections": ctx.sections, "max_held": node.max_held}  # type: ignore[return-value]
+
+
+def owned_placement(node: Node, devs: Any) -> str:
+    """Where a client's shared input must live for ``node`` in the owner: DMA-BUF on an NPU (imported as
+    a remote tensor by fd), host shared memory otherwise (OpenCL buffers do not cross processes)."""
+    choose = getattr(node, "owned_input", None)
+    return str(choose(devs)) if choose is not None else "host"
+
+
+def owner_main(control: Connection, path: str, payload: bytes, plugins: list[str], plugin_dir: str | None) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides what an interrupt means
+    from ..registry import import_plugin
+
+    for mod in plugins:
+        import_plugin(mod, plugin_dir)
+    specs: list[NodeSpec] = pickle.loads(payload)  # noqa: S301 - from the supervisor that started us
+    try:
+        owner = _Owner(control, path, specs)
+    except Exception as e:  # noqa: BLE001
+        control.send(("crashed", f"{type(e).__name__}: {e}"))
+        return
+    owner.serve()
+
+
+class OwnerProcess:
+    """The supervisor's handle on the device owner: start, watch, restart, close."""
+
+    def __init__(self, specs: list[NodeSpec], plugins: list[str], plugin_dir: str | None, path: str):
+        self.specs, self.plugins, self.plugin_dir, self.path = specs, plugins, plugin_dir, path
+        self.restarts = 0
+        self.pids: list[int] = []
+        self.final: dict[str, Any] | None = None
+        self.error: str | None = None
+        self.link: OwnerLink | None = None
+        self._start()
+
+    def _start(self) -> None:
+        ctx = mp.get_context("spawn")
+        self.conn, child = ctx.Pipe(duplex=True)
+        self.proc = ctx.Process(target=owner_main, name="flowpipe:device-owner", daemon=True,
+                                args=(child, self.path, pickle.dumps(self.specs), self.plugins, self.plugin_dir))
+        self.proc.start()
+        child.close()
+        if not self.conn.poll(120):
+            raise RuntimeError("the device owner did not start within 120 s")
+        try:
+            msg = self.conn.recv()
+        except EOFError:
+            raise RuntimeError(f"the device owner exited while starting (exit code {self.proc.exitcode})") from None
+        if msg[0] != "listening":
+            raise RuntimeError(f"the device owner failed to start: {msg[1]}")
+        self.pids.append(msg[1])
+        self.link = OwnerLink(self.path, msg[2], msg[3])
+
+    @property
+    def pid(self) -> int | None:
+        return self.pids[-1] if self.pids else None
+
+    def check(self, restarts_allowed: int) -> str | None:
+        """Restart a dead owner (returns what happened, for the log), or None when it is alive."""
+        if self.proc.is_alive():
+            return None
+        code = self.proc.exitcode
+        how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+        if self.restarts >= restarts_allowed:
+            self.error = f"device owner (pid {self.pid}) died ({how}); no restarts left"
+            return self.error
+        self.restarts += 1
+        self.conn.close()
+        try:
+            self._start()
+        except RuntimeError as e:
+            self.error = f"device owner died ({how}) and did not restart: {e}"
+            return self.error
+        return f"device owner died ({how}); restarted as pid {self.pid} (restart {self.restarts})"
+
+    def close(self) -> None:
+        if self.proc.is_alive():
+            try:
+                self.conn.send("close")
+                if self.conn.poll(60):
+                    msg = self.conn.recv()
+                    if msg[0] == "closed":
+                        self.final = msg[1]
+            except (OSError, EOFError):
+                pass
+        self.proc.join(timeout=10)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(timeout=5)
+        self.conn.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+
+# -- shard side ----------------------------------------------------------------------------------------------
+class OwnerClient(Node):
+    """Takes an owned node's place in a shard: sends frames to the device owner, gets them back in order."""
+
+    holds_frames = True
+    parallel_streams = False
+    WINDOW: ClassVar[int] = 8  # frames a shard may have at the owner per node: keeps its requests busy
+
+    def __init__(self, spec: NodeSpec, link: OwnerLink):
+        super().__init__(spec.id, spec.config)
+        self.spec, self.link = spec, link
+        self.inputs = dict(spec.cls.inputs)  # type: ignore[misc]
+        self.outputs = dict(spec.cls.outputs)  # type: ignore[misc]
+        self.in_port = next(iter(self.inputs))
+        self.max_held = self.WINDOW
+
+    def request(self, port: str, offer: Offer, outputs: Any, devices: Any) -> Request:
+        placement = self.link.placements.get(self.id, "host")
+        return Request(placement, by=self.id)  # type: ignore[arg-type]
+
+    def open(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+        contract = ctx.input(self.in_port)
+        self.in_offer = contract.offer if contract is not None else Offer()
+        self.edge = contract.edge if contract is not None else ""
+        self.in_flight_cap = ctx.frames_in_flight()
+        self.pending: dict[int, Frame] = {}
+        self.order: deque[int] = deque()
+        self.ready: set[int] = set()
+        self.errors: deque[FrameError] = deque()
+        self.cond = threading.Condition()
+        self.seq = 0
+        self.sock: socket.socket | None = None
+        self.pools: list[BufferPool] = []
+        self.restarts_seen = 0
+        self._connect(time.monotonic() + CONNECT_TIMEOUT_S)
+
+    def _connect(self, deadline: float) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        while True:
+            try:
+                sock.connect(self.link.path)
+                break
+            except (FileNotFoundError, ConnectionRefusedError):
+                if time.monotonic() > deadline:
+                    sock.close()
+                    raise RuntimeError(f"device owner not reachable at {self.link.path}") from None
+                time.sleep(0.05)
+        _send(sock, ("hello", self.id, self.in_offer, self.in_flight_cap))
+        msg, _ = _recv(sock)
+        if msg[0] != "ready":
+            sock.close()
+            raise RuntimeError(msg[1])
+        info = msg[1]
+        self.info = info
+        if not self.pools:  # output buffers in this shard's memory: the owner's requests write into them
+            n = min(self.in_flight_cap, 64) + self.WINDOW
+            kind = "dma-heap" if self.link.placements.get(self.id) == "dma-buf" else None
+            self.pools = [_pool(int(np.prod(shape)) * np.dtype(dt).itemsize, n, kind)
+                          for _, shape, dt in info["outputs"]]
+        self.sent: set[int] = set()
+        self.sock = sock
+        for name, data in info["sections"].items():
+            self.ctx.section(name, dict(data, owner_pid=info["pid"]))
+        self.ctx.stats["device_owner"] = {"pid": info["pid"]}
+        self.reader = threading.Thread(target=self._read, args=(sock,), name=f"flowpipe:{self.id}:owner", daemon=True)
+        self.reader.start()
+
+    def _read(self, sock: socket.socket) -> None:
+        while True:
+            try:
+                msg, _ = _recv(sock)
+            except (EOFError, OSError):
+                break
+            with self.cond:
+                if msg[0] == "done":
+                    self.ready.update(msg[2])
+                elif msg[0] == "failed":
+                    frames = [self.pending.pop(k) for k in msg[2] if k in self.pending]
+                    for k in msg[2]:
+                        with contextlib.suppress(ValueError):
+                            self.order.remove(k)
+                    if frames:
+                        self.errors.append(FrameError(frames, RuntimeError(f"in the device owner: {msg[3]}")))
+                self.cond.notify_all()
+            self.ctx.wake()
+        with self.cond:  # the owner is gone: what it held failed
+            if self.sock is sock:
+                self.sock = None
+                lost = [self.pending.pop(k) for k in list(self.order)]
+                self.order.clear()
+                self.ready.clear()
+                if lost:
+                    names = ", ".join(f"{f.stream}:{f.index}" for f in lost[:8]) + (" ..." if len(lost) > 8 else "")
+                    self.errors.append(FrameError(lost, RuntimeError(
+                        f"the device owner (pid {self.info['pid']}) died holding {len(lost)} frames ({names})")))
+            self.cond.notify_all()
+        self.ctx.wake()
+
+    # per frame ----------------------------------------------------------------------------------------
+    def process(self, frame: Frame, port: str) -> list[Frame]:
+        with self.cond:
+            # room at the owner, or the oldest is back (this thread hands it on below, after sending)
+            self.cond.wait_for(lambda: len(self.order) < self.WINDOW or self.order[0] in self.ready
+                               or self.sock is None, timeout=CONNECT_TIMEOUT_S)
+        if self.sock is None:
+            self._connect(time.monotonic() + CONNECT_TIMEOUT_S)  # the supervisor restarts the owner
+        sock = self.sock
+        assert sock is not None
+        new: list[tuple[int, str]] = []
+        fds: list[int] = []
+        bids: list[int] = []
+        outs = []
+        for i, pool in enumerate(self.pools):
+            lease = pool.acquire(timeout=30)
+            frame.hold(lease)
+            _, shape, dt = self.info["outputs"][i]
+            view = lease.buffer.array(tuple(shape), np.dtype(dt))
+            frame.tensors[self.info["outputs"][i][0]] = view
+            outs.append(self._ref(frame, view, new, fds, bids))
+        t = frame.tensors.get("input")
+        if t is None:
+            raise ValueError("no input tensor on the frame: expected a preprocess node upstream")
+        inp = self._ref(frame, t, new, fds, bids)
+        meta = {k: frame.meta[k] for k in ("reset_state",) if k in frame.meta}
+        body = {"stream": frame.stream, "index": frame.index, "pts": frame.pts, "meta": meta, "bids": bids,
+                "input": inp, "outputs": outs}
+        with self.cond:
+            key = self.seq = self.seq + 1
+            self.pending[key] = frame
+            self.order.append(key)
+        try:
+            _send(sock, ("frame", self.id, key, new, body), fds)
+        except OSError:
+            pass  # the reader sees the owner gone and fails what it held, this frame included
+        self.sent.update(b for b, _ in new)
+        return self._take()
+
+    def _ref(self, frame: Frame, arr: Any, new: list[tuple[int, str]], fds: list[int], bids: list[int]) -> Any:
+        buf = frame.buffer_of(arr) if isinstance(arr, np.ndarray) else None
+        if buf is None or buf.handle is None:
+            ledgers.record(arr.nbytes if isinstance(arr, np.ndarray) else 0)  # by value: a copy
+            return ("obj", np.asarray(arr))
+        bid = id(buf)
+        if bid not in self.sent and all(b != bid for b, _ in new):
+            new.append((bid, buf.kind))
+            fds.append(buf.handle)
+        if bid not in bids:
+            bids.append(bid)
+        return ("buf", bid, arr.ctypes.data - buf.address, arr.shape, arr.dtype.str, arr.strides)
+
+    def _take(self) -> list[Frame]:
+        out = []
+        with self.cond:
+            while self.order and self.order[0] in self.ready:
+                key = self.order.popleft()
+                self.ready.discard(key)
+                f = self.pending.pop(key)
+                f.meta.update(self.info["meta"])
+                out.append(f)
+        return out
+
+    def poll(self) -> list[Frame]:
+        out = self._take()
+        with self.cond:
+            err = self.errors.popleft() if self.errors and not out else None
+            if self.errors:
+                self.ctx.wake()
+        if err is not None:
+            raise err
+        return out
+
+    def flush(self) -> list[Frame]:
+        """End of stream: everything at the owner comes back (or fails, through ``poll``)."""
+        with self.cond:
+            done = self.cond.wait_for(lambda: all(k in self.ready for k in self.order) or self.sock is None,
+                                      timeout=CONNECT_TIMEOUT_S)
+        out = self._take()
+        with self.cond:
+            if not done and self.order:
+                lost = [self.pending.pop(k) for k in self.order]
+                self.order.clear()
+                self.errors.append(FrameError(lost, TimeoutError(
+                    f"the device owner did not answer for {len(lost)} frames in {CONNECT_TIMEOUT_S:.0f} s")))
+        return out
+
+    def close(self) -> None:
+        sock, self.sock = getattr(self, "sock", None), None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                _send(sock, ("bye",))
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+            self.reader.join(timeout=5)
+        for p in getattr(self, "pools", []):
+            p.close()
+        self.pools = []
+
+
+def _pool(nbytes: int, count: int, kind: str | None) -> BufferPool:
+    from ..memory import available_kinds, best_kind
+
+    if kind == "dma-heap" and kind not in available_kinds():
+        kind = None
+    return BufferPool(nbytes, count, kind or best_kind(shareable=True))

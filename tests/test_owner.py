@@ -1,0 +1,132 @@
+"""The device owner: over several processes, inference runs once and every shard feeds it by fd."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+from flowpipe import load_graph
+from flowpipe.runtime.shards import ShardedRun
+
+FACES = Path(__file__).resolve().parent
+
+
+def _graph(tmp_path: Path, name: str = "g.yaml", every: tuple[int, ...] = (4, 5, 8), fps: float | None = None,
+           detect: str = "", owner: bool = True):
+    """The 150-frame 1366x768 sample once per stream (every Nth frame), through BlazeFace on the CPU."""
+    rate = f", max_fps: {fps}" if fps else ""
+    sources = "\n".join(f"  - {{id: s{i}, type: video_source, config: {{uri: sample, every: {n}{rate}}}}}"
+                        for i, n in enumerate(every))
+    ins = ", ".join(f"s{i}.frame" for i in range(len(every)))
+    text = f"""\
+processes: 2
+device_owner: {str(owner).lower()}
+nodes:
+{sources}
+  - id: pre
+    type: preprocess
+    config: {{size: [128, 128], resize: letterbox, color: RGB, layout: NHWC, dtype: f32,
+             mean: [127.5, 127.5, 127.5], scale: [127.5, 127.5, 127.5]}}
+    inputs: {{frame: [{ins}]}}
+  - {{id: detect, type: inference, config: {{model: blazeface_short, device: CPU, cache_dir: {tmp_path}/ov}},
+     inputs: {{tensor: pre.tensor}}{detect}}}
+  - {{id: faces, type: blazeface_decode, config: {{variant: short}}, inputs: {{tensors: detect.tensors}}}}
+  - {{id: meta, type: jsonl, config: {{path: {tmp_path}/{name}.jsonl}}, inputs: {{detections: faces.detections}}}}
+"""
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return load_graph(str(path)), tmp_path / f"{name}.jsonl"
+
+
+def _records(path: Path) -> dict[tuple[str, int], dict]:
+    return {(r["stream"], r["frame"]): r for r in map(json.loads, path.read_text().splitlines())}
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_one_owner_serves_every_shard_without_copies(tmp_path) -> None:
+    spec, out = _graph(tmp_path)
+    run = ShardedRun(spec, 2)
+    res = run.run()
+    assert res.ok, res.error
+    assert res.frames == {"in": 87, "out": 87, "dropped": 0, "failed": 0}
+    assert res.per_stream == {"s0": 38, "s1": 30, "s2": 19}
+    stats = res.to_json()
+    owner = stats["device_owner"]
+    shard_pids = {sh["pid"] for sh in stats["shards"]}
+    assert len(owner["pids"]) == 1 and owner["pids"][0] not in shard_pids | {os.getpid()}
+    section = stats["inference.detect"]
+    assert section["owner_pid"] == owner["pids"][0] and section["input_binding"] == "host tensor, shared memory"
+    assert stats["nodes"]["detect"]["device_owner"]["frames"] == 87  # one model served all three streams
+    for name in ("pre->detect", "detect->faces"):  # frames and results crossed by fd, nothing copied
+        edge = stats["edges"][name]
+        assert edge["crosses_process"] and edge["frames"] == 87 and edge["copies"] == 0, (name, edge)
+    assert not stats["edges"]["faces->meta"]["crosses_process"]
+
+    # the same detections as every shard opening its own model
+    spec2, out2 = _graph(tmp_path, "own.yaml", owner=False)
+    fds = _open_fds()  # (libraries the first run loaded keep theirs)
+    res2 = ShardedRun(spec2, 2).run()
+    assert res2.ok and res2.to_json()["device_owner"] is None
+    mine, theirs = _records(out), _records(out2)
+    assert len(mine) == 87 and mine == theirs
+    assert sum(r["count"] for r in mine.values()) > 0
+
+    # nothing left behind: processes, the socket's folder, fds
+    assert not Path(run.owner.path).parent.exists()  # type: ignore[union-attr]
+    for pid in run.pids:
+        assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+    assert _open_fds() <= fds
+    fds = _open_fds()
+    again = ShardedRun(_graph(tmp_path, "again.yaml")[0], 2).run()
+    assert again.ok and _open_fds() <= fds
+
+
+def test_a_killed_owner_is_restarted_and_its_frames_are_accounted(tmp_path, capfd) -> None:
+    spec, out = _graph(tmp_path, every=(1, 1), fps=60, detect=", on_error: restart")
+    run = ShardedRun(spec, 2)
+    box: dict = {}
+    t = threading.Thread(target=lambda: box.update(res=run.run()))
+    t.start()
+    deadline = time.monotonic() + 60
+    while (run.owner is None or run.snapshot()["out"] < 40) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    first = run.owner.pid  # type: ignore[union-attr]
+    os.kill(first, signal.SIGKILL)
+    t.join(timeout=120)
+    res = box["res"]
+    assert res.ok, res.error
+    f = res.frames
+    assert f["in"] == 300 and f["in"] == f["out"] + f["failed"] + f["dropped"]
+    assert res.per_stream == {"s0": 150, "s1": 150}
+    stats = res.to_json()
+    owner = stats["device_owner"]
+    assert owner["restarts"] == 1 and owner["pids"][0] == first and len(owner["pids"]) == 2
+    assert stats["nodes"]["detect"]["failed"] == f["failed"]
+    assert stats["inference.detect"]["cache"] == "hit"  # the new owner loaded the model from the cache
+    assert "fil_ms" in stats["inference.detect"]
+    lines = _records(out)
+    assert len(lines) == f["out"]  # every frame that came back is written once; the failed ones are not
+    err = capfd.readouterr().err
+    if f["failed"]:  # each named by stream and frame, in the shard that had sent it
+        named = re.findall(r"stream '(s\d)', frame (\d+): RuntimeError: the device owner \(pid \d+\) died holding", err)
+        assert named and all((s, int(i)) not in lines for s, i in named)
+    for pid in run.pids:
+        assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+
+
+def test_an_owner_that_cannot_open_stops_every_shard_before_any_frame(tmp_path) -> None:
+    spec, _ = _graph(tmp_path)
+    (tmp_path / "bad.xml").write_text("<not a model>")
+    spec.nodes[[s.id for s in spec.nodes].index("detect")].config.model = str(tmp_path / "bad.xml")  # type: ignore[attr-defined]
+    res = ShardedRun(spec, 2).run()
+    assert not res.ok
+    assert "detect" in str(res.error) and "device owner" in str(res.error)
+    assert res.frames["in"] == 0
