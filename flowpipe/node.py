@@ -44,6 +44,7 @@ class RunContext(Protocol):
     node_id: str
     devices: Devices  # the device owners of this process (OpenVINO Core, OpenCL contexts)
     shard: tuple[int, int]  # (index, count): this process's share of the run's streams; (0, 1) unsharded
+    streams: int  # streams in the whole run (every process): what shares of the machine are sized by
     stats: dict[str, Any]  # this node's block of ``--stats``
 
     @property

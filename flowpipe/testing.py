@@ -92,6 +92,7 @@ class StandaloneContext:
                  feeds: Mapping[str, list[Any]] | None = None):
         self.node_id = node_id
         self.shard = (0, 1)
+        self.streams = 1
         self.devices = devices_
         self.stats: dict[str, Any] = {}
         self.sections: dict[str, dict[str, Any]] = {}

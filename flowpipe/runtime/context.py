@@ -36,6 +36,7 @@ class NodeContext:
                  wake: Callable[[], None]):
         self.node_id = node_id
         self.shard = runner.shard
+        self.streams = runner.streams
         self.devices = devices
         self.stats = stats
         self.wake = wake

@@ -86,6 +86,7 @@ class _OwnerContext:
     def __init__(self, node_id: str, devs: Any, contract: InputContract, in_flight: int, wake: Callable[[], None]):
         self.node_id = node_id
         self.shard = (0, 1)
+        self.streams = 1
         self.devices = devs
         self.stats: dict[str, Any] = {}
         self.sections: dict[str, dict[str, Any]] = {}

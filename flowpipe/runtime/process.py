@@ -137,6 +137,7 @@ class _WorkerContext:
     def __init__(self, info: dict[str, Any]):
         self.node_id = info["id"]
         self.shard = tuple(info["shard"])
+        self.streams = info["streams"]
         self.devices = devices()
         self.stats: dict[str, Any] = {}
         self.sections: dict[str, dict[str, Any]] = {}
@@ -242,7 +243,7 @@ class ProcessNode(Node):
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         info = {"type": self.spec.type, "id": self.id, "config": self.spec.config.model_dump(mode="json"),
                 "plugins": self.plugins, "plugin_dir": self.plugin_dir, "in_flight": self.ctx.frames_in_flight(),
-                "shard": list(self.ctx.shard)}
+                "shard": list(self.ctx.shard), "streams": self.ctx.streams}
         mpc = mp.get_context("spawn")
         self.proc = mpc.Process(target=_worker_main, args=(child, info), name=f"flowpipe:{self.id}", daemon=True)
         self.proc.start()

@@ -130,10 +130,12 @@ class Runner:
                  progress: Callable[[dict[str, Any]], None] | None = None,
                  feeds: dict[str, list[Any]] | None = None, devices_: Devices | None = None,
                  record_times: bool = False, shard: tuple[int, int] = (0, 1),
-                 on_opened: Callable[[], bool] | None = None, owner: OwnerLink | None = None):
+                 on_opened: Callable[[], bool] | None = None, owner: OwnerLink | None = None,
+                 streams: int | None = None):
         self.spec = spec
         self.owner = owner  # the device owner that serves this shard's ``serves_streams`` nodes
         self.shard = shard  # (index, count) when this run is one shard of a run over several processes
+        self.streams = streams or max(1, len(spec.sources()))  # in the whole run, every shard's
         self.on_opened = on_opened  # after every open, before any frame: False stops the run unstarted
         self.max_frames = max_frames
         self.drain_timeout = drain_timeout

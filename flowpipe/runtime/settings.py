@@ -37,6 +37,17 @@ def interrupts_stop(runner: Interruptible) -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+def share_library_threads(processes: int) -> None:
+    """In one of ``processes`` shard processes: OpenCV's own thread pool gets this process's share of the
+    cores (the shards are the parallelism; a full pool in each would oversubscribe the cores N times)."""
+    try:
+        import cv2
+    except ImportError:
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cv2.setNumThreads(max(1, cores // max(processes, 1)))
+
+
 def limit_library_threads(spec: GraphSpec) -> None:
     """When the graph alone has at least as many stage threads as there are cores, OpenCV's own thread
     pool only oversubscribes them (measured on 16 cores: 8 streams 283 -> 416 fps): run it single-threaded

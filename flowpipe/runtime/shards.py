@@ -102,7 +102,9 @@ def _shard_main(conn: Connection, payload: bytes, plugins: list[str], plugin_dir
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides what an interrupt means
     from ..registry import import_plugin
     from .runner import Runner
+    from .settings import share_library_threads
 
+    share_library_threads(count)
     for mod in plugins:
         import_plugin(mod, plugin_dir)
     spec: GraphSpec = pickle.loads(payload)  # noqa: S301 - from the supervisor that started this process
@@ -136,7 +138,7 @@ def _shard_main(conn: Connection, payload: bytes, plugins: list[str], plugin_dir
                 return
 
     runner = Runner(subgraph(spec, sources), max_frames=max_frames, progress=progress, record_times=record_times,
-                    shard=(index, count), on_opened=on_opened, owner=owner)
+                    shard=(index, count), on_opened=on_opened, owner=owner, streams=len(spec.sources()))
     runner.progress_every = REPORT_EVERY_S
     try:
         res = runner.run()

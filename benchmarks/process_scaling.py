@@ -1,0 +1,130 @@
+"""Streams over processes, side by side in one run on one machine: one process, shards with one device
+owner, shards that each open their own inference, N independent ``flowpipe`` processes, and the CPU-work
+ceiling (the stage costs of a one-stream run, times the cores).
+
+    python benchmarks/process_scaling.py --out benchmarks/results/process_scaling.json \\
+        --runs GPU:16:1:8 GPU:16:8:2 GPU:16:8:2:own --independent GPU:16 --ceiling GPU
+
+A run is ``DEVICE:STREAMS:PROCESSES:WORKERS[:own]`` (``own``: every shard opens its own inference, the
+``--no-device-owner`` of ``flowpipe bench``). Every run is a fresh ``flowpipe bench`` process on
+graphs/face_blur.yaml with ``tiles: null`` unless ``--graph``/``--set`` say otherwise.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+CLI = "import sys; from flowpipe.cli import main; sys.exit(main())"
+CPU_STAGES = ("decode", "pre", "faces", "track", "blur", "write", "meta")  # face_blur's host-side nodes
+
+
+def _bench(args: argparse.Namespace, device: str, streams: int, processes: int, workers: int, own: bool,
+           tag: str, scratch: Path) -> dict[str, Any]:
+    out = scratch / f"{tag}.json"
+    cmd = [sys.executable, "-c", CLI, "bench", str(args.graph), "--streams", str(streams),
+           "--processes", str(processes), "--frames", str(args.frames), "--warmup", str(args.warmup),
+           "--json", str(out), "--set", f"device={device}", "--set", f"workers={workers}",
+           "--set", f"output={scratch}/{tag}.mp4", "--set", f"metadata={scratch}/{tag}.jsonl"]
+    for s in args.set:
+        cmd += ["--set", s]
+    if own:
+        cmd.append("--no-device-owner")
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, check=False)
+    if not out.exists():
+        return {"tag": tag, "error": (proc.stderr or proc.stdout).strip().splitlines()[-1:]}
+    d = json.loads(out.read_text())
+    per = [v for v in d["per_stream_fps"].values() if v]
+    return {"tag": tag, "device": device, "streams": streams, "processes": d["processes"], "workers": workers,
+            "device_owner": d.get("device_owner"), "fps": d["fps"],
+            "per_stream_min": min(per) if per else None, "per_stream_max": max(per) if per else None,
+            "cpu_ms_per_frame": d["cpu_ms_per_frame"], "cpu_util_cores": d["cpu_util_cores"],
+            "peak_rss_mb": d["peak_rss_mb"], "frames": d["frames"], "copies_per_frame": d["copies_per_frame"],
+            "nodes": d["nodes"], "wall_s": round(time.perf_counter() - t0, 1), "error": d["error"]}
+
+
+def _independent(args: argparse.Namespace, device: str, n: int, scratch: Path) -> dict[str, Any]:
+    """N separate one-stream ``flowpipe bench`` processes at once: the sum of their rates."""
+    procs = []
+    for i in range(n):
+        out = scratch / f"ind_{device}_{i}.json"
+        cmd = [sys.executable, "-c", CLI, "bench", str(args.graph), "--frames", str(args.frames),
+               "--warmup", str(args.warmup), "--json", str(out), "--set", f"device={device}",
+               "--set", f"output={scratch}/ind{i}.mp4", "--set", f"metadata={scratch}/ind{i}.jsonl"]
+        for s in args.set:
+            cmd += ["--set", s]
+        procs.append((out, subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))
+    for _, p in procs:
+        p.wait(timeout=args.timeout)
+    runs = [json.loads(o.read_text()) for o, _ in procs if o.exists()]
+    fps = [r["fps"] for r in runs if r.get("fps")]
+    return {"tag": f"independent_{device}_{n}", "device": device, "streams": n, "processes": n,
+            "fps": round(sum(fps), 1), "per_stream_min": min(fps, default=None),
+            "per_stream_max": max(fps, default=None), "completed": len(runs),
+            "cpu_ms_per_frame": round(sum(r["cpu_ms_per_frame"] or 0 for r in runs) / max(len(runs), 1), 2),
+            "peak_rss_mb": round(sum(r["peak_rss_mb"] for r in runs), 1)}
+
+
+def _ceiling(row: dict[str, Any], cores: int) -> dict[str, Any]:
+    """Stage costs (busy ms per frame of each host-side node in a one-stream, one-process run) and what
+    the cores could do if that were the only work: cores * 1000 / sum."""
+    nodes = row["nodes"]
+    costs = {k: round(1e3 * (nodes[k]["busy_s"] or 0) / max(nodes[k]["frames"] or 1, 1), 2)
+             for k in CPU_STAGES if k in nodes}
+    total = sum(costs.values())
+    return {"tag": f"ceiling_{row['device']}", "device": row["device"], "stage_ms": costs,
+            "sum_ms": round(total, 2), "fps": round(cores * 1e3 / total, 1) if total else None}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--graph", default=str(ROOT / "graphs" / "face_blur.yaml"))
+    ap.add_argument("--set", action="append", default=[])
+    ap.add_argument("--runs", nargs="*", default=[])
+    ap.add_argument("--independent", nargs="*", default=[], metavar="DEVICE:N")
+    ap.add_argument("--ceiling", nargs="*", default=[], metavar="DEVICE")
+    ap.add_argument("--frames", type=int, default=150)
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--timeout", type=float, default=180)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    if not any(s.startswith("tiles=") for s in args.set):
+        args.set.append("tiles=null")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    rows: list[dict[str, Any]] = []
+    result = {"machine": {"cores": cores, "cpu": platform.processor() or platform.machine(),
+                          "python": platform.python_version()},
+              "date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv), "rows": rows}
+    with tempfile.TemporaryDirectory(prefix="flowpipe-scaling-") as tmp:
+        scratch = Path(tmp)
+        for dev in args.ceiling:
+            one = _bench(args, dev, 1, 1, 1, False, f"one_{dev}", scratch)
+            rows += [one, _ceiling(one, cores)] if "nodes" in one else [one]
+            print(json.dumps(rows[-1]), flush=True)
+        for spec in args.runs:
+            parts = spec.split(":")
+            dev, streams, procs, workers = parts[0], int(parts[1]), int(parts[2]), int(parts[3])
+            own = len(parts) > 4 and parts[4] == "own"
+            tag = f"{dev}_s{streams}_p{procs}_w{workers}" + ("_own" if own else "")
+            rows.append(_bench(args, dev, streams, procs, workers, own, tag, scratch))
+            print(json.dumps({k: v for k, v in rows[-1].items() if k != "nodes"}), flush=True)
+            Path(args.out).write_text(json.dumps(result, indent=1))
+        for spec in args.independent:
+            dev, n = spec.split(":")
+            rows.append(_independent(args, dev, int(n), scratch))
+            print(json.dumps(rows[-1]), flush=True)
+    Path(args.out).write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
