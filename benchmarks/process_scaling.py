@@ -5,8 +5,8 @@ ceiling (the stage costs of a one-stream run, times the cores).
     python benchmarks/process_scaling.py --out benchmarks/results/process_scaling.json \\
         --runs GPU:16:1:8 GPU:16:8:2 GPU:16:8:2:own --independent GPU:16 --ceiling GPU
 
-A run is ``DEVICE:STREAMS:PROCESSES:WORKERS[:own]`` (``own``: every shard opens its own inference, the
-``--no-device-owner`` of ``flowpipe bench``). Every run is a fresh ``flowpipe bench`` process on
+A run is ``DEVICE:STREAMS:PROCESSES:WORKERS[:own][:PARAM=VALUE...]`` (``own``: every shard opens its own
+inference, the ``--no-device-owner`` of ``flowpipe bench``; ``batch=8``: a graph parameter for this run). Every run is a fresh ``flowpipe bench`` process on
 graphs/face_blur.yaml with ``tiles: null`` unless ``--graph``/``--set`` say otherwise.
 """
 from __future__ import annotations
@@ -24,22 +24,36 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = "import sys; from flowpipe.cli import main; sys.exit(main())"
-CPU_STAGES = ("decode", "pre", "faces", "track", "blur", "write", "meta")  # face_blur's host-side nodes
+
+
+def _single_threaded(graph: str, scratch: Path) -> tuple[str, dict[str, str]]:
+    """The graph with one decoder thread per stream, and the environment for a one-thread OpenCV pool:
+    every stage's CPU then runs on the thread the runner times."""
+    import yaml
+
+    doc = yaml.safe_load(Path(graph).read_text())
+    for n in doc["nodes"]:
+        if n.get("type") == "video_source":
+            n.setdefault("config", {})["threads"] = 1
+    path = scratch / "single_threaded.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return str(path), dict(os.environ, OPENCV_FOR_THREADS_NUM="1")
 
 
 def _bench(args: argparse.Namespace, device: str, streams: int, processes: int, workers: int, own: bool,
-           tag: str, scratch: Path) -> dict[str, Any]:
+           tag: str, scratch: Path, graph: str | None = None, env: dict[str, str] | None = None,
+           sets: list[str] | None = None) -> dict[str, Any]:
     out = scratch / f"{tag}.json"
-    cmd = [sys.executable, "-c", CLI, "bench", str(args.graph), "--streams", str(streams),
+    cmd = [sys.executable, "-c", CLI, "bench", graph or str(args.graph), "--streams", str(streams),
            "--processes", str(processes), "--frames", str(args.frames), "--warmup", str(args.warmup),
            "--json", str(out), "--set", f"device={device}", "--set", f"workers={workers}",
            "--set", f"output={scratch}/{tag}.mp4", "--set", f"metadata={scratch}/{tag}.jsonl"]
-    for s in args.set:
+    for s in [*args.set, *(sets or [])]:
         cmd += ["--set", s]
     if own:
         cmd.append("--no-device-owner")
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, check=False)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, check=False, env=env)
     if not out.exists():
         return {"tag": tag, "error": (proc.stderr or proc.stdout).strip().splitlines()[-1:]}
     d = json.loads(out.read_text())
@@ -75,11 +89,10 @@ def _independent(args: argparse.Namespace, device: str, n: int, scratch: Path) -
 
 
 def _ceiling(row: dict[str, Any], cores: int) -> dict[str, Any]:
-    """Stage costs (busy ms per frame of each host-side node in a one-stream, one-process run) and what
-    the cores could do if that were the only work: cores * 1000 / sum."""
+    """Stage costs (CPU ms per frame of each node's own thread in a one-stream, one-process run: the
+    inference node's is its dispatch) and what the cores could do were that the only work: cores * 1000 / sum."""
     nodes = row["nodes"]
-    costs = {k: round(1e3 * (nodes[k]["busy_s"] or 0) / max(nodes[k]["frames"] or 1, 1), 2)
-             for k in CPU_STAGES if k in nodes}
+    costs = {k: v["cpu_ms_per_frame"] for k, v in nodes.items() if v.get("cpu_ms_per_frame") is not None}
     total = sum(costs.values())
     return {"tag": f"ceiling_{row['device']}", "device": row["device"], "stage_ms": costs,
             "sum_ms": round(total, 2), "fps": round(cores * 1e3 / total, 1) if total else None}
@@ -107,15 +120,18 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="flowpipe-scaling-") as tmp:
         scratch = Path(tmp)
         for dev in args.ceiling:
-            one = _bench(args, dev, 1, 1, 1, False, f"one_{dev}", scratch)
+            graph, env = _single_threaded(args.graph, scratch)
+            one = _bench(args, dev, 1, 1, 1, False, f"one_{dev}", scratch, graph, env)
             rows += [one, _ceiling(one, cores)] if "nodes" in one else [one]
             print(json.dumps(rows[-1]), flush=True)
         for spec in args.runs:
             parts = spec.split(":")
             dev, streams, procs, workers = parts[0], int(parts[1]), int(parts[2]), int(parts[3])
-            own = len(parts) > 4 and parts[4] == "own"
-            tag = f"{dev}_s{streams}_p{procs}_w{workers}" + ("_own" if own else "")
-            rows.append(_bench(args, dev, streams, procs, workers, own, tag, scratch))
+            own = "own" in parts[4:]
+            sets = [p for p in parts[4:] if "=" in p]
+            tag = f"{dev}_s{streams}_p{procs}_w{workers}" + ("_own" if own else "") + "".join(f"_{s}" for s in sets)
+            rows.append(_bench(args, dev, streams, procs, workers, own, tag, scratch, sets=sets))
+            rows[-1]["sets"] = sets
             print(json.dumps({k: v for k, v in rows[-1].items() if k != "nodes"}), flush=True)
             Path(args.out).write_text(json.dumps(result, indent=1))
         for spec in args.independent:

@@ -106,7 +106,8 @@ def bench_graph(path: str, sets: list[str] | None = None, frames: int = 300, war
         "peak_rss_mb": round((ru1.ru_maxrss + sum(peak_kb.values())) / 1024, 1),  # every process's peak, summed
         "copies_per_frame": round(copies / out_frames, 4),
         "bytes_copied_per_frame": round(bytes_copied / out_frames, 1),
-        "nodes": {k: {f: v.get(f) for f in ("type", "frames", "fps", "latency_ms", "queue_max", "busy_s")}
+        "nodes": {k: {f: v.get(f) for f in ("type", "frames", "fps", "latency_ms", "queue_max", "busy_s",
+                                                    "cpu_ms_per_frame")}
                   for k, v in res.nodes.items()},
         "edges": res.edges, "inference": res.inference, "exit": res.exit_code,
         "error": str(res.error) if res.error else None,

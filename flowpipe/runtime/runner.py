@@ -96,7 +96,8 @@ class NodeStats:
     dropped: int = 0
     failed: int = 0
     restarts: int = 0
-    busy_s: float = 0.0
+    busy_s: float = 0.0  # wall time in the node (waits on devices and full queues included)
+    cpu_s: float = 0.0  # CPU time of the node's own thread in it: the stage's cost, without the waits
     first: float | None = None
     last: float | None = None
     latency: deque = field(default_factory=lambda: deque(maxlen=100_000))
@@ -111,6 +112,7 @@ class NodeStats:
             "restarts": self.restarts,
             "fps": round(self.frames / span, 2) if span > 0 else None,
             "busy_s": round(self.busy_s, 4),
+            "cpu_ms_per_frame": round(1e3 * self.cpu_s / self.frames, 3) if self.frames else None,
             "latency_ms": {f"p{q}": round(float(np.percentile(lat, q)), 4) if lat.size else None
                            for q in (50, 95, 99)},
             "queue_max": channel.high_water if channel else 0,
@@ -249,12 +251,13 @@ class Runner:
         try:
             it = iter(node.frames())
             while not self.stop_event.is_set():
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.thread_time()
                 try:
                     frame = next(it)
                 except StopIteration:
                     break
                 t1 = time.perf_counter()
+                st.cpu_s += time.thread_time() - c0
                 if frame.ref is None:
                     frame.ref = FrameRef(frame.stream, frame.index)
                 frame.ref.report_to(self._on_final)
@@ -319,7 +322,7 @@ class Runner:
                 if self.abort_event.is_set():
                     frame.end("failed")
                     continue
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.thread_time()
                 if gate is not None:
                     gate.enter()
                 try:
@@ -338,10 +341,11 @@ class Runner:
                         gate.leave()
                 if error is not None:
                     self._node_error(spec, st, None if held else frame, error)
-                t1 = time.perf_counter()
+                t1, c1 = time.perf_counter(), time.thread_time()
                 with st.lock:
                     st.frames += 1
                     st.busy_s += t1 - t0
+                    st.cpu_s += c1 - c0
                     st.latency.append(t1 - t0)
                     if st.first is None:
                         st.first = t0

@@ -387,8 +387,13 @@ def _merge_nodes(results: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
             for k in ("frames", "dropped", "failed"):
                 m[k] += st.get(k) or 0
             m["busy_s"] = round(m["busy_s"] + (st.get("busy_s") or 0.0), 4)
+            cpu = m.pop("_cpu_ms", 0.0) + (st.get("cpu_ms_per_frame") or 0.0) * (st.get("frames") or 0)
+            m["_cpu_ms"] = cpu
+            m["cpu_ms_per_frame"] = round(cpu / m["frames"], 3) if m["frames"] else None
             m["queue_max"] = max(m["queue_max"], st.get("queue_max") or 0)
             m["shards"][str(index)] = st
+    for m in merged.values():
+        m.pop("_cpu_ms", None)
     return merged
 
 
