@@ -6,8 +6,10 @@ ceiling (the stage costs of a one-stream run, times the cores).
         --runs GPU:16:1:8 GPU:16:8:2 GPU:16:8:2:own --independent GPU:16 --ceiling GPU
 
 A run is ``DEVICE:STREAMS:PROCESSES:WORKERS[:own][:PARAM=VALUE...]`` (``own``: every shard opens its own
-inference, the ``--no-device-owner`` of ``flowpipe bench``; ``batch=8``: a graph parameter for this run). Every run is a fresh ``flowpipe bench`` process on
-graphs/face_blur.yaml with ``tiles: null`` unless ``--graph``/``--set`` say otherwise.
+inference, the ``--no-device-owner`` of ``flowpipe bench``; ``batch=8``: a graph parameter for this run).
+Every run is a fresh ``flowpipe bench`` process on graphs/face_blur.yaml with ``tiles: null`` unless
+``--graph``/``--set`` say otherwise. ``python benchmarks/report.py`` renders the results (BENCHMARKS.md
+section 8) and the plot.
 """
 from __future__ import annotations
 

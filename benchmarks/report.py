@@ -128,6 +128,7 @@ def write_report(s: dict, path: Path) -> None:
                       f"{round(eight['aggregate_fps'] / ceil, 3)}, spread {eight['per_stream_spread']} — "
                       f"{_target(eight['aggregate_fps'] / ceil >= 0.8 and eight['per_stream_spread'] < 0.1)}", ""]
     L += _changes(results)
+    L += _processes(results)
     path.write_text("\n".join(L) + "\n")
 
 
@@ -151,6 +152,83 @@ def _changes(results: Path) -> list[str]:
             "medians of the repeats, both sides alternating.", ""]
 
 
+def _processes(results: Path) -> list[str]:
+    """Section 8: streams over processes (``benchmarks/process_scaling.py`` on the 16-core GPU machine)."""
+    L = ["## 8. Streams over processes, one device owner (16 cores, NVIDIA H100)", ""]
+    runs = sorted(results.glob("process_scaling_*.json"))
+    if not runs:
+        return [*L, "No runs of benchmarks/process_scaling.py in benchmarks/results/.", ""]
+    for f in runs:
+        r = json.loads(f.read_text())
+        rows = r["rows"]
+        ceiling = next((x for x in rows if x["tag"].startswith("ceiling")), None)
+        single = {(x["device"], x["streams"], tuple(x.get("sets", []))): x["fps"] for x in rows
+                  if x.get("processes") == 1 and x.get("fps") and not x["tag"].startswith("one_")}
+        L += [f"`{f.name}` ({r['date']}; {r['machine'].get('device', '')}; {r.get('note', '')}):", "",
+              f"`python {r['command'].split('benchmarks/', 1)[-1].replace('/root/out/', 'OUT/')}`", ""]
+        if ceiling is not None:
+            stages = ", ".join(f"{k} {v}" for k, v in ceiling["stage_ms"].items())
+            L += [f"CPU-work ceiling: {ceiling['sum_ms']} ms of stage work per frame ({stages}) -> "
+                  f"{ceiling['fps']} fps on {r['machine']['cores']} cores.", ""]
+        L += ["| run | inference | streams | processes | device owner | fps | x one process | of ceiling | "
+              "slowest / fastest stream | CPU ms/frame | peak RSS MB | frames in / out / failed |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for x in rows:
+            if x["tag"].startswith(("ceiling", "one_")):
+                continue
+            if x.get("error") or not x.get("fps"):
+                L.append(f"| {x['tag']} | {x.get('device', '')} | {x.get('streams', '')} | {x.get('processes', '')} | "
+                         f"| failed | | | | | | {x.get('frames', '')}: {x.get('error')} |")
+                continue
+            one = single.get((x["device"], x["streams"], tuple(x.get("sets", []))))
+            ratio = round(x["fps"] / one, 2) if one and x.get("processes", 1) > 1 else ""
+            of = round(x["fps"] / ceiling["fps"], 2) if ceiling and ceiling.get("fps") else ""
+            owner = {True: "yes", False: "no"}.get(x.get("device_owner"), "independent")
+            fr = x.get("frames") or {}
+            L.append(f"| {x['tag']} | {x['device']} | {x['streams']} | {x['processes']} | {owner} | {x['fps']} | "
+                     f"{ratio} | {of} | {x.get('per_stream_min')} / {x.get('per_stream_max')} | "
+                     f"{x.get('cpu_ms_per_frame')} | {x.get('peak_rss_mb')} | "
+                     f"{fr.get('in', '')} / {fr.get('out', '')} / {fr.get('failed', '')} |")
+        L.append("")
+    if (results / "process_scaling.png").exists():
+        L += ["![streams over processes](benchmarks/results/process_scaling.png)", ""]
+    L += ["Runs are fresh `flowpipe bench graphs/face_blur.yaml --set tiles=null` processes, 150 frames per stream "
+          "after 20 of warm-up; `_batch=8` sets the inference node's `batch`; `_own`: every shard opens its own "
+          "inference (`--no-device-owner`); `independent`: N one-stream `flowpipe bench` processes at once "
+          "(their rates summed). CPU ms/frame counts every process of the run (shards and owner).", ""]
+    return L
+
+
+def plot_processes(results: Path) -> None:
+    """benchmarks/results/process_scaling.png from the process_scaling_*.json runs (matplotlib: the bench extra)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    bars: list[tuple[str, float]] = []
+    ceiling = None
+    for f in sorted(results.glob("process_scaling_*.json")):
+        for x in json.loads(f.read_text())["rows"]:
+            if x["tag"].startswith("ceiling"):
+                ceiling = x["fps"]
+            elif x.get("streams") == 16 and x.get("fps") and not x.get("error") and x.get("device") == "GPU":
+                bars.append((x["tag"].replace("GPU_s16_", ""), x["fps"]))
+    if not bars:
+        return
+    fig, ax = plt.subplots(figsize=(9, 4))
+    ax.bar(range(len(bars)), [v for _, v in bars], color="#4c72b0")
+    ax.set_xticks(range(len(bars)), [k for k, _ in bars], rotation=35, ha="right", fontsize=8)
+    if ceiling:
+        ax.axhline(ceiling, color="#c44e52", linestyle="--", label=f"CPU-work ceiling {ceiling} fps")
+        ax.legend()
+    ax.set_ylabel("aggregate fps, 16 streams")
+    ax.set_title("Face blur, 16 streams, GPU inference, 16 cores (H100)")
+    fig.tight_layout()
+    fig.savefig(results / "process_scaling.png", dpi=110)
+
+
 if __name__ == "__main__":
     suite = json.loads(Path(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results/suite.json").read_text())
+    plot_processes(Path(__file__).resolve().parent / "results")
     write_report(suite, Path(__file__).resolve().parent.parent / "BENCHMARKS.md")

@@ -43,13 +43,15 @@ REPORT_EVERY_S = 0.2
 
 
 def auto_processes(spec: GraphSpec, cores: int | None = None) -> int:
-    """``processes: auto``: one process per ~4 cores, never more than streams; 1 on small machines
-    (below 8 cores a second interpreter costs more than the lock it frees) and for a single stream."""
+    """``processes: auto``: one process per 2 cores, never more than streams; 1 on small machines (below
+    8 cores a second interpreter costs more than the lock it frees) and for a single stream. (16 cores,
+    16 streams of face blur on an H100: 4 processes 438 fps, 8: 456, 16: 471 with batch 1; 8: 633 and
+    16: 743 with batch 8, RSS 7.7 -> 10.1 GB: 8 is the middle; benchmarks/process_scaling.py.)"""
     cores = cores or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
     streams = len(spec.sources())
     if cores < 8 or streams < 2:
         return 1
-    return max(1, min(streams, cores // 4))
+    return max(1, min(streams, cores // 2))
 
 
 def resolve_processes(spec: GraphSpec, wanted: int | str | None = None) -> int:
