@@ -128,7 +128,7 @@ def test_processes_auto_and_limits(tmp_path) -> None:
     spec, _ = _graph(_three_streams(tmp_path), tmp_path)
     assert auto_processes(spec, cores=2) == 1  # small machines stay in one process
     assert auto_processes(spec, cores=16) == 3  # never more processes than streams
-    assert auto_processes(spec, cores=8) == 2
+    assert auto_processes(spec, cores=8) == 3  # one per 2 cores, never more than streams
     assert resolve_processes(spec, 8) == 3
     assert resolve_processes(spec, 1) == 1
     with pytest.raises(GraphError, match=r"processes: expected an integer 1\.\.256 or 'auto', got 0"):
