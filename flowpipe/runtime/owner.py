@@ -44,7 +44,7 @@ from ..graph import NodeSpec
 from ..memory import BufferPool, SharedBuffer
 from ..memory import ledger as ledgers
 from ..node import Node, RunContext
-from .process import _recv, _send
+from .process import OutsideContext, _recv, _send
 
 log = logging.getLogger("flowpipe.owner")
 CONNECT_TIMEOUT_S = 60.0  # a restarted owner loads its model (from the cache) within this
@@ -56,7 +56,6 @@ class OwnerLink:
 
     path: str
     placements: dict[str, str]
-    devices: dict[str, str]
 
 
 # -- wire: arrays in shared buffers as headers ------------------------------------------------------------
@@ -80,43 +79,18 @@ def _view(buffers: dict[int, Any], ref: tuple[Any, ...]) -> np.ndarray:
 
 
 # -- owner process ------------------------------------------------------------------------------------------
-class _OwnerContext:
+class _OwnerContext(OutsideContext):
     """An owned node's view of the run: the owner's devices, the input contract its clients declared."""
 
+    where = "the device owner"
+
     def __init__(self, node_id: str, devs: Any, contract: InputContract, in_flight: int, wake: Callable[[], None]):
-        self.node_id = node_id
-        self.shard = (0, 1)
-        self.streams = 1
-        self.devices = devs
-        self.stats: dict[str, Any] = {}
-        self.sections: dict[str, dict[str, Any]] = {}
-        self.wake = wake
-        self._contract, self._in_flight = contract, in_flight
-
-    @property
-    def stopping(self) -> bool:
-        return False
-
-    def frames_in_flight(self) -> int:
-        return self._in_flight
-
-    def allocation(self, port: str) -> Allocation:
-        return Allocation("host")
+        super().__init__(node_id, in_flight, devices_=devs)
+        self.wake = wake  # type: ignore[method-assign]
+        self._contract = contract
 
     def input(self, port: str) -> InputContract | None:
         return self._contract
-
-    def section(self, name: str, data: dict[str, Any]) -> None:
-        self.sections[name] = data
-
-    def feed(self, name: str) -> list[Any]:
-        raise KeyError(f"in-memory feed {name!r} is not reachable from the device owner")
-
-    def collector(self, name: str) -> list[Frame]:
-        raise KeyError(f"in-memory collection {name!r} is not reachable from the device owner")
-
-    def snapshot(self) -> dict[str, Any]:
-        return {}
 
 
 @dataclass
@@ -141,7 +115,6 @@ class _Owned:
     ctx: _OwnerContext | None = None
     frames: int = 0
     failed: int = 0
-    batches: int = 0
     busy_s: float = 0.0
 
 
@@ -172,9 +145,7 @@ class _Owner:
         self.sel.register(self.listener, selectors.EVENT_READ, "accept")
         self.sel.register(self.wake_r, selectors.EVENT_READ, "wake")
         self.sel.register(self.control, selectors.EVENT_READ, "control")
-        devs = {nid: str(getattr(o.node, "choice", None) and o.node.choice.device)  # type: ignore[attr-defined]
-                for nid, o in self.owned.items()}
-        self.control.send(("listening", os.getpid(), {n: o.placement for n, o in self.owned.items()}, devs))
+        self.control.send(("listening", os.getpid(), {n: o.placement for n, o in self.owned.items()}))
         while self.running:
             for key, _ in self.sel.select(timeout=0.5):
                 what = key.data
@@ -268,36 +239,31 @@ class _Owner:
                 self._failed(o, e if isinstance(e, FrameError) else FrameError([], e))
 
     def _deliver(self, o: _Owned, out: Any) -> None:
-        done: dict[int, tuple[_Client, list[int]]] = {}
-        for f in _frames_of(out):
-            route = self.routes.pop(id(f), None)
-            if route is None:
-                continue
-            c, _, key, _ = route
-            done.setdefault(id(c), (c, []))[1].append(key)
-            o.frames += 1
-            f.end("out")
-            self._settled(c)
-        for c, keys in done.values():
+        for c, keys in self._settle(_frames_of(out), "out").values():
+            o.frames += len(keys)
             self._reply(c, ("done", o.spec.id, keys))
-        if o.ctx is not None and o.frames:
-            o.batches = o.ctx.stats.get("batches", o.batches)
 
     def _failed(self, o: _Owned, err: FrameError) -> None:
         cause = err.cause
         why = f"{type(cause).__name__}: {cause}" if isinstance(cause, BaseException) else str(cause)
+        for c, keys in self._settle(err.frames, "failed").values():
+            o.failed += len(keys)
+            self._reply(c, ("failed", o.spec.id, keys, why))
+
+    def _settle(self, frames: list[Frame], fate: str) -> dict[int, tuple[_Client, list[int]]]:
+        """The clients' keys of ``frames``, per client; each frame's hold on mapped memory ends."""
         groups: dict[int, tuple[_Client, list[int]]] = {}
-        for f in err.frames:
+        for f in frames:
             route = self.routes.pop(id(f), None)
             if route is None:
                 continue
             c, _, key, _ = route
             groups.setdefault(id(c), (c, []))[1].append(key)
-            o.failed += 1
-            f.end("failed")
-            self._settled(c)
-        for c, keys in groups.values():
-            self._reply(c, ("failed", o.spec.id, keys, why))
+            f.end(fate)
+            c.in_flight -= 1
+            if c.gone and c.in_flight == 0:
+                c.close_buffers()  # requests no longer write into its pages
+        return groups
 
     def _reply(self, c: _Client, msg: tuple[Any, ...]) -> None:
         if c.gone:
@@ -306,11 +272,6 @@ class _Owner:
             _send(c.sock, msg)
         except OSError:
             self._drop(c)
-
-    def _settled(self, c: _Client) -> None:
-        c.in_flight -= 1
-        if c.gone and c.in_flight == 0:
-            c.close_buffers()  # requests no longer write into its pages
 
     def _drop(self, c: _Client) -> None:
         if c.gone:
@@ -360,11 +321,12 @@ def _frames_of(out: Any) -> list[Frame]:
     return [f for v in out.values() for f in (v if isinstance(v, list) else [v])]
 
 
-def _ready_info(node: Node, ctx: _OwnerContext) -> tuple[Any, ...]:
+def _ready_info(node: Node, ctx: _OwnerContext) -> dict[str, Any]:
+    """What a client needs from an opened node: its outputs (the memory it provides), what it adds to each
+    frame's metadata, its ``--stats`` sections."""
     describe = getattr(node, "output_specs", None)
-    outs = describe() if describe is not None else []
-    return {"outputs": outs, "pid": os.getpid(), "meta": getattr(node, "frame_meta", dict)(),
-            "sections": ctx.sections, "max_held": node.max_held}  # type: ignore[return-value]
+    return {"outputs": describe() if describe is not None else [], "pid": os.getpid(),
+            "meta": getattr(node, "frame_meta", dict)(), "sections": ctx.sections}
 
 
 def owned_placement(node: Node, devs: Any) -> str:
@@ -417,7 +379,7 @@ class OwnerProcess:
         if msg[0] != "listening":
             raise RuntimeError(f"the device owner failed to start: {msg[1]}")
         self.pids.append(msg[1])
-        self.link = OwnerLink(self.path, msg[2], msg[3])
+        self.link = OwnerLink(self.path, msg[2])
 
     @property
     def pid(self) -> int | None:

@@ -131,17 +131,21 @@ def _decode_into(codec: _Codec, msg: dict[str, Any], frame: Frame | None = None)
 
 
 # -- worker side -----------------------------------------------------------------------------------------
-class _WorkerContext:
-    """The node's view of the run inside a worker process: host memory, its own stats, no neighbours."""
+class OutsideContext:
+    """A node's view of the run from another process than the runner's (a worker, the device owner): host
+    memory, its own stats and sections, none of the run's in-memory feeds or collections."""
 
-    def __init__(self, info: dict[str, Any]):
-        self.node_id = info["id"]
-        self.shard = tuple(info["shard"])
-        self.streams = info["streams"]
-        self.devices = devices()
+    where = "a worker process"
+
+    def __init__(self, node_id: str, in_flight: int, shard: tuple[int, int] = (0, 1), streams: int = 1,
+                 devices_: Any = None):
+        self.node_id = node_id
+        self.shard = shard
+        self.streams = streams
+        self.devices = devices_ if devices_ is not None else devices()
         self.stats: dict[str, Any] = {}
         self.sections: dict[str, dict[str, Any]] = {}
-        self._in_flight = info["in_flight"]
+        self._in_flight = in_flight
 
     @property
     def stopping(self) -> bool:
@@ -163,10 +167,10 @@ class _WorkerContext:
         self.sections[name] = data
 
     def feed(self, name: str) -> list[Any]:
-        raise KeyError(f"in-memory feed {name!r} is not reachable from a worker process")
+        raise KeyError(f"in-memory feed {name!r} is not reachable from {self.where}")
 
     def collector(self, name: str) -> list[Frame]:
-        raise KeyError(f"in-memory collection {name!r} is not reachable from a worker process")
+        raise KeyError(f"in-memory collection {name!r} is not reachable from {self.where}")
 
     def snapshot(self) -> dict[str, Any]:
         return {}
@@ -180,7 +184,7 @@ def _worker_main(sock: socket.socket, info: dict[str, Any]) -> None:
 
     cls = lookup(info["type"])
     node = cls(info["id"], cls.Config.model_validate(info["config"]))
-    ctx = _WorkerContext(info)
+    ctx = OutsideContext(info["id"], info["in_flight"], tuple(info["shard"]), info["streams"])
     codec = _Codec()
     try:
         node.open(ctx)
