@@ -44,7 +44,7 @@ from ..graph import NodeSpec
 from ..memory import BufferPool, SharedBuffer
 from ..memory import ledger as ledgers
 from ..node import Node, RunContext
-from .process import OutsideContext, _recv, _send
+from .process import OutsideContext, _Codec, _recv, _send
 
 log = logging.getLogger("flowpipe.owner")
 CONNECT_TIMEOUT_S = 60.0  # a restarted owner loads its model (from the cache) within this
@@ -71,13 +71,6 @@ class _Mapped:
         pass
 
 
-def _view(buffers: dict[int, Any], ref: tuple[Any, ...]) -> np.ndarray:
-    _, bid, offset, shape, dtype, strides = ref
-    buf = buffers[bid]
-    base = buf.array((buf.size,), np.uint8)
-    return np.lib.stride_tricks.as_strided(base[offset:].view(np.dtype(dtype)), shape, strides)
-
-
 # -- owner process ------------------------------------------------------------------------------------------
 class _OwnerContext(OutsideContext):
     """An owned node's view of the run: the owner's devices, the input contract its clients declared."""
@@ -96,14 +89,14 @@ class _OwnerContext(OutsideContext):
 @dataclass
 class _Client:
     sock: socket.socket
-    buffers: dict[int, Any] = field(default_factory=dict)
+    codec: _Codec = field(default_factory=_Codec)  # the client's buffers, mapped from the fds it sent
     in_flight: int = 0
     gone: bool = False
 
     def close_buffers(self) -> None:
-        for b in self.buffers.values():
+        for b in self.codec.buffers.values():
             b.close()
-        self.buffers.clear()
+        self.codec.buffers.clear()
 
 
 @dataclass
@@ -184,7 +177,7 @@ class _Owner:
         if kind == "frame":
             _, nid, key, new, body = msg
             for (bid, kind_), fd in zip(new, fds):
-                c.buffers[bid] = SharedBuffer(os.fstat(fd).st_size, kind_, _fd=fd)
+                c.codec.buffers[bid] = SharedBuffer(os.fstat(fd).st_size, kind_, _fd=fd)
             self._frame(c, nid, key, body)
         elif kind == "hello":
             _, nid, offer, in_flight = msg
@@ -214,9 +207,9 @@ class _Owner:
         o = self.owned[nid]
         f = Frame(body["stream"], body["index"], body["pts"], None, "TENSOR", body["meta"])
         for bid in body["bids"]:
-            f.hold(_Mapped(c.buffers[bid]))
-        f.tensors["input"] = _view(c.buffers, body["input"]) if body["input"][0] == "buf" else body["input"][1]
-        outs = [_view(c.buffers, r) for r in body["outputs"]]
+            f.hold(_Mapped(c.codec.buffers[bid]))
+        f.tensors["input"] = c.codec.decode(body["input"])
+        outs = [c.codec.decode(r) for r in body["outputs"]]
         provide = getattr(o.node, "provide_outputs", None)
         if provide is not None:
             provide(f, outs)
@@ -293,7 +286,6 @@ class _Owner:
         return out
 
     def _close(self) -> None:
-        stats = self._stats()
         for o in self.owned.values():
             if o.ctx is not None:
                 try:
@@ -301,9 +293,8 @@ class _Owner:
                     o.node.close()
                 except Exception as e:  # noqa: BLE001
                     log.error("device owner: closing node '%s': %s", o.spec.id, e)
-        stats = self._stats() | {"nodes": stats["nodes"]}
         with contextlib.suppress(OSError):
-            self.control.send(("closed", stats))
+            self.control.send(("closed", self._stats()))
         self.listener.close()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
@@ -427,7 +418,6 @@ class OwnerClient(Node):
     """Takes an owned node's place in a shard: sends frames to the device owner, gets them back in order."""
 
     holds_frames = True
-    parallel_streams = False
     WINDOW: ClassVar[int] = 8  # frames a shard may have at the owner per node: keeps its requests busy
 
     def __init__(self, spec: NodeSpec, link: OwnerLink):
@@ -446,7 +436,6 @@ class OwnerClient(Node):
         self.ctx = ctx
         contract = ctx.input(self.in_port)
         self.in_offer = contract.offer if contract is not None else Offer()
-        self.edge = contract.edge if contract is not None else ""
         self.in_flight_cap = ctx.frames_in_flight()
         self.pending: dict[int, Frame] = {}
         self.order: deque[int] = deque()
@@ -456,7 +445,6 @@ class OwnerClient(Node):
         self.seq = 0
         self.sock: socket.socket | None = None
         self.pools: list[BufferPool] = []
-        self.restarts_seen = 0
         self._connect(time.monotonic() + CONNECT_TIMEOUT_S)
 
     def _connect(self, deadline: float) -> None:
