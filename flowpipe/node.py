@@ -45,6 +45,7 @@ class RunContext(Protocol):
     devices: Devices  # the device owners of this process (OpenVINO Core, OpenCL contexts)
     shard: tuple[int, int]  # (index, count): this process's share of the run's streams; (0, 1) unsharded
     streams: int  # streams in the whole run (every process): what shares of the machine are sized by
+    generation: int  # 0; n when this part of the run restarted n times (outputs go to new files)
     stats: dict[str, Any]  # this node's block of ``--stats``
 
     @property
@@ -52,6 +53,10 @@ class RunContext(Protocol):
 
     def wake(self) -> None:
         """Make the runner call ``node.poll()`` soon (thread-safe; for async completions)."""
+
+    def resume_at(self, stream: str) -> int:
+        """The first frame index of ``stream`` this run emits (0 unless it resumes a stream after a restart:
+        a source that can seek starts there; the runner discards earlier frames of the others)."""
 
     def frames_in_flight(self) -> int:
         """How many frames can be in flight downstream of this node: the size its pools need."""

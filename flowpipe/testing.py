@@ -93,6 +93,7 @@ class StandaloneContext:
         self.node_id = node_id
         self.shard = (0, 1)
         self.streams = 1
+        self.generation = 0
         self.devices = devices_
         self.stats: dict[str, Any] = {}
         self.sections: dict[str, dict[str, Any]] = {}
@@ -108,6 +109,9 @@ class StandaloneContext:
 
     def wake(self) -> None:
         pass  # the caller polls
+
+    def resume_at(self, stream: str) -> int:
+        return 0
 
     def frames_in_flight(self) -> int:
         return self._in_flight

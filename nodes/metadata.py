@@ -55,7 +55,9 @@ class JsonLines(Node):
         if self.config.path == "-":
             return
         Path(self.config.path).parent.mkdir(parents=True, exist_ok=True)
-        truncate = os.O_TRUNC if ctx.shard[0] == 0 else 0  # shards open before any frame flows
+        # the first shard's first start truncates (shards open before any frame flows); a restarted shard
+        # appends after the lines its streams' earlier process wrote
+        truncate = os.O_TRUNC if ctx.shard[0] == 0 and ctx.generation == 0 else 0
         self.fd = os.open(self.config.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | truncate, 0o644)
 
     def process(self, frame: Frame, port: str) -> None:

@@ -190,7 +190,7 @@ class VideoSource(Source):
             return
         plays = 0
         t0 = time.monotonic()
-        emitted = 0
+        emitted = base = self._resume(cap)
         while True:
             w = int(cap.get(cv2.CAP_PROP_FRAME_WIDTH))
             h = int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT))
@@ -231,7 +231,7 @@ class VideoSource(Source):
                 ref.index = emitted
                 frame = Frame(self.stream, emitted, pts, data, "BGR", ref=ref,
                               meta={"decoded_index": self.decoded - 1, "fps": self.fps / c.every})
-                self._pace(t0, emitted)
+                self._pace(t0, emitted - base)
                 emitted += 1
                 yield frame
             if self.is_net and not self.ctx.stopping:
@@ -246,6 +246,23 @@ class VideoSource(Source):
                 cap.set(cv2.CAP_PROP_POS_FRAMES, 0)
                 continue
             return
+
+    def _resume(self, cap: cv2.VideoCapture) -> int:
+        """The index of the first frame to emit: 0, or where an earlier process of this run stopped. A live
+        source goes on numbering from there; a file skips its frames up to there without converting them
+        (a looping file is left to the runner, which discards what entered before)."""
+        start = self.ctx.resume_at(self.stream)
+        if not start or self.is_net or _is_camera(self.config.uri):
+            return start
+        if self.config.loop:
+            return 0
+        emitted = 0
+        while emitted < start and cap.grab():
+            self.decoded += 1
+            if (self.decoded - 1) % self.config.every == 0:
+                emitted += 1
+        log.info("node '%s': stream '%s' resumes at frame %d", self.id, self.stream, emitted)
+        return emitted
 
     def _skip_corrupt(self) -> bool:
         """A file frame that does not decode: skip it (counted) unless too many fail in a row (the end)."""
@@ -324,6 +341,7 @@ class VideoWriter(Node):
         self._lock = threading.Lock()  # workers: N writes several streams at once
         self.writers: dict[str, cv2.VideoWriter] = {}
         self.first_shard = ctx.shard[0] == 0  # the plain path belongs to the first stream of the first shard
+        self.generation = ctx.generation  # a restarted shard writes new files beside the earlier ones
         self.sizes: dict[str, tuple[int, int]] = {}
         self.stats = ctx.stats
         self.written: dict[str, int] = {}
@@ -350,6 +368,9 @@ class VideoWriter(Node):
             if "{stream}" not in self.config.path and (self.writers or not self.first_shard):  # its own file
                 p = Path(path)
                 path = str(p.with_name(f"{p.stem}-{frame.stream}{p.suffix}"))
+            if self.generation:
+                p = Path(path)
+                path = str(p.with_name(f"{p.stem}.restart{self.generation}{p.suffix}"))
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             w = cv2.VideoWriter(path, cv2.VideoWriter.fourcc(*self.config.fourcc), self._fps(frame), size)
             if not w.isOpened():

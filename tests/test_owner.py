@@ -17,10 +17,10 @@ FACES = Path(__file__).resolve().parent
 
 
 def _graph(tmp_path: Path, name: str = "g.yaml", every: tuple[int, ...] = (4, 5, 8), fps: float | None = None,
-           detect: str = "", owner: bool = True):
+           detect: str = "", owner: bool = True, source: str = ""):
     """The 150-frame 1366x768 sample once per stream (every Nth frame), through BlazeFace on the CPU."""
     rate = f", max_fps: {fps}" if fps else ""
-    sources = "\n".join(f"  - {{id: s{i}, type: video_source, config: {{uri: sample, every: {n}{rate}}}}}"
+    sources = "\n".join(f"  - {{id: s{i}, type: video_source, config: {{uri: sample, every: {n}{rate}}}{source}}}"
                         for i, n in enumerate(every))
     ins = ", ".join(f"s{i}.frame" for i in range(len(every)))
     text = f"""\
@@ -118,6 +118,42 @@ def test_a_killed_owner_is_restarted_and_its_frames_are_accounted(tmp_path, capf
     if f["failed"]:  # each named by stream and frame, in the shard that had sent it
         named = re.findall(r"stream '(s\d)', frame (\d+): RuntimeError: the device owner \(pid \d+\) died holding", err)
         assert named and all((s, int(i)) not in lines for s, i in named)
+    for pid in run.pids:
+        assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+
+
+def test_a_killed_shard_resumes_its_streams_on_the_same_owner(tmp_path) -> None:
+    """SIGKILL of a worker mid-run, sources under ``on_error: restart``: the frames it had in flight fail
+    (named), a new worker resumes its stream after the last frame that entered the dead one, the owner
+    serves it without a restart, and the other stream never stops."""
+    spec, out = _graph(tmp_path, every=(1, 1), fps=60, source=", on_error: restart")
+    run = ShardedRun(spec, 2)
+    box: dict = {}
+    t = threading.Thread(target=lambda: box.update(res=run.run()))
+    t.start()
+    deadline = time.monotonic() + 60
+    while (len(run.shards) < 2 or run.snapshot()["out"] < 60) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    victim = run.shards[1].pid
+    assert victim is not None
+    os.kill(victim, signal.SIGKILL)
+    t.join(timeout=120)
+    res = box["res"]
+    assert res.ok, res.error
+    f = res.frames
+    assert f["in"] == 300 and f["in"] == f["out"] + f["failed"] + f["dropped"]  # each frame entered once
+    assert res.per_stream == {"s0": 150, "s1": 150}
+    stats = res.to_json()
+    assert stats["shard_restarts"] == 1 and stats["device_owner"]["restarts"] == 0
+    dead = next(sh for sh in stats["shards"] if sh["restarted"])
+    assert dead["pid"] == victim and dead["streams"] == ["s1"]
+    named = re.search(r"(\d+) frames in flight counted as failed(?:: s1 ([\d,-]+))?", dead["error"])
+    assert named and int(named.group(1)) == f["failed"]
+    lines = _records(out)
+    s1 = sorted(i for s, i in lines if s == "s1")
+    assert {i for s, i in lines if s == "s0"} == set(range(150))
+    assert len(s1) == len(set(s1)) and max(s1) == 149  # resumed on the same owner, to the end, no repeats
+    assert len(lines) == f["out"] and 150 - len(s1) == f["failed"]
     for pid in run.pids:
         assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
 

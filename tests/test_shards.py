@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -80,6 +81,36 @@ def test_a_shard_killed_costs_only_its_frames_in_flight(tmp_path) -> None:
     lines = _lines(tmp_path / "m.jsonl")
     assert {i for s, i in lines if s == "a"} == set(range(120))
     assert all(i < 40 for s, i in lines if s == "b")
+
+
+def test_a_killed_shard_restarts_its_streams_where_they_stopped(tmp_path) -> None:
+    """``on_error: restart`` on stream b's source: SIGKILL at frame 40 costs the frames in flight (failed,
+    named); a new process resumes b after the last frame that entered the dead one; a and c never stop."""
+    hop = "{id: hop, type: test_crash, config: {crash_on: [40], streams: [b]}, inputs: {in: [a, b, c]}}"
+    text = _three_streams(tmp_path, hop=hop, realtime=True).replace(
+        "{id: b, type: synthetic_source, config: {count: 90, width: 64, height: 48, realtime: true, fps: 100}}",
+        "{id: b, type: synthetic_source, on_error: restart, restarts: 2,"
+        " config: {count: 90, width: 64, height: 48, realtime: true, fps: 100}}")
+    spec, _ = _graph(text, tmp_path)
+    run = ShardedRun(spec, 2)
+    res = run.run()
+    assert res.ok, res.error
+    f = res.frames
+    assert f["in"] == f["out"] + f["dropped"] + f["failed"]
+    assert res.per_stream == {"a": 120, "b": 90, "c": 60}  # every frame of every stream accounted once
+    dead = [sh for sh in res.shards if sh["restarted"]]
+    assert len(dead) == 1 and dead[0]["streams"] == ["b"] and "signal 9" in dead[0]["error"]
+    assert res.shard_restarts == 1 and res.to_json()["processes"] == 2
+    assert [sh["generation"] for sh in res.shards if sh["streams"] == ["b"]] == [0, 1]
+    failed = f["failed"]
+    assert 1 <= failed < 40 and re.search(r"frames in flight counted as failed: b \d", dead[0]["error"])
+    lines = _lines(tmp_path / "m.jsonl")
+    b = [i for s, i in lines if s == "b"]
+    assert {i for s, i in lines if s == "a"} == set(range(120))
+    assert len(set(range(90)) - set(b)) <= failed and max(b) == 89  # resumed and ran to the end
+    assert 40 not in b  # the frame that killed the process never came back
+    assert (tmp_path / "v-b.restart1.mp4").stat().st_size > 0 and (tmp_path / "v-b.mp4").exists()
+    assert not any(p.is_alive() for p in (sh.proc for sh in run.shards))
 
 
 def test_an_open_failure_in_one_shard_stops_every_shard_before_any_frame(tmp_path) -> None:

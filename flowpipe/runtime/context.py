@@ -16,6 +16,15 @@ if TYPE_CHECKING:
     from .runner import Runner
 
 
+@dataclass(frozen=True)
+class Resume:
+    """Where a restarted part of a run picks up: after ``generation`` restarts (0: the first start), each
+    stream's sources begin at frame ``start[stream]`` (the frames before it entered an earlier process)."""
+
+    generation: int = 0
+    start: dict[str, int] = field(default_factory=dict)
+
+
 @dataclass
 class RunState:
     """Everything a run creates and nothing outlives it: the copy ledger, in-memory feeds and collections,
@@ -37,6 +46,7 @@ class NodeContext:
         self.node_id = node_id
         self.shard = runner.shard
         self.streams = runner.streams
+        self.generation = runner.resume.generation
         self.devices = devices
         self.stats = stats
         self.wake = wake
@@ -46,6 +56,9 @@ class NodeContext:
     @property
     def stopping(self) -> bool:
         return self._runner.stop_event.is_set()
+
+    def resume_at(self, stream: str) -> int:
+        return self._runner.resume.start.get(stream, 0)
 
     def frames_in_flight(self) -> int:
         return self._runner.frames_in_flight(self.node_id)

@@ -138,10 +138,11 @@ class OutsideContext:
     where = "a worker process"
 
     def __init__(self, node_id: str, in_flight: int, shard: tuple[int, int] = (0, 1), streams: int = 1,
-                 devices_: Any = None):
+                 devices_: Any = None, generation: int = 0):
         self.node_id = node_id
         self.shard = shard
         self.streams = streams
+        self.generation = generation
         self.devices = devices_ if devices_ is not None else devices()
         self.stats: dict[str, Any] = {}
         self.sections: dict[str, dict[str, Any]] = {}
@@ -153,6 +154,9 @@ class OutsideContext:
 
     def wake(self) -> None:
         pass
+
+    def resume_at(self, stream: str) -> int:
+        return 0  # only sources resume, and they run in the runner's process
 
     def frames_in_flight(self) -> int:
         return self._in_flight
@@ -184,7 +188,8 @@ def _worker_main(sock: socket.socket, info: dict[str, Any]) -> None:
 
     cls = lookup(info["type"])
     node = cls(info["id"], cls.Config.model_validate(info["config"]))
-    ctx = OutsideContext(info["id"], info["in_flight"], tuple(info["shard"]), info["streams"])
+    ctx = OutsideContext(info["id"], info["in_flight"], tuple(info["shard"]), info["streams"],
+                         generation=info["generation"])
     codec = _Codec()
     try:
         node.open(ctx)
@@ -247,7 +252,8 @@ class ProcessNode(Node):
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         info = {"type": self.spec.type, "id": self.id, "config": self.spec.config.model_dump(mode="json"),
                 "plugins": self.plugins, "plugin_dir": self.plugin_dir, "in_flight": self.ctx.frames_in_flight(),
-                "shard": list(self.ctx.shard), "streams": self.ctx.streams}
+                "shard": list(self.ctx.shard), "streams": self.ctx.streams,
+                "generation": self.ctx.generation}
         mpc = mp.get_context("spawn")
         self.proc = mpc.Process(target=_worker_main, args=(child, info), name=f"flowpipe:{self.id}", daemon=True)
         self.proc.start()

@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -28,8 +28,9 @@ from ..graph import GraphSpec, NodeSpec
 from ..memory import ledger as ledgers
 from ..memory.ledger import UNATTRIBUTED, EdgeMemory
 from ..node import Node, Source
+from .board import StreamBoard
 from .channel import EOS, Channel, StreamRouter
-from .context import NodeContext, RunState
+from .context import NodeContext, Resume, RunState
 from .negotiate import resolve
 from .owner import OwnerClient, OwnerLink
 from .process import isolate
@@ -38,17 +39,21 @@ log = logging.getLogger("flowpipe")
 Inbox = Channel | StreamRouter
 
 
-def _frame_list(frames: list[Frame]) -> str:
-    """``cam-a 4-7, cam-b 4`` : the frames of a batch, per stream."""
+def frame_list(frames: Iterable[tuple[str, int]]) -> str:
+    """``cam-a 4-7,9, cam-b 4`` : frames (stream, index), per stream, runs of indices as ranges."""
     by: dict[str, list[int]] = {}
-    for f in frames:
-        by.setdefault(f.stream, []).append(f.index)
+    for stream, index in frames:
+        by.setdefault(stream, []).append(index)
     out = []
     for stream, idx in by.items():
         idx.sort()
-        contiguous = idx[-1] - idx[0] == len(idx) - 1
-        out.append(f"{stream} {idx[0]}-{idx[-1]}" if contiguous and len(idx) > 1 else
-                   f"{stream} {','.join(map(str, idx))}")
+        runs: list[list[int]] = []
+        for i in idx:
+            if runs and i == runs[-1][1] + 1:
+                runs[-1][1] = i
+            else:
+                runs.append([i, i])
+        out.append(f"{stream} " + ",".join(f"{a}-{b}" if b > a else str(a) for a, b in runs))
     return ", ".join(out)
 
 
@@ -133,11 +138,13 @@ class Runner:
                  feeds: dict[str, list[Any]] | None = None, devices_: Devices | None = None,
                  record_times: bool = False, shard: tuple[int, int] = (0, 1),
                  on_opened: Callable[[], bool] | None = None, owner: OwnerLink | None = None,
-                 streams: int | None = None):
+                 streams: int | None = None, resume: Resume | None = None, board: StreamBoard | None = None):
         self.spec = spec
         self.owner = owner  # the device owner that serves this shard's ``serves_streams`` nodes
         self.shard = shard  # (index, count) when this run is one shard of a run over several processes
         self.streams = streams or max(1, len(spec.sources()))  # in the whole run, every shard's
+        self.resume = resume or Resume()  # a restarted shard: its generation and where each stream picks up
+        self.board = board  # a shard's per-stream account in memory its supervisor reads after a crash
         self.on_opened = on_opened  # after every open, before any frame: False stops the run unstarted
         self.max_frames = max_frames
         self.drain_timeout = drain_timeout
@@ -168,6 +175,8 @@ class Runner:
         with self._count_lock:
             self.counts[ref.fate] += 1
             self.per_stream[ref.stream] = self.per_stream.get(ref.stream, 0) + 1
+            if self.board is not None:
+                self.board.ended(ref.stream, ref.index, ref.fate)
             if self.record_times:
                 self.done_times.append((now, ref.stream))
 
@@ -248,6 +257,7 @@ class Runner:
         ledgers.bind(self.state.ledger)
         st = self.stats[spec.id]
         port = next(iter(spec.cls.outputs), None)
+        start = self.resume.start
         try:
             it = iter(node.frames())
             while not self.stop_event.is_set():
@@ -258,11 +268,17 @@ class Runner:
                     break
                 t1 = time.perf_counter()
                 st.cpu_s += time.thread_time() - c0
+                if frame.index < start.get(frame.stream, 0):  # entered an earlier process of this run
+                    if frame.ref is not None:
+                        frame.ref.end()  # its buffers go back; not this run's frame to account
+                    continue
                 if frame.ref is None:
                     frame.ref = FrameRef(frame.stream, frame.index)
                 frame.ref.report_to(self._on_final)
                 with self._count_lock:
                     self.counts["in"] += 1
+                    if self.board is not None:
+                        self.board.entered(frame.stream, frame.index)
                     self._emitted += 1
                     limit_hit = self.max_frames is not None and self._emitted >= self.max_frames
                 st.frames += 1
@@ -378,7 +394,7 @@ class Runner:
             frame = frames[0]
         msg = f"{type(cause).__name__}: {cause}" if isinstance(cause, BaseException) else str(cause)
         if len(frames) > 1:
-            msg += f" (a batch of {len(frames)} frames: {_frame_list(frames)})"
+            msg += f" (a batch of {len(frames)} frames: {frame_list((f.stream, f.index) for f in frames)})"
         if spec.on_error == "restart" and frame is not None:
             with st.lock:
                 restart = st.restarts < spec.restarts

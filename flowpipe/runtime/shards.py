@@ -33,10 +33,12 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from ..errors import GraphError
-from ..graph import GraphSpec
+from ..graph import GraphSpec, NodeSpec
 from ..node import sharding_refusal
+from .board import StreamBoard
+from .context import Resume
 from .owner import OwnerLink, OwnerProcess
-from .runner import RunSummary
+from .runner import RunSummary, frame_list
 
 log = logging.getLogger("flowpipe.shards")
 REPORT_EVERY_S = 0.2
@@ -100,7 +102,8 @@ def subgraph(spec: GraphSpec, sources: list[str]) -> GraphSpec:
 # -- shard side --------------------------------------------------------------------------------------------
 def _shard_main(conn: Connection, payload: bytes, plugins: list[str], plugin_dir: str | None, index: int,
                 count: int, sources: list[str], max_frames: int | None, record_times: bool,
-                owner: OwnerLink | None = None) -> None:
+                owner: OwnerLink | None = None, resume: Resume | None = None,
+                board: StreamBoard | None = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides what an interrupt means
     from ..registry import import_plugin
     from .runner import Runner
@@ -140,7 +143,8 @@ def _shard_main(conn: Connection, payload: bytes, plugins: list[str], plugin_dir
                 return
 
     runner = Runner(subgraph(spec, sources), max_frames=max_frames, progress=progress, record_times=record_times,
-                    shard=(index, count), on_opened=on_opened, owner=owner, streams=len(spec.sources()))
+                    shard=(index, count), on_opened=on_opened, owner=owner, streams=len(spec.sources()),
+                    resume=resume, board=board)
     runner.progress_every = REPORT_EVERY_S
     try:
         res = runner.run()
@@ -157,15 +161,18 @@ def _shard_main(conn: Connection, payload: bytes, plugins: list[str], plugin_dir
 @dataclass
 class _Shard:
     index: int
-    sources: list[str]
+    sources: list[str]  # node ids of its sources
     proc: Any
     conn: Connection
+    board: StreamBoard
+    resume: Resume = field(default_factory=Resume)
     pid: int | None = None
     opened: bool = False
     counts: dict[str, int] = field(default_factory=lambda: {"in": 0, "out": 0, "dropped": 0, "failed": 0})
     streams: dict[str, int] = field(default_factory=dict)
     result: dict[str, Any] | None = None
     error: str | None = None
+    restarted: bool = False  # a new process took its streams over
 
 
 class ShardedRun:
@@ -233,21 +240,9 @@ class ShardedRun:
 
     def _run_shards(self) -> None:
         groups = plan(self.spec, self.processes)
-        total_sources = max(1, len(self.spec.sources()))
-        payload = pickle.dumps(self.spec)
-        ctx = mp.get_context("spawn")
-        link = self.owner.link if self.owner is not None else None
+        self._payload = pickle.dumps(self.spec)
         for i, sources in enumerate(groups):
-            parent, child = ctx.Pipe(duplex=True)
-            cap = None
-            if self.max_frames is not None:  # the run's frame limit, shared by the streams' weight
-                cap = max(1, round(self.max_frames * len(sources) / total_sources))
-            proc = ctx.Process(target=_shard_main, name=f"flowpipe:shard-{i}", daemon=True,
-                               args=(child, payload, self.spec.plugins, self.spec.plugin_dir, i, len(groups),
-                                     sources, cap, self.record_times, link))
-            proc.start()
-            child.close()
-            self.shards.append(_Shard(i, sources, proc, parent))
+            self.shards.append(self._spawn(i, sources, Resume()))
         try:
             if self._open_all():
                 for sh in self.shards:
@@ -261,6 +256,23 @@ class ShardedRun:
                     sh.proc.kill()
                     sh.proc.join(timeout=5)
                 sh.conn.close()
+
+    def _spawn(self, index: int, sources: list[str], resume: Resume) -> _Shard:
+        ctx = mp.get_context("spawn")
+        parent, child = ctx.Pipe(duplex=True)
+        cap = None
+        if self.max_frames is not None:  # the run's frame limit, shared by the streams' weight
+            cap = max(1, round(self.max_frames * len(sources) / max(1, len(self.spec.sources()))))
+            cap = max(1, cap - sum(resume.start.values()))
+        link = self.owner.link if self.owner is not None else None
+        count = len(plan(self.spec, self.processes))
+        board = StreamBoard([stream_of(self.spec.node(s)) for s in sources])
+        proc = ctx.Process(target=_shard_main, name=f"flowpipe:shard-{index}", daemon=True,
+                           args=(child, self._payload, self.spec.plugins, self.spec.plugin_dir, index, count,
+                                 sources, cap, self.record_times, link, resume, board))
+        proc.start()
+        child.close()
+        return _Shard(index, sources, proc, parent, board, resume)
 
     def _send(self, sh: _Shard, msg: str) -> None:
         try:
@@ -323,15 +335,40 @@ class ShardedRun:
             sh.counts = dict(msg[1]["frames"])
         elif kind == "crashed":
             sh.error = f"shard {sh.index} (pid {sh.pid}): {msg[1]}"
+        elif kind == "opened":  # a restarted shard: it starts at once, beside the others
+            sh.pid, sh.opened = msg[1], True
+            self.pids.append(msg[1])
+            self._send(sh, "stop-before-start" if self._stop_at is not None else "go")
 
-    def _died(self, sh: _Shard) -> None:
+    def _died(self, sh: _Shard) -> _Shard | None:
+        """A shard process ended without its result: its frames in flight are failed, named; under the
+        streams' ``on_error: restart`` a new process takes its streams over (returned)."""
         sh.proc.join(timeout=2)
         code = sh.proc.exitcode
         how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+        # the board is exact at the death (progress lags): every frame that entered ended now, the frames
+        # still in flight as failed
+        sh.counts, sh.streams = sh.board.totals(), sh.board.per_stream()
+        in_flight = sh.board.in_flight()
         lost = sh.counts["in"] - sh.counts["out"] - sh.counts["dropped"] - sh.counts["failed"]
-        sh.error = (f"shard {sh.index} (pid {sh.pid}, streams {', '.join(sh.sources)}) died ({how}); "
-                    f"{max(lost, 0)} frames in flight counted as failed")
-        log.error("%s", sh.error)
+        named = frame_list(in_flight)
+        streams = ", ".join(sh.sources)
+        sh.error = (f"shard {sh.index} (pid {sh.pid}, streams {streams}) died ({how}); {lost} frames in flight "
+                    f"counted as failed" + (f": {named}" if named else ""))
+        specs = [self.spec.node(s) for s in sh.sources]
+        generation = sh.resume.generation + 1
+        if self._stop_at is not None or not all(
+                s.on_error == "restart" and generation <= s.restarts for s in specs):
+            log.error("%s", sh.error)
+            return None
+        log.warning("%s; restarting its streams in a new process (restart %d/%d)", sh.error, generation,
+                    min(s.restarts for s in specs))
+        start = dict(sh.resume.start)
+        start.update(sh.board.next_index())
+        sh.restarted = True
+        new = self._spawn(sh.index, sh.sources, Resume(generation, start))
+        self.shards.append(new)
+        return new
 
     def _supervise(self) -> None:
         live = {sh.conn: sh for sh in self.shards if sh.opened}
@@ -362,7 +399,9 @@ class ShardedRun:
                     self._take(sh, sh.conn.recv())
                 except (EOFError, OSError):
                     if sh.result is None and sh.error is None:
-                        self._died(sh)
+                        new = self._died(sh)
+                        if new is not None:
+                            live[new.conn] = new
                     live.pop(sh.conn)
                     continue
                 if sh.result is not None or sh.error is not None:
@@ -373,6 +412,11 @@ class ShardedRun:
 
     def snapshot(self) -> dict[str, Any]:
         return {k: sum(sh.counts[k] for sh in self.shards) for k in ("in", "out", "dropped", "failed")}
+
+
+def stream_of(source: NodeSpec) -> str:
+    """The stream a source node emits: its ``stream`` setting, else its id."""
+    return getattr(source.config, "stream", None) or source.id
 
 
 def _exited_opening(sh: _Shard) -> str:
@@ -434,14 +478,18 @@ class ShardedResult(RunSummary):
         self.collected: dict[str, Any] = {}
         self.elapsed_s = elapsed
         self.interrupted = run.interrupted or any(r["exit"] == 130 for _, r in done)
-        errors = ([run.error] if run.error else []) + [sh.error for sh in run.shards if sh.error] + \
+        errors = ([run.error] if run.error else []) + \
+                 [sh.error for sh in run.shards if sh.error and not sh.restarted] + \
                  [f"shard {i}: {r['error']}" for i, r in done if r["error"]]
         self.error: BaseException | None = RuntimeError(errors[0]) if errors else None
         if self.error is not None and len(errors) > 1:
             log.error("%d shards failed; the first: %s", len(errors), errors[0])
         self.exit_code = 1 if self.error else (130 if self.interrupted else 0)
         self.shards = [{"index": sh.index, "pid": sh.pid, "streams": sh.sources, "frames": sh.counts,
+                        "generation": sh.resume.generation, "restarted": sh.restarted,
                         "error": sh.error or (sh.result or {}).get("error")} for sh in run.shards]
+        self.shard_restarts = sum(sh.restarted for sh in run.shards)
 
     def _more_json(self) -> dict[str, Any]:
-        return {"processes": len(self.shards), "shards": self.shards, "device_owner": self.owner}
+        return {"processes": len({sh["index"] for sh in self.shards}), "shards": self.shards,
+                "shard_restarts": self.shard_restarts, "device_owner": self.owner}

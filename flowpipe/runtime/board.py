@@ -1,0 +1,82 @@
+"""A shard's account of its streams in shared memory, exact at the moment the process dies.
+
+Progress messages reach the supervisor a few times a second; a SIGKILL between two of them would leave it
+guessing which frames entered and which were finished. The board closes that gap: the shard's runner writes
+each frame's entry and fate into pages the supervisor also maps (a store under a lock the runner already
+holds), so after any death the supervisor reads, per stream, how many frames entered, how each one ended,
+and which were still in flight, and a restarted process resumes each stream exactly after the last frame
+that entered.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+from typing import Any
+
+import numpy as np
+
+FATES = ("out", "dropped", "failed")
+WINDOW = 4096  # frames of one stream that can be in flight at once (pools hold far fewer)
+_ENTERED, _IN = 0, 1  # columns of the counts; the fates follow
+
+
+class StreamBoard:
+    """Per stream: the index after the last frame that entered, frames in and by fate, and a window of
+    in-flight flags. Made by the supervisor, handed to the shard process at its start (spawn)."""
+
+    def __init__(self, streams: list[str]):
+        self.streams = list(streams)
+        n = len(self.streams)
+        self._raw = mp.get_context("spawn").RawArray("b", n * (8 * (2 + len(FATES)) + WINDOW))
+        self._views()
+
+    def _views(self) -> None:
+        n = len(self.streams)
+        buf = np.frombuffer(self._raw, dtype=np.uint8)
+        self.counts = buf[: n * 8 * (2 + len(FATES))].view(np.int64).reshape(n, 2 + len(FATES))
+        self.flags = buf[self.counts.nbytes:].reshape(n, WINDOW)
+        self.slot = {s: i for i, s in enumerate(self.streams)}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"streams": self.streams, "_raw": self._raw}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.streams, self._raw = state["streams"], state["_raw"]
+        self._views()
+
+    # the runner (under its accounting lock) --------------------------------------------------------------
+    def entered(self, stream: str, index: int) -> None:
+        i = self.slot.get(stream)
+        if i is not None:
+            row = self.counts[i]
+            row[_IN] += 1
+            row[_ENTERED] = max(int(row[_ENTERED]), index + 1)
+            self.flags[i, index % WINDOW] = 1
+
+    def ended(self, stream: str, index: int, fate: str) -> None:
+        i = self.slot.get(stream)
+        if i is not None:
+            self.counts[i, 2 + FATES.index(fate)] += 1
+            self.flags[i, index % WINDOW] = 0
+
+    # the supervisor, once the shard is gone ---------------------------------------------------------------
+    def next_index(self) -> dict[str, int]:
+        """Per stream that had frames: the index to resume at."""
+        return {s: int(self.counts[i, _ENTERED]) for s, i in self.slot.items() if self.counts[i, _IN]}
+
+    def totals(self) -> dict[str, int]:
+        c = self.counts.sum(axis=0)
+        return {"in": int(c[_IN]), **{f: int(c[2 + k]) for k, f in enumerate(FATES)}}
+
+    def per_stream(self) -> dict[str, int]:
+        """Frames per stream, every one of them ended now (those in flight by the process's death)."""
+        return {s: int(self.counts[i, _IN]) for s, i in self.slot.items() if self.counts[i, _IN]}
+
+    def in_flight(self) -> list[tuple[str, int]]:
+        """(stream, index) of the frames that entered and had not ended."""
+        out = []
+        for s, i in self.slot.items():
+            end = int(self.counts[i, _ENTERED])
+            for index in range(max(0, end - WINDOW), end):
+                if self.flags[i, index % WINDOW]:
+                    out.append((s, index))
+        return out
