@@ -9,10 +9,11 @@ that entered.
 """
 from __future__ import annotations
 
-import multiprocessing as mp
 from typing import Any
 
 import numpy as np
+
+from ..memory import SharedBuffer
 
 FATES = ("out", "dropped", "failed")
 WINDOW = 4096  # frames of one stream that can be in flight at once (pools hold far fewer)
@@ -21,27 +22,27 @@ _ENTERED, _IN = 0, 1  # columns of the counts; the fates follow
 
 class StreamBoard:
     """Per stream: the index after the last frame that entered, frames in and by fate, and a window of
-    in-flight flags. Made by the supervisor, handed to the shard process at its start (spawn)."""
+    in-flight flags, in a memfd. Made by the supervisor (who closes it), handed to the shard process at its
+    start (spawn passes the fd)."""
 
-    def __init__(self, streams: list[str]):
+    def __init__(self, streams: list[str], _buffer: SharedBuffer | None = None):
         self.streams = list(streams)
         n = len(self.streams)
-        self._raw = mp.get_context("spawn").RawArray("b", n * (8 * (2 + len(FATES)) + WINDOW))
-        self._views()
-
-    def _views(self) -> None:
-        n = len(self.streams)
-        buf = np.frombuffer(self._raw, dtype=np.uint8)
+        size = n * (8 * (2 + len(FATES)) + WINDOW)
+        self._buf = _buffer or SharedBuffer(max(size, 1), "memfd")
+        buf = self._buf.array((size,))
         self.counts = buf[: n * 8 * (2 + len(FATES))].view(np.int64).reshape(n, 2 + len(FATES))
         self.flags = buf[self.counts.nbytes:].reshape(n, WINDOW)
         self.slot = {s: i for i, s in enumerate(self.streams)}
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {"streams": self.streams, "_raw": self._raw}
+    def __reduce__(self) -> tuple[Any, ...]:
+        from multiprocessing import reduction
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.streams, self._raw = state["streams"], state["_raw"]
-        self._views()
+        return (_attach, (self.streams, reduction.DupFd(self._buf.handle), self._buf.size))  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        self.counts = self.flags = np.zeros((0, 0), np.int64)  # (views go before the mapping)
+        self._buf.close()
 
     # the runner (under its accounting lock) --------------------------------------------------------------
     def entered(self, stream: str, index: int) -> None:
@@ -80,3 +81,8 @@ class StreamBoard:
                 if self.flags[i, index % WINDOW]:
                     out.append((s, index))
         return out
+
+
+def _attach(streams: list[str], fd: Any, size: int) -> StreamBoard:
+    """In the shard process: the supervisor's board, from the fd spawn passed."""
+    return StreamBoard(streams, SharedBuffer(size, "memfd", _fd=fd.detach()))

@@ -233,6 +233,8 @@ class ShardedRun:
                          ", ".join(s.id for s in owned))
             self._run_shards()
         finally:
+            for sh in self.shards:
+                sh.board.close()
             if self.owner is not None:
                 self.owner.close()
             shutil.rmtree(workdir, ignore_errors=True)
