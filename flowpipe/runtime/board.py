@@ -38,6 +38,7 @@ class StreamBoard:
     def __reduce__(self) -> tuple[Any, ...]:
         from multiprocessing import reduction
 
+        assert self._buf.handle is not None  # a memfd always has its fd
         return (_attach, (self.streams, reduction.DupFd(self._buf.handle), self._buf.size))  # type: ignore[attr-defined]
 
     def close(self) -> None:
