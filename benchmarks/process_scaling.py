@@ -64,7 +64,8 @@ def _bench(args: argparse.Namespace, device: str, streams: int, processes: int, 
             "device_owner": d.get("device_owner"), "fps": d["fps"],
             "per_stream_min": min(per) if per else None, "per_stream_max": max(per) if per else None,
             "cpu_ms_per_frame": d["cpu_ms_per_frame"], "cpu_util_cores": d["cpu_util_cores"],
-            "peak_rss_mb": d["peak_rss_mb"], "frames": d["frames"], "copies_per_frame": d["copies_per_frame"],
+            "peak_rss_mb": d["peak_rss_mb"], "peak_pss_mb": d.get("peak_pss_mb"), "frames": d["frames"],
+            "copies_per_frame": d["copies_per_frame"],
             "nodes": d["nodes"], "wall_s": round(time.perf_counter() - t0, 1), "error": d["error"]}
 
 
@@ -87,7 +88,8 @@ def _independent(args: argparse.Namespace, device: str, n: int, scratch: Path) -
             "fps": round(sum(fps), 1), "per_stream_min": min(fps, default=None),
             "per_stream_max": max(fps, default=None), "completed": len(runs),
             "cpu_ms_per_frame": round(sum(r["cpu_ms_per_frame"] or 0 for r in runs) / max(len(runs), 1), 2),
-            "peak_rss_mb": round(sum(r["peak_rss_mb"] for r in runs), 1)}
+            "peak_rss_mb": round(sum(r["peak_rss_mb"] for r in runs), 1),
+            "peak_pss_mb": round(sum(r.get("peak_pss_mb") or 0 for r in runs), 1)}
 
 
 def _ceiling(row: dict[str, Any], cores: int) -> dict[str, Any]:

@@ -171,14 +171,14 @@ def _processes(results: Path) -> list[str]:
             L += [f"CPU-work ceiling: {ceiling['sum_ms']} ms of stage work per frame ({stages}) -> "
                   f"{ceiling['fps']} fps on {r['machine']['cores']} cores.", ""]
         L += ["| run | inference | streams | processes | device owner | fps | x one process | of ceiling | "
-              "slowest / fastest stream | CPU ms/frame | peak RSS MB | frames in / out / failed |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "slowest / fastest stream | CPU ms/frame | peak RSS MB | peak PSS MB | frames in / out / failed |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for x in rows:
             if x["tag"].startswith(("ceiling", "one_")):
                 continue
             if x.get("error") or not x.get("fps"):
                 L.append(f"| {x['tag']} | {x.get('device', '')} | {x.get('streams', '')} | {x.get('processes', '')} | "
-                         f"| failed | | | | | | {x.get('frames', '')}: {x.get('error')} |")
+                         f"| failed | | | | | | | {x.get('frames', '')}: {x.get('error')} |")
                 continue
             one = single.get((x["device"], x["streams"], tuple(x.get("sets", []))))
             ratio = round(x["fps"] / one, 2) if one and x.get("processes", 1) > 1 else ""
@@ -187,7 +187,7 @@ def _processes(results: Path) -> list[str]:
             fr = x.get("frames") or {}
             L.append(f"| {x['tag']} | {x['device']} | {x['streams']} | {x['processes']} | {owner} | {x['fps']} | "
                      f"{ratio} | {of} | {x.get('per_stream_min')} / {x.get('per_stream_max')} | "
-                     f"{x.get('cpu_ms_per_frame')} | {x.get('peak_rss_mb')} | "
+                     f"{x.get('cpu_ms_per_frame')} | {x.get('peak_rss_mb')} | {x.get('peak_pss_mb') or ''} | "
                      f"{fr.get('in', '')} / {fr.get('out', '')} / {fr.get('failed', '')} |")
         L.append("")
     if (results / "process_scaling.png").exists():

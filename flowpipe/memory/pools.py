@@ -102,16 +102,23 @@ class BatchSlots:
         self._filling: _BatchBuffer | None = None
 
     def take(self, timeout: float | None = 30) -> Slot:
-        with self._lock:
-            b = self._filling
-            if b is None:
-                b = self._filling = _BatchBuffer(self, self.pool.acquire(timeout=timeout))
-            slot = Slot(b, b.taken)
-            b.taken += 1
-            b.refs += 1
-            if b.taken == self.size:
-                b.sealed, self._filling = True, None
-        return slot
+        while True:
+            with self._lock:
+                b = self._filling
+                if b is not None:
+                    slot = Slot(b, b.taken)
+                    b.taken += 1
+                    b.refs += 1
+                    if b.taken == self.size:
+                        b.sealed, self._filling = True, None
+                    return slot
+            # a fresh buffer, waited for outside the lock: the frames that give buffers back need it
+            lease: Lease | None = self.pool.acquire(timeout=timeout)
+            with self._lock:
+                if self._filling is None:
+                    self._filling, lease = _BatchBuffer(self, lease), None  # type: ignore[arg-type]
+            if lease is not None:  # another producer made one meanwhile: fill that one
+                lease.release()
 
     def seal(self, b: _BatchBuffer) -> None:
         """No more slots from ``b``: its next frames go to a fresh buffer."""

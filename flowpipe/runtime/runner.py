@@ -220,15 +220,16 @@ class Runner:
         self.stop()
 
     def frames_in_flight(self, node_id: str) -> int:
-        """How many frames of one stream need to be in flight downstream of ``node_id`` to keep every stage
-        busy: the size of the pools it makes, which bound the frames it can have out (backpressure). Per
-        stage, one frame inside and ``IN_QUEUE`` waiting (a blocking queue fills no further: its capacity is
-        not memory), the frames an async stage holds (``max_held``), and the whole queue of a stage that
-        drops on overflow (its policy needs frames to drop: a live source never waits for it)."""
+        """How many frames need to be in flight downstream of ``node_id`` to keep every stage busy: the size
+        of the pools it makes, which bound the frames it can have out (backpressure). Per stage and worker,
+        one frame inside and ``IN_QUEUE`` waiting, however many streams share it (a blocking queue fills no
+        further: its capacity is not memory); the frames async stages hold (``max_held``); and the whole
+        queue of a stage that drops on overflow (its policy needs frames to drop: a live source never
+        waits for it)."""
         down = [self.spec.node(n) for n in nx.descendants(self.spec.dag, node_id)]
-        waiting = sum(s.queue if s.overflow != "block" else min(s.queue, IN_QUEUE) for s in down)
         holders = sum(self.nodes[s.id].max_held for s in down if s.id in self.nodes)
-        return len(down) + waiting + holders + 2
+        busy = sum(s.queue if s.overflow != "block" else s.workers * (1 + min(s.queue, IN_QUEUE)) for s in down)
+        return busy + holders + 2
 
     # emission --------------------------------------------------------------------------------------
     def _emit(self, node_id: str, result: Any, default_port: str | None, held: bool) -> None:
