@@ -116,6 +116,10 @@ class Inference(Node):
             out.append((name, tuple(shape), np.dtype(dtype).str))
         return out
 
+    def frames_at_once(self) -> int:
+        """Frames this node works on at once when every request is busy: what its clients keep it fed with."""
+        return len(self.requests) * self.batch
+
     def frame_meta(self) -> dict[str, Any]:
         """What this node adds to each frame's metadata."""
         meta: dict[str, Any] = {"inference": {"node": self.id, "device": self.device}}
@@ -190,6 +194,7 @@ class Inference(Node):
         self._groups: dict[int, tuple[Any, list[Frame], list[Slot], float]] = {}
         self._gather: list[Frame] = []
         self._deadline = 0.0
+        self._timer_due = 0.0  # when the last wake armed for a partial batch comes
         self.batch_pool: BufferPool | None = None  # made on first use: slots usually make it unneeded
         if self.batch > 1:
             if self.stateful:
@@ -313,10 +318,19 @@ class Inference(Node):
         return next((s for s in frame.ref.leases if isinstance(s, Slot) and s.batch.owner is self.slots), None)
 
     def _start_clock(self) -> float:
-        timer = threading.Timer(self.config.batch_timeout_ms / 1e3, self.wake)
+        deadline = time.monotonic() + self.config.batch_timeout_ms / 1e3
+        self._wake_at(deadline)
+        return deadline
+
+    def _wake_at(self, deadline: float) -> None:
+        """A ``poll`` once ``deadline`` has passed (a partial batch must go then even if no frame comes:
+        a client at its window sends none until it has results back)."""
+        if time.monotonic() <= self._timer_due <= deadline:
+            return  # a wake comes before then; the poll it brings arms the next one if still needed
+        self._timer_due = deadline
+        timer = threading.Timer(max(0.0, deadline - time.monotonic()) + 5e-4, self.wake)
         timer.daemon = True
         timer.start()
-        return time.monotonic() + self.config.batch_timeout_ms / 1e3
 
     def _send_partial(self, now: float | None = None) -> list[Frame]:
         """Batches whose time is up (all, at the end) go as they are: a slot buffer is sealed first, so
@@ -449,6 +463,9 @@ class Inference(Node):
         if self._gather or self._groups:
             with ledgers.on_edge(self._edge):
                 out += self._send_partial(time.monotonic())
+            due = [d for _, _, _, d in self._groups.values()] + ([self._deadline] if self._gather else [])
+            if due:  # still waiting to fill: make sure a poll comes when the first one's time is up
+                self._wake_at(min(due))
         return out + self._collect()
 
     def _collect(self) -> list[Frame]:

@@ -316,7 +316,9 @@ def _ready_info(node: Node, ctx: _OwnerContext) -> dict[str, Any]:
     """What a client needs from an opened node: its outputs (the memory it provides), what it adds to each
     frame's metadata, its ``--stats`` sections."""
     describe = getattr(node, "output_specs", None)
+    at_once = getattr(node, "frames_at_once", None)
     return {"outputs": describe() if describe is not None else [], "pid": os.getpid(),
+            "at_once": at_once() if at_once is not None else 1,
             "meta": getattr(node, "frame_meta", dict)(), "sections": ctx.sections}
 
 
@@ -418,7 +420,7 @@ class OwnerClient(Node):
     """Takes an owned node's place in a shard: sends frames to the device owner, gets them back in order."""
 
     holds_frames = True
-    WINDOW: ClassVar[int] = 8  # frames a shard may have at the owner per node: keeps its requests busy
+    WINDOW: ClassVar[tuple[int, int]] = (2, 16)  # frames a shard may have at the owner per node, at least/most
 
     def __init__(self, spec: NodeSpec, link: OwnerLink):
         super().__init__(spec.id, spec.config)
@@ -426,7 +428,7 @@ class OwnerClient(Node):
         self.inputs = dict(spec.cls.inputs)  # type: ignore[misc]
         self.outputs = dict(spec.cls.outputs)  # type: ignore[misc]
         self.in_port = next(iter(self.inputs))
-        self.max_held = self.WINDOW
+        self.max_held = self.window = self.WINDOW[1]  # until the owner says what keeps it busy (open)
 
     def request(self, port: str, offer: Offer, outputs: Any, devices: Any) -> Request:
         placement = self.link.placements.get(self.id, "host")
@@ -465,8 +467,12 @@ class OwnerClient(Node):
             raise RuntimeError(msg[1])
         info = msg[1]
         self.info = info
+        # this shard's share of what the owner's requests take at once: enough to keep them busy, no more
+        # (each frame at the owner holds its decoded picture in the shard)
+        lo, hi = self.WINDOW
+        self.max_held = self.window = max(lo, min(hi, -(-int(info["at_once"]) // max(1, self.ctx.shard[1]))))
         if not self.pools:  # output buffers in this shard's memory: the owner's requests write into them
-            n = min(self.in_flight_cap, 64) + self.WINDOW
+            n = min(self.in_flight_cap, 64) + self.window
             kind = "dma-heap" if self.link.placements.get(self.id) == "dma-buf" else None
             self.pools = [_pool(int(np.prod(shape)) * np.dtype(dt).itemsize, n, kind)
                           for _, shape, dt in info["outputs"]]
@@ -513,7 +519,7 @@ class OwnerClient(Node):
     def process(self, frame: Frame, port: str) -> list[Frame]:
         with self.cond:
             # room at the owner, or the oldest is back (this thread hands it on below, after sending)
-            self.cond.wait_for(lambda: len(self.order) < self.WINDOW or self.order[0] in self.ready
+            self.cond.wait_for(lambda: len(self.order) < self.window or self.order[0] in self.ready
                                or self.sock is None, timeout=CONNECT_TIMEOUT_S)
         if self.sock is None:
             self._connect(time.monotonic() + CONNECT_TIMEOUT_S)  # the supervisor restarts the owner
