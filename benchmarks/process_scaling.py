@@ -6,7 +6,8 @@ ceiling (the stage costs of a one-stream run, times the cores).
         --runs GPU:16:1:8 GPU:16:8:2 GPU:16:8:2:own --independent GPU:16 --ceiling GPU
 
 A run is ``DEVICE:STREAMS:PROCESSES:WORKERS[:own][:PARAM=VALUE...]`` (``own``: every shard opens its own
-inference, the ``--no-device-owner`` of ``flowpipe bench``; ``batch=8``: a graph parameter for this run).
+inference, the ``--no-device-owner`` of ``flowpipe bench``; ``batch=8``: a graph parameter for this run;
+``prefetch=2``: the graph's own key).
 Every run is a fresh ``flowpipe bench`` process on graphs/face_blur.yaml with ``tiles: null`` unless
 ``--graph``/``--set`` say otherwise. ``python benchmarks/report.py`` renders the results (BENCHMARKS.md
 section 8) and the plot.
@@ -42,6 +43,19 @@ def _single_threaded(graph: str, scratch: Path) -> tuple[str, dict[str, str]]:
     return str(path), dict(os.environ, OPENCV_FOR_THREADS_NUM="1")
 
 
+GRAPH_KEYS = {"prefetch"}  # run options that are the graph's own keys, not its parameters
+
+
+def _with_keys(graph: str, path: Path, keys: dict[str, Any]) -> str:
+    """A copy of the graph with top-level keys set (``prefetch=2``)."""
+    import yaml
+
+    doc = yaml.safe_load(Path(graph).read_text())
+    doc.update(keys)
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return str(path)
+
+
 def _bench(args: argparse.Namespace, device: str, streams: int, processes: int, workers: int, own: bool,
            tag: str, scratch: Path, graph: str | None = None, env: dict[str, str] | None = None,
            sets: list[str] | None = None) -> dict[str, Any]:
@@ -59,7 +73,7 @@ def _bench(args: argparse.Namespace, device: str, streams: int, processes: int, 
     if not out.exists():
         return {"tag": tag, "error": (proc.stderr or proc.stdout).strip().splitlines()[-1:]}
     d = json.loads(out.read_text())
-    per = [v for v in d["per_stream_fps"].values() if v]
+    per = [v for v in (d.get("per_stream_fps_together") or d["per_stream_fps"]).values() if v]
     return {"tag": tag, "device": device, "streams": streams, "processes": d["processes"], "workers": workers,
             "device_owner": d.get("device_owner"), "fps": d["fps"],
             "per_stream_min": min(per) if per else None, "per_stream_max": max(per) if per else None,
@@ -134,7 +148,10 @@ def main() -> int:
             own = "own" in parts[4:]
             sets = [p for p in parts[4:] if "=" in p]
             tag = f"{dev}_s{streams}_p{procs}_w{workers}" + ("_own" if own else "") + "".join(f"_{s}" for s in sets)
-            rows.append(_bench(args, dev, streams, procs, workers, own, tag, scratch, sets=sets))
+            keys = {k: int(v) for k, v in (p.split("=", 1) for p in sets) if k in GRAPH_KEYS}
+            keyed = _with_keys(args.graph, scratch / f"{tag}.yaml", keys) if keys else None
+            sets = [p for p in sets if p.split("=", 1)[0] not in GRAPH_KEYS]
+            rows.append(_bench(args, dev, streams, procs, workers, own, tag, scratch, keyed, sets=sets))
             rows[-1]["sets"] = sets
             print(json.dumps({k: v for k, v in rows[-1].items() if k != "nodes"}), flush=True)
             Path(args.out).write_text(json.dumps(result, indent=1))

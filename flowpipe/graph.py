@@ -23,7 +23,7 @@ from .registry import import_plugin, lookup
 
 MAX_YAML_BYTES = 1 << 20
 MAX_EXPANDED_NODES = 100_000
-TOP_KEYS = {"flowpipe", "description", "params", "plugins", "processes", "device_owner", "nodes"}
+TOP_KEYS = {"flowpipe", "description", "params", "plugins", "processes", "device_owner", "prefetch", "nodes"}
 OVERFLOW = ("block", "drop_oldest", "drop_newest")
 ON_ERROR = ("fail", "drop", "restart")
 ISOLATION = ("thread", "process")
@@ -146,6 +146,9 @@ class GraphSpec:
     processes: int | str = 1  # worker processes the streams are sharded over, or "auto"
     #: over several processes, nodes that serve many streams (inference) run once in a device owner
     device_owner: bool = True
+    #: frames waiting in front of each stage worker beyond the one inside: what pools are sized by (more
+    #: absorbs jitter between stages, each costs one decoded picture per stage)
+    prefetch: int = 1
 
     def sources(self) -> list[NodeSpec]:
         """The source nodes, in graph order: one stream each."""
@@ -312,6 +315,11 @@ def _validate(doc: Any, fname: str, overrides: dict[str, Any]) -> GraphSpec:
         errors.append(Diagnostic(f"processes: expected an integer 1..256 or 'auto', got {processes!r}", fname,
                                  _line(doc, "processes")))
         processes = 1
+    prefetch = doc.get("prefetch", 1)
+    if isinstance(prefetch, bool) or not isinstance(prefetch, int) or not 0 <= prefetch <= 64:
+        errors.append(Diagnostic(f"prefetch: expected an integer 0..64, got {prefetch!r}", fname,
+                                 _line(doc, "prefetch")))
+        prefetch = 1
     device_owner = doc.get("device_owner", True)
     if not isinstance(device_owner, bool):
         errors.append(Diagnostic(f"device_owner: expected true or false, got {device_owner!r}", fname,
@@ -486,7 +494,7 @@ def _validate(doc: Any, fname: str, overrides: dict[str, Any]) -> GraphSpec:
                                     first.line, first.id, first.type))
     except nx.NetworkXNoCycle:
         pass
-    spec = GraphSpec(fname, specs, params, list(plugins), plugin_dir, dag, processes, device_owner)
+    spec = GraphSpec(fname, specs, params, list(plugins), plugin_dir, dag, processes, device_owner, prefetch)
     for s in specs:
         for msg in s.cls.check_wiring(s, spec):
             errors.append(Diagnostic(msg, fname, s.line, s.id, s.type))

@@ -164,3 +164,32 @@ def test_processes_auto_and_limits(tmp_path) -> None:
     assert resolve_processes(spec, 1) == 1
     with pytest.raises(GraphError, match=r"processes: expected an integer 1\.\.256 or 'auto', got 0"):
         _graph("processes: 0\nnodes:\n  - {id: a, type: synthetic_source}\n", tmp_path)
+
+
+def test_pools_are_sized_by_the_frames_that_keep_stages_busy(tmp_path) -> None:
+    """A source's pool holds, per stage downstream, one frame inside and ``prefetch`` waiting, whatever the
+    queue capacity (6 stages at queue 8: 14 frames, not 64); a queue that drops on overflow keeps its whole
+    capacity. The pool bounds the frames in flight: no queue fills past it."""
+    from flowpipe.runtime.runner import Runner
+
+    def sized(prefetch: int, overflow: str = "block") -> tuple[int, int]:
+        lines = ["plugins: [fp_testnodes]", f"prefetch: {prefetch}", "nodes:",
+                 "  - {id: src, type: synthetic_source, config: {count: 200, width: 64, height: 48}}"]
+        for i in range(5):
+            lines.append(f"  - {{id: h{i}, type: passthrough, queue: 8, overflow: {overflow}, "
+                         f"inputs: {{in: {'src' if i == 0 else f'h{i - 1}'}}}}}")
+        lines.append("  - {id: sink, type: collect, config: {into: out}, inputs: h4}")
+        path = tmp_path / f"p{prefetch}{overflow}.yaml"
+        path.write_text("\n".join(lines) + "\n")
+        runner = Runner(load_graph(str(path)))
+        res = runner.run()
+        assert res.ok and res.frames["in"] == res.frames["out"] + res.frames["dropped"] == 200
+        return runner.frames_in_flight("src"), res.nodes["h0"]["queue_max"]
+
+    n1, q1 = sized(1)
+    assert n1 == 6 * 2 + 2 and q1 <= n1
+    assert sized(0)[0] == 6 + 2 and sized(3)[0] == 6 * 4 + 2
+    assert sized(1, overflow="drop_oldest")[0] == 5 * 8 + 2 + 2  # dropping queues need their frames
+    (tmp_path / "bad.yaml").write_text("prefetch: -1\nnodes:\n  - {id: s, type: synthetic_source}\n")
+    with pytest.raises(GraphError, match=r"bad\.yaml:1: prefetch: expected an integer 0\.\.64, got -1"):
+        load_graph(str(tmp_path / "bad.yaml"))

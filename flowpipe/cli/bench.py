@@ -107,6 +107,7 @@ def bench_graph(path: str, sets: list[str] | None = None, frames: int = 300, war
         "frames": res.frames, "warmup": warmup,
         "fps": _round(_window_fps(times, warmup * streams)),
         "per_stream_fps": {s: _round(_window_fps(ts, warmup)) for s, ts in sorted(by_stream.items())},
+        "per_stream_fps_together": _together_fps(by_stream, warmup),
         "elapsed_s": round(wall, 3), "cpu_s": round(cpu, 3), "cpu_util_cores": round(cpu / wall, 2),
         "cpu_ms_per_frame": _window_cpu_ms(samples, sorted(times), warmup * streams),
         "peak_rss_mb": round((ru1.ru_maxrss + sum(peak_kb.values())) / 1024, 1),  # every process's peak, summed
@@ -122,6 +123,19 @@ def bench_graph(path: str, sets: list[str] | None = None, frames: int = 300, war
                     "python": platform.python_version(), "openvino": ov.get_version(),
                     "numpy": np.__version__},
     }
+
+
+def _together_fps(by_stream: dict[str, list[float]], warmup: int) -> dict[str, float | None]:
+    """Each stream's rate while every stream ran (after the last warm-up ended, before the first stream
+    ended): how evenly the run shares the machine, without the tails where fewer streams compete."""
+    ts = {s: sorted(t) for s, t in by_stream.items() if len(t) > warmup + 1}
+    if len(ts) < 2:
+        return {s: _round(_window_fps(t, warmup)) for s, t in by_stream.items()}
+    start = max(t[warmup] for t in ts.values())
+    end = min(t[-1] for t in ts.values())
+    if end <= start:
+        return {s: None for s in ts}
+    return {s: _round(sum(start < x <= end for x in t) / (end - start)) for s, t in sorted(ts.items())}
 
 
 def _window_cpu_ms(samples: list[tuple[float, float]], times: list[float], warmup: int) -> float | None:

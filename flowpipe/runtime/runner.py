@@ -37,7 +37,6 @@ from .process import isolate
 
 log = logging.getLogger("flowpipe")
 Inbox = Channel | StreamRouter
-IN_QUEUE = 1  # frames waiting in front of a stage's worker that keep it busy (pool sizes)
 
 
 def frame_list(frames: Iterable[tuple[str, int]]) -> str:
@@ -222,7 +221,7 @@ class Runner:
     def frames_in_flight(self, node_id: str) -> int:
         """How many frames need to be in flight downstream of ``node_id`` to keep every stage busy: the size
         of the pools it makes, which bound the frames it can have out (backpressure). Per stage, one frame
-        inside and ``IN_QUEUE`` waiting for each worker the node's streams reach (a stream keeps to one
+        inside and the graph's ``prefetch`` (1) waiting for each worker the node's streams reach (a stream keeps to one
         worker; a blocking queue fills no further: its capacity is not memory); the frames async stages
         hold (``max_held``); and the whole queue of a stage that drops on overflow (its policy needs frames
         to drop: a live source never waits for it)."""
@@ -230,7 +229,8 @@ class Runner:
         streams = sum(1 for n in nx.ancestors(dag, node_id) | {node_id} if not self.spec.node(n).inputs) or 1
         down = [self.spec.node(n) for n in nx.descendants(dag, node_id)]
         holders = sum(self.nodes[s.id].max_held for s in down if s.id in self.nodes)
-        busy = sum(s.queue if s.overflow != "block" else min(s.workers, streams) * (1 + min(s.queue, IN_QUEUE))
+        ahead = self.spec.prefetch
+        busy = sum(s.queue if s.overflow != "block" else min(s.workers, streams) * (1 + min(s.queue, ahead))
                    for s in down)
         return busy + holders + 2
 
