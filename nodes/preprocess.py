@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
 from importlib import resources
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import cv2
 import numpy as np
@@ -358,8 +358,17 @@ class Preprocess(Node):
         c = self.config
         k = self._kernel(frame.format)
         src = self._src_buffer(frame)
+        download = not self.remote and not self._cl.unified_memory
         if self.remote:
             dst = lease.buffer
+        elif download:
+            # a discrete GPU writing for a host consumer: into this thread's device buffer, then read into
+            # the frame's place (never a host-pointer buffer over a whole batch: worker threads fill its
+            # slots at once, and syncing one slot's mapping would carry the others' half-written entries)
+            key = (threading.get_ident(), -self.nbytes)
+            dst = self._dev_src.get(key)
+            if dst is None:
+                dst = self._dev_src[key] = cl.Buffer(self._cl.context, cl.mem_flags.WRITE_ONLY, self.nbytes)
         else:
             nbytes = self.nbytes * (self.slots.size if self.slots else 1)
             key = (lease.buffer.address, nbytes)
@@ -376,7 +385,7 @@ class Preprocess(Node):
         events = []
         for i, geo in enumerate(geos):
             rx, ry, rw, rh = geo.roi
-            k.bind((src, stride, frame.width, frame.height, rx, ry, rw, rh, dst, ow, oh, base + i,
+            k.bind((src, stride, frame.width, frame.height, rx, ry, rw, rh, dst, ow, oh, (0 if download else base) + i,
                     geo.pad_x, geo.pad_y, geo.new_w, geo.new_h, c.pad_value, *c.mean, *inv))
             last = i == len(geos) - 1
             ev = self.calls.launch(self._queue(), k.kernel, (_round_up(ow, 16), _round_up(oh, 4)),
@@ -396,13 +405,14 @@ class Preprocess(Node):
             if sampled:  # earlier samples are done by now; reading them costs a driver call each
                 self._read_profiles()
             return lease
-        wait_event(events[-1])
+        out = self._host_view(lease, base)
+        if download:
+            cl.enqueue_copy(self._queue(), out, dst, is_blocking=True)  # waits for the kernels (same queue)
+            memory.record(out.nbytes)
+        else:
+            wait_event(events[-1])
         self._read_profiles()
-        if not self._cl.unified_memory:  # make the host view current (a no-op mapping on unified memory)
-            arr, _ = cl.enqueue_map_buffer(self._queue(), dst, cast("cl.map_flags", cl.map_flags.READ), 0,
-                                           (dst.size,), np.dtype(np.uint8))
-            del arr
-        return self._host_view(lease, base)
+        return out
 
     def _read_profiles(self, wait: bool = False) -> None:
         """Kernel times from profiling events, read once their commands have finished."""
