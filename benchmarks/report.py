@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import json
 import sys
+from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 
 def _fmt(m: dict) -> str:
@@ -190,6 +192,7 @@ def _processes(results: Path) -> list[str]:
                      f"{x.get('cpu_ms_per_frame')} | {x.get('peak_rss_mb')} | {x.get('peak_pss_mb') or ''} | "
                      f"{fr.get('in', '')} / {fr.get('out', '')} / {fr.get('failed', '')} |")
         L.append("")
+        L += _memory_per_stream(rows)
     if (results / "process_scaling.png").exists():
         L += ["![streams over processes](benchmarks/results/process_scaling.png)", ""]
     L += ["Runs are fresh `flowpipe bench graphs/face_blur.yaml --set tiles=null` processes, 150 frames per stream "
@@ -197,6 +200,26 @@ def _processes(results: Path) -> list[str]:
           "inference (`--no-device-owner`); `independent`: N one-stream `flowpipe bench` processes at once "
           "(their rates summed). CPU ms/frame counts every process of the run (shards and owner).", ""]
     return L
+
+
+def _memory_per_stream(rows: list[dict[str, Any]]) -> list[str]:
+    """Peak PSS per added stream, between runs that differ only in streams (same device, processes, settings)."""
+    by: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for x in rows:
+        if x.get("peak_pss_mb") and not x.get("error") and x.get("device_owner") is not None:
+            by.setdefault((x["device"], x["processes"], x["device_owner"], tuple(x.get("sets", []))), []).append(x)
+    out = []
+    for (dev, procs, _, sets), xs in sorted(by.items(), key=lambda kv: str(kv[0])):
+        xs.sort(key=lambda x: x["streams"])
+        for a, b in pairwise(xs):
+            if b["streams"] > a["streams"]:
+                per = (b["peak_pss_mb"] - a["peak_pss_mb"]) / (b["streams"] - a["streams"])
+                out.append(f"{dev}, {procs} process{'es' if procs > 1 else ''}{' ' + ' '.join(sets) if sets else ''}: "
+                           f"{a['streams']} -> {b['streams']} streams, {round(per)} MB")
+    if not out:
+        return []
+    return ["Peak PSS (every process of the run, shared pages split among their sharers) per added stream: "
+            + "; ".join(out) + ".", ""]
 
 
 def plot_processes(results: Path) -> None:
