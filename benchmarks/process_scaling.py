@@ -150,8 +150,8 @@ def main() -> int:
             tag = f"{dev}_s{streams}_p{procs}_w{workers}" + ("_own" if own else "") + "".join(f"_{s}" for s in sets)
             keys = {k: int(v) for k, v in (p.split("=", 1) for p in sets) if k in GRAPH_KEYS}
             keyed = _with_keys(args.graph, scratch / f"{tag}.yaml", keys) if keys else None
-            sets = [p for p in sets if p.split("=", 1)[0] not in GRAPH_KEYS]
-            rows.append(_bench(args, dev, streams, procs, workers, own, tag, scratch, keyed, sets=sets))
+            params = [p for p in sets if p.split("=", 1)[0] not in GRAPH_KEYS]
+            rows.append(_bench(args, dev, streams, procs, workers, own, tag, scratch, keyed, sets=params))
             rows[-1]["sets"] = sets
             print(json.dumps({k: v for k, v in rows[-1].items() if k != "nodes"}), flush=True)
             Path(args.out).write_text(json.dumps(result, indent=1))

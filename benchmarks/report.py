@@ -198,7 +198,10 @@ def _processes(results: Path) -> list[str]:
     L += ["Runs are fresh `flowpipe bench graphs/face_blur.yaml --set tiles=null` processes, 150 frames per stream "
           "after 20 of warm-up; `_batch=8` sets the inference node's `batch`; `_own`: every shard opens its own "
           "inference (`--no-device-owner`); `independent`: N one-stream `flowpipe bench` processes at once "
-          "(their rates summed). CPU ms/frame counts every process of the run (shards and owner).", ""]
+          "(their rates summed); `_prefetch=2`: the graph's `prefetch` (frames waiting per stage; 1 by default). "
+          "CPU ms/frame counts every process of the run (shards and owner). Slowest / fastest stream: each "
+          "stream's rate while every stream runs, where the run recorded it (`per_stream_fps_together`), else "
+          "over its own frames.", ""]
     return L
 
 
