@@ -219,20 +219,33 @@ class Runner:
         self.stop()
 
     def frames_in_flight(self, node_id: str) -> int:
-        """How many frames need to be in flight downstream of ``node_id`` to keep every stage busy: the size
-        of the pools it makes, which bound the frames it can have out (backpressure). Per stage, one frame
-        inside and the graph's ``prefetch`` (1) waiting for each worker the node's streams reach (a stream keeps to one
-        worker; a blocking queue fills no further: its capacity is not memory); the frames async stages
-        hold (``max_held``); and the whole queue of a stage that drops on overflow (its policy needs frames
-        to drop: a live source never waits for it)."""
-        dag = self.spec.dag
-        streams = sum(1 for n in nx.ancestors(dag, node_id) | {node_id} if not self.spec.node(n).inputs) or 1
-        down = [self.spec.node(n) for n in nx.descendants(dag, node_id)]
-        holders = sum(self.nodes[s.id].max_held for s in down if s.id in self.nodes)
-        ahead = self.spec.prefetch
-        busy = sum(s.queue if s.overflow != "block" else min(s.workers, streams) * (1 + min(s.queue, ahead))
-                   for s in down)
-        return busy + holders + 2
+        """How many frames of the streams through ``node_id`` need to be in flight downstream of it to keep
+        every stage busy: the size of the pools it makes, which bound the frames it can have out (the pool
+        is the backpressure; a blocking queue fills no further, so its capacity is not memory).
+
+        A stage keeps busy with one frame inside and the graph's ``prefetch`` (1) waiting per worker its
+        streams reach (a stream keeps to one worker); streams that share a stage share those frames, each
+        keeping at least one there so that it moves on every stage at once; async stages' held frames
+        (``max_held``) are shared alike. A stage that drops on overflow keeps its whole queue: its policy
+        needs frames to drop, and a live source must never wait for it."""
+        dag, spec = self.spec.dag, self.spec
+        sources = {n for n in dag if not spec.node(n).inputs}
+
+        def streams(n: str) -> int:
+            return max(1, len((nx.ancestors(dag, n) | {n}) & sources))
+
+        mine = streams(node_id)
+        total = 2
+        for n in nx.descendants(dag, node_id):
+            s, share = spec.node(n), streams(n)
+            if s.overflow != "block":
+                total += s.queue
+                continue
+            busy = min(s.workers, share) * (1 + min(s.queue, spec.prefetch))
+            total += max(mine, -(-busy * mine // share))
+            held = self.nodes[n].max_held if n in self.nodes else 0
+            total += -(-held * mine // share)
+        return total
 
     # emission --------------------------------------------------------------------------------------
     def _emit(self, node_id: str, result: Any, default_port: str | None, held: bool) -> None:
