@@ -23,7 +23,8 @@ from .registry import import_plugin, lookup
 
 MAX_YAML_BYTES = 1 << 20
 MAX_EXPANDED_NODES = 100_000
-TOP_KEYS = {"flowpipe", "description", "params", "plugins", "processes", "device_owner", "prefetch", "nodes"}
+TOP_KEYS = {"flowpipe", "description", "params", "plugins", "processes", "device_owner", "prefetch", "cluster",
+            "nodes"}
 OVERFLOW = ("block", "drop_oldest", "drop_newest")
 ON_ERROR = ("fail", "drop", "restart")
 ISOLATION = ("thread", "process")
@@ -64,6 +65,17 @@ class EngineKeys(BaseModel):
     _queue = _integer("queue", 1, 4096)
     _workers = _integer("workers", 1, 64)
     _restarts = _integer("restarts", 0, 1000)
+
+
+class ClusterKeys(BaseModel):
+    """The graph's ``cluster:`` block: the Ray cluster to run on and what each stream needs there."""
+
+    model_config = ConfigDict(extra="forbid")
+    address: str | None = Field(None, description="auto (the local Ray cluster) or ray://HOST:PORT; "
+                                                  "--cluster overrides it")
+    per_stream: dict[str, float] = Field(default_factory=lambda: {"CPU": 1.0},
+                                         description="Ray resources one stream takes, e.g. {intel_npu: 0.25}")
+    labels: dict[str, str] = Field(default_factory=dict, description="host labels a stream needs (exact)")
 
 
 ENGINE_KEYS = set(EngineKeys.model_fields)
@@ -149,6 +161,8 @@ class GraphSpec:
     #: frames waiting in front of each stage worker beyond the one inside: what pools are sized by (more
     #: absorbs jitter between stages, each costs one decoded picture per stage)
     prefetch: int = 1
+    #: over several hosts (``--cluster``): where and what each stream needs
+    cluster: ClusterKeys | None = None
 
     def sources(self) -> list[NodeSpec]:
         """The source nodes, in graph order: one stream each."""
@@ -320,6 +334,14 @@ def _validate(doc: Any, fname: str, overrides: dict[str, Any]) -> GraphSpec:
         errors.append(Diagnostic(f"prefetch: expected an integer 0..64, got {prefetch!r}", fname,
                                  _line(doc, "prefetch")))
         prefetch = 1
+    cluster = None
+    if doc.get("cluster") is not None:
+        try:
+            cluster = ClusterKeys.model_validate(doc["cluster"])
+        except ValidationError as e:
+            err = e.errors()[0]
+            at = ".".join(str(x) for x in err["loc"])
+            errors.append(Diagnostic(f"cluster.{at}: {err['msg']}", fname, _line(doc, "cluster")))
     device_owner = doc.get("device_owner", True)
     if not isinstance(device_owner, bool):
         errors.append(Diagnostic(f"device_owner: expected true or false, got {device_owner!r}", fname,
@@ -494,7 +516,8 @@ def _validate(doc: Any, fname: str, overrides: dict[str, Any]) -> GraphSpec:
                                     first.line, first.id, first.type))
     except nx.NetworkXNoCycle:
         pass
-    spec = GraphSpec(fname, specs, params, list(plugins), plugin_dir, dag, processes, device_owner, prefetch)
+    spec = GraphSpec(fname, specs, params, list(plugins), plugin_dir, dag, processes, device_owner, prefetch,
+                     cluster)
     for s in specs:
         for msg in s.cls.check_wiring(s, spec):
             errors.append(Diagnostic(msg, fname, s.line, s.id, s.type))

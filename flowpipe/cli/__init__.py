@@ -72,8 +72,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     processes = resolve_processes(spec, args.processes)
     if args.no_device_owner:
         spec.device_owner = False
-    runner: Runner | ShardedRun
-    if processes > 1:
+    runner: Runner | ShardedRun | ClusterRun
+    address = args.cluster or (spec.cluster.address if spec.cluster else None)
+    if address:
+        from ..cluster.controller import ClusterRun
+
+        log.info("%d streams placed over the Ray cluster at %s", len(spec.sources()), address)
+        runner = ClusterRun(spec, address, max_frames=args.max_frames)
+    elif processes > 1:
         log.info("%d streams sharded over %d processes", len(spec.sources()), processes)
         runner = ShardedRun(spec, processes, max_frames=args.max_frames, progress=progress)
     else:
@@ -195,6 +201,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="shard the streams over N worker processes (default: the graph's 'processes', 1)")
     r.add_argument("--no-device-owner", action="store_true",
                    help="over several processes, every shard opens its own inference (default: one device owner)")
+    r.add_argument("--cluster", metavar="auto|local|ray://HOST:PORT",
+                   help="place the streams over the hosts of a Ray cluster (default: the graph's 'cluster', none)")
     r.set_defaults(func=cmd_run)
 
     v = sub.add_parser("validate", help="check graphs without running them (touches no device)")

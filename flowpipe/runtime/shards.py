@@ -181,8 +181,12 @@ class ShardedRun:
 
     def __init__(self, spec: GraphSpec, processes: int, max_frames: int | None = None,
                  record_times: bool = False, drain_timeout: float = 30.0,
-                 progress: Any = None):
+                 progress: Any = None, shard_base: int = 0, resume: Resume | None = None,
+                 on_opened: Any = None):
         self.spec, self.processes = spec, processes
+        self.shard_base = shard_base  # this host's first shard index in a run over several hosts
+        self.resume = resume or Resume()  # where this run's streams pick up (a run re-placed after a host loss)
+        self.on_opened = on_opened  # every shard opened: False stops them unstarted (hosts open together)
         self.max_frames, self.record_times = max_frames, record_times
         self.drain_timeout = drain_timeout
         self.progress = progress
@@ -244,12 +248,17 @@ class ShardedRun:
         groups = plan(self.spec, self.processes)
         self._payload = pickle.dumps(self.spec)
         for i, sources in enumerate(groups):
-            self.shards.append(self._spawn(i, sources, Resume()))
+            self.shards.append(self._spawn(i, sources, self.resume))
         try:
-            if self._open_all():
+            if self._open_all() and (self.on_opened is None or self.on_opened()):
                 for sh in self.shards:
                     self._send(sh, "go")
                 self._supervise()
+            else:
+                for sh in self.shards:
+                    if sh.opened and sh.result is None:
+                        self._send(sh, "stop-before-start")
+                        self._drain_messages(sh, timeout=30)
         finally:
             for sh in self.shards:
                 sh.proc.join(timeout=10)
@@ -270,7 +279,8 @@ class ShardedRun:
         count = len(plan(self.spec, self.processes))
         board = StreamBoard([stream_of(self.spec.node(s)) for s in sources])
         proc = ctx.Process(target=_shard_main, name=f"flowpipe:shard-{index}", daemon=True,
-                           args=(child, self._payload, self.spec.plugins, self.spec.plugin_dir, index, count,
+                           args=(child, self._payload, self.spec.plugins, self.spec.plugin_dir,
+                                 self.shard_base + index, count,
                                  sources, cap, self.record_times, link, resume, board))
         proc.start()
         child.close()

@@ -1,0 +1,108 @@
+"""Many hosts on a real local Ray cluster (``ray.cluster_utils.Cluster``, loopback only, usage stats off):
+streams placed by the resources hosts declare, each host running its streams in flowpipe's runtime."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from flowpipe import GraphError, load_graph
+from flowpipe.cluster import Host, PlacementError, StreamNeed, place
+
+ray = pytest.importorskip("ray")
+os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A head with 1 CPU and an 'intel_cpu' resource, a second host with 1 CPU and one 'intel_gpu'."""
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"intel_cpu": 1},
+                                                      "include_dashboard": False})
+    gpu_host = c.add_node(num_cpus=1, resources={"intel_gpu": 1})
+    c.wait_for_nodes()
+    ray.init(address=c.address, logging_level="ERROR")
+    yield c, gpu_host
+    ray.shutdown()
+    c.shutdown()
+
+
+def _graph(tmp_path: Path, per_stream: str, counts: tuple[int, ...] = (40, 30, 20)) -> tuple:
+    lines = ["plugins: [fp_testnodes]", f"cluster: {{per_stream: {per_stream}}}", "nodes:"]
+    lines += [f"  - {{id: s{i}, type: synthetic_source, config: {{count: {n}, width: 64, height: 48}}}}"
+              for i, n in enumerate(counts)]
+    ins = ", ".join(f"s{i}" for i in range(len(counts)))
+    lines += [f"  - {{id: hop, type: passthrough, inputs: {{in: [{ins}]}}}}",
+              f"  - {{id: meta, type: jsonl, config: {{path: {tmp_path}/m.jsonl}}, inputs: hop}}"]
+    path = tmp_path / "g.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return load_graph(str(path)), tmp_path / "m.jsonl"
+
+
+def _lines(path: Path) -> list[tuple[str, int]]:
+    return [(r["stream"], r["frame"]) for r in map(json.loads, path.read_text().splitlines())]
+
+
+def test_placement_spreads_and_names_what_is_missing() -> None:
+    hosts = [Host("a", {"CPU": 4, "intel_npu": 1}, {"npu": "lnl"}, "10.0.0.1"), Host("b", {"CPU": 4}, {}, "10.0.0.2")]
+    npu = [StreamNeed(f"cam{i}", {"intel_npu": 0.25}) for i in range(4)]
+    assert set(place(npu, hosts).values()) == {"a"}  # four streams share the one NPU
+    cpu = [StreamNeed(f"c{i}", {"CPU": 1}) for i in range(4)]
+    where = place(cpu, hosts)
+    assert sorted(where.values()) == ["a", "a", "b", "b"]  # spread: each to the host with the most CPU left
+    with pytest.raises(PlacementError, match=r"stream 'late' needs \{intel_npu: 0.25\} and fits on no host; free "
+                                             r"in the cluster: 10.0.0.1 \{CPU: 2, intel_npu: 0, npu=lnl\}; 10.0.0.2 \{CPU: 2\}$"):
+        place([StreamNeed("late", {"intel_npu": 0.25})], hosts)
+    with pytest.raises(PlacementError, match=r"needs \{CPU: 1, npu=mtl\}"):
+        place([StreamNeed("x", {"CPU": 1}, {"npu": "mtl"})], [Host("c", {"CPU": 8}, {"npu": "lnl"})])
+
+
+def test_streams_run_on_the_hosts_that_have_their_resource(cluster, tmp_path) -> None:
+    from flowpipe.cluster.controller import ClusterRun
+
+    _, gpu_host = cluster
+    spec, out = _graph(tmp_path, "{intel_gpu: 0.3}")
+    res = ClusterRun(spec).run()
+    assert res.ok, res.error
+    assert res.frames == {"in": 90, "out": 90, "dropped": 0, "failed": 0}
+    assert res.per_stream == {"s0": 40, "s1": 30, "s2": 20}
+    assert [h["host_id"] for h in res.hosts] == [gpu_host.node_id]  # the only host with intel_gpu
+    assert sorted(_lines(out)) == sorted([(f"s{i}", k) for i, n in enumerate((40, 30, 20)) for k in range(n)])
+
+
+def test_streams_spread_over_hosts_and_one_account(cluster, tmp_path) -> None:
+    from flowpipe.cluster.controller import ClusterRun
+
+    spec, out = _graph(tmp_path, "{CPU: 0.5}", counts=(60, 50, 40, 30))
+    res = ClusterRun(spec).run()
+    assert res.ok, res.error
+    assert res.frames == {"in": 180, "out": 180, "dropped": 0, "failed": 0}
+    stats = res.to_json()
+    assert len(stats["hosts"]) == 2 and sorted(len(h["streams"]) for h in stats["hosts"]) == [2, 2]
+    assert len({h["pid"] for h in stats["hosts"]}) == 2 and os.getpid() not in {h["pid"] for h in stats["hosts"]}
+    assert stats["nodes"]["hop"]["frames"] == 180
+    lines = _lines(out)  # two hosts appended to one file after the first one opened (truncated) it
+    assert len(lines) == 180 and len(set(lines)) == 180
+
+
+def test_a_stream_that_fits_nowhere_is_one_line_before_any_frame(cluster, tmp_path) -> None:
+    from flowpipe.cluster.controller import ClusterRun
+
+    spec, out = _graph(tmp_path, "{intel_gpu: 0.5}")  # three halves of one GPU
+    res = ClusterRun(spec).run()
+    assert res.exit_code == 1
+    msg = str(res.error)
+    assert msg.startswith("stream 's2' needs {intel_gpu: 0.5} and fits on no host; free in the cluster: ")
+    assert "intel_gpu: 0" in msg and "\n" not in msg
+    assert res.frames["in"] == 0 and not out.exists()
+
+
+def test_cluster_block_is_validated(tmp_path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("cluster: {per_stream: {intel_npu: lots}}\nnodes:\n  - {id: s, type: synthetic_source}\n")
+    with pytest.raises(GraphError, match=r"bad\.yaml:1: cluster\.per_stream\.intel_npu: Input should be a valid "
+                                         r"number"):
+        load_graph(str(path))
