@@ -56,6 +56,11 @@ def test_placement_spreads_and_names_what_is_missing() -> None:
     with pytest.raises(PlacementError, match=r"stream 'late' needs \{intel_npu: 0.25\} and fits on no host; free "
                                              r"in the cluster: 10.0.0.1 \{CPU: 2, intel_npu: 0, npu=lnl\}; 10.0.0.2 \{CPU: 2\}$"):
         place([StreamNeed("late", {"intel_npu": 0.25})], hosts)
+    many = [Host(f"h{i}", {"CPU": 8, "intel_npu": 1}, {"npu": "lnl" if i % 2 else "mtl"}) for i in range(40)]
+    with pytest.raises(PlacementError, match=r"^stream 'big' needs \{intel_npu: 2, npu=lnl\} and fits on no host; "
+                                             r"free in the cluster: 20 of 40 hosts with \{npu=lnl\}, the most left "
+                                             r"on one of them \{intel_npu: 1\}$"):
+        place([StreamNeed("big", {"intel_npu": 2}, {"npu": "lnl"})], many)  # one line, however many hosts
     with pytest.raises(PlacementError, match=r"needs \{CPU: 1, npu=mtl\}"):
         place([StreamNeed("x", {"CPU": 1}, {"npu": "mtl"})], [Host("c", {"CPU": 8}, {"npu": "lnl"})])
 

@@ -57,23 +57,38 @@ def _describe(resources: dict[str, float], labels: dict[str, str]) -> str:
     return "{" + ", ".join(parts) + "}"
 
 
+def _free(hosts: list[Host], need: StreamNeed) -> str:
+    """What the cluster has for ``need``: each host for a few hosts, else the most any one host has left."""
+    if not hosts:
+        return "no hosts"
+    if len(hosts) <= 4:
+        return "; ".join(f"{h.name or h.host_id[:8]} {_describe(h.free, h.labels)}" for h in hosts)
+    labelled = [h for h in hosts if all(h.labels.get(k) == v for k, v in need.labels.items())]
+    most = {r: max((h.free.get(r, 0.0) for h in labelled), default=0.0) for r in need.resources}
+    where = f"{len(labelled)} of {len(hosts)} hosts" + (f" with {_describe({}, need.labels)}" if need.labels else "")
+    return f"{where}, the most left on one of them {_describe(most, {})}"
+
+
 def place(needs: list[StreamNeed], hosts: list[Host]) -> dict[str, str]:
     """stream -> host_id for every stream in ``needs``, taking from the hosts' ``free`` resources (the caller
     gives hosts with what is already taken subtracted). Raises ``PlacementError`` for the first stream that
     fits nowhere."""
     out: dict[str, str] = {}
+    having: dict[frozenset[str], list[Host]] = {}  # the hosts that declare every resource a stream names
     for need in needs:
+        key = frozenset(need.resources)
+        if key not in having:
+            having[key] = [h for h in hosts if all(h.resources.get(r, 0.0) > 0 for r in key)]
         best: Host | None = None
         best_room = -1.0
-        for h in hosts:
+        for h in having[key]:
             if h.fits(need):
                 room = h.headroom(need)
                 if room > best_room:
                     best, best_room = h, room
         if best is None:
-            have = "; ".join(f"{h.name or h.host_id[:8]} {_describe(h.free, h.labels)}" for h in hosts) or "no hosts"
             raise PlacementError(f"stream '{need.stream}' needs {_describe(need.resources, need.labels)} and fits "
-                                 f"on no host; free in the cluster: {have}")
+                                 f"on no host; free in the cluster: {_free(hosts, need)}")
         best.take(need)
         out[need.stream] = best.host_id
     return out
