@@ -131,6 +131,7 @@ def write_report(s: dict, path: Path) -> None:
                       f"{_target(eight['aggregate_fps'] / ceil >= 0.8 and eight['per_stream_spread'] < 0.1)}", ""]
     L += _changes(results)
     L += _processes(results)
+    L += _cluster(results)
     path.write_text("\n".join(L) + "\n")
 
 
@@ -202,6 +203,25 @@ def _processes(results: Path) -> list[str]:
           "CPU ms/frame counts every process of the run (shards and owner). Slowest / fastest stream: each "
           "stream's rate while every stream runs, where the run recorded it (`per_stream_fps_together`), else "
           "over its own frames.", ""]
+    return L
+
+
+def _cluster(results: Path) -> list[str]:
+    """Section 9: the cluster controller's placement work (``benchmarks/cluster_sim.py``)."""
+    L = ["## 9. Many hosts: placement by the cluster controller", ""]
+    f = results / "cluster_sim.json"
+    if not f.exists():
+        return [*L, "No run of benchmarks/cluster_sim.py in benchmarks/results/.", ""]
+    r = json.loads(f.read_text())
+    L += [f"`python benchmarks/cluster_sim.py --streams {r['streams']} --hosts {r['hosts']}` ({r['date']}, "
+          f"Python {r['python']}, this 2-core machine; simulated hosts, no Ray, no frames):", "",
+          "| streams | hosts | place all | hosts lost | streams moved | re-place them | controller peak memory |",
+          "|---|---|---|---|---|---|---|",
+          f"| {r['streams']} | {r['hosts']} | {r['place_all_s']} s | {r['lost_hosts']} | {r['moved_streams']} | "
+          f"{r['replace_s']} s | {r['controller_peak_mb']} MB |", "",
+          f"Targets: place 2,000 streams in under 5 s — {_target(r['place_all_s'] < 5)}; re-place after a 10% "
+          f"host loss in under 5 s — {_target(r['replace_s'] < 5)}. A real loss adds Ray's detection of the "
+          "dead node and the new agents' start (`replaced_in_s` in `--stats`).", ""]
     return L
 
 

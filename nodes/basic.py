@@ -51,6 +51,7 @@ class SyntheticSource(Source):
         c = self.config
         self.stream = c.stream or self.id
         self.shape = (c.height * 3 // 2, c.width) if c.format == "NV12" else (c.height, c.width, 3)
+        self.first = ctx.resume_at(self.stream)  # a stream resumed after a restart goes on from there
         self.pool = None
         if c.pool:
             n = min(ctx.frames_in_flight(), 256)
@@ -60,8 +61,8 @@ class SyntheticSource(Source):
     def frames(self) -> Iterator[Frame]:
         c = self.config
         shape = self.shape
-        t0 = time.monotonic()
-        for i in range(c.count):
+        t0 = time.monotonic() - self.first / c.fps
+        for i in range(self.first, c.count):
             ref = FrameRef(self.stream, i)
             if self.pool is not None:
                 lease = self.pool.acquire()

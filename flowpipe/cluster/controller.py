@@ -43,7 +43,7 @@ def hosts_of(ray: Any) -> list[Host]:
             continue
         res = {k: float(v) for k, v in n["Resources"].items() if k not in RESERVED and not k.startswith("node:")}
         labels = {k: str(v) for k, v in (n.get("Labels") or {}).items() if not k.startswith("ray.io/")}
-        out.append(Host(n["NodeID"], res, labels, n.get("NodeManagerAddress", "")))
+        out.append(Host(n["NodeID"], res, labels, f"{n.get('NodeManagerAddress', '')} ({n['NodeID'][:8]})"))
     return out
 
 
@@ -55,6 +55,7 @@ class ClusterRun:
         self.spec, self.max_frames, self.poll_s = spec, max_frames, poll_s
         self.address = address or (spec.cluster.address if spec.cluster else None)
         self.agents: list[dict[str, Any]] = []
+        self.replacements: list[dict[str, Any]] = []  # host losses and where their streams went
         self.error: str | None = None
         self.interrupted = False
         self._stop = False
@@ -84,54 +85,72 @@ class ClusterRun:
     def run(self) -> ClusterResult:
         t0 = time.perf_counter()
         ray = connect(self.address)
+        self._ray = ray
+        self._payload = pickle.dumps(self.spec)
+        try:
+            where = place(self.needs(), hosts_of(ray))
+        except PlacementError as e:
+            self.error = str(e)
+            return ClusterResult(self, time.perf_counter() - t0)
+        if self._start(where, {}, 0):
+            self._wait()
+        for a in self.agents:
+            ray.kill(a["handle"], no_restart=True)
+        return ClusterResult(self, time.perf_counter() - t0)
+
+    def _start(self, where: dict[str, str], start: dict[str, int], generation: int) -> bool:
+        """One agent per host in ``where`` (stream -> host), every one opened before any of them starts."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         from .agent import HostAgent
 
-        hosts = hosts_of(ray)
-        try:
-            where = place(self.needs(), hosts)
-        except PlacementError as e:
-            self.error = str(e)
-            return ClusterResult(self, time.perf_counter() - t0)
+        ray = self._ray
+        actor = ray.remote(HostAgent)
+        names = {h.host_id: h.name for h in hosts_of(ray)}
+        needs = {n.stream: n for n in self.needs()}
         by_host: dict[str, list[str]] = {}
         for src in self.spec.sources():
-            by_host.setdefault(where[src.id], []).append(src.id)
-        payload = pickle.dumps(self.spec)
-        actor = ray.remote(HostAgent)
-        names = {h.host_id: h.name for h in hosts}
+            if src.id in where:
+                by_host.setdefault(where[src.id], []).append(src.id)
         total = max(1, len(self.spec.sources()))
-        for i, (host_id, sources) in enumerate(by_host.items()):
+        new = []
+        for host_id, sources in by_host.items():
             need: dict[str, float] = {}
-            for n in self.needs():
-                if n.stream in sources:
-                    for r, v in n.resources.items():
-                        need[r] = need.get(r, 0.0) + v
-            cap = None if self.max_frames is None else max(1, round(self.max_frames * len(sources) / total))
+            for sid in sources:
+                for r, v in needs[sid].resources.items():
+                    need[r] = need.get(r, 0.0) + v
+            cap = None
+            if self.max_frames is not None:
+                cap = max(1, round(self.max_frames * len(sources) / total) - sum(start.get(s, 0) for s in sources))
+            base = 1000 * len(self.agents)  # shard 0 of the first host's first start alone truncates outputs
             handle = actor.options(
                 scheduling_strategy=NodeAffinitySchedulingStrategy(host_id, soft=False), max_concurrency=4,
                 num_cpus=need.pop("CPU", 0.0), num_gpus=need.pop("GPU", 0.0), resources=need,
-            ).remote(payload, sources, i * 1000, None, 0, cap)
+            ).remote(self._payload, sources, base, {s: start[s] for s in sources if s in start}, generation, cap)
             info = ray.get(handle.start.remote())
-            log.info("host %s (%s): streams %s in %d process(es)", names[host_id], info["host"],
-                     ", ".join(sources), info["processes"])
-            self.agents.append({"host_id": host_id, "address": names[host_id], "handle": handle, "info": info,
-                                "sources": sources, "progress": {}, "result": None, "error": None})
+            log.info("host %s (%s): streams %s in %d process(es)%s", names.get(host_id), info["host"],
+                     ", ".join(sources), info["processes"], f", restart {generation}" if generation else "")
+            agent = {"host_id": host_id, "address": names.get(host_id, host_id[:8]), "handle": handle, "info": info,
+                     "sources": sources, "progress": {}, "result": None, "error": None, "generation": generation,
+                     "start": {s: start.get(s, 0) for s in sources}, "lost": False}
+            self.agents.append(agent)
+            new.append(agent)
             if not info["opened"]:  # its open failed: the others are told not to start
                 break
-        start = all(a["info"]["opened"] for a in self.agents)
-        ray.get([a["handle"].begin.remote(start) for a in self.agents])
-        self._wait(ray)
-        return ClusterResult(self, time.perf_counter() - t0)
+        go = all(a["info"]["opened"] for a in new)
+        ray.get([a["handle"].begin.remote(go) for a in new])
+        return go
 
-    def _wait(self, ray: Any) -> None:
+    def _wait(self) -> None:
+        ray = self._ray
         told_stop = told_now = False
         while any(a["result"] is None and a["error"] is None for a in self.agents):
             if (self._stop and not told_stop) or (self._now and not told_now):
                 told_stop, told_now = True, self._now
                 for a in self.agents:
-                    a["handle"].stop.remote(now=self._now)
-            for a in self.agents:
+                    if a["result"] is None and a["error"] is None:
+                        a["handle"].stop.remote(now=self._now)
+            for a in list(self.agents):
                 if a["result"] is not None or a["error"] is not None:
                     continue
                 try:
@@ -139,11 +158,40 @@ class ClusterRun:
                     if a["result"] is None:
                         a["progress"] = ray.get(a["handle"].progress.remote())
                 except Exception as e:  # noqa: BLE001 - an agent or its host is gone
-                    a["error"] = (f"host {a['address']} (streams {', '.join(a['sources'])}) lost: "
-                                  f"{type(e).__name__}")
-                    log.error("%s", a["error"])
-        for a in self.agents:
-            ray.kill(a["handle"], no_restart=True)
+                    self._lost(a, e)
+
+    def _lost(self, a: dict[str, Any], err: BaseException) -> None:
+        """A host (or its agent) is gone: its streams resume on the hosts left, each after the frames it had
+        accounted (frames it had in flight run again there; what it had accounted stays in the account)."""
+        t0 = time.perf_counter()
+        a["lost"] = True
+        a["error"] = f"host {a['address']} (streams {', '.join(a['sources'])}) lost: {type(err).__name__}"
+        accounted = a["progress"].get("streams", {})
+        start = {s: a["start"].get(s, 0) + accounted.get(s, 0) for s in a["sources"]}
+        done = sum(accounted.values())
+        kept = {k: a["progress"].get(k, 0) for k in ("out", "dropped", "failed")}
+        a["progress"] = dict(kept, **{"in": sum(kept.values()), "streams": accounted})
+        if self._stop:
+            log.error("%s; the run is stopping: not re-placed", a["error"])
+            return
+        hosts = [h for h in hosts_of(self._ray) if h.host_id != a["host_id"]]
+        for other in self.agents:  # what live agents hold is not free
+            if other["result"] is None and other["error"] is None:
+                host = next((h for h in hosts if h.host_id == other["host_id"]), None)
+                for s in other["sources"] if host is not None else []:
+                    host.take(next(n for n in self.needs() if n.stream == s))  # type: ignore[union-attr]
+        moved = [n for n in self.needs() if n.stream in a["sources"]]
+        try:
+            where = place(moved, hosts)
+        except PlacementError as e:
+            log.error("%s; %s", a["error"], e)
+            self.error = f"{a['error']}; {e}"
+            return
+        log.warning("%s after %d frames accounted there; its streams resume on %s", a["error"], done,
+                    ", ".join(sorted({h.name for h in hosts if h.host_id in where.values()})))
+        self._start(where, start, a["generation"] + 1)
+        self.replacements.append({"host": a["address"], "streams": a["sources"], "resume_at": start,
+                                  "replaced_in_s": round(time.perf_counter() - t0, 3)})
 
     def snapshot(self) -> dict[str, int]:
         out = {"in": 0, "out": 0, "dropped": 0, "failed": 0}
@@ -162,7 +210,10 @@ class ClusterResult(RunSummary):
         self.frames = run.snapshot()
         lost = self.frames["in"] - self.frames["out"] - self.frames["dropped"] - self.frames["failed"]
         self.frames["failed"] += max(0, lost)  # frames in flight on hosts that were lost
-        self.per_stream = {s: n for _, r in done for s, n in (r.get("streams") or {}).items()}
+        self.per_stream: dict[str, int] = {}
+        for a in run.agents:
+            for s, n in ((a["result"] or {}).get("streams") or a["progress"].get("streams") or {}).items():
+                self.per_stream[s] = self.per_stream.get(s, 0) + n
         self.nodes = _merge_nodes([(i, r) for i, r in done if r.get("nodes")])
         self.edges: dict[str, dict[str, Any]] = {}
         for _, r in done:
@@ -174,17 +225,20 @@ class ClusterResult(RunSummary):
         self.inference = {k: v for _, r in done for k, v in r.items() if k.startswith("inference.")}
         self.elapsed_s = elapsed
         self.interrupted = run.interrupted
-        errors = ([run.error] if run.error else []) + [a["error"] for a in run.agents if a["error"]] + \
+        errors = ([run.error] if run.error else []) + \
+                 [a["error"] for a in run.agents if a["error"] and not (a["lost"] and run.replacements)] + \
                  [f"host {run.agents[i]['address']}: {r['error']}" for i, r in done if r.get("error")]
         self.error: BaseException | None = RuntimeError(errors[0]) if errors else None
         self.exit_code = 1 if self.error else (130 if self.interrupted else 0)
         self.hosts = [{"host_id": a["host_id"], "address": a["address"], "host": a["info"].get("host"),
                        "pid": a["info"].get("pid"), "processes": a["info"].get("processes"),
                        "streams": a["sources"], "frames": (a["result"] or {}).get("frames") or a["progress"],
+                       "generation": a["generation"], "lost": a["lost"],
                        "error": a["error"] or (a["result"] or {}).get("error")} for a in run.agents]
+        self.replacements = run.replacements
 
     def _more_json(self) -> dict[str, Any]:
-        return {"hosts": self.hosts, "streams_by_host": {h["address"]: h["streams"] for h in self.hosts}}
+        return {"hosts": self.hosts, "replacements": self.replacements}
 
 
 __all__ = ["ClusterResult", "ClusterRun", "connect", "hosts_of", "stream_of"]
