@@ -222,6 +222,16 @@ def _cluster(results: Path) -> list[str]:
           f"Targets: place 2,000 streams in under 5 s — {_target(r['place_all_s'] < 5)}; re-place after a 10% "
           f"host loss in under 5 s — {_target(r['replace_s'] < 5)}. A real loss adds Ray's detection of the "
           "dead node and the new agents' start (`replaced_in_s` in `--stats`).", ""]
+    o = results / "cluster_overhead.json"
+    if o.exists():
+        r = json.loads(o.read_text())
+        L += [f"What Ray costs a run (`python benchmarks/cluster_overhead.py --streams {r['streams']} --repeats "
+              f"{r['repeats']} --loops {r['frames_per_stream'] // 150 - 1}`, {r['date']}, {r['cores']} cores, face "
+              f"blur, {r['streams']} streams x {r['frames_per_stream']} frames, {r['processes']} process(es), "
+              "alternating in one process): local "
+              f"{r['local_fps']} fps, on a one-host Ray cluster {r['cluster_fps']} fps; median ratio "
+              f"{r['ratio_cluster_over_local']} (target >= 0.95 — {_target(r['ratio_cluster_over_local'] >= 0.95)}; "
+              f"the spread of single runs is +-15% on this machine). Ray's start: {r['ray_start_s']} s, once.", ""]
     return L
 
 
