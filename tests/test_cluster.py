@@ -116,7 +116,7 @@ def test_cluster_block_is_validated(tmp_path) -> None:
 def test_a_lost_host_s_streams_resume_on_the_others_with_every_frame_accounted(cluster, tmp_path) -> None:
     """A third host joins, takes streams, and is removed mid-run (its raylet and workers killed): its streams
     resume on the other hosts after the frames it had accounted; the others never stop; every frame of every
-    stream is written, and the account is exact."""
+    stream is written once, and the account is exact."""
     import threading
     import time
 
@@ -151,7 +151,6 @@ def test_a_lost_host_s_streams_resume_on_the_others_with_every_frame_accounted(c
     assert moved["streams"] == lost_streams and moved["replaced_in_s"] < 10
     assert any(h["lost"] for h in stats["hosts"]) and any(h["generation"] == 1 for h in stats["hosts"])
     lines = _lines(out)
-    for i, n in enumerate(counts):  # nothing missing; a lost stream may repeat what it wrote after its last report
-        got = [k for s, k in lines if s == f"s{i}"]
-        assert set(got) == set(range(n))
-        assert len(got) - n <= (30 if f"s{i}" in lost_streams else 0)
+    for i, n in enumerate(counts):  # every frame's record once: none missing, none repeated across the loss
+        got = sorted(k for s, k in lines if s == f"s{i}")
+        assert got == list(range(n)), (f"s{i}", len(got))

@@ -7,6 +7,7 @@ progress and merges their statistics into one result: frames by fate, per stream
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import pickle
@@ -45,6 +46,26 @@ def hosts_of(ray: Any) -> list[Host]:
         labels = {k: str(v) for k, v in (n.get("Labels") or {}).items() if not k.startswith("ray.io/")}
         out.append(Host(n["NodeID"], res, labels, f"{n.get('NodeManagerAddress', '')} ({n['NodeID'][:8]})"))
     return out
+
+
+def written(spec: GraphSpec, streams: list[str]) -> dict[str, int]:
+    """Per stream of ``streams``: the last frame whose record is in the graph's ``jsonl`` outputs, where this
+    process can read them (a path on storage every host shares)."""
+    last: dict[str, int] = {}
+    for s in spec.nodes:
+        path = getattr(s.config, "path", None)
+        if s.type != "jsonl" or not path or path == "-" or not os.path.isfile(path):
+            continue
+        with open(path, "rb") as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue  # a line cut by the loss
+                st, ix = rec.get("stream"), rec.get("frame")
+                if st in streams and isinstance(ix, int):
+                    last[st] = max(last.get(st, -1), ix)
+    return last
 
 
 class ClusterRun:
@@ -162,14 +183,23 @@ class ClusterRun:
 
     def _lost(self, a: dict[str, Any], err: BaseException) -> None:
         """A host (or its agent) is gone: its streams resume on the hosts left, each after the frames it had
-        accounted (frames it had in flight run again there; what it had accounted stays in the account)."""
+        accounted or written (frames it had in flight run again there; what it had done stays in the
+        account)."""
         t0 = time.perf_counter()
         a["lost"] = True
         a["error"] = f"host {a['address']} (streams {', '.join(a['sources'])}) lost: {type(err).__name__}"
-        accounted = a["progress"].get("streams", {})
+        accounted = dict(a["progress"].get("streams", {}))
         start = {s: a["start"].get(s, 0) + accounted.get(s, 0) for s in a["sources"]}
-        done = sum(accounted.values())
         kept = {k: a["progress"].get(k, 0) for k in ("out", "dropped", "failed")}
+        # results it wrote after its last report, where the controller can read them (shared storage): those
+        # frames are done (out), and their streams resume after them, so no result is written twice
+        for s, last in written(self.spec, a["sources"]).items():
+            extra = last + 1 - start[s]
+            if extra > 0:
+                start[s] += extra
+                kept["out"] += extra
+                accounted[s] = accounted.get(s, 0) + extra
+        done = sum(accounted.values())
         a["progress"] = dict(kept, **{"in": sum(kept.values()), "streams": accounted})
         if self._stop:
             log.error("%s; the run is stopping: not re-placed", a["error"])
