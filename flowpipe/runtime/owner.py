@@ -450,18 +450,19 @@ class OwnerClient(Node):
         self._connect(time.monotonic() + CONNECT_TIMEOUT_S)
 
     def _connect(self, deadline: float) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 sock.connect(self.link.path)
+                _send(sock, ("hello", self.id, self.in_offer, self.in_flight_cap))
+                msg, _ = _recv(sock)
                 break
-            except (FileNotFoundError, ConnectionRefusedError):
+            except (FileNotFoundError, ConnectionError, EOFError):
+                # not there yet, or a killed owner's socket that still took the connection while it went
+                sock.close()
                 if time.monotonic() > deadline:
-                    sock.close()
                     raise RuntimeError(f"device owner not reachable at {self.link.path}") from None
                 time.sleep(0.05)
-        _send(sock, ("hello", self.id, self.in_offer, self.in_flight_cap))
-        msg, _ = _recv(sock)
         if msg[0] != "ready":
             sock.close()
             raise RuntimeError(msg[1])
