@@ -162,24 +162,23 @@ def _proc_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _proc_hwm_kb(pid: int) -> int:
+def _proc_kb(pid: int | str, file: str, key: str) -> int:
+    """A kB figure of a live process from /proc (0 once it is gone)."""
     try:
-        for line in open(f"/proc/{pid}/status"):
-            if line.startswith("VmHWM:"):
+        for line in open(f"/proc/{pid}/{file}"):
+            if line.startswith(key):
                 return int(line.split()[1])
     except OSError:
         pass
     return 0
+
+
+def _proc_hwm_kb(pid: int) -> int:
+    return _proc_kb(pid, "status", "VmHWM:")
 
 
 def _proc_pss_kb(pid: int | str) -> int:
-    try:
-        for line in open(f"/proc/{pid}/smaps_rollup"):
-            if line.startswith("Pss:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
+    return _proc_kb(pid, "smaps_rollup", "Pss:")
 
 
 def _cores() -> int:
