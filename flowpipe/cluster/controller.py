@@ -16,7 +16,7 @@ from typing import Any
 
 from ..graph import GraphSpec
 from ..runtime.runner import RunSummary
-from ..runtime.shards import _merge_nodes, stream_of
+from ..runtime.shards import _merge_nodes
 from .placement import Host, PlacementError, StreamNeed, place
 
 log = logging.getLogger("flowpipe.cluster")
@@ -171,13 +171,13 @@ class ClusterRun:
                 for a in self.agents:
                     if a["result"] is None and a["error"] is None:
                         a["handle"].stop.remote(now=self._now)
-            for a in list(self.agents):
-                if a["result"] is not None or a["error"] is not None:
-                    continue
+            live = [a for a in self.agents if a["result"] is None and a["error"] is None]
+            asked = [(a, a["handle"].result.remote(self.poll_s), a["handle"].progress.remote()) for a in live]
+            for a, result, progress in asked:  # every host waits its poll_s at once, not one after another
                 try:
-                    a["result"] = ray.get(a["handle"].result.remote(self.poll_s))
+                    a["result"] = ray.get(result)
                     if a["result"] is None:
-                        a["progress"] = ray.get(a["handle"].progress.remote())
+                        a["progress"] = ray.get(progress)
                 except Exception as e:  # noqa: BLE001 - an agent or its host is gone
                     self._lost(a, e)
 
@@ -204,21 +204,21 @@ class ClusterRun:
         if self._stop:
             log.error("%s; the run is stopping: not re-placed", a["error"])
             return
-        hosts = [h for h in hosts_of(self._ray) if h.host_id != a["host_id"]]
+        hosts = {h.host_id: h for h in hosts_of(self._ray) if h.host_id != a["host_id"]}
+        needs = {n.stream: n for n in self.needs()}
         for other in self.agents:  # what live agents hold is not free
-            if other["result"] is None and other["error"] is None:
-                host = next((h for h in hosts if h.host_id == other["host_id"]), None)
-                for s in other["sources"] if host is not None else []:
-                    host.take(next(n for n in self.needs() if n.stream == s))  # type: ignore[union-attr]
-        moved = [n for n in self.needs() if n.stream in a["sources"]]
+            if other["result"] is None and other["error"] is None and other["host_id"] in hosts:
+                for s in other["sources"]:
+                    hosts[other["host_id"]].take(needs[s])
+        moved = [needs[s] for s in a["sources"]]
         try:
-            where = place(moved, hosts)
+            where = place(moved, list(hosts.values()))
         except PlacementError as e:
             log.error("%s; %s", a["error"], e)
             self.error = f"{a['error']}; {e}"
             return
         log.warning("%s after %d frames accounted there; its streams resume on %s", a["error"], done,
-                    ", ".join(sorted({h.name for h in hosts if h.host_id in where.values()})))
+                    ", ".join(sorted({hosts[h].name for h in where.values()})))
         self._start(where, start, a["generation"] + 1)
         self.replacements.append({"host": a["address"], "streams": a["sources"], "resume_at": start,
                                   "replaced_in_s": round(time.perf_counter() - t0, 3)})
@@ -272,4 +272,4 @@ class ClusterResult(RunSummary):
         return {"hosts": self.hosts, "replacements": self.replacements}
 
 
-__all__ = ["ClusterResult", "ClusterRun", "connect", "hosts_of", "stream_of"]
+__all__ = ["ClusterResult", "ClusterRun", "connect", "hosts_of", "written"]
