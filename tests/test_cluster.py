@@ -154,3 +154,22 @@ def test_a_lost_host_s_streams_resume_on_the_others_with_every_frame_accounted(c
     for i, n in enumerate(counts):  # every frame's record once: none missing, none repeated across the loss
         got = sorted(k for s, k in lines if s == f"s{i}")
         assert got == list(range(n)), (f"s{i}", len(got))
+
+
+def test_devices_of_every_host(cluster, capsys) -> None:
+    """``flowpipe devices --cluster``: each host's devices as flowpipe sees them there, with what it declared."""
+    from flowpipe.cluster.controller import cluster_devices
+
+    c, gpu_host = cluster
+    hosts = cluster_devices(c.address)
+    assert len(hosts) >= 2
+    by_id = {h["address"].split("(")[-1].rstrip(")"): h for h in hosts}
+    gpu = by_id[gpu_host.node_id[:8]]
+    assert gpu["resources"]["intel_gpu"] == 1.0
+    for h in hosts:  # found on the host itself: OpenVINO's CPU plugin and this machine's shared memory
+        assert "CPU" in h["devices"]["openvino"] and "memfd" in h["devices"]["shared_memory"]
+    from flowpipe.cli import main
+
+    assert main(["devices", "--cluster", c.address]) == 0
+    shown = capsys.readouterr().out
+    assert shown.count("== host ") == len(hosts) and "intel_gpu 1" in shown and "OpenVINO devices:" in shown

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 
-def cmd_devices(args: argparse.Namespace) -> int:
+def device_report() -> dict[str, Any]:
+    """What this host has, as flowpipe sees it: shared-memory kinds, OpenVINO devices, OpenCL platforms."""
     from .. import memory
     from ..accel import devices
     from ..accel.openvino import choose_device
@@ -28,9 +29,31 @@ def cmd_devices(args: argparse.Namespace) -> int:
     except Exception as e:  # noqa: BLE001
         report["openvino"] = {"error": str(e)}
     report["opencl"] = owners.opencl.platforms()
+    return report
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    if args.cluster:
+        from ..cluster.controller import cluster_devices
+
+        hosts = cluster_devices(args.cluster)
+        if args.json:
+            print(json.dumps(hosts, indent=2))
+            return 0
+        for h in hosts:
+            print(f"== host {h['address']} ({h['host']}): Ray resources " + ", ".join(
+                f"{k} {v:g}" for k, v in sorted(h["resources"].items())))
+            _print_devices(h["devices"])
+        return 0
+    report = device_report()
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
+    _print_devices(report)
+    return 0
+
+
+def _print_devices(report: dict[str, Any]) -> None:
     print("shared memory: " + ", ".join(report["shared_memory"]) + f"  (using {report['shared_memory_default']})")
     for kind in ("dma-heap", "memfd", "win32"):
         if kind not in report["shared_memory"]:
@@ -43,7 +66,6 @@ def cmd_devices(args: argparse.Namespace) -> int:
     print("OpenCL: " + ("; ".join(f"{p['platform']}: " + ", ".join(
         d["name"] + ("" if d["usable"] else f" (not usable: {d['why']})") for d in p["devices"])
         for p in report["opencl"]) or "no platform (preprocessing falls back to OpenCV on the CPU)"))
-    return 0
 
 
 def cmd_models(args: argparse.Namespace) -> int:
@@ -112,6 +134,7 @@ def add_commands(sub: Any, with_set: Callable[[argparse.ArgumentParser], None]) 
 
     d = sub.add_parser("devices", help="shared-memory kinds, OpenVINO devices and OpenCL platforms here")
     d.add_argument("--json", action="store_true")
+    d.add_argument("--cluster", metavar="auto|ray://HOST:PORT", help="every host of a Ray cluster, as flowpipe sees it")
     d.set_defaults(func=cmd_devices)
 
     m = sub.add_parser("models", help="list or fetch registry models (sha256-verified)")

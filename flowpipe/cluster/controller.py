@@ -68,6 +68,26 @@ def written(spec: GraphSpec, streams: list[str]) -> dict[str, int]:
     return last
 
 
+def cluster_devices(address: str | None) -> list[dict[str, Any]]:
+    """Each live host's devices as flowpipe sees them there (``flowpipe devices --cluster``), with the Ray
+    resources it declared: a task pinned to every host."""
+    ray = connect(address)
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    def look() -> dict[str, Any]:
+        import socket
+
+        from ..cli.extra import device_report
+
+        return {"host": socket.gethostname(), "devices": device_report()}
+
+    task = ray.remote(num_cpus=0)(look)
+    hosts = hosts_of(ray)
+    found = ray.get([task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(h.host_id, soft=False)).remote()
+                     for h in hosts])
+    return [dict(f, address=h.name, resources=h.resources, labels=h.labels) for h, f in zip(hosts, found)]
+
+
 class ClusterRun:
     """Runs ``spec`` over the hosts of the Ray cluster at ``address``; ``run()`` returns a ``ClusterResult``."""
 
