@@ -173,3 +173,41 @@ def test_devices_of_every_host(cluster, capsys) -> None:
     assert main(["devices", "--cluster", c.address]) == 0
     shown = capsys.readouterr().out
     assert shown.count("== host ") == len(hosts) and "intel_gpu 1" in shown and "OpenVINO devices:" in shown
+
+
+def test_rebalance_moves_streams_to_a_host_that_joins(cluster, tmp_path) -> None:
+    """``--rebalance``: two streams start on the only host with 'intel_cpu'; a second such host joins; the
+    first drains and the streams are placed again over both, each resuming after its last frame."""
+    import threading
+    import time
+
+    from flowpipe.cluster.controller import ClusterRun
+
+    c, _ = cluster
+    counts = (240, 240)
+    spec, out = _graph(tmp_path, "{intel_cpu: 0.4}", counts=counts)
+    for s in spec.nodes:
+        if s.type == "synthetic_source":
+            s.config.realtime, s.config.fps = True, 60.0  # type: ignore[attr-defined]
+    run = ClusterRun(spec, poll_s=0.2, rebalance=True)
+    box: dict = {}
+    t = threading.Thread(target=lambda: box.update(res=run.run()))
+    t.start()
+    deadline = time.monotonic() + 60
+    while not any(a["progress"].get("out", 0) > 30 for a in run.agents):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    joined = c.add_node(num_cpus=1, resources={"intel_cpu": 1})
+    t.join(timeout=120)
+    res = box["res"]
+    assert res.ok, res.error
+    assert res.frames == {"in": 480, "out": 480, "dropped": 0, "failed": 0}
+    assert res.per_stream == {"s0": 240, "s1": 240}
+    stats = res.to_json()
+    assert [r.get("why") for r in stats["replacements"]] == ["rebalance"]
+    later = [h for h in stats["hosts"] if h["generation"] == 1]
+    assert {h["host_id"] for h in later} == {stats["hosts"][0]["host_id"], joined.node_id}  # one each
+    lines = _lines(out)
+    for i, n in enumerate(counts):
+        assert sorted(k for s, k in lines if s == f"s{i}") == list(range(n))
+    c.remove_node(joined)

@@ -78,7 +78,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         from ..cluster.controller import ClusterRun
 
         log.info("%d streams placed over the Ray cluster at %s", len(spec.sources()), address)
-        runner = ClusterRun(spec, address, max_frames=args.max_frames)
+        runner = ClusterRun(spec, address, max_frames=args.max_frames, rebalance=args.rebalance)
     elif processes > 1:
         log.info("%d streams sharded over %d processes", len(spec.sources()), processes)
         runner = ShardedRun(spec, processes, max_frames=args.max_frames, progress=progress)
@@ -203,6 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="over several processes, every shard opens its own inference (default: one device owner)")
     r.add_argument("--cluster", metavar="auto|local|ray://HOST:PORT",
                    help="place the streams over the hosts of a Ray cluster (default: the graph's 'cluster', none)")
+    r.add_argument("--rebalance", action="store_true",
+                   help="with --cluster: a host that joins takes streams over from the busiest host")
     r.set_defaults(func=cmd_run)
 
     v = sub.add_parser("validate", help="check graphs without running them (touches no device)")

@@ -92,8 +92,9 @@ class ClusterRun:
     """Runs ``spec`` over the hosts of the Ray cluster at ``address``; ``run()`` returns a ``ClusterResult``."""
 
     def __init__(self, spec: GraphSpec, address: str | None = None, max_frames: int | None = None,
-                 poll_s: float = 0.5):
+                 poll_s: float = 0.5, rebalance: bool = False):
         self.spec, self.max_frames, self.poll_s = spec, max_frames, poll_s
+        self.rebalance = rebalance  # a host that joins takes streams over from the busiest host
         self.address = address or (spec.cluster.address if spec.cluster else None)
         self.agents: list[dict[str, Any]] = []
         self.replacements: list[dict[str, Any]] = []  # host losses and where their streams went
@@ -185,7 +186,12 @@ class ClusterRun:
     def _wait(self) -> None:
         ray = self._ray
         told_stop = told_now = False
+        known = {h.host_id for h in hosts_of(ray)}
+        looked = time.monotonic()
         while any(a["result"] is None and a["error"] is None for a in self.agents):
+            if self.rebalance and not self._stop and time.monotonic() - looked > 1.0:
+                looked = time.monotonic()
+                known = self._joined(known)
             if (self._stop and not told_stop) or (self._now and not told_now):
                 told_stop, told_now = True, self._now
                 for a in self.agents:
@@ -198,8 +204,41 @@ class ClusterRun:
                     a["result"] = ray.get(result)
                     if a["result"] is None:
                         a["progress"] = ray.get(progress)
+                    elif a.get("moving"):
+                        self._move(a)
                 except Exception as e:  # noqa: BLE001 - an agent or its host is gone
                     self._lost(a, e)
+
+    def _joined(self, known: set[str]) -> set[str]:
+        """``--rebalance``: when a host joins, the host running the most streams drains and its streams are
+        placed again over every host (the new one included), each resuming after its last frame."""
+        now = {h.host_id for h in hosts_of(self._ray)}
+        if now - known:
+            live = [a for a in self.agents if a["result"] is None and a["error"] is None and not a.get("moving")]
+            busiest = max(live, key=lambda a: len(a["sources"]), default=None)
+            if busiest is not None and len(busiest["sources"]) > 1:
+                log.info("host joined: host %s drains streams %s to share them", busiest["address"],
+                         ", ".join(busiest["sources"]))
+                busiest["moving"] = True
+                busiest["handle"].stop.remote(now=False)
+        return now
+
+    def _move(self, a: dict[str, Any]) -> None:
+        """A host drained for a rebalance: its streams go where placement puts them now, each after the frames
+        it finished (an exact account: nothing was in flight)."""
+        self._ray.kill(a["handle"], no_restart=True)  # what it reserved is free for the streams' new places
+        done = a["result"].get("streams") or {}
+        start = {s: a["start"].get(s, 0) + done.get(s, 0) for s in a["sources"]}
+        hosts = {h.host_id: h for h in hosts_of(self._ray)}
+        needs = {n.stream: n for n in self.needs()}
+        for other in self.agents:
+            if other is not a and other["result"] is None and other["error"] is None and other["host_id"] in hosts:
+                for s in other["sources"]:
+                    hosts[other["host_id"]].take(needs[s])
+        where = place([needs[s] for s in a["sources"]], list(hosts.values()))
+        self._start(where, start, a["generation"] + 1)
+        self.replacements.append({"host": a["address"], "streams": a["sources"], "resume_at": start,
+                                  "why": "rebalance"})
 
     def _lost(self, a: dict[str, Any], err: BaseException) -> None:
         """A host (or its agent) is gone: its streams resume on the hosts left, each after the frames it had
