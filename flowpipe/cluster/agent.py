@@ -78,17 +78,7 @@ class HostAgent:
         """Frames by fate, and per stream the frames accounted so far (where a re-placed stream resumes)."""
         snap = self.runner.snapshot() if self.runner is not None else {}
         out: dict[str, Any] = {k: snap.get(k, 0) for k in ("in", "out", "dropped", "failed")}
-        runner = self.runner
-        if runner is None:
-            out["streams"] = {}
-        elif hasattr(runner, "shards"):  # several processes: each shard's last report
-            streams: dict[str, int] = {}
-            for sh in runner.shards:
-                for s, n in sh.streams.items():
-                    streams[s] = streams.get(s, 0) + n
-            out["streams"] = streams
-        else:
-            out["streams"] = dict(runner.per_stream)
+        out["streams"] = dict(self.runner.per_stream) if self.runner is not None else {}
         return out
 
     def result(self, timeout: float = 1.0) -> dict[str, Any] | None:

@@ -228,23 +228,12 @@ class ClusterRun:
         it finished (an exact account: nothing was in flight)."""
         self._ray.kill(a["handle"], no_restart=True)  # what it reserved is free for the streams' new places
         done = a["result"].get("streams") or {}
-        start = {s: a["start"].get(s, 0) + done.get(s, 0) for s in a["sources"]}
-        hosts = {h.host_id: h for h in hosts_of(self._ray)}
-        needs = {n.stream: n for n in self.needs()}
-        for other in self.agents:
-            if other is not a and other["result"] is None and other["error"] is None and other["host_id"] in hosts:
-                for s in other["sources"]:
-                    hosts[other["host_id"]].take(needs[s])
-        where = place([needs[s] for s in a["sources"]], list(hosts.values()))
-        self._start(where, start, a["generation"] + 1)
-        self.replacements.append({"host": a["address"], "streams": a["sources"], "resume_at": start,
-                                  "why": "rebalance"})
+        self._replace(a, {s: a["start"].get(s, 0) + done.get(s, 0) for s in a["sources"]}, why="rebalance")
 
     def _lost(self, a: dict[str, Any], err: BaseException) -> None:
         """A host (or its agent) is gone: its streams resume on the hosts left, each after the frames it had
         accounted or written (frames it had in flight run again there; what it had done stays in the
         account)."""
-        t0 = time.perf_counter()
         a["lost"] = True
         a["error"] = f"host {a['address']} (streams {', '.join(a['sources'])}) lost: {type(err).__name__}"
         accounted = dict(a["progress"].get("streams", {}))
@@ -258,28 +247,34 @@ class ClusterRun:
                 start[s] += extra
                 kept["out"] += extra
                 accounted[s] = accounted.get(s, 0) + extra
-        done = sum(accounted.values())
         a["progress"] = dict(kept, **{"in": sum(kept.values()), "streams": accounted})
+        log.warning("%s after %d frames accounted there", a["error"], sum(accounted.values()))
+        self._replace(a, start, why="lost", without=a["host_id"])
+
+    def _replace(self, a: dict[str, Any], start: dict[str, int], why: str, without: str | None = None) -> None:
+        """Places ``a``'s streams again over the live hosts (less ``without``), with what the other live
+        agents hold taken, and starts them there from ``start``."""
+        t0 = time.perf_counter()
         if self._stop:
-            log.error("%s; the run is stopping: not re-placed", a["error"])
+            log.error("host %s: the run is stopping: streams %s not placed again", a["address"],
+                      ", ".join(a["sources"]))
             return
-        hosts = {h.host_id: h for h in hosts_of(self._ray) if h.host_id != a["host_id"]}
+        hosts = {h.host_id: h for h in hosts_of(self._ray) if h.host_id != without}
         needs = {n.stream: n for n in self.needs()}
         for other in self.agents:  # what live agents hold is not free
-            if other["result"] is None and other["error"] is None and other["host_id"] in hosts:
+            if other is not a and other["result"] is None and other["error"] is None and other["host_id"] in hosts:
                 for s in other["sources"]:
                     hosts[other["host_id"]].take(needs[s])
-        moved = [needs[s] for s in a["sources"]]
         try:
-            where = place(moved, list(hosts.values()))
+            where = place([needs[s] for s in a["sources"]], list(hosts.values()))
         except PlacementError as e:
-            log.error("%s; %s", a["error"], e)
-            self.error = f"{a['error']}; {e}"
+            log.error("host %s: %s", a["address"], e)
+            self.error = f"{a['error']}; {e}" if a["error"] else str(e)
             return
-        log.warning("%s after %d frames accounted there; its streams resume on %s", a["error"], done,
-                    ", ".join(sorted({hosts[h].name for h in where.values()})))
+        log.info("streams %s of host %s resume on %s", ", ".join(a["sources"]), a["address"],
+                 ", ".join(sorted({hosts[h].name for h in where.values()})))
         self._start(where, start, a["generation"] + 1)
-        self.replacements.append({"host": a["address"], "streams": a["sources"], "resume_at": start,
+        self.replacements.append({"host": a["address"], "streams": a["sources"], "resume_at": start, "why": why,
                                   "replaced_in_s": round(time.perf_counter() - t0, 3)})
 
     def snapshot(self) -> dict[str, int]:

@@ -425,6 +425,15 @@ class ShardedRun:
     def snapshot(self) -> dict[str, Any]:
         return {k: sum(sh.counts[k] for sh in self.shards) for k in ("in", "out", "dropped", "failed")}
 
+    @property
+    def per_stream(self) -> dict[str, int]:
+        """Frames accounted per stream over every shard (each shard's result, else its last report)."""
+        out: dict[str, int] = {}
+        for sh in self.shards:
+            for s, n in ((sh.result or {}).get("streams") or sh.streams).items():
+                out[s] = out.get(s, 0) + n
+        return out
+
 
 def stream_of(source: NodeSpec) -> str:
     """The stream a source node emits: its ``stream`` setting, else its id."""
@@ -461,10 +470,7 @@ class ShardedResult(RunSummary):
         self.frames = {k: sum(sh.counts[k] for sh in run.shards) for k in ("in", "out", "dropped", "failed")}
         lost = self.frames["in"] - self.frames["out"] - self.frames["dropped"] - self.frames["failed"]
         self.frames["failed"] += max(0, lost)  # frames in flight in shards that died
-        self.per_stream: dict[str, int] = {}
-        for sh in run.shards:
-            for s, n in ((sh.result or {}).get("streams") or sh.streams).items():
-                self.per_stream[s] = self.per_stream.get(s, 0) + n
+        self.per_stream = run.per_stream
         self.done_times = sorted(t for _, r in done for t in r.get("done_times", []))
         self.nodes = _merge_nodes(done)
         owner = run.owner
