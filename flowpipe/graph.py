@@ -76,6 +76,9 @@ class ClusterKeys(BaseModel):
     per_stream: dict[str, float] = Field(default_factory=lambda: {"CPU": 1.0},
                                          description="Ray resources one stream takes, e.g. {intel_npu: 0.25}")
     labels: dict[str, str] = Field(default_factory=dict, description="host labels a stream needs (exact)")
+    metrics_port: int | None = Field(None, ge=0, le=65535,
+                                     description="each host serves its streams' counts for Prometheus at "
+                                                 "http://HOST:PORT/metrics on its Ray address (0: a free port)")
 
 
 ENGINE_KEYS = set(EngineKeys.model_fields)

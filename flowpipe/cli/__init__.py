@@ -64,6 +64,7 @@ def processes_arg(text: str) -> int | str:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from ..runtime import Runner
+    from ..runtime.runner import RunSummary
     from ..runtime.settings import interrupts_stop, limit_library_threads
     from ..runtime.shards import ShardedRun, resolve_processes
 
@@ -72,21 +73,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     processes = resolve_processes(spec, args.processes)
     if args.no_device_owner:
         spec.device_owner = False
-    runner: Runner | ShardedRun | ClusterRun
     address = args.cluster or (spec.cluster.address if spec.cluster else None)
+    result: RunSummary
     if address:
-        from ..cluster.controller import ClusterRun
+        from .cluster import run_on_cluster
 
-        log.info("%d streams placed over the Ray cluster at %s", len(spec.sources()), address)
-        runner = ClusterRun(spec, address, max_frames=args.max_frames, rebalance=args.rebalance)
-    elif processes > 1:
-        log.info("%d streams sharded over %d processes", len(spec.sources()), processes)
-        runner = ShardedRun(spec, processes, max_frames=args.max_frames, progress=progress)
+        on_cluster = run_on_cluster(args, spec, address, progress)
+        if on_cluster is None:  # --detach: the run goes on in the cluster
+            return 0
+        result = on_cluster
     else:
-        limit_library_threads(spec)
-        runner = Runner(spec, max_frames=args.max_frames, progress=progress)
-    with interrupts_stop(runner):
-        result = runner.run()
+        runner: Runner | ShardedRun
+        if processes > 1:
+            log.info("%d streams sharded over %d processes", len(spec.sources()), processes)
+            runner = ShardedRun(spec, processes, max_frames=args.max_frames, progress=progress)
+        else:
+            limit_library_threads(spec)
+            runner = Runner(spec, max_frames=args.max_frames, progress=progress)
+        with interrupts_stop(runner):
+            result = runner.run()
     progress.end()
     stats = result.to_json()
     if args.stats:
@@ -205,6 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="place the streams over the hosts of a Ray cluster (default: the graph's 'cluster', none)")
     r.add_argument("--rebalance", action="store_true",
                    help="with --cluster: a host that joins takes streams over from the busiest host")
+    r.add_argument("--name", help="with --cluster: the run's name in the cluster (default: GRAPH-xxxxxx)")
+    r.add_argument("--detach", action="store_true",
+                   help="with --cluster: print the run's name and leave it running (flowpipe status/stop)")
     r.set_defaults(func=cmd_run)
 
     v = sub.add_parser("validate", help="check graphs without running them (touches no device)")
@@ -226,6 +234,9 @@ def build_parser() -> argparse.ArgumentParser:
     from . import extra as cli_extra
 
     cli_extra.add_commands(sub, with_set)
+    from . import cluster as cli_cluster
+
+    cli_cluster.add_commands(sub)
     return p
 
 

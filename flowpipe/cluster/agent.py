@@ -3,10 +3,13 @@
 Frames never travel through Ray: the agent runs the part of the graph its streams reach with the same
 runtime as ``flowpipe run`` on that host (shards and a device owner when the host has the cores, one
 process otherwise), so decode, shared memory and the accelerator stay local. Only control calls, progress
-and the final statistics cross the network.
+and the final statistics cross the network. Inference nodes without a ``cache_dir`` get the host's model
+cache, so an agent started again on a host loads its compiled models from there (FIL, not FEIL).
 """
 from __future__ import annotations
 
+import errno
+import logging
 import os
 import pickle
 import socket
@@ -16,17 +19,31 @@ from typing import Any
 from ..graph import GraphSpec
 from ..runtime.context import Resume
 
+log = logging.getLogger("flowpipe.cluster")
+
+
+def model_cache() -> str:
+    """Where a host keeps compiled models for inference nodes that name no cache of their own."""
+    from ..models import cache_dir
+
+    return str(cache_dir().parent / "ov")
+
 
 class HostAgent:
     """Runs ``sources`` of the graph (and every node they reach) on this host. ``start`` returns at once;
     ``progress`` answers while the run goes on; ``result`` waits for its statistics."""
 
     def __init__(self, payload: bytes, sources: list[str], shard_base: int, resume: dict[str, int] | None = None,
-                 generation: int = 0, max_frames: int | None = None):
+                 generation: int = 0, max_frames: int | None = None, metrics_port: int | None = None):
         from ..runtime.shards import subgraph
 
         full: GraphSpec = pickle.loads(payload)  # noqa: S301 - from the controller of this run
         self.spec = subgraph(full, sources)
+        for node in self.spec.nodes:
+            if node.type == "inference" and getattr(node.config, "cache_dir", "unset") is None:
+                node.config.cache_dir = model_cache()  # type: ignore[attr-defined]
+        self.metrics_port = metrics_port
+        self.metrics_url: str | None = None
         self.streams = len(full.sources())
         self.sources = sources
         self.shard_base = shard_base
@@ -52,8 +69,45 @@ class HostAgent:
         threading.Thread(target=self._run, name="flowpipe:agent", daemon=True).start()
         while not self.opened.wait(0.1) and not self.done.is_set():
             pass
+        if self.metrics_port is not None and self.opened.is_set():
+            self._serve_metrics(self.metrics_port)
         return {"host": socket.gethostname(), "pid": os.getpid(), "processes": processes, "streams": self.sources,
-                "opened": self.opened.is_set()}
+                "opened": self.opened.is_set(), "metrics": self.metrics_url}
+
+    def _serve_metrics(self, port: int) -> None:
+        """This host's counts for Prometheus, on the address the host has in the Ray cluster (a port taken
+        by another run on this host: a free one, named in ``flowpipe status``)."""
+        import ray
+        from prometheus_client import CollectorRegistry, start_http_server
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        me, host = self, socket.gethostname()
+
+        class Collector:
+            def collect(self) -> Any:
+                p = me.progress()
+                frames = CounterMetricFamily("flowpipe_frames", "frames by fate on this host", labels=["host", "fate"])
+                for fate in ("in", "out", "dropped", "failed"):
+                    frames.add_metric([host, fate], p[fate])
+                streams = CounterMetricFamily("flowpipe_stream_frames", "frames accounted per stream on this host",
+                                              labels=["host", "stream"])
+                for s, n in p["streams"].items():
+                    streams.add_metric([host, s], n)
+                running = GaugeMetricFamily("flowpipe_streams", "streams this host runs", labels=["host"])
+                running.add_metric([host], 0 if me.done.is_set() else len(me.sources))
+                yield from (frames, streams, running)
+
+        registry = CollectorRegistry()
+        registry.register(Collector())
+        addr = ray.util.get_node_ip_address()
+        try:
+            self._metrics, _ = start_http_server(port, addr=addr, registry=registry)
+        except OSError as e:
+            if e.errno != errno.EADDRINUSE:
+                raise
+            self._metrics, _ = start_http_server(0, addr=addr, registry=registry)
+            log.warning("metrics port %d is taken on %s: serving on %d", port, host, self._metrics.server_address[1])
+        self.metrics_url = f"http://{addr}:{self._metrics.server_address[1]}/metrics"
 
     def _opened(self) -> bool:
         """Every node open: wait for the controller's word (every host opens before any frame flows, so the

@@ -1,9 +1,13 @@
 """One graph over the hosts of a Ray cluster: streams placed by resources, one host agent per host.
 
-The controller (here: the ``flowpipe run --cluster`` process) reads the live hosts and what each declared
-(``ray.nodes()``), places every stream with ``placement.place``, starts one ``HostAgent`` actor per host
-that got streams (pinned to that host, reserving the streams' resources in Ray's accounting), polls their
-progress and merges their statistics into one result: frames by fate, per stream, per node, per host.
+The controller reads the live hosts and what each declared (``ray.nodes()``), places every stream with
+``placement.place``, starts one ``HostAgent`` actor per host that got streams (pinned to that host,
+reserving the streams' resources in Ray's accounting), polls their progress and merges their statistics
+into one result: frames by fate, per stream, per node, per host.
+
+``flowpipe run --cluster`` runs it inside a named, detached actor (``service.py``): the run outlives the
+command, and a controller that dies is restarted by Ray and takes its run over from the state it keeps in
+the cluster's own key-value store (``save``/``restore``): its agents (named, detached) never stopped.
 """
 from __future__ import annotations
 
@@ -11,7 +15,9 @@ import json
 import logging
 import os
 import pickle
+import secrets
 import time
+from collections import deque
 from typing import Any
 
 from ..graph import GraphSpec
@@ -21,6 +27,7 @@ from .placement import Host, PlacementError, StreamNeed, place
 
 log = logging.getLogger("flowpipe.cluster")
 RESERVED = {"memory", "object_store_memory"}  # Ray's own accounting, not a stream's need
+NAMESPACE = "flowpipe"  # Ray namespace of flowpipe's named actors and kept state
 
 
 def connect(address: str | None) -> Any:
@@ -31,10 +38,29 @@ def connect(address: str | None) -> Any:
 
     if not ray.is_initialized():
         if address in (None, "local"):
-            ray.init(include_dashboard=False, logging_level=logging.ERROR)
+            ray.init(include_dashboard=False, logging_level=logging.ERROR, namespace=NAMESPACE)
         else:
-            ray.init(address=address, logging_level=logging.ERROR)
+            ray.init(address=address, logging_level=logging.ERROR, namespace=NAMESPACE)
     return ray
+
+
+def _kv() -> Any:
+    from ray.experimental import internal_kv  # the store Ray Serve's controller keeps its checkpoints in
+
+    return internal_kv
+
+
+def save_state(name: str, state: dict[str, Any]) -> None:
+    _kv()._internal_kv_put(f"{name}/state", pickle.dumps(state), namespace=NAMESPACE)
+
+
+def load_state(name: str) -> dict[str, Any] | None:
+    raw = _kv()._internal_kv_get(f"{name}/state", namespace=NAMESPACE)
+    return pickle.loads(raw) if raw else None  # noqa: S301 - written by this run's controller
+
+
+def drop_state(name: str) -> None:
+    _kv()._internal_kv_del(f"{name}/", del_by_prefix=True, namespace=NAMESPACE)
 
 
 def hosts_of(ray: Any) -> list[Host]:
@@ -92,16 +118,22 @@ class ClusterRun:
     """Runs ``spec`` over the hosts of the Ray cluster at ``address``; ``run()`` returns a ``ClusterResult``."""
 
     def __init__(self, spec: GraphSpec, address: str | None = None, max_frames: int | None = None,
-                 poll_s: float = 0.5, rebalance: bool = False):
+                 poll_s: float = 0.5, rebalance: bool = False, name: str | None = None, detached: bool = False):
         self.spec, self.max_frames, self.poll_s = spec, max_frames, poll_s
         self.rebalance = rebalance  # a host that joins takes streams over from the busiest host
         self.address = address or (spec.cluster.address if spec.cluster else None)
+        self.name = name or f"run-{secrets.token_hex(3)}"
+        self.detached = detached  # agents outlive this process; the run's state is kept in the cluster
+        self.phase = "placing"  # placing, running, stopping, finished
+        self.started_at = time.time()
         self.agents: list[dict[str, Any]] = []
         self.replacements: list[dict[str, Any]] = []  # host losses and where their streams went
         self.error: str | None = None
         self.interrupted = False
         self._stop = False
         self._now = False  # stop at once, not after the frames in flight
+        self._saved = 0.0
+        self._seen: deque[tuple[float, dict[str, int]]] = deque()  # (time, frames per stream): rates
 
     def stop(self) -> None:
         self._stop = True
@@ -125,20 +157,72 @@ class ClusterRun:
         return [StreamNeed(s.id, per, labels) for s in self.spec.sources()]
 
     def run(self) -> ClusterResult:
-        t0 = time.perf_counter()
+        """Places and runs the streams, or, where this run's state is kept (a controller restarted), takes
+        the run over from it."""
         ray = connect(self.address)
         self._ray = ray
         self._payload = pickle.dumps(self.spec)
+        state = load_state(self.name) if self.detached else None
+        if state is not None and state.get("result") is not None:
+            return state["result"]  # it had ended: the result waits for its client
+        if state is not None:
+            self._restore(state)
+            self._wait()
+            return self._end()
         try:
             where = place(self.needs(), hosts_of(ray))
         except PlacementError as e:
             self.error = str(e)
-            return ClusterResult(self, time.perf_counter() - t0)
+            return self._end()
         if self._start(where, {}, 0):
+            self.phase = "running"
             self._wait()
+        return self._end()
+
+    def _end(self) -> ClusterResult:
         for a in self.agents:
-            ray.kill(a["handle"], no_restart=True)
-        return ClusterResult(self, time.perf_counter() - t0)
+            if a.get("handle") is not None:
+                self._ray.kill(a["handle"], no_restart=True)
+        self.phase = "finished"
+        result = ClusterResult(self, time.time() - self.started_at)
+        self._save(result)
+        return result
+
+    def _save(self, result: ClusterResult | None = None) -> None:
+        """The run's state in the cluster's key-value store, for a controller that takes the run over."""
+        if not self.detached:
+            return
+        self._saved = time.monotonic()
+        save_state(self.name, {"agents": [{k: v for k, v in a.items() if k != "handle"} for a in self.agents],
+                               "replacements": self.replacements, "error": self.error,
+                               "interrupted": self.interrupted, "stop": self._stop, "now": self._now,
+                               "started_at": self.started_at, "result": result})
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        """A restarted controller: its agents found again by name (they never stopped), agents started after
+        its last saved state stopped (their streams are where the state says), agents gone counted lost."""
+        ray = self._ray
+        self.agents, self.replacements, self.error = state["agents"], state["replacements"], state["error"]
+        self.interrupted, self._stop, self._now = state["interrupted"], state["stop"], state["now"]
+        self.started_at = state["started_at"]
+        known = {a["name"] for a in self.agents}
+        for found in ray.util.list_named_actors(all_namespaces=True):
+            if found["namespace"] == NAMESPACE and found["name"].startswith(f"{self.name}/") \
+                    and found["name"] not in known:
+                try:
+                    ray.kill(ray.get_actor(found["name"], namespace=NAMESPACE), no_restart=True)
+                except ValueError:
+                    pass  # it ended meanwhile
+        self.phase = "running"
+        log.warning("run %s: controller restarted; %d host agent(s) taken over", self.name,
+                    sum(1 for a in self.agents if a["result"] is None and a["error"] is None))
+        for a in list(self.agents):
+            a["handle"] = None
+            if a["result"] is None and a["error"] is None:
+                try:
+                    a["handle"] = ray.get_actor(a["name"], namespace=NAMESPACE)
+                except ValueError as e:  # gone while no controller watched
+                    self._lost(a, e)
 
     def _start(self, where: dict[str, str], start: dict[str, int], generation: int) -> bool:
         """One agent per host in ``where`` (stream -> host), every one opened before any of them starts."""
@@ -165,22 +249,26 @@ class ClusterRun:
             if self.max_frames is not None:
                 cap = max(1, round(self.max_frames * len(sources) / total) - sum(start.get(s, 0) for s in sources))
             base = 1000 * len(self.agents)  # shard 0 of the first host's first start alone truncates outputs
+            name = f"{self.name}/agent{len(self.agents)}"
             handle = actor.options(
                 scheduling_strategy=NodeAffinitySchedulingStrategy(host_id, soft=False), max_concurrency=4,
                 num_cpus=need.pop("CPU", 0.0), num_gpus=need.pop("GPU", 0.0), resources=need,
-            ).remote(self._payload, sources, base, {s: start[s] for s in sources if s in start}, generation, cap)
+                name=name, namespace=NAMESPACE, lifetime="detached" if self.detached else None,
+            ).remote(self._payload, sources, base, {s: start[s] for s in sources if s in start}, generation, cap,
+                     self.spec.cluster.metrics_port if self.spec.cluster else None)
             info = ray.get(handle.start.remote())
             log.info("host %s (%s): streams %s in %d process(es)%s", names.get(host_id), info["host"],
                      ", ".join(sources), info["processes"], f", restart {generation}" if generation else "")
-            agent = {"host_id": host_id, "address": names.get(host_id, host_id[:8]), "handle": handle, "info": info,
-                     "sources": sources, "progress": {}, "result": None, "error": None, "generation": generation,
-                     "start": {s: start.get(s, 0) for s in sources}, "lost": False}
+            agent = {"name": name, "host_id": host_id, "address": names.get(host_id, host_id[:8]), "handle": handle,
+                     "info": info, "sources": sources, "progress": {}, "result": None, "error": None,
+                     "generation": generation, "start": {s: start.get(s, 0) for s in sources}, "lost": False}
             self.agents.append(agent)
             new.append(agent)
             if not info["opened"]:  # its open failed: the others are told not to start
                 break
         go = all(a["info"]["opened"] for a in new)
         ray.get([a["handle"].begin.remote(go) for a in new])
+        self._save()
         return go
 
     def _wait(self) -> None:
@@ -194,20 +282,31 @@ class ClusterRun:
                 known = self._joined(known)
             if (self._stop and not told_stop) or (self._now and not told_now):
                 told_stop, told_now = True, self._now
+                self.phase = "stopping"
+                self._save()
                 for a in self.agents:
                     if a["result"] is None and a["error"] is None:
                         a["handle"].stop.remote(now=self._now)
             live = [a for a in self.agents if a["result"] is None and a["error"] is None]
             asked = [(a, a["handle"].result.remote(self.poll_s), a["handle"].progress.remote()) for a in live]
+            ended = False
             for a, result, progress in asked:  # every host waits its poll_s at once, not one after another
                 try:
                     a["result"] = ray.get(result)
                     if a["result"] is None:
                         a["progress"] = ray.get(progress)
-                    elif a.get("moving"):
-                        self._move(a)
+                    else:
+                        ended = True
+                        if a.get("moving"):
+                            self._move(a)
                 except Exception as e:  # noqa: BLE001 - an agent or its host is gone
+                    ended = True
                     self._lost(a, e)
+            self._seen.append((time.monotonic(), self.per_stream()))
+            while self._seen[-1][0] - self._seen[0][0] > 3.0:
+                self._seen.popleft()
+            if ended or time.monotonic() - self._saved > 1.0:
+                self._save()
 
     def _joined(self, known: set[str]) -> set[str]:
         """``--rebalance``: when a host joins, the host running the most streams drains and its streams are
@@ -235,6 +334,11 @@ class ClusterRun:
         accounted or written (frames it had in flight run again there; what it had done stays in the
         account)."""
         a["lost"] = True
+        if a.get("handle") is not None:
+            try:  # an agent that no longer answers stops holding its streams and resources
+                self._ray.kill(a["handle"], no_restart=True)
+            except Exception:  # noqa: BLE001, S110 - already gone with its host
+                pass
         a["error"] = f"host {a['address']} (streams {', '.join(a['sources'])}) lost: {type(err).__name__}"
         accounted = dict(a["progress"].get("streams", {}))
         start = {s: a["start"].get(s, 0) + accounted.get(s, 0) for s in a["sources"]}
@@ -285,6 +389,43 @@ class ClusterRun:
                 out[k] += counts.get(k, 0)
         return out
 
+    def per_stream(self) -> dict[str, int]:
+        """Frames accounted per stream so far, over every host that ran it."""
+        out: dict[str, int] = {}
+        for a in self.agents:
+            for s, n in ((a["result"] or {}).get("streams") or a["progress"].get("streams") or {}).items():
+                out[s] = out.get(s, 0) + n
+        return out
+
+    def status(self) -> dict[str, Any]:
+        """What ``flowpipe status --cluster`` shows: the run's hosts, their devices, streams and rates."""
+        rates: dict[str, float] = {}
+        if len(self._seen) > 1:
+            (t0, first), (t1, last) = self._seen[0], self._seen[-1]
+            rates = {s: (n - first.get(s, 0)) / max(t1 - t0, 1e-6) for s, n in last.items()}
+        hosts = {h.host_id: h for h in hosts_of(self._ray)} if hasattr(self, "_ray") else {}
+        where: dict[str, str] = {}
+        rows = []
+        for a in self.agents:
+            live = a["result"] is None and a["error"] is None
+            for s in a["sources"]:
+                if live or s not in where:
+                    where[s] = a["address"]
+            h = hosts.get(a["host_id"])
+            rows.append({"address": a["address"], "host": a["info"].get("host"), "pid": a["info"].get("pid"),
+                         "state": "running" if live else ("lost" if a["lost"] else "done"),
+                         "processes": a["info"].get("processes"), "generation": a["generation"],
+                         "devices": {k: v for k, v in (h.resources if h else {}).items()},
+                         "metrics": a["info"].get("metrics"), "streams": a["sources"],
+                         "frames": (a["result"] or {}).get("frames") or a["progress"],
+                         "fps": round(sum(rates.get(s, 0.0) for s in a["sources"]), 1) if live else 0.0})
+        counts = self.per_stream()
+        streams = {s.id: {"host": where.get(s.id), "frames": counts.get(s.id, 0), "fps": round(rates.get(s.id, 0.0), 1)}
+                   for s in self.spec.sources()}
+        return {"name": self.name, "phase": self.phase, "elapsed_s": round(time.time() - self.started_at, 1),
+                "frames": self.snapshot(), "hosts": rows, "streams": streams, "replacements": self.replacements,
+                "error": self.error}
+
 
 class ClusterResult(RunSummary):
     """What a run over several hosts did, in the shape of ``RunResult`` (``to_json`` adds ``hosts``)."""
@@ -294,10 +435,7 @@ class ClusterResult(RunSummary):
         self.frames = run.snapshot()
         lost = self.frames["in"] - self.frames["out"] - self.frames["dropped"] - self.frames["failed"]
         self.frames["failed"] += max(0, lost)  # frames in flight on hosts that were lost
-        self.per_stream: dict[str, int] = {}
-        for a in run.agents:
-            for s, n in ((a["result"] or {}).get("streams") or a["progress"].get("streams") or {}).items():
-                self.per_stream[s] = self.per_stream.get(s, 0) + n
+        self.per_stream = run.per_stream()
         self.nodes = _merge_nodes([(i, r) for i, r in done if r.get("nodes")])
         self.edges: dict[str, dict[str, Any]] = {}
         for _, r in done:
@@ -317,7 +455,7 @@ class ClusterResult(RunSummary):
         self.hosts = [{"host_id": a["host_id"], "address": a["address"], "host": a["info"].get("host"),
                        "pid": a["info"].get("pid"), "processes": a["info"].get("processes"),
                        "streams": a["sources"], "frames": (a["result"] or {}).get("frames") or a["progress"],
-                       "generation": a["generation"], "lost": a["lost"],
+                       "generation": a["generation"], "lost": a["lost"], "metrics": a["info"].get("metrics"),
                        "elapsed_s": (a["result"] or {}).get("elapsed_s"),
                        "error": a["error"] or (a["result"] or {}).get("error")} for a in run.agents]
         self.replacements = run.replacements
@@ -326,4 +464,4 @@ class ClusterResult(RunSummary):
         return {"hosts": self.hosts, "replacements": self.replacements}
 
 
-__all__ = ["ClusterResult", "ClusterRun", "connect", "hosts_of", "written"]
+__all__ = ["NAMESPACE", "ClusterResult", "ClusterRun", "connect", "drop_state", "hosts_of", "load_state", "written"]

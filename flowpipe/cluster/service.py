@@ -1,0 +1,167 @@
+"""The controller as a named, detached Ray actor, and the calls that reach it from any host.
+
+``submit`` starts a run's controller in the cluster (``NAMESPACE``, named after the run), so the run goes on
+when the command that started it ends or loses its connection; Ray restarts a controller that dies, and the
+new one takes the run over from the state it keeps in the cluster (``ClusterRun.run``). ``RunClient`` waits
+for a run, stops it or asks what it does; ``runs`` lists every run of the cluster for ``flowpipe status``.
+"""
+from __future__ import annotations
+
+import logging
+import pickle
+import threading
+import time
+from typing import Any
+
+from ..graph import GraphSpec
+from .controller import NAMESPACE, ClusterResult, ClusterRun, connect, drop_state
+
+log = logging.getLogger("flowpipe.cluster")
+
+
+class Controller:
+    """One run's controller (a Ray actor): runs ``ClusterRun`` in a thread and answers while it goes."""
+
+    def __init__(self, name: str, payload: bytes, options: dict[str, Any], detach: bool = False):
+        spec: GraphSpec = pickle.loads(payload)  # noqa: S301 - from the command that submitted this run
+        self.detach = detach  # no command waits for it: ``flowpipe stop`` takes its result and removes it
+        self.run = ClusterRun(spec, name=name, detached=True, **options)
+        self.outcome: ClusterResult | None = None
+        self.failure: str | None = None
+        self.done = threading.Event()
+        threading.Thread(target=self._go, name="flowpipe:controller", daemon=True).start()
+
+    def _go(self) -> None:
+        try:
+            self.outcome = self.run.run()
+        except BaseException as e:
+            self.failure = f"controller of run {self.run.name}: {type(e).__name__}: {e}"
+            log.exception("controller failed")
+        finally:
+            self.done.set()
+
+    def result(self, timeout: float = 1.0) -> ClusterResult | str | None:
+        """The run's result once it ended (a string when the controller itself failed), else None."""
+        if not self.done.wait(timeout):
+            return None
+        return self.outcome if self.outcome is not None else self.failure
+
+    def status(self) -> dict[str, Any]:
+        return self.run.status()
+
+    def stop(self, now: bool = False) -> None:
+        self.run.abort() if now else self.run.interrupt()
+
+    def pid(self) -> int:
+        import os
+
+        return os.getpid()
+
+    def detached(self) -> bool:
+        return self.detach
+
+
+class RunClient:
+    """A run of the cluster, reached by name from any host."""
+
+    def __init__(self, name: str, handle: Any):
+        self.name, self.handle = name, handle
+        self._signals = 0
+
+    def _call(self, method: str, *args: Any, timeout: float = 60.0, **kw: Any) -> Any:
+        """One call to the controller, waiting out a restart of it (Ray brings it back, and it takes over)."""
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError
+
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return ray.get(getattr(self.handle, method).remote(*args, **kw), timeout=timeout)
+            except (RayActorError, GetTimeoutError):  # ActorUnavailableError and ActorDiedError are both
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+    def wait(self, progress: Any = None, poll_s: float = 0.5, remove: bool = True) -> ClusterResult:
+        """Waits for the run's end (reporting frames by fate to ``progress``); with ``remove``, the run and
+        its kept state are gone after. Signals (``interrupt``) are passed on between polls."""
+        told = 0
+        while True:
+            if self._signals > told:
+                told = self._signals
+                self._call("stop", now=told > 1)
+            got = self._call("result", poll_s)
+            if got is not None and remove:
+                self.remove()
+            if isinstance(got, ClusterResult):
+                return got
+            if isinstance(got, str):
+                raise RuntimeError(got)
+            if progress is not None:
+                progress(self.status()["frames"])
+
+    def status(self) -> dict[str, Any]:
+        return self._call("status")  # type: ignore[no-any-return]
+
+    def stop(self, now: bool = False) -> None:
+        self._call("stop", now=now)
+
+    def interrupt(self) -> None:
+        """For ``interrupts_stop``: the first signal drains the run on every host, a second stops it now."""
+        self._signals += 1
+
+    def remove(self) -> None:
+        """The controller and its kept state gone (its agents were stopped when the run ended)."""
+        import ray
+
+        ray.kill(self.handle, no_restart=True)
+        drop_state(self.name)
+
+
+def submit(spec: GraphSpec, address: str | None, name: str, detach: bool = False, **options: Any) -> RunClient:
+    """Starts run ``name`` of ``spec`` in the cluster at ``address``: its controller is a detached actor on
+    this host (elsewhere when this host is gone), restarted by Ray if it dies."""
+    ray = connect(address)
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    try:
+        ray.get_actor(name, namespace=NAMESPACE)
+    except ValueError:
+        pass
+    else:
+        raise ValueError(f"a run named {name!r} is already in the cluster (flowpipe status --cluster)")
+    drop_state(name)  # a run of that name that ended without its client: its result is not this run's
+    here = ray.get_runtime_context().get_node_id()
+    handle = ray.remote(Controller).options(
+        name=name, namespace=NAMESPACE, lifetime="detached", max_restarts=-1, max_concurrency=8, num_cpus=0,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=True),
+    ).remote(name, pickle.dumps(spec), options, detach)
+    return RunClient(name, handle)
+
+
+def attach(address: str | None, name: str) -> RunClient:
+    ray = connect(address)
+    try:
+        return RunClient(name, ray.get_actor(name, namespace=NAMESPACE))
+    except ValueError:
+        raise ValueError(f"no run named {name!r} in the cluster at {address} (flowpipe status --cluster)") from None
+
+
+def runs(address: str | None) -> list[dict[str, Any]]:
+    """Every flowpipe run of the cluster, as its controller describes it (a controller that does not answer
+    within a few seconds: listed as such)."""
+    ray = connect(address)
+    out = []
+    for found in ray.util.list_named_actors(all_namespaces=True):
+        if found["namespace"] != NAMESPACE or "/" in found["name"]:
+            continue  # host agents are named RUN/agentN
+        client = RunClient(found["name"], ray.get_actor(found["name"], namespace=NAMESPACE))
+        try:
+            out.append(client._call("status", timeout=5.0))
+        except Exception as e:  # noqa: BLE001
+            out.append({"name": found["name"], "phase": f"not answering ({type(e).__name__})", "hosts": [],
+                        "streams": {}, "frames": {}})
+    return out
+
+
+__all__ = ["Controller", "RunClient", "attach", "runs", "submit"]
