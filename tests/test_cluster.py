@@ -243,7 +243,7 @@ def test_a_run_outlives_a_controller_that_dies(cluster, tmp_path) -> None:
     assert sorted(st["streams"]) == ["s0", "s1", "s2"] and all(v["host"] for v in st["streams"].values())
     assert sum(v["fps"] for v in st["streams"].values()) > 30  # three streams at 60 fps, on 2 cores
     assert all("CPU" in h["devices"] for h in st["hosts"])
-    page = urllib.request.urlopen(st["hosts"][0]["metrics"], timeout=5).read().decode()
+    page = urllib.request.urlopen(st["hosts"][0]["metrics"], timeout=5).read().decode()  # noqa: S310 - http
     assert 'flowpipe_frames_total{fate="out",host=' in page and "flowpipe_stream_frames_total{host=" in page
     assert [r["name"] for r in runs(c.address)] == ["restart-test"]
 

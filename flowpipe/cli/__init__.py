@@ -27,9 +27,9 @@ def _load(path: str, sets: list[str] | None = None):
 class _Progress:
     """A one-line live display on a terminal; silent otherwise."""
 
-    def __init__(self, stream=sys.stderr):
-        self.stream = stream
-        self.enabled = stream.isatty()
+    def __init__(self, stream=None):
+        self.stream = stream or sys.stderr  # the one in use now, not the one at import
+        self.enabled = self.stream.isatty()
         self.t0 = time.monotonic()
         self.last = (self.t0, 0)
 
