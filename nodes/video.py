@@ -310,6 +310,11 @@ def _is_camera(uri: str) -> bool:
     return uri.isdigit() or uri.startswith("/dev/video")
 
 
+def is_live(uri: str) -> bool:
+    """A camera or a network stream: what it sends while nobody reads it is gone."""
+    return bool(_NET.match(uri)) or _is_camera(uri)
+
+
 @register("video_writer")
 class VideoWriter(Node):
     """Writes frames to a video file (MP4 by default), one file per stream; closed on every exit path.

@@ -293,3 +293,76 @@ def test_flowpipe_run_detach_status_and_stop(cluster, tmp_path, capsys) -> None:
     assert f"run cams: ended; frames in {n}, out {n}, dropped 0, failed 0" in ended and n > 0
     assert main(["status", "--cluster", c.address]) == 0
     assert "no flowpipe runs" in capsys.readouterr().out
+
+
+def _have_rtsp_server() -> bool:
+    from test_sources_sinks import _have_rtsp_server as have
+
+    return have()
+
+
+@pytest.mark.skipif(not _have_rtsp_server(), reason="gst-rtsp-server (scripts/setup.sh installs it) is missing")
+def test_a_live_stream_of_a_lost_host_reconnects_elsewhere_and_its_outage_is_reported(cluster, tmp_path) -> None:
+    """A camera (a real RTSP server on loopback) read by a host that is lost: the stream reconnects on the
+    other host that can take it, numbering goes on, and the outage is reported with its time and the frames
+    the camera sent meanwhile."""
+    import subprocess
+    import threading
+    import time
+
+    from test_sources_sinks import HERE, SYS_PY, _free_port
+
+    from flowpipe.cluster.controller import ClusterRun
+
+    c, _ = cluster
+    rooms = [c.add_node(num_cpus=1, resources={"cam": 1}) for _ in range(2)]
+    c.wait_for_nodes()
+    port = _free_port()
+    srv = subprocess.Popen([SYS_PY, str(HERE / "rtsp_server.py"), str(port)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert srv.stdout.readline().strip() == "ready"
+        path = tmp_path / "cam.yaml"
+        path.write_text(f"""plugins: [fp_testnodes]
+cluster: {{per_stream: {{cam: 1}}}}
+nodes:
+  - {{id: door, type: video_source, config: {{uri: "rtsp://127.0.0.1:{port}/live", reconnect_attempts: 5,
+      reconnect_backoff_s: 0.5, timeout_s: 5}}}}
+  - {{id: hop, type: passthrough, inputs: {{in: [door]}}}}
+  - {{id: meta, type: jsonl, config: {{path: {tmp_path}/m.jsonl}}, inputs: hop}}
+""")
+        from flowpipe import load_graph
+
+        run = ClusterRun(load_graph(str(path)), poll_s=0.2)
+        box: dict = {}
+        t = threading.Thread(target=lambda: box.update(res=run.run()))
+        t.start()
+        deadline = time.monotonic() + 60
+        while not any(a["progress"].get("out", 0) > 30 for a in run.agents):
+            assert time.monotonic() < deadline, "the camera never got going"
+            time.sleep(0.05)
+        (first,) = run.agents
+        c.remove_node(next(r for r in rooms if r.node_id == first["host_id"]))
+        while not run.outages or run.outages[0]["resumed_after_s"] is None:
+            assert time.monotonic() < deadline + 60, "the stream never resumed"
+            time.sleep(0.1)
+        while sum(a["progress"].get("out", 0) for a in run.agents[1:]) < 30:
+            time.sleep(0.05)
+        run.stop()
+        t.join(timeout=60)
+    finally:
+        srv.kill()
+        for r in rooms:
+            if r.node_id != first["host_id"]:
+                c.remove_node(r)
+    res = box["res"]
+    assert res.ok, res.error
+    stats = res.to_json()
+    (o,) = stats["outages"]
+    assert o["stream"] == "door" and 0 < o["resumed_after_s"] < 20
+    assert o["fps"] > 10 and o["frames_lost"] == round(o["resumed_after_s"] * o["fps"])
+    assert [h["generation"] for h in stats["hosts"]] == [0, 1] and stats["hosts"][0]["lost"]
+    f = res.frames
+    assert f["in"] == f["out"] + f["dropped"] + f["failed"] and f["failed"] == 0
+    frames = [k for _, k in _lines(tmp_path / "m.jsonl")]
+    assert len(frames) == len(set(frames)) == f["out"]  # numbering goes on after the outage, nothing twice
+    assert sorted(frames) == list(range(len(frames)))

@@ -21,6 +21,7 @@ from collections import deque
 from typing import Any
 
 from ..graph import GraphSpec
+from ..nodes.video import is_live
 from ..runtime.runner import RunSummary
 from ..runtime.shards import _merge_nodes
 from .placement import Host, PlacementError, StreamNeed, place
@@ -134,6 +135,7 @@ class ClusterRun:
         self._now = False  # stop at once, not after the frames in flight
         self._saved = 0.0
         self._seen: deque[tuple[float, dict[str, int]]] = deque()  # (time, frames per stream): rates
+        self.outages: list[dict[str, Any]] = []  # live streams of lost hosts: from last seen to resumed
 
     def stop(self) -> None:
         self._stop = True
@@ -194,7 +196,7 @@ class ClusterRun:
             return
         self._saved = time.monotonic()
         save_state(self.name, {"agents": [{k: v for k, v in a.items() if k != "handle"} for a in self.agents],
-                               "replacements": self.replacements, "error": self.error,
+                               "replacements": self.replacements, "outages": self.outages, "error": self.error,
                                "interrupted": self.interrupted, "stop": self._stop, "now": self._now,
                                "started_at": self.started_at, "result": result})
 
@@ -203,6 +205,7 @@ class ClusterRun:
         its last saved state stopped (their streams are where the state says), agents gone counted lost."""
         ray = self._ray
         self.agents, self.replacements, self.error = state["agents"], state["replacements"], state["error"]
+        self.outages = state["outages"]
         self.interrupted, self._stop, self._now = state["interrupted"], state["stop"], state["now"]
         self.started_at = state["started_at"]
         known = {a["name"] for a in self.agents}
@@ -295,6 +298,7 @@ class ClusterRun:
                     a["result"] = ray.get(result)
                     if a["result"] is None:
                         a["progress"] = ray.get(progress)
+                        a["seen"] = time.time()
                     else:
                         ended = True
                         if a.get("moving"):
@@ -305,6 +309,8 @@ class ClusterRun:
             self._seen.append((time.monotonic(), self.per_stream()))
             while self._seen[-1][0] - self._seen[0][0] > 3.0:
                 self._seen.popleft()
+            if any(o["resumed_after_s"] is None for o in self.outages):
+                self._resumed()
             if ended or time.monotonic() - self._saved > 1.0:
                 self._save()
 
@@ -353,7 +359,37 @@ class ClusterRun:
                 accounted[s] = accounted.get(s, 0) + extra
         a["progress"] = dict(kept, **{"in": sum(kept.values()), "streams": accounted})
         log.warning("%s after %d frames accounted there", a["error"], sum(accounted.values()))
+        rates = self.rates()
+        for src in self.spec.sources():
+            uri = getattr(src.config, "uri", None)
+            if src.id in a["sources"] and isinstance(uri, str) and is_live(uri):
+                self.outages.append({"stream": src.id, "host": a["address"], "last_seen": a.get("seen", time.time()),
+                                     "fps": round(rates.get(src.id, 0.0), 2), "resumed_after_s": None,
+                                     "frames_lost": None, "resumed_at_frame": start[src.id],
+                                     "generation": a["generation"]})
         self._replace(a, start, why="lost", without=a["host_id"])
+
+    def _resumed(self) -> None:
+        """Live streams of a lost host that send frames again on their new host: the outage is over; what
+        the camera sent meanwhile was never read (reported: its time, and its frames at the rate before)."""
+        now = time.time()
+        for o in self.outages:
+            if o["resumed_after_s"] is not None:
+                continue
+            later = [a for a in self.agents if a["generation"] > o["generation"] and o["stream"] in a["sources"]]
+            if any(((a["result"] or {}).get("streams") or a["progress"].get("streams") or {}).get(o["stream"], 0)
+                   for a in later):
+                o["resumed_after_s"] = round(now - o["last_seen"], 2)
+                o["frames_lost"] = round(o["resumed_after_s"] * o["fps"])
+                log.warning("stream %s: %.1f s without frames while host %s was lost (about %d frames at %.1f fps "
+                            "never read)", o["stream"], o["resumed_after_s"], o["host"], o["frames_lost"], o["fps"])
+
+    def rates(self) -> dict[str, float]:
+        """Frames per second per stream over the last few seconds."""
+        if len(self._seen) < 2:
+            return {}
+        (t0, first), (t1, last) = self._seen[0], self._seen[-1]
+        return {s: (n - first.get(s, 0)) / max(t1 - t0, 1e-6) for s, n in last.items()}
 
     def _replace(self, a: dict[str, Any], start: dict[str, int], why: str, without: str | None = None) -> None:
         """Places ``a``'s streams again over the live hosts (less ``without``), with what the other live
@@ -399,10 +435,7 @@ class ClusterRun:
 
     def status(self) -> dict[str, Any]:
         """What ``flowpipe status --cluster`` shows: the run's hosts, their devices, streams and rates."""
-        rates: dict[str, float] = {}
-        if len(self._seen) > 1:
-            (t0, first), (t1, last) = self._seen[0], self._seen[-1]
-            rates = {s: (n - first.get(s, 0)) / max(t1 - t0, 1e-6) for s, n in last.items()}
+        rates = self.rates()
         hosts = {h.host_id: h for h in hosts_of(self._ray)} if hasattr(self, "_ray") else {}
         where: dict[str, str] = {}
         rows = []
@@ -424,7 +457,7 @@ class ClusterRun:
                    for s in self.spec.sources()}
         return {"name": self.name, "phase": self.phase, "elapsed_s": round(time.time() - self.started_at, 1),
                 "frames": self.snapshot(), "hosts": rows, "streams": streams, "replacements": self.replacements,
-                "error": self.error}
+                "outages": self.outages, "error": self.error}
 
 
 class ClusterResult(RunSummary):
@@ -459,9 +492,10 @@ class ClusterResult(RunSummary):
                        "elapsed_s": (a["result"] or {}).get("elapsed_s"),
                        "error": a["error"] or (a["result"] or {}).get("error")} for a in run.agents]
         self.replacements = run.replacements
+        self.outages = run.outages
 
     def _more_json(self) -> dict[str, Any]:
-        return {"hosts": self.hosts, "replacements": self.replacements}
+        return {"hosts": self.hosts, "replacements": self.replacements, "outages": self.outages}
 
 
 __all__ = ["NAMESPACE", "ClusterResult", "ClusterRun", "connect", "drop_state", "hosts_of", "load_state", "written"]
