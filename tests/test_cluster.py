@@ -230,30 +230,34 @@ def test_a_run_outlives_a_controller_that_dies(cluster, tmp_path) -> None:
     from flowpipe.cluster.service import runs, submit
 
     c, _ = cluster
-    counts = (180, 180, 180)
+    counts = (300, 300, 300)  # 10 s at 30 fps: a controller started again takes over a running run
     spec, out = _graph(tmp_path, "{CPU: 0.3}", counts=counts)
     spec.cluster.metrics_port = 0  # type: ignore[union-attr]
-    _realtime(spec)
+    _realtime(spec, fps=30.0)
     client = submit(spec, c.address, "restart-test")
-    deadline = time.monotonic() + 60
-    while (st := client.status())["frames"].get("out", 0) < 60:
-        assert time.monotonic() < deadline, st
-        time.sleep(0.1)
-    assert st["name"] == "restart-test" and st["phase"] == "running"
-    assert sorted(st["streams"]) == ["s0", "s1", "s2"] and all(v["host"] for v in st["streams"].values())
-    assert sum(v["fps"] for v in st["streams"].values()) > 30  # three streams at 60 fps, on 2 cores
-    assert all("CPU" in h["devices"] for h in st["hosts"])
-    page = urllib.request.urlopen(st["hosts"][0]["metrics"], timeout=5).read().decode()  # noqa: S310 - http
-    assert 'flowpipe_frames_total{fate="out",host=' in page and "flowpipe_stream_frames_total{host=" in page
-    assert [r["name"] for r in runs(c.address)] == ["restart-test"]
+    try:
+        deadline = time.monotonic() + 60
+        while (st := client.status())["frames"].get("out", 0) < 60:
+            assert time.monotonic() < deadline, st
+            time.sleep(0.1)
+        assert st["name"] == "restart-test" and st["phase"] == "running"
+        assert sorted(st["streams"]) == ["s0", "s1", "s2"] and all(v["host"] for v in st["streams"].values())
+        assert sum(v["fps"] for v in st["streams"].values()) > 30  # three streams at 30 fps
+        assert all("CPU" in h["devices"] for h in st["hosts"])
+        page = urllib.request.urlopen(st["hosts"][0]["metrics"], timeout=5).read().decode()  # noqa: S310 - http
+        assert 'flowpipe_frames_total{fate="out",host=' in page and "flowpipe_stream_frames_total{host=" in page
+        assert [r["name"] for r in runs(c.address)] == ["restart-test"]
 
-    first = client._call("pid")
-    os.kill(first, signal.SIGKILL)  # the controller's process dies; Ray starts the actor again
-    assert client._call("pid") != first
-    assert client.status()["frames"]["out"] < 540  # taken over while the run went on
-    res = client.wait()
+        first = client._call("pid")
+        os.kill(first, signal.SIGKILL)  # the controller's process dies; Ray starts the actor again
+        assert client._call("pid") != first
+        assert client.status()["frames"]["out"] < 900  # taken over while the run went on
+        res = client.wait()
+    finally:
+        if runs(c.address):
+            client.remove()
     assert res.ok, res.error
-    assert res.frames == {"in": 540, "out": 540, "dropped": 0, "failed": 0}
+    assert res.frames == {"in": 900, "out": 900, "dropped": 0, "failed": 0}
     assert res.per_stream == {f"s{i}": n for i, n in enumerate(counts)}
     assert not res.replacements and all(h["generation"] == 0 for h in res.to_json()["hosts"])
     lines = _lines(out)
@@ -275,24 +279,30 @@ def test_flowpipe_run_detach_status_and_stop(cluster, tmp_path, capsys) -> None:
                     "  - {id: hop, type: passthrough, inputs: {in: [cam]}}\n"
                     f"  - {{id: meta, type: jsonl, config: {{path: {tmp_path}/m.jsonl}}, inputs: hop}}\n")
     assert main(["run", str(path), "--cluster", c.address, "--detach", "--name", "cams"]) == 0
-    assert capsys.readouterr().out.strip() == "cams"
-    deadline = time.monotonic() + 60
-    while True:
+    try:
+        assert capsys.readouterr().out.strip() == "cams"
+        deadline = time.monotonic() + 60
+        while True:
+            assert main(["status", "--cluster", c.address]) == 0
+            shown = capsys.readouterr().out
+            if "stream cam: 0 frames" not in shown and "stream cam:" in shown:
+                break
+            assert time.monotonic() < deadline, shown
+            time.sleep(0.2)
+        assert shown.startswith("run cams: running") and "  host " in shown and "devices CPU" in shown
+        assert main(["status", "nope", "--cluster", c.address]) == 1
+        assert "no run named 'nope'" in capsys.readouterr().err
+        assert main(["stop", "cams", "--cluster", c.address]) == 0
+        ended = capsys.readouterr().out
+        n = len((tmp_path / "m.jsonl").read_text().splitlines())
+        assert f"run cams: ended; frames in {n}, out {n}, dropped 0, failed 0" in ended and n > 0
         assert main(["status", "--cluster", c.address]) == 0
-        shown = capsys.readouterr().out
-        if "stream cam: 0 frames" not in shown and "stream cam:" in shown:
-            break
-        assert time.monotonic() < deadline, shown
-        time.sleep(0.2)
-    assert shown.startswith("run cams: running") and "  host " in shown and "devices CPU" in shown
-    assert main(["status", "nope", "--cluster", c.address]) == 1
-    assert "no run named 'nope'" in capsys.readouterr().err
-    assert main(["stop", "cams", "--cluster", c.address]) == 0
-    ended = capsys.readouterr().out
-    n = len((tmp_path / "m.jsonl").read_text().splitlines())
-    assert f"run cams: ended; frames in {n}, out {n}, dropped 0, failed 0" in ended and n > 0
-    assert main(["status", "--cluster", c.address]) == 0
-    assert "no flowpipe runs" in capsys.readouterr().out
+        assert "no flowpipe runs" in capsys.readouterr().out
+    finally:
+        from flowpipe.cluster.service import attach, runs
+
+        if any(r["name"] == "cams" for r in runs(c.address)):
+            attach(c.address, "cams").remove()
 
 
 def _have_rtsp_server() -> bool:
