@@ -79,6 +79,8 @@ class ClusterKeys(BaseModel):
     metrics_port: int | None = Field(None, ge=0, le=65535,
                                      description="each host serves its streams' counts for Prometheus at "
                                                  "http://HOST:PORT/metrics on its Ray address (0: a free port)")
+    model_cache: str | None = Field(None, description="where each host keeps compiled models of inference nodes "
+                                                      "without a cache_dir (default: ~/.cache/flowpipe/ov)")
 
 
 ENGINE_KEYS = set(EngineKeys.model_fields)

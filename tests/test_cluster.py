@@ -376,3 +376,28 @@ nodes:
     frames = [k for _, k in _lines(tmp_path / "m.jsonl")]
     assert len(frames) == len(set(frames)) == f["out"]  # numbering goes on after the outage, nothing twice
     assert sorted(frames) == list(range(len(frames)))
+
+
+def test_an_agent_started_again_loads_its_model_from_the_host_cache(cluster, tmp_path) -> None:
+    """Inference nodes without a cache_dir get the host's model cache (``cluster.model_cache``): the first
+    agent on a host compiles (FEIL), an agent started there again loads the compiled model (FIL)."""
+    from flowpipe import load_graph
+    from flowpipe.cluster.controller import ClusterRun
+
+    path = tmp_path / "infer.yaml"
+    path.write_text(f"""cluster: {{per_stream: {{intel_gpu: 0.5}}, model_cache: {tmp_path}/ov}}
+nodes:
+  - {{id: cam, type: synthetic_source, config: {{count: 8, width: 160, height: 120}}}}
+  - {{id: pre, type: preprocess, config: {{size: [128, 128], color: RGB, layout: NHWC, backend: cpu}}, inputs: cam.frame}}
+  - {{id: det, type: inference, config: {{model: blazeface_short, device: CPU}}, inputs: pre.tensor}}
+  - {{id: end, type: null_sink, inputs: det.tensors}}
+""")
+    seen = []
+    for _ in range(2):
+        res = ClusterRun(load_graph(str(path))).run()
+        assert res.ok, res.error
+        assert res.frames["out"] == 8
+        (host,) = res.to_json()["hosts"]
+        seen.append(host["inference"]["inference.det"])
+    assert seen[0]["cache"] == "miss" and "feil_ms" in seen[0]
+    assert seen[1]["cache"] == "hit" and "fil_ms" in seen[1]

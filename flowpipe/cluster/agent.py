@@ -39,9 +39,10 @@ class HostAgent:
 
         full: GraphSpec = pickle.loads(payload)  # noqa: S301 - from the controller of this run
         self.spec = subgraph(full, sources)
+        cache = (full.cluster.model_cache if full.cluster else None) or model_cache()
         for node in self.spec.nodes:
             if node.type == "inference" and getattr(node.config, "cache_dir", "unset") is None:
-                node.config.cache_dir = model_cache()  # type: ignore[attr-defined]
+                node.config.cache_dir = os.path.expanduser(cache)  # type: ignore[attr-defined]
         self.metrics_port = metrics_port
         self.metrics_url: str | None = None
         self.streams = len(full.sources())

@@ -489,6 +489,7 @@ class ClusterResult(RunSummary):
                        "pid": a["info"].get("pid"), "processes": a["info"].get("processes"),
                        "streams": a["sources"], "frames": (a["result"] or {}).get("frames") or a["progress"],
                        "generation": a["generation"], "lost": a["lost"], "metrics": a["info"].get("metrics"),
+                       "inference": {k: v for k, v in (a["result"] or {}).items() if k.startswith("inference.")},
                        "elapsed_s": (a["result"] or {}).get("elapsed_s"),
                        "error": a["error"] or (a["result"] or {}).get("error")} for a in run.agents]
         self.replacements = run.replacements
