@@ -401,3 +401,17 @@ nodes:
         seen.append(host["inference"]["inference.det"])
     assert seen[0]["cache"] == "miss" and "feil_ms" in seen[0]
     assert seen[1]["cache"] == "hit" and "fil_ms" in seen[1]
+
+
+def test_flowpipe_run_cluster_waits_for_the_run_and_writes_its_stats(cluster, tmp_path) -> None:
+    from flowpipe.cli import main
+    from flowpipe.cluster.service import runs
+
+    c, gpu_host = cluster
+    spec_path = tmp_path / "g.yaml"
+    _graph(tmp_path, "{intel_gpu: 0.3}")
+    assert main(["run", str(spec_path), "--cluster", c.address, "--stats", str(tmp_path / "s.json")]) == 0
+    stats = json.loads((tmp_path / "s.json").read_text())
+    assert stats["frames"] == {"in": 90, "out": 90, "dropped": 0, "failed": 0}
+    assert [h["host_id"] for h in stats["hosts"]] == [gpu_host.node_id] and stats["hosts"][0]["cpu_s"] > 0
+    assert runs(c.address) == []  # the controller is gone with the run's end

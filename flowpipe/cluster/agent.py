@@ -122,8 +122,16 @@ class HostAgent:
         self.go.set()
 
     def _run(self) -> None:
+        import resource
+
+        def cpu() -> float:
+            own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+            return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+        c0 = cpu()
         try:
             self.summary = self.runner.run().to_json()
+            self.summary["cpu_s"] = round(cpu() - c0, 3)  # this host's processes over the run, Ray's own not
         except BaseException as e:  # noqa: BLE001 - whatever ends the run is its result, one line
             self.summary = {"exit": 1, "error": f"{type(e).__name__}: {e}", "frames": {}, "streams": {}}
         finally:

@@ -394,7 +394,7 @@ class ClusterRun:
     def _replace(self, a: dict[str, Any], start: dict[str, int], why: str, without: str | None = None) -> None:
         """Places ``a``'s streams again over the live hosts (less ``without``), with what the other live
         agents hold taken, and starts them there from ``start``."""
-        t0 = time.perf_counter()
+        t0, noticed = time.perf_counter(), time.time()
         if self._stop:
             log.error("host %s: the run is stopping: streams %s not placed again", a["address"],
                       ", ".join(a["sources"]))
@@ -415,7 +415,7 @@ class ClusterRun:
                  ", ".join(sorted({hosts[h].name for h in where.values()})))
         self._start(where, start, a["generation"] + 1)
         self.replacements.append({"host": a["address"], "streams": a["sources"], "resume_at": start, "why": why,
-                                  "replaced_in_s": round(time.perf_counter() - t0, 3)})
+                                  "noticed_at": round(noticed, 3), "replaced_in_s": round(time.perf_counter() - t0, 3)})
 
     def snapshot(self) -> dict[str, int]:
         out = {"in": 0, "out": 0, "dropped": 0, "failed": 0}
@@ -490,7 +490,7 @@ class ClusterResult(RunSummary):
                        "streams": a["sources"], "frames": (a["result"] or {}).get("frames") or a["progress"],
                        "generation": a["generation"], "lost": a["lost"], "metrics": a["info"].get("metrics"),
                        "inference": {k: v for k, v in (a["result"] or {}).items() if k.startswith("inference.")},
-                       "elapsed_s": (a["result"] or {}).get("elapsed_s"),
+                       "elapsed_s": (a["result"] or {}).get("elapsed_s"), "cpu_s": (a["result"] or {}).get("cpu_s"),
                        "error": a["error"] or (a["result"] or {}).get("error")} for a in run.agents]
         self.replacements = run.replacements
         self.outages = run.outages
