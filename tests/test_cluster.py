@@ -19,9 +19,12 @@ os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 def cluster():
     """A head with 1 CPU and an 'intel_cpu' resource, a second host with 1 CPU and one 'intel_gpu'."""
     from ray.cluster_utils import Cluster
+    from test_sources_sinks import _free_port
 
+    client_port = _free_port()
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"intel_cpu": 1},
-                                                      "include_dashboard": False})
+                                                      "include_dashboard": False, "ray_client_server_port": client_port})
+    c.client_port = client_port  # type: ignore[attr-defined]
     gpu_host = c.add_node(num_cpus=1, resources={"intel_gpu": 1})
     c.wait_for_nodes()
     ray.init(address=c.address, logging_level="ERROR")
@@ -415,3 +418,21 @@ def test_flowpipe_run_cluster_waits_for_the_run_and_writes_its_stats(cluster, tm
     assert stats["frames"] == {"in": 90, "out": 90, "dropped": 0, "failed": 0}
     assert [h["host_id"] for h in stats["hosts"]] == [gpu_host.node_id] and stats["hosts"][0]["cpu_s"] > 0
     assert runs(c.address) == []  # the controller is gone with the run's end
+
+
+def test_flowpipe_run_through_ray_client(cluster, tmp_path) -> None:
+    """``--cluster ray://HOST:PORT``: a command on a machine outside the cluster (Ray Client)."""
+    import subprocess
+    import sys
+
+    c, gpu_host = cluster
+    port = c.client_port
+    _graph(tmp_path, "{intel_gpu: 0.3}")
+    r = subprocess.run([sys.executable, "-m", "flowpipe.cli", "run", str(tmp_path / "g.yaml"), "--cluster",
+                        f"ray://127.0.0.1:{port}", "--stats", str(tmp_path / "s.json")],
+                       capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parent),
+                                                                        os.environ.get("PYTHONPATH", "")])))
+    assert r.returncode == 0, r.stderr[-2000:]
+    stats = json.loads((tmp_path / "s.json").read_text())
+    assert stats["frames"]["out"] == 90 and [h["host_id"] for h in stats["hosts"]] == [gpu_host.node_id]

@@ -11,6 +11,7 @@ import logging
 import pickle
 import threading
 import time
+import warnings
 from typing import Any
 
 from ..graph import GraphSpec
@@ -23,8 +24,15 @@ class Controller:
     """One run's controller (a Ray actor): runs ``ClusterRun`` in a thread and answers while it goes."""
 
     def __init__(self, name: str, payload: bytes, options: dict[str, Any], detach: bool = False):
+        import ray
+
         spec: GraphSpec = pickle.loads(payload)  # noqa: S301 - from the command that submitted this run
         self.detach = detach  # no command waits for it: ``flowpipe stop`` takes its result and removes it
+        with warnings.catch_warnings():  # Ray's property uses a deprecated one of its own inside
+            warnings.simplefilter("ignore", DeprecationWarning)
+            again = ray.get_runtime_context().was_current_actor_reconstructed
+        if not again:
+            drop_state(name)  # a first start: state under this name is an ended run's, not this one's
         self.run = ClusterRun(spec, name=name, detached=True, **options)
         self.outcome: ClusterResult | None = None
         self.failure: str | None = None
@@ -59,6 +67,10 @@ class Controller:
 
     def detached(self) -> bool:
         return self.detach
+
+    def forget(self) -> None:
+        """The run's kept state dropped (its client has its result; the actor is killed next)."""
+        drop_state(self.run.name)
 
 
 class RunClient:
@@ -114,8 +126,8 @@ class RunClient:
         """The controller and its kept state gone (its agents were stopped when the run ended)."""
         import ray
 
+        self._call("forget", timeout=10.0)
         ray.kill(self.handle, no_restart=True)
-        drop_state(self.name)
 
 
 def submit(spec: GraphSpec, address: str | None, name: str, detach: bool = False, **options: Any) -> RunClient:
@@ -130,7 +142,6 @@ def submit(spec: GraphSpec, address: str | None, name: str, detach: bool = False
         pass
     else:
         raise ValueError(f"a run named {name!r} is already in the cluster (flowpipe status --cluster)")
-    drop_state(name)  # a run of that name that ended without its client: its result is not this run's
     here = ray.get_runtime_context().get_node_id()
     handle = ray.remote(Controller).options(
         name=name, namespace=NAMESPACE, lifetime="detached", max_restarts=-1, max_concurrency=8, num_cpus=0,
