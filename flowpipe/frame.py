@@ -36,7 +36,7 @@ class FrameRef:
     """Shared by a frame and every packet derived from it: counts live references across fan-out,
     holds the buffer leases, and reports the frame's fate once when the last reference ends."""
 
-    __slots__ = ("_lock", "_on_final", "count", "fate", "index", "leases", "stream")
+    __slots__ = ("_lock", "_on_final", "count", "fate", "index", "leases", "stream", "t_in")
 
     def __init__(self, stream: str, index: int, on_final: Callable[[FrameRef], None] | None = None):
         self.count = 1
@@ -45,6 +45,7 @@ class FrameRef:
         self._lock = threading.Lock()
         self._on_final = on_final
         self.stream, self.index = stream, index
+        self.t_in = 0.0  # when it entered the run (perf_counter): end-to-end latency per stream
 
     def report_to(self, on_final: Callable[[FrameRef], None]) -> None:
         """Where this frame's fate goes when its last reference ends (the run that accounts for it)."""

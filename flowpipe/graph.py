@@ -58,6 +58,8 @@ class EngineKeys(BaseModel):
     overflow: str = Field("block", description="block | drop_oldest | drop_newest (every drop is counted)")
     workers: int = Field(1, description="threads for stages that keep no cross-stream state, 1..64")
     restarts: int = Field(3, description="with on_error: restart, how many times, 0..1000")
+    template: bool = Field(False, description="a source that is not run: the pattern of the streams added to "
+                                              "the running graph (flowpipe serve)")
 
     _on_error = _choice("on_error", ON_ERROR)
     _isolation = _choice("isolation", ISOLATION)
@@ -147,6 +149,7 @@ class NodeSpec:
     line: int | None = None
     overflow: str = "block"
     workers: int = 1
+    template: bool = False  # a source not run: the pattern of streams added at run time
 
     def make(self) -> Node:
         return self.cls(self.id, self.config)
@@ -170,8 +173,12 @@ class GraphSpec:
     cluster: ClusterKeys | None = None
 
     def sources(self) -> list[NodeSpec]:
-        """The source nodes, in graph order: one stream each."""
-        return [s for s in self.nodes if issubclass(s.cls, Source)]
+        """The source nodes that run, in graph order: one stream each."""
+        return [s for s in self.nodes if issubclass(s.cls, Source) and not s.template]
+
+    def templates(self) -> list[NodeSpec]:
+        """Sources that are the pattern of streams added to the running graph."""
+        return [s for s in self.nodes if issubclass(s.cls, Source) and s.template]
 
     def node(self, node_id: str) -> NodeSpec:
         return next(n for n in self.nodes if n.id == node_id)
@@ -450,8 +457,11 @@ def _validate(doc: Any, fname: str, overrides: dict[str, Any]) -> GraphSpec:
             errors.append(Diagnostic(f"config: {e}", fname, _line(raw, "config"), *node))
             continue
         raw_inputs[nid] = (raw.get("inputs"), raw)
+        if eng.template and not issubclass(cls, Source):
+            errors.append(Diagnostic(f"template: only a source can be the pattern of added streams; {ntype} is not "
+                                     "a source", fname, _line(raw, "template"), *node))
         specs.append(NodeSpec(nid, ntype, cls, cfg, {}, eng.on_error, eng.queue, eng.isolation, eng.restarts, line,
-                              eng.overflow, workers))
+                              eng.overflow, workers, eng.template))
     fail_if_errors()
 
     # wiring ---------------------------------------------------------------------------------------

@@ -132,6 +132,11 @@ class Node:
         """End of stream on every input: return what is still held (same forms as ``process``)."""
         return None
 
+    def end_stream(self, stream: str) -> None:
+        """A stream removed from a running graph: every frame of it is accounted; close what belongs to it
+        (its file, its tracks). Called from another thread than ``process``, never for a stream whose
+        frames are still in flight."""
+
     def close(self) -> None:
         """Release resources. Called once for every node whose ``open`` succeeded."""
 

@@ -99,6 +99,9 @@ class Overlay(Node):
     def open(self, ctx: RunContext) -> None:
         self._times: dict[str, list[float]] = {}
 
+    def end_stream(self, stream: str) -> None:
+        self._times.pop(stream, None)
+
     def process(self, frame: Frame, port: str) -> Frame:
         with memory.cpu_write(frame.buffer_of(frame.data)):  # DMA-BUF frames: sync around the CPU write
             self._draw(frame)

@@ -146,6 +146,11 @@ class MjpegPreview(Node):
         if ok:
             self.latest.put(frame.stream, jpg.tobytes())
 
+    def end_stream(self, stream: str) -> None:
+        self._last.pop(stream, None)
+        with self.latest.cond:
+            self.latest.jpeg.pop(stream, None)
+
     def close(self) -> None:
         with self.latest.cond:
             self.latest.closed = True

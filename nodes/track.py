@@ -78,6 +78,10 @@ class Tracker(Node):
         self.tracks: dict[str, list[_Track]] = {}
         self.next_id: dict[str, int] = {}
 
+    def end_stream(self, stream: str) -> None:
+        self.tracks.pop(stream, None)
+        self.next_id.pop(stream, None)
+
     def process(self, frame: Frame, port: str) -> Frame:
         c = self.config
         tracks = self.tracks.setdefault(frame.stream, [])

@@ -150,12 +150,24 @@ class VideoSource(Source):
         c = self.config
         delay = c.reconnect_backoff_s
         lost = time.monotonic()
+        self.stats["reconnecting"] = True
+        try:
+            return self._reconnect_loop(delay, lost)
+        finally:
+            self.stats["reconnecting"] = False
+
+    def _reconnect_loop(self, delay: float, lost: float) -> cv2.VideoCapture | None:
+        c = self.config
         for attempt in range(1, c.reconnect_attempts + 1):
             if self.ctx.stopping:
                 return None
             log.warning("node '%s': stream %s lost; reconnect %d/%d in %.1fs", self.id, _redact(c.uri), attempt,
                         c.reconnect_attempts, delay)
-            time.sleep(delay)
+            end = time.monotonic() + delay
+            while time.monotonic() < end:  # a stream removed meanwhile stops waiting
+                if self.ctx.stopping:
+                    return None
+                time.sleep(min(0.1, end - time.monotonic()))
             cap = self._open_capture()
             if cap is not None:
                 self.reconnects += 1
@@ -384,6 +396,14 @@ class VideoWriter(Node):
             self.written[frame.stream] = 0
             self.writers[frame.stream] = w
             return w
+
+    def end_stream(self, stream: str) -> None:
+        with self._lock:
+            w = self.writers.pop(stream, None)
+            self.sizes.pop(stream, None)
+        if w is not None:
+            w.release()  # the stream's file is whole now (its index written), while the others go on
+        self.stats["written"] = dict(self.written)
 
     def close(self) -> None:
         for w in self.writers.values():

@@ -111,6 +111,11 @@ class StreamRouter:
                 ch = self._assign.setdefault(stream, self.channels[len(self._assign) % len(self.channels)])
         return ch.put(item, force)
 
+    def forget(self, stream: str) -> None:
+        """A stream removed from the running graph: its worker is free for the next one."""
+        with self._lock:
+            self._assign.pop(stream, None)
+
     @property
     def high_water(self) -> int:
         return max(ch.high_water for ch in self.channels)

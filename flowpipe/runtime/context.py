@@ -42,8 +42,10 @@ class NodeContext:
     """One node's view of the run: its allocations and inputs, its stats, the device owners."""
 
     def __init__(self, runner: Runner, node_id: str, devices: Devices, stats: dict[str, Any],
-                 wake: Callable[[], None]):
+                 wake: Callable[[], None], stop: threading.Event | None = None, like: str | None = None):
         self.node_id = node_id
+        self.like = like or node_id  # a stream added at run time: the template whose place it takes
+        self._stop = stop
         self.shard = runner.shard
         self.streams = runner.streams
         self.generation = runner.resume.generation
@@ -55,19 +57,19 @@ class NodeContext:
 
     @property
     def stopping(self) -> bool:
-        return self._runner.stop_event.is_set()
+        return self._runner.stop_event.is_set() or (self._stop is not None and self._stop.is_set())
 
     def resume_at(self, stream: str) -> int:
         return self._runner.resume.start.get(stream, 0)
 
     def frames_in_flight(self) -> int:
-        return self._runner.frames_in_flight(self.node_id)
+        return self._runner.frames_in_flight(self.like)
 
     def allocation(self, port: str) -> Allocation:
-        return self._state.contracts.allocations.get((self.node_id, port)) or Allocation()
+        return self._state.contracts.allocations.get((self.like, port)) or Allocation()
 
     def input(self, port: str) -> InputContract | None:
-        return self._state.contracts.inputs.get((self.node_id, port))
+        return self._state.contracts.inputs.get((self.like, port))
 
     def section(self, name: str, data: dict[str, Any]) -> None:
         with self._state.lock:

@@ -31,12 +31,23 @@ from ..node import Node, Source
 from .board import StreamBoard
 from .channel import EOS, Channel, StreamRouter
 from .context import NodeContext, Resume, RunState
+from .live import LiveStreams
 from .negotiate import resolve
 from .owner import OwnerClient, OwnerLink
 from .process import isolate
 
 log = logging.getLogger("flowpipe")
 Inbox = Channel | StreamRouter
+
+
+class _Either:
+    """Set when either of two events is."""
+
+    def __init__(self, a: threading.Event, b: threading.Event):
+        self.a, self.b = a, b
+
+    def is_set(self) -> bool:
+        return self.a.is_set() or self.b.is_set()
 
 
 def frame_list(frames: Iterable[tuple[str, int]]) -> str:
@@ -166,6 +177,12 @@ class Runner:
         self.interrupted = False
         self._emitted = 0
         self.per_stream: dict[str, int] = {}
+        self.stream_counts: dict[str, dict[str, int]] = {}  # per stream: in, out, dropped, failed
+        self.latency_ms: dict[str, float] = {}  # per stream: entry to final fate, smoothed
+        self.settled = threading.Condition(self._count_lock)  # a frame's fate: for streams being removed
+        self._inputs: dict[str, int] = {}  # per node: inputs whose end of stream it waits for (streams added)
+        self.live = LiveStreams(self)
+        self.running = False
         self.record_times = record_times
         self.done_times: list[tuple[float, str]] = []
 
@@ -175,6 +192,15 @@ class Runner:
         with self._count_lock:
             self.counts[ref.fate] += 1
             self.per_stream[ref.stream] = self.per_stream.get(ref.stream, 0) + 1
+            mine = self.stream_counts.get(ref.stream)
+            if mine is not None:
+                mine[ref.fate] += 1
+                if ref.t_in:
+                    ms = (now - ref.t_in) * 1e3
+                    last = self.latency_ms.get(ref.stream)
+                    self.latency_ms[ref.stream] = ms if last is None else 0.9 * last + 0.1 * ms
+            if self.live.removing:
+                self.settled.notify_all()
             if self.board is not None:
                 self.board.ended(ref.stream, ref.index, ref.fate)
             if self.record_times:
@@ -275,14 +301,18 @@ class Runner:
                         fr.end("failed")
 
     # threads ---------------------------------------------------------------------------------------
-    def _run_source(self, spec: NodeSpec, node: Source) -> None:
+    def _run_source(self, spec: NodeSpec, node: Source, stop: threading.Event | None = None,
+                    on_error: Callable[[BaseException], None] | None = None) -> None:
+        """A source's thread; ``stop`` and ``on_error`` for a stream added to the running graph (it ends
+        alone, and its failure is its own, not the run's)."""
         ledgers.bind(self.state.ledger)
         st = self.stats[spec.id]
         port = next(iter(spec.cls.outputs), None)
         start = self.resume.start
+        stopping = self.stop_event if stop is None else _Either(self.stop_event, stop)
         try:
             it = iter(node.frames())
-            while not self.stop_event.is_set():
+            while not stopping.is_set():
                 t0, c0 = time.perf_counter(), time.thread_time()
                 try:
                     frame = next(it)
@@ -297,8 +327,13 @@ class Runner:
                 if frame.ref is None:
                     frame.ref = FrameRef(frame.stream, frame.index)
                 frame.ref.report_to(self._on_final)
+                frame.ref.t_in = t1
                 with self._count_lock:
                     self.counts["in"] += 1
+                    mine = self.stream_counts.get(frame.stream)
+                    if mine is None:
+                        mine = self.stream_counts[frame.stream] = {"in": 0, "out": 0, "dropped": 0, "failed": 0}
+                    mine["in"] += 1
                     if self.board is not None:
                         self.board.entered(frame.stream, frame.index)
                     self._emitted += 1
@@ -312,7 +347,7 @@ class Runner:
                 if limit_hit:
                     self.stop()
         except Exception as e:  # noqa: BLE001
-            self._fail(NodeError(spec.id, spec.type, f"{type(e).__name__}: {e}"))
+            (on_error or self._fail)(NodeError(spec.id, spec.type, f"{type(e).__name__}: {e}"))
         finally:
             self._send_eos(spec.id)
 
@@ -325,7 +360,6 @@ class Runner:
         ledger = self.state.ledger
         ledgers.bind(ledger)
         st = self.stats[spec.id]
-        n_in = sum(len(v) for v in spec.inputs.values())
         eos = 0
         default_port = next(iter(spec.cls.outputs), None)
         held = node.holds_frames
@@ -341,7 +375,7 @@ class Runner:
             for item in batch:
                 if item is EOS:
                     eos += 1
-                    if eos == n_in:
+                    if eos >= self._inputs[spec.id]:  # streams added since the start raised it
                         if workers_left is not None:  # several workers: the last one to finish ends it
                             with st.lock:
                                 workers_left[0] -= 1
@@ -476,6 +510,7 @@ class Runner:
                 else:
                     self.channels[s.id] = Channel(s.queue, s.overflow, self._overflow_drop(s.id))
             self.routes[s.id] = {p: [] for p in s.cls.outputs}
+            self._inputs[s.id] = sum(len(v) for v in s.inputs.values())
         for s in order:
             for port, refs in s.inputs.items():
                 for up_id, up_port in refs:
@@ -485,7 +520,10 @@ class Runner:
         threads = []
         for s, node in opened:
             ch = self.channels.get(s.id)
-            if isinstance(node, Source):
+            if s.template:  # not run: its consumers keep going until the run stops, for streams to come
+                threads.append(threading.Thread(target=self._hold, args=(s.id,), name=f"flowpipe:{s.id}",
+                                                daemon=True))
+            elif isinstance(node, Source):
                 threads.append(threading.Thread(target=self._run_source, args=(s, node), name=f"flowpipe:{s.id}",
                                                 daemon=True))
             elif isinstance(ch, StreamRouter):
@@ -498,10 +536,15 @@ class Runner:
                                                 daemon=True))
         return threads
 
-    def _context(self, s: NodeSpec) -> NodeContext:
+    def _hold(self, node_id: str) -> None:
+        """A template source's place: its end of stream goes out when the run stops."""
+        self.stop_event.wait()
+        self._send_eos(node_id)
+
+    def _context(self, s: NodeSpec, stop: threading.Event | None = None, like: str | None = None) -> NodeContext:
         ch = self.channels.get(s.id)
         return NodeContext(self, s.id, self.devices, self.stats[s.id].extra,
-                           ch.wake if ch is not None else (lambda: None))
+                           ch.wake if ch is not None else (lambda: None), stop=stop, like=like)
 
     def run(self) -> RunResult:
         t_start = time.perf_counter()
@@ -523,6 +566,9 @@ class Runner:
             # async consumer's max_held is known when its producer sizes a pool (frames_in_flight)
             for s in reversed(order):
                 node = self.nodes[s.id]
+                if s.template:  # not opened: streams added at run time open their own copy of it
+                    opened.append((s, node))
+                    continue
                 try:
                     node.open(self.contexts[s.id])
                 except Exception as e:
@@ -530,6 +576,7 @@ class Runner:
                 opened.append((s, node))
             if self.on_opened is None or self.on_opened():
                 threads = self._threads(opened)
+                self.running = True
                 for t in threads:
                     t.start()
                 self._wait(threads)
@@ -541,14 +588,17 @@ class Runner:
         except NodeError as e:
             self._fail(e)
         finally:
+            self.running = False
             for ch in self.channels.values():
                 for item in ch.close():
                     if item is not EOS:
                         item[1].ref.end("failed")
             for t in threads:
                 t.join(timeout=5.0)
-            close_errors = []
+            close_errors = self.live.close()
             for s, node in reversed(opened):
+                if s.template:
+                    continue
                 try:
                     node.close()
                 except Exception as e:  # noqa: BLE001
@@ -568,8 +618,12 @@ class Runner:
     def _wait(self, threads: list[threading.Thread]) -> None:
         last = time.monotonic()
         stop_seen: float | None = None
-        while any(t.is_alive() for t in threads):
-            next(t for t in threads if t.is_alive()).join(timeout=0.1)
+        while any(t.is_alive() for t in threads) or self.live.threads_alive():
+            alive = next((t for t in threads if t.is_alive()), None)
+            if alive is not None:
+                alive.join(timeout=0.1)
+            else:
+                time.sleep(0.1)
             now = time.monotonic()
             if self.progress is not None and now - last >= self.progress_every:
                 last = now

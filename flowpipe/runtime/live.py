@@ -1,0 +1,234 @@
+"""Streams added to and removed from a running graph (``flowpipe serve``).
+
+A stream is added as a copy of a source node (a ``template: true`` source, or any source of the graph) with
+its own config (a camera's URI): it gets its own source thread feeding the same consumers, so the stages
+after it (one inference node, one tracker) serve every stream, and the others never pause. Each consumer
+waits for one more end of stream while it runs. A stream removed stops its source, waits until every frame
+of it that entered has a fate, then every node closes what belongs to it (``Node.end_stream``: its video
+file, its tracks). A source that fails (a camera gone after its reconnects) ends its own stream only.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from ..errors import NodeError
+from ..node import Source
+from .channel import StreamRouter
+
+if TYPE_CHECKING:
+    from ..graph import NodeSpec
+    from ..node import Node
+    from .runner import Runner
+
+log = logging.getLogger("flowpipe.runtime")
+
+
+@dataclasses.dataclass
+class Added:
+    """One stream added to the running graph."""
+
+    spec: NodeSpec
+    node: Node
+    stream: str
+    stop: threading.Event
+    thread: threading.Thread | None = None
+    state: str = "running"  # running, reconnecting, removing, ended, failed
+    error: str | None = None
+    added_at: float = dataclasses.field(default_factory=time.time)
+
+
+class LiveStreams:
+    """The streams a running ``Runner`` was given after its start."""
+
+    KEEP_ENDED = 256  # accounts of removed streams kept for the API
+
+    def __init__(self, runner: Runner):
+        self.runner = runner
+        self.added: dict[str, Added] = {}  # by stream
+        self.ended: deque[dict[str, Any]] = deque(maxlen=self.KEEP_ENDED)
+        self.removing = 0  # streams being removed: frames' fates are signalled while > 0
+        self._lock = threading.Lock()
+
+    def template(self, like: str | None) -> NodeSpec:
+        spec = self.runner.spec
+        if like is None:
+            templates = spec.templates() or spec.sources()
+            if len(templates) != 1:
+                names = ", ".join(s.id for s in templates) or "none"
+                raise ValueError(f"the graph has {len(templates)} sources that a stream can copy ({names}): name one "
+                                 "with 'like'")
+            return templates[0]
+        try:
+            found = spec.node(like)
+        except StopIteration:
+            raise ValueError(f"no source named {like!r} in the graph") from None
+        if found not in spec.templates() + spec.sources():
+            raise ValueError(f"node {like!r} is not a source")
+        return found
+
+    def add(self, stream: str, like: str | None = None, config: dict[str, Any] | None = None) -> Added:
+        """Starts stream ``stream`` as a copy of source ``like`` with ``config`` over its settings."""
+        r = self.runner
+        if not r.running or r.stop_event.is_set():
+            raise RuntimeError("the graph is not running")
+        template = self.template(like)
+        with self._lock:
+            if stream in self.added or stream in r.routes or stream in r.stream_counts:
+                raise ValueError(f"a stream or node named {stream!r} is already in the graph")
+            try:
+                cfg = type(template.config).model_validate({**template.config.model_dump(), **(config or {}),
+                                                             "stream": stream}
+                                                            if "stream" in type(template.config).model_fields
+                                                            else {**template.config.model_dump(), **(config or {})})
+            except ValidationError as e:
+                err = e.errors()[0]
+                where = ".".join(str(x) for x in err["loc"])
+                raise ValueError(f"stream {stream!r}: config.{where}: {err['msg']}") from None
+            spec = dataclasses.replace(template, id=stream, config=cfg, template=False)
+            rec = Added(spec, spec.make(), stream, threading.Event())
+            self.added[stream] = rec
+        from .runner import NodeStats
+
+        r.stats[stream] = NodeStats(spec.type)
+        r.routes[stream] = r.routes[template.id]  # the same consumers, the same edges (named by the template)
+        r.contexts[stream] = ctx = r._context(spec, stop=rec.stop, like=template.id)
+        try:
+            rec.node.open(ctx)
+        except Exception as e:  # noqa: BLE001 - the caller gets one line; the graph goes on
+            with self._lock:
+                del self.added[stream]
+            r.stats.pop(stream, None)
+            r.routes.pop(stream, None)
+            r.contexts.pop(stream, None)
+            raise ValueError(f"stream {stream!r}: open failed: {type(e).__name__}: {e}") from None
+        with r._count_lock:
+            for targets in r.routes[stream].values():
+                for _, _, edge in targets:
+                    r._inputs[edge.split("->", 1)[1]] += 1
+            r.stream_counts[stream] = {"in": 0, "out": 0, "dropped": 0, "failed": 0}
+        rec.thread = threading.Thread(target=self._run, args=(rec,), name=f"flowpipe:{stream}", daemon=True)
+        rec.thread.start()
+        log.info("stream %s added (like %s)", stream, template.id)
+        return rec
+
+    def _run(self, rec: Added) -> None:
+        def failed(err: BaseException) -> None:
+            rec.state, rec.error = "failed", str(err)
+            log.error("stream %s: %s (the other streams go on)", rec.stream, err)
+
+        assert isinstance(rec.node, Source)
+        self.runner._run_source(rec.spec, rec.node, rec.stop, failed)
+        if rec.state == "running":
+            rec.state = "ended"
+
+    def remove(self, stream: str, timeout: float = 30.0) -> dict[str, Any]:
+        """Stops stream ``stream``, waits for the fates of its frames, closes what each node keeps of it;
+        returns its account."""
+        r = self.runner
+        with self._lock:
+            rec = self.added.get(stream)
+            if rec is None or rec.state == "removing":
+                raise KeyError(f"no stream named {stream!r} was added to this graph")
+            rec.state = "removing" if rec.state in ("running", "reconnecting") else rec.state
+        rec.stop.set()
+        if rec.thread is not None:
+            rec.thread.join(timeout)
+        deadline = time.monotonic() + timeout
+        with r._count_lock:
+            self.removing += 1
+            try:
+                counts = r.stream_counts[stream]
+                while counts["in"] > counts["out"] + counts["dropped"] + counts["failed"]:
+                    if not r.settled.wait(max(0.0, deadline - time.monotonic())) and time.monotonic() > deadline:
+                        break
+            finally:
+                self.removing -= 1
+        errors = self._end(rec)
+        with r._count_lock:
+            account: dict[str, Any] = dict(r.stream_counts.pop(stream))
+            latency = r.latency_ms.pop(stream, None)
+        account.update(stream=stream, state="failed" if rec.error else "removed", error=rec.error,
+                       latency_ms=round(latency, 2) if latency is not None else None,
+                       in_flight=account["in"] - account["out"] - account["dropped"] - account["failed"],
+                       seconds=round(time.time() - rec.added_at, 3))
+        if errors:
+            account["error"] = "; ".join(str(e) for e in errors)
+        self.ended.append(account)
+        log.info("stream %s removed: in %d, out %d, dropped %d, failed %d", stream, account["in"], account["out"],
+                 account["dropped"], account["failed"])
+        return account
+
+    def _end(self, rec: Added) -> list[NodeError]:
+        """Every node closes what it keeps of the stream; its source closes; its traces go."""
+        r, errors = self.runner, []
+        for nid, node in list(r.nodes.items()):
+            try:
+                node.end_stream(rec.stream)
+            except Exception as e:  # noqa: BLE001
+                errors.append(NodeError(nid, r.spec.node(nid).type, f"end of stream {rec.stream}: {e}"))
+                log.error("%s", errors[-1])
+        for ch in r.channels.values():
+            if isinstance(ch, StreamRouter):
+                ch.forget(rec.stream)
+        try:
+            rec.node.close()
+        except Exception as e:  # noqa: BLE001
+            errors.append(NodeError(rec.stream, rec.spec.type, f"close failed: {type(e).__name__}: {e}"))
+        st = r.stats.pop(rec.stream)
+        like = r.stats.get(self.template_of(rec))
+        if like is not None:  # the source's counts go to its template's (stats keep one entry per node)
+            with like.lock:
+                like.frames += st.frames
+                like.busy_s += st.busy_s
+                like.cpu_s += st.cpu_s
+        r.contexts.pop(rec.stream, None)
+        r.routes.pop(rec.stream, None)
+        with self._lock:
+            del self.added[rec.stream]
+        return errors
+
+    def template_of(self, rec: Added) -> str:
+        ctx = self.runner.contexts.get(rec.stream)
+        return ctx.like if ctx is not None else rec.stream
+
+    def states(self) -> list[dict[str, Any]]:
+        """Every added stream now, with its account so far."""
+        r = self.runner
+        out = []
+        with r._count_lock:
+            counts = {s: dict(c) for s, c in r.stream_counts.items()}
+            latency = dict(r.latency_ms)
+        for rec in list(self.added.values()):
+            extra = r.stats[rec.stream].extra if rec.stream in r.stats else {}
+            state = rec.state
+            if state == "running" and extra.get("reconnecting"):
+                state = "reconnecting"
+            c = counts.get(rec.stream, {})
+            out.append({"stream": rec.stream, "like": rec.spec.id, "state": state, "error": rec.error,
+                        "uri": getattr(rec.spec.config, "uri", None), **c,
+                        "latency_ms": round(latency[rec.stream], 2) if rec.stream in latency else None,
+                        "reconnects": extra.get("reconnects", 0), "added_at": rec.added_at})
+        return out
+
+    def threads_alive(self) -> bool:
+        return any(rec.thread is not None and rec.thread.is_alive() for rec in list(self.added.values()))
+
+    def close(self) -> list[NodeError]:
+        """The run ends: added streams' sources stop and close (their frames were drained with the run's)."""
+        errors = []
+        for rec in list(self.added.values()):
+            rec.stop.set()
+            if rec.thread is not None:
+                rec.thread.join(timeout=5.0)
+            try:
+                rec.node.close()
+            except Exception as e:  # noqa: BLE001
+                errors.append(NodeError(rec.stream, rec.spec.type, f"close failed: {type(e).__name__}: {e}"))
+        return errors
