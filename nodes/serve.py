@@ -228,3 +228,57 @@ class Prometheus(Node):
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+@register("preview")
+class Preview(Node):
+    """Keeps each stream's newest picture as a JPEG for ``flowpipe serve``'s console: encoded at most
+    ``max_fps`` times a second for streams someone asked for in the last seconds (one picture otherwise).
+    Never fails a frame: a picture that cannot be encoded is skipped."""
+
+    inputs = {"frame": "frame"}
+    parallel_streams = True
+
+    class Config(NodeConfig):
+        max_fps: float = Field(5.0, gt=0, le=60)
+        width: int = Field(640, ge=16, le=4096, description="pictures wider than this are scaled down")
+        quality: int = Field(75, ge=10, le=100)
+
+    config: Config
+
+    def open(self, ctx: RunContext) -> None:
+        self.latest = _Latest()
+        self._last: dict[str, float] = {}
+        self._asked: dict[str, float] = {}
+
+    def ask(self, stream: str) -> bytes | None:
+        """The stream's newest picture (and more of them for a while)."""
+        self._asked[stream] = time.monotonic()
+        with self.latest.cond:
+            got = self.latest.jpeg.get(stream)
+        return got[1] if got else None
+
+    def process(self, frame: Frame, port: str) -> None:
+        now = time.monotonic()
+        if now - self._last.get(frame.stream, 0.0) < 1.0 / self.config.max_fps:
+            return
+        if now - self._asked.get(frame.stream, -1e9) > 5.0 and frame.stream in self.latest.jpeg:
+            return  # nobody looks at it now
+        self._last[frame.stream] = now
+        try:
+            img = frame.image
+            if img.shape[1] > self.config.width:
+                h = round(img.shape[0] * self.config.width / img.shape[1])
+                img = cv2.resize(img, (self.config.width, h), interpolation=cv2.INTER_AREA)
+            ok, jpg = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, self.config.quality])
+        except Exception as e:  # noqa: BLE001 - a preview never fails the frame it looks at
+            log.debug("preview of %s skipped: %s", frame.stream, e)
+            return
+        if ok:
+            self.latest.put(frame.stream, jpg.tobytes())
+
+    def end_stream(self, stream: str) -> None:
+        self._last.pop(stream, None)
+        self._asked.pop(stream, None)
+        with self.latest.cond:
+            self.latest.jpeg.pop(stream, None)

@@ -237,6 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     from . import cluster as cli_cluster
 
     cli_cluster.add_commands(sub)
+    cli_cluster.add_serve(sub)
     return p
 
 

@@ -98,3 +98,48 @@ def add_commands(sub: Any) -> None:
     t.add_argument("--cluster", required=True, metavar="auto|ray://HOST:PORT")
     t.add_argument("--now", action="store_true", help="stop at once instead of draining the frames in flight")
     t.set_defaults(func=cmd_stop)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """``flowpipe serve``: the REST API and web console over the graphs of ``--graphs`` folders."""
+    import ipaddress
+    import os
+
+    import uvicorn
+
+    from ..serve.api import create_app
+    from ..serve.instances import Instances
+
+    token = args.token or os.environ.get("FLOWPIPE_TOKEN")
+    try:
+        loopback = ipaddress.ip_address(args.host).is_loopback
+    except ValueError:
+        loopback = args.host == "localhost"
+    if not loopback and not token:
+        print(f"error: serving on {args.host} (not loopback) needs a token: --token or FLOWPIPE_TOKEN",
+              file=sys.stderr)
+        return 2
+    if args.cluster:
+        print("error: flowpipe serve --cluster is not available yet; run it on one host", file=sys.stderr)
+        return 2
+    folders = [Path(f) for f in (args.graphs or [str(Path(__file__).resolve().parents[2] / "graphs")])]
+    instances = Instances(folders, Path(args.output_dir), Path(args.media_dir) if args.media_dir else None)
+    log.info("flowpipe serve on http://%s:%d/ (%d templates from %s)%s", args.host, args.port,
+             len(instances.templates), ", ".join(map(str, folders)),
+             "; requests need 'Authorization: Bearer <token>'" if token else "")
+    uvicorn.run(create_app(instances, token), host=args.host, port=args.port, log_level="warning")
+    for inst in list(instances.instances.values()):
+        instances.stop(inst)
+    return 0
+
+
+def add_serve(sub: Any) -> None:
+    s = sub.add_parser("serve", help="REST API and web console: start graphs, add and remove streams")
+    s.add_argument("--host", default="127.0.0.1", help="bind address (not loopback: needs --token)")
+    s.add_argument("--port", type=int, default=8080)
+    s.add_argument("--graphs", action="append", metavar="DIR", help="template folders (default: graphs/)")
+    s.add_argument("--output-dir", default="out/serve", help="every instance writes inside DIR/ID/")
+    s.add_argument("--media-dir", help="files streams may read (default: network URIs and 'sample' only)")
+    s.add_argument("--token", help="bearer token every request needs (or FLOWPIPE_TOKEN)")
+    s.add_argument("--cluster", metavar="auto|ray://HOST:PORT", help=argparse.SUPPRESS)
+    s.set_defaults(func=cmd_serve)

@@ -1,0 +1,150 @@
+"""The REST API and web console of ``flowpipe serve`` (FastAPI).
+
+Paths in the shape of DL Streamer Pipeline Server's: ``/pipelines`` lists templates, ``POST
+/pipelines/{name}`` starts an instance, ``/pipelines/status`` and ``/pipelines/{id}/status`` report,
+``DELETE /pipelines/{id}`` stops; streams of a running instance under ``/pipelines/{id}/streams``. Every
+error is a 4xx with one line of JSON (``{"error": "..."}``); the service stays up. The schema is at
+``/openapi.json``, the console at ``/``.
+"""
+from __future__ import annotations
+
+import hmac
+import re
+from pathlib import Path
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from .instances import PREVIEW, Instances, RequestError
+
+MAX_BODY = 64 * 1024  # bytes: a request is a few names and URIs
+NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
+
+class StreamRequest(BaseModel):
+    """A stream to add: its id, its URI, and settings of its source node (e.g. reconnect_attempts)."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: str = Field(pattern=NAME, description="the stream's name (letters, digits, _ . -)")
+    uri: str = Field(min_length=1, max_length=2048, description="rtsp://, http(s)://, 'sample', or a file in the "
+                                                               "media folder")
+    like: str | None = Field(None, pattern=NAME, description="the source node it copies (default: the only one)")
+    options: dict[str, Any] = Field(default_factory=dict, description="source settings over the template's")
+
+
+class StartRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    parameters: dict[str, Any] = Field(default_factory=dict, description="the template's params")
+    streams: list[StreamRequest] = Field(default_factory=list, max_length=256,
+                                         description="streams to start with (the graph's own source is then "
+                                                     "their pattern, not run)")
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message.splitlines()[0] if message else "error"}, status_code=status)
+
+
+def create_app(instances: Instances, token: str | None = None) -> FastAPI:
+    """The service over ``instances``; with ``token``, every request but the console page needs
+    ``Authorization: Bearer TOKEN``."""
+    app = FastAPI(title="flowpipe", description="Video-analytics graphs: templates, instances, streams.")
+
+    @app.middleware("http")
+    async def limit_body(request: Request, call_next: Any) -> Any:
+        size = request.headers.get("content-length")
+        if size is not None and (not size.isdigit() or int(size) > MAX_BODY):
+            return _error(413, f"request body over {MAX_BODY} bytes")
+        if request.method in ("POST", "PUT", "PATCH") and size is None:
+            body = await request.body()
+            if len(body) > MAX_BODY:
+                return _error(413, f"request body over {MAX_BODY} bytes")
+        return await call_next(request)
+
+    @app.exception_handler(RequestError)
+    async def bad_request(_: Request, e: RequestError) -> JSONResponse:
+        return _error(e.status, str(e))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, e: RequestValidationError) -> JSONResponse:
+        err = e.errors()[0]
+        where = ".".join(str(x) for x in err.get("loc", ()) if x != "body")
+        if err.get("type") == "json_invalid":
+            return _error(400, f"malformed JSON: {err.get('ctx', {}).get('error', err['msg'])}")
+        return _error(422, f"{where}: {err['msg']}" if where else str(err["msg"]))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, e: StarletteHTTPException) -> JSONResponse:
+        return _error(e.status_code, str(e.detail))
+
+    async def authorized(request: Request) -> None:
+        if token is None:
+            return
+        got = request.headers.get("authorization", "")
+        if not hmac.compare_digest(got.encode(), f"Bearer {token}".encode()):
+            raise RequestError("missing or wrong bearer token", 401)
+
+    api = [Depends(authorized)]
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    def console() -> str:
+        return (Path(__file__).with_name("console.html")).read_text(encoding="utf-8")
+
+    @app.get("/pipelines", dependencies=api, summary="graph templates")
+    def templates() -> list[dict[str, Any]]:
+        instances.reload()
+        return [t.describe() for t in instances.templates.values()]
+
+    @app.get("/pipelines/status", dependencies=api, summary="every instance")
+    def all_status() -> list[dict[str, Any]]:
+        return [i.status() for i in list(instances.instances.values())]
+
+    @app.get("/pipelines/{name}", dependencies=api, summary="one template")
+    def template(name: str) -> dict[str, Any]:
+        t = instances.templates.get(name)
+        if t is None:
+            raise RequestError(f"no pipeline template {name!r}", 404)
+        return t.describe()
+
+    @app.post("/pipelines/{name}", dependencies=api, status_code=201, summary="start an instance of a template")
+    def start(name: str, req: StartRequest) -> dict[str, Any]:
+        inst = instances.start(name, req.parameters, [s.model_dump() for s in req.streams])
+        return {"id": inst.id, "status": inst.status()}
+
+    @app.get("/pipelines/{iid}/status", dependencies=api, summary="one instance")
+    def status(iid: str) -> dict[str, Any]:
+        return instances.get(iid).status()
+
+    @app.delete("/pipelines/{iid}", dependencies=api, summary="stop an instance (its streams drain)")
+    def stop(iid: str) -> dict[str, Any]:
+        return instances.stop(instances.get(iid))
+
+    @app.get("/pipelines/{iid}/streams", dependencies=api, summary="the streams of an instance")
+    def streams(iid: str) -> list[dict[str, Any]]:
+        return instances.get(iid).streams()
+
+    @app.post("/pipelines/{iid}/streams", dependencies=api, status_code=201, summary="add a stream")
+    def add_stream(iid: str, req: StreamRequest) -> dict[str, Any]:
+        return instances.add_stream(instances.get(iid), req.model_dump())
+
+    @app.delete("/pipelines/{iid}/streams/{sid}", dependencies=api,
+                summary="remove a stream (its frames drain, its files close)")
+    def remove_stream(iid: str, sid: str) -> dict[str, Any]:
+        return instances.remove_stream(instances.get(iid), sid)
+
+    @app.get("/pipelines/{iid}/streams/{sid}/preview.jpg", dependencies=api, summary="the stream's newest picture",
+             response_class=Response, responses={200: {"content": {"image/jpeg": {}}}})
+    def preview(iid: str, sid: str) -> Response:
+        inst = instances.get(iid)
+        node = inst.runner.nodes.get(PREVIEW)
+        if not re.match(NAME, sid) or node is None:
+            raise RequestError(f"no stream {sid!r}", 404)
+        jpeg = node.ask(sid)  # type: ignore[attr-defined]
+        if jpeg is None:
+            raise RequestError(f"no picture of stream {sid!r} yet", 404)
+        return Response(jpeg, media_type="image/jpeg", headers={"Cache-Control": "no-store"})
+
+    return app

@@ -1,0 +1,293 @@
+"""Graph templates and their running instances, for ``flowpipe serve``.
+
+A template is a graph file in one of the served folders; an instance is a template started with
+parameters, running in this process (one ``Runner`` in a thread) until it is stopped or its streams end.
+Streams are added to and removed from a running instance (``Runner.live``). Every path a graph writes is
+confined to the instance's folder under the output directory.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import GraphError
+from ..graph import GraphSpec, NodeSpec, load_graph
+from ..runtime import Runner
+
+PREVIEW = "_preview"  # the node an instance adds to keep each stream's newest picture for the console
+URI_SCHEMES = ("rtsp://", "rtsps://", "http://", "https://", "srt://", "udp://", "tcp://")
+
+
+class RequestError(ValueError):
+    """What the client asked cannot be done: a one-line reason (HTTP 4xx)."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.status = status
+
+
+def graph_error(e: GraphError) -> str:
+    return "; ".join(str(d) for d in e.diagnostics[:3])
+
+
+@dataclass
+class Template:
+    name: str
+    path: Path
+    description: str
+    params: dict[str, Any]
+    sources: list[str]
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "description": self.description, "parameters": self.params,
+                "sources": self.sources}
+
+
+def find_templates(folders: list[Path]) -> dict[str, Template]:
+    """Every valid graph file (``*.yaml``) in ``folders``, by file stem; the first folder wins a name."""
+    out: dict[str, Template] = {}
+    for folder in folders:
+        for path in sorted(folder.glob("*.yaml")):
+            if path.stem in out:
+                continue
+            try:
+                spec = load_graph(str(path))
+            except GraphError:
+                continue  # not a graph flowpipe can run here (shown by flowpipe validate)
+            text = path.read_text(encoding="utf-8")
+            lines = [ln[1:].strip() for ln in text.splitlines()[:3] if ln.startswith("#")]
+            out[path.stem] = Template(path.stem, path, " ".join(lines), dict(spec.params),
+                                      [s.id for s in spec.templates() + spec.sources()])
+    return out
+
+
+@dataclass
+class Instance:
+    """One running graph."""
+
+    id: str
+    template: str
+    spec: GraphSpec
+    runner: Runner
+    folder: Path
+    started_at: float = field(default_factory=time.time)
+    result: Any = None
+    thread: threading.Thread | None = None
+    stopping: bool = False
+
+    @property
+    def state(self) -> str:
+        if self.result is None:
+            return "STOPPING" if self.stopping else ("RUNNING" if self.runner.running else "STARTING")
+        if self.result.error is not None:
+            return "ERROR"
+        return "ABORTED" if self.stopping else "COMPLETED"
+
+    def status(self) -> dict[str, Any]:
+        r = self.runner
+        snap = r.snapshot()
+        elapsed = time.time() - self.started_at
+        frames = {k: snap[k] for k in ("in", "out", "dropped", "failed")}
+        return {"id": self.id, "pipeline": self.template, "state": self.state, "elapsed_s": round(elapsed, 1),
+                "frames": frames, "avg_fps": round(frames["out"] / elapsed, 1) if elapsed > 0 else 0.0,
+                "streams": self.streams(), "output_dir": str(self.folder),
+                "error": str(self.result.error) if self.result is not None and self.result.error else None}
+
+    def streams(self) -> list[dict[str, Any]]:
+        """Every stream of the instance: its own sources' and those added, with rates over its life."""
+        r = self.runner
+        now = time.time()
+        added = {s["stream"]: s for s in r.live.states()}
+        with r._count_lock:
+            counts = {s: dict(c) for s, c in r.stream_counts.items()}
+            latency = dict(r.latency_ms)
+        out = []
+        for s in self.spec.sources():
+            if s.id in added:
+                continue
+            c = counts.get(s.id, {"in": 0, "out": 0, "dropped": 0, "failed": 0})
+            out.append({"stream": s.id, "like": None, "state": "running" if r.running else "ended",
+                        "uri": getattr(s.config, "uri", None), **c, "latency_ms": _r(latency.get(s.id)),
+                        "reconnects": r.stats[s.id].extra.get("reconnects", 0), "added_at": self.started_at})
+        out += list(added.values())
+        for row in out:
+            age = max(now - row.pop("added_at"), 1e-6)
+            live = row["state"] in ("running", "reconnecting")
+            row["fps"] = round(self._rate(row["stream"], row["out"]) if live else row["out"] / age, 1)
+        return out
+
+    def _rate(self, stream: str, out: int) -> float:
+        """Frames per second over the last seconds (the rate now, not since the start)."""
+        seen = self._seen.setdefault(stream, [])
+        now = time.monotonic()
+        seen.append((now, out))
+        while len(seen) > 2 and now - seen[1][0] > 3.0:
+            seen.pop(0)
+        (t0, n0) = seen[0]
+        return (out - n0) / (now - t0) if now - t0 > 0.2 else 0.0
+
+    def __post_init__(self) -> None:
+        self._seen: dict[str, list[tuple[float, int]]] = {}
+
+
+def _r(v: float | None) -> float | None:
+    return round(v, 2) if v is not None else None
+
+
+class Instances:
+    """The running graphs of one ``flowpipe serve``."""
+
+    def __init__(self, folders: list[Path], output_dir: Path, media_dir: Path | None = None,
+                 max_instances: int = 16):
+        self.folders = folders
+        self.output_dir = output_dir.resolve()
+        self.media_dir = media_dir.resolve() if media_dir else None
+        self.max_instances = max_instances
+        self.templates = find_templates(folders)
+        self.instances: dict[str, Instance] = {}
+        self._lock = threading.Lock()
+
+    def reload(self) -> None:
+        self.templates = find_templates(self.folders)
+
+    def get(self, instance_id: str) -> Instance:
+        inst = self.instances.get(instance_id)
+        if inst is None:
+            raise RequestError(f"no instance {instance_id!r}", 404)
+        return inst
+
+    def start(self, name: str, parameters: dict[str, Any], streams: list[dict[str, Any]]) -> Instance:
+        template = self.templates.get(name)
+        if template is None:
+            raise RequestError(f"no pipeline template {name!r}; templates: {', '.join(sorted(self.templates))}", 404)
+        with self._lock:
+            if sum(1 for i in self.instances.values() if i.result is None) >= self.max_instances:
+                raise RequestError(f"{self.max_instances} instances are running: stop one first", 429)
+        unknown = sorted(set(parameters) - set(template.params))
+        if unknown:
+            raise RequestError(f"pipeline {name!r} has no parameter {unknown[0]!r}; parameters: "
+                             f"{', '.join(sorted(template.params)) or 'none'}")
+        if "input" in parameters and isinstance(parameters["input"], str):
+            parameters = dict(parameters, input=self.source_uri(parameters["input"]))
+        try:
+            spec = load_graph(str(template.path), parameters)
+        except GraphError as e:
+            raise RequestError(f"pipeline {name!r}: {graph_error(e)}") from None
+        if spec.processes not in (1, "1"):
+            spec.processes = 1  # streams come and go in one process (sharded instances: not yet)
+        iid = secrets.token_hex(4)
+        folder = self.output_dir / iid
+        self._confine(spec, folder)
+        if streams:
+            for s in spec.sources():
+                s.template = True  # the request names the streams: the graph's own sources are their pattern
+        _add_preview(spec)
+        runner = Runner(spec)
+        inst = Instance(iid, name, spec, runner, folder)
+        inst.thread = threading.Thread(target=self._run, args=(inst,), name=f"flowpipe:serve:{iid}", daemon=True)
+        with self._lock:
+            self.instances[iid] = inst
+        inst.thread.start()
+        deadline = time.monotonic() + 60
+        while not runner.running and inst.result is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if inst.result is not None and inst.result.error is not None:
+            raise RequestError(f"pipeline {name!r} failed to start: {inst.result.error}", 422)
+        for req in streams:
+            self.add_stream(inst, req)
+        return inst
+
+    def _run(self, inst: Instance) -> None:
+        inst.result = inst.runner.run()
+
+    def stop(self, inst: Instance, timeout: float = 30.0) -> dict[str, Any]:
+        inst.stopping = inst.result is None
+        inst.runner.stop()
+        if inst.thread is not None:
+            inst.thread.join(timeout)
+        status = inst.status()
+        with self._lock:
+            self.instances.pop(inst.id, None)
+        return status
+
+    def add_stream(self, inst: Instance, req: dict[str, Any]) -> dict[str, Any]:
+        sid, like = req["id"], req.get("like")
+        options = dict(req.get("options") or {})
+        options["uri"] = self.source_uri(req["uri"])
+        try:
+            template = inst.runner.live.template(like)
+        except ValueError as e:
+            raise RequestError(str(e)) from None
+        if "uri" not in type(template.config).model_fields:
+            options.pop("uri")
+        try:
+            inst.runner.live.add(sid, like=template.id, config=options)
+        except KeyError as e:
+            raise RequestError(str(e.args[0])) from None
+        except ValueError as e:
+            raise RequestError(str(e), 409 if "already in the graph" in str(e) else 400) from None
+        except RuntimeError as e:
+            raise RequestError(f"instance {inst.id}: {e}", 409) from None
+        return next(s for s in inst.streams() if s["stream"] == sid)
+
+    def remove_stream(self, inst: Instance, sid: str) -> dict[str, Any]:
+        try:
+            return inst.runner.live.remove(sid)
+        except KeyError:
+            raise RequestError(f"instance {inst.id} has no added stream {sid!r}", 404) from None
+
+    def source_uri(self, uri: str) -> str:
+        """A URI a stream may read: a network stream, 'sample', or a file inside the media folder."""
+        if uri.lower().startswith(URI_SCHEMES) or uri in ("sample", "sample-text"):
+            if any(c in uri for c in "\n\r\t ") or len(uri) > 2048:
+                raise RequestError(f"malformed URI {uri[:80]!r}")
+            return uri
+        if "://" in uri:
+            raise RequestError(f"URI scheme not served: {uri.split('://', 1)[0]!r}; expected one of "
+                             f"{', '.join(s[:-3] for s in URI_SCHEMES)}, a file in the media folder, or 'sample'")
+        if self.media_dir is None:
+            raise RequestError("files are not served (start flowpipe serve with --media-dir); expected a network "
+                             "URI or 'sample'")
+        path = Path(os.path.normpath(self.media_dir / uri))  # by name: links the folder holds are its own
+        if not path.is_relative_to(self.media_dir):
+            raise RequestError(f"path outside the media folder: {uri!r}", 403)
+        if not path.is_file():
+            raise RequestError(f"no file {uri!r} in the media folder", 404)
+        return str(path)
+
+    def _confine(self, spec: GraphSpec, folder: Path) -> None:
+        """Every output path of the graph goes inside the instance's folder; one that would leave it is an
+        error, not a write elsewhere."""
+        for node in spec.nodes:
+            path = getattr(node.config, "path", None)
+            if not isinstance(path, str) or path == "-" or node.type not in ("jsonl", "video_writer"):
+                continue
+            p = Path(path)
+            if p.is_absolute() or ".." in p.parts:
+                raise RequestError(f"node {node.id!r}: output path {path!r} leaves the output folder; expected a "
+                                 "relative path", 403)
+            node.config.path = str(folder / p)  # type: ignore[attr-defined]
+
+
+def _add_preview(spec: GraphSpec) -> None:
+    """A node that keeps each stream's newest picture (for the console), fed what the first video writer
+    or preview of the graph gets (blurred faces, drawn boxes), else the source's frames."""
+    from ..registry import lookup
+
+    feed: tuple[str, str] | None = None
+    for node in spec.nodes:
+        if node.type in ("video_writer", "mjpeg_preview"):
+            feed = node.inputs["frame"][0]
+            break
+    if feed is None:
+        first = (spec.templates() + spec.sources())[0]
+        feed = (first.id, next(iter(first.cls.outputs)))
+    cls = lookup("preview")
+    spec.nodes.append(NodeSpec(PREVIEW, "preview", cls, cls.Config(), {"frame": [feed]}, queue=2))
+    spec.dag.add_node(PREVIEW)
+    spec.dag.add_edge(feed[0], PREVIEW, src_port=feed[1], dst_port="frame")
