@@ -1,0 +1,83 @@
+"""The web console of ``flowpipe serve`` in headless Chromium, for real: a click starts a graph, a form adds a
+camera, its row shows frames moving and its picture arrives, a click removes it and another stops the graph.
+A screenshot is kept in tests/artifacts/console.png."""
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fastapi")
+playwright = pytest.importorskip("playwright.sync_api")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+ARTIFACTS = Path(__file__).parent / "artifacts"
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/setup.sh installs it)")
+def test_console_starts_a_graph_adds_and_removes_a_camera(tmp_path) -> None:
+    import uvicorn
+    from test_serve import TEMPLATE
+    from test_sources_sinks import _free_port
+
+    from flowpipe.sample import sample_path
+    from flowpipe.serve.api import create_app
+    from flowpipe.serve.instances import Instances
+
+    graphs, media = tmp_path / "graphs", tmp_path / "media"
+    graphs.mkdir()
+    media.mkdir()
+    (graphs / "cams.yaml").write_text(TEMPLATE)
+    (media / "clip.mp4").symlink_to(sample_path("sample"))
+    instances = Instances([graphs], tmp_path / "out", media)
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(instances), host="127.0.0.1", port=port, log_level="warning"))
+    t = threading.Thread(target=server.run, daemon=True)
+    t.start()
+    while not server.started:
+        time.sleep(0.05)
+    try:
+        with playwright.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.goto(f"http://127.0.0.1:{port}/")
+            page.wait_for_selector("#template option[value=cams]", state="attached")
+            page.click("#start")
+            row = page.wait_for_selector("#instances tbody tr[data-id]")
+            iid = row.get_attribute("data-id")
+            assert iid in instances.instances
+            page.fill("#stream-id", "door")
+            page.fill("#stream-uri", "clip.mp4")
+            page.click("#add")
+            page.wait_for_selector("#streams tbody tr[data-stream=door]")
+            # frames move: the row's 'out' cell grows between two refreshes of the page
+            out = "#streams tbody tr[data-stream=door] td:nth-child(5)"
+            page.wait_for_function(f"Number(document.querySelector('{out}').textContent) > 10")
+            first = int(page.text_content(out) or 0)
+            page.wait_for_function(f"Number(document.querySelector('{out}').textContent) > {first}")
+            page.wait_for_function("document.querySelector('#streams tbody tr[data-stream=door] td:nth-child(3)')"
+                                   ".textContent > 0")
+            page.click("#streams tbody tr[data-stream=door]")
+            page.wait_for_function("document.getElementById('preview').dataset.stream === 'door' && "
+                                   "document.getElementById('preview').naturalWidth > 0")
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "console.png"), full_page=True)
+            page.click("#streams tbody tr[data-stream=door] button")
+            page.wait_for_selector("#streams tbody tr[data-stream=door]", state="detached")
+            assert "door" not in instances.get(iid).runner.live.added
+            page.fill("#stream-id", "bad")
+            page.fill("#stream-uri", "ftp://camera/1")
+            page.click("#add")
+            page.wait_for_function("document.getElementById('message').textContent.includes('URI scheme not served')")
+            page.click(f"#instances tbody tr[data-id='{iid}'] button")
+            page.wait_for_selector(f"#instances tbody tr[data-id='{iid}']", state="detached")
+            browser.close()
+        assert iid not in instances.instances
+        assert (ARTIFACTS / "console.png").stat().st_size > 10_000
+    finally:
+        server.should_exit = True
+        t.join(10)
+        for inst in list(instances.instances.values()):
+            instances.stop(inst)
