@@ -199,23 +199,31 @@ class LiveStreams:
         return ctx.like if ctx is not None else rec.stream
 
     def states(self) -> list[dict[str, Any]]:
-        """Every added stream now, with its account so far."""
+        """Every stream now, the graph's own and those added, with its account so far."""
         r = self.runner
-        out = []
         with r._count_lock:
             counts = {s: dict(c) for s, c in r.stream_counts.items()}
             latency = dict(r.latency_ms)
-        for rec in list(self.added.values()):
-            extra = r.stats[rec.stream].extra if rec.stream in r.stats else {}
-            state = rec.state
+        rows: list[tuple[str, str | None, str, str | None, NodeSpec, float]] = [
+            (s.id, None, "running" if r.running else "ended", None, s, r.started_at) for s in r.spec.sources()]
+        rows += [(rec.stream, self.template_of(rec), rec.state, rec.error, rec.spec, rec.added_at)
+                 for rec in list(self.added.values())]
+        out = []
+        for stream, like, state, error, spec, since in rows:
+            extra = r.stats[spec.id].extra if spec.id in r.stats else {}
             if state == "running" and extra.get("reconnecting"):
                 state = "reconnecting"
-            c = counts.get(rec.stream, {})
-            out.append({"stream": rec.stream, "like": rec.spec.id, "state": state, "error": rec.error,
-                        "uri": getattr(rec.spec.config, "uri", None), **c,
-                        "latency_ms": round(latency[rec.stream], 2) if rec.stream in latency else None,
-                        "reconnects": extra.get("reconnects", 0), "added_at": rec.added_at})
+            c = counts.get(stream, {"in": 0, "out": 0, "dropped": 0, "failed": 0})
+            out.append({"stream": stream, "like": like, "state": state, "error": error,
+                        "uri": getattr(spec.config, "uri", None), **c,
+                        "latency_ms": round(latency[stream], 2) if stream in latency else None,
+                        "reconnects": extra.get("reconnects", 0), "added_at": since})
         return out
+
+    def picture(self, stream: str) -> bytes | None:
+        """The stream's newest picture, where the graph keeps them (``flowpipe serve``'s preview node)."""
+        node = self.runner.nodes.get("_preview")
+        return node.ask(stream) if node is not None else None  # type: ignore[attr-defined]
 
     def threads_alive(self) -> bool:
         return any(rec.thread is not None and rec.thread.is_alive() for rec in list(self.added.values()))

@@ -183,6 +183,7 @@ class Runner:
         self._inputs: dict[str, int] = {}  # per node: inputs whose end of stream it waits for (streams added)
         self.live = LiveStreams(self)
         self.running = False
+        self.started_at = time.time()
         self.record_times = record_times
         self.done_times: list[tuple[float, str]] = []
 

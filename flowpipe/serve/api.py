@@ -19,7 +19,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .instances import PREVIEW, Instances, RequestError
+from .instances import Instances, RequestError
 
 MAX_BODY = 64 * 1024  # bytes: a request is a few names and URIs
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
@@ -139,10 +139,9 @@ def create_app(instances: Instances, token: str | None = None) -> FastAPI:
              response_class=Response, responses={200: {"content": {"image/jpeg": {}}}})
     def preview(iid: str, sid: str) -> Response:
         inst = instances.get(iid)
-        node = inst.runner.nodes.get(PREVIEW)
-        if not re.match(NAME, sid) or node is None:
+        if not re.match(NAME, sid):
             raise RequestError(f"no stream {sid!r}", 404)
-        jpeg = node.ask(sid)  # type: ignore[attr-defined]
+        jpeg = inst.runner.live.picture(sid)
         if jpeg is None:
             raise RequestError(f"no picture of stream {sid!r} yet", 404)
         return Response(jpeg, media_type="image/jpeg", headers={"Cache-Control": "no-store"})

@@ -99,22 +99,9 @@ class Instance:
                 "error": str(self.result.error) if self.result is not None and self.result.error else None}
 
     def streams(self) -> list[dict[str, Any]]:
-        """Every stream of the instance: its own sources' and those added, with rates over its life."""
-        r = self.runner
+        """Every stream of the instance: its own sources' and those added, with their rate now."""
         now = time.time()
-        added = {s["stream"]: s for s in r.live.states()}
-        with r._count_lock:
-            counts = {s: dict(c) for s, c in r.stream_counts.items()}
-            latency = dict(r.latency_ms)
-        out = []
-        for s in self.spec.sources():
-            if s.id in added:
-                continue
-            c = counts.get(s.id, {"in": 0, "out": 0, "dropped": 0, "failed": 0})
-            out.append({"stream": s.id, "like": None, "state": "running" if r.running else "ended",
-                        "uri": getattr(s.config, "uri", None), **c, "latency_ms": _r(latency.get(s.id)),
-                        "reconnects": r.stats[s.id].extra.get("reconnects", 0), "added_at": self.started_at})
-        out += list(added.values())
+        out = self.runner.live.states()
         for row in out:
             age = max(now - row.pop("added_at"), 1e-6)
             live = row["state"] in ("running", "reconnecting")
@@ -133,10 +120,6 @@ class Instance:
 
     def __post_init__(self) -> None:
         self._seen: dict[str, list[tuple[float, int]]] = {}
-
-
-def _r(v: float | None) -> float | None:
-    return round(v, 2) if v is not None else None
 
 
 class Instances:
