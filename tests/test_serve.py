@@ -187,3 +187,28 @@ def test_a_hundred_streams_come_and_go_without_leaking(service) -> None:
     assert _rss_mb() < rss + 40, (rss, _rss_mb())
     assert not inst.runner.live.added and len(inst.runner.stream_counts) == 1  # only the graph's own stream
     assert client.get(f"/pipelines/{iid}/status").json()["state"] == "RUNNING"
+
+
+def test_an_instance_over_several_processes_takes_and_gives_back_streams(service) -> None:
+    """``processes: 2``: streams added go to the process with the fewest, are watched and removed the same way."""
+    client, instances, _tmp = service
+    r = client.post("/pipelines/cams", json={"processes": 2, "streams": [{"id": "a", "uri": "clip.mp4"}]})
+    assert r.status_code == 201, r.text
+    iid = r.json()["id"]
+    for sid in ("b", "c"):
+        assert client.post(f"/pipelines/{iid}/streams", json={"id": sid, "uri": "sample"}).status_code == 201
+
+    def streams() -> dict:
+        return {s["stream"]: s for s in client.get(f"/pipelines/{iid}/streams").json()}
+
+    _wait(lambda: len(streams()) == 3 and all(s["out"] > 10 for s in streams().values()))
+    got = streams()
+    assert sorted(s["shard"] for s in got.values()) == [0, 0, 1] or sorted(s["shard"] for s in got.values()) == [0, 1, 1]
+    assert len({p for p in instances.get(iid).runner.pids}) == 2  # two shard processes, this one not among them
+    _wait(lambda: client.get(f"/pipelines/{iid}/streams/b/preview.jpg").status_code == 200)
+    acct = client.delete(f"/pipelines/{iid}/streams/b").json()
+    assert acct["state"] == "removed" and acct["in"] == acct["out"] > 10 and "shard" in acct
+    assert client.delete(f"/pipelines/{iid}/streams/b").status_code == 404
+    assert client.post(f"/pipelines/{iid}/streams", json={"id": "a", "uri": "sample"}).status_code == 409
+    final = client.delete(f"/pipelines/{iid}").json()
+    assert final["frames"]["in"] == final["frames"]["out"] > 30

@@ -23,9 +23,10 @@ from ..node import Source
 from .channel import StreamRouter
 
 if TYPE_CHECKING:
-    from ..graph import NodeSpec
+    from ..graph import GraphSpec, NodeSpec
     from ..node import Node
     from .runner import Runner
+    from .shards import ShardedRun
 
 log = logging.getLogger("flowpipe.runtime")
 
@@ -44,6 +45,24 @@ class Added:
     added_at: float = dataclasses.field(default_factory=time.time)
 
 
+def template_of(spec: GraphSpec, like: str | None) -> NodeSpec:
+    """The source a stream added to ``spec`` copies: ``like``, else the graph's only template or source."""
+    if like is None:
+        templates = spec.templates() or spec.sources()
+        if len(templates) != 1:
+            names = ", ".join(s.id for s in templates) or "none"
+            raise ValueError(f"the graph has {len(templates)} sources that a stream can copy ({names}): name one "
+                             "with 'like'")
+        return templates[0]
+    try:
+        found = spec.node(like)
+    except StopIteration:
+        raise ValueError(f"no source named {like!r} in the graph") from None
+    if found not in spec.templates() + spec.sources():
+        raise ValueError(f"node {like!r} is not a source")
+    return found
+
+
 class LiveStreams:
     """The streams a running ``Runner`` was given after its start."""
 
@@ -57,21 +76,7 @@ class LiveStreams:
         self._lock = threading.Lock()
 
     def template(self, like: str | None) -> NodeSpec:
-        spec = self.runner.spec
-        if like is None:
-            templates = spec.templates() or spec.sources()
-            if len(templates) != 1:
-                names = ", ".join(s.id for s in templates) or "none"
-                raise ValueError(f"the graph has {len(templates)} sources that a stream can copy ({names}): name one "
-                                 "with 'like'")
-            return templates[0]
-        try:
-            found = spec.node(like)
-        except StopIteration:
-            raise ValueError(f"no source named {like!r} in the graph") from None
-        if found not in spec.templates() + spec.sources():
-            raise ValueError(f"node {like!r} is not a source")
-        return found
+        return template_of(self.runner.spec, like)
 
     def add(self, stream: str, like: str | None = None, config: dict[str, Any] | None = None) -> Added:
         """Starts stream ``stream`` as a copy of source ``like`` with ``config`` over its settings."""
@@ -240,3 +245,60 @@ class LiveStreams:
             except Exception as e:  # noqa: BLE001
                 errors.append(NodeError(rec.stream, rec.spec.type, f"close failed: {type(e).__name__}: {e}"))
         return errors
+
+
+class ShardedStreams:
+    """Streams added to and removed from a run over several processes: each new stream goes to the process
+    with the fewest streams, and its calls go there (``ShardedRun.call``). A process restarted after a
+    crash takes the graph's own streams over, not those added to it."""
+
+    def __init__(self, run: ShardedRun):
+        self.run = run
+        self.where: dict[str, Any] = {}  # added stream -> its shard
+
+    def template(self, like: str | None) -> NodeSpec:
+        return template_of(self.run.spec, like)
+
+    def _live(self) -> list[Any]:
+        return [sh for sh in self.run.shards if sh.opened and sh.result is None and sh.error is None
+                and not sh.restarted]
+
+    def add(self, stream: str, like: str | None = None, config: dict[str, Any] | None = None) -> None:
+        run = self.run
+        if not run.running or run._stop_at is not None:
+            raise RuntimeError("the graph is not running")
+        if stream in self.where or any(n.id == stream for n in run.spec.nodes):
+            raise ValueError(f"a stream or node named {stream!r} is already in the graph")
+        shards = self._live()
+        if not shards:
+            raise RuntimeError("no process of the run is running")
+        sh = min(shards, key=lambda x: len(x.sources) + sum(1 for v in self.where.values() if v is x))
+        self.where[stream] = sh
+        try:
+            run.call(sh, "add", stream, like, config)
+        except BaseException:
+            del self.where[stream]
+            raise
+        log.info("stream %s added in shard %d", stream, sh.index)
+
+    def remove(self, stream: str, timeout: float = 30.0) -> dict[str, Any]:
+        sh = self.where.get(stream)
+        if sh is None:
+            raise KeyError(f"no stream named {stream!r} was added to this graph")
+        try:
+            account: dict[str, Any] = self.run.call(sh, "remove", stream, timeout, timeout=timeout + 10)
+        finally:
+            self.where.pop(stream, None)
+        account["shard"] = sh.index
+        return account
+
+    def states(self) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        for sh in self._live():
+            for row in self.run.call(sh, "states"):
+                rows.append(dict(row, shard=sh.index))
+        return rows
+
+    def picture(self, stream: str) -> bytes | None:
+        sh = self.where.get(stream) or next((x for x in self._live() if stream in x.sources), None)
+        return self.run.call(sh, "picture", stream) if sh is not None else None  # type: ignore[no-any-return]

@@ -66,6 +66,8 @@ def resolve_processes(spec: GraphSpec, wanted: int | str | None = None) -> int:
         s, why = refused[0]
         raise GraphError(f"{spec.file}: node '{s.id}' ({s.type}): processes: {n} is not available with "
                          f"{s.type}: {why}; expected processes: 1")
+    if spec.templates():  # streams come at run time: every process takes some
+        return max(1, n)
     return max(1, min(n, len(spec.sources()) or 1))
 
 
@@ -74,6 +76,8 @@ def plan(spec: GraphSpec, processes: int) -> list[list[str]]:
     shards: list[list[str]] = [[] for _ in range(processes)]
     for i, s in enumerate(spec.sources()):
         shards[i % processes].append(s.id)
+    if spec.templates():  # every process can take streams added at run time, even with none of its own
+        return shards
     return [s for s in shards if s]
 
 
@@ -135,14 +139,26 @@ def _shard_main(conn: Connection, payload: bytes, plugins: list[str], plugin_dir
             except (EOFError, OSError):
                 runner.abort()  # the supervisor is gone: stop at once
                 return
-            if msg == "stop":
+            if isinstance(msg, tuple) and msg[0] == "call":
+                threading.Thread(target=answer, args=msg[1:], name="flowpipe:shard-call", daemon=True).start()
+            elif msg == "stop":
                 runner.stop()
             elif msg == "abort":
                 runner.interrupted = True
                 runner.abort()
                 return
 
-    runner = Runner(subgraph(spec, sources), max_frames=max_frames, progress=progress, record_times=record_times,
+    def answer(rid: int, method: str, args: tuple[Any, ...]) -> None:  # streams added, removed, looked at
+        try:
+            if method not in ("add", "remove", "states", "picture"):
+                raise RuntimeError(f"no call {method!r}")
+            value = getattr(runner.live, method)(*args)
+            send(("reply", rid, True, None if method == "add" else value))
+        except Exception as e:  # noqa: BLE001 - the caller gets it
+            send(("reply", rid, False, (type(e).__name__, str(e.args[0]) if e.args else str(e))))
+
+    keep = sources + [t.id for t in spec.templates()]  # every shard can take streams added at run time
+    runner = Runner(subgraph(spec, keep), max_frames=max_frames, progress=progress, record_times=record_times,
                     shard=(index, count), on_opened=on_opened, owner=owner, streams=len(spec.sources()),
                     resume=resume, board=board)
     runner.progress_every = REPORT_EVERY_S
@@ -173,6 +189,7 @@ class _Shard:
     result: dict[str, Any] | None = None
     error: str | None = None
     restarted: bool = False  # a new process took its streams over
+    send_lock: threading.Lock = field(default_factory=threading.Lock)  # the supervisor's and callers' sends
 
 
 class ShardedRun:
@@ -197,6 +214,14 @@ class ShardedRun:
         self.pids: list[int] = []
         self.owner: OwnerProcess | None = None
         self.error: str | None = None  # the run's own failure (the device owner's), beside the shards'
+        self.running = False
+        self.started_at = time.time()
+        self._calls: dict[int, tuple[_Shard, list[Any]]] = {}  # calls to shards waiting for their reply
+        self._call_lock = threading.Lock()
+        self._rid = 0
+        from .live import ShardedStreams
+
+        self.live = ShardedStreams(self)
 
     # control (thread- and signal-safe: flags, then messages from the supervisor loop) -------------------
     def stop(self) -> None:
@@ -253,6 +278,7 @@ class ShardedRun:
             if self._open_all() and (self.on_opened is None or self.on_opened()):
                 for sh in self.shards:
                     self._send(sh, "go")
+                self.running = True
                 self._supervise()
             else:
                 for sh in self.shards:
@@ -260,6 +286,7 @@ class ShardedRun:
                         self._send(sh, "stop-before-start")
                         self._drain_messages(sh, timeout=30)
         finally:
+            self.running = False
             for sh in self.shards:
                 sh.proc.join(timeout=10)
                 if sh.proc.is_alive():
@@ -286,11 +313,38 @@ class ShardedRun:
         child.close()
         return _Shard(index, sources, proc, parent, board, resume)
 
-    def _send(self, sh: _Shard, msg: str) -> None:
+    def _send(self, sh: _Shard, msg: Any) -> None:
         try:
-            sh.conn.send(msg)
+            with sh.send_lock:
+                sh.conn.send(msg)
         except (OSError, ValueError):
             pass  # a shard that is gone is accounted by _supervise
+
+    def call(self, sh: _Shard, method: str, *args: Any, timeout: float = 60.0) -> Any:
+        """``runner.live.METHOD(*args)`` in shard ``sh``'s process (from any thread); its errors raised here."""
+        with self._call_lock:
+            self._rid += 1
+            rid = self._rid
+            box: list[Any] = [threading.Event(), False, ("RuntimeError", "no reply")]
+            self._calls[rid] = (sh, box)
+        self._send(sh, ("call", rid, method, args))
+        if not box[0].wait(timeout):
+            self._calls.pop(rid, None)
+            raise RuntimeError(f"shard {sh.index} did not answer {method} within {timeout:.0f}s")
+        if not box[1]:
+            kind, msg = box[2]
+            raise {"KeyError": KeyError, "ValueError": ValueError}.get(kind, RuntimeError)(msg)
+        return box[2]
+
+    def _answered(self, sh: _Shard, rid: int | None = None, ok: bool = False, value: Any = None) -> None:
+        """A call's reply; with no ``rid``, every call waiting on ``sh`` fails (the shard is gone)."""
+        with self._call_lock:
+            rids = [rid] if rid is not None else [r for r, (s, _) in self._calls.items() if s is sh]
+            boxes = [self._calls.pop(r, (sh, None))[1] for r in rids]
+        for box in boxes:
+            if box is not None:
+                box[1], box[2] = ok, value if rid is not None else ("RuntimeError", f"shard {sh.index} is gone")
+                box[0].set()
 
     def _open_all(self) -> bool:
         """Every shard opened every node: True. Any failure: the others are told not to start."""
@@ -345,6 +399,8 @@ class ShardedRun:
         elif kind == "result":
             sh.result = msg[1]
             sh.counts = dict(msg[1]["frames"])
+        elif kind == "reply":
+            self._answered(sh, msg[1], msg[2], msg[3])
         elif kind == "crashed":
             sh.error = f"shard {sh.index} (pid {sh.pid}): {msg[1]}"
         elif kind == "opened":  # a restarted shard: it starts at once, beside the others
@@ -356,6 +412,7 @@ class ShardedRun:
         """A shard process ended without its result: its frames in flight are failed, named; under the
         streams' ``on_error: restart`` a new process takes its streams over (returned)."""
         sh.proc.join(timeout=2)
+        self._answered(sh)
         code = sh.proc.exitcode
         how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
         # the board is exact at the death (progress lags): every frame that entered ended now, the frames

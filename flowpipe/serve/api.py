@@ -42,6 +42,7 @@ class StartRequest(BaseModel):
     streams: list[StreamRequest] = Field(default_factory=list, max_length=256,
                                          description="streams to start with (the graph's own source is then "
                                                      "their pattern, not run)")
+    processes: int = Field(1, ge=1, le=64, description="worker processes the streams are spread over")
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -111,7 +112,7 @@ def create_app(instances: Instances, token: str | None = None) -> FastAPI:
 
     @app.post("/pipelines/{name}", dependencies=api, status_code=201, summary="start an instance of a template")
     def start(name: str, req: StartRequest) -> dict[str, Any]:
-        inst = instances.start(name, req.parameters, [s.model_dump() for s in req.streams])
+        inst = instances.start(name, req.parameters, [s.model_dump() for s in req.streams], req.processes)
         return {"id": inst.id, "status": inst.status()}
 
     @app.get("/pipelines/{iid}/status", dependencies=api, summary="one instance")

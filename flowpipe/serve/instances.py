@@ -18,6 +18,7 @@ from typing import Any
 from ..errors import GraphError
 from ..graph import GraphSpec, NodeSpec, load_graph
 from ..runtime import Runner
+from ..runtime.shards import ShardedRun, resolve_processes
 
 PREVIEW = "_preview"  # the node an instance adds to keep each stream's newest picture for the console
 URI_SCHEMES = ("rtsp://", "rtsps://", "http://", "https://", "srt://", "udp://", "tcp://")
@@ -73,7 +74,7 @@ class Instance:
     id: str
     template: str
     spec: GraphSpec
-    runner: Runner
+    runner: Runner | ShardedRun
     folder: Path
     started_at: float = field(default_factory=time.time)
     result: Any = None
@@ -144,7 +145,8 @@ class Instances:
             raise RequestError(f"no instance {instance_id!r}", 404)
         return inst
 
-    def start(self, name: str, parameters: dict[str, Any], streams: list[dict[str, Any]]) -> Instance:
+    def start(self, name: str, parameters: dict[str, Any], streams: list[dict[str, Any]],
+              processes: int = 1) -> Instance:
         template = self.templates.get(name)
         if template is None:
             raise RequestError(f"no pipeline template {name!r}; templates: {', '.join(sorted(self.templates))}", 404)
@@ -161,8 +163,6 @@ class Instances:
             spec = load_graph(str(template.path), parameters)
         except GraphError as e:
             raise RequestError(f"pipeline {name!r}: {graph_error(e)}") from None
-        if spec.processes not in (1, "1"):
-            spec.processes = 1  # streams come and go in one process (sharded instances: not yet)
         iid = secrets.token_hex(4)
         folder = self.output_dir / iid
         self._confine(spec, folder)
@@ -170,7 +170,12 @@ class Instances:
             for s in spec.sources():
                 s.template = True  # the request names the streams: the graph's own sources are their pattern
         _add_preview(spec)
-        runner = Runner(spec)
+        runner: Runner | ShardedRun
+        try:
+            n = resolve_processes(spec, processes)
+        except GraphError as e:
+            raise RequestError(graph_error(e)) from None
+        runner = ShardedRun(spec, n) if n > 1 else Runner(spec)
         inst = Instance(iid, name, spec, runner, folder)
         inst.thread = threading.Thread(target=self._run, args=(inst,), name=f"flowpipe:serve:{iid}", daemon=True)
         with self._lock:
