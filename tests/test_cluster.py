@@ -436,3 +436,52 @@ def test_flowpipe_run_through_ray_client(cluster, tmp_path) -> None:
     assert r.returncode == 0, r.stderr[-2000:]
     stats = json.loads((tmp_path / "s.json").read_text())
     assert stats["frames"]["out"] == 90 and [h["host_id"] for h in stats["hosts"]] == [gpu_host.node_id]
+
+
+def test_serve_on_the_cluster_places_each_added_stream(cluster, tmp_path) -> None:
+    """``flowpipe serve --cluster``: an instance's controller serves the same API; each stream added is placed
+    on a host with room for it (here only the host with 'intel_gpu'), watched, removed with its account."""
+    pytest.importorskip("fastapi")
+    import time
+
+    from fastapi.testclient import TestClient
+
+    from flowpipe.serve.api import create_app
+    from flowpipe.serve.instances import Instances
+
+    c, gpu_host = cluster
+    graphs = tmp_path / "graphs"
+    graphs.mkdir()
+    (graphs / "cams.yaml").write_text("""cluster: {per_stream: {intel_gpu: 0.4}}
+nodes:
+  - {id: cam, type: synthetic_source, template: true, config: {count: 100000, width: 96, height: 64,
+      realtime: true, fps: 30}}
+  - {id: hop, type: passthrough, inputs: {in: cam}}
+  - {id: meta, type: jsonl, config: {path: meta.jsonl}, inputs: hop}
+""")
+    instances = Instances([graphs], tmp_path / "out", cluster=c.address)
+    with TestClient(create_app(instances)) as client:
+        iid = client.post("/pipelines/cams", json={}).json()["id"]
+        for sid in ("a", "b"):
+            r = client.post(f"/pipelines/{iid}/streams", json={"id": sid, "uri": "sample"})
+            assert r.status_code == 201, r.text
+        r = client.post(f"/pipelines/{iid}/streams", json={"id": "c", "uri": "sample"})
+        assert r.status_code == 400 and "fits on no host" in r.json()["error"]  # 0.4 + 0.4 + 0.4 > 1 GPU
+        deadline = time.monotonic() + 60
+        while not all(s["out"] > 10 for s in client.get(f"/pipelines/{iid}/streams").json()):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        rows = client.get(f"/pipelines/{iid}/streams").json()
+        assert sorted(s["stream"] for s in rows) == ["a", "b"] and {s["host"] for s in rows} == {
+            f"{h['NodeManagerAddress']} ({gpu_host.node_id[:8]})" for h in ray.nodes() if h["NodeID"] == gpu_host.node_id}
+        while client.get(f"/pipelines/{iid}/streams/a/preview.jpg").status_code != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        acct = client.delete(f"/pipelines/{iid}/streams/a").json()
+        assert acct["state"] == "removed" and acct["in"] == acct["out"] > 10
+        assert client.delete(f"/pipelines/{iid}/streams/a").status_code == 404
+        final = client.delete(f"/pipelines/{iid}").json()
+        assert final["state"] == "ABORTED" and final["frames"]["in"] == final["frames"]["out"] > 20
+    from flowpipe.cluster.service import runs
+
+    assert runs(c.address) == []

@@ -119,11 +119,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"error: serving on {args.host} (not loopback) needs a token: --token or FLOWPIPE_TOKEN",
               file=sys.stderr)
         return 2
-    if args.cluster:
-        print("error: flowpipe serve --cluster is not available yet; run it on one host", file=sys.stderr)
-        return 2
     folders = [Path(f) for f in (args.graphs or [str(Path(__file__).resolve().parents[2] / "graphs")])]
-    instances = Instances(folders, Path(args.output_dir), Path(args.media_dir) if args.media_dir else None)
+    instances = Instances(folders, Path(args.output_dir), Path(args.media_dir) if args.media_dir else None,
+                          cluster=args.cluster)
     log.info("flowpipe serve on http://%s:%d/ (%d templates from %s)%s", args.host, args.port,
              len(instances.templates), ", ".join(map(str, folders)),
              "; requests need 'Authorization: Bearer <token>'" if token else "")
@@ -141,5 +139,6 @@ def add_serve(sub: Any) -> None:
     s.add_argument("--output-dir", default="out/serve", help="every instance writes inside DIR/ID/")
     s.add_argument("--media-dir", help="files streams may read (default: network URIs and 'sample' only)")
     s.add_argument("--token", help="bearer token every request needs (or FLOWPIPE_TOKEN)")
-    s.add_argument("--cluster", metavar="auto|ray://HOST:PORT", help=argparse.SUPPRESS)
+    s.add_argument("--cluster", metavar="auto|ray://HOST:PORT",
+                   help="instances run on a Ray cluster, each stream placed on a host with room for it")
     s.set_defaults(func=cmd_serve)

@@ -38,7 +38,7 @@ class HostAgent:
         from ..runtime.shards import subgraph
 
         full: GraphSpec = pickle.loads(payload)  # noqa: S301 - from the controller of this run
-        self.spec = subgraph(full, sources)
+        self.spec = subgraph(full, sources + [t.id for t in full.templates()])  # templates: streams to come
         cache = (full.cluster.model_cache if full.cluster else None) or model_cache()
         for node in self.spec.nodes:
             if node.type == "inference" and getattr(node.config, "cache_dir", "unset") is None:
@@ -147,6 +147,18 @@ class HostAgent:
     def result(self, timeout: float = 1.0) -> dict[str, Any] | None:
         """The run's statistics once it has ended, else None after ``timeout`` seconds."""
         return self.summary if self.done.wait(timeout) else None
+
+    def add_stream(self, stream: str, like: str | None, config: dict[str, Any] | None) -> None:
+        self.runner.live.add(stream, like, config)
+
+    def remove_stream(self, stream: str, timeout: float = 30.0) -> dict[str, Any]:
+        return self.runner.live.remove(stream, timeout)  # type: ignore[no-any-return]
+
+    def stream_states(self) -> list[dict[str, Any]]:
+        return self.runner.live.states()  # type: ignore[no-any-return]
+
+    def picture(self, stream: str) -> bytes | None:
+        return self.runner.live.picture(stream)  # type: ignore[no-any-return]
 
     def stop(self, now: bool = False) -> None:
         if self.runner is not None:

@@ -229,13 +229,7 @@ class ClusterRun:
 
     def _start(self, where: dict[str, str], start: dict[str, int], generation: int) -> bool:
         """One agent per host in ``where`` (stream -> host), every one opened before any of them starts."""
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        from .agent import HostAgent
-
         ray = self._ray
-        actor = ray.remote(HostAgent)
-        names = {h.host_id: h.name for h in hosts_of(ray)}
         needs = {n.stream: n for n in self.needs()}
         by_host: dict[str, list[str]] = {}
         for src in self.spec.sources():
@@ -251,35 +245,114 @@ class ClusterRun:
             cap = None
             if self.max_frames is not None:
                 cap = max(1, round(self.max_frames * len(sources) / total) - sum(start.get(s, 0) for s in sources))
-            base = 1000 * len(self.agents)  # shard 0 of the first host's first start alone truncates outputs
-            name = f"{self.name}/agent{len(self.agents)}"
-            handle = actor.options(
-                scheduling_strategy=NodeAffinitySchedulingStrategy(host_id, soft=False), max_concurrency=4,
-                num_cpus=need.pop("CPU", 0.0), num_gpus=need.pop("GPU", 0.0), resources=need,
-                name=name, namespace=NAMESPACE, lifetime="detached" if self.detached else None,
-            ).remote(self._payload, sources, base, {s: start[s] for s in sources if s in start}, generation, cap,
-                     self.spec.cluster.metrics_port if self.spec.cluster else None)
-            info = ray.get(handle.start.remote())
-            log.info("host %s (%s): streams %s in %d process(es)%s", names.get(host_id), info["host"],
-                     ", ".join(sources), info["processes"], f", restart {generation}" if generation else "")
-            agent = {"name": name, "host_id": host_id, "address": names.get(host_id, host_id[:8]), "handle": handle,
-                     "info": info, "sources": sources, "progress": {}, "result": None, "error": None,
-                     "generation": generation, "start": {s: start.get(s, 0) for s in sources}, "lost": False}
-            self.agents.append(agent)
+            agent = self._agent(host_id, sources, need, start, generation, cap)
             new.append(agent)
-            if not info["opened"]:  # its open failed: the others are told not to start
+            if not agent["info"]["opened"]:  # its open failed: the others are told not to start
                 break
         go = all(a["info"]["opened"] for a in new)
         ray.get([a["handle"].begin.remote(go) for a in new])
         self._save()
         return go
 
+    def _agent(self, host_id: str, sources: list[str], need: dict[str, float], start: dict[str, int],
+               generation: int, cap: int | None) -> dict[str, Any]:
+        """A host agent for ``sources`` on ``host_id``, reserving ``need``; opened, not yet begun."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        from .agent import HostAgent
+
+        ray, need = self._ray, dict(need)
+        names = {h.host_id: h.name for h in hosts_of(ray)}
+        base = 1000 * len(self.agents)  # shard 0 of the first host's first start alone truncates outputs
+        name = f"{self.name}/agent{len(self.agents)}"
+        handle = ray.remote(HostAgent).options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(host_id, soft=False), max_concurrency=4,
+            num_cpus=need.pop("CPU", 0.0), num_gpus=need.pop("GPU", 0.0), resources=need,
+            name=name, namespace=NAMESPACE, lifetime="detached" if self.detached else None,
+        ).remote(self._payload, sources, base, {s: start[s] for s in sources if s in start}, generation, cap,
+                 self.spec.cluster.metrics_port if self.spec.cluster else None)
+        info = ray.get(handle.start.remote())
+        log.info("host %s (%s): streams %s in %d process(es)%s", names.get(host_id), info["host"],
+                 ", ".join(sources) or "(to be added)", info["processes"],
+                 f", restart {generation}" if generation else "")
+        agent = {"name": name, "host_id": host_id, "address": names.get(host_id, host_id[:8]), "handle": handle,
+                 "info": info, "sources": sources, "added": [], "progress": {}, "result": None, "error": None,
+                 "generation": generation, "start": {s: start.get(s, 0) for s in sources}, "lost": False}
+        self.agents.append(agent)
+        return agent
+
+    # streams added at run time (flowpipe serve --cluster) ------------------------------------------------
+    def add_stream(self, stream: str, like: str | None = None, config: dict[str, Any] | None = None) -> None:
+        """Places a new stream like source ``like`` on a host with room for it and starts it there, in an
+        agent of its own (its resources reserved in Ray's accounting)."""
+        from ..runtime.live import template_of
+
+        if self.phase != "running" or self._stop:
+            raise RuntimeError("the run is not running")
+        if any(stream in a["sources"] + a["added"] for a in self.agents) or \
+                any(n.id == stream for n in self.spec.nodes):
+            raise ValueError(f"a stream or node named {stream!r} is already in the graph")
+        like = template_of(self.spec, like).id
+        keys = self.spec.cluster
+        need = StreamNeed(stream, dict(keys.per_stream) if keys else {"CPU": 1.0}, dict(keys.labels) if keys else {})
+        hosts = {h.host_id: h for h in hosts_of(self._ray)}
+        needs = {n.stream: n for n in self.needs()}
+        for other in self.agents:
+            if other["result"] is None and other["error"] is None and other["host_id"] in hosts:
+                for s in other["sources"]:
+                    hosts[other["host_id"]].take(needs[s])
+                for s in other["added"]:
+                    hosts[other["host_id"]].take(StreamNeed(s, need.resources, need.labels))
+        try:
+            where = place([need], list(hosts.values()))
+        except PlacementError as e:
+            raise ValueError(str(e)) from None
+        agent = self._agent(where[stream], [], need.resources, {}, 0, None)
+        self._ray.get(agent["handle"].begin.remote(agent["info"]["opened"]))
+        from ray.exceptions import RayTaskError
+
+        try:
+            self._ray.get(agent["handle"].add_stream.remote(stream, like, config))
+        except RayTaskError as e:  # the stream's own error (a bad setting, a camera that does not open)
+            agent["handle"].stop.remote(now=True)
+            cause = e.cause if isinstance(e.cause, (ValueError, KeyError, RuntimeError)) else RuntimeError(str(e))
+            raise type(cause)(str(cause.args[0]) if cause.args else str(cause)) from None
+        agent["added"].append(stream)
+        self._save()
+
+    def _holding(self, stream: str) -> dict[str, Any]:
+        for a in self.agents:
+            if stream in a["added"] and a["result"] is None and a["error"] is None:
+                return a
+        raise KeyError(f"no stream named {stream!r} was added to this graph")
+
+    def remove_stream(self, stream: str, timeout: float = 30.0) -> dict[str, Any]:
+        a = self._holding(stream)
+        account: dict[str, Any] = self._ray.get(a["handle"].remove_stream.remote(stream, timeout))
+        account["host"] = a["address"]
+        a["handle"].stop.remote(now=False)  # its agent had this stream alone: it ends, its account kept
+        return account
+
+    def stream_states(self) -> list[dict[str, Any]]:
+        rows = []
+        live = [a for a in self.agents if a["result"] is None and a["error"] is None]
+        for a, got in zip(live, self._ray.get([a["handle"].stream_states.remote() for a in live])):
+            rows += [dict(r, host=a["address"]) for r in got]
+        return rows
+
+    def picture(self, stream: str) -> bytes | None:
+        for a in self.agents:
+            if stream in a["sources"] + a["added"] and a["result"] is None and a["error"] is None:
+                return self._ray.get(a["handle"].picture.remote(stream))  # type: ignore[no-any-return]
+        return None
+
     def _wait(self) -> None:
         ray = self._ray
         told_stop = told_now = False
         known = {h.host_id for h in hosts_of(ray)}
         looked = time.monotonic()
-        while any(a["result"] is None and a["error"] is None for a in self.agents):
+        keep = bool(self.spec.templates())  # streams come at run time: it runs until stopped
+        while any(a["result"] is None and a["error"] is None for a in self.agents) or (keep and not self._stop):
             if self.rebalance and not self._stop and time.monotonic() - looked > 1.0:
                 looked = time.monotonic()
                 known = self._joined(known)
@@ -291,6 +364,8 @@ class ClusterRun:
                     if a["result"] is None and a["error"] is None:
                         a["handle"].stop.remote(now=self._now)
             live = [a for a in self.agents if a["result"] is None and a["error"] is None]
+            if not live:
+                time.sleep(self.poll_s)
             asked = [(a, a["handle"].result.remote(self.poll_s), a["handle"].progress.remote()) for a in live]
             ended = False
             for a, result, progress in asked:  # every host waits its poll_s at once, not one after another
@@ -367,7 +442,11 @@ class ClusterRun:
                                      "fps": round(rates.get(src.id, 0.0), 2), "resumed_after_s": None,
                                      "frames_lost": None, "resumed_at_frame": start[src.id],
                                      "generation": a["generation"]})
-        self._replace(a, start, why="lost", without=a["host_id"])
+        if a["added"]:
+            log.error("host %s: streams added at run time %s lost with it (add them again)", a["address"],
+                      ", ".join(a["added"]))
+        if a["sources"]:
+            self._replace(a, start, why="lost", without=a["host_id"])
 
     def _resumed(self) -> None:
         """Live streams of a lost host that send frames again on their new host: the outage is over; what
@@ -441,7 +520,7 @@ class ClusterRun:
         rows = []
         for a in self.agents:
             live = a["result"] is None and a["error"] is None
-            for s in a["sources"]:
+            for s in a["sources"] + a.get("added", []):
                 if live or s not in where:
                     where[s] = a["address"]
             h = hosts.get(a["host_id"])
@@ -449,7 +528,7 @@ class ClusterRun:
                          "state": "running" if live else ("lost" if a["lost"] else "done"),
                          "processes": a["info"].get("processes"), "generation": a["generation"],
                          "devices": {k: v for k, v in (h.resources if h else {}).items()},
-                         "metrics": a["info"].get("metrics"), "streams": a["sources"],
+                         "metrics": a["info"].get("metrics"), "streams": a["sources"] + a.get("added", []),
                          "frames": (a["result"] or {}).get("frames") or a["progress"],
                          "fps": round(sum(rates.get(s, 0.0) for s in a["sources"]), 1) if live else 0.0})
         counts = self.per_stream()
@@ -487,7 +566,8 @@ class ClusterResult(RunSummary):
         self.exit_code = 1 if self.error else (130 if self.interrupted else 0)
         self.hosts = [{"host_id": a["host_id"], "address": a["address"], "host": a["info"].get("host"),
                        "pid": a["info"].get("pid"), "processes": a["info"].get("processes"),
-                       "streams": a["sources"], "frames": (a["result"] or {}).get("frames") or a["progress"],
+                       "streams": a["sources"] + a.get("added", []),
+                       "frames": (a["result"] or {}).get("frames") or a["progress"],
                        "generation": a["generation"], "lost": a["lost"], "metrics": a["info"].get("metrics"),
                        "inference": {k: v for k, v in (a["result"] or {}).items() if k.startswith("inference.")},
                        "elapsed_s": (a["result"] or {}).get("elapsed_s"), "cpu_s": (a["result"] or {}).get("cpu_s"),

@@ -60,6 +60,18 @@ class Controller:
     def stop(self, now: bool = False) -> None:
         self.run.abort() if now else self.run.interrupt()
 
+    def add_stream(self, stream: str, like: str | None, config: dict[str, Any] | None) -> None:
+        self.run.add_stream(stream, like, config)
+
+    def remove_stream(self, stream: str, timeout: float = 30.0) -> dict[str, Any]:
+        return self.run.remove_stream(stream, timeout)
+
+    def stream_states(self) -> list[dict[str, Any]]:
+        return self.run.stream_states()
+
+    def picture(self, stream: str) -> bytes | None:
+        return self.run.picture(stream)
+
     def pid(self) -> int:
         import os
 
@@ -175,4 +187,72 @@ def runs(address: str | None) -> list[dict[str, Any]]:
     return out
 
 
-__all__ = ["Controller", "RunClient", "attach", "runs", "submit"]
+
+
+class ClusterStreams:
+    """A cluster run's streams as ``flowpipe serve`` reaches them (the interface of ``Runner.live``), through
+    its controller."""
+
+    def __init__(self, client: RunClient, spec: GraphSpec):
+        self.client, self.spec = client, spec
+        self.closed = False  # the run ended: its controller is gone
+
+    def template(self, like: str | None) -> Any:
+        from ..runtime.live import template_of
+
+        return template_of(self.spec, like)
+
+    def _call(self, method: str, *args: Any) -> Any:
+        from ray.exceptions import RayTaskError
+
+        try:
+            return self.client._call(method, *args)
+        except RayTaskError as e:  # the controller's answer: the same error here
+            cause = e.cause if isinstance(e.cause, (ValueError, KeyError, RuntimeError)) else RuntimeError(str(e))
+            raise type(cause)(str(cause.args[0]) if cause.args else str(cause)) from None
+
+    def add(self, stream: str, like: str | None = None, config: dict[str, Any] | None = None) -> None:
+        self._call("add_stream", stream, like, config)
+
+    def remove(self, stream: str, timeout: float = 30.0) -> dict[str, Any]:
+        return self._call("remove_stream", stream, timeout)  # type: ignore[no-any-return]
+
+    def states(self) -> list[dict[str, Any]]:
+        return [] if self.closed else self._call("stream_states")  # type: ignore[no-any-return]
+
+    def picture(self, stream: str) -> bytes | None:
+        return None if self.closed else self._call("picture", stream)  # type: ignore[no-any-return]
+
+
+class ClusterInstance:
+    """A run on the cluster in the shape ``flowpipe serve`` drives a local ``Runner``: ``run()`` waits for its
+    result, ``stop()`` drains it, ``live`` adds and removes streams."""
+
+    def __init__(self, spec: GraphSpec, address: str | None, name: str):
+        self.client = submit(spec, address, name)
+        self.live = ClusterStreams(self.client, spec)
+        self.done = False
+        self._last: dict[str, Any] = {"in": 0, "out": 0, "dropped": 0, "failed": 0}
+
+    @property
+    def running(self) -> bool:
+        return not self.done and self.client._call("status")["phase"] == "running"
+
+    def snapshot(self) -> dict[str, Any]:
+        if not self.done:
+            self._last = self.client._call("status")["frames"]
+        return dict(self._last)
+
+    def run(self) -> ClusterResult:
+        try:
+            result = self.client.wait()
+            self._last = dict(result.frames)
+            return result
+        finally:
+            self.done = self.live.closed = True
+
+    def stop(self) -> None:
+        self.client.stop()
+
+
+__all__ = ["ClusterInstance", "ClusterStreams", "Controller", "RunClient", "attach", "runs", "submit"]

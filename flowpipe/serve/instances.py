@@ -13,12 +13,15 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import GraphError
 from ..graph import GraphSpec, NodeSpec, load_graph
 from ..runtime import Runner
 from ..runtime.shards import ShardedRun, resolve_processes
+
+if TYPE_CHECKING:
+    from ..cluster.service import ClusterInstance
 
 PREVIEW = "_preview"  # the node an instance adds to keep each stream's newest picture for the console
 URI_SCHEMES = ("rtsp://", "rtsps://", "http://", "https://", "srt://", "udp://", "tcp://")
@@ -74,7 +77,7 @@ class Instance:
     id: str
     template: str
     spec: GraphSpec
-    runner: Runner | ShardedRun
+    runner: Runner | ShardedRun | ClusterInstance
     folder: Path
     started_at: float = field(default_factory=time.time)
     result: Any = None
@@ -127,7 +130,8 @@ class Instances:
     """The running graphs of one ``flowpipe serve``."""
 
     def __init__(self, folders: list[Path], output_dir: Path, media_dir: Path | None = None,
-                 max_instances: int = 16):
+                 max_instances: int = 16, cluster: str | None = None):
+        self.cluster = cluster  # instances run on this Ray cluster (their controller serves their streams)
         self.folders = folders
         self.output_dir = output_dir.resolve()
         self.media_dir = media_dir.resolve() if media_dir else None
@@ -170,12 +174,18 @@ class Instances:
             for s in spec.sources():
                 s.template = True  # the request names the streams: the graph's own sources are their pattern
         _add_preview(spec)
-        runner: Runner | ShardedRun
+        runner: Runner | ShardedRun | ClusterInstance
         try:
             n = resolve_processes(spec, processes)
         except GraphError as e:
             raise RequestError(graph_error(e)) from None
-        runner = ShardedRun(spec, n) if n > 1 else Runner(spec)
+        spec.processes = n
+        if self.cluster:
+            from ..cluster.service import ClusterInstance
+
+            runner = ClusterInstance(spec, self.cluster, f"serve-{iid}")
+        else:
+            runner = ShardedRun(spec, n) if n > 1 else Runner(spec)
         inst = Instance(iid, name, spec, runner, folder)
         inst.thread = threading.Thread(target=self._run, args=(inst,), name=f"flowpipe:serve:{iid}", daemon=True)
         with self._lock:
@@ -183,7 +193,7 @@ class Instances:
         inst.thread.start()
         deadline = time.monotonic() + 60
         while not runner.running and inst.result is None and time.monotonic() < deadline:
-            time.sleep(0.01)
+            time.sleep(0.05)
         if inst.result is not None and inst.result.error is not None:
             raise RequestError(f"pipeline {name!r} failed to start: {inst.result.error}", 422)
         for req in streams:
