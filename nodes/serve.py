@@ -238,6 +238,7 @@ class Preview(Node):
 
     inputs = {"frame": "frame"}
     parallel_streams = True
+    isolation_refused = "the service reads its pictures in the process that runs the graph"
 
     class Config(NodeConfig):
         max_fps: float = Field(5.0, gt=0, le=60)

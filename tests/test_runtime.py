@@ -172,7 +172,8 @@ ISOLATED = {  # the node under test (id n) with isolation: process, after src ->
     "mjpeg_preview": "{id: n, type: mjpeg_preview, isolation: process, config: {port: 0}, inputs: src.frame}",
     "mqtt": None,  # needs a broker: tests/test_mqtt.py::test_mqtt_runs_in_a_worker_process
 }
-REFUSED = {"synthetic_source", "list_source", "video_source", "inference", "preprocess", "collect", "prometheus"}
+REFUSED = {"synthetic_source", "list_source", "video_source", "inference", "preprocess", "collect", "prometheus",
+           "preview"}
 
 
 def test_every_builtin_node_type_has_an_isolation_case() -> None:

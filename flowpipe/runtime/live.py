@@ -13,6 +13,7 @@ import dataclasses
 import logging
 import threading
 import time
+import weakref
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -69,7 +70,7 @@ class LiveStreams:
     KEEP_ENDED = 256  # accounts of removed streams kept for the API
 
     def __init__(self, runner: Runner):
-        self.runner = runner
+        self.runner = weakref.proxy(runner)  # no cycle: a finished run's pools and fds go with it
         self.added: dict[str, Added] = {}  # by stream
         self.ended: deque[dict[str, Any]] = deque(maxlen=self.KEEP_ENDED)
         self.removing = 0  # streams being removed: frames' fates are signalled while > 0
@@ -253,7 +254,7 @@ class ShardedStreams:
     crash takes the graph's own streams over, not those added to it."""
 
     def __init__(self, run: ShardedRun):
-        self.run = run
+        self.run = weakref.proxy(run)  # no cycle: a finished run's pipes and processes go with it
         self.where: dict[str, Any] = {}  # added stream -> its shard
 
     def template(self, like: str | None) -> NodeSpec:
