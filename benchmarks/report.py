@@ -132,7 +132,29 @@ def write_report(s: dict, path: Path) -> None:
     L += _changes(results)
     L += _processes(results)
     L += _cluster(results)
+    L += _serve(results)
     path.write_text("\n".join(L) + "\n")
+
+
+def _serve(results: Path) -> list[str]:
+    """Section 10: ``flowpipe serve`` under a load of status calls (``benchmarks/serve_load.py``)."""
+    L = ["## 10. Live control: the API under load", ""]
+    f = results / "serve_load.json"
+    if not f.exists():
+        return [*L, "No run of benchmarks/serve_load.py in benchmarks/results/.", ""]
+    r = json.loads(f.read_text())
+    return [*L, f"`python benchmarks/serve_load.py` ({r['date']}, {r['cores']} cores): face blur (tiles off) on "
+            f"{r['streams']} streams of the sample clip paced at {r['pace_fps']:g} fps each, served by `flowpipe "
+            f"serve`; {r['clients']} concurrent clients (another process on the same cores) ask for the "
+            f"instance's status as fast as they are answered, for {r['window_s']:g} s between two quiet windows.",
+            "", "| window | median per-stream FPS |", "|---|---|",
+            f"| quiet | {r['fps_quiet_before']} |", f"| {r['clients']} clients polling | {r['fps_under_load']} |",
+            f"| quiet again | {r['fps_quiet_after']} |", "",
+            f"Under load the streams keep {r['ratio_under_load']:.1%} of their rate (target: unchanged within "
+            f"noise — {_target(r['ratio_under_load'] >= 0.95)}). The service answered {r['status_calls_per_s']} "
+            f"status calls a second (p50 {r['status_p50_ms']} ms, p99 {r['status_p99_ms']} ms with "
+            f"{r['clients']} callers queued; a status is computed at most 4 times a second and shared). On 2 cores "
+            "the load generator itself takes much of the CPU the calls get.", ""]
 
 
 def _changes(results: Path) -> list[str]:

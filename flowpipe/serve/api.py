@@ -100,7 +100,7 @@ def create_app(instances: Instances, token: str | None = None) -> FastAPI:
         return [t.describe() for t in instances.templates.values()]
 
     @app.get("/pipelines/status", dependencies=api, summary="every instance")
-    def all_status() -> list[dict[str, Any]]:
+    async def all_status() -> list[dict[str, Any]]:
         return [i.status() for i in list(instances.instances.values())]
 
     @app.get("/pipelines/{name}", dependencies=api, summary="one template")
@@ -116,7 +116,7 @@ def create_app(instances: Instances, token: str | None = None) -> FastAPI:
         return {"id": inst.id, "status": inst.status()}
 
     @app.get("/pipelines/{iid}/status", dependencies=api, summary="one instance")
-    def status(iid: str) -> dict[str, Any]:
+    async def status(iid: str) -> dict[str, Any]:
         return instances.get(iid).status()
 
     @app.delete("/pipelines/{iid}", dependencies=api, summary="stop an instance (its streams drain)")
@@ -124,8 +124,8 @@ def create_app(instances: Instances, token: str | None = None) -> FastAPI:
         return instances.stop(instances.get(iid))
 
     @app.get("/pipelines/{iid}/streams", dependencies=api, summary="the streams of an instance")
-    def streams(iid: str) -> list[dict[str, Any]]:
-        return instances.get(iid).streams()
+    async def streams(iid: str) -> list[dict[str, Any]]:
+        return instances.get(iid).status()["streams"]  # type: ignore[no-any-return]
 
     @app.post("/pipelines/{iid}/streams", dependencies=api, status_code=201, summary="add a stream")
     def add_stream(iid: str, req: StreamRequest) -> dict[str, Any]:

@@ -83,6 +83,10 @@ class Instance:
     result: Any = None
     thread: threading.Thread | None = None
     stopping: bool = False
+    _seen: dict[str, list[tuple[float, int]]] = field(default_factory=dict, init=False, repr=False)
+    _status_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _status: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
+    _status_at: float = field(default=-1e9, init=False, repr=False)
 
     @property
     def state(self) -> str:
@@ -92,7 +96,16 @@ class Instance:
             return "ERROR"
         return "ABORTED" if self.stopping else "COMPLETED"
 
-    def status(self) -> dict[str, Any]:
+    FRESH_S = 0.25  # a status this recent answers every caller: 200 clients polling cost the video nothing
+
+    def status(self, fresh: bool = False) -> dict[str, Any]:
+        """What the instance does now (at most ``FRESH_S`` old unless ``fresh``)."""
+        with self._status_lock:
+            if fresh or self.result is not None or time.monotonic() - self._status_at > self.FRESH_S:
+                self._status, self._status_at = self._compute_status(), time.monotonic()
+            return self._status
+
+    def _compute_status(self) -> dict[str, Any]:
         r = self.runner
         snap = r.snapshot()
         elapsed = time.time() - self.started_at
@@ -122,8 +135,6 @@ class Instance:
         (t0, n0) = seen[0]
         return (out - n0) / (now - t0) if now - t0 > 0.2 else 0.0
 
-    def __post_init__(self) -> None:
-        self._seen: dict[str, list[tuple[float, int]]] = {}
 
 
 class Instances:
@@ -208,7 +219,7 @@ class Instances:
         inst.runner.stop()
         if inst.thread is not None:
             inst.thread.join(timeout)
-        status = inst.status()
+        status = inst.status(fresh=True)
         with self._lock:
             self.instances.pop(inst.id, None)
         return status
@@ -231,11 +242,14 @@ class Instances:
             raise RequestError(str(e), 409 if "already in the graph" in str(e) else 400) from None
         except RuntimeError as e:
             raise RequestError(f"instance {inst.id}: {e}", 409) from None
+        inst._status_at = -1e9  # the next status shows it
         return next(s for s in inst.streams() if s["stream"] == sid)
 
     def remove_stream(self, inst: Instance, sid: str) -> dict[str, Any]:
         try:
-            return inst.runner.live.remove(sid)
+            account: dict[str, Any] = inst.runner.live.remove(sid)
+            inst._status_at = -1e9  # the next status shows it gone
+            return account
         except KeyError:
             raise RequestError(f"instance {inst.id} has no added stream {sid!r}", 404) from None
 
