@@ -329,12 +329,14 @@ def is_live(uri: str) -> bool:
 
 @register("video_writer")
 class VideoWriter(Node):
-    """Writes frames to a video file (MP4 by default), one file per stream; closed on every exit path.
+    """Writes each stream to a video file: H.264 in fragmented MP4 by default (browsers play it; a crash
+    leaves it playable up to its last fragment), H.265 as an option, segments on a schedule, hardware
+    encoders when asked. Closed on every exit path.
 
     YAML:
         - id: out
           type: video_writer
-          config: {path: out/{stream}.mp4}
+          config: {path: out/{stream}.mp4, codec: h264, crf: 23, segment_seconds: 60}
           inputs: {frame: blur.frame}
     """
 
@@ -344,24 +346,42 @@ class VideoWriter(Node):
 
     class Config(NodeConfig):
         path: str = Field(description="output file; '{stream}' is replaced by the stream id")
-        fourcc: str = Field("mp4v", min_length=4, max_length=4)
+        codec: Literal["h264", "h265", "mpeg4"] = Field("h264", description="h264 plays in every browser")
+        encoder: str = Field("auto", description="auto (software: libx264/libx265), qsv, nvenc, vaapi, or an "
+                                                 "FFmpeg encoder name; one missing here falls back to software")
+        crf: int | None = Field(23, ge=0, le=51, description="constant quality (lower: better, larger)")
+        bitrate: str | None = Field(None, pattern=r"^\d+(\.\d+)?[kKmM]?$",
+                                    description="a bit rate instead of crf, e.g. 2M")
+        preset: str = Field("veryfast", description="software encoders' speed/size trade-off")
+        gop_seconds: float = Field(1.0, gt=0, le=60, description="keyframe interval: a crash loses at most this")
+        fragmented: bool = Field(True, description="fragmented MP4: playable up to the last fragment after a crash")
+        segment_seconds: float | None = Field(None, gt=0, description="a new file every N seconds of video "
+                                                                       "(NAME.00000.mp4, NAME.00001.mp4, ...)")
+        fourcc: str | None = Field(None, min_length=4, max_length=4,
+                                   description="write through OpenCV with this FourCC instead (e.g. mp4v)")
         fps: float | None = Field(None, gt=0, description="default: 30, or the source's rate when known")
 
     config: Config
 
     def resources(self) -> list[str]:
-        return [f"writes {self.config.path}"]
+        c = self.config
+        how = f"fourcc {c.fourcc} (OpenCV)" if c.fourcc else f"{c.codec}, encoder {c.encoder}"
+        return [f"writes {c.path} ({how})"]
 
     def open(self, ctx: RunContext) -> None:
-        import threading
+        from flowpipe.media.encode import available, cores
 
         self._lock = threading.Lock()  # workers: N writes several streams at once
-        self.writers: dict[str, cv2.VideoWriter] = {}
+        self.writers: dict[str, Any] = {}
         self.first_shard = ctx.shard[0] == 0  # the plain path belongs to the first stream of the first shard
         self.generation = ctx.generation  # a restarted shard writes new files beside the earlier ones
         self.sizes: dict[str, tuple[int, int]] = {}
         self.stats = ctx.stats
         self.written: dict[str, int] = {}
+        self.threads = max(1, cores() // max(ctx.streams, 1))  # encoder threads: the stream's share of cores
+        if self.config.fourcc is None and not available():
+            raise RuntimeError("video_writer needs PyAV (pip install av) for codec " + self.config.codec +
+                               "; or set fourcc to write through OpenCV")
 
     def _fps(self, frame: Frame) -> float:
         """The configured rate, else the rate the source gave the stream (``meta['fps']``), else 30."""
@@ -379,36 +399,59 @@ class VideoWriter(Node):
         w.write(frame.image)
         self.written[frame.stream] += 1
 
-    def _create(self, frame: Frame, size: tuple[int, int]) -> cv2.VideoWriter:
+    def _create(self, frame: Frame, size: tuple[int, int]) -> Any:
+        c = self.config
         with self._lock:
-            path = self.config.path.replace("{stream}", frame.stream)
-            if "{stream}" not in self.config.path and (self.writers or not self.first_shard):  # its own file
+            path = c.path.replace("{stream}", frame.stream)
+            if "{stream}" not in c.path and (self.writers or not self.first_shard):  # its own file
                 p = Path(path)
                 path = str(p.with_name(f"{p.stem}-{frame.stream}{p.suffix}"))
             if self.generation:
                 p = Path(path)
                 path = str(p.with_name(f"{p.stem}.restart{self.generation}{p.suffix}"))
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-            w = cv2.VideoWriter(path, cv2.VideoWriter.fourcc(*self.config.fourcc), self._fps(frame), size)
-            if not w.isOpened():
-                raise RuntimeError(f"cannot write {path} with fourcc {self.config.fourcc!r}")
+            if c.fourcc is not None:
+                w: Any = cv2.VideoWriter(path, cv2.VideoWriter.fourcc(*c.fourcc), self._fps(frame), size)
+                if not w.isOpened():
+                    raise RuntimeError(f"cannot write {path} with fourcc {c.fourcc!r}")
+            else:
+                from flowpipe.media.encode import Recorder
+
+                w = Recorder(path, self._fps(frame), size, c.codec, c.encoder, c.crf, c.bitrate, c.preset,
+                             c.gop_seconds, c.fragmented, c.segment_seconds, self.threads)
             self.sizes[frame.stream] = size
             self.written[frame.stream] = 0
             self.writers[frame.stream] = w
             return w
+
+    def _finish(self, w: Any) -> None:
+        if isinstance(w, cv2.VideoWriter):
+            w.release()
+            return
+        w.close()
+        with self._lock:
+            self.stats.setdefault("encoder", {})[str(w.path)] = w.used
+            if w.per_segment:
+                self.stats.setdefault("segments", {})[str(w.path)] = len(w.files)
 
     def end_stream(self, stream: str) -> None:
         with self._lock:
             w = self.writers.pop(stream, None)
             self.sizes.pop(stream, None)
         if w is not None:
-            w.release()  # the stream's file is whole now (its index written), while the others go on
+            self._finish(w)  # the stream's file is whole now, while the others go on
         self.stats["written"] = dict(self.written)
 
     def close(self) -> None:
-        for w in self.writers.values():
-            w.release()
+        errors = []
+        for w in list(self.writers.values()):
+            try:
+                self._finish(w)
+            except Exception as e:  # noqa: BLE001 - every other stream's file still closes
+                errors.append(e)
         self.stats["written"] = dict(self.written)
+        if errors:
+            raise errors[0]
 
 
 _env_lock = threading.Lock()

@@ -1,0 +1,145 @@
+"""Recordings that browsers play and that survive a crash: H.264/H.265 through PyAV (FFmpeg).
+
+One ``Recorder`` per stream. Files are fragmented MP4 (an empty ``moov`` first, then a fragment per
+keyframe interval): a process killed at any moment leaves a file that plays up to its last complete
+fragment. With ``segment_seconds`` a new file starts on schedule, each one closed whole. Encoders: the
+software one of the codec (libx264, libx265), or a hardware one when asked (``qsv``, ``nvenc``, ``vaapi``
+or an FFmpeg encoder name); one that does not open here falls back to software with one line in the log.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger("flowpipe.media")
+
+SOFTWARE = {"h264": "libx264", "h265": "libx265", "mpeg4": "mpeg4"}
+HARDWARE = {"qsv": {"h264": "h264_qsv", "h265": "hevc_qsv"}, "nvenc": {"h264": "h264_nvenc", "h265": "hevc_nvenc"},
+            "vaapi": {"h264": "h264_vaapi", "h265": "hevc_vaapi"}}
+FRAGMENTED = "frag_keyframe+empty_moov+default_base_moof"
+
+
+def encoder_names(codec: str, encoder: str) -> list[str]:
+    """The encoders to try, in order: the one asked for, then the codec's software one."""
+    if encoder in ("auto", "software"):
+        return [SOFTWARE[codec]]
+    asked = HARDWARE.get(encoder, {}).get(codec, encoder)
+    return [asked] if asked == SOFTWARE[codec] else [asked, SOFTWARE[codec]]
+
+
+class Recorder:
+    """Encodes one stream's BGR frames into ``path`` (or into its segments ``STEM.00000.mp4``...)."""
+
+    def __init__(self, path: str, fps: float, size: tuple[int, int], codec: str = "h264", encoder: str = "auto",
+                 crf: int | None = 23, bitrate: str | None = None, preset: str = "veryfast",
+                 gop_seconds: float = 1.0, fragmented: bool = True, segment_seconds: float | None = None,
+                 threads: int = 0):
+        self.path, self.fps, self.size = Path(path), fps, size
+        self.codec, self.encoder, self.crf, self.bitrate, self.preset = codec, encoder, crf, bitrate, preset
+        self.gop = max(1, round(gop_seconds * fps))
+        self.fragmented, self.threads = fragmented, threads
+        self.per_segment = max(1, round(segment_seconds * fps)) if segment_seconds else None
+        self.frames = 0  # written to the stream over every segment
+        self.files: list[str] = []
+        self.used: str | None = None  # the encoder that opened
+        self._container: Any = None
+        self._stream: Any = None
+        self._n = 0  # frames in the open file
+
+    def _file(self) -> Path:
+        if self.per_segment is None:
+            return self.path
+        return self.path.with_name(f"{self.path.stem}.{self.frames // self.per_segment:05d}{self.path.suffix}")
+
+    def _open(self) -> None:
+        import av
+
+        path = self._file()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        options = {"movflags": FRAGMENTED, "flush_packets": "1"} \
+            if self.fragmented and path.suffix.lower() in (".mp4", ".mov") else {}
+        rate = Fraction(self.fps).limit_denominator(1001)
+        failures = []
+        for name in encoder_names(self.codec, self.encoder):
+            container = av.open(str(path), "w", options=options)
+            try:
+                stream: Any = container.add_stream(name, rate=rate)
+                stream.width, stream.height = self.size
+                stream.pix_fmt = "yuv420p" if not name.endswith(("_qsv", "_vaapi")) else "nv12"
+                stream.codec_context.gop_size = self.gop
+                stream.codec_context.thread_count = self.threads
+                opts: dict[str, str] = {}
+                if self.bitrate:
+                    stream.codec_context.bit_rate = _bits(self.bitrate)
+                elif self.crf is not None and name.startswith("lib"):
+                    opts["crf"] = str(self.crf)
+                if name.startswith("lib"):
+                    opts["preset"] = self.preset
+                    opts["tune"] = "zerolatency"  # no frames held for lookahead: a crash loses only the open fragment
+                    if name == "libx264":
+                        opts["profile"] = "high"  # what browsers decode
+                if name == "libx265":
+                    opts["tag"] = "hvc1"
+                stream.codec_context.options = opts
+                stream.codec_context.open()
+            except Exception as e:  # noqa: BLE001 - an encoder this machine lacks: the next one
+                container.close()
+                failures.append(f"{name}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+                continue
+            if failures and self.used is None:
+                log.warning("encoder %s is not available here (%s): using %s", failures[0].split(":")[0],
+                            failures[0].split(": ", 1)[-1], name)
+            self._container, self._stream, self.used, self._n = container, stream, name, 0
+            self.files.append(str(path))
+            return
+        raise RuntimeError(f"no encoder for {self.codec} opens here: {'; '.join(failures)}")
+
+    def write(self, image: np.ndarray) -> None:
+        import av
+
+        if self._container is None or (self.per_segment and self._n >= self.per_segment):
+            self._close_file()
+            self._open()
+        frame = av.VideoFrame.from_ndarray(image, format="bgr24")
+        frame.pts = self._n
+        for packet in self._stream.encode(frame):
+            self._container.mux(packet)
+        self._n += 1
+        self.frames += 1
+
+    def _close_file(self) -> None:
+        if self._container is None:
+            return
+        try:
+            for packet in self._stream.encode(None):  # what the encoder still holds
+                self._container.mux(packet)
+        finally:
+            self._container.close()
+            self._container = self._stream = None
+
+    def close(self) -> None:
+        self._close_file()
+
+
+def _bits(text: str) -> int:
+    """'2M', '800k', '1500000' -> bits per second."""
+    t = text.strip().lower()
+    scale = {"k": 1_000, "m": 1_000_000}.get(t[-1:], 1)
+    return int(float(t[:-1] if scale > 1 else t) * scale)
+
+
+def available() -> bool:
+    try:
+        import av  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

@@ -1,0 +1,130 @@
+"""Recordings: H.264 that a real browser plays, files that survive SIGKILL up to their last fragment,
+segments on a schedule, H.265, and a hardware encoder that is not here falling back with one line."""
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from flowpipe.testing import run_yaml
+
+pytest.importorskip("av")
+FFPROBE = shutil.which("ffprobe")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def probe(path: Path) -> dict:
+    """Codec, size and the frames ffprobe decodes (errors: what it printed)."""
+    r = subprocess.run([FFPROBE, "-v", "error", "-count_frames", "-select_streams", "v:0", "-show_entries",
+                        "stream=codec_name,width,height,nb_read_frames", "-of", "json", str(path)],
+                       capture_output=True, text=True, check=False)
+    streams = json.loads(r.stdout or "{}").get("streams") or [{}]
+    return dict(streams[0], errors=r.stderr.strip(), frames=int(streams[0].get("nb_read_frames", 0)))
+
+
+def _synthetic(tmp: Path, writer: str, count: int = 90) -> str:
+    return f"""
+nodes:
+  - {{id: src, type: synthetic_source, config: {{count: {count}, width: 320, height: 240, fps: 30}}}}
+  - {{id: rec, type: video_writer, config: {{path: "{tmp}/v.mp4", {writer}}}, inputs: {{frame: src}}}}
+"""
+
+
+@pytest.mark.skipif(FFPROBE is None, reason="ffprobe (scripts/setup.sh installs ffmpeg)")
+def test_segments_h265_and_a_missing_hardware_encoder(tmp_path, caplog) -> None:
+    res = run_yaml(_synthetic(tmp_path, "segment_seconds: 1"))
+    assert res.ok, res.error
+    files = sorted(tmp_path.glob("v.*.mp4"))
+    assert [f.name for f in files] == ["v.00000.mp4", "v.00001.mp4", "v.00002.mp4"]
+    for f in files:  # each segment closed whole: 30 frames of H.264, nothing ffprobe complains of
+        got = probe(f)
+        assert (got["codec_name"], got["frames"], got["errors"]) == ("h264", 30, "")
+    assert res.nodes["rec"]["segments"] == {str(tmp_path / "v.mp4"): 3}
+
+    (tmp_path / "hevc").mkdir()
+    res = run_yaml(_synthetic(tmp_path / "hevc", "codec: h265, crf: 30", count=20))
+    assert res.ok, res.error
+    got = probe(tmp_path / "hevc" / "v.mp4")
+    assert (got["codec_name"], got["frames"], got["width"]) == ("hevc", 20, 320)
+
+    (tmp_path / "hw").mkdir()
+    with caplog.at_level(logging.WARNING, logger="flowpipe.media"):
+        res = run_yaml(_synthetic(tmp_path / "hw", "encoder: qsv", count=10))
+    assert res.ok, res.error
+    assert res.nodes["rec"]["encoder"] == {str(tmp_path / "hw" / "v.mp4"): "libx264"}
+    (line,) = [r.getMessage() for r in caplog.records if "not available" in r.getMessage()]
+    assert line.startswith("encoder h264_qsv is not available here (") and line.endswith("): using libx264")
+    assert probe(tmp_path / "hw" / "v.mp4")["frames"] == 10
+
+
+@pytest.mark.skipif(FFPROBE is None, reason="ffprobe (scripts/setup.sh installs ffmpeg)")
+def test_a_recording_survives_sigkill_up_to_its_last_fragment(tmp_path) -> None:
+    """kill -9 in the middle of the face-blur job's kind of run: the MP4 opens and plays, and holds every
+    frame the JSONL has up to the last fragment (the frames after it are the open fragment's)."""
+    graph = tmp_path / "g.yaml"
+    graph.write_text(f"""
+nodes:
+  - {{id: cam, type: video_source, config: {{uri: sample, loop: -1, realtime: true}}}}
+  - {{id: hop, type: passthrough, inputs: {{in: cam}}}}
+  - {{id: meta, type: jsonl, config: {{path: "{tmp_path}/m.jsonl"}}, inputs: hop}}
+  - {{id: rec, type: video_writer, config: {{path: "{tmp_path}/v.mp4", gop_seconds: 0.5}}, inputs: {{frame: cam}}}}
+""")
+    p = subprocess.Popen([sys.executable, "-m", "flowpipe.cli", "run", str(graph)], stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "m.jsonl").exists() or len((tmp_path / "m.jsonl").read_bytes().splitlines()) < 100:
+            assert time.monotonic() < deadline and p.poll() is None
+            time.sleep(0.05)
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(10)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    lines = len((tmp_path / "m.jsonl").read_bytes().splitlines())
+    got = probe(tmp_path / "v.mp4")
+    assert got["codec_name"] == "h264" and got["width"] == 1366
+    assert 0 < got["frames"] <= lines
+    assert got["frames"] >= lines - 15 - 10  # at most a fragment (0.5 s at 30 fps) and frames in flight lost
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/setup.sh installs it)")
+def test_the_main_job_s_video_plays_in_chromium(tmp_path) -> None:
+    playwright = pytest.importorskip("playwright.sync_api")
+    from flowpipe import load_graph
+    from flowpipe.runtime import Runner
+
+    spec = load_graph(str(ROOT / "graphs" / "face_blur.yaml"),
+                      {"output": str(tmp_path / "face_blur.mp4"), "metadata": str(tmp_path / "m.jsonl"),
+                       "tiles": None, "device": "CPU"})
+    res = Runner(spec, max_frames=90).run()
+    assert res.ok, res.error
+    (tmp_path / "index.html").write_text('<video id="v" muted playsinline src="face_blur.mp4"></video>')
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with playwright.sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--autoplay-policy="
+                                                                          "no-user-gesture-required"])
+            page = browser.new_page()
+            page.goto(f"http://127.0.0.1:{server.server_address[1]}/index.html")
+            page.evaluate("document.getElementById('v').play()")
+            page.wait_for_function("document.getElementById('v').currentTime > 1.0", timeout=20000)
+            width, error = page.evaluate("[document.getElementById('v').videoWidth, document.getElementById('v')"
+                                         ".error && document.getElementById('v').error.code]")
+            browser.close()
+    finally:
+        server.shutdown()
+    assert width == 1366 and error is None
