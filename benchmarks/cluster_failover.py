@@ -20,6 +20,8 @@ import threading
 import time
 from pathlib import Path
 
+from bench_results import publish
+
 
 def one(cluster, tmp: Path, fps: float, frames: int) -> dict:
     from flowpipe.cluster.controller import ClusterRun
@@ -86,11 +88,8 @@ def main() -> int:
     keys = ("noticed_s", "replaced_in_s", "first_frame_s")
     result = {"repeats": args.repeats, "streams": 3, "fps": args.fps, "frames_per_stream": args.frames,
               "runs": runs, **{f"median_{k}": statistics.median(r[k] for r in runs if r[k] is not None) for k in keys},
-              "every_frame_once": all(r["every_frame_once"] for r in runs), "cores": len(os.sched_getaffinity(0)),
-              "date": time.strftime("%Y-%m-%d")}
-    print(json.dumps(result))
-    if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=1))
+              "every_frame_once": all(r["every_frame_once"] for r in runs)}
+    publish(result, args.out)
     return 0
 
 

@@ -20,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+from bench_results import publish
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -104,11 +106,8 @@ def main() -> int:
               "cluster_run_cpu_ms_per_frame": round(statistics.median(cluster_run_cpu), 2),
               "local_machine_cpu_ms_per_frame": round(statistics.median(local_cpu), 2),
               "cluster_machine_cpu_ms_per_frame": round(statistics.median(cluster_cpu), 2),
-              "ray_start_s": round(ray_start, 2), "cores": len(os.sched_getaffinity(0)),
-              "date": time.strftime("%Y-%m-%d")}
-    print(json.dumps(result))
-    if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=1))
+              "ray_start_s": round(ray_start, 2)}
+    publish(result, args.out)
     return 0
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import socket
 import statistics
 import subprocess
@@ -20,6 +19,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+from bench_results import publish
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -107,11 +108,8 @@ def main() -> int:
               "ratio_under_load": round(busy / quiet, 3), "status_calls": len(lat),
               "status_calls_per_s": round(len(lat) / args.seconds, 1),
               "status_p50_ms": round(lat[len(lat) // 2] * 1e3, 1) if lat else None,
-              "status_p99_ms": round(lat[int(len(lat) * 0.99)] * 1e3, 1) if lat else None,
-              "cores": len(os.sched_getaffinity(0)), "date": time.strftime("%Y-%m-%d")}
-    print(json.dumps(result))
-    if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=1))
+              "status_p99_ms": round(lat[int(len(lat) * 0.99)] * 1e3, 1) if lat else None}
+    publish(result, args.out)
     return 0
 
 

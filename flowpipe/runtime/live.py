@@ -88,11 +88,12 @@ class LiveStreams:
         with self._lock:
             if stream in self.added or stream in r.routes or stream in r.stream_counts:
                 raise ValueError(f"a stream or node named {stream!r} is already in the graph")
+            schema = type(template.config)
+            merged = {**template.config.model_dump(), **(config or {})}
+            if "stream" in schema.model_fields:
+                merged["stream"] = stream  # frames carry the stream's name, not the template's
             try:
-                cfg = type(template.config).model_validate({**template.config.model_dump(), **(config or {}),
-                                                             "stream": stream}
-                                                            if "stream" in type(template.config).model_fields
-                                                            else {**template.config.model_dump(), **(config or {})})
+                cfg = schema.model_validate(merged)
             except ValidationError as e:
                 err = e.errors()[0]
                 where = ".".join(str(x) for x in err["loc"])
