@@ -395,7 +395,11 @@ class VideoWriter(Node):
         if w is None:
             w = self._create(frame, size)
         elif size != self.sizes[frame.stream]:
-            raise ValueError(f"frame size changed from {self.sizes[frame.stream]} to {size}; a video file has one size")
+            if isinstance(w, cv2.VideoWriter):
+                raise ValueError(f"frame size changed from {self.sizes[frame.stream]} to {size}; a video file has "
+                                 "one size (without fourcc, recording goes on in a new file)")
+            w.resize(size)
+            self.sizes[frame.stream] = size
         w.write(frame.image)
         self.written[frame.stream] += 1
 
@@ -431,6 +435,8 @@ class VideoWriter(Node):
         w.close()
         with self._lock:
             self.stats.setdefault("encoder", {})[str(w.path)] = w.used
+            if len(w.files) > 1:
+                self.stats.setdefault("files", {})[str(w.path)] = w.files
             if w.per_segment:
                 self.stats.setdefault("segments", {})[str(w.path)] = len(w.files)
 

@@ -128,3 +128,25 @@ def test_the_main_job_s_video_plays_in_chromium(tmp_path) -> None:
     finally:
         server.shutdown()
     assert width == 1366 and error is None
+
+
+@pytest.mark.skipif(FFPROBE is None, reason="ffprobe (scripts/setup.sh installs ffmpeg)")
+def test_a_resolution_change_goes_on_in_a_new_file(tmp_path) -> None:
+    """A camera that changes its size mid-stream: the file so far closes whole, the recording goes on in
+    NAME.WxH.mp4."""
+    import numpy as np
+
+    from flowpipe.testing import feed
+
+    frames = [np.full((360, 640, 3), i, np.uint8) for i in range(30)] + \
+             [np.full((240, 320, 3), i, np.uint8) for i in range(20)]
+    res = run_yaml(f"""
+nodes:
+  - {{id: src, type: list_source, config: {{feed: {feed(frames)}}}}}
+  - {{id: rec, type: video_writer, config: {{path: "{tmp_path}/v.mp4"}}, inputs: {{frame: src}}}}
+""")
+    assert res.ok, res.error
+    first, second = probe(tmp_path / "v.mp4"), probe(tmp_path / "v.320x240.mp4")
+    assert (first["width"], first["frames"], second["width"], second["frames"]) == (640, 30, 320, 20)
+    assert res.nodes["rec"]["files"] == {str(tmp_path / "v.mp4"): [str(tmp_path / "v.mp4"),
+                                                                    str(tmp_path / "v.320x240.mp4")]}

@@ -51,11 +51,21 @@ class Recorder:
         self._container: Any = None
         self._stream: Any = None
         self._n = 0  # frames in the open file
+        self._sized = ""  # after a size change: the files' name says the size
 
     def _file(self) -> Path:
+        stem = self.path.stem + self._sized
         if self.per_segment is None:
-            return self.path
-        return self.path.with_name(f"{self.path.stem}.{self.frames // self.per_segment:05d}{self.path.suffix}")
+            return self.path.with_name(stem + self.path.suffix)
+        return self.path.with_name(f"{stem}.{self.frames // self.per_segment:05d}{self.path.suffix}")
+
+    def resize(self, size: tuple[int, int]) -> None:
+        """The stream's pictures changed size: the open file closes whole and the next one (NAME.WxH.mp4)
+        takes the new size."""
+        self._close_file()
+        self.size = size
+        self._sized = f".{size[0]}x{size[1]}"
+        log.info("%s: the stream's size changed to %dx%d: recording goes on in %s", self.path, *size, self._file())
 
     def _open(self) -> None:
         import av
