@@ -388,8 +388,10 @@ class VideoWriter(Node):
         return float(self.config.fps or frame.meta.get("fps") or 30.0)
 
     def process(self, frame: Frame, port: str) -> None:
-        if frame.format != "BGR":
-            raise ValueError(f"video_writer takes BGR frames, got {frame.format}")
+        yuv = frame.format in ("NV12", "I420")
+        if frame.format != "BGR" and not (yuv and self.config.fourcc is None):
+            raise ValueError(f"video_writer takes BGR frames{', or NV12/I420 without fourcc' if not yuv else ''}, "
+                             f"got {frame.format}")
         w = self.writers.get(frame.stream)
         size = (frame.width, frame.height)
         if w is None:
@@ -400,7 +402,10 @@ class VideoWriter(Node):
                                  "one size (without fourcc, recording goes on in a new file)")
             w.resize(size)
             self.sizes[frame.stream] = size
-        w.write(frame.image)
+        if yuv:
+            w.write(frame.data, frame.format)
+        else:
+            w.write(frame.image)
         self.written[frame.stream] += 1
 
     def _create(self, frame: Frame, size: tuple[int, int]) -> Any:

@@ -59,6 +59,11 @@ def test_segments_h265_and_a_missing_hardware_encoder(tmp_path, caplog) -> None:
     got = probe(tmp_path / "hevc" / "v.mp4")
     assert (got["codec_name"], got["frames"], got["width"]) == ("hevc", 20, 320)
 
+    (tmp_path / "nv12").mkdir()  # what hardware decoders hand over: encoded without going through BGR
+    res = run_yaml(_synthetic(tmp_path / "nv12", "crf: 30", count=15).replace("fps: 30}", "fps: 30, format: NV12}"))
+    assert res.ok, res.error
+    assert probe(tmp_path / "nv12" / "v.mp4")["frames"] == 15
+
     (tmp_path / "hw").mkdir()
     with caplog.at_level(logging.WARNING, logger="flowpipe.media"):
         res = run_yaml(_synthetic(tmp_path / "hw", "encoder: qsv", count=10))
