@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import cv2
 import numpy as np
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from flowpipe import memory
 from flowpipe.frame import Frame, FrameRef
@@ -63,6 +63,16 @@ class VideoSource(Source):
                                     "shared by the run's streams (16 cores, 16 streams: 1); 0: FFmpeg's own choice")
         max_decode_errors: int = Field(10, ge=0, description="files: consecutive undecodable frames skipped "
                                                                   "before the stream is taken as ended")
+        decoder: Literal["opencv", "pyav"] = Field("opencv", description="pyav: the stream's own timestamps, size "
+                                                   "changes passed on, damaged packets counted, NV12 output")
+        format: Literal["BGR", "NV12"] = Field("BGR", description="NV12 (with decoder: pyav): the decoder's planes, "
+                                               "no BGR conversion (for preprocess and video_writer)")
+
+        @model_validator(mode="after")
+        def _nv12_needs_pyav(self) -> VideoSource.Config:
+            if self.format == "NV12" and self.decoder != "pyav":
+                raise ValueError("format NV12 needs decoder: pyav")
+            return self
 
         @field_validator("uri")
         @classmethod
@@ -95,7 +105,7 @@ class VideoSource(Source):
         self.threads = c.threads if c.threads is not None else max(1, cores // max(ctx.streams, 1))
         self.stats["decoder_threads"] = self.threads or "ffmpeg"
         self.folder: list[Path] | None = None
-        self.cap: cv2.VideoCapture | None = None
+        self.cap: Any = None  # an OpenCV capture, or a PyAV demuxer (decoder: pyav)
         if c.uri in ("sample", "sample-text"):
             from flowpipe.sample import sample_path
 
@@ -118,8 +128,10 @@ class VideoSource(Source):
                 raise ValueError(f"video file is empty (0 bytes): {c.uri}")
         self.cap = self._open_capture(first=True)
 
-    def _open_capture(self, first: bool = False) -> cv2.VideoCapture | None:
+    def _open_capture(self, first: bool = False) -> Any:
         c = self.config
+        if c.decoder == "pyav":
+            return self._open_demuxer(first)
         src: Any = int(c.uri) if c.uri.isdigit() else c.uri
         threads = [cv2.CAP_PROP_N_THREADS, self.threads] if self.threads else []
         if self.is_net:
@@ -146,7 +158,76 @@ class VideoSource(Source):
         self.stats["source"] = {"uri": _redact(c.uri), "fps": round(self.fps, 3), "size": size}
         return cap
 
-    def _reconnect(self) -> cv2.VideoCapture | None:
+    def _open_demuxer(self, first: bool) -> Any:
+        from flowpipe.media.decode import Demuxer
+
+        c = self.config
+        try:
+            dem = Demuxer(os.path.expanduser(c.uri), c.format, self.threads, c.timeout_s, c.rtsp_transport)
+        except Exception as e:  # noqa: BLE001 - FFmpeg's errors: one line, or a reconnect for a network stream
+            if self.is_net and not first:
+                return None
+            if self.is_net and c.reconnect_attempts > 0:
+                return self._reconnect()
+            raise RuntimeError(f"cannot open {_redact(c.uri)}: {str(e).splitlines()[0] if str(e) else e!r}") from None
+        self.fps = dem.fps if 0 < dem.fps < 1000 else 30.0
+        self.stats["source"] = {"uri": _redact(c.uri), "fps": round(self.fps, 3), "size": list(dem.size),
+                                "decoder": f"pyav ({dem.stream.codec_context.name})"}
+        return dem
+
+    def _pyav_frames(self) -> Iterator[Frame]:
+        """Pictures from PyAV, with the stream's timestamps: into pooled buffers as they come (a new pool
+        when the size changes), damaged packets skipped and counted; reconnects and loops as with OpenCV."""
+        import av
+
+        c = self.config
+        dem = self.cap
+        plays = 0
+        t0 = time.monotonic()
+        start = self.ctx.resume_at(self.stream)
+        live = self.is_net or _is_camera(c.uri)
+        emitted = base = start if live else 0
+        skip = 0 if live else start  # a file resumed by a restarted process: its first frames were done
+        while True:
+            try:
+                for img, seconds in dem.pictures():
+                    self.decoded += 1
+                    if (self.decoded - 1) % c.every:
+                        continue
+                    if skip:
+                        skip -= 1
+                        emitted += 1
+                        continue
+                    data, ref = self._buffer(img.shape)
+                    np.copyto(data, img)  # the decoder's picture lands in the pool: the decode's own write
+                    ref.index = emitted
+                    fmt = "NV12" if img.ndim == 2 else "BGR"
+                    frame = Frame(self.stream, emitted, seconds, data, fmt, ref=ref,
+                                  meta={"decoded_index": self.decoded - 1, "fps": self.fps / c.every})
+                    if dem.damaged != self.decode_errors:
+                        self.decode_errors = self.stats["decode_errors"] = dem.damaged
+                    if dem.discontinuities:
+                        self.stats["timestamp_jumps"] = dem.discontinuities
+                    self._pace(t0, emitted - base)
+                    emitted += 1
+                    yield frame
+            except (av.error.FFmpegError, OSError) as e:
+                if not self.is_net:
+                    raise RuntimeError(f"decoding {_redact(c.uri)}: {e}") from None
+                log.warning("node '%s': stream %s: %s", self.id, _redact(c.uri), e)
+            if self.is_net and not self.ctx.stopping:
+                dem.close()
+                self.cap = dem = self._reconnect()
+                if dem is None:
+                    return
+                continue
+            plays += 1
+            if c.loop == -1 or plays <= c.loop:
+                dem.seek_start()
+                continue
+            return
+
+    def _reconnect(self) -> Any:
         c = self.config
         delay = c.reconnect_backoff_s
         lost = time.monotonic()
@@ -156,7 +237,7 @@ class VideoSource(Source):
         finally:
             self.stats["reconnecting"] = False
 
-    def _reconnect_loop(self, delay: float, lost: float) -> cv2.VideoCapture | None:
+    def _reconnect_loop(self, delay: float, lost: float) -> Any:
         c = self.config
         for attempt in range(1, c.reconnect_attempts + 1):
             if self.ctx.stopping:
@@ -199,6 +280,9 @@ class VideoSource(Source):
             return
         cap = self.cap
         if cap is None:  # the run stopped while the first connection was retried
+            return
+        if c.decoder == "pyav":
+            yield from self._pyav_frames()
             return
         plays = 0
         t0 = time.monotonic()
@@ -311,7 +395,7 @@ class VideoSource(Source):
 
     def close(self) -> None:
         if self.cap is not None:
-            self.cap.release()
+            (self.cap.release if isinstance(self.cap, cv2.VideoCapture) else self.cap.close)()
         self.stats["decoded"] = getattr(self, "decoded", 0)
         for p in [self.pool, *self._old_pools]:
             if p is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import http.server
+import itertools
 import json
 import logging
 import os
@@ -155,3 +156,97 @@ nodes:
     assert (first["width"], first["frames"], second["width"], second["frames"]) == (640, 30, 320, 20)
     assert res.nodes["rec"]["files"] == {str(tmp_path / "v.mp4"): [str(tmp_path / "v.mp4"),
                                                                     str(tmp_path / "v.320x240.mp4")]}
+
+
+def _ts(tmp_path: Path, *sizes: str) -> Path:
+    """An MPEG-TS of 1 s test pattern per size, one after the other (a camera that changes its size)."""
+    out = tmp_path / "ab.ts"
+    data = b""
+    for size in sizes:
+        part = tmp_path / f"{size}.ts"
+        subprocess.run([shutil.which("ffmpeg") or "/usr/bin/ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i",
+                        f"testsrc=size={size}:rate=30", "-t", "1", "-c:v", "libx264", "-pix_fmt", "yuv420p",
+                        "-f", "mpegts", str(part)], check=True)
+        data += part.read_bytes()
+    out.write_bytes(data)
+    return out
+
+
+@pytest.mark.skipif(FFPROBE is None, reason="ffmpeg (scripts/setup.sh installs it)")
+def test_pyav_decoding_passes_size_changes_timestamps_and_damage_on(tmp_path) -> None:
+    from flowpipe.testing import collected
+
+    ab = _ts(tmp_path, "640x360", "320x240")
+    for fmt in ("BGR", "NV12"):
+        res = run_yaml(f"""
+nodes:
+  - {{id: src, type: video_source, config: {{uri: "{ab}", decoder: pyav, format: {fmt}}}}}
+  - {{id: s, type: collect, config: {{into: sizes{fmt}, keep_pixels: true}}, inputs: src.frame}}
+""")
+        assert res.ok, res.error
+        got = collected(f"sizes{fmt}")
+        assert [(f.width, f.height) for f in got] == [(640, 360)] * 30 + [(320, 240)] * 30  # the graph sees it
+        assert {f.format for f in got} == {fmt}
+        pts = [f.pts for f in got]
+        assert pts[0] == 0.0 and all(b > a for a, b in itertools.pairwise(pts)) and abs(pts[29] - 29 / 30) < 1e-3
+        assert res.nodes["src"]["source"]["decoder"] == "pyav (h264)"
+        assert res.nodes["src"]["timestamp_jumps"] == 1  # the second part's clock restarted: counted, smoothed
+
+    import random
+
+    data = bytearray(ab.read_bytes())
+    rnd = random.Random(7)
+    for _ in range(60):
+        data[rnd.randrange(len(data) // 4, len(data))] ^= 0xFF
+    (tmp_path / "bad.ts").write_bytes(bytes(data))
+    res = run_yaml(f"""
+nodes:
+  - {{id: src, type: video_source, config: {{uri: "{tmp_path / 'bad.ts'}", decoder: pyav}}}}
+  - {{id: s, type: null_sink, inputs: src.frame}}
+""")
+    assert res.ok, res.error  # damaged packets are skipped (and counted), decoding goes on to the end
+    assert res.frames["in"] == res.frames["out"] >= 30
+    assert res.frames["in"] + res.nodes["src"].get("decode_errors", 0) >= 40
+
+
+
+def _have_rtsp_server() -> bool:
+    from test_sources_sinks import _have_rtsp_server as have
+
+    return have()
+
+
+@pytest.mark.skipif(not _have_rtsp_server(), reason="gst-rtsp-server (scripts/setup.sh installs it)")
+def test_pyav_decoding_of_a_camera_that_goes_and_comes_back(tmp_path) -> None:
+    from test_sources_sinks import HERE, SYS_PY, _free_port, _start
+
+    port = _free_port()
+
+    def server() -> subprocess.Popen:
+        p = subprocess.Popen([SYS_PY, str(HERE / "rtsp_server.py"), str(port)], stdout=subprocess.PIPE, text=True)
+        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        return p
+
+    srv = server()
+    try:
+        r, t, box = _start(f"""
+nodes:
+  - {{id: cam, type: video_source, config: {{uri: "rtsp://127.0.0.1:{port}/live", decoder: pyav, reconnect_attempts: 10,
+      reconnect_backoff_s: 0.5, timeout_s: 2}}}}
+  - {{id: s, type: null_sink, inputs: cam.frame}}
+""", max_frames=120)
+        deadline = time.monotonic() + 20
+        while r.snapshot()["out"] < 30 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert r.snapshot()["out"] >= 30
+        srv.kill()
+        srv.wait()
+        time.sleep(1.5)
+        srv = server()
+        t.join(60)
+        res = box["result"]
+        assert res.ok, res.error
+        assert res.frames["out"] == 120 and res.nodes["cam"]["reconnects"] == 1
+        assert res.nodes["cam"]["source"]["decoder"] == "pyav (mjpeg)"
+    finally:
+        srv.kill()

@@ -1,0 +1,91 @@
+"""Decoding through PyAV (FFmpeg): the stream's own timestamps, size changes passed on, damaged packets
+skipped and counted, network timeouts and RTSP transport as FFmpeg options.
+
+``Demuxer`` opens one input and yields its video pictures as (planes or BGR array, seconds, size). What the
+source node does with them (pooled buffers, pacing, reconnects) stays in the node.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger("flowpipe.media")
+NET = ("rtsp://", "rtsps://", "rtmp://", "http://", "https://", "udp://", "tcp://", "srt://")
+
+
+class Demuxer:
+    """One input's video stream. ``pictures()`` yields ``(array, seconds)``: BGR ``(H, W, 3)`` or NV12
+    ``(H * 3 // 2, W)`` as ``fmt`` asks; seconds from the stream's first picture, always increasing."""
+
+    def __init__(self, uri: str, fmt: str = "BGR", threads: int = 0, timeout_s: float = 5.0,
+                 rtsp_transport: str = "tcp"):
+        import av
+
+        self.uri, self.fmt = uri, fmt
+        self.damaged = 0  # packets the decoder refused (skipped)
+        self.discontinuities = 0  # times the stream's timestamps went back
+        options: dict[str, str] = {}
+        kind = None
+        if uri.lower().startswith(("rtsp://", "rtsps://")):
+            options["rtsp_transport"] = rtsp_transport
+        if uri.startswith("/dev/video") or uri.isdigit():
+            kind = "v4l2"
+            uri = uri if uri.startswith("/dev/") else f"/dev/video{uri}"
+        net = uri.lower().startswith(NET)
+        self.container: Any = av.open(uri, format=kind, options=options,
+                                      timeout=(timeout_s, timeout_s) if net else None)
+        if not self.container.streams.video:
+            self.container.close()
+            raise RuntimeError(f"no video stream in {uri}")
+        self.stream: Any = self.container.streams.video[0]
+        self.stream.thread_type = "AUTO"
+        self.stream.codec_context.thread_count = threads
+        rate = self.stream.average_rate or self.stream.guessed_rate
+        self.fps = float(rate) if rate else 30.0
+        self.size = (self.stream.codec_context.width, self.stream.codec_context.height)
+
+    def pictures(self) -> Iterator[tuple[np.ndarray, float]]:
+        import av
+
+        fmt = "bgr24" if self.fmt == "BGR" else "nv12"
+        t0: float | None = None
+        last = -1.0
+        step = 1.0 / self.fps
+        for packet in self.container.demux(self.stream):
+            try:
+                decoded = packet.decode()
+            except av.error.InvalidDataError:
+                self.damaged += 1
+                continue
+            for frame in decoded:
+                if frame.width % 2 and fmt == "nv12":
+                    fmt = "bgr24"  # NV12 needs even sizes: this picture goes as BGR
+                if frame.time is None:
+                    seconds = last + step
+                else:
+                    if t0 is None:
+                        t0 = float(frame.time)
+                    seconds = float(frame.time) - t0
+                    if seconds <= last:  # timestamps went back (a camera restarted, files joined): go on from here
+                        self.discontinuities += 1
+                        t0 -= last + step - seconds
+                        seconds = last + step
+                last = seconds
+                yield frame.to_ndarray(format=fmt), seconds
+
+    def seek_start(self) -> None:
+        self.container.seek(0)
+
+    def close(self) -> None:
+        self.container.close()
+
+
+def available() -> bool:
+    try:
+        import av  # noqa: F401
+    except ImportError:
+        return False
+    return True
