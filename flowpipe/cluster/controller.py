@@ -40,6 +40,16 @@ def connect(address: str | None) -> Any:
     if not ray.is_initialized():
         if address in (None, "local"):
             ray.init(include_dashboard=False, logging_level=logging.ERROR, namespace=NAMESPACE)
+        elif address.startswith("ray://"):
+            for attempt in range(3):  # the client server starts a process per client; that start can fail once
+                try:
+                    ray.init(address=address, logging_level=logging.ERROR, namespace=NAMESPACE)
+                    break
+                except ConnectionError as e:
+                    if attempt == 2:
+                        raise
+                    log.warning("Ray client at %s: %s; connecting again", address, str(e).splitlines()[0])
+                    time.sleep(1.0 + attempt)
         else:
             ray.init(address=address, logging_level=logging.ERROR, namespace=NAMESPACE)
     return ray
