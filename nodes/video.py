@@ -65,13 +65,13 @@ class VideoSource(Source):
                                                                   "before the stream is taken as ended")
         decoder: Literal["opencv", "pyav"] = Field("opencv", description="pyav: the stream's own timestamps, size "
                                                    "changes passed on, damaged packets counted, NV12 output")
-        format: Literal["BGR", "NV12"] = Field("BGR", description="NV12 (with decoder: pyav): the decoder's planes, "
-                                               "no BGR conversion (for preprocess and video_writer)")
+        format: Literal["BGR", "NV12", "I420"] = Field("BGR", description="NV12/I420 (with decoder: pyav): YUV "
+                                                       "planes, no BGR conversion (for preprocess and video_writer)")
 
         @model_validator(mode="after")
         def _nv12_needs_pyav(self) -> VideoSource.Config:
-            if self.format == "NV12" and self.decoder != "pyav":
-                raise ValueError("format NV12 needs decoder: pyav")
+            if self.format != "BGR" and self.decoder != "pyav":
+                raise ValueError(f"format {self.format} needs decoder: pyav")
             return self
 
         @field_validator("uri")
@@ -201,7 +201,7 @@ class VideoSource(Source):
                     data, ref = self._buffer(img.shape)
                     np.copyto(data, img)  # the decoder's picture lands in the pool: the decode's own write
                     ref.index = emitted
-                    fmt = "NV12" if img.ndim == 2 else "BGR"
+                    fmt = c.format
                     frame = Frame(self.stream, emitted, seconds, data, fmt, ref=ref,
                                   meta={"decoded_index": self.decoded - 1, "fps": self.fps / c.every})
                     if dem.damaged != self.decode_errors:

@@ -177,7 +177,7 @@ def test_pyav_decoding_passes_size_changes_timestamps_and_damage_on(tmp_path) ->
     from flowpipe.testing import collected
 
     ab = _ts(tmp_path, "640x360", "320x240")
-    for fmt in ("BGR", "NV12"):
+    for fmt in ("BGR", "NV12", "I420"):
         res = run_yaml(f"""
 nodes:
   - {{id: src, type: video_source, config: {{uri: "{ab}", decoder: pyav, format: {fmt}}}}}

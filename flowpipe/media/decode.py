@@ -17,8 +17,9 @@ NET = ("rtsp://", "rtsps://", "rtmp://", "http://", "https://", "udp://", "tcp:/
 
 
 class Demuxer:
-    """One input's video stream. ``pictures()`` yields ``(array, seconds)``: BGR ``(H, W, 3)`` or NV12
-    ``(H * 3 // 2, W)`` as ``fmt`` asks; seconds from the stream's first picture, always increasing."""
+    """One input's video stream. ``pictures()`` yields ``(array, seconds)``: BGR ``(H, W, 3)``, or NV12 or
+    I420 planes ``(H * 3 // 2, W)`` as ``fmt`` asks (I420: most decoders' own layout, no conversion);
+    seconds from the stream's first picture, always increasing."""
 
     def __init__(self, uri: str, fmt: str = "BGR", threads: int = 0, timeout_s: float = 5.0,
                  rtsp_transport: str = "tcp"):
@@ -50,7 +51,7 @@ class Demuxer:
     def pictures(self) -> Iterator[tuple[np.ndarray, float]]:
         import av
 
-        fmt = "bgr24" if self.fmt == "BGR" else "nv12"
+        fmt = {"BGR": "bgr24", "NV12": "nv12", "I420": "yuv420p"}[self.fmt]
         t0: float | None = None
         last = -1.0
         step = 1.0 / self.fps
@@ -61,8 +62,9 @@ class Demuxer:
                 self.damaged += 1
                 continue
             for frame in decoded:
-                if frame.width % 2 and fmt == "nv12":
-                    fmt = "bgr24"  # NV12 needs even sizes: this picture goes as BGR
+                if (frame.width % 2 or frame.height % 2) and fmt != "bgr24":
+                    raise RuntimeError(f"{self.fmt} needs an even width and height, got {frame.width}x{frame.height}; "
+                                       "expected format: BGR for this stream")
                 if frame.time is None:
                     seconds = last + step
                 else:
