@@ -55,6 +55,14 @@ def connect(address: str | None) -> Any:
     return ray
 
 
+def cause_of(e: Any) -> Exception:
+    """What a remote call raised, as its caller's own error: the same kind and one line (a Ray task error
+    carries the remote exception and its traceback)."""
+    cause = e.cause if isinstance(getattr(e, "cause", None), (ValueError, KeyError, RuntimeError)) \
+        else RuntimeError(str(e).splitlines()[0])
+    return type(cause)(str(cause.args[0]) if cause.args else str(cause))
+
+
 def _kv() -> Any:
     from ray.experimental import internal_kv  # the store Ray Serve's controller keeps its checkpoints in
 
@@ -325,8 +333,7 @@ class ClusterRun:
             self._ray.get(agent["handle"].add_stream.remote(stream, like, config))
         except RayTaskError as e:  # the stream's own error (a bad setting, a camera that does not open)
             agent["handle"].stop.remote(now=True)
-            cause = e.cause if isinstance(e.cause, (ValueError, KeyError, RuntimeError)) else RuntimeError(str(e))
-            raise type(cause)(str(cause.args[0]) if cause.args else str(cause)) from None
+            raise cause_of(e) from None
         agent["added"].append(stream)
         self._save()
 

@@ -15,7 +15,7 @@ import warnings
 from typing import Any
 
 from ..graph import GraphSpec
-from .controller import NAMESPACE, ClusterResult, ClusterRun, connect, drop_state
+from .controller import NAMESPACE, ClusterResult, ClusterRun, cause_of, connect, drop_state
 
 log = logging.getLogger("flowpipe.cluster")
 
@@ -208,8 +208,7 @@ class ClusterStreams:
         try:
             return self.client._call(method, *args)
         except RayTaskError as e:  # the controller's answer: the same error here
-            cause = e.cause if isinstance(e.cause, (ValueError, KeyError, RuntimeError)) else RuntimeError(str(e))
-            raise type(cause)(str(cause.args[0]) if cause.args else str(cause)) from None
+            raise cause_of(e) from None
 
     def add(self, stream: str, like: str | None = None, config: dict[str, Any] | None = None) -> None:
         self._call("add_stream", stream, like, config)

@@ -189,7 +189,7 @@ class LiveStreams:
         except Exception as e:  # noqa: BLE001
             errors.append(NodeError(rec.stream, rec.spec.type, f"close failed: {type(e).__name__}: {e}"))
         st = r.stats.pop(rec.stream)
-        like = r.stats.get(self.template_of(rec))
+        like = r.stats.get(self._like(rec))
         if like is not None:  # the source's counts go to its template's (stats keep one entry per node)
             with like.lock:
                 like.frames += st.frames
@@ -201,7 +201,7 @@ class LiveStreams:
             del self.added[rec.stream]
         return errors
 
-    def template_of(self, rec: Added) -> str:
+    def _like(self, rec: Added) -> str:
         ctx = self.runner.contexts.get(rec.stream)
         return ctx.like if ctx is not None else rec.stream
 
@@ -213,7 +213,7 @@ class LiveStreams:
             latency = dict(r.latency_ms)
         rows: list[tuple[str, str | None, str, str | None, NodeSpec, float]] = [
             (s.id, None, "running" if r.running else "ended", None, s, r.started_at) for s in r.spec.sources()]
-        rows += [(rec.stream, self.template_of(rec), rec.state, rec.error, rec.spec, rec.added_at)
+        rows += [(rec.stream, self._like(rec), rec.state, rec.error, rec.spec, rec.added_at)
                  for rec in list(self.added.values())]
         out = []
         for stream, like, state, error, spec, since in rows:
