@@ -48,34 +48,44 @@ class Blur(Node):
     config: Config
 
     def process(self, frame: Frame, port: str) -> Frame:
-        if frame.format != "BGR":
-            raise ValueError(f"blur works on BGR frames, got {frame.format}")
+        if frame.format not in ("BGR", "NV12", "I420"):
+            raise ValueError(f"blur works on BGR, NV12 or I420 frames, got {frame.format}")
         with memory.cpu_write(frame.buffer_of(frame.data)):  # DMA-BUF frames: sync around the CPU write
             self._apply(frame)
         return frame
 
     def _apply(self, frame: Frame) -> None:
+        """Each region blurred in every plane: full size in BGR or Y, half size in the chroma planes (so YUV
+        frames are masked where they are, never converted)."""
         c = self.config
-        img = frame.image
+        if frame.format == "BGR":
+            planes = [(frame.image, 1, 0)]  # (plane, scale, black in it)
+        else:  # video range: black is Y 16, U and V 128
+            planes = [(p, 1, 16) if name == "Y" else (p, 2, 128) for name, p in frame.planes().items()]
         for d in frame.detections:
             if c.labels and d.label not in c.labels:
                 continue
             r = _region(frame, d.box, c.grow)
             if r is None:
                 continue
-            x1, y1, x2, y2 = r
-            roi = img[y1:y2, x1:x2]
-            if c.mode == "fill":
-                roi[...] = 0
-            elif c.mode == "pixelate":
-                n = c.strength
-                w, h = x2 - x1, y2 - y1
-                cells = (max(1, w // max(1, w // n)), max(1, h // max(1, h // n)))
-                small = cv2.resize(roi, cells, interpolation=cv2.INTER_AREA)
-                cv2.resize(small, (x2 - x1, y2 - y1), dst=roi, interpolation=cv2.INTER_NEAREST)
-            else:
-                k = max(3, (max(x2 - x1, y2 - y1) // c.strength) | 1)
-                cv2.GaussianBlur(roi, (k, k), 0, dst=roi)
+            for plane, s, black in planes:
+                x1, y1, x2, y2 = r[0] // s, r[1] // s, -(-r[2] // s), -(-r[3] // s)
+                if x2 > x1 and y2 > y1:
+                    self._mask(plane[y1:y2, x1:x2], black)
+
+    def _mask(self, roi: np.ndarray, black: int) -> None:
+        c = self.config
+        h, w = roi.shape[:2]
+        if c.mode == "fill":
+            roi[...] = black
+        elif c.mode == "pixelate":
+            n = c.strength  # cells across the region, in every plane alike
+            cells = (max(1, w // max(1, w // n)), max(1, h // max(1, h // n)))
+            small = cv2.resize(roi, cells, interpolation=cv2.INTER_AREA)
+            cv2.resize(small, (w, h), dst=roi, interpolation=cv2.INTER_NEAREST)
+        else:
+            k = max(3, (max(w, h) // max(1, c.strength)) | 1)
+            cv2.GaussianBlur(roi, (k, k), 0, dst=roi)
 
 
 @register("overlay")

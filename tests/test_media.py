@@ -250,3 +250,38 @@ nodes:
         assert res.nodes["cam"]["source"]["decoder"] == "pyav (mjpeg)"
     finally:
         srv.kill()
+
+
+@pytest.mark.parametrize("mode", ["blur", "pixelate", "fill"])
+@pytest.mark.parametrize("fmt", ["I420", "NV12"])
+def test_blur_masks_yuv_planes_where_they_are(mode: str, fmt: str) -> None:
+    """A face masked in I420/NV12 planes looks as it does masked in BGR (colours included), and nothing
+    outside the region moves: YUV frames are masked without a conversion."""
+    import cv2
+    import numpy as np
+    from flowpipe.nodes.draw import Blur
+    from skimage import data
+
+    from flowpipe.frame import Detection, Frame
+
+    bgr = cv2.cvtColor(data.astronaut(), cv2.COLOR_RGB2BGR)  # 512x512, a real face at about (170..330, 20..200)
+    h, w = bgr.shape[:2]
+    i420 = cv2.cvtColor(bgr, cv2.COLOR_BGR2YUV_I420)
+    if fmt == "NV12":
+        u, v = i420[h:h + h // 4].reshape(h // 2, w // 2), i420[h + h // 4:].reshape(h // 2, w // 2)
+        yuv = np.vstack([i420[:h], np.dstack([u, v]).reshape(h // 2, w)])
+        back = cv2.COLOR_YUV2BGR_NV12
+    else:
+        yuv, back = i420.copy(), cv2.COLOR_YUV2BGR_I420
+    box = (170.0, 30.0, 330.0, 200.0)
+    node = Blur("b", Blur.Config(mode=mode, grow=0.0))
+    a = node.process(Frame("s", 0, 0.0, bgr.copy(), "BGR", detections=[Detection(box, 0.9)]), "detections")
+    b = node.process(Frame("s", 0, 0.0, yuv.copy(), fmt, detections=[Detection(box, 0.9)]), "detections")
+    masked_bgr, masked_yuv = a.image, cv2.cvtColor(b.data, back)
+    ref = cv2.cvtColor(yuv, back)  # the same picture through YUV, unmasked
+    inside = (slice(30, 200), slice(170, 330))
+    assert np.abs(masked_yuv[inside].astype(int) - ref[inside].astype(int)).mean() > 5  # it is masked
+    assert np.abs(masked_yuv[inside].astype(int) - masked_bgr[inside].astype(int)).mean() < 6  # as in BGR
+    outside = np.ones((h, w), bool)
+    outside[28:202, 168:332] = False  # (chroma is half size: one pixel of margin)
+    assert np.array_equal(masked_yuv[outside], ref[outside])
