@@ -210,48 +210,6 @@ nodes:
 
 
 
-def _have_rtsp_server() -> bool:
-    from test_sources_sinks import _have_rtsp_server as have
-
-    return have()
-
-
-@pytest.mark.skipif(not _have_rtsp_server(), reason="gst-rtsp-server (scripts/setup.sh installs it)")
-def test_pyav_decoding_of_a_camera_that_goes_and_comes_back(tmp_path) -> None:
-    from test_sources_sinks import HERE, SYS_PY, _free_port, _start
-
-    port = _free_port()
-
-    def server() -> subprocess.Popen:
-        p = subprocess.Popen([SYS_PY, str(HERE / "rtsp_server.py"), str(port)], stdout=subprocess.PIPE, text=True)
-        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
-        return p
-
-    srv = server()
-    try:
-        r, t, box = _start(f"""
-nodes:
-  - {{id: cam, type: video_source, config: {{uri: "rtsp://127.0.0.1:{port}/live", decoder: pyav, reconnect_attempts: 10,
-      reconnect_backoff_s: 0.5, timeout_s: 2}}}}
-  - {{id: s, type: null_sink, inputs: cam.frame}}
-""", max_frames=120)
-        deadline = time.monotonic() + 20
-        while r.snapshot()["out"] < 30 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert r.snapshot()["out"] >= 30
-        srv.kill()
-        srv.wait()
-        time.sleep(1.5)
-        srv = server()
-        t.join(60)
-        res = box["result"]
-        assert res.ok, res.error
-        assert res.frames["out"] == 120 and res.nodes["cam"]["reconnects"] == 1
-        assert res.nodes["cam"]["source"]["decoder"] == "pyav (mjpeg)"
-    finally:
-        srv.kill()
-
-
 @pytest.mark.parametrize("mode", ["blur", "pixelate", "fill"])
 @pytest.mark.parametrize("fmt", ["I420", "NV12"])
 def test_blur_masks_yuv_planes_where_they_are(mode: str, fmt: str) -> None:

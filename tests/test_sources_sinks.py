@@ -88,7 +88,8 @@ def _have_rtsp_server() -> bool:
 
 
 @pytest.mark.skipif(not _have_rtsp_server(), reason="gst-rtsp-server (scripts/setup.sh installs it) is missing")
-def test_rtsp_source_reconnects_when_the_server_comes_back() -> None:
+@pytest.mark.parametrize("decoder", ["opencv", "pyav"])
+def test_rtsp_source_reconnects_when_the_server_comes_back(decoder: str) -> None:
     port = _free_port()
 
     def server() -> subprocess.Popen:
@@ -101,7 +102,7 @@ def test_rtsp_source_reconnects_when_the_server_comes_back() -> None:
         r, t, box = _start(f"""
 nodes:
   - {{id: cam, type: video_source, config: {{uri: "rtsp://127.0.0.1:{port}/live", reconnect_attempts: 10,
-      reconnect_backoff_s: 0.5, timeout_s: 2}}}}
+      reconnect_backoff_s: 0.5, timeout_s: 2, decoder: {decoder}}}}}
   - {{id: s, type: null_sink, inputs: cam.frame}}
 """, max_frames=120)
         deadline = time.monotonic() + 20
@@ -118,6 +119,8 @@ nodes:
         assert res.ok, res.error
         assert res.frames["out"] == 120 and res.nodes["cam"]["reconnects"] == 1
         assert 0 < res.nodes["cam"]["last_outage_s"] < 15
+        if decoder == "pyav":
+            assert res.nodes["cam"]["source"]["decoder"] == "pyav (mjpeg)"
     finally:
         srv.kill()
 
