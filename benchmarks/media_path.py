@@ -1,0 +1,98 @@
+"""The face-blur job's CPU per frame, side by side in one run: yesterday's path (OpenCV decode to BGR,
+MPEG-4 Part 2 through OpenCV), OpenCV BGR with the H.264 writer, and PyAV in I420 from decode to the
+H.264 encoder. Inputs: the sample clip scaled to 720p and 1080p as H.264 (what cameras send).
+
+    python benchmarks/media_path.py --frames 150 --repeats 2 --out benchmarks/results/media_path.json
+
+Runs alternate (ABC CBA ...) so drift of a shared machine falls on every path; process CPU by getrusage
+(inference threads included), FPS over the runner's own time; the same faces are checked by
+tests/test_media.py.
+"""
+from __future__ import annotations
+
+import argparse
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bench_results import publish
+
+ROOT = Path(__file__).resolve().parent.parent
+PATHS = {  # name -> (decoder, pixels, writer fourcc or None for H.264)
+    "opencv_bgr_mp4v": ("opencv", "BGR", "mp4v"),
+    "opencv_bgr_h264": ("opencv", "BGR", None),
+    "pyav_i420_h264": ("pyav", "I420", None),
+}
+
+
+def clip(tmp: Path, height: int) -> Path:
+    from flowpipe.sample import sample_path
+
+    out = tmp / f"faces_{height}p.mp4"
+    ffmpeg = shutil.which("ffmpeg") or "/usr/bin/ffmpeg"
+    subprocess.run([ffmpeg, "-v", "error", "-y", "-i", str(sample_path("sample")), "-vf", f"scale=-2:{height}",
+                    "-c:v", "libx264", "-preset", "fast", "-crf", "20", "-pix_fmt", "yuv420p", str(out)], check=True)
+    return out
+
+
+def run(src: Path, path: str, frames: int, tmp: Path, tiles: bool) -> tuple[float, float]:
+    from flowpipe import load_graph
+    from flowpipe.runtime import Runner
+
+    decoder, pixels, fourcc = PATHS[path]
+    sets: dict[str, Any] = {"input": str(src), "decoder": decoder, "pixels": pixels, "output": str(tmp / f"{path}.mp4"),
+            "metadata": str(tmp / f"{path}.jsonl"), "device": "CPU"}
+    if not tiles:
+        sets["tiles"] = None
+    spec = load_graph(str(ROOT / "graphs" / "face_blur.yaml"), sets)
+    for node in spec.nodes:
+        if node.type == "video_source":
+            node.config.loop = -1  # type: ignore[attr-defined]
+        if node.type == "video_writer":
+            node.config.fourcc = fourcc  # type: ignore[attr-defined]
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    c0 = usage.ru_utime + usage.ru_stime
+    res = Runner(spec, max_frames=frames).run()
+    assert res.ok, res.error
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return (usage.ru_utime + usage.ru_stime - c0) * 1e3 / res.frames["out"], res.frames["out"] / res.elapsed_s
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--frames", type=int, default=150)
+    ap.add_argument("--repeats", type=int, default=2, help="rounds of every path, alternating in order")
+    ap.add_argument("--heights", type=int, nargs="+", default=[720, 1080])
+    ap.add_argument("--tiles", action="store_true", help="the shipped 2x2 tiles (default: whole frame only)")
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="flowpipe-media-"))
+    rows = []
+    for height in args.heights:
+        src = clip(tmp, height)
+        cpu: dict[str, list[float]] = {p: [] for p in PATHS}
+        fps: dict[str, list[float]] = {p: [] for p in PATHS}
+        run(src, "opencv_bgr_mp4v", 30, tmp, args.tiles)  # warm-up: model compiled, kernels built, caches
+        for i in range(args.repeats):
+            for path in (list(PATHS) if i % 2 == 0 else list(reversed(PATHS))):
+                c, f = run(src, path, args.frames, tmp, args.tiles)
+                cpu[path].append(c)
+                fps[path].append(f)
+                print(height, path, round(c, 2), "ms CPU/frame", round(f, 1), "fps", flush=True)
+        base = statistics.median(cpu["opencv_bgr_mp4v"])
+        for path in PATHS:
+            rows.append({"height": height, "path": path, "cpu_ms_per_frame": round(statistics.median(cpu[path]), 2),
+                         "fps": round(statistics.median(fps[path]), 1),
+                         "cpu_vs_opencv_mp4v": round(statistics.median(cpu[path]) / base, 3)})
+    publish({"frames": args.frames, "repeats": args.repeats, "tiles": args.tiles, "rows": rows,
+             "python": sys.version.split()[0]}, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
