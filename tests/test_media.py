@@ -278,3 +278,29 @@ def test_the_face_blur_job_in_yuv_from_decode_to_encode(tmp_path) -> None:
     assert min(ious) >= 0.8 and sum(ious) / len(ious) >= 0.97, (min(ious), sum(ious) / len(ious))
     if FFPROBE is not None:
         assert probe(tmp_path / "pyavI420.mp4")["frames"] == 60
+
+
+@pytest.mark.parametrize("side", [100, 180, 400])
+def test_blur_of_a_large_face_leaves_little_detail(side: int) -> None:
+    """A real face scaled to ``side`` px, blurred: under 5% of its detail (variance of the Laplacian) is
+    left however large it is (the blur is computed at ~48 px across and scaled back, so its cost does not
+    grow with the face either)."""
+    import cv2
+    import numpy as np
+    from flowpipe.nodes.draw import Blur
+    from skimage import data
+
+    from flowpipe.frame import Detection, Frame
+
+    face = cv2.cvtColor(data.astronaut(), cv2.COLOR_RGB2BGR)[20:220, 160:340]
+    face = cv2.resize(face, (side, round(side * 200 / 180)), interpolation=cv2.INTER_AREA)
+    canvas = np.zeros((face.shape[0] + 20, side + 20, 3), np.uint8)
+    canvas[10:-10, 10:-10] = face
+    box = (10.0, 10.0, 10.0 + side, 10.0 + face.shape[0])
+    out = Blur("b", Blur.Config(grow=0.0)).process(Frame("s", 0, 0.0, canvas.copy(), "BGR",
+                                                         detections=[Detection(box, 0.9)]), "detections")
+
+    def detail(img: np.ndarray) -> float:
+        return float(cv2.Laplacian(cv2.cvtColor(img, cv2.COLOR_BGR2GRAY), cv2.CV_64F).var())
+
+    assert detail(out.image[10:-10, 10:-10]) < 0.05 * detail(face)
