@@ -161,8 +161,7 @@ def _media(results: Path) -> list[str]:
     L += ["", f"Target: the YUV path at 720p spends >= 25% less CPU per frame than the OpenCV BGR path — "
           f"{_target(met)}. H.264 (what browsers play, and fragments that survive a crash) costs more to encode "
           "than MPEG-4 Part 2; against BGR with the same H.264 encoder, the YUV path's CPU is "
-          f"{same_encoder} of it. Next: hardware encode where there is one, a cheaper blur of large faces, x264 "
-          "settings.", ""]
+          f"{same_encoder} of it. Next: hardware encode where there is one, x264 settings.", ""]
     return L
 
 
