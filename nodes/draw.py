@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from typing import Literal
+from typing import Any, Literal
 
 import cv2
 import numpy as np
@@ -118,24 +118,86 @@ class Overlay(Node):
         self._times.pop(stream, None)
 
     def process(self, frame: Frame, port: str) -> Frame:
+        if frame.format not in ("BGR", "NV12", "I420"):
+            raise ValueError(f"overlay draws on BGR, NV12 or I420 frames, got {frame.format}")
         with memory.cpu_write(frame.buffer_of(frame.data)):  # DMA-BUF frames: sync around the CPU write
-            self._draw(frame)
+            for region, draw in self._drawings(frame):
+                if frame.format == "BGR":
+                    draw(frame.image, 0, 0)
+                else:  # YUV: only the region drawn on goes through BGR and back
+                    x1, y1, x2, y2 = _even(region, frame.width, frame.height)
+                    if x2 > x1 and y2 > y1:
+                        roi = yuv_region_to_bgr(frame, x1, y1, x2, y2)
+                        draw(roi, x1, y1)
+                        bgr_to_yuv_region(frame, x1, y1, roi)
         return frame
 
-    def _draw(self, frame: Frame) -> None:
+    def _drawings(self, frame: Frame) -> list[tuple[tuple[int, int, int, int], Any]]:
+        """What to draw: (the region it touches, a function drawing it into an image whose top-left corner is
+        at x0, y0 of the frame)."""
         c = self.config
-        img = frame.image
+        out: list[tuple[tuple[int, int, int, int], Any]] = []
+        font, pad = cv2.FONT_HERSHEY_SIMPLEX, c.thickness + 2
         for d in frame.detections:
             x1, y1, x2, y2 = (round(v) for v in d.box)
-            cv2.rectangle(img, (x1, y1), (x2, y2), c.color, c.thickness)
             text = d.label + (f" #{d.track_id}" if d.track_id is not None else "")
             if c.show_scores:
                 text += f" {d.score:.2f}"
-            cv2.putText(img, text, (x1, max(12, y1 - 4)), cv2.FONT_HERSHEY_SIMPLEX, 0.5, c.color, 1, cv2.LINE_AA)
+            (tw, th), _ = cv2.getTextSize(text, font, 0.5, 1)
+            ty = max(12, y1 - 4)
+
+            def box(img: np.ndarray, x0: int, y0: int, b: tuple[int, ...] = (x1, y1, x2, y2), t: str = text,
+                    ty: int = ty) -> None:
+                cv2.rectangle(img, (b[0] - x0, b[1] - y0), (b[2] - x0, b[3] - y0), c.color, c.thickness)
+                cv2.putText(img, t, (b[0] - x0, ty - y0), font, 0.5, c.color, 1, cv2.LINE_AA)
+
+            out.append(((x1 - pad, min(y1, ty - th) - pad, max(x2, x1 + tw) + pad, max(y2, ty) + pad), box))
         if c.show_fps:
             ts = self._times.setdefault(frame.stream, [])
             ts.append(time.monotonic())
             del ts[:-30]
             fps = (len(ts) - 1) / (ts[-1] - ts[0]) if len(ts) > 1 and ts[-1] > ts[0] else 0.0
-            cv2.putText(img, f"{frame.stream} {fps:5.1f} fps", (8, 22), cv2.FONT_HERSHEY_SIMPLEX, 0.6, (255, 255, 255),
-                        2, cv2.LINE_AA)
+            label = f"{frame.stream} {fps:5.1f} fps"
+            (tw, th), _ = cv2.getTextSize(label, font, 0.6, 2)
+
+            def rate(img: np.ndarray, x0: int, y0: int, t: str = label) -> None:
+                cv2.putText(img, t, (8 - x0, 22 - y0), font, 0.6, (255, 255, 255), 2, cv2.LINE_AA)
+
+            out.append(((0, 0, 8 + tw + 6, 22 + 6), rate))
+        return out
+
+
+def _even(r: tuple[int, int, int, int], w: int, h: int) -> tuple[int, int, int, int]:
+    """A region inside the frame on even coordinates (whole chroma samples)."""
+    x1, y1 = max(0, r[0]) & ~1, max(0, r[1]) & ~1
+    x2, y2 = min(w, r[2] + (r[2] & 1)), min(h, r[3] + (r[3] & 1))
+    return x1, y1, x2 & ~1, y2 & ~1
+
+
+def yuv_region_to_bgr(frame: Frame, x1: int, y1: int, x2: int, y2: int) -> np.ndarray:
+    """A BGR copy of one (even-aligned) region of an NV12/I420 frame."""
+    p = frame.planes()
+    w, h = x2 - x1, y2 - y1
+    y = p["Y"][y1:y2, x1:x2]
+    if frame.format == "NV12":
+        uv = p["UV"][y1 // 2:y2 // 2, x1 // 2:x2 // 2].reshape(h // 2, w)
+        return cv2.cvtColor(np.vstack([y, uv]), cv2.COLOR_YUV2BGR_NV12)
+    u, v = p["U"][y1 // 2:y2 // 2, x1 // 2:x2 // 2], p["V"][y1 // 2:y2 // 2, x1 // 2:x2 // 2]
+    flat = np.concatenate([y.reshape(-1), u.reshape(-1), v.reshape(-1)])
+    return cv2.cvtColor(flat.reshape(h * 3 // 2, w), cv2.COLOR_YUV2BGR_I420)
+
+
+def bgr_to_yuv_region(frame: Frame, x1: int, y1: int, bgr: np.ndarray) -> None:
+    """Writes a BGR region back into an NV12/I420 frame's planes at (x1, y1)."""
+    h, w = bgr.shape[:2]
+    flat = cv2.cvtColor(bgr, cv2.COLOR_BGR2YUV_I420).reshape(-1)
+    q = (h // 2) * (w // 2)
+    u, v = flat[h * w:h * w + q].reshape(h // 2, w // 2), flat[h * w + q:].reshape(h // 2, w // 2)
+    p = frame.planes()
+    p["Y"][y1:y1 + h, x1:x1 + w] = flat[:h * w].reshape(h, w)
+    if frame.format == "NV12":
+        uv = p["UV"][y1 // 2:(y1 + h) // 2, x1 // 2:(x1 + w) // 2]
+        uv[..., 0], uv[..., 1] = u, v
+    else:
+        p["U"][y1 // 2:(y1 + h) // 2, x1 // 2:(x1 + w) // 2] = u
+        p["V"][y1 // 2:(y1 + h) // 2, x1 // 2:(x1 + w) // 2] = v

@@ -304,3 +304,46 @@ def test_blur_of_a_large_face_leaves_little_detail(side: int) -> None:
         return float(cv2.Laplacian(cv2.cvtColor(img, cv2.COLOR_BGR2GRAY), cv2.CV_64F).var())
 
     assert detail(out.image[10:-10, 10:-10]) < 0.05 * detail(face)
+
+
+@pytest.mark.parametrize("fmt", ["I420", "NV12"])
+def test_overlay_draws_on_yuv_converting_only_what_it_touches(fmt: str) -> None:
+    """Boxes, labels and the rate drawn on an I420/NV12 frame look as drawn in BGR; every pixel away from
+    them is left exactly as it was."""
+    import cv2
+    import numpy as np
+    from flowpipe.nodes.draw import Overlay
+    from skimage import data
+
+    from flowpipe.frame import Detection, Frame
+
+    bgr = cv2.cvtColor(data.astronaut(), cv2.COLOR_RGB2BGR)
+    h, w = bgr.shape[:2]
+    i420 = cv2.cvtColor(bgr, cv2.COLOR_BGR2YUV_I420)
+    if fmt == "NV12":
+        u, v = i420[h:h + h // 4].reshape(h // 2, w // 2), i420[h + h // 4:].reshape(h // 2, w // 2)
+        yuv, back = np.vstack([i420[:h], np.dstack([u, v]).reshape(h // 2, w)]), cv2.COLOR_YUV2BGR_NV12
+    else:
+        yuv, back = i420.copy(), cv2.COLOR_YUV2BGR_I420
+    dets = [Detection((171.0, 31.0, 329.0, 199.0), 0.93, "face", track_id=4), Detection((301.0, 301.0, 401.0, 451.0),
+                                                                                      0.61, "face")]
+    nodes = [Overlay("o", Overlay.Config(show_fps=True)) for _ in range(2)]  # each one's first frame: 0.0 fps
+    for node in nodes:
+        node.open(None)  # type: ignore[arg-type]
+    drawn_bgr = nodes[0].process(Frame("cam", 0, 0.0, cv2.cvtColor(yuv, back), "BGR", detections=list(dets)),
+                                 "detections").image
+    drawn_yuv = nodes[1].process(Frame("cam", 0, 0.0, yuv.copy(), fmt, detections=list(dets)), "detections").data
+    got, ref = cv2.cvtColor(drawn_yuv, back), cv2.cvtColor(yuv, back)
+    changed = np.abs(drawn_bgr.astype(int) - ref.astype(int)).sum(axis=2) > 0  # where BGR drawing touched
+    assert changed.sum() > 1000
+    assert np.abs(got[changed].astype(int) - drawn_bgr[changed].astype(int)).mean() < 20  # drawn alike
+    near = cv2.dilate(changed.astype(np.uint8), np.ones((9, 9), np.uint8)).astype(bool)
+    far = ~near
+    regions = np.zeros((h, w), bool)  # (conversions only happen in the drawings' regions)
+    for d in dets:
+        x1, y1, x2, y2 = (int(v) for v in d.box)
+        regions[max(0, y1 - 30):y2 + 8, max(0, x1 - 8):x2 + 160] = True
+    regions[:40, :220] = True
+    assert np.array_equal(got[~regions], ref[~regions])  # untouched outside every drawing's region
+    trip = np.abs(got[far & regions].astype(int) - ref[far & regions].astype(int))
+    assert trip.mean() < 1.0 and trip.max() <= 16, (trip.mean(), trip.max())  # YUV->BGR->YUV rounding only
