@@ -24,6 +24,7 @@ from flowpipe.frame import Frame, FrameRef
 from flowpipe.memory import BufferPool
 from flowpipe.node import Node, NodeConfig, RunContext, Source
 from flowpipe.registry import register
+from flowpipe.runtime.settings import usable_cores
 
 log = logging.getLogger("flowpipe.video")
 IMAGE_EXT = {".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp"}
@@ -99,7 +100,7 @@ class VideoSource(Source):
         self.pool_size = min(ctx.frames_in_flight(), 128)
         self.allocation = ctx.allocation("frame")
         self.is_net = bool(_NET.match(c.uri))
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        cores = usable_cores()
         # FFmpeg's default (a thread per core for every decoder) costs ~1.8x the CPU per frame of one
         # thread (1366x768 H.264) and oversubscribes the cores when many streams decode at once
         self.threads = c.threads if c.threads is not None else max(1, cores // max(ctx.streams, 1))
@@ -453,7 +454,7 @@ class VideoWriter(Node):
         return [f"writes {c.path} ({how})"]
 
     def open(self, ctx: RunContext) -> None:
-        from flowpipe.media.encode import available, cores
+        from flowpipe.media.encode import available
 
         self._lock = threading.Lock()  # workers: N writes several streams at once
         self.writers: dict[str, Any] = {}
@@ -462,7 +463,7 @@ class VideoWriter(Node):
         self.sizes: dict[str, tuple[int, int]] = {}
         self.stats = ctx.stats
         self.written: dict[str, int] = {}
-        self.threads = max(1, cores() // max(ctx.streams, 1))  # encoder threads: the stream's share of cores
+        self.threads = max(1, usable_cores() // max(ctx.streams, 1))  # encoder threads: the stream's share of cores
         if self.config.fourcc is None and not available():
             raise RuntimeError("video_writer needs PyAV (pip install av) for codec " + self.config.codec +
                                "; or set fourcc to write through OpenCV")

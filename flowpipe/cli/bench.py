@@ -18,7 +18,7 @@ import numpy as np
 from ..graph import GraphSpec, load_graph, parse_sets
 from ..node import Source
 from ..runtime import Runner
-from ..runtime.settings import limit_library_threads
+from ..runtime.settings import limit_library_threads, usable_cores
 from ..runtime.shards import ShardedRun, resolve_processes
 
 
@@ -119,7 +119,7 @@ def bench_graph(path: str, sets: list[str] | None = None, frames: int = 300, war
                   for k, v in res.nodes.items()},
         "edges": res.edges, "inference": res.inference, "exit": res.exit_code,
         "error": str(res.error) if res.error else None,
-        "machine": {"cpu": platform.processor() or platform.machine(), "cores": _cores(),
+        "machine": {"cpu": platform.processor() or platform.machine(), "cores": usable_cores(),
                     "python": platform.python_version(), "openvino": ov.get_version(),
                     "numpy": np.__version__},
     }
@@ -180,11 +180,6 @@ def _proc_hwm_kb(pid: int) -> int:
 def _proc_pss_kb(pid: int | str) -> int:
     return _proc_kb(pid, "smaps_rollup", "Pss:")
 
-
-def _cores() -> int:
-    import os
-
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def _round(v: float | None) -> float | None:

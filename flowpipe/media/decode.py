@@ -84,10 +84,3 @@ class Demuxer:
     def close(self) -> None:
         self.container.close()
 
-
-def available() -> bool:
-    try:
-        import av  # noqa: F401
-    except ImportError:
-        return False
-    return True

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from .shards import ShardedRun
 
 log = logging.getLogger("flowpipe.runtime")
+PREVIEW = "_preview"  # the node that keeps each stream's newest picture, where a graph has one (flowpipe serve)
 
 
 @dataclasses.dataclass
@@ -39,6 +40,7 @@ class Added:
     spec: NodeSpec
     node: Node
     stream: str
+    like: str  # the source it copies
     stop: threading.Event
     thread: threading.Thread | None = None
     state: str = "running"  # running, reconnecting, removing, ended, failed
@@ -99,7 +101,7 @@ class LiveStreams:
                 where = ".".join(str(x) for x in err["loc"])
                 raise ValueError(f"stream {stream!r}: config.{where}: {err['msg']}") from None
             spec = dataclasses.replace(template, id=stream, config=cfg, template=False)
-            rec = Added(spec, spec.make(), stream, threading.Event())
+            rec = Added(spec, spec.make(), stream, template.id, threading.Event())
             self.added[stream] = rec
         from .runner import NodeStats
 
@@ -131,7 +133,7 @@ class LiveStreams:
             log.error("stream %s: %s (the other streams go on)", rec.stream, err)
 
         assert isinstance(rec.node, Source)
-        self.runner._run_source(rec.spec, rec.node, rec.stop, failed)
+        self.runner._run_source(rec.spec, rec.node, failed)
         if rec.state == "running":
             rec.state = "ended"
 
@@ -189,7 +191,7 @@ class LiveStreams:
         except Exception as e:  # noqa: BLE001
             errors.append(NodeError(rec.stream, rec.spec.type, f"close failed: {type(e).__name__}: {e}"))
         st = r.stats.pop(rec.stream)
-        like = r.stats.get(self._like(rec))
+        like = r.stats.get(rec.like)
         if like is not None:  # the source's counts go to its template's (stats keep one entry per node)
             with like.lock:
                 like.frames += st.frames
@@ -201,10 +203,6 @@ class LiveStreams:
             del self.added[rec.stream]
         return errors
 
-    def _like(self, rec: Added) -> str:
-        ctx = self.runner.contexts.get(rec.stream)
-        return ctx.like if ctx is not None else rec.stream
-
     def states(self) -> list[dict[str, Any]]:
         """Every stream now, the graph's own and those added, with its account so far."""
         r = self.runner
@@ -213,7 +211,7 @@ class LiveStreams:
             latency = dict(r.latency_ms)
         rows: list[tuple[str, str | None, str, str | None, NodeSpec, float]] = [
             (s.id, None, "running" if r.running else "ended", None, s, r.started_at) for s in r.spec.sources()]
-        rows += [(rec.stream, self._like(rec), rec.state, rec.error, rec.spec, rec.added_at)
+        rows += [(rec.stream, rec.like, rec.state, rec.error, rec.spec, rec.added_at)
                  for rec in list(self.added.values())]
         out = []
         for stream, like, state, error, spec, since in rows:
@@ -229,7 +227,7 @@ class LiveStreams:
 
     def picture(self, stream: str) -> bytes | None:
         """The stream's newest picture, where the graph keeps them (``flowpipe serve``'s preview node)."""
-        node = self.runner.nodes.get("_preview")
+        node = self.runner.nodes.get(PREVIEW)
         return node.ask(stream) if node is not None else None  # type: ignore[attr-defined]
 
     def threads_alive(self) -> bool:

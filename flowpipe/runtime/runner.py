@@ -40,16 +40,6 @@ log = logging.getLogger("flowpipe")
 Inbox = Channel | StreamRouter
 
 
-class _Either:
-    """Set when either of two events is."""
-
-    def __init__(self, a: threading.Event, b: threading.Event):
-        self.a, self.b = a, b
-
-    def is_set(self) -> bool:
-        return self.a.is_set() or self.b.is_set()
-
-
 def frame_list(frames: Iterable[tuple[str, int]]) -> str:
     """``cam-a 4-7,9, cam-b 4`` : frames (stream, index), per stream, runs of indices as ranges."""
     by: dict[str, list[int]] = {}
@@ -302,18 +292,18 @@ class Runner:
                         fr.end("failed")
 
     # threads ---------------------------------------------------------------------------------------
-    def _run_source(self, spec: NodeSpec, node: Source, stop: threading.Event | None = None,
+    def _run_source(self, spec: NodeSpec, node: Source,
                     on_error: Callable[[BaseException], None] | None = None) -> None:
-        """A source's thread; ``stop`` and ``on_error`` for a stream added to the running graph (it ends
-        alone, and its failure is its own, not the run's)."""
+        """A source's thread, until its context says stop (the run's, or a stream of its own being removed);
+        ``on_error`` for a stream added to the running graph: its failure is its own, not the run's."""
         ledgers.bind(self.state.ledger)
         st = self.stats[spec.id]
         port = next(iter(spec.cls.outputs), None)
         start = self.resume.start
-        stopping = self.stop_event if stop is None else _Either(self.stop_event, stop)
+        ctx = self.contexts[spec.id]
         try:
             it = iter(node.frames())
-            while not stopping.is_set():
+            while not ctx.stopping:
                 t0, c0 = time.perf_counter(), time.thread_time()
                 try:
                     frame = next(it)

@@ -37,6 +37,11 @@ def interrupts_stop(runner: Interruptible) -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity), else the machine's."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def share_library_threads(processes: int) -> None:
     """In one of ``processes`` shard processes: OpenCV's own thread pool gets this process's share of the
     cores (the shards are the parallelism; a full pool in each would oversubscribe the cores N times)."""
@@ -44,7 +49,7 @@ def share_library_threads(processes: int) -> None:
         import cv2
     except ImportError:
         return
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = usable_cores()
     cv2.setNumThreads(max(1, cores // max(processes, 1)))
 
 
@@ -57,7 +62,7 @@ def limit_library_threads(spec: GraphSpec) -> None:
     except ImportError:
         return
     stage_threads = sum(s.workers for s in spec.nodes)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = usable_cores()
     if stage_threads >= cores:
         cv2.setNumThreads(1)
         log.info("%d stage threads on %d cores: OpenCV runs single-threaded", stage_threads, cores)

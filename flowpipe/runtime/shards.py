@@ -39,6 +39,7 @@ from .board import StreamBoard
 from .context import Resume
 from .owner import OwnerLink, OwnerProcess
 from .runner import RunSummary, frame_list
+from .settings import usable_cores
 
 log = logging.getLogger("flowpipe.shards")
 REPORT_EVERY_S = 0.2
@@ -49,7 +50,7 @@ def auto_processes(spec: GraphSpec, cores: int | None = None) -> int:
     8 cores a second interpreter costs more than the lock it frees) and for a single stream. (16 cores,
     16 streams of face blur on an H100: 4 processes 438 fps, 8: 456, 16: 471 with batch 1; 8: 633 and
     16: 743 with batch 8, RSS 7.7 -> 10.1 GB: 8 is the middle; benchmarks/process_scaling.py.)"""
-    cores = cores or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    cores = cores or usable_cores()
     streams = len(spec.sources())
     if cores < 8 or streams < 2:
         return 1

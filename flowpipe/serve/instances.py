@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 from ..errors import GraphError
 from ..graph import GraphSpec, NodeSpec, load_graph
 from ..runtime import Runner
+from ..runtime.live import PREVIEW
 from ..runtime.shards import ShardedRun, resolve_processes
 
 if TYPE_CHECKING:
     from ..cluster.service import ClusterInstance
 
-PREVIEW = "_preview"  # the node an instance adds to keep each stream's newest picture for the console
 URI_SCHEMES = ("rtsp://", "rtsps://", "http://", "https://", "srt://", "udp://", "tcp://")
 
 
