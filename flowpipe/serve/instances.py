@@ -248,6 +248,7 @@ class Instances:
     def remove_stream(self, inst: Instance, sid: str) -> dict[str, Any]:
         try:
             account: dict[str, Any] = inst.runner.live.remove(sid)
+            inst._seen.pop(sid, None)
             inst._status_at = -1e9  # the next status shows it gone
             return account
         except KeyError:
