@@ -66,6 +66,9 @@ class VideoSource(Source):
                                                                   "before the stream is taken as ended")
         decoder: Literal["opencv", "pyav"] = Field("opencv", description="pyav: the stream's own timestamps, size "
                                                    "changes passed on, damaged packets counted, NV12 output")
+        hwaccel: Literal["none", "auto", "qsv", "vaapi", "cuda", "drm"] = Field(
+            "none", description="decoder: pyav: decode on a device (auto: QSV, VA-API, then CUDA, the first that "
+            "opens the stream; one asked by name falls back to software with a line in the log)")
         format: Literal["BGR", "NV12", "I420"] = Field("BGR", description="NV12/I420 (with decoder: pyav): YUV "
                                                        "planes, no BGR conversion (for preprocess and video_writer)")
 
@@ -73,6 +76,8 @@ class VideoSource(Source):
         def _nv12_needs_pyav(self) -> VideoSource.Config:
             if self.format != "BGR" and self.decoder != "pyav":
                 raise ValueError(f"format {self.format} needs decoder: pyav")
+            if self.hwaccel != "none" and self.decoder != "pyav":
+                raise ValueError(f"hwaccel {self.hwaccel} needs decoder: pyav")
             return self
 
         @field_validator("uri")
@@ -164,7 +169,7 @@ class VideoSource(Source):
 
         c = self.config
         try:
-            dem = Demuxer(os.path.expanduser(c.uri), c.format, self.threads, c.timeout_s, c.rtsp_transport)
+            dem = Demuxer(os.path.expanduser(c.uri), c.format, self.threads, c.timeout_s, c.rtsp_transport, c.hwaccel)
         except Exception as e:  # noqa: BLE001 - FFmpeg's errors: one line, or a reconnect for a network stream
             if self.is_net and not first:
                 return None
@@ -173,7 +178,7 @@ class VideoSource(Source):
             raise RuntimeError(f"cannot open {_redact(c.uri)}: {str(e).splitlines()[0] if str(e) else e!r}") from None
         self.fps = dem.fps if 0 < dem.fps < 1000 else 30.0
         self.stats["source"] = {"uri": _redact(c.uri), "fps": round(self.fps, 3), "size": list(dem.size),
-                                "decoder": f"pyav ({dem.stream.codec_context.name})"}
+                                "decoder": f"pyav ({dem.decoder})"}
         return dem
 
     def _pyav_frames(self) -> Iterator[Frame]:

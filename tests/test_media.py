@@ -189,7 +189,7 @@ nodes:
         assert {f.format for f in got} == {fmt}
         pts = [f.pts for f in got]
         assert pts[0] == 0.0 and all(b > a for a, b in itertools.pairwise(pts)) and abs(pts[29] - 29 / 30) < 1e-3
-        assert res.nodes["src"]["source"]["decoder"] == "pyav (h264)"
+        assert res.nodes["src"]["source"]["decoder"] == "pyav (h264 in software)"
         assert res.nodes["src"]["timestamp_jumps"] == 1  # the second part's clock restarted: counted, smoothed
 
     import random
@@ -208,6 +208,44 @@ nodes:
     assert res.frames["in"] == res.frames["out"] >= 30
     assert res.frames["in"] + res.nodes["src"].get("decode_errors", 0) >= 40
 
+
+
+@pytest.mark.skipif(FFPROBE is None, reason="ffmpeg (scripts/setup.sh installs it)")
+def test_hardware_decode_asked_for_falls_back_to_software_with_one_line(tmp_path, caplog) -> None:
+    """``hwaccel: cuda`` where no NVIDIA decoder opens: the same frames from the software decoder, one warning
+    naming the device, and stats that say what decoded; ``auto`` falls back without a word."""
+    from flowpipe.testing import collected
+
+    clip = _ts(tmp_path, "320x240", "320x240")
+    seen = {}
+    for accel in ("none", "auto", "cuda"):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="flowpipe.media"):
+            res = run_yaml(f"""
+nodes:
+  - {{id: src, type: video_source, config: {{uri: "{clip}", decoder: pyav, format: NV12, hwaccel: {accel}}}}}
+  - {{id: s, type: collect, config: {{into: hw{accel}, keep_pixels: true}}, inputs: src.frame}}
+""")
+        assert res.ok, res.error
+        decoder = res.nodes["src"]["source"]["decoder"]
+        seen[accel] = [f.image.copy() for f in collected(f"hw{accel}")]
+        lines = [r.getMessage() for r in caplog.records if "hardware decode" in r.getMessage()]
+        if decoder == "pyav (h264 on cuda)":  # a machine with an NVIDIA decoder (the GPU device)
+            assert accel in ("auto", "cuda") and not lines
+            continue
+        assert decoder == "pyav (h264 in software)"
+        assert len(lines) == (1 if accel == "cuda" else 0), lines
+        if accel == "cuda":
+            assert "cuda" in lines[0] and "software" in lines[0]
+    assert len(seen["none"]) == len(seen["cuda"]) == 60
+    import numpy as np
+
+    for a, b in zip(seen["none"], seen["cuda"], strict=True):  # NVDEC and FFmpeg decode H.264 bit-exactly
+        assert np.array_equal(a, b)
+    from flowpipe import GraphError, load_graph
+
+    with pytest.raises(GraphError, match=r"g\.yaml:1: node 'src' \(video_source\): .*hwaccel cuda needs decoder: pyav"):
+        load_graph("g.yaml", text="nodes: [{id: src, type: video_source, config: {uri: sample, hwaccel: cuda}}]")
 
 
 @pytest.mark.parametrize("mode", ["blur", "pixelate", "fill"])

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 log = logging.getLogger("flowpipe.media")
+HWACCEL = ("qsv", "vaapi", "cuda")  # ``auto`` tries these in order: Intel first (QSV, then VA-API), then NVIDIA
 NET = ("rtsp://", "rtsps://", "rtmp://", "http://", "https://", "udp://", "tcp://", "srt://")
 
 
@@ -22,10 +23,11 @@ class Demuxer:
     seconds from the stream's first picture, always increasing."""
 
     def __init__(self, uri: str, fmt: str = "BGR", threads: int = 0, timeout_s: float = 5.0,
-                 rtsp_transport: str = "tcp"):
+                 rtsp_transport: str = "tcp", hwaccel: str = "none"):
         import av
 
         self.uri, self.fmt = uri, fmt
+        self.hwaccel: str | None = None  # the device that decodes (None: FFmpeg's software decoder)
         self.damaged = 0  # packets the decoder refused (skipped)
         self.discontinuities = 0  # times the stream's timestamps went back
         options: dict[str, str] = {}
@@ -36,8 +38,20 @@ class Demuxer:
             kind = "v4l2"
             uri = uri if uri.startswith("/dev/") else f"/dev/video{uri}"
         net = uri.lower().startswith(NET)
-        self.container: Any = av.open(uri, format=kind, options=options,
-                                      timeout=(timeout_s, timeout_s) if net else None)
+        timeout = (timeout_s, timeout_s) if net else None
+        self.container: Any = None
+        for device in self._devices(hwaccel):
+            try:
+                self.container = av.open(uri, format=kind, options=options, timeout=timeout,
+                                         hwaccel=av.codec.hwaccel.HWAccel(device, allow_software_fallback=False))
+                self.hwaccel = device
+                break
+            except (av.error.FFmpegError, OSError, RuntimeError, ValueError) as e:
+                if hwaccel != "auto":  # asked for by name: say why it is not used
+                    log.warning("%s: hardware decode on %s unavailable (%s): decoding in software",
+                                uri, device, str(e).splitlines()[0] if str(e) else type(e).__name__)
+        if self.container is None:
+            self.container = av.open(uri, format=kind, options=options, timeout=timeout)
         if not self.container.streams.video:
             self.container.close()
             raise RuntimeError(f"no video stream in {uri}")
@@ -47,6 +61,27 @@ class Demuxer:
         rate = self.stream.average_rate or self.stream.guessed_rate
         self.fps = float(rate) if rate else 30.0
         self.size = (self.stream.codec_context.width, self.stream.codec_context.height)
+
+    @staticmethod
+    def _devices(hwaccel: str) -> list[str]:
+        if hwaccel == "none":
+            return []
+        from av.codec.hwaccel import hwdevices_available
+
+        present = set(hwdevices_available())
+        if hwaccel == "auto":
+            return [d for d in HWACCEL if d in present]
+        if hwaccel not in present:
+            log.warning("hardware decode on %s: not in this FFmpeg build (it has: %s): decoding in software",
+                        hwaccel, ", ".join(sorted(present)) or "none")
+            return []
+        return [hwaccel]
+
+    @property
+    def decoder(self) -> str:
+        """What decodes, for stats: the codec and the device (``h264 on cuda``) or ``software``."""
+        return f"{self.stream.codec_context.name} on {self.hwaccel}" if self.hwaccel else \
+            f"{self.stream.codec_context.name} in software"
 
     def pictures(self) -> Iterator[tuple[np.ndarray, float]]:
         import av
