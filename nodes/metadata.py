@@ -20,11 +20,14 @@ log = logging.getLogger("flowpipe.metadata")
 
 
 def frame_record(frame: Frame) -> dict[str, Any]:
-    """The per-frame record: stream, frame, timestamp, objects (label, score, box in source pixels, track)."""
+    """The per-frame record: stream, frame, timestamp, objects (label, score, box in source pixels, track),
+    and where the frame was recorded when it comes from a ``video_writer``."""
     rec: dict[str, Any] = {"stream": frame.stream, "frame": frame.index, "pts": round(frame.pts, 4),
                            "objects": [d.to_json() for d in frame.detections], "count": len(frame.detections)}
     if "classes" in frame.meta:
         rec["classes"] = frame.meta["classes"]
+    if "recording" in frame.meta:  # after a video_writer: the file (segment) and the frame in it
+        rec["recording"] = frame.meta["recording"]
     return rec
 
 

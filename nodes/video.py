@@ -421,7 +421,9 @@ def is_live(uri: str) -> bool:
 class VideoWriter(Node):
     """Writes each stream to a video file: H.264 in fragmented MP4 by default (browsers play it; a crash
     leaves it playable up to its last fragment), H.265 as an option, segments on a schedule, hardware
-    encoders when asked. Closed on every exit path.
+    encoders when asked. Closed on every exit path. Each frame goes on (output ``frame``) once the encoder
+    has it, saying where it was recorded (``meta["recording"]``: file and frame in it), so a metadata sink
+    after the writer names the segment and frame of every record.
 
     YAML:
         - id: out
@@ -433,6 +435,7 @@ class VideoWriter(Node):
     parallel_streams = True
 
     inputs = {"frame": "frame"}
+    outputs = {"frame": "any"}  # what came in, detections and all
 
     class Config(NodeConfig):
         path: str = Field(description="output file; '{stream}' is replaced by the stream id")
@@ -466,6 +469,7 @@ class VideoWriter(Node):
         self.first_shard = ctx.shard[0] == 0  # the plain path belongs to the first stream of the first shard
         self.generation = ctx.generation  # a restarted shard writes new files beside the earlier ones
         self.sizes: dict[str, tuple[int, int]] = {}
+        self.paths: dict[str, str] = {}
         self.stats = ctx.stats
         self.written: dict[str, int] = {}
         self.threads = max(1, usable_cores() // max(ctx.streams, 1))  # encoder threads: the stream's share of cores
@@ -477,7 +481,7 @@ class VideoWriter(Node):
         """The configured rate, else the rate the source gave the stream (``meta['fps']``), else 30."""
         return float(self.config.fps or frame.meta.get("fps") or 30.0)
 
-    def process(self, frame: Frame, port: str) -> None:
+    def process(self, frame: Frame, port: str) -> Frame:
         yuv = frame.format in ("NV12", "I420")
         if frame.format != "BGR" and not (yuv and self.config.fourcc is None):
             raise ValueError(f"video_writer takes BGR frames{', or NV12/I420 without fourcc' if not yuv else ''}, "
@@ -492,11 +496,15 @@ class VideoWriter(Node):
                                  "one size (without fourcc, recording goes on in a new file)")
             w.resize(size)
             self.sizes[frame.stream] = size
-        if yuv:
-            w.write(frame.data, frame.format)
-        else:
+        if isinstance(w, cv2.VideoWriter):
             w.write(frame.image)
+            where = {"file": self.paths[frame.stream], "frame": self.written[frame.stream]}
+        else:
+            file, index = w.write(frame.data, frame.format) if yuv else w.write(frame.image)
+            where = {"file": file, "frame": index}
         self.written[frame.stream] += 1
+        frame.meta["recording"] = where
+        return frame
 
     def _create(self, frame: Frame, size: tuple[int, int]) -> Any:
         c = self.config
@@ -520,6 +528,7 @@ class VideoWriter(Node):
                              c.gop_seconds, c.fragmented, c.segment_seconds, self.threads)
             self.sizes[frame.stream] = size
             self.written[frame.stream] = 0
+            self.paths[frame.stream] = path
             self.writers[frame.stream] = w
             return w
 
@@ -539,6 +548,7 @@ class VideoWriter(Node):
         with self._lock:
             w = self.writers.pop(stream, None)
             self.sizes.pop(stream, None)
+            self.paths.pop(stream, None)
         if w is not None:
             self._finish(w)  # the stream's file is whole now, while the others go on
         self.stats["written"] = dict(self.written)

@@ -77,15 +77,15 @@ def test_segments_h265_and_a_missing_hardware_encoder(tmp_path, caplog) -> None:
 
 @pytest.mark.skipif(FFPROBE is None, reason="ffprobe (scripts/setup.sh installs ffmpeg)")
 def test_a_recording_survives_sigkill_up_to_its_last_fragment(tmp_path) -> None:
-    """kill -9 in the middle of the face-blur job's kind of run: the MP4 opens and plays, and holds every
-    frame the JSONL has up to the last fragment (the frames after it are the open fragment's)."""
+    """kill -9 in the middle of a recording in 2 s segments: every closed segment is whole, the open one plays
+    up to its last fragment, and each JSONL record names the segment and frame that hold its picture."""
     graph = tmp_path / "g.yaml"
     graph.write_text(f"""
 nodes:
   - {{id: cam, type: video_source, config: {{uri: sample, loop: -1, realtime: true}}}}
-  - {{id: hop, type: passthrough, inputs: {{in: cam}}}}
-  - {{id: meta, type: jsonl, config: {{path: "{tmp_path}/m.jsonl"}}, inputs: hop}}
-  - {{id: rec, type: video_writer, config: {{path: "{tmp_path}/v.mp4", gop_seconds: 0.5}}, inputs: {{frame: cam}}}}
+  - {{id: rec, type: video_writer, config: {{path: "{tmp_path}/v.mp4", gop_seconds: 0.5, segment_seconds: 2}},
+      inputs: {{frame: cam}}}}
+  - {{id: meta, type: jsonl, config: {{path: "{tmp_path}/m.jsonl"}}, inputs: rec}}
 """)
     p = subprocess.Popen([sys.executable, "-m", "flowpipe.cli", "run", str(graph)], stderr=subprocess.DEVNULL)
     try:
@@ -98,11 +98,22 @@ nodes:
     finally:
         if p.poll() is None:
             p.kill()
-    lines = len((tmp_path / "m.jsonl").read_bytes().splitlines())
-    got = probe(tmp_path / "v.mp4")
-    assert got["codec_name"] == "h264" and got["width"] == 1366
-    assert 0 < got["frames"] <= lines
-    assert got["frames"] >= lines - 15 - 10  # at most a fragment (0.5 s at 30 fps) and frames in flight lost
+    records = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
+    segments = sorted(tmp_path.glob("v.*.mp4"))
+    assert len(segments) >= 2  # killed in its second segment or later (2 s each, 100 records = 3.3 s)
+    in_file: dict[str, list[int]] = {}
+    for r in records:  # every record names the segment and the frame in it that hold its picture
+        in_file.setdefault(r["recording"]["file"], []).append(r["recording"]["frame"])
+    assert sorted(in_file) == [str(f) for f in segments]
+    for f in segments:
+        frames = in_file[str(f)]
+        assert frames == list(range(len(frames)))
+        got = probe(f)
+        assert got["codec_name"] == "h264" and got["width"] == 1366 and got["errors"] == ""
+        if f != segments[-1]:  # closed segments: whole
+            assert got["frames"] == len(frames) == 60
+        else:  # the open one: playable up to its last fragment (0.5 s at 30 fps)
+            assert 0 < got["frames"] <= len(frames) and got["frames"] >= len(frames) - 15
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/setup.sh installs it)")

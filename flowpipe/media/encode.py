@@ -112,8 +112,9 @@ class Recorder:
             return
         raise RuntimeError(f"no encoder for {self.codec} opens here: {'; '.join(failures)}")
 
-    def write(self, image: np.ndarray, fmt: str = "BGR") -> None:
-        """One picture: BGR ``(H, W, 3)``, or NV12/I420 planes ``(H * 3 // 2, W)`` (encoded as they are)."""
+    def write(self, image: np.ndarray, fmt: str = "BGR") -> tuple[str, int]:
+        """One picture: BGR ``(H, W, 3)``, or NV12/I420 planes ``(H * 3 // 2, W)`` (encoded as they are).
+        Returns where it goes: the file and its frame number there."""
         if self._container is None or (self.per_segment and self._n >= self.per_segment):
             self._close_file()
             self._open()
@@ -132,6 +133,7 @@ class Recorder:
             self._container.mux(packet)
         self._n += 1
         self.frames += 1
+        return self.files[-1], self._n - 1
 
     def _close_file(self) -> None:
         if self._container is None:
