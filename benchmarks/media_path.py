@@ -5,7 +5,9 @@ H.264 encoder. Inputs: the sample clip scaled to 720p and 1080p as H.264 (what c
     python benchmarks/media_path.py --frames 150 --repeats 2 --out benchmarks/results/media_path.json
 
 Runs alternate (ABC CBA ...) so drift of a shared machine falls on every path; process CPU by getrusage
-(inference threads included), FPS over the runner's own time; the same faces are checked by
+(inference, decoder and encoder threads included) in the steady state (a run of 2N frames less one of N, so
+start-up cancels out), FPS over the runner's own time; ``ultrafast``: the x264 preset that costs what
+MPEG-4 Part 2 did, at about 8x the bit rate of ``veryfast`` (benchmarks/media_codecs.py); the same faces are checked by
 tests/test_media.py.
 """
 from __future__ import annotations
@@ -23,10 +25,11 @@ from typing import Any
 from bench_results import publish
 
 ROOT = Path(__file__).resolve().parent.parent
-PATHS = {  # name -> (decoder, pixels, writer fourcc or None for H.264)
-    "opencv_bgr_mp4v": ("opencv", "BGR", "mp4v"),
-    "opencv_bgr_h264": ("opencv", "BGR", None),
-    "pyav_i420_h264": ("pyav", "I420", None),
+PATHS = {  # name -> (decoder, pixels, writer fourcc or None for H.264, x264 preset)
+    "opencv_bgr_mp4v": ("opencv", "BGR", "mp4v", None),
+    "opencv_bgr_h264": ("opencv", "BGR", None, "veryfast"),
+    "pyav_i420_h264": ("pyav", "I420", None, "veryfast"),
+    "pyav_i420_h264_ultrafast": ("pyav", "I420", None, "ultrafast"),
 }
 
 
@@ -41,10 +44,17 @@ def clip(tmp: Path, height: int) -> Path:
 
 
 def run(src: Path, path: str, frames: int, tmp: Path, tiles: bool) -> tuple[float, float]:
+    """CPU ms per frame in the steady state (a run of ``2 * frames`` less one of ``frames``: model compile,
+    pools and encoder start cancel out) and FPS of the longer run."""
+    (c1, _), (c2, fps) = (_run(src, path, n, tmp, tiles) for n in (frames, 2 * frames))
+    return (c2 - c1) * 1e3 / frames, fps
+
+
+def _run(src: Path, path: str, frames: int, tmp: Path, tiles: bool) -> tuple[float, float]:
     from flowpipe import load_graph
     from flowpipe.runtime import Runner
 
-    decoder, pixels, fourcc = PATHS[path]
+    decoder, pixels, fourcc, preset = PATHS[path]
     sets: dict[str, Any] = {"input": str(src), "decoder": decoder, "pixels": pixels, "output": str(tmp / f"{path}.mp4"),
             "metadata": str(tmp / f"{path}.jsonl"), "device": "CPU"}
     if not tiles:
@@ -55,12 +65,14 @@ def run(src: Path, path: str, frames: int, tmp: Path, tiles: bool) -> tuple[floa
             node.config.loop = -1  # type: ignore[attr-defined]
         if node.type == "video_writer":
             node.config.fourcc = fourcc  # type: ignore[attr-defined]
+            if preset:
+                node.config.preset = preset  # type: ignore[attr-defined]
     usage = resource.getrusage(resource.RUSAGE_SELF)
     c0 = usage.ru_utime + usage.ru_stime
     res = Runner(spec, max_frames=frames).run()
-    assert res.ok, res.error
+    assert res.ok and res.frames["out"] == frames, (res.error, res.frames)
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    return (usage.ru_utime + usage.ru_stime - c0) * 1e3 / res.frames["out"], res.frames["out"] / res.elapsed_s
+    return usage.ru_utime + usage.ru_stime - c0, res.frames["out"] / res.elapsed_s
 
 
 def main() -> int:
@@ -77,7 +89,7 @@ def main() -> int:
         src = clip(tmp, height)
         cpu: dict[str, list[float]] = {p: [] for p in PATHS}
         fps: dict[str, list[float]] = {p: [] for p in PATHS}
-        run(src, "opencv_bgr_mp4v", 30, tmp, args.tiles)  # warm-up: model compiled, kernels built, caches
+        _run(src, "opencv_bgr_mp4v", 30, tmp, args.tiles)  # warm-up: model compiled, kernels built, caches
         for i in range(args.repeats):
             for path in (list(PATHS) if i % 2 == 0 else list(reversed(PATHS))):
                 c, f = run(src, path, args.frames, tmp, args.tiles)

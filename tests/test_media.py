@@ -295,15 +295,14 @@ def test_blur_masks_yuv_planes_where_they_are(mode: str, fmt: str) -> None:
 
 
 def test_the_face_blur_job_in_yuv_from_decode_to_encode(tmp_path) -> None:
-    """``decoder: pyav, pixels: I420``: the main job never makes a BGR picture, finds the faces the BGR path
-    finds (same frames, same counts, boxes overlapping by IoU >= 0.8, 0.97 on average: the preprocess
-    kernel's YUV -> RGB is not FFmpeg's to the last bit) and writes a playable H.264 file; PyAV's BGR gives
-    the very boxes OpenCV's does."""
+    """``decoder: pyav, pixels: I420``: the main job never makes a BGR picture, yet finds the very boxes the
+    BGR paths find (the preprocess kernel converts YUV in FFmpeg's own fixed point), and writes a playable
+    H.264 file; PyAV's BGR gives the very boxes OpenCV's does."""
     from flowpipe import load_graph
     from flowpipe.runtime import Runner
 
     found = {}
-    for dec, px in (("opencv", "BGR"), ("pyav", "BGR"), ("pyav", "I420")):
+    for dec, px in (("opencv", "BGR"), ("pyav", "BGR"), ("pyav", "I420"), ("pyav", "NV12")):
         spec = load_graph(str(ROOT / "graphs" / "face_blur.yaml"),
                           {"decoder": dec, "pixels": px, "output": str(tmp_path / f"{dec}{px}.mp4"),
                            "metadata": str(tmp_path / f"{dec}{px}.jsonl"), "device": "CPU", "tiles": None})
@@ -314,17 +313,9 @@ def test_the_face_blur_job_in_yuv_from_decode_to_encode(tmp_path) -> None:
     def boxes(run: str) -> list[list[list[float]]]:
         return [sorted(o["box"] for o in r["objects"]) for r in found[run]]
 
-    def iou(a: list[float], b: list[float]) -> float:
-        w, h = min(a[2], b[2]) - max(a[0], b[0]), min(a[3], b[3]) - max(a[1], b[1])
-        inter = max(0.0, w) * max(0.0, h)
-        return inter / ((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter)
-
     assert [r["frame"] for r in found["pyavI420"]] == [r["frame"] for r in found["opencvBGR"]] == list(range(60))
-    assert boxes("pyavBGR") == boxes("opencvBGR")
-    ref, yuv = boxes("opencvBGR"), boxes("pyavI420")
-    assert sum(map(len, ref)) > 30 and list(map(len, yuv)) == list(map(len, ref))
-    ious = [iou(a, b) for fa, fb in zip(ref, yuv) for a, b in zip(fa, fb)]
-    assert min(ious) >= 0.8 and sum(ious) / len(ious) >= 0.97, (min(ious), sum(ious) / len(ious))
+    assert sum(map(len, boxes("opencvBGR"))) > 30
+    assert boxes("pyavBGR") == boxes("opencvBGR") == boxes("pyavI420") == boxes("pyavNV12")
     if FFPROBE is not None:
         assert probe(tmp_path / "pyavI420.mp4")["frames"] == 60
 

@@ -3,15 +3,16 @@
 // model's input tensor. Compile-time defines select the formats:
 //   SRC_FMT: 0 BGR, 1 RGB, 2 GRAY, 3 NV12, 4 I420      DST_COLOR: 0 BGR, 1 RGB, 2 GRAY
 //   NCHW: 0/1                                            DST_T: 0 uchar, 1 half, 2 float
-// Sampling follows OpenCV's INTER_LINEAR (half-pixel centres, edge clamped); YUV is BT.601 limited
-// range like cv::COLOR_YUV2BGR_NV12, converted per source pixel before interpolation.
+// Sampling follows OpenCV's INTER_LINEAR (half-pixel centres, edge clamped). YUV is BT.601 limited range
+// converted per source pixel before interpolation, in FFmpeg's (swscale's) own fixed point, chroma of the
+// pixel's 2x2 block: the very BGR that decoding to BGR gives, so YUV and BGR frames find the same boxes.
 
-inline float3 yuv2bgr(float y, float u, float v) {
-    float c = 1.164f * (y - 16.0f);
-    float b = c + 2.018f * (u - 128.0f);
-    float g = c - 0.813f * (v - 128.0f) - 0.391f * (u - 128.0f);
-    float r = c + 1.596f * (v - 128.0f);
-    return clamp(round((float3)(b, g, r)), 0.0f, 255.0f);
+inline float3 yuv2bgr(int y, int u, int v) {
+    int l = ((y - 16) * 9539) >> 13;  // 1.1644 in Q13; >> of a negative int is arithmetic in OpenCL C
+    int b = l + (((u - 128) * 16525) >> 13);
+    int g = l + (((u - 128) * -3209) >> 13) + (((v - 128) * -6660) >> 13);
+    int r = l + (((v - 128) * 13075) >> 13);
+    return convert_float3(clamp((int3)(b, g, r), 0, 255));
 }
 
 inline float3 fetch_bgr(__global const uchar* src, int x, int y, int stride, int w, int h) {
@@ -25,11 +26,11 @@ inline float3 fetch_bgr(__global const uchar* src, int x, int y, int stride, int
     float g = src[y * stride + x];
     return (float3)(g, g, g);
 #elif SRC_FMT == 3
-    float Y = src[y * stride + x];
+    int Y = src[y * stride + x];
     __global const uchar* uv = src + h * stride + (y >> 1) * stride + (x & ~1);
     return yuv2bgr(Y, uv[0], uv[1]);
 #else
-    float Y = src[y * stride + x];
+    int Y = src[y * stride + x];
     int cw = stride >> 1;
     __global const uchar* u = src + h * stride;
     __global const uchar* v = u + (h >> 1) * cw;
