@@ -5,10 +5,10 @@ H.264 encoder. Inputs: the sample clip scaled to 720p and 1080p as H.264 (what c
     python benchmarks/media_path.py --frames 150 --repeats 2 --out benchmarks/results/media_path.json
 
 Runs alternate (ABC CBA ...) so drift of a shared machine falls on every path; process CPU by getrusage
-(inference, decoder and encoder threads included) in the steady state (a run of 2N frames less one of N, so
-start-up cancels out), FPS over the runner's own time; ``ultrafast``: the x264 preset that costs what
-MPEG-4 Part 2 did, at about 8x the bit rate of ``veryfast`` (benchmarks/media_codecs.py); the same faces are checked by
-tests/test_media.py.
+(inference, decoder and encoder threads included) in the steady state (sampled every 10 ms from the 30th
+frame out to the last: start-up and close left out), FPS over the same span. ``ultrafast``: the x264
+preset that costs about what MPEG-4 Part 2 did, at ~8x the bit rate of ``veryfast``
+(benchmarks/media_codecs.py). The same boxes on every path: tests/test_media.py.
 """
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -43,20 +45,20 @@ def clip(tmp: Path, height: int) -> Path:
     return out
 
 
-def run(src: Path, path: str, frames: int, tmp: Path, tiles: bool) -> tuple[float, float]:
-    """CPU ms per frame in the steady state (a run of ``2 * frames`` less one of ``frames``: model compile,
-    pools and encoder start cancel out) and FPS of the longer run."""
-    (c1, _), (c2, fps) = (_run(src, path, n, tmp, tiles) for n in (frames, 2 * frames))
-    return (c2 - c1) * 1e3 / frames, fps
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
-def _run(src: Path, path: str, frames: int, tmp: Path, tiles: bool) -> tuple[float, float]:
+def run(src: Path, path: str, frames: int, tmp: Path, tiles: bool, warm: int = 30) -> tuple[float, float]:
+    """CPU ms per frame in the steady state (process CPU between the ``warm``-th frame out and the last,
+    sampled every 10 ms: model compile, pools, encoder start and close left out) and FPS over the same span."""
     from flowpipe import load_graph
     from flowpipe.runtime import Runner
 
     decoder, pixels, fourcc, preset = PATHS[path]
     sets: dict[str, Any] = {"input": str(src), "decoder": decoder, "pixels": pixels, "output": str(tmp / f"{path}.mp4"),
-            "metadata": str(tmp / f"{path}.jsonl"), "device": "CPU"}
+            "metadata": str(tmp / f"{path}.jsonl"), "device": "CPU", "preset": preset or "veryfast"}
     if not tiles:
         sets["tiles"] = None
     spec = load_graph(str(ROOT / "graphs" / "face_blur.yaml"), sets)
@@ -65,14 +67,24 @@ def _run(src: Path, path: str, frames: int, tmp: Path, tiles: bool) -> tuple[flo
             node.config.loop = -1  # type: ignore[attr-defined]
         if node.type == "video_writer":
             node.config.fourcc = fourcc  # type: ignore[attr-defined]
-            if preset:
-                node.config.preset = preset  # type: ignore[attr-defined]
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    c0 = usage.ru_utime + usage.ru_stime
-    res = Runner(spec, max_frames=frames).run()
-    assert res.ok and res.frames["out"] == frames, (res.error, res.frames)
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime - c0, res.frames["out"] / res.elapsed_s
+    runner = Runner(spec, max_frames=frames + warm)
+    samples: list[tuple[int, float, float]] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.01):
+            samples.append((runner.counts["out"], _cpu(), time.perf_counter()))
+
+    watcher = threading.Thread(target=sample, daemon=True)
+    watcher.start()
+    res = runner.run()
+    done.set()
+    watcher.join()
+    assert res.ok and res.frames["out"] == frames + warm, (res.error, res.frames)
+    first = next(s for s in samples if s[0] >= warm)
+    last = max(samples, key=lambda s: (s[0], -s[1]))  # the first sample that saw the last frame out
+    n = last[0] - first[0]
+    return (last[1] - first[1]) * 1e3 / n, n / (last[2] - first[2])
 
 
 def main() -> int:
@@ -89,7 +101,7 @@ def main() -> int:
         src = clip(tmp, height)
         cpu: dict[str, list[float]] = {p: [] for p in PATHS}
         fps: dict[str, list[float]] = {p: [] for p in PATHS}
-        _run(src, "opencv_bgr_mp4v", 30, tmp, args.tiles)  # warm-up: model compiled, kernels built, caches
+        run(src, "opencv_bgr_mp4v", 30, tmp, args.tiles)  # warm-up: model compiled, kernels built, caches
         for i in range(args.repeats):
             for path in (list(PATHS) if i % 2 == 0 else list(reversed(PATHS))):
                 c, f = run(src, path, args.frames, tmp, args.tiles)

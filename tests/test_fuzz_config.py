@@ -123,8 +123,9 @@ def test_cli_exit_code_2_and_one_line_per_error_on_fuzzed_files(tmp_path, capsys
 
     rnd = random.Random(7)
     bad = 0
+    body = "\n".join(x for x in VALID.splitlines() if not x.lstrip().startswith("#"))  # edits land in the graph
     for i in range(200):
-        chars = list(VALID)
+        chars = list(body)
         for _ in range(rnd.randint(1, 6)):
             chars.insert(rnd.randrange(len(chars)), rnd.choice("{}[]:&*!-\t\"'%@`"))
         f = tmp_path / f"m{i}.yaml"

@@ -120,7 +120,7 @@ nodes:
         assert res.frames["out"] == 120 and res.nodes["cam"]["reconnects"] == 1
         assert 0 < res.nodes["cam"]["last_outage_s"] < 15
         if decoder == "pyav":
-            assert res.nodes["cam"]["source"]["decoder"] == "pyav (mjpeg)"
+            assert res.nodes["cam"]["source"]["decoder"] == "pyav (mjpeg in software)"
     finally:
         srv.kill()
 
