@@ -74,6 +74,10 @@ class Allocation:
     slots: BatchSlots | None = None
     consumers: list[str] = field(default_factory=list)
     why: str = ""
+    #: The pixel formats every node its frames reach takes (a decoder picks its output format from them),
+    #: and the nodes that take fewer than all, with theirs.
+    pixels: frozenset[str] | None = None
+    pixels_by: str = ""
 
     def pool(self, nbytes: int, count: int, kind: str | None = None) -> BufferPool:
         """A pool of ``count`` buffers of ``nbytes`` in this allocation's memory (``kind`` overrides the

@@ -104,6 +104,16 @@ class Frame:
             raise FrameError(self, f"frame {self.index} of stream '{self.stream}' carries no image")
         return self.data
 
+    def bgr(self) -> np.ndarray:
+        """The pixels as BGR ``(H, W, 3)``: the image itself for BGR frames, a converted copy otherwise (for
+        stages that look now and then, like previews; stages on every frame work in the frame's format)."""
+        import cv2
+
+        img = self.image
+        code = {"RGB": cv2.COLOR_RGB2BGR, "GRAY": cv2.COLOR_GRAY2BGR, "NV12": cv2.COLOR_YUV2BGR_NV12,
+                "I420": cv2.COLOR_YUV2BGR_I420}.get(self.format)
+        return img if code is None else cv2.cvtColor(img, code)
+
     def hold(self, lease: Any) -> None:
         """Keep ``lease`` (a pooled buffer this frame's data or tensors live in) until the frame's last
         reference ends; a frame made outside a run gets its reference here."""

@@ -86,6 +86,12 @@ class NodeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+#: Every pixel format a frame may carry (``Frame.format``).
+PIXELS_ALL: frozenset[str] = frozenset({"BGR", "RGB", "GRAY", "NV12", "I420"})
+#: What a node that does not say takes: BGR only (a plugin written against ``frame.image`` as BGR).
+PIXELS_BGR: frozenset[str] = frozenset({"BGR"})
+
+
 class Node:
     """Base class of every stage. Subclasses declare ``inputs``/``outputs`` and a ``Config``."""
 
@@ -111,6 +117,9 @@ class Node:
     serves_streams: ClassVar[bool] = False
     #: Frames the node holds past ``process`` at most (async requests): pools upstream are sized for them.
     max_held: int = 0
+    #: Pixel formats ``process`` takes on the frames it gets (``PIXELS_ALL`` for nodes that never read the
+    #: pixels); a source with ``format: auto`` decodes into a format every node after it takes.
+    pixels: ClassVar[frozenset[str]] = PIXELS_BGR
 
     def __init__(self, node_id: str, config: NodeConfig | None = None):
         self.id = node_id
@@ -149,6 +158,10 @@ class Node:
     def check_wiring(cls, spec: NodeSpec, graph: GraphSpec) -> list[str]:
         """Problems with how this node is wired into ``graph`` (one message each); run by validation."""
         return []
+
+    def pixel_formats(self) -> frozenset[str]:
+        """The pixel formats this node takes, from its config (by default the class's ``pixels``)."""
+        return self.pixels
 
     def offer(self, port: str, inputs: Mapping[str, Offer], devices: Devices) -> Offer:
         """What this node writes on output ``port``, given what its inputs offer (before any open)."""

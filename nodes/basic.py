@@ -11,7 +11,7 @@ from pydantic import Field, model_validator
 
 from flowpipe import memory
 from flowpipe.frame import Frame, FrameRef
-from flowpipe.node import Node, NodeConfig, RunContext, Source
+from flowpipe.node import PIXELS_ALL, Node, NodeConfig, RunContext, Source
 from flowpipe.registry import register
 
 
@@ -120,6 +120,7 @@ class Collect(Node):
     """Sink that appends every packet to an in-memory list of the run (``RunResult.collected[into]``)."""
 
     inputs = {"in": "any"}
+    pixels = PIXELS_ALL
     isolation_refused = "it keeps packets in the runner's memory"
     sharding_refused = "it keeps packets in the memory of the process that started the run"
 
@@ -154,6 +155,7 @@ class Passthrough(Node):
     parallel_streams = True
 
     inputs = {"in": "any"}
+    pixels = PIXELS_ALL
     outputs = {"out": "any"}
     forwards = {"out": "in"}
 
@@ -168,6 +170,7 @@ class NullSink(Node):
     parallel_streams = True
 
     inputs = {"in": "any"}
+    pixels = PIXELS_ALL
 
     def process(self, frame: Frame, port: str) -> None:
         return None

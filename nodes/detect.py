@@ -13,7 +13,7 @@ import numpy as np
 from pydantic import Field
 
 from flowpipe.frame import Detection, Frame
-from flowpipe.node import Node, NodeConfig, RunContext
+from flowpipe.node import PIXELS_ALL, Node, NodeConfig, RunContext
 from flowpipe.registry import register
 
 
@@ -109,6 +109,7 @@ class BlazeFaceDecode(Node):
     parallel_streams = True
 
     inputs = {"tensors": "tensors"}
+    pixels = PIXELS_ALL  # never reads the pixels
     outputs = {"detections": "detections"}
 
     class Config(_DecoderConfig):
@@ -169,6 +170,7 @@ class YoloV8Decode(Node):
     parallel_streams = True
 
     inputs = {"tensors": "tensors"}
+    pixels = PIXELS_ALL  # never reads the pixels
     outputs = {"detections": "detections"}
 
     class Config(_DecoderConfig):
@@ -205,6 +207,7 @@ class SsdDecode(Node):
     parallel_streams = True
 
     inputs = {"tensors": "tensors"}
+    pixels = PIXELS_ALL  # never reads the pixels
     outputs = {"detections": "detections"}
 
     class Config(_DecoderConfig):
@@ -232,6 +235,7 @@ class DbDecode(Node):
     parallel_streams = True
 
     inputs = {"tensors": "tensors"}
+    pixels = PIXELS_ALL  # never reads the pixels
     outputs = {"detections": "detections"}
 
     class Config(NodeConfig):
@@ -277,6 +281,7 @@ class ClassifyTopK(Node):
     parallel_streams = True
 
     inputs = {"tensors": "tensors"}
+    pixels = PIXELS_ALL  # never reads the pixels
     outputs = {"tensors": "tensors"}
 
     class Config(NodeConfig):

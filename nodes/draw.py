@@ -36,6 +36,7 @@ class Blur(Node):
     parallel_streams = True
 
     inputs = {"detections": "detections"}
+    pixels = frozenset({"BGR", "NV12", "I420"})
     outputs = {"frame": "detections"}
     writes_input = True
 
@@ -100,6 +101,7 @@ class Overlay(Node):
     parallel_streams = True
 
     inputs = {"detections": "detections"}
+    pixels = frozenset({"BGR", "NV12", "I420"})
     outputs = {"frame": "detections"}
     writes_input = True
 

@@ -30,7 +30,7 @@ from flowpipe.errors import FrameError
 from flowpipe.frame import Frame
 from flowpipe.memory import BatchSlots, BufferPool, SharedLease, Slot
 from flowpipe.memory import ledger as ledgers
-from flowpipe.node import Node, NodeConfig, RunContext
+from flowpipe.node import PIXELS_ALL, Node, NodeConfig, RunContext
 from flowpipe.registry import register
 
 log = logging.getLogger("flowpipe.inference")
@@ -61,6 +61,7 @@ class Inference(Node):
     """
 
     inputs = {"tensor": "tensor"}
+    pixels = PIXELS_ALL  # never reads the pixels
     outputs = {"tensors": "tensors"}
     holds_frames = True
     serves_streams = True

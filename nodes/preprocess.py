@@ -32,7 +32,7 @@ from flowpipe.accel.opencl import ClDevice, wait_event
 from flowpipe.contracts import Allocation, Offer, Request, TensorSpec
 from flowpipe.frame import Frame
 from flowpipe.memory import BatchSlots, Lease, Slot
-from flowpipe.node import Node, NodeConfig, RunContext
+from flowpipe.node import PIXELS_ALL, Node, NodeConfig, RunContext
 from flowpipe.registry import register
 
 log = logging.getLogger("flowpipe.preprocess")
@@ -116,6 +116,7 @@ class Preprocess(Node):
     parallel_streams = True
 
     inputs = {"frame": "frame"}
+    pixels = PIXELS_ALL
     outputs = {"tensor": "tensor"}
     isolation_refused = "it writes into memory resolved with its consumer in the runner's process " \
                         "(batch slots, device buffers)"
@@ -430,7 +431,7 @@ class Preprocess(Node):
     def _run_cpu(self, frame: Frame, geo: Geometry, out: np.ndarray) -> None:
         """One batch entry (``out`` is [C,H,W] or [H,W,C]) with OpenCV."""
         c = self.config
-        img = _to_bgr(frame)
+        img = frame.bgr()
         x, y, w, h = geo.roi
         img = img[y:y + h, x:x + w]
         small = cv2.resize(img, (geo.new_w, geo.new_h), interpolation=cv2.INTER_LINEAR)
@@ -488,12 +489,3 @@ class _BoundKernel:
 
 def _round_up(n: int, m: int) -> int:
     return (n + m - 1) // m * m
-
-
-def _to_bgr(frame: Frame) -> np.ndarray:
-    f = frame.format
-    if f == "BGR":
-        return frame.image
-    code = {"RGB": cv2.COLOR_RGB2BGR, "GRAY": cv2.COLOR_GRAY2BGR, "NV12": cv2.COLOR_YUV2BGR_NV12,
-            "I420": cv2.COLOR_YUV2BGR_I420}[f]
-    return cv2.cvtColor(frame.image, code)

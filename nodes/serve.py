@@ -12,7 +12,7 @@ import cv2
 from pydantic import Field
 
 from flowpipe.frame import Frame
-from flowpipe.node import Node, NodeConfig, RunContext
+from flowpipe.node import PIXELS_ALL, Node, NodeConfig, RunContext
 from flowpipe.registry import register
 
 log = logging.getLogger("flowpipe.serve")
@@ -107,6 +107,7 @@ class MjpegPreview(Node):
     """
 
     inputs = {"frame": "frame"}
+    pixels = PIXELS_ALL
     sharding_refused = "one port serves every stream, and each shard process would bind its own"
 
     class Config(NodeConfig):
@@ -138,7 +139,7 @@ class MjpegPreview(Node):
         if self.latest.viewers == 0 and frame.stream in self.latest.jpeg:
             return  # nobody is watching: keep one picture for the page, skip the encoding
         self._last[frame.stream] = now
-        img = frame.image
+        img = frame.bgr()
         if self.config.width and img.shape[1] > self.config.width:
             h = round(img.shape[0] * self.config.width / img.shape[1])
             img = cv2.resize(img, (self.config.width, h), interpolation=cv2.INTER_AREA)
@@ -172,6 +173,7 @@ class Prometheus(Node):
     """
 
     inputs = {"frame": "any"}
+    pixels = PIXELS_ALL
     isolation_refused = "it serves the statistics of the run in the runner's process"
     sharding_refused = "one endpoint serves the whole run, and each shard process has only its own statistics"
 
@@ -237,6 +239,7 @@ class Preview(Node):
     Never fails a frame: a picture that cannot be encoded is skipped."""
 
     inputs = {"frame": "frame"}
+    pixels = PIXELS_ALL
     parallel_streams = True
     isolation_refused = "the service reads its pictures in the process that runs the graph"
 
@@ -267,7 +270,7 @@ class Preview(Node):
             return  # nobody looks at it now
         self._last[frame.stream] = now
         try:
-            img = frame.image
+            img = frame.bgr()
             if img.shape[1] > self.config.width:
                 h = round(img.shape[0] * self.config.width / img.shape[1])
                 img = cv2.resize(img, (self.config.width, h), interpolation=cv2.INTER_AREA)

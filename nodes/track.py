@@ -7,7 +7,7 @@ import numpy as np
 from pydantic import Field
 
 from flowpipe.frame import Frame
-from flowpipe.node import Node, NodeConfig, RunContext
+from flowpipe.node import PIXELS_ALL, Node, NodeConfig, RunContext
 from flowpipe.registry import register
 
 
@@ -64,6 +64,7 @@ class Tracker(Node):
     parallel_streams = True
 
     inputs = {"detections": "detections"}
+    pixels = PIXELS_ALL  # never reads the pixels
     outputs = {"detections": "detections"}
 
     class Config(NodeConfig):

@@ -64,20 +64,23 @@ class VideoSource(Source):
                                     "shared by the run's streams (16 cores, 16 streams: 1); 0: FFmpeg's own choice")
         max_decode_errors: int = Field(10, ge=0, description="files: consecutive undecodable frames skipped "
                                                                   "before the stream is taken as ended")
-        decoder: Literal["opencv", "pyav"] = Field("opencv", description="pyav: the stream's own timestamps, size "
-                                                   "changes passed on, damaged packets counted, NV12 output")
+        decoder: Literal["auto", "opencv", "pyav"] = Field(
+            "auto", description="pyav: the stream's own timestamps, size changes passed on, damaged packets "
+            "counted, YUV output, hardware decoders; auto: pyav when the frames go on in YUV or a hardware decoder "
+            "is asked for, else opencv (its BGR costs the least CPU)")
         hwaccel: Literal["none", "auto", "qsv", "vaapi", "cuda", "drm"] = Field(
             "none", description="decoder: pyav: decode on a device (auto: QSV, VA-API, then CUDA, the first that "
             "opens the stream; one asked by name falls back to software with a line in the log)")
-        format: Literal["BGR", "NV12", "I420"] = Field("BGR", description="NV12/I420 (with decoder: pyav): YUV "
-                                                       "planes, no BGR conversion (for preprocess and video_writer)")
+        format: Literal["auto", "BGR", "NV12", "I420"] = Field(
+            "auto", description="the frames' pixels: auto: YUV planes (I420; NV12 from a hardware decoder) when "
+            "every node after the source takes them, so nothing converts to BGR; else BGR")
 
         @model_validator(mode="after")
         def _nv12_needs_pyav(self) -> VideoSource.Config:
-            if self.format != "BGR" and self.decoder != "pyav":
-                raise ValueError(f"format {self.format} needs decoder: pyav")
-            if self.hwaccel != "none" and self.decoder != "pyav":
-                raise ValueError(f"hwaccel {self.hwaccel} needs decoder: pyav")
+            if self.format in ("NV12", "I420") and self.decoder == "opencv":
+                raise ValueError(f"format {self.format} needs decoder: pyav (or auto)")
+            if self.hwaccel != "none" and self.decoder == "opencv":
+                raise ValueError(f"hwaccel {self.hwaccel} needs decoder: pyav (or auto)")
             return self
 
         @field_validator("uri")
@@ -127,16 +130,40 @@ class VideoSource(Source):
                 self.folder = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_EXT)
                 if not self.folder:
                     raise FileNotFoundError(f"no images ({', '.join(sorted(IMAGE_EXT))}) in folder {c.uri}")
+                self.format, self.decoder = "BGR", "opencv"  # images are read as BGR
+                self.stats["format"] = self.format
                 return
             if not path.is_file():
                 raise FileNotFoundError(f"video file not found: {c.uri}")
             if path.stat().st_size == 0:
                 raise ValueError(f"video file is empty (0 bytes): {c.uri}")
+        self.format, self.decoder = self._pixels(self.allocation.pixels, self.allocation.pixels_by)
+        self.stats["format"] = self.format
         self.cap = self._open_capture(first=True)
+
+    def _pixels(self, taken: frozenset[str] | None, by: str) -> tuple[str, str]:
+        """The frames' format and the decoder: as configured, or YUV when every node after the source takes
+        it (the run's memory contracts say which formats they take) and PyAV is here."""
+        from flowpipe.media.encode import available
+
+        c = self.config
+        if c.format != "auto" and taken is not None and c.format not in taken:
+            raise ValueError(f"format {c.format}: a node after this source does not take it ({by}); "
+                             "expected format: auto or one of " + ", ".join(sorted(taken)))
+        pyav = c.decoder == "pyav" or (c.decoder == "auto" and available())
+        fmt = c.format
+        if fmt == "auto":
+            yuv = [f for f in (("NV12", "I420") if c.hwaccel != "none" else ("I420", "NV12"))
+                   if taken is not None and f in taken]
+            fmt = yuv[0] if yuv and pyav else "BGR"
+        decoder = c.decoder
+        if decoder == "auto":
+            decoder = "pyav" if pyav and (fmt != "BGR" or c.hwaccel != "none") else "opencv"
+        return fmt, decoder
 
     def _open_capture(self, first: bool = False) -> Any:
         c = self.config
-        if c.decoder == "pyav":
+        if self.decoder == "pyav":
             return self._open_demuxer(first)
         src: Any = int(c.uri) if c.uri.isdigit() else c.uri
         threads = [cv2.CAP_PROP_N_THREADS, self.threads] if self.threads else []
@@ -165,17 +192,23 @@ class VideoSource(Source):
         return cap
 
     def _open_demuxer(self, first: bool) -> Any:
+        import av
+
         from flowpipe.media.decode import Demuxer
 
         c = self.config
         try:
-            dem = Demuxer(os.path.expanduser(c.uri), c.format, self.threads, c.timeout_s, c.rtsp_transport, c.hwaccel)
+            dem = Demuxer(os.path.expanduser(c.uri), self.format, self.threads, c.timeout_s, c.rtsp_transport,
+                          c.hwaccel)
         except Exception as e:  # noqa: BLE001 - FFmpeg's errors: one line, or a reconnect for a network stream
             if self.is_net and not first:
                 return None
             if self.is_net and c.reconnect_attempts > 0:
                 return self._reconnect()
-            raise RuntimeError(f"cannot open {_redact(c.uri)}: {str(e).splitlines()[0] if str(e) else e!r}") from None
+            why = getattr(e, "strerror", None) or (str(e).splitlines()[0] if str(e) else repr(e))
+            if isinstance(e, av.error.InvalidDataError):
+                why = f"not a video FFmpeg can decode ({why})"
+            raise RuntimeError(f"cannot open {_redact(c.uri)}: {why}") from None
         self.fps = dem.fps if 0 < dem.fps < 1000 else 30.0
         self.stats["source"] = {"uri": _redact(c.uri), "fps": round(self.fps, 3), "size": list(dem.size),
                                 "decoder": f"pyav ({dem.decoder})"}
@@ -207,7 +240,7 @@ class VideoSource(Source):
                     data, ref = self._buffer(img.shape)
                     np.copyto(data, img)  # the decoder's picture lands in the pool: the decode's own write
                     ref.index = emitted
-                    fmt = c.format
+                    fmt = self.format
                     frame = Frame(self.stream, emitted, seconds, data, fmt, ref=ref,
                                   meta={"decoded_index": self.decoded - 1, "fps": self.fps / c.every})
                     if dem.damaged != self.decode_errors:
@@ -287,7 +320,7 @@ class VideoSource(Source):
         cap = self.cap
         if cap is None:  # the run stopped while the first connection was retried
             return
-        if c.decoder == "pyav":
+        if self.decoder == "pyav":
             yield from self._pyav_frames()
             return
         plays = 0
@@ -457,6 +490,9 @@ class VideoWriter(Node):
         fps: float | None = Field(None, gt=0, description="default: 30, or the source's rate when known")
 
     config: Config
+
+    def pixel_formats(self) -> frozenset[str]:
+        return frozenset({"BGR"}) if self.config.fourcc else frozenset({"BGR", "NV12", "I420"})
 
     def resources(self) -> list[str]:
         c = self.config

@@ -256,7 +256,40 @@ nodes:
     from flowpipe import GraphError, load_graph
 
     with pytest.raises(GraphError, match=r"g\.yaml:1: node 'src' \(video_source\): .*hwaccel cuda needs decoder: pyav"):
-        load_graph("g.yaml", text="nodes: [{id: src, type: video_source, config: {uri: sample, hwaccel: cuda}}]")
+        load_graph("g.yaml", text="nodes: [{id: src, type: video_source, config: {uri: sample, decoder: opencv, "
+                                  "hwaccel: cuda}}]")
+
+
+@pytest.mark.skipif(FFPROBE is None, reason="ffmpeg (scripts/setup.sh installs it)")
+def test_the_source_decodes_into_a_format_every_node_after_it_takes(tmp_path) -> None:
+    """``format: auto`` (the default): YUV when every node the frames reach takes it, so nothing converts to
+    BGR; BGR through OpenCV as soon as one does not (an mp4v writer, a plugin that does not say)."""
+    clip = _ts(tmp_path, "320x240", "320x240")
+
+    def source(tail: str, config: str = "") -> tuple[str, str]:
+        res = run_yaml(f"""
+nodes:
+  - {{id: src, type: video_source, config: {{uri: "{clip}"{config}}}}}
+  - {{id: hop, type: passthrough, inputs: src}}
+{tail}""")
+        assert res.ok, res.error
+        return res.nodes["src"]["format"], res.nodes["src"]["source"].get("decoder", "opencv")
+
+    blur_write = f"""  - {{id: b, type: blur, inputs: {{detections: hop}}}}
+  - {{id: w, type: video_writer, config: {{path: "{tmp_path}/o.mp4"WRITER}}, inputs: {{frame: b}}}}
+"""
+    assert source(blur_write.replace("WRITER", "")) == ("I420", "pyav (h264 in software)")
+    assert source(blur_write.replace("WRITER", ", fourcc: mp4v")) == ("BGR", "opencv")
+    assert source("  - {id: x, type: test_inplace, inputs: hop}\n") == ("BGR", "opencv")  # says nothing: BGR
+    assert source(blur_write.replace("WRITER", ""), ", hwaccel: cuda")[0] == "NV12"  # a device decoder's own
+    err = run_yaml(f"""
+nodes:
+  - {{id: src, type: video_source, config: {{uri: "{clip}", format: I420}}}}
+  - {{id: x, type: test_inplace, inputs: src}}
+""").error
+    assert "node 'src' (video_source)" in str(err) and "format I420: a node after this source does not take it " \
+        "(x (test_inplace): BGR); expected format: auto or one of BGR" in str(err)
+    assert probe(tmp_path / "o.mp4")["frames"] == 60
 
 
 @pytest.mark.parametrize("mode", ["blur", "pixelate", "fill"])

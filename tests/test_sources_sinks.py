@@ -66,7 +66,8 @@ def test_every_nth_frame_and_loop(tmp_path) -> None:
 
 @pytest.mark.parametrize("content, msg", [
     (b"", "video file is empty (0 bytes)"),
-    (b"this is a text file, not a video\n" * 20, "not a video OpenCV/FFmpeg can decode"),
+    (b"this is a text file, not a video\n" * 20, "not a video FFmpeg can decode (Invalid data found when "
+                                                  "processing input)"),
 ])
 def test_bad_video_files_fail_clearly(tmp_path, content, msg) -> None:
     bad = tmp_path / "clip.mp4"

@@ -11,7 +11,7 @@ from ..contracts import Allocation, InputContract, Offer, Request
 from ..errors import NodeError
 from ..graph import GraphSpec, NodeSpec
 from ..memory import BatchSlots
-from ..node import Node
+from ..node import PIXELS_ALL, Node
 
 log = logging.getLogger("flowpipe.contracts")
 Port = tuple[str, str]  # (node id, port)
@@ -38,6 +38,8 @@ class Contracts:
                     d["opencl"] = a.cl.name
                 if a.why:
                     d["why"] = a.why
+                if a.pixels_by:  # some node after it takes fewer pixel formats than all
+                    d["pixels"] = f"{'/'.join(sorted(a.pixels or ()))} ({a.pixels_by})"
                 out[f"{nid}.{port}"] = d
         return out
 
@@ -79,12 +81,35 @@ def resolve(spec: GraphSpec, nodes: dict[str, Node], devices: Devices,
             offer = out.offers[refs[0]]
             requests[(s.id, port)] = merged[(s.id, fwd)] if fwd is not None else \
                 _declared(s, node.request, port, offer, outputs, devices)
+    _pixels(spec, nodes, out)
     for s in order:  # what each input sees: the offer and the allocation of the node that wrote it
         for port, refs in s.inputs.items():
             offer = out.offers[refs[0]]
             alloc = out.allocations.get((offer.producer, offer.port)) or Allocation()
             out.inputs[(s.id, port)] = InputContract(offer, alloc, f"{refs[0][0]}->{s.id}")
     return out
+
+
+def _pixels(spec: GraphSpec, nodes: dict[str, Node], out: Contracts) -> None:
+    """Per output port: the pixel formats every node downstream of it takes (frames go on from node to
+    node with their pixels, so it is all of them, not only the first), and which nodes narrow them."""
+    takes: dict[str, tuple[frozenset[str], dict[str, frozenset[str]]]] = {}
+    for s in reversed(spec.topo_order()):
+        mine = nodes[s.id].pixel_formats() if s.inputs else PIXELS_ALL
+        after, narrow = PIXELS_ALL, {} if mine == PIXELS_ALL else {f"{s.id} ({s.type})": mine}
+        for port in s.cls.outputs:
+            below, by = PIXELS_ALL, {}
+            for p, v, _ in spec.consumers(s.id):
+                if p == port:
+                    below &= takes[v][0]
+                    by.update(takes[v][1])
+            alloc = out.allocations.get((s.id, port))
+            if alloc is not None:
+                alloc.pixels, alloc.pixels_by = below, ", ".join(f"{k}: {'/'.join(sorted(f))}"
+                                                                  for k, f in sorted(by.items()))
+            after &= below
+            narrow.update(by)
+        takes[s.id] = (mine & after, narrow)
 
 
 def _declared(s: NodeSpec, declare: Callable[..., T], *args: Any) -> T:
