@@ -162,6 +162,7 @@ ISOLATED = {  # the node under test (id n) with isolation: process, after src ->
     "blazeface_decode": "{id: n, type: blazeface_decode, isolation: process, inputs: det.tensors}",
     # decoders of models no wheel ships: hand-made tensors, in test_decoders_run_in_a_worker_process
     "classify_topk": None, "db_decode": None, "ssd_decode": None, "yolov8_decode": None,
+    "centerface_decode": None,  # the same, with a hand-made heat map
     "blur": "{id: n, type: blur, isolation: process, inputs: faces.detections}",
     "overlay": "{id: n, type: overlay, isolation: process, inputs: faces.detections}",
     "tracker": "{id: n, type: tracker, isolation: process, inputs: faces.detections}",
@@ -224,7 +225,12 @@ def _decoder_cases() -> dict[str, tuple[dict[str, np.ndarray], dict, str]]:
     yolo[0, :, 1] = [50, 50, 20, 10, 0.1, 0.8]
     prob = np.zeros((1, 1, 100, 100), np.float32)
     prob[0, 0, 40:60, 10:90] = 0.9  # one text line
+    heat, size = np.zeros((1, 1, 25, 25), np.float32), np.full((1, 2, 25, 25), np.log(5.0), np.float32)
+    heat[0, 0, 12, 12] = 0.9  # one face of 20x20 tensor pixels centred at (50, 50)
+    centerface = {"heat": heat, "scale": size, "offset": np.zeros((1, 2, 25, 25), np.float32),
+                  "marks": np.zeros((1, 10, 25, 25), np.float32)}
     return {
+        "centerface_decode": (centerface, {"preprocess": letterbox}, "{}"),
         "ssd_decode": ({"out": ssd}, {"preprocess": letterbox}, "{labels: [bg, person]}"),
         "yolov8_decode": ({"out": yolo}, {"preprocess": letterbox}, "{labels: [car, bus]}"),
         "db_decode": ({"out": prob}, {"preprocess": letterbox}, "{}"),
@@ -232,7 +238,7 @@ def _decoder_cases() -> dict[str, tuple[dict[str, np.ndarray], dict, str]]:
     }
 
 
-@pytest.mark.parametrize("ntype", ["classify_topk", "db_decode", "ssd_decode", "yolov8_decode"])
+@pytest.mark.parametrize("ntype", ["centerface_decode", "classify_topk", "db_decode", "ssd_decode", "yolov8_decode"])
 def test_decoders_run_in_a_worker_process(ntype: str) -> None:
     """The same hand-made tensors decode to the same result in a worker process as in a thread."""
     tensors, meta, config = _decoder_cases()[ntype]
