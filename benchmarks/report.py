@@ -217,10 +217,11 @@ def _privacy(results: Path) -> list[str]:
     before = results / "privacy_eval_before.json"
     if before.exists():
         b = json.loads(before.read_text())
-        rows = {x["clip"]: x for x in b["rows"] if x["masker"] == "flowpipe"}
-        L += ["", "Before candidates, coasting and weighted suppression (the face-blur graph as it was, same "
-              "clips): " + "; ".join(f"{k} {v['masked']:.2f} masked, {v['false_per_frame']:.3f} false"
-                                    for k, v in rows.items()) + "."]
+        rows = {x["clip"]: x for x in b["rows"] if x["masker"].startswith("flowpipe")}
+        L += ["", "Before candidates, coasting and weighted suppression (face_blur.yaml as it was: hard NMS, "
+              "every detection from 0.5 masked, no coasting; `privacy_eval_before.json`): "
+              + "; ".join(f"{k} {v['masked']:.2f} masked, {v['false_per_frame']:.3f} false" for k, v in rows.items())
+              + "."]
     L.append("")
     return L
 

@@ -130,6 +130,32 @@ class _DecoderConfig(NodeConfig):
     labels: list[str] | None = None
 
 
+class _FaceConfig(_DecoderConfig):
+    keypoints: bool = False
+    suppression: Literal["weighted", "nms"] = Field(
+        "weighted", description="weighted: overlapping boxes blended into one (MediaPipe's face detection); "
+        "nms: the best kept, the others dropped")
+
+
+def _faces(boxes: list[np.ndarray], scores: list[np.ndarray], points: list[np.ndarray],
+           c: _FaceConfig) -> list[Detection]:
+    """Face candidates of every batch entry (tile) in source pixels -> one Detection per face, after the
+    config's suppression (``weighted`` or ``nms``), best first."""
+    if not boxes:
+        return []
+    b, s = np.concatenate(boxes), np.concatenate(scores).astype(np.float64)
+    kps = np.concatenate(points) if points else None
+    if c.suppression == "weighted":
+        b, s, kps = weighted_nms(b, s, c.iou_threshold, c.max_detections, kps)
+        keep = np.arange(len(b))
+    else:
+        keep = nms(b, s, c.iou_threshold, c.max_detections)
+    label = (c.labels or ["face"])[0]
+    return [Detection(_box(b[k]), float(s[k]), label, 0,
+                      keypoints=[(float(x), float(y)) for x, y in kps[k]] if kps is not None else None)
+            for k in keep]
+
+
 @register("blazeface_decode")
 class BlazeFaceDecode(Node):
     """Decodes MediaPipe BlazeFace outputs (regressors [1,N,16], classificators [1,N,1]) into faces.
@@ -147,12 +173,8 @@ class BlazeFaceDecode(Node):
     pixels = PIXELS_ALL  # never reads the pixels
     outputs = {"detections": "detections"}
 
-    class Config(_DecoderConfig):
+    class Config(_FaceConfig):
         variant: Literal["short", "full"] = "full"
-        keypoints: bool = False
-        suppression: Literal["weighted", "nms"] = Field(
-            "weighted", description="weighted: overlapping boxes blended into one (MediaPipe's face detection); "
-            "nms: the best kept, the others dropped")
 
     config: Config
 
@@ -188,20 +210,7 @@ class BlazeFaceDecode(Node):
                 pts = ((r[:, 4:].reshape(-1, 6, 2) / s + a[:, None, :]) * s).reshape(-1, 2)
                 kp = to_source(frame, np.concatenate([pts, pts], 1), t)[:, :2].reshape(-1, 6, 2)
                 all_kps.append(kp)
-        frame.detections = []
-        if all_boxes:
-            boxes, sc = np.concatenate(all_boxes), np.concatenate(all_scores)
-            kps = np.concatenate(all_kps) if all_kps else None
-            if c.suppression == "weighted":  # also merges the tiles' views of one face
-                boxes, sc, kps = weighted_nms(boxes, sc, c.iou_threshold, c.max_detections, kps)
-                keep = np.arange(len(boxes))
-            else:
-                keep = nms(boxes, sc, c.iou_threshold, c.max_detections)
-            label = (c.labels or ["face"])[0]
-            for k in keep:
-                frame.detections.append(Detection(
-                    _box(boxes[k]), float(sc[k]), label, 0,
-                    keypoints=[(float(x), float(y)) for x, y in kps[k]] if kps is not None else None))
+        frame.detections = _faces(all_boxes, all_scores, all_kps, c)  # also merges the tiles' views of a face
         return frame
 
 
@@ -223,9 +232,8 @@ class CenterFaceDecode(Node):
     pixels = PIXELS_ALL  # never reads the pixels
     outputs = {"detections": "detections"}
 
-    class Config(_DecoderConfig):
-        keypoints: bool = False
-        suppression: Literal["weighted", "nms"] = "weighted"
+    class Config(_FaceConfig):
+        pass
 
     config: Config
 
@@ -257,21 +265,7 @@ class CenterFaceDecode(Node):
                 py = marks[t, 0::2, r, col] * s0[:, None] + y1[:, None]
                 pts = np.stack([px, py], -1).reshape(-1, 2)
                 all_kps.append(to_source(frame, np.concatenate([pts, pts], 1), t)[:, :2].reshape(-1, 5, 2))
-        frame.detections = []
-        if not all_boxes:
-            return frame
-        boxes, sc = np.concatenate(all_boxes), np.concatenate(all_scores).astype(np.float64)
-        kps = np.concatenate(all_kps) if all_kps else None
-        if c.suppression == "weighted":
-            boxes, sc, kps = weighted_nms(boxes, sc, c.iou_threshold, c.max_detections, kps)
-            keep = np.arange(len(boxes))
-        else:
-            keep = nms(boxes, sc, c.iou_threshold, c.max_detections)
-        label = (c.labels or ["face"])[0]
-        for k in keep:
-            frame.detections.append(Detection(
-                _box(boxes[k]), float(sc[k]), label, 0,
-                keypoints=[(float(x), float(y)) for x, y in kps[k]] if kps is not None else None))
+        frame.detections = _faces(all_boxes, all_scores, all_kps, c)
         return frame
 
 

@@ -67,10 +67,12 @@ class Geometry:
 
 
 def geometry(src_w: int, src_h: int, out_w: int, out_h: int, resize: str,
-             roi: tuple[int, int, int, int] | None = None) -> Geometry:
+             roi: tuple[int, int, int, int] | None = None, upscale: bool = True) -> Geometry:
     x, y, w, h = roi if roi else (0, 0, src_w, src_h)
     if resize == "letterbox":
         s = min(out_w / w, out_h / h)
+        if not upscale:  # a small picture stays at its own scale, padded (a detector that takes any size)
+            s = min(s, 1.0)
         new_w, new_h = max(1, min(out_w, round(w * s))), max(1, min(out_h, round(h * s)))
         return Geometry((x, y, w, h), new_w, new_h, (out_w - new_w) // 2, (out_h - new_h) // 2)
     return Geometry((x, y, w, h), out_w, out_h, 0, 0)
@@ -124,6 +126,9 @@ class Preprocess(Node):
     class Config(NodeConfig):
         size: tuple[int, int] = Field((224, 224), description="tensor width, height")
         resize: Literal["stretch", "letterbox"] = "stretch"
+        upscale: bool = Field(True, description="letterbox: enlarge pictures smaller than size (false: keep "
+                                                "them at their own scale, padded; for fully convolutional "
+                                                "detectors, which find faces better unstretched)")
         pad_value: float = Field(0.0, description="letterbox padding, in pixel units before normalization")
         roi: tuple[int, int, int, int] | None = Field(None, description="crop x, y, w, h before resizing")
         tiles: Tiles | None = Field(None, description="grid tiling; the tensor's batch is one entry per tile")
@@ -292,7 +297,7 @@ class Preprocess(Node):
             if x < 0 or y < 0 or rw < 1 or rh < 1 or x + rw > w or y + rh > h:
                 raise ValueError(f"roi {roi} is outside the {w}x{h} frame")
         rois = c.tiles.rois(w, h) if c.tiles else [roi]
-        geos = [geometry(w, h, c.size[0], c.size[1], c.resize, r) for r in rois]
+        geos = [geometry(w, h, c.size[0], c.size[1], c.resize, r, c.upscale) for r in rois]
         frame.meta["preprocess"] = {"node": self.id, "tensor": list(c.size), **geos[0].as_meta()}
         if c.tiles:
             frame.meta["preprocess"]["tiles"] = [g.as_meta() for g in geos]

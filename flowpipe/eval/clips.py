@@ -32,6 +32,12 @@ class Clip:
     crf: int = 23
     fps: float = 30.0
     tags: list[str] = field(default_factory=list)
+    #: per frame: face id -> the face's four corners where the picture was turned (the box above is the
+    #: axis-aligned box around them, larger than the face: coverage is measured on the corners)
+    corners: list[dict[int, list[tuple[float, float]]]] | None = None
+    #: per frame: faces mostly out of the picture (under half inside): not counted as faces to mask, but a
+    #: mask on one is not a false mask either
+    edges: list[list[Box]] | None = None
 
     def write(self, path: Path) -> Path:
         """The clip as H.264 (yuv420p) at its ``crf``: the compression a camera stream has."""
@@ -79,29 +85,38 @@ def _photo(name: str) -> np.ndarray:
     return img
 
 
-def _boxes_through(m: np.ndarray, boxes: dict[int, Box], size: tuple[int, int]) -> dict[int, Box]:
-    """Each box's corners through the 2x3 affine ``m``; the axis-aligned box around them, clipped; faces
-    that leave the picture (less than half inside) are dropped."""
+def _through(m: np.ndarray, boxes: dict[int, Box],
+             size: tuple[int, int]) -> tuple[dict[int, Box], dict[int, list[tuple[float, float]]]]:
+    """Each box's corners through the 2x3 affine ``m``: the axis-aligned box around them (clipped) and the
+    corners; faces that leave the picture (less than half inside) are dropped."""
     w, h = size
-    out = {}
+    out, corners = {}, {}
     for fid, (x1, y1, x2, y2) in boxes.items():
-        pts = np.array([[x1, y1, 1], [x2, y1, 1], [x1, y2, 1], [x2, y2, 1]], np.float64) @ m.T
+        pts = np.array([[x1, y1, 1], [x2, y1, 1], [x2, y2, 1], [x1, y2, 1]], np.float64) @ m.T
         bx1, by1 = pts[:, 0].min(), pts[:, 1].min()
         bx2, by2 = pts[:, 0].max(), pts[:, 1].max()
         cx1, cy1, cx2, cy2 = max(0.0, bx1), max(0.0, by1), min(float(w), bx2), min(float(h), by2)
         if cx2 > cx1 and cy2 > cy1 and (cx2 - cx1) * (cy2 - cy1) >= 0.5 * (bx2 - bx1) * (by2 - by1):
             out[fid] = (round(cx1, 1), round(cy1, 1), round(cx2, 1), round(cy2, 1))
-    return out
+            corners[fid] = [(round(float(x), 1), round(float(y), 1)) for x, y in pts]
+        elif cx2 > cx1 and cy2 > cy1:
+            corners[-1 - fid] = [(cx1, cy1), (cx2, cy2)]  # at the edge: kept apart (see Clip.edges)
+    return out, corners
+
+
+def _boxes_through(m: np.ndarray, boxes: dict[int, Box], size: tuple[int, int]) -> dict[int, Box]:
+    return _through(m, boxes, size)[0]
 
 
 def _move(img: np.ndarray, boxes: dict[int, Box], n: int, size: tuple[int, int], scale: tuple[float, float],
-          tilt: float = 0.0, background: np.ndarray | None = None) -> tuple[list[np.ndarray], list[dict[int, Box]]]:
+          tilt: float = 0.0, background: np.ndarray | None = None
+          ) -> tuple[list[np.ndarray], list[dict[int, Box]], list[dict[int, list[tuple[float, float]]]]]:
     """``n`` frames of a camera moving over ``img``: scale from ``scale[0]`` to ``scale[1]`` of the frame's
     fit, the centre drifting, rolling by up to ``tilt`` degrees."""
     w, h = size
     ih, iw = img.shape[:2]
     fit = min(w / iw, h / ih)
-    frames, faces = [], []
+    frames, faces, corners = [], [], []
     for i in range(n):
         t = i / max(1, n - 1)
         s = fit * (scale[0] + (scale[1] - scale[0]) * t)
@@ -114,8 +129,10 @@ def _move(img: np.ndarray, boxes: dict[int, Box], n: int, size: tuple[int, int],
         cv2.warpAffine(img, m, (w, h), dst=canvas, flags=cv2.INTER_AREA if s < 1 else cv2.INTER_LINEAR,
                        borderMode=border)
         frames.append(canvas)
-        faces.append(_boxes_through(m, boxes, size))
-    return frames, faces
+        box, corner = _through(m, boxes, size)
+        faces.append(box)
+        corners.append(corner)
+    return frames, faces, corners
 
 
 def _dark(frames: list[np.ndarray], seed: int = 1) -> list[np.ndarray]:
@@ -176,8 +193,11 @@ def _clips() -> dict[str, Callable[[dict], Clip]]:
             background = None
             if scale[1] < 0.5:  # small faces: the picture far away in a street scene
                 background = cv2.resize(_video("bikes")[160], hd, interpolation=cv2.INTER_AREA)
-            frames, faces = _move(_photo(src), _photo_faces(t, src), n, hd, scale, tilt, background)
-            return Clip(name, about, fx(frames) if fx else frames, faces, crf)
+            frames, faces, corners = _move(_photo(src), _photo_faces(t, src), n, hd, scale, tilt, background)
+            edges = [[(c[k][0][0], c[k][0][1], c[k][1][0], c[k][1][1]) for k in c if k < 0] for c in corners]
+            corners = [{k: v for k, v in c.items() if k >= 0} for c in corners]
+            return Clip(name, about, fx(frames) if fx else frames, faces, crf,
+                        corners=corners if tilt else None, edges=edges)
         return make
 
     def street(crf: int, name: str, about: str) -> Callable[[dict], Clip]:

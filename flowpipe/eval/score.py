@@ -47,9 +47,12 @@ def _area(b: Sequence[float]) -> float:
     return max(0.0, b[2] - b[0]) * max(0.0, b[3] - b[1])
 
 
-def coverage(face: Box, masks: Iterable[Sequence[float]]) -> float:
-    """The share of ``face``'s box inside the union of ``masks`` (on a raster of the box: overlapping masks
-    count once)."""
+def coverage(face: Box, masks: Iterable[Sequence[float]],
+             corners: Sequence[tuple[float, float]] | None = None) -> float:
+    """The share of the face inside the union of ``masks`` (on a raster of its box: overlapping masks count
+    once); with ``corners``, of the turned face they outline rather than the larger box around it."""
+    import cv2
+
     x1, y1, x2, y2 = face
     w, h = max(1, int(np.ceil(x2 - x1))), max(1, int(np.ceil(y2 - y1)))
     grid = np.zeros((h, w), bool)
@@ -58,7 +61,12 @@ def coverage(face: Box, masks: Iterable[Sequence[float]]) -> float:
         c, d = int(np.ceil(min(m[2], x2) - x1)), int(np.ceil(min(m[3], y2) - y1))
         if c > a and d > b:
             grid[b:d, a:c] = True
-    return float(grid.mean())
+    if corners is None:
+        return float(grid.mean())
+    inside = np.zeros((h, w), np.uint8)
+    cv2.fillPoly(inside, [np.round(np.array(corners) - (x1, y1)).astype(np.int32)], 1)
+    face_px = inside.astype(bool)
+    return float((grid & face_px).sum() / max(1, face_px.sum()))
 
 
 def _on_face(mask: Sequence[float], faces: Iterable[Box]) -> float:
@@ -79,10 +87,11 @@ def score(clip: Clip, masks: Sequence[Sequence[Sequence[float]]], seconds: float
     face_frames = masked = false = 0
     run: dict[int, int] = {}
     longest = 0
-    for faces, frame_masks in zip(clip.faces, masks, strict=True):
+    turned = clip.corners or [{} for _ in clip.faces]
+    for i, (faces, corners, frame_masks) in enumerate(zip(clip.faces, turned, masks, strict=True)):
         for fid, box in faces.items():
             face_frames += 1
-            if coverage(box, frame_masks) >= COVERED:
+            if coverage(box, frame_masks, corners.get(fid)) >= COVERED:
                 masked += 1
                 run[fid] = 0
             else:
@@ -91,7 +100,8 @@ def score(clip: Clip, masks: Sequence[Sequence[Sequence[float]]], seconds: float
         for fid in list(run):
             if fid not in faces:
                 run[fid] = 0
-        false += sum(1 for m in frame_masks if _on_face(m, faces.values()) < OFF_FACE)
+        near = [*faces.values(), *(clip.edges[i] if clip.edges else [])]  # faces at the edge count as faces
+        false += sum(1 for m in frame_masks if _on_face(m, near) < OFF_FACE)
     n = len(clip.frames)
     return Score(clip.name, masker, n, face_frames, round(masked / face_frames, 4) if face_frames else 1.0,
                  round(false / n, 4), longest, round(n / seconds, 1) if seconds > 0 else 0.0)
