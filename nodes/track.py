@@ -85,7 +85,9 @@ class Tracker(Node):
 
     class Config(NodeConfig):
         iou_threshold: float = Field(0.3, ge=0, le=1)
-        high_score: float = Field(0.6, ge=0, le=1, description="first-stage association threshold")
+        high_score: float = Field(0.5, ge=0, le=1, description="detections from this score start tracks and "
+                                  "match first; lower ones are candidates (the decoders' default threshold is "
+                                  "0.5, so by default there are none and every detection goes on)")
         max_age: int = Field(15, ge=0, description="frames a lost track is kept")
         min_hits: int = Field(1, ge=1, description="frames before an id is reported")
         coast: int = Field(0, ge=0, description="frames a confirmed track the detector misses is still put "
