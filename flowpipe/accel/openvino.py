@@ -291,7 +291,7 @@ def fit_input(model: Any, want: tuple[int, ...] | None, device: str, producer: s
                                  "shape: put a preprocess node upstream (its size sets the shape)")
             return model
         model.reshape({inp.get_any_name(): list(want)})
-        log.info("reshaped dynamic input %s to static %s", ps, list(want))
+        log.info("reshaped %s input %s to static %s", "dynamic" if ps.is_dynamic else "any-size", ps, list(want))
         return model
     have = tuple(ps.to_shape())
     if want is None or have == tuple(want):
