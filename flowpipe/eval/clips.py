@@ -104,6 +104,28 @@ def _through(m: np.ndarray, boxes: dict[int, Box],
     return out, corners
 
 
+def _masked(img: np.ndarray, boxes: dict[int, Box]) -> np.ndarray:
+    """Each face with a surgical mask over its lower part (nose to chin), shaded like the face around it:
+    the occlusion masks and scarves make, on the real faces."""
+    mask = cv2.imread(str(footage_path("mask")))
+    if mask is None:
+        raise RuntimeError("footage mask: not an image")
+    out = img.copy()
+    for x1, y1, x2, y2 in boxes.values():
+        w, h = int(x2 - x1), int(y2 - y1)
+        top = int(y1 + 0.45 * h)
+        mh = int(y2 - top)
+        patch = cv2.resize(mask, (w, mh), interpolation=cv2.INTER_AREA).astype(np.float32)
+        shade = out[top:top + mh, int(x1):int(x1) + w].astype(np.float32).mean() / 160.0
+        shape = np.zeros((mh, w), np.float32)
+        cv2.ellipse(shape, (w // 2, 0), (w // 2, mh), 0, 0, 180, 1.0, -1)  # rounded at the chin
+        alpha = cv2.GaussianBlur(shape, (5, 5), 0)[..., None]
+        roi = out[top:top + mh, int(x1):int(x1) + w].astype(np.float32)
+        out[top:top + mh, int(x1):int(x1) + w] = np.clip(roi * (1 - alpha) + patch * min(1.0, shade) * alpha,
+                                                         0, 255).astype(np.uint8)
+    return out
+
+
 def _boxes_through(m: np.ndarray, boxes: dict[int, Box], size: tuple[int, int]) -> dict[int, Box]:
     return _through(m, boxes, size)[0]
 
@@ -188,12 +210,13 @@ def _clips() -> dict[str, Callable[[dict], Clip]]:
 
     def photo(src: str, name: str, about: str, crf: int = 23, scale: tuple[float, float] = (1.0, 1.15),
               tilt: float = 0.0, fx: Callable[[list[np.ndarray]], list[np.ndarray]] | None = None,
-              n: int = 90) -> Callable[[dict], Clip]:
+              n: int = 90, masked: bool = False) -> Callable[[dict], Clip]:
         def make(t: dict) -> Clip:
             background = None
             if scale[1] < 0.5:  # small faces: the picture far away in a street scene
                 background = cv2.resize(_video("bikes")[160], hd, interpolation=cv2.INTER_AREA)
-            frames, faces, corners = _move(_photo(src), _photo_faces(t, src), n, hd, scale, tilt, background)
+            picture = _masked(_photo(src), _photo_faces(t, src)) if masked else _photo(src)
+            frames, faces, corners = _move(picture, _photo_faces(t, src), n, hd, scale, tilt, background)
             edges = [[(c[k][0][0], c[k][0][1], c[k][1][0], c[k][1][1]) for k in c if k < 0] for c in corners]
             corners = [{k: v for k, v in c.items() if k >= 0} for c in corners]
             return Clip(name, about, fx(frames) if fx else frames, faces, crf,
@@ -217,6 +240,8 @@ def _clips() -> dict[str, Callable[[dict], Clip]]:
                                    fx=_motion_blur),
         "table_far": photo("table", "table_far", "small faces: the picture far off (faces ~25-35 px)",
                            scale=(0.3, 0.35)),
+        "table_masked": photo("table", "table_masked", "the six faces behind surgical masks (nose to chin), "
+                              "compressed", crf=32, masked=True),
         "hopper_dark": photo("hopper", "hopper_dark", "a portrait in low light, compressed", crf=32, fx=_dark),
         "astronaut_tilt": photo("astronaut", "astronaut_tilt", "a portrait, camera rolling by up to 40 degrees",
                                 tilt=40.0),
