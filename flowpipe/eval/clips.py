@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import cv2
@@ -31,7 +31,6 @@ class Clip:
     faces: list[dict[int, Box]]  # per frame: face id -> true box (x1, y1, x2, y2) in the frame's pixels
     crf: int = 23
     fps: float = 30.0
-    tags: list[str] = field(default_factory=list)
     #: per frame: face id -> the face's four corners where the picture was turned (the box above is the
     #: axis-aligned box around them, larger than the face: coverage is measured on the corners)
     corners: list[dict[int, list[tuple[float, float]]]] | None = None
