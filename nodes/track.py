@@ -98,16 +98,38 @@ class Tracker(Node):
                                                                    "predicted box to continue it")
         hold: int = Field(30, ge=0, description="frames a track goes on on candidates alone after its last "
                                                 "high-score detection")
+        start_after: int = Field(0, ge=0, description="a candidate found in this many frames in a row at one "
+                                                      "place starts a track too (0: only high scores start "
+                                                      "tracks); an occluded face that never scores high")
 
     config: Config
 
     def open(self, ctx: RunContext) -> None:
         self.tracks: dict[str, list[_Track]] = {}
         self.next_id: dict[str, int] = {}
+        self.tentative: dict[str, list[tuple[np.ndarray, int]]] = {}  # unmatched candidates: box, frames in a row
 
     def end_stream(self, stream: str) -> None:
         self.tracks.pop(stream, None)
         self.next_id.pop(stream, None)
+        self.tentative.pop(stream, None)
+
+    def _persistent(self, stream: str, free: list[int], boxes: np.ndarray) -> list[int]:
+        """The unmatched candidates seen at the same place (IoU >= ``candidate_iou``) for ``start_after``
+        frames in a row: they start tracks."""
+        c = self.config
+        before = self.tentative.get(stream, [])
+        prev = np.array([b for b, _ in before], np.float64).reshape(-1, 4)
+        pairs = dict((di, ti) for ti, di in _greedy(iou_matrix(prev, boxes[free]), c.candidate_iou))
+        now, starts = [], []
+        for k, di in enumerate(free):
+            run = before[pairs[k]][1] + 1 if k in pairs else 1
+            if run >= c.start_after:
+                starts.append(di)
+            else:
+                now.append((boxes[di], run))
+        self.tentative[stream] = now
+        return starts
 
     def process(self, frame: Frame, port: str) -> Frame:
         c = self.config
@@ -136,13 +158,17 @@ class Tracker(Node):
             t.since_high = 0 if found else t.since_high + 1
             if t.hits >= c.min_hits:
                 dets[di].track_id = t.id
-        for h in high.tolist():
-            if h not in assign:
-                nid = self.next_id.get(frame.stream, 1)
-                self.next_id[frame.stream] = nid + 1
-                tracks.append(_Track(nid, boxes[h], label=dets[h].label, label_id=dets[h].label_id))
-                if c.min_hits <= 1:
-                    dets[h].track_id = nid
+        starts = [h for h in high.tolist() if h not in assign]
+        if c.start_after:
+            starts += self._persistent(frame.stream, [i for i in low.tolist() if i not in assign], boxes)
+        for h in starts:
+            nid = self.next_id.get(frame.stream, 1)
+            self.next_id[frame.stream] = nid + 1
+            found = int(scores[h] >= c.high_score)  # a track started by candidates is not confirmed yet
+            tracks.append(_Track(nid, boxes[h], confirmed=found, label=dets[h].label, label_id=dets[h].label_id))
+            assign[h] = len(tracks) - 1
+            if c.min_hits <= 1:
+                dets[h].track_id = nid
         candidates = set(low.tolist())
         kept = [d for i, d in enumerate(dets) if i in assign or i not in candidates]  # unmatched candidates go
         shown = np.array([d.box for d in kept], np.float64).reshape(-1, 4)

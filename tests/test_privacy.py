@@ -53,6 +53,16 @@ def test_candidates_continue_tracks_only_and_confirmed_tracks_coast_through_miss
     assert out.frames[5].detections[0].to_json()["source"] == "predicted"
 
 
+def test_a_face_found_only_at_low_scores_starts_a_track_after_start_after_frames() -> None:
+    """An occluded face scoring 0.4 frame after frame starts a track on its second frame (``start_after: 2``)
+    and is kept from then on; a 0.4 seen once elsewhere starts nothing."""
+    face, stray = (100.0, 100.0, 140.0, 150.0), (10.0, 10.0, 30.0, 30.0)
+    seq = [[(face, 0.4), (stray, 0.4)], [(face, 0.4)], [(face, 0.4)], [(face, 0.4)]]
+    out = run_node("type: tracker\nconfig: {high_score: 0.5, start_after: 2}", _frames(seq), port="detections")
+    assert [[(d.track_id, round(d.box[0])) for d in f.detections] for f in out.frames] == \
+        [[], [(1, 100)], [(1, 100)], [(1, 100)]]
+
+
 def test_a_track_too_young_does_not_coast() -> None:
     face = (100.0, 100.0, 140.0, 150.0)
     out = run_node("type: tracker\nconfig: {coast: 5, confirm: 3}", _frames([[(face, 0.9)]] * 2 + [[]] * 2),
