@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import cv2
@@ -14,11 +15,17 @@ from flowpipe.node import Node, NodeConfig, RunContext
 from flowpipe.registry import register
 
 
-def _region(frame: Frame, box: tuple[float, ...], grow: float) -> tuple[int, int, int, int] | None:
+def grow_box(box: Sequence[float], grow: float, width: int, height: int) -> tuple[float, float, float, float]:
+    """``box`` grown by ``grow`` of its size in all (half on each side), clipped to the picture: the region
+    ``blur`` masks (the privacy evaluation scores the same region)."""
     x1, y1, x2, y2 = box
     gw, gh = (x2 - x1) * grow / 2, (y2 - y1) * grow / 2
-    x1, y1 = max(0, int(x1 - gw)), max(0, int(y1 - gh))
-    x2, y2 = min(frame.width, int(np.ceil(x2 + gw))), min(frame.height, int(np.ceil(y2 + gh)))
+    return max(0.0, x1 - gw), max(0.0, y1 - gh), min(float(width), x2 + gw), min(float(height), y2 + gh)
+
+
+def _region(frame: Frame, box: tuple[float, ...], grow: float) -> tuple[int, int, int, int] | None:
+    gx1, gy1, gx2, gy2 = grow_box(box, grow, frame.width, frame.height)
+    x1, y1, x2, y2 = int(gx1), int(gy1), int(np.ceil(gx2)), int(np.ceil(gy2))
     return (x1, y1, x2, y2) if x2 > x1 and y2 > y1 else None
 
 

@@ -20,6 +20,7 @@ import numpy as np
 from .footage import footage_path
 
 Box = tuple[float, float, float, float]
+Corners = dict[int, list[tuple[float, float]]]  # face id -> its four corners in the frame
 TRUTH = Path(__file__).with_name("faces.json")
 
 
@@ -33,7 +34,7 @@ class Clip:
     fps: float = 30.0
     #: per frame: face id -> the face's four corners where the picture was turned (the box above is the
     #: axis-aligned box around them, larger than the face: coverage is measured on the corners)
-    corners: list[dict[int, list[tuple[float, float]]]] | None = None
+    corners: list[Corners] | None = None
     #: per frame: faces mostly out of the picture (under half inside): not counted as faces to mask, but a
     #: mask on one is not a false mask either
     edges: list[list[Box]] | None = None
@@ -84,23 +85,25 @@ def _photo(name: str) -> np.ndarray:
     return img
 
 
-def _through(m: np.ndarray, boxes: dict[int, Box],
-             size: tuple[int, int]) -> tuple[dict[int, Box], dict[int, list[tuple[float, float]]]]:
+def _through(m: np.ndarray, boxes: dict[int, Box], size: tuple[int, int]) -> tuple[dict[int, Box], Corners, list[Box]]:
     """Each box's corners through the 2x3 affine ``m``: the axis-aligned box around them (clipped) and the
-    corners; faces that leave the picture (less than half inside) are dropped."""
+    corners of the faces at least half inside the picture, and the clipped boxes of those mostly outside
+    it (see ``Clip.edges``)."""
     w, h = size
-    out, corners = {}, {}
+    out, corners, edges = {}, {}, []
     for fid, (x1, y1, x2, y2) in boxes.items():
         pts = np.array([[x1, y1, 1], [x2, y1, 1], [x2, y2, 1], [x1, y2, 1]], np.float64) @ m.T
         bx1, by1 = pts[:, 0].min(), pts[:, 1].min()
         bx2, by2 = pts[:, 0].max(), pts[:, 1].max()
         cx1, cy1, cx2, cy2 = max(0.0, bx1), max(0.0, by1), min(float(w), bx2), min(float(h), by2)
-        if cx2 > cx1 and cy2 > cy1 and (cx2 - cx1) * (cy2 - cy1) >= 0.5 * (bx2 - bx1) * (by2 - by1):
+        if not (cx2 > cx1 and cy2 > cy1):
+            continue
+        if (cx2 - cx1) * (cy2 - cy1) >= 0.5 * (bx2 - bx1) * (by2 - by1):
             out[fid] = (round(cx1, 1), round(cy1, 1), round(cx2, 1), round(cy2, 1))
             corners[fid] = [(round(float(x), 1), round(float(y), 1)) for x, y in pts]
-        elif cx2 > cx1 and cy2 > cy1:
-            corners[-1 - fid] = [(cx1, cy1), (cx2, cy2)]  # at the edge: kept apart (see Clip.edges)
-    return out, corners
+        else:
+            edges.append((cx1, cy1, cx2, cy2))
+    return out, corners, edges
 
 
 def _masked(img: np.ndarray, boxes: dict[int, Box]) -> np.ndarray:
@@ -131,13 +134,16 @@ def _boxes_through(m: np.ndarray, boxes: dict[int, Box], size: tuple[int, int]) 
 
 def _move(img: np.ndarray, boxes: dict[int, Box], n: int, size: tuple[int, int], scale: tuple[float, float],
           tilt: float = 0.0, background: np.ndarray | None = None
-          ) -> tuple[list[np.ndarray], list[dict[int, Box]], list[dict[int, list[tuple[float, float]]]]]:
+          ) -> tuple[list[np.ndarray], list[dict[int, Box]], list[Corners], list[list[Box]]]:
     """``n`` frames of a camera moving over ``img``: scale from ``scale[0]`` to ``scale[1]`` of the frame's
     fit, the centre drifting, rolling by up to ``tilt`` degrees."""
     w, h = size
     ih, iw = img.shape[:2]
     fit = min(w / iw, h / ih)
-    frames, faces, corners = [], [], []
+    frames: list[np.ndarray] = []
+    faces: list[dict[int, Box]] = []
+    corners: list[Corners] = []
+    edges: list[list[Box]] = []
     for i in range(n):
         t = i / max(1, n - 1)
         s = fit * (scale[0] + (scale[1] - scale[0]) * t)
@@ -150,10 +156,11 @@ def _move(img: np.ndarray, boxes: dict[int, Box], n: int, size: tuple[int, int],
         cv2.warpAffine(img, m, (w, h), dst=canvas, flags=cv2.INTER_AREA if s < 1 else cv2.INTER_LINEAR,
                        borderMode=border)
         frames.append(canvas)
-        box, corner = _through(m, boxes, size)
+        box, corner, edge = _through(m, boxes, size)
         faces.append(box)
         corners.append(corner)
-    return frames, faces, corners
+        edges.append(edge)
+    return frames, faces, corners, edges
 
 
 def _dark(frames: list[np.ndarray], seed: int = 1) -> list[np.ndarray]:
@@ -215,15 +222,16 @@ def _clips() -> dict[str, Callable[[dict], Clip]]:
             if scale[1] < 0.5:  # small faces: the picture far away in a street scene
                 background = cv2.resize(_video("bikes")[160], hd, interpolation=cv2.INTER_AREA)
             picture = _masked(_photo(src), _photo_faces(t, src)) if masked else _photo(src)
-            frames, faces, corners = _move(picture, _photo_faces(t, src), n, hd, scale, tilt, background)
-            edges = [[(c[k][0][0], c[k][0][1], c[k][1][0], c[k][1][1]) for k in c if k < 0] for c in corners]
-            corners = [{k: v for k, v in c.items() if k >= 0} for c in corners]
+            frames, faces, corners, edges = _move(picture, _photo_faces(t, src), n, hd, scale, tilt, background)
             return Clip(name, about, fx(frames) if fx else frames, faces, crf,
                         corners=corners if tilt else None, edges=edges)
         return make
 
     def street(crf: int, name: str, about: str) -> Callable[[dict], Clip]:
-        return lambda t: Clip(name, about, _street(t), [{} for _ in _street(t)], crf, 25.0)
+        def make(t: dict) -> Clip:
+            frames = _street(t)
+            return Clip(name, about, frames, [{} for _ in frames], crf, 25.0)
+        return make
 
     return {
         "carphone": carphone(20, "carphone", "a real face video, as shot (176x144)"),

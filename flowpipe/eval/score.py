@@ -107,19 +107,13 @@ def score(clip: Clip, masks: Sequence[Sequence[Sequence[float]]], seconds: float
                  round(false / n, 4), longest, round(n / seconds, 1) if seconds > 0 else 0.0)
 
 
-def grown(box: Sequence[float], grow: float, size: tuple[int, int]) -> tuple[float, float, float, float]:
-    """``box`` grown as ``blur`` grows it (``grow`` of its size in all, half on each side), clipped."""
-    x1, y1, x2, y2 = box
-    gw, gh = (x2 - x1) * grow / 2, (y2 - y1) * grow / 2
-    return max(0.0, x1 - gw), max(0.0, y1 - gh), min(float(size[0]), x2 + gw), min(float(size[1]), y2 + gh)
-
-
 def flowpipe_masks(clip: Clip, graph: str | Path, sets: dict[str, Any] | None = None,
                    workdir: Path | None = None) -> tuple[list[list[tuple[float, ...]]], float]:
     """Runs ``graph`` (a face-blur graph with ``input``, ``output`` and ``metadata`` parameters and a ``blur``
     node) on the clip written as H.264: the regions it blurred per frame, and the seconds from its first
     frame out to its last (model loading left out, as for deface)."""
     from flowpipe import load_graph
+    from flowpipe.nodes.draw import grow_box
     from flowpipe.runtime import Runner
 
     work = Path(workdir or tempfile.mkdtemp(prefix="flowpipe-eval-"))
@@ -138,7 +132,7 @@ def flowpipe_masks(clip: Clip, graph: str | Path, sets: dict[str, Any] | None = 
     out: list[list[tuple[float, ...]]] = [[] for _ in clip.frames]
     for line in meta.read_text().splitlines():
         r = json.loads(line)
-        out[r["frame"]] = [grown(o["box"], grow, (w, h)) for o in r["objects"]]
+        out[r["frame"]] = [grow_box(o["box"], grow, w, h) for o in r["objects"]]
     return out, seconds
 
 
