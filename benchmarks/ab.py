@@ -5,7 +5,7 @@ The other version is an installed copy (``pip install --no-deps --target DIR <ch
 
     git worktree add /tmp/before <rev> && pip install --no-deps --target /tmp/before-site /tmp/before
     python benchmarks/ab.py --before /tmp/before-site --before-graphs /tmp/before/graphs \\
-        --graph face_blur.yaml --set input=clip_720p.mp4 --frames 300 --repeats 3 --json out.json
+        --graph face_blur_near.yaml --set input=clip_720p.mp4 --frames 300 --repeats 3 --json out.json
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--before", required=True, help="site-packages folder holding the other version")
     ap.add_argument("--before-graphs", required=True, help="that version's graphs/ folder")
-    ap.add_argument("--graph", default="face_blur.yaml")
+    ap.add_argument("--graph", default="face_blur_near.yaml")
     ap.add_argument("--set", action="append", default=[], dest="sets")
     ap.add_argument("--frames", type=int, default=300)
     ap.add_argument("--repeats", type=int, default=3)

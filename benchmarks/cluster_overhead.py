@@ -30,7 +30,7 @@ def _spec(args: argparse.Namespace, tmp: Path):
     from flowpipe.graph import load_graph, parse_sets
 
     sets = [f"output={tmp}/o.mp4", f"metadata={tmp}/m.jsonl", "tiles=null", "device=CPU", *args.set]
-    spec = replicate_sources(load_graph(str(ROOT / "graphs" / "face_blur.yaml"), parse_sets(sets)), args.streams)
+    spec = replicate_sources(load_graph(str(ROOT / "graphs" / "face_blur_near.yaml"), parse_sets(sets)), args.streams)
     for s in spec.sources():
         s.config.loop = args.loops  # type: ignore[attr-defined]
     spec.processes = args.processes

@@ -61,7 +61,7 @@ def run(src: Path, path: str, frames: int, tmp: Path, tiles: bool, warm: int = 3
             "metadata": str(tmp / f"{path}.jsonl"), "device": "CPU", "preset": preset or "veryfast"}
     if not tiles:
         sets["tiles"] = None
-    spec = load_graph(str(ROOT / "graphs" / "face_blur.yaml"), sets)
+    spec = load_graph(str(ROOT / "graphs" / "face_blur_near.yaml"), sets)
     for node in spec.nodes:
         if node.type == "video_source":
             node.config.loop = -1  # type: ignore[attr-defined]

@@ -8,7 +8,7 @@ ceiling (the stage costs of a one-stream run, times the cores).
 A run is ``DEVICE:STREAMS:PROCESSES:WORKERS[:own][:PARAM=VALUE...]`` (``own``: every shard opens its own
 inference, the ``--no-device-owner`` of ``flowpipe bench``; ``batch=8``: a graph parameter for this run;
 ``prefetch=2``: the graph's own key).
-Every run is a fresh ``flowpipe bench`` process on graphs/face_blur.yaml with ``tiles: null`` unless
+Every run is a fresh ``flowpipe bench`` process on graphs/face_blur_near.yaml with ``tiles: null`` unless
 ``--graph``/``--set`` say otherwise. ``python benchmarks/report.py`` renders the results (BENCHMARKS.md
 section 8) and the plot.
 """
@@ -118,7 +118,7 @@ def _ceiling(row: dict[str, Any], cores: int) -> dict[str, Any]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--graph", default=str(ROOT / "graphs" / "face_blur.yaml"))
+    ap.add_argument("--graph", default=str(ROOT / "graphs" / "face_blur_near.yaml"))
     ap.add_argument("--set", action="append", default=[])
     ap.add_argument("--runs", nargs="*", default=[])
     ap.add_argument("--independent", nargs="*", default=[], metavar="DEVICE:N")

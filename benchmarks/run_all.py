@@ -50,7 +50,7 @@ def window_fps(times: list[float]) -> float:
 
 def flowpipe_face_blur(video: Path, out: Path, frames: int, streams: int = 1, device: str = "CPU") -> dict:
     workers = max(1, min(streams, len(os.sched_getaffinity(0)) // 2))  # per-stream stages spread over threads
-    spec = load_graph(ROOT / "graphs" / "face_blur.yaml",
+    spec = load_graph(ROOT / "graphs" / "face_blur_near.yaml",
                       {"input": str(video), "output": str(out / "fp.mp4"), "metadata": str(out / "fp.jsonl"),
                        "tiles": None, "device": device, "workers": workers})
     return bench_graph("face_blur", spec=spec, frames=frames, warmup=WARMUP, streams=streams)
@@ -286,7 +286,8 @@ def main() -> None:
                                "python": platform.python_version(), "openvino": ov.get_version(),
                                "opencv": cv2.__version__, "numpy": np.__version__},
                    "settings": {"model": "blazeface_full (192x192)", "device": a.device, "frames": a.frames,
-                                "warmup": WARMUP, "repeats": a.repeats, "graph": "graphs/face_blur.yaml, tiles: null"}}
+                                "warmup": WARMUP, "repeats": a.repeats,
+                                "graph": "graphs/face_blur_near.yaml, tiles: null"}}
     streams = [int(x) for x in a.streams.split(",")]
     if a.section == "scaling":
         suite["ceilings"] = {"720p": stage_costs(videos["720p"], model, 200)}

@@ -37,7 +37,7 @@ def main() -> None:
     t0 = time.monotonic()
     cycle = 0
     while time.monotonic() - t0 < a.minutes * 60:
-        spec = load_graph(ROOT / "graphs" / "face_blur.yaml",
+        spec = load_graph(ROOT / "graphs" / "face_blur_near.yaml",
                           {"output": str(out_dir / "soak.mp4"), "metadata": str(out_dir / "soak.jsonl"), "tiles": None})
         spec.node("decode").config = spec.node("decode").config.model_copy(update={"loop": -1})
         res = run(spec, max_frames=a.frames)

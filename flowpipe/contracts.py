@@ -51,6 +51,9 @@ class Offer:
     writes: frozenset[str] = frozenset({"host"})
     #: preprocessing the consumer folds into its model instead (OpenVINO PrePostProcessor parameters)
     model_preprocessing: dict[str, Any] | None = None
+    #: the picture size (width, height) of the frames on this port, where it is known before any open (a
+    #: video file's header); None: not known (a camera, a network stream, a generated source)
+    picture: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)

@@ -133,6 +133,11 @@ class Node:
         """Handle one packet. Return None, a Frame, a list of Frames, or {port: Frame | [Frame]}."""
         raise NotImplementedError
 
+    def holding(self) -> bool:
+        """Whether this node, as configured, keeps frames past ``process`` (by default its type's
+        ``holds_frames``; a type may hold only with some settings)."""
+        return self.holds_frames
+
     def poll(self) -> Any:
         """For ``holds_frames`` nodes: return what is ready now, without blocking."""
         return None

@@ -50,7 +50,9 @@ class Blur(Node):
     class Config(NodeConfig):
         mode: Literal["blur", "pixelate", "fill"] = "blur"
         grow: float = Field(0.15, ge=0, le=2, description="enlarge each box by this fraction")
-        strength: int = Field(8, ge=1, le=64, description="blur: kernel = box size / strength; pixelate: cells")
+        strength: int = Field(8, ge=1, le=64, description="blur: Gaussian sigma = region size / strength (8 leaves "
+                                                          "under 1% of the contrast finer than 4 cycles across the "
+                                                          "face, at any size); pixelate: cells across")
         labels: list[str] | None = Field(None, description="only these labels (default: all)")
 
     config: Config
@@ -91,12 +93,15 @@ class Blur(Node):
             cells = (max(1, w // max(1, w // n)), max(1, h // max(1, h // n)))
             small = cv2.resize(roi, cells, interpolation=cv2.INTER_AREA)
             cv2.resize(small, (w, h), dst=roi, interpolation=cv2.INTER_NEAREST)
-        else:  # blurred at about 48 px across and scaled back: as strong as blurring at full size (less
-            # detail is left), at a cost that does not grow with the face (0.77 -> 0.12 ms for 180x200 px)
+        else:  # a Gaussian of sigma = region / strength, whatever the region's size (the rule: at the default
+            # 8, under 1% of the face's contrast finer than 4 cycles across is left; people recognise familiar
+            # faces from about 7x10 px). Computed at about 48 px across and scaled back: the cost does not
+            # grow with the face.
             f = max(1, max(w, h) // 48)
             small = cv2.resize(roi, (max(1, w // f), max(1, h // f)), interpolation=cv2.INTER_AREA) if f > 1 else roi
-            k = max(3, (max(small.shape[:2]) // max(1, c.strength)) | 1)
-            cv2.GaussianBlur(small, (k, k), 0, dst=small)
+            sh, sw = small.shape[:2]
+            cv2.GaussianBlur(small, (0, 0), sigmaX=sw / c.strength, sigmaY=sh / c.strength, dst=small,
+                             borderType=cv2.BORDER_REPLICATE)
             if f > 1:
                 cv2.resize(small, (w, h), dst=roi, interpolation=cv2.INTER_LINEAR)
 

@@ -129,6 +129,13 @@ class Preprocess(Node):
         upscale: bool = Field(True, description="letterbox: enlarge pictures smaller than size (false: keep "
                                                 "them at their own scale, padded; for fully convolutional "
                                                 "detectors, which find faces better unstretched)")
+        size_to_source: bool = Field(False, description="letterbox: the tensor only as large as the picture "
+                                     "needs when the source says its size before it opens (a video file): "
+                                     "the letterboxed picture rounded up to multiples of align, at most size; "
+                                     "for models that take any input size (a 176x144 camera is not padded "
+                                     "to 960x544)")
+        align: int = Field(32, ge=1, le=256, description="size_to_source: tensor sides are multiples of this "
+                                                           "(the model's largest stride)")
         pad_value: float = Field(0.0, description="letterbox padding, in pixel units before normalization")
         roi: tuple[int, int, int, int] | None = Field(None, description="crop x, y, w, h before resizing")
         tiles: Tiles | None = Field(None, description="grid tiling; the tensor's batch is one entry per tile")
@@ -152,14 +159,31 @@ class Preprocess(Node):
                                  "which resizes by stretching: expected resize: stretch without roi or tiles")
             if self.roi is not None and self.tiles is not None:
                 raise ValueError("roi and tiles exclude each other: expected one of them, got both")
+            if self.size_to_source and (self.resize != "letterbox" or self.roi or self.tiles
+                                        or self.backend == "openvino"):
+                raise ValueError("size_to_source sizes the tensor by the letterboxed picture: expected resize: "
+                                 "letterbox without roi or tiles, on the opencl or cpu backend")
             return self
 
     config: Config
     backend: str | None = None  # chosen in request(): opencl, cpu or openvino
     cl: ClDevice | None = None
+    size: tuple[int, int] | None = None  # the tensor's width, height: config.size, or fitted in offer()
+
+    def tensor_size(self) -> tuple[int, int]:
+        return self.size or self.config.size
+
+    def _fitted(self, picture: tuple[int, int] | None) -> tuple[int, int]:
+        """``size``, or with ``size_to_source`` the letterboxed ``picture`` rounded up to ``align``."""
+        c = self.config
+        if not c.size_to_source or picture is None:
+            return c.size
+        geo = geometry(picture[0], picture[1], c.size[0], c.size[1], "letterbox", None, c.upscale)
+        a = c.align
+        return min(c.size[0], -(-geo.new_w // a) * a), min(c.size[1], -(-geo.new_h // a) * a)
 
     def tensor_shape(self) -> tuple[int, ...]:
-        w, h = self.config.size
+        w, h = self.tensor_size()
         c = 1 if self.config.color == "GRAY" else 3
         n = self.config.tiles.count if self.config.tiles else 1
         return (n, c, h, w) if self.config.layout == "NCHW" else (n, h, w, c)
@@ -167,6 +191,8 @@ class Preprocess(Node):
     # memory contracts ------------------------------------------------------------------------------
     def offer(self, port: str, inputs: Mapping[str, Offer], devices: Devices) -> Offer:
         c = self.config
+        frame = inputs.get("frame")
+        self.size = self._fitted(frame.picture if frame is not None else None)
         if c.backend == "openvino":  # nothing written here: the consumer folds this into its model
             return Offer(self.id, port, model_preprocessing={"color": c.color, "mean": c.mean, "scale": c.scale,
                                                              "layout": c.layout})
@@ -208,6 +234,9 @@ class Preprocess(Node):
             raise RuntimeError(f"preprocess '{self.id}' opened before its memory contract was resolved "
                                "(run it in a graph, or open it with flowpipe.testing.Harness)")
         self.stats["backend"] = self.backend
+        if self.tensor_size() != c.size:
+            self.stats["tensor_size"] = f"{self.tensor_size()[0]}x{self.tensor_size()[1]} (sized to the source; " \
+                                        f"at most {c.size[0]}x{c.size[1]})"
         alloc = ctx.allocation("tensor")
         self.remote = alloc.placement == "opencl" and self.cl is not None
         if self.cl is not None:
@@ -297,8 +326,9 @@ class Preprocess(Node):
             if x < 0 or y < 0 or rw < 1 or rh < 1 or x + rw > w or y + rh > h:
                 raise ValueError(f"roi {roi} is outside the {w}x{h} frame")
         rois = c.tiles.rois(w, h) if c.tiles else [roi]
-        geos = [geometry(w, h, c.size[0], c.size[1], c.resize, r, c.upscale) for r in rois]
-        frame.meta["preprocess"] = {"node": self.id, "tensor": list(c.size), **geos[0].as_meta()}
+        tw, th = self.tensor_size()
+        geos = [geometry(w, h, tw, th, c.resize, r, c.upscale) for r in rois]
+        frame.meta["preprocess"] = {"node": self.id, "tensor": [tw, th], **geos[0].as_meta()}
         if c.tiles:
             frame.meta["preprocess"]["tiles"] = [g.as_meta() for g in geos]
         if self.backend == "openvino":
@@ -384,7 +414,7 @@ class Preprocess(Node):
                                 hostbuf=lease.buffer.array((nbytes,)))
                 self._cl_bufs[key] = dst
         stride = frame.image.strides[0]
-        ow, oh = c.size
+        ow, oh = self.tensor_size()
         inv = [1.0 / s for s in c.scale]
         self._frames += 1
         sampled = self._frames % PROFILE_EVERY == 1 or PROFILE_EVERY == 1  # kernel time of a sample of frames
@@ -444,7 +474,7 @@ class Preprocess(Node):
             small = cv2.cvtColor(small, cv2.COLOR_BGR2RGB)
         elif c.color == "GRAY":
             small = cv2.cvtColor(small, cv2.COLOR_BGR2GRAY)[..., None]
-        ow, oh = c.size
+        ow, oh = self.tensor_size()
         ch = small.shape[2]
         canvas = np.full((oh, ow, ch), c.pad_value, np.float32)
         canvas[geo.pad_y:geo.pad_y + geo.new_h, geo.pad_x:geo.pad_x + geo.new_w] = small

@@ -1,14 +1,22 @@
 """Multi-object tracking: an IoU tracker with ByteTrack's two-stage association, ids per stream."""
 from __future__ import annotations
 
+import threading
+import time
+from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pydantic import Field
 
+from flowpipe.errors import FrameError
 from flowpipe.frame import Detection, Frame
 from flowpipe.node import PIXELS_ALL, Node, NodeConfig, RunContext
 from flowpipe.registry import register
+
+if TYPE_CHECKING:
+    from flowpipe.graph import GraphSpec, NodeSpec
 
 
 def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -47,6 +55,15 @@ def _inside(box: np.ndarray, frame: Frame) -> bool:
     return bool(box[2] > 0 and box[3] > 0 and box[0] < frame.width and box[1] < frame.height)
 
 
+def _leaving(box: np.ndarray, velocity: np.ndarray, frame: Frame) -> bool:
+    """Whether a box at the picture's edge moves out through it (detections there are clipped to the
+    picture, so the box's far side carries the motion)."""
+    if frame.data is None:
+        return False
+    return bool((box[0] <= 1 and velocity[2] < 0) or (box[1] <= 1 and velocity[3] < 0)
+                or (box[2] >= frame.width - 1 and velocity[0] > 0) or (box[3] >= frame.height - 1 and velocity[1] > 0))
+
+
 @dataclass
 class _Track:
     id: int
@@ -60,6 +77,16 @@ class _Track:
     label_id: int = 0
 
 
+@dataclass
+class _Tentative:
+    """An unmatched candidate and how many frames in a row it was found at one place; with a lookahead,
+    its detections in the frames still waiting here (a track it starts gets them too)."""
+    box: np.ndarray
+    run: int
+    seen: list[tuple[Frame, Detection]]
+    scores: list[float]  # the last start_after frames' scores
+
+
 @register("tracker")
 class Tracker(Node):
     """Assigns track ids: high-score detections match first, low-score ones then keep tracks alive
@@ -69,6 +96,9 @@ class Tracker(Node):
     otherwise (a low score alone starts nothing, so the decoder may pass scores as low as 0.1 without
     false boxes). With ``coast: N`` a confirmed track the detector misses stays in the frame's detections
     for up to N frames at its predicted box (``source: predicted``): a privacy mask holds through a miss.
+    With ``lookahead: N`` each frame waits here for N more of its stream: a track that starts also gets
+    the candidates found where it was in the frames before (a face that scores high only after a few
+    frames is masked from its first), at N frames of latency.
 
     YAML:
         - id: track
@@ -101,37 +131,139 @@ class Tracker(Node):
         start_after: int = Field(0, ge=0, description="a candidate found in this many frames in a row at one "
                                                       "place starts a track too (0: only high scores start "
                                                       "tracks); an occluded face that never scores high")
+        start_score: float = Field(0.0, ge=0, le=1, description="start_after: the mean score those frames need "
+                                                                "(weak, flickering candidates on a face-like "
+                                                                "thing start nothing)")
+        lookahead: int = Field(0, ge=0, le=60, description="frames each frame waits here for the next ones of "
+                                                           "its stream: a track that starts also gets the "
+                                                           "candidates found where it was in the frames before "
+                                                           "(latency: this many frames)")
+        max_wait: float = Field(0.5, gt=0, description="lookahead: seconds a frame waits at most (a stream that "
+                                                       "ends or stalls lets its last frames go)")
 
     config: Config
+
+    def holding(self) -> bool:
+        return self.config.lookahead > 0  # without a lookahead every frame goes on from process
+
+    @classmethod
+    def check_wiring(cls, spec: NodeSpec, graph: GraphSpec) -> list[str]:
+        if not (isinstance(spec.config, cls.Config) and spec.config.lookahead):
+            return []
+        if spec.workers > 1:
+            return ["workers: a tracker with a lookahead keeps each stream's frames in order on one worker; "
+                    f"expected 1, got {spec.workers}"]
+        if spec.isolation == "process":
+            return ["isolation: a tracker with a lookahead holds frames past process(); expected thread"]
+        return []
 
     def open(self, ctx: RunContext) -> None:
         self.tracks: dict[str, list[_Track]] = {}
         self.next_id: dict[str, int] = {}
-        self.tentative: dict[str, list[tuple[np.ndarray, int]]] = {}  # unmatched candidates: box, frames in a row
+        self.tentative: dict[str, list[_Tentative]] = {}  # unmatched candidates
+        self.waiting: dict[str, deque[tuple[Frame, float]]] = {}  # lookahead: frames and when they came
+        self.lock = threading.Lock()
+        self.wake = ctx.wake
+        self.timer: threading.Timer | None = None
+        self.max_held = self.config.lookahead * max(1, ctx.streams)
+        self.stats = ctx.stats
+        if self.config.lookahead:
+            self.stats["lookahead"] = f"{self.config.lookahead} frames"
+            self.stats["backfilled"] = 0  # candidates that became a track's detections in earlier frames
 
     def end_stream(self, stream: str) -> None:
         self.tracks.pop(stream, None)
         self.next_id.pop(stream, None)
         self.tentative.pop(stream, None)
+        with self.lock:
+            self.waiting.pop(stream, None)
 
-    def _persistent(self, stream: str, free: list[int], boxes: np.ndarray) -> list[int]:
-        """The unmatched candidates seen at the same place (IoU >= ``candidate_iou``) for ``start_after``
-        frames in a row: they start tracks."""
+    def _starts(self, frame: Frame, high: list[int], low: list[int], boxes: np.ndarray,
+                dets: list[Detection]) -> list[tuple[int, list[tuple[Frame, Detection]]]]:
+        """The unmatched detections that start tracks, each with its detections in the frames before (with a
+        lookahead): every high one, and the candidates seen at the same place (IoU >= ``candidate_iou``)
+        for ``start_after`` frames in a row at a mean score of ``start_score`` or more. The other
+        candidates are kept for the next frame."""
         c = self.config
-        before = self.tentative.get(stream, [])
-        prev = np.array([b for b, _ in before], np.float64).reshape(-1, 4)
+        if not (c.start_after or c.lookahead):
+            return [(h, []) for h in high]
+        free = high + low
+        before = self.tentative.get(frame.stream, [])
+        prev = np.array([t.box for t in before], np.float64).reshape(-1, 4)
         pairs = dict((di, ti) for ti, di in _greedy(iou_matrix(prev, boxes[free]), c.candidate_iou))
         now, starts = [], []
         for k, di in enumerate(free):
-            run = before[pairs[k]][1] + 1 if k in pairs else 1
-            if run >= c.start_after:
-                starts.append(di)
+            t = before[pairs[k]] if k in pairs else None
+            run, seen, scores = (t.run + 1, t.seen, t.scores) if t is not None else (1, [], [])
+            scores = [*scores, float(dets[di].score)][-max(1, c.start_after):]
+            if k < len(high) or (c.start_after and run >= c.start_after
+                                 and sum(scores) >= c.start_score * len(scores)):
+                starts.append((di, seen))
             else:
-                now.append((boxes[di], run))
-        self.tentative[stream] = now
+                now.append(_Tentative(boxes[di], run, [*seen, (frame, dets[di])][-c.lookahead:]
+                                      if c.lookahead else [], scores))
+        self.tentative[frame.stream] = now
         return starts
 
-    def process(self, frame: Frame, port: str) -> Frame:
+    def _backfill(self, stream: str, nid: int, seen: list[tuple[Frame, Detection]]) -> None:
+        """A track that starts now: its candidates in the frames still waiting here become its detections."""
+        with self.lock:
+            waiting = {id(f) for f, _ in self.waiting.get(stream, ())}
+        for f, d in seen:
+            if id(f) in waiting:
+                d.track_id = nid
+                f.detections.append(d)
+                self.stats["backfilled"] += 1
+
+    def process(self, frame: Frame, port: str) -> Any:
+        try:
+            self._track(frame)
+        except Exception as e:  # the frame is held: say which one failed
+            raise FrameError(frame, e) from e
+        if not self.config.lookahead:
+            return frame
+        with self.lock:
+            q = self.waiting.setdefault(frame.stream, deque())
+            q.append((frame, time.monotonic()))
+            out = [q.popleft()[0] for _ in range(len(q) - self.config.lookahead)]
+        self._arm()
+        return out
+
+    def poll(self) -> list[Frame]:
+        """Frames that waited ``max_wait`` (their stream ended or stalled) go on."""
+        self.timer = None
+        if not self.config.lookahead:
+            return []
+        due, out = time.monotonic() - self.config.max_wait, []
+        with self.lock:
+            for q in self.waiting.values():
+                while q and q[0][1] <= due:
+                    out.append(q.popleft()[0])
+        self._arm()
+        return out
+
+    def flush(self) -> list[Frame]:
+        with self.lock:
+            out = [f for q in self.waiting.values() for f, _ in q]
+            self.waiting.clear()
+        return out
+
+    def _arm(self) -> None:
+        """A wake when the oldest waiting frame is due (poll lets it go if no frame of its stream came)."""
+        with self.lock:
+            if self.timer is not None or not any(self.waiting.values()):
+                return
+            oldest = min(q[0][1] for q in self.waiting.values() if q)
+            self.timer = threading.Timer(max(0.0, oldest + self.config.max_wait - time.monotonic()) + 1e-3,
+                                         self.wake)
+            self.timer.daemon = True
+            self.timer.start()
+
+    def close(self) -> None:
+        if getattr(self, "timer", None) is not None:
+            self.timer.cancel()  # type: ignore[union-attr]
+
+    def _track(self, frame: Frame) -> None:
         c = self.config
         tracks = self.tracks.setdefault(frame.stream, [])
         dets = frame.detections
@@ -158,10 +290,9 @@ class Tracker(Node):
             t.since_high = 0 if found else t.since_high + 1
             if t.hits >= c.min_hits:
                 dets[di].track_id = t.id
-        starts = [h for h in high.tolist() if h not in assign]
-        if c.start_after:
-            starts += self._persistent(frame.stream, [i for i in low.tolist() if i not in assign], boxes)
-        for h in starts:
+        starts = self._starts(frame, [h for h in high.tolist() if h not in assign],
+                              [i for i in low.tolist() if i not in assign], boxes, dets)
+        for h, seen in starts:
             nid = self.next_id.get(frame.stream, 1)
             self.next_id[frame.stream] = nid + 1
             found = int(scores[h] >= c.high_score)  # a track started by candidates is not confirmed yet
@@ -169,6 +300,7 @@ class Tracker(Node):
             assign[h] = len(tracks) - 1
             if c.min_hits <= 1:
                 dets[h].track_id = nid
+                self._backfill(frame.stream, nid, seen)
         candidates = set(low.tolist())
         kept = [d for i, d in enumerate(dets) if i in assign or i not in candidates]  # unmatched candidates go
         shown = np.array([d.box for d in kept], np.float64).reshape(-1, 4)
@@ -177,7 +309,8 @@ class Tracker(Node):
             if i not in matched_t:
                 t.missed += 1
                 t.since_high += 1
-                t.velocity = 0.5 * t.velocity  # a miss is no time to extrapolate far: the box slows to a stop
+                if not _leaving(t.box, t.velocity, frame):  # a face leaving the picture keeps leaving it;
+                    t.velocity = 0.5 * t.velocity  # otherwise a miss is no time to extrapolate far: it slows down
                 t.box = t.box + t.velocity
                 if (t.missed <= c.coast and t.confirmed >= c.confirm and _inside(t.box, frame)
                         and not (iou_matrix(t.box[None], shown) > 0.1).any()):  # not where a box is already
@@ -187,4 +320,3 @@ class Tracker(Node):
             kept.append(Detection(box, 0.0, t.label, t.label_id, track_id=t.id, source="predicted"))
         frame.detections = kept
         self.tracks[frame.stream] = [t for t in tracks if t.missed <= c.max_age]
-        return frame

@@ -10,7 +10,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
@@ -20,6 +20,8 @@ import numpy as np
 from pydantic import Field, field_validator, model_validator
 
 from flowpipe import memory
+from flowpipe.accel import Devices
+from flowpipe.contracts import Offer
 from flowpipe.frame import Frame, FrameRef
 from flowpipe.memory import BufferPool
 from flowpipe.node import Node, NodeConfig, RunContext, Source
@@ -96,6 +98,28 @@ class VideoSource(Source):
         uri = self.config.uri
         kind = "network stream" if _NET.match(uri) else "camera" if _is_camera(uri) else "file/folder"
         return [f"opens {kind} {_redact(uri)}"]
+
+    def offer(self, port: str, inputs: Mapping[str, Offer], devices: Devices) -> Offer:
+        """Says the picture size where a file's header tells it (a node after it may size its work by it)."""
+        return Offer(self.id, port, picture=self._file_picture())
+
+    def _file_picture(self) -> tuple[int, int] | None:
+        uri = self.config.uri
+        if uri in ("sample", "sample-text"):
+            from flowpipe.sample import sample_path
+
+            uri = str(sample_path(uri))
+        path = Path(os.path.expanduser(uri))
+        if _NET.match(uri) or _is_camera(uri) or not path.is_file():
+            return None  # a camera or stream says it when it opens; a folder may mix sizes
+        try:
+            import av
+
+            with av.open(str(path)) as container:
+                ctx = container.streams.video[0].codec_context
+                return (ctx.width, ctx.height) if ctx.width and ctx.height else None
+        except Exception:  # noqa: BLE001  (not a video: open() says so in its own words)
+            return None
 
     def open(self, ctx: RunContext) -> None:
         c = self.config

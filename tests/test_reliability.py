@@ -191,12 +191,12 @@ def test_a_finished_run_releases_its_buffers_and_fds_at_once(tmp_path) -> None:
 
     root = Path(__file__).resolve().parent.parent
     params = {"output": str(tmp_path / "o.mp4"), "metadata": str(tmp_path / "o.jsonl"), "tiles": None}
-    run(load_graph(root / "graphs" / "face_blur.yaml", params), max_frames=30)  # warm-up
+    run(load_graph(root / "graphs" / "face_blur_near.yaml", params), max_frames=30)  # warm-up
     gc.disable()
     try:
         before = len(os.listdir("/proc/self/fd"))
         for _ in range(3):
-            res = run(load_graph(root / "graphs" / "face_blur.yaml", params), max_frames=30)
+            res = run(load_graph(root / "graphs" / "face_blur_near.yaml", params), max_frames=30)
             assert res.ok
         after = len(os.listdir("/proc/self/fd"))
     finally:

@@ -128,6 +128,28 @@ def _masked(img: np.ndarray, boxes: dict[int, Box]) -> np.ndarray:
     return out
 
 
+def _crowd(columns: int = 10, rows: int = 10, face: int = 40, size: tuple[int, int] = (1280, 720),
+           seed: int = 3) -> tuple[np.ndarray, dict[int, Box]]:
+    """A crowd: the 100 real faces of scikit-image's LFW subset (25x25 crops, frontal to turned, glasses,
+    every age) scaled to ``face`` px, in rows on a street picture, each a little off its place in the grid.
+    The crops are the faces (the boxes need no checking by eye)."""
+    from skimage import data
+
+    faces = (data.lfw_subset()[:100] * 255).round().astype(np.uint8)
+    w, h = size
+    img = cv2.resize(_video("bikes")[160], size, interpolation=cv2.INTER_AREA)
+    rnd = np.random.default_rng(seed)
+    cw, ch = w // columns, h // rows
+    boxes: dict[int, Box] = {}
+    for i, crop in enumerate(faces[: columns * rows]):
+        x = i % columns * cw + int(rnd.integers(0, cw - face))
+        y = i // columns * ch + int(rnd.integers(0, ch - face))
+        img[y:y + face, x:x + face] = cv2.cvtColor(cv2.resize(crop, (face, face), interpolation=cv2.INTER_CUBIC),
+                                                   cv2.COLOR_GRAY2BGR)
+        boxes[i] = (float(x), float(y), float(x + face), float(y + face))
+    return img, boxes
+
+
 def _boxes_through(m: np.ndarray, boxes: dict[int, Box], size: tuple[int, int]) -> dict[int, Box]:
     return _through(m, boxes, size)[0]
 
@@ -227,6 +249,13 @@ def _clips() -> dict[str, Callable[[dict], Clip]]:
                         corners=corners if tilt else None, edges=edges)
         return make
 
+    def crowd(name: str, about: str, crf: int) -> Callable[[dict], Clip]:
+        def make(t: dict) -> Clip:
+            picture, boxes = _crowd()
+            frames, faces, _, edges = _move(picture, boxes, 60, hd, (1.0, 1.1))
+            return Clip(name, about, frames, faces, crf, edges=edges)
+        return make
+
     def street(crf: int, name: str, about: str) -> Callable[[dict], Clip]:
         def make(t: dict) -> Clip:
             frames = _street(t)
@@ -252,6 +281,8 @@ def _clips() -> dict[str, Callable[[dict], Clip]]:
         "hopper_dark": photo("hopper", "hopper_dark", "a portrait in low light, compressed", crf=32, fx=_dark),
         "astronaut_tilt": photo("astronaut", "astronaut_tilt", "a portrait, camera rolling by up to 40 degrees",
                                 tilt=40.0),
+        "crowd": crowd("crowd", "a crowd collage: 100 real faces of ~40 px (scikit-image's LFW subset: turned, "
+                       "glasses, every age) pasted in rows on a street picture, compressed (crf 28)", 28),
         "street_empty": street(23, "street_empty", "street shots with no face (cars, bicycles, legs)"),
         "street_empty_h264_low": street(40, "street_empty_h264_low", "the same at a low bit rate (crf 40)"),
     }

@@ -110,8 +110,8 @@ def score(clip: Clip, masks: Sequence[Sequence[Sequence[float]]], seconds: float
 def flowpipe_masks(clip: Clip, graph: str | Path, sets: dict[str, Any] | None = None,
                    workdir: Path | None = None) -> tuple[list[list[tuple[float, ...]]], float]:
     """Runs ``graph`` (a face-blur graph with ``input``, ``output`` and ``metadata`` parameters and a ``blur``
-    node) on the clip written as H.264: the regions it blurred per frame, and the seconds from its first
-    frame out to its last (model loading left out, as for deface)."""
+    node) on the clip written as H.264: the regions it blurred per frame, and the seconds from the source's
+    first frame to the last node's last (model loading left out, as for deface)."""
     from flowpipe import load_graph
     from flowpipe.nodes.draw import grow_box
     from flowpipe.runtime import Runner
@@ -122,12 +122,13 @@ def flowpipe_masks(clip: Clip, graph: str | Path, sets: dict[str, Any] | None = 
     spec = load_graph(str(graph), {"input": str(src), "output": str(work / f"{clip.name}.blurred.mp4"),
                                    "metadata": str(meta), **(sets or {})})
     grow = next(float(n.config.grow) for n in spec.nodes if n.type == "blur")  # type: ignore[attr-defined]
-    res = Runner(spec).run()
+    runner = Runner(spec)
+    res = runner.run()
     if not res.ok:
         raise RuntimeError(f"flowpipe on {clip.name}: {res.error}")
-    last = spec.topo_order()[-1].id
-    fps = res.nodes[last].get("fps") or 0.0
-    seconds = len(clip.frames) / fps if fps else res.elapsed_s
+    order = spec.topo_order()
+    first, last = runner.stats[order[0].id].first, runner.stats[order[-1].id].last
+    seconds = last - first if first is not None and last is not None else res.elapsed_s
     h, w = clip.frames[0].shape[:2]
     out: list[list[tuple[float, ...]]] = [[] for _ in clip.frames]
     for line in meta.read_text().splitlines():

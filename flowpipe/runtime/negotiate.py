@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from ..accel import Devices
@@ -56,7 +56,7 @@ def resolve(spec: GraphSpec, nodes: dict[str, Node], devices: Devices,
     out = Contracts()
     for s in order:  # offers flow forward
         node = nodes[s.id]
-        inputs = {port: out.offers[refs[0]] for port, refs in s.inputs.items() if refs}
+        inputs = {port: _joined([out.offers[r] for r in refs]) for port, refs in s.inputs.items() if refs}
         for port in s.cls.outputs:
             src = node.forwards.get(port)
             if src is not None:
@@ -110,6 +110,18 @@ def _pixels(spec: GraphSpec, nodes: dict[str, Node], out: Contracts) -> None:
             after &= below
             narrow.update(by)
         takes[s.id] = (mine & after, narrow)
+
+
+def _joined(offers: list[Offer]) -> Offer:
+    """What an input fed by several producers sees: the first one's offer, with the largest picture of all
+    (unknown if any of them does not say)."""
+    first = offers[0]
+    if len(offers) == 1:
+        return first
+    sizes = [o.picture for o in offers]
+    picture = None if any(p is None for p in sizes) else \
+        (max(p[0] for p in sizes if p), max(p[1] for p in sizes if p))
+    return replace(first, picture=picture)
 
 
 def _declared(s: NodeSpec, declare: Callable[..., T], *args: Any) -> T:

@@ -353,7 +353,7 @@ class Runner:
         st = self.stats[spec.id]
         eos = 0
         default_port = next(iter(spec.cls.outputs), None)
-        held = node.holds_frames
+        held = node.holding()
         process, emit = node.process, self._emit
         gate = self.gates.get(spec.id)
         while True:
