@@ -219,9 +219,14 @@ def _privacy(results: Path) -> list[str]:
             fps += (f", all clips' frames over all their seconds {m['fps_vs_deface_all_frames']}x "
                     f"({_target(m['fps_vs_deface_all_frames'] >= 2)}), least on one clip "
                     f"{m['fps_vs_deface_least']}x ({_target(m['fps_vs_deface_least'] >= 2)})")
+        mine = [x for x in r["rows"] if x["masker"] == f"flowpipe {graph}"]
+        held = [x["clip"] for x in mine if (x["masked"] >= 0.99 or not x["face_frames"])
+                and x["false_per_frame"] <= 0.02 and x["longest_leak"] <= 2]
+        missed = ", ".join(x["clip"] for x in mine if x["clip"] not in held) or "none"
         L.append(f"- {graph}: least masked {m['min_masked']} ({_target(met[0])}), most false masks per frame "
                  f"{m['max_false_per_frame']} ({_target(met[1])}), longest leak {m['max_leak']} frames "
-                 f"({_target(met[2])}), {fps}")
+                 f"({_target(met[2])}), {fps}; the three masking targets held on {len(held)} of {len(mine)} "
+                 f"clips (not on: {missed})")
     before = results / "privacy_eval_before.json"
     if before.exists():
         b = json.loads(before.read_text())
