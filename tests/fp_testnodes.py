@@ -166,3 +166,19 @@ class Reopen(Node):
     def close(self) -> None:
         self.state = "closed"
         time.sleep(0.02)
+
+
+@register("test_one_face")
+class OneFace(Node):
+    """A detector stand-in: one face per frame, where the frame's index puts it (moving right)."""
+
+    inputs = {"frame": "frame"}
+    outputs = {"detections": "detections"}
+    parallel_streams = True
+
+    def process(self, frame: Frame, port: str) -> Frame:
+        from flowpipe.frame import Detection
+
+        x = float(frame.index % 40)
+        frame.detections = [Detection((x, 10.0, x + 20.0, 30.0), 0.9, "face")]
+        return frame

@@ -160,3 +160,30 @@ nodes:
     assert res.ok, res.error
     f = res.frames
     assert f["in"] == f["out"] + f["dropped"] + f["failed"]
+
+
+def test_a_stream_removed_from_a_tracker_with_a_lookahead_gets_its_last_frames_out(tmp_path) -> None:
+    """A tracker with a lookahead holds each stream's newest frames; a removed stream has no next frame to
+    push them out: they go on after ``max_wait`` and the removal completes with every frame accounted."""
+    text = GRAPH.replace("  - {{id: hop, type: passthrough, inputs: {{in: cam}}}}",
+                         "  - {{id: face, type: test_one_face, inputs: {{frame: cam}}}}\n"
+                         "  - {{id: hop, type: tracker, config: {{lookahead: 5, max_wait: 0.2}}, "
+                         "inputs: {{detections: face}}}}")
+    runner, t, box = _start(tmp_path, text)
+    live = runner.live
+    live.add("lobby")
+    live.add("door")
+    _wait(lambda: runner.stream_counts["door"]["out"] >= 30)
+    t0 = time.monotonic()
+    account = live.remove("door")
+    assert time.monotonic() - t0 < 5
+    assert account["in"] == account["out"] > 30 and account["in_flight"] == 0
+    lobby = runner.stream_counts["lobby"]["out"]
+    _wait(lambda: runner.stream_counts["lobby"]["out"] > lobby + 10)  # the other stream goes on
+    runner.stop()
+    t.join(30)
+    res = box["res"]
+    assert res.ok, res.error
+    assert res.frames["in"] == res.frames["out"]
+    lines = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
+    assert sorted(r["frame"] for r in lines if r["stream"] == "door") == list(range(account["out"]))

@@ -150,6 +150,22 @@ def _crowd(columns: int = 10, rows: int = 10, face: int = 40, size: tuple[int, i
     return img, boxes
 
 
+def _sunglasses(img: np.ndarray, boxes: dict[int, Box]) -> np.ndarray:
+    """Each face with dark sunglasses: two lenses over the eyes (where a face box has them: ~40% down, a
+    third in from each side) and a bridge, with a faint highlight, as photographs of them look."""
+    out = img.copy()
+    for x1, y1, x2, y2 in boxes.values():
+        w, h = x2 - x1, y2 - y1
+        cy, r = int(y1 + 0.40 * h), (max(2, int(0.17 * w)), max(2, int(0.12 * h)))
+        for cx in (int(x1 + 0.31 * w), int(x1 + 0.69 * w)):
+            cv2.ellipse(out, (cx, cy), r, 0, 0, 360, (22, 20, 18), -1, cv2.LINE_AA)
+            cv2.ellipse(out, (cx - r[0] // 3, cy - r[1] // 3), (max(1, r[0] // 4), max(1, r[1] // 5)), 0, 0, 360,
+                        (70, 70, 70), -1, cv2.LINE_AA)
+        cv2.line(out, (int(x1 + 0.45 * w), cy), (int(x1 + 0.55 * w), cy), (22, 20, 18), max(1, int(0.03 * w)),
+                 cv2.LINE_AA)
+    return out
+
+
 def _boxes_through(m: np.ndarray, boxes: dict[int, Box], size: tuple[int, int]) -> dict[int, Box]:
     return _through(m, boxes, size)[0]
 
@@ -238,12 +254,14 @@ def _clips() -> dict[str, Callable[[dict], Clip]]:
 
     def photo(src: str, name: str, about: str, crf: int = 23, scale: tuple[float, float] = (1.0, 1.15),
               tilt: float = 0.0, fx: Callable[[list[np.ndarray]], list[np.ndarray]] | None = None,
-              n: int = 90, masked: bool = False) -> Callable[[dict], Clip]:
+              n: int = 90, masked: bool = False, sunglasses: bool = False) -> Callable[[dict], Clip]:
         def make(t: dict) -> Clip:
             background = None
             if scale[1] < 0.5:  # small faces: the picture far away in a street scene
                 background = cv2.resize(_video("bikes")[160], hd, interpolation=cv2.INTER_AREA)
             picture = _masked(_photo(src), _photo_faces(t, src)) if masked else _photo(src)
+            if sunglasses:
+                picture = _sunglasses(picture, _photo_faces(t, src))
             frames, faces, corners, edges = _move(picture, _photo_faces(t, src), n, hd, scale, tilt, background)
             return Clip(name, about, fx(frames) if fx else frames, faces, crf,
                         corners=corners if tilt else None, edges=edges)
@@ -278,6 +296,8 @@ def _clips() -> dict[str, Callable[[dict], Clip]]:
                            scale=(0.3, 0.35)),
         "table_masked": photo("table", "table_masked", "the six faces behind surgical masks (nose to chin), "
                               "compressed", crf=32, masked=True),
+        "table_sunglasses": photo("table", "table_sunglasses", "the six faces in dark sunglasses, compressed",
+                                  crf=32, sunglasses=True),
         "hopper_dark": photo("hopper", "hopper_dark", "a portrait in low light, compressed", crf=32, fx=_dark),
         "astronaut_tilt": photo("astronaut", "astronaut_tilt", "a portrait, camera rolling by up to 40 degrees",
                                 tilt=40.0),
