@@ -48,11 +48,20 @@ def _greedy(iou: np.ndarray, thr: float) -> list[tuple[int, int]]:
     return pairs
 
 
-def _inside(box: np.ndarray, frame: Frame) -> bool:
-    """Whether a predicted box still overlaps the picture (a face that left it is not masked at the edge)."""
+def _inside(box: np.ndarray, size: np.ndarray, frame: Frame) -> bool:
+    """Whether at least half of a predicted box's face is still in the picture (``size``: the face's width
+    and height where it was last seen whole; a face mostly gone is not masked at the edge)."""
     if frame.data is None:
         return True
-    return bool(box[2] > 0 and box[3] > 0 and box[0] < frame.width and box[1] < frame.height)
+    w = min(box[2], frame.width) - max(box[0], 0.0)
+    h = min(box[3], frame.height) - max(box[1], 0.0)
+    return bool(w >= 0.5 * size[0] and h >= 0.5 * size[1] and w > 0 and h > 0)
+
+
+def _whole(box: np.ndarray, frame: Frame) -> bool:
+    """Whether a box is clear of the picture's edges (its size is the face's, not what the edge leaves)."""
+    return frame.data is None or bool(box[0] > 1 and box[1] > 1 and box[2] < frame.width - 1
+                                      and box[3] < frame.height - 1)
 
 
 def _leaving(box: np.ndarray, velocity: np.ndarray, frame: Frame) -> bool:
@@ -69,6 +78,7 @@ class _Track:
     id: int
     box: np.ndarray
     velocity: np.ndarray = field(default_factory=lambda: np.zeros(4))
+    size: np.ndarray = field(default_factory=lambda: np.zeros(2))  # width, height where last seen whole
     hits: int = 1
     missed: int = 0
     confirmed: int = 1  # frames found at a high score (candidates keep a track, they do not confirm it)
@@ -285,6 +295,8 @@ class Tracker(Node):
             t = tracks[ti]
             t.velocity = 0.5 * t.velocity + 0.5 * (boxes[di] - t.box)
             t.box, t.hits, t.missed = boxes[di], t.hits + 1, 0
+            if _whole(t.box, frame) or not t.size.any():
+                t.size = t.box[2:] - t.box[:2]
             found = scores[di] >= c.high_score
             t.confirmed += int(found)
             t.since_high = 0 if found else t.since_high + 1
@@ -296,7 +308,8 @@ class Tracker(Node):
             nid = self.next_id.get(frame.stream, 1)
             self.next_id[frame.stream] = nid + 1
             found = int(scores[h] >= c.high_score)  # a track started by candidates is not confirmed yet
-            tracks.append(_Track(nid, boxes[h], confirmed=found, label=dets[h].label, label_id=dets[h].label_id))
+            tracks.append(_Track(nid, boxes[h], size=boxes[h][2:] - boxes[h][:2], confirmed=found,
+                                 label=dets[h].label, label_id=dets[h].label_id))
             assign[h] = len(tracks) - 1
             if c.min_hits <= 1:
                 dets[h].track_id = nid
@@ -312,7 +325,7 @@ class Tracker(Node):
                 if not _leaving(t.box, t.velocity, frame):  # a face leaving the picture keeps leaving it;
                     t.velocity = 0.5 * t.velocity  # otherwise a miss is no time to extrapolate far: it slows down
                 t.box = t.box + t.velocity
-                if (t.missed <= c.coast and t.confirmed >= c.confirm and _inside(t.box, frame)
+                if (t.missed <= c.coast and t.confirmed >= c.confirm and _inside(t.box, t.size, frame)
                         and not (iou_matrix(t.box[None], shown) > 0.1).any()):  # not where a box is already
                     coasting.append(t)
         for t in coasting:
