@@ -95,10 +95,11 @@ class Blur(Node):
             cv2.resize(small, (w, h), dst=roi, interpolation=cv2.INTER_NEAREST)
         else:  # a Gaussian of sigma = region / strength, whatever the region's size (the rule: at the default
             # 8, under 1% of the face's contrast finer than 4 cycles across is left; people recognise familiar
-            # faces from about 7x10 px). Computed at about 48 px across and scaled back: the cost does not
-            # grow with the face.
-            f = max(1, max(w, h) // 48)
-            small = cv2.resize(roi, (max(1, w // f), max(1, h // f)), interpolation=cv2.INTER_AREA) if f > 1 else roi
+            # faces from about 7x10 px). Computed at 4 * strength px across at most (what such a blur leaves
+            # needs no more) and scaled back: the cost does not grow with the face.
+            f = max(1.0, max(w, h) / (4 * c.strength))
+            size = (max(1, round(w / f)), max(1, round(h / f)))
+            small = cv2.resize(roi, size, interpolation=cv2.INTER_AREA) if f > 1 else roi
             sh, sw = small.shape[:2]
             cv2.GaussianBlur(small, (0, 0), sigmaX=sw / c.strength, sigmaY=sh / c.strength, dst=small,
                              borderType=cv2.BORDER_REPLICATE)
