@@ -175,6 +175,7 @@ class Tracker(Node):
         self.lock = threading.Lock()
         self.wake = ctx.wake
         self.timer: threading.Timer | None = None
+        self.timer_due = 0.0
         self.max_held = self.config.lookahead * max(1, ctx.streams)
         self.stats = ctx.stats
         if self.config.lookahead:
@@ -241,11 +242,13 @@ class Tracker(Node):
 
     def poll(self) -> list[Frame]:
         """Frames that waited ``max_wait`` (their stream ended or stalled) go on."""
-        self.timer = None
         if not self.config.lookahead:
             return []
-        due, out = time.monotonic() - self.config.max_wait, []
+        now = time.monotonic()
+        due, out = now - self.config.max_wait, []
         with self.lock:
+            if now >= self.timer_due:
+                self.timer = None  # it has woken this poll (or is about to: one more wake is harmless)
             for q in self.waiting.values():
                 while q and q[0][1] <= due:
                     out.append(q.popleft()[0])
@@ -259,19 +262,20 @@ class Tracker(Node):
         return out
 
     def _arm(self) -> None:
-        """A wake when the oldest waiting frame is due (poll lets it go if no frame of its stream came)."""
+        """A wake when the oldest waiting frame is due (poll lets it go if no frame of its stream came); one
+        timer at a time, so a steady stream starts one every ``max_wait``, not one a frame."""
         with self.lock:
             if self.timer is not None or not any(self.waiting.values()):
                 return
-            oldest = min(q[0][1] for q in self.waiting.values() if q)
-            self.timer = threading.Timer(max(0.0, oldest + self.config.max_wait - time.monotonic()) + 1e-3,
-                                         self.wake)
+            self.timer_due = min(q[0][1] for q in self.waiting.values() if q) + self.config.max_wait
+            self.timer = threading.Timer(max(0.0, self.timer_due - time.monotonic()) + 1e-3, self.wake)
             self.timer.daemon = True
             self.timer.start()
 
     def close(self) -> None:
-        if getattr(self, "timer", None) is not None:
-            self.timer.cancel()  # type: ignore[union-attr]
+        timer = getattr(self, "timer", None)
+        if timer is not None:
+            timer.cancel()
 
     def _track(self, frame: Frame) -> None:
         c = self.config

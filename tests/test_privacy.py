@@ -114,6 +114,33 @@ def test_frames_waiting_for_a_lookahead_go_on_when_their_stream_stalls() -> None
         assert h.context.stats["lookahead"] == "5 frames"
 
 
+def test_every_waiting_frame_of_a_stalled_stream_gets_its_wake() -> None:
+    """Frames that came 60 ms apart before the stream stalled: each goes on about ``max_wait`` after it came,
+    woken by the node itself (no other frame arrives to push them)."""
+    import threading
+    import time
+
+    from flowpipe.nodes.track import Tracker
+
+    from flowpipe.testing import Harness
+
+    node = Tracker("t", Tracker.Config(lookahead=5, max_wait=0.15))
+    with Harness(node):
+        woken = threading.Event()
+        node.wake = woken.set
+        t0 = time.monotonic()
+        for f in _frames([[((100.0, 100.0, 140.0, 150.0), 0.9)]] * 3):
+            assert node.process(f, "detections") == []
+            time.sleep(0.06)
+        out: list[tuple[int, float]] = []
+        while len(out) < 3 and time.monotonic() - t0 < 3:
+            if woken.wait(0.5):
+                woken.clear()
+                out += [(f.index, time.monotonic() - t0) for f in node.poll()]
+        assert [i for i, _ in out] == [0, 1, 2], out
+        assert out[-1][1] < 1.0, out
+
+
 def test_a_tracker_with_a_lookahead_stays_on_one_worker() -> None:
     from flowpipe import load_graph
     from flowpipe.errors import GraphError
