@@ -171,6 +171,9 @@ class GraphSpec:
     prefetch: int = 1
     #: over several hosts (``--cluster``): where and what each stream needs
     cluster: ClusterKeys | None = None
+    #: a shard's part of a graph (``runtime.shards.subgraph``): the whole graph, whose sources every shard
+    #: takes into account where they size what it declares (a tensor sized to the largest picture)
+    whole: GraphSpec | None = None
 
     def sources(self) -> list[NodeSpec]:
         """The source nodes that run, in graph order: one stream each."""

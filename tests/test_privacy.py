@@ -312,3 +312,39 @@ nodes:
         assert {tuple(np.asarray(v).shape[2:]) for k, v in f.tensors.items() if k != "input"} == {heat}, uri
         sized = res.nodes["pre"].get("tensor_size")
         assert (sized is not None) == (tensor == (192, 160)), sized
+
+
+def test_shards_size_the_input_alike_for_the_device_owner(tmp_path) -> None:
+    """Two files of different sizes over two processes with one device owner: each shard sees only its own
+    source, yet both size the model input by the largest picture of the whole graph (the owner serves one
+    shape), and every frame comes out."""
+    import cv2
+
+    from flowpipe import load_graph
+    from flowpipe.runtime.shards import ShardedRun
+
+    def make(name: str, w: int, h: int) -> str:
+        path = tmp_path / name
+        out = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), 30, (w, h))
+        for i in range(10):
+            out.write(np.full((h, w, 3), 20 * i, np.uint8))
+        out.release()
+        return str(path)
+
+    text = f"""
+processes: 2
+nodes:
+  - {{id: a, type: video_source, config: {{uri: "{make('a.mp4', 176, 144)}"}}}}
+  - {{id: b, type: video_source, config: {{uri: "{make('b.mp4', 640, 272)}"}}}}
+  - {{id: pre, type: preprocess, config: {{size: [960, 544], resize: letterbox, upscale: false, size_to_source: true,
+      color: RGB, layout: NCHW}}, inputs: {{frame: [a.frame, b.frame]}}}}
+  - {{id: det, type: inference, config: {{model: centerface, device: CPU}}, inputs: {{tensor: pre.tensor}}}}
+  - {{id: faces, type: centerface_decode, inputs: {{tensors: det.tensors}}}}
+  - {{id: out, type: null_sink, inputs: faces}}
+"""
+    (tmp_path / "g.yaml").write_text(text)
+    res = ShardedRun(load_graph(str(tmp_path / "g.yaml")), 2).run()
+    assert res.ok, res.error
+    assert res.frames == {"in": 20, "out": 20, "dropped": 0, "failed": 0}
+    assert len({sh["pid"] for sh in res.shards}) == 2
+

@@ -57,6 +57,9 @@ def resolve(spec: GraphSpec, nodes: dict[str, Node], devices: Devices,
     for s in order:  # offers flow forward
         node = nodes[s.id]
         inputs = {port: _joined([out.offers[r] for r in refs]) for port, refs in s.inputs.items() if refs}
+        if spec.whole is not None and inputs:  # a shard: pictures of the whole graph's sources, so all agree
+            picture = _whole_picture(spec.whole, s.id, nodes, devices)
+            inputs = {port: replace(o, picture=picture) for port, o in inputs.items()}
         for port in s.cls.outputs:
             src = node.forwards.get(port)
             if src is not None:
@@ -122,6 +125,25 @@ def _joined(offers: list[Offer]) -> Offer:
     picture = None if any(p is None for p in sizes) else \
         (max(p[0] for p in sizes if p), max(p[1] for p in sizes if p))
     return replace(first, picture=picture)
+
+
+def _whole_picture(whole: GraphSpec, node_id: str, nodes: dict[str, Node],
+                   devices: Devices) -> tuple[int, int] | None:
+    """The largest picture the sources of the whole graph upstream of ``node_id`` say (None if any does
+    not): what the node would see in one process, whichever shard it runs in."""
+    import networkx as nx
+
+    up = nx.ancestors(whole.dag, node_id)
+    sizes = []
+    for src in whole.sources():
+        if src.id not in up:
+            continue
+        node = nodes.get(src.id) or src.make()
+        port = next(iter(src.cls.outputs))
+        sizes.append(_declared(src, node.offer, port, {}, devices).picture)
+    if not sizes or any(p is None for p in sizes):
+        return None
+    return max(p[0] for p in sizes if p), max(p[1] for p in sizes if p)
 
 
 def _declared(s: NodeSpec, declare: Callable[..., T], *args: Any) -> T:

@@ -101,6 +101,7 @@ def subgraph(spec: GraphSpec, sources: list[str]) -> GraphSpec:
     sub.nodes = nodes
     sub.dag = spec.dag.subgraph(keep).copy()
     sub.processes = 1
+    sub.whole = spec.whole or spec
     return sub
 
 
