@@ -277,6 +277,17 @@ def test_the_shipped_graph_masks_small_and_masked_real_faces(tmp_path) -> None:
         assert s.masked >= 0.99 and s.false_per_frame <= 0.02 and s.longest_leak <= 2, s
 
 
+def _plain_video(path: Path, w: int, h: int, frames: int) -> str:
+    """A file of ``frames`` flat grey pictures of w x h (its header says the size)."""
+    import cv2
+
+    out = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), 30, (w, h))
+    for i in range(frames):
+        out.write(np.full((h, w, 3), 20 * i, np.uint8))
+    out.release()
+    return str(path)
+
+
 def test_the_model_input_is_sized_to_a_small_source(tmp_path) -> None:
     """``size_to_source``: a 176x144 file runs CenterFace at 192x160 (the picture rounded up to 32), not padded
     to 960x544; a 1280x720 file is scaled down to 960x540 in a 960x544 input; an image folder (no size
@@ -286,12 +297,7 @@ def test_the_model_input_is_sized_to_a_small_source(tmp_path) -> None:
     from flowpipe.testing import collected, run_yaml
 
     def make(w: int, h: int) -> str:
-        path = tmp_path / f"{w}x{h}.mp4"
-        out = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), 30, (w, h))
-        for i in range(3):
-            out.write(np.full((h, w, 3), 40 * i, np.uint8))
-        out.release()
-        return str(path)
+        return _plain_video(tmp_path / f"{w}x{h}.mp4", w, h, 3)
 
     (tmp_path / "folder").mkdir()
     cv2.imwrite(str(tmp_path / "folder" / "a.png"), np.zeros((144, 176, 3), np.uint8))
@@ -318,18 +324,12 @@ def test_shards_size_the_input_alike_for_the_device_owner(tmp_path) -> None:
     """Two files of different sizes over two processes with one device owner: each shard sees only its own
     source, yet both size the model input by the largest picture of the whole graph (the owner serves one
     shape), and every frame comes out."""
-    import cv2
 
     from flowpipe import load_graph
     from flowpipe.runtime.shards import ShardedRun
 
     def make(name: str, w: int, h: int) -> str:
-        path = tmp_path / name
-        out = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), 30, (w, h))
-        for i in range(10):
-            out.write(np.full((h, w, 3), 20 * i, np.uint8))
-        out.release()
-        return str(path)
+        return _plain_video(tmp_path / name, w, h, 10)
 
     text = f"""
 processes: 2
