@@ -227,6 +227,15 @@ def _privacy(results: Path) -> list[str]:
                  f"{m['max_false_per_frame']} ({_target(met[1])}), longest leak {m['max_leak']} frames "
                  f"({_target(met[2])}), {fps}; the three masking targets held on {len(held)} of {len(mine)} "
                  f"clips (not on: {missed})")
+    gpu = results / "privacy_gpu_h100.json"
+    if gpu.exists():
+        g = json.loads(gpu.read_text())
+        L += ["", f"The shipped graph on the GPU machine ({g['machine']}; {g['date']}): "
+              + "; ".join(f"{x['clip']} on {x['device']} {x['fps']} fps (input {x['tensor'].split()[0]})"
+                          for x in g["runs"])
+              + ". The GPU's masks score as the CPU's (100% masked, no false mask on both clips; boxes within "
+              + f"{max(v['largest_box_difference_px'] for v in g['masks'].values())} px of the CPU's); at 720p "
+              "the rest of the graph, not the detector, sets the rate. `privacy_gpu_h100.json`."]
     before = results / "privacy_eval_before.json"
     if before.exists():
         b = json.loads(before.read_text())
