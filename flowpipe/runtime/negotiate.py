@@ -54,11 +54,12 @@ def resolve(spec: GraphSpec, nodes: dict[str, Node], devices: Devices,
     """Offers forward in graph order, requests backward (consumers first), one allocation per output port."""
     order = spec.topo_order()
     out = Contracts()
+    pictures: dict[str, tuple[int, int] | None] = {}  # a shard: what each source of the whole graph says
     for s in order:  # offers flow forward
         node = nodes[s.id]
         inputs = {port: _joined([out.offers[r] for r in refs]) for port, refs in s.inputs.items() if refs}
         if spec.whole is not None and inputs:  # a shard: pictures of the whole graph's sources, so all agree
-            picture = _whole_picture(spec.whole, s.id, nodes, devices)
+            picture = _whole_picture(spec.whole, s.id, nodes, devices, pictures)
             inputs = {port: replace(o, picture=picture) for port, o in inputs.items()}
         for port in s.cls.outputs:
             src = node.forwards.get(port)
@@ -127,10 +128,11 @@ def _joined(offers: list[Offer]) -> Offer:
     return replace(first, picture=picture)
 
 
-def _whole_picture(whole: GraphSpec, node_id: str, nodes: dict[str, Node],
-                   devices: Devices) -> tuple[int, int] | None:
+def _whole_picture(whole: GraphSpec, node_id: str, nodes: dict[str, Node], devices: Devices,
+                   known: dict[str, tuple[int, int] | None]) -> tuple[int, int] | None:
     """The largest picture the sources of the whole graph upstream of ``node_id`` say (None if any does
-    not): what the node would see in one process, whichever shard it runs in."""
+    not): what the node would see in one process, whichever shard it runs in. ``known`` keeps what each
+    source said (a file is probed once)."""
     import networkx as nx
 
     up = nx.ancestors(whole.dag, node_id)
@@ -138,9 +140,10 @@ def _whole_picture(whole: GraphSpec, node_id: str, nodes: dict[str, Node],
     for src in whole.sources():
         if src.id not in up:
             continue
-        node = nodes.get(src.id) or src.make()
-        port = next(iter(src.cls.outputs))
-        sizes.append(_declared(src, node.offer, port, {}, devices).picture)
+        if src.id not in known:
+            node = nodes.get(src.id) or src.make()
+            known[src.id] = _declared(src, node.offer, next(iter(src.cls.outputs)), {}, devices).picture
+        sizes.append(known[src.id])
     if not sizes or any(p is None for p in sizes):
         return None
     return max(p[0] for p in sizes if p), max(p[1] for p in sizes if p)
