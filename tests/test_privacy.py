@@ -106,10 +106,14 @@ def test_frames_waiting_for_a_lookahead_go_on_when_their_stream_stalls() -> None
         woken: list[float] = []
         node.wake = lambda: woken.append(time.monotonic())
         assert node.holding()
+        t0 = time.monotonic()
         assert all(node.process(f, "detections") == [] for f in frames)
         assert node.poll() == []  # not due yet
-        time.sleep(0.25)
+        deadline = time.monotonic() + 5
+        while not woken and time.monotonic() < deadline:
+            time.sleep(0.02)
         assert woken, "no wake came for the waiting frames"
+        assert woken[0] - t0 >= 0.1  # not before max_wait
         assert [f.index for f in node.poll()] == [0, 1, 2]
         assert h.context.stats["lookahead"] == "5 frames"
 
