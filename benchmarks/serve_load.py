@@ -72,7 +72,7 @@ def main() -> int:
     base = f"http://127.0.0.1:{port}"
     streams = [{"id": f"cam{i}", "uri": "sample", "options": {"loop": -1, "max_fps": args.fps}}
                for i in range(args.streams)]
-    r = httpx.post(f"{base}/pipelines/face_blur", json={"parameters": {"tiles": None}, "streams": streams},
+    r = httpx.post(f"{base}/pipelines/face_blur_near", json={"parameters": {"tiles": None}, "streams": streams},
                    timeout=120)
     r.raise_for_status()
     iid = r.json()["id"]
