@@ -79,6 +79,7 @@ class _Track:
     box: np.ndarray
     velocity: np.ndarray = field(default_factory=lambda: np.zeros(4))
     size: np.ndarray = field(default_factory=lambda: np.zeros(2))  # width, height where last seen whole
+    smoothed: np.ndarray | None = None  # with ``smooth``: the box over time
     hits: int = 1
     missed: int = 0
     confirmed: int = 1  # frames found at a high score (candidates keep a track, they do not confirm it)
@@ -150,6 +151,10 @@ class Tracker(Node):
                                                            "(latency: this many frames)")
         max_wait: float = Field(0.5, gt=0, description="lookahead: seconds a frame waits at most (a stream that "
                                                        "ends or stalls lets its last frames go)")
+        smooth: float = Field(0.0, ge=0, lt=1, description="how slowly a track's box comes back in after it went "
+                                                           "out to cover a detection (0: each detection as it "
+                                                           "is): a mask that does not breathe with the "
+                                                           "detector's jitter, and never uncovers the face")
 
     config: Config
 
@@ -277,6 +282,21 @@ class Tracker(Node):
         if timer is not None:
             timer.cancel()
 
+    def _smoothed(self, t: _Track, box: np.ndarray) -> tuple[float, float, float, float]:
+        """The box the track reports: each side goes out at once to cover ``box`` and comes back in slowly
+        (by ``1 - smooth`` of the way a frame), following the face's motion: it never uncovers the detection
+        and does not breathe with its jitter."""
+        a = self.config.smooth
+        if t.smoothed is None:
+            t.smoothed = box.astype(np.float64)
+        else:
+            v = t.velocity
+            dx, dy = (v[0] + v[2]) / 2, (v[1] + v[3]) / 2  # the face's motion, not its size's jitter
+            inward = a * (t.smoothed + np.array([dx, dy, dx, dy])) + (1 - a) * box
+            t.smoothed = np.concatenate([np.minimum(box[:2], inward[:2]), np.maximum(box[2:], inward[2:])])
+        s = t.smoothed
+        return float(s[0]), float(s[1]), float(s[2]), float(s[3])
+
     def _track(self, frame: Frame) -> None:
         c = self.config
         tracks = self.tracks.setdefault(frame.stream, [])
@@ -298,6 +318,8 @@ class Tracker(Node):
         for di, ti in assign.items():
             t = tracks[ti]
             t.velocity = 0.5 * t.velocity + 0.5 * (boxes[di] - t.box)
+            if c.smooth:
+                dets[di].box = self._smoothed(t, boxes[di])
             t.box, t.hits, t.missed = boxes[di], t.hits + 1, 0
             if _whole(t.box, frame) or not t.size.any():
                 t.size = t.box[2:] - t.box[:2]

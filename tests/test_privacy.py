@@ -180,6 +180,25 @@ def test_a_face_mostly_out_of_the_picture_does_not_coast() -> None:
     assert [len(f.detections) for f in kept.frames] == [1] * 11
 
 
+def test_smoothed_boxes_jitter_less_and_never_uncover_the_detection() -> None:
+    """A still face whose detected box jitters by +-4 px: with ``smooth: 0.6`` the reported box changes less
+    from frame to frame, and always contains the detection; with 0 the detection goes out as it is."""
+    rnd = np.random.default_rng(0)
+    raw = [(100.0 + a, 100.0 + b, 160.0 + c, 170.0 + d) for a, b, c, d in rnd.uniform(-4, 4, (40, 4))]
+    seq = [[(b, 0.9)] for b in raw]
+    plain = run_node("type: tracker\nconfig: {}", _frames(seq), port="detections")
+    smooth = run_node("type: tracker\nconfig: {smooth: 0.6}", _frames(seq), port="detections")
+    assert [f.detections[0].box for f in plain.frames] == raw
+
+    def change(boxes: list) -> float:
+        size = np.array([(b[2] - b[0], b[3] - b[1]) for b in boxes])
+        return float(np.abs(np.diff(size, axis=0)).mean())
+
+    got = [f.detections[0].box for f in smooth.frames]
+    assert all(g[0] <= r[0] and g[1] <= r[1] and g[2] >= r[2] and g[3] >= r[3] for g, r in zip(got, raw))
+    assert change(got) < 0.7 * change(raw), (change(got), change(raw))
+
+
 def test_a_track_too_young_does_not_coast() -> None:
     face = (100.0, 100.0, 140.0, 150.0)
     out = run_node("type: tracker\nconfig: {coast: 5, confirm: 3}", _frames([[(face, 0.9)]] * 2 + [[]] * 2),
