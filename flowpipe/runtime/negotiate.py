@@ -120,12 +120,14 @@ def _joined(offers: list[Offer]) -> Offer:
     """What an input fed by several producers sees: the first one's offer, with the largest picture of all
     (unknown if any of them does not say)."""
     first = offers[0]
-    if len(offers) == 1:
-        return first
-    sizes = [o.picture for o in offers]
-    picture = None if any(p is None for p in sizes) else \
-        (max(p[0] for p in sizes if p), max(p[1] for p in sizes if p))
-    return replace(first, picture=picture)
+    return first if len(offers) == 1 else replace(first, picture=_largest([o.picture for o in offers]))
+
+
+def _largest(sizes: list[tuple[int, int] | None]) -> tuple[int, int] | None:
+    """The largest width and height among ``sizes``; None when there are none or one is not known."""
+    if not sizes or any(p is None for p in sizes):
+        return None
+    return max(p[0] for p in sizes if p), max(p[1] for p in sizes if p)
 
 
 def _whole_picture(whole: GraphSpec, node_id: str, nodes: dict[str, Node], devices: Devices,
@@ -144,9 +146,7 @@ def _whole_picture(whole: GraphSpec, node_id: str, nodes: dict[str, Node], devic
             node = nodes.get(src.id) or src.make()
             known[src.id] = _declared(src, node.offer, next(iter(src.cls.outputs)), {}, devices).picture
         sizes.append(known[src.id])
-    if not sizes or any(p is None for p in sizes):
-        return None
-    return max(p[0] for p in sizes if p), max(p[1] for p in sizes if p)
+    return _largest(sizes)
 
 
 def _declared(s: NodeSpec, declare: Callable[..., T], *args: Any) -> T:
