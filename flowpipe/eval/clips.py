@@ -39,6 +39,11 @@ class Clip:
     #: mask on one is not a false mask either
     edges: list[list[Box]] | None = None
 
+    def looped(self, times: int) -> Clip:
+        """The clip played ``times`` times over (a longer run for timing: the same pictures, the same faces)."""
+        return Clip(f"{self.name}_x{times}", self.about, self.frames * times, self.faces * times, self.crf, self.fps,
+                    self.corners * times if self.corners else None, self.edges * times if self.edges else None)
+
     def write(self, path: Path) -> Path:
         """The clip as H.264 (yuv420p) at its ``crf``: the compression a camera stream has."""
         import av
