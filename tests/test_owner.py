@@ -78,6 +78,14 @@ def test_one_owner_serves_every_shard_without_copies(tmp_path) -> None:
     mine, theirs = _records(out), _records(out2)
     assert len(mine) == 87 and mine == theirs
     assert sum(r["count"] for r in mine.values()) > 0
+    # the shards decode as they would with the model in them (an inference node takes any pixels): the owner
+    # does not make them convert every frame to BGR, which also changed the tensors off the OpenCL path
+
+    def formats(run: dict) -> set[str]:
+        return {sh["format"] for k in ("s0", "s1", "s2") for sh in run["nodes"][k]["shards"].values()}
+
+    assert formats(stats) == formats(res2.to_json()) and "BGR" not in formats(stats)
+    assert not any("detect" in str(c.get("pixels")) for c in stats["memory_contracts"].values())
 
     # nothing left behind: processes, the socket's folder, fds
     assert not Path(run.owner.path).parent.exists()  # type: ignore[union-attr]

@@ -429,6 +429,12 @@ class OwnerClient(Node):
         self.outputs = dict(spec.cls.outputs)  # type: ignore[misc]
         self.in_port = next(iter(self.inputs))
         self.max_held = self.window = self.WINDOW[1]  # until the owner says what keeps it busy (open)
+        self.takes = spec.make().pixel_formats()  # what the node it stands for takes (configured, not opened)
+
+    def pixel_formats(self) -> frozenset[str]:
+        """The owned node's pixel formats: a shard decodes as it would with the node in it (an inference node
+        takes any, so the sources keep YUV rather than making BGR for nobody)."""
+        return self.takes
 
     def request(self, port: str, offer: Offer, outputs: Any, devices: Any) -> Request:
         placement = self.link.placements.get(self.id, "host")
