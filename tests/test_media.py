@@ -335,12 +335,16 @@ def test_the_face_blur_job_in_yuv_from_decode_to_encode(tmp_path) -> None:
     from flowpipe.runtime import Runner
 
     found = {}
+    graph = tmp_path / "face_blur_near.yaml"  # on the OpenCL kernel (auto takes OpenCV where OpenCL is the CPU)
+    graph.write_text((ROOT / "graphs" / "face_blur_near.yaml").read_text().replace(
+        "      resize: letterbox\n", "      resize: letterbox\n      backend: opencl\n", 1))
     for dec, px in (("opencv", "BGR"), ("pyav", "BGR"), ("pyav", "I420"), ("pyav", "NV12")):
-        spec = load_graph(str(ROOT / "graphs" / "face_blur_near.yaml"),
+        spec = load_graph(str(graph),
                           {"decoder": dec, "pixels": px, "output": str(tmp_path / f"{dec}{px}.mp4"),
                            "metadata": str(tmp_path / f"{dec}{px}.jsonl"), "device": "CPU", "tiles": None})
         res = Runner(spec, max_frames=60).run()
         assert res.ok, res.error
+        assert res.nodes["pre"]["backend"] == "opencl"
         found[dec + px] = [json.loads(x) for x in (tmp_path / f"{dec}{px}.jsonl").read_text().splitlines()]
 
     def boxes(run: str) -> list[list[list[float]]]:

@@ -119,6 +119,27 @@ def test_conversion_matches_opencv_reference(case, backend) -> None:
         assert out.result.nodes["node"]["backend"] == "opencl"
 
 
+def test_auto_takes_opencl_on_a_gpu_and_opencv_where_opencl_is_the_cpu() -> None:
+    """``backend: auto``: OpenCL where a GPU runs it; where the only OpenCL device is the CPU itself (PoCL),
+    OpenCV does the same work on the same cores without OpenCL's runtime threads, and the stats say why."""
+    frame = Frame("s", 0, 0.0, _image(320, 240), "BGR")
+    out = run_node("type: preprocess\nconfig: {size: [64, 64], resize: letterbox}", [frame], port="frame")
+    assert out.result.ok, out.result.error
+    stats = out.result.nodes["node"]
+    kinds = {d["type"] for p in devices().opencl.platforms() for d in p["devices"] if d["usable"]}
+    if kinds - {"CPU"}:
+        assert stats["backend"] == "opencl" and "backend_why" not in stats
+    elif kinds:
+        assert stats["backend"] == "cpu" and stats["backend_why"].startswith("the only OpenCL device is the CPU")
+    else:
+        assert stats["backend"] == "cpu" and stats["backend_why"].startswith("no OpenCL device")
+    # asked for by name, the CPU's OpenCL runs it
+    if kinds:
+        named = run_node(f"type: preprocess\nconfig: {{size: [64, 64], resize: letterbox, opencl_device: {OCL}}}",
+                         [Frame("s", 0, 0.0, _image(320, 240), "BGR")], port="frame")
+        assert named.result.ok and named.result.nodes["node"]["backend"] == "opencl"
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_frames_that_change_size_and_format_midstream(backend) -> None:
     """One node, one thread: each frame's geometry and format differ from the last (a camera renegotiating,

@@ -36,6 +36,13 @@ class ClDevice:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
+    def is_cpu(self) -> bool:
+        """The device is the host's own CPU (PoCL and other CPU runtimes): nothing is taken off the cores."""
+        import pyopencl as cl
+
+        return bool(self.device.type & cl.device_type.CPU)
+
+    @property
     def name(self) -> str:
         return f"{self.device.platform.name.strip()} / {self.device.name.strip()}"
 
@@ -64,6 +71,17 @@ class ClDevice:
         import pyopencl as cl
 
         return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, nbytes)
+
+
+def _kind(device_type: int) -> str:
+    """An OpenCL device type bit field as a word: GPU, ACCELERATOR or CPU."""
+    import pyopencl as cl
+
+    for bit, word in ((cl.device_type.GPU, "GPU"), (cl.device_type.ACCELERATOR, "ACCELERATOR"),
+                      (cl.device_type.CPU, "CPU")):
+        if device_type & bit:
+            return word
+    return "OTHER"
 
 
 def _builds(device: Any) -> str | None:
@@ -97,7 +115,8 @@ class OpenCl:
         out: dict[str, dict[str, Any]] = {}
         for dev, why in probed:
             p = out.setdefault(dev.platform.name.strip(), {"platform": dev.platform.name.strip(), "devices": []})
-            p["devices"].append({"name": dev.name.strip(), "usable": why is None, **({"why": why} if why else {})})
+            p["devices"].append({"name": dev.name.strip(), "type": _kind(dev.type), "usable": why is None,
+                                 **({"why": why} if why else {})})
         return list(out.values())
 
     def _probe(self) -> list[tuple[Any, str | None]]:
