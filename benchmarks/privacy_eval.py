@@ -51,6 +51,7 @@ def main() -> int:
     sets: dict[str, Any] = {"device": "CPU"}
     sets.update(parse_sets(args.set))
     graphs = args.graph or [str(ROOT / "graphs" / g) for g in ("face_blur.yaml", "face_blur_near.yaml")]
+    graph_of = {f"flowpipe {Path(g).name}": g for g in graphs}
     rows = []
     for name in args.clips or list(CLIPS):
         c = clip(name)
@@ -60,8 +61,8 @@ def main() -> int:
         timed = c.looped(math.ceil(TIMED_PIXELS / (len(c.frames) * w * h)))
         runs: dict[str, list[tuple[Any, float]]] = {}
         for _ in range(args.repeats):  # side by side, in turns: the machine's drift falls on both alike
-            for graph in graphs:
-                runs.setdefault(f"flowpipe {Path(graph).name}", []).append(flowpipe_masks(timed, graph, sets))
+            for masker, graph in graph_of.items():
+                runs.setdefault(masker, []).append(flowpipe_masks(timed, graph, sets))
             if not args.no_deface:
                 masks, seconds, backend = deface_masks(timed)
                 runs.setdefault(f"deface ({backend})", []).append((masks, seconds))
@@ -69,10 +70,8 @@ def main() -> int:
             fps = [round(len(timed.frames) / s, 1) for _, s in done]
             if timed is c:
                 masks = done[0][0]
-            elif masker.startswith("flowpipe"):  # the masks of the clip itself, played once
-                masks = flowpipe_masks(c, next(g for g in graphs if masker.endswith(Path(g).name)), sets)[0]
-            else:
-                masks = deface_masks(c)[0]
+            else:  # the masks of the clip itself, played once
+                masks = flowpipe_masks(c, graph_of[masker], sets)[0] if masker in graph_of else deface_masks(c)[0]
             row = score(c, masks, 1.0, masker).row() | {"fps": statistics.median(fps)}
             rows.append(row | {"fps_runs": fps, "timed_frames": len(timed.frames), "about": c.about})
             print(rows[-1], flush=True)

@@ -41,6 +41,8 @@ class Clip:
 
     def looped(self, times: int) -> Clip:
         """The clip played ``times`` times over (a longer run for timing: the same pictures, the same faces)."""
+        if times <= 1:
+            return self
         return Clip(f"{self.name}_x{times}", self.about, self.frames * times, self.faces * times, self.crf, self.fps,
                     self.corners * times if self.corners else None, self.edges * times if self.edges else None)
 
