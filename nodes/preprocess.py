@@ -201,12 +201,24 @@ class Preprocess(Node):
             return Offer(self.id, port, model_preprocessing={"color": c.color, "mean": c.mean, "scale": c.scale,
                                                              "layout": c.layout})
         writes = {"host"}
-        if c.backend == "opencl" or (c.backend == "auto" and any(
-                d["usable"] and (d.get("type") != "CPU" or c.opencl_device != "auto")
-                for p in devices.opencl.platforms() for d in p["devices"])):
+        if c.backend == "opencl" or (c.backend == "auto" and self._only_the_cpu(devices) is None and any(
+                d["usable"] for p in devices.opencl.platforms() for d in p["devices"])):
             writes.add("opencl")
         return Offer(self.id, port, TensorSpec(self.tensor_shape(), np.dtype(DTYPES[c.dtype][1]).name),
                      frozenset(writes))
+
+    def _only_the_cpu(self, devices: Devices) -> str | None:
+        """With ``backend`` and ``opencl_device`` auto: the OpenCL device when every usable one is the CPU
+        itself (PoCL), where OpenCV does the same work on the same cores without the OpenCL runtime's threads
+        and launches (measured with PoCL on 2 cores: 12% faster at 720p, 0.4 ms less CPU per 176x144 frame);
+        else None."""
+        c = self.config
+        if c.backend != "auto" or c.opencl_device != "auto":
+            return None
+        usable = [(p["platform"], d) for p in devices.opencl.platforms() for d in p["devices"] if d["usable"]]
+        if not usable or any(d["type"] != "CPU" for _, d in usable):
+            return None
+        return f"{usable[0][0]} / {usable[0][1]['name']}"
 
     def request(self, port: str, offer: Offer, outputs: Mapping[str, Allocation], devices: Devices) -> Request:
         """Chooses the backend: the OpenCL context of the consumer's device when it asked for device
@@ -216,8 +228,13 @@ class Preprocess(Node):
         self.backend, self.cl, self.why = c.backend, None, ""
         if c.backend == "openvino":
             return Request(by=self.id)
+        cpu = self._only_the_cpu(devices)
         if alloc.placement == "opencl" and alloc.cl is not None:
             self.backend, self.cl = "opencl", alloc.cl
+        elif cpu is not None:
+            self.backend, self.why = "cpu", f"the only OpenCL device is the CPU ({cpu}): OpenCV on the same cores " \
+                                            "costs less"
+            log.info("node '%s': %s (backend: opencl to use it)", self.id, self.why)
         elif c.backend in ("auto", "opencl"):
             try:
                 self.cl, self.backend = devices.opencl.device(c.opencl_device), "opencl"
@@ -227,12 +244,6 @@ class Preprocess(Node):
                                        f"{devices.opencl.platforms() or 'none'}") from e
                 log.warning("node '%s': no OpenCL device (%s); preprocessing on the CPU with OpenCV", self.id, e)
                 self.backend, self.why = "cpu", f"no OpenCL device ({e})"
-            if c.backend == "auto" and c.opencl_device == "auto" and self.cl is not None and self.cl.is_cpu:
-                # the same cores either way, without the OpenCL runtime's threads and launches (measured with
-                # PoCL on 2 cores: 12% faster at 720p, 0.4 ms less CPU per 176x144 frame)
-                self.why = f"the only OpenCL device is the CPU ({self.cl.name}): OpenCV on the same cores costs less"
-                log.info("node '%s': %s (backend: opencl to use it)", self.id, self.why)
-                self.cl, self.backend = None, "cpu"
         if self.cl is not None and not self.cl.unified_memory:
             return Request("pinned", cl=self.cl, by=self.id)  # a discrete GPU uploads page-locked frames by DMA
         return Request(by=self.id)

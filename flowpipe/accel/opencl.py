@@ -36,13 +36,6 @@ class ClDevice:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
-    def is_cpu(self) -> bool:
-        """The device is the host's own CPU (PoCL and other CPU runtimes): nothing is taken off the cores."""
-        import pyopencl as cl
-
-        return bool(self.device.type & cl.device_type.CPU)
-
-    @property
     def name(self) -> str:
         return f"{self.device.platform.name.strip()} / {self.device.name.strip()}"
 
