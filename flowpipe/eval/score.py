@@ -178,25 +178,16 @@ def _deface_cli() -> Any:
     return cli
 
 
-class _Proxy:
-    """A module seen through ``get``: its attributes, some replaced."""
-
-    def __init__(self, module: Any, **replaced: Any) -> None:
-        self._module, self._replaced = module, replaced
-
-    def __getattr__(self, name: str) -> Any:
-        return self._replaced[name] if name in self._replaced else getattr(self._module, name)
-
-
 def deface_masks(clip: Clip, threshold: float = 0.2, mask_scale: float = 1.3,
                  backend: str = "auto") -> tuple[list[list[tuple[float, ...]]], float, str]:
     """deface as its command line runs it (``deface clip.mp4``: its defaults, CenterFace at threshold 0.2,
-    boxes scaled by 1.3 and blurred in an ellipse, H.264 out through imageio-ffmpeg) on the clip written as
-    flowpipe reads it: the boxes it blurred per frame (scaled as it scales them), the seconds from its
-    first frame to its last written (opening and closing the files left out, as for flowpipe), and the
+    boxes grown by ``mask_scale - 1`` on each side and blurred in an ellipse, H.264 out through
+    imageio-ffmpeg) on the clip written as flowpipe reads it: the boxes it blurred per frame, the seconds
+    from its first frame to its last written (opening and closing the files left out, as for flowpipe), and the
     backend it ran on."""
     import contextlib
     import io
+    from unittest import mock
 
     cli = _deface_cli()
     marks: dict[str, float] = {}
@@ -209,10 +200,10 @@ def deface_masks(clip: Clip, threshold: float = 0.2, mask_scale: float = 1.3,
             found.append(dets.copy())
             return dets, lms
 
-    imageio = cli.imageio
+    get_writer = cli.imageio.get_writer
 
-    def get_writer(*a: Any, **k: Any) -> Any:
-        writer = imageio.get_writer(*a, **k)
+    def timed_writer(*a: Any, **k: Any) -> Any:
+        writer = get_writer(*a, **k)
         append = writer.append_data
 
         def timed_append(*aa: Any) -> Any:
@@ -225,13 +216,10 @@ def deface_masks(clip: Clip, threshold: float = 0.2, mask_scale: float = 1.3,
     centerface = Timed(in_shape=None, backend=backend)
     with tempfile.TemporaryDirectory() as tmp:
         src = clip.write(Path(tmp) / f"{clip.name}.mp4")
-        cli.imageio = _Proxy(imageio, get_writer=get_writer)
-        try:
-            with contextlib.redirect_stderr(io.StringIO()):  # its progress bar
-                cli.video_detect(str(src), str(Path(tmp) / "out.mp4"), centerface, threshold, False, False, False,
-                                 "blur", mask_scale, True, False, {"codec": "libx264"})
-        finally:
-            cli.imageio = imageio
+        with mock.patch.object(cli.imageio, "get_writer", timed_writer), \
+                contextlib.redirect_stderr(io.StringIO()):  # its progress bar
+            cli.video_detect(str(src), str(Path(tmp) / "out.mp4"), centerface, threshold, False, False, False,
+                             "blur", mask_scale, True, False, {"codec": "libx264"})
     h, w = clip.frames[0].shape[:2]
     out: list[list[tuple[float, ...]]] = []
     for dets in found:
