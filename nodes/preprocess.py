@@ -42,6 +42,18 @@ DTYPES = {"u8": (0, np.uint8, "uchar"), "f16": (1, np.float16, "half"), "f32": (
 PROFILE_EVERY = 8  # kernel time is read from one frame in this many (each read is a driver call)
 
 
+#: YUV and BGR/RGB frames straight to the tensor's colour order (one OpenCV call)
+_TO_COLOR = {("NV12", "RGB"): cv2.COLOR_YUV2RGB_NV12, ("NV12", "BGR"): cv2.COLOR_YUV2BGR_NV12,
+             ("I420", "RGB"): cv2.COLOR_YUV2RGB_I420, ("I420", "BGR"): cv2.COLOR_YUV2BGR_I420,
+             ("BGR", "RGB"): cv2.COLOR_BGR2RGB, ("RGB", "BGR"): cv2.COLOR_RGB2BGR, ("GRAY", "BGR"): cv2.COLOR_GRAY2BGR,
+             ("GRAY", "RGB"): cv2.COLOR_GRAY2RGB}
+
+
+def _in_color(frame: Frame, color: str) -> np.ndarray:
+    """The frame's pixels (the whole picture) as BGR or RGB, or a gray frame as it is."""
+    return frame.image if frame.format == color else cv2.cvtColor(frame.image, _TO_COLOR[frame.format, color])
+
+
 @dataclass(frozen=True)
 class Geometry:
     """Where the (ROI of the) frame lands in the tensor: content size and padding."""
@@ -488,28 +500,58 @@ class Preprocess(Node):
             self.kernel_ns.append(sum(ev.elapsed_ns() for ev in events))
 
     def _run_cpu(self, frame: Frame, geo: Geometry, out: np.ndarray) -> None:
-        """One batch entry (``out`` is [C,H,W] or [H,W,C]) with OpenCV."""
+        """One batch entry (``out`` is [C,H,W] or [H,W,C]) with OpenCV: the picture converted straight to the
+        tensor's colour order (YUV -> RGB in one call), resized where it must be, and written once into its
+        place, mean and scale applied on the way; only the padding around it is filled. The values are the
+        same as filling a padded canvas and normalizing it whole (the same float32 operations)."""
         c = self.config
-        img = frame.bgr()
         x, y, w, h = geo.roi
-        img = img[y:y + h, x:x + w]
-        small = cv2.resize(img, (geo.new_w, geo.new_h), interpolation=cv2.INTER_LINEAR)
-        if c.color == "RGB":
-            small = cv2.cvtColor(small, cv2.COLOR_BGR2RGB)
-        elif c.color == "GRAY":
-            small = cv2.cvtColor(small, cv2.COLOR_BGR2GRAY)[..., None]
-        ow, oh = self.tensor_size()
-        ch = small.shape[2]
-        canvas = np.full((oh, ow, ch), c.pad_value, np.float32)
-        canvas[geo.pad_y:geo.pad_y + geo.new_h, geo.pad_x:geo.pad_x + geo.new_w] = small
-        canvas -= np.asarray(c.mean[:ch], np.float32)
-        canvas *= np.asarray([1.0 / s for s in c.scale[:ch]], np.float32)
-        if c.layout == "NCHW":
-            canvas = canvas.transpose(2, 0, 1)
-        if c.dtype == "u8":
-            np.copyto(out, np.clip(np.rint(canvas), 0, 255), casting="unsafe")
+        gray = c.color == "GRAY" and frame.format != "GRAY"  # luma of the resized BGR, as the kernel takes it
+        img = (frame.bgr() if gray else _in_color(frame, c.color))[y:y + h, x:x + w]
+        if (geo.new_w, geo.new_h) != (w, h):
+            img = cv2.resize(img, (geo.new_w, geo.new_h), interpolation=cv2.INTER_LINEAR)
+        if gray:
+            img = cv2.cvtColor(img, cv2.COLOR_BGR2GRAY)
+        if img.ndim == 2:
+            img = img[..., None]
+        ch = img.shape[2]
+        mean, inv = self._norm(ch)
+        nchw = c.layout == "NCHW"
+        px, py, nw, nh = geo.pad_x, geo.pad_y, geo.new_w, geo.new_h
+        if mean is None:  # 0..255 as they are: the one cast is the one pass
+            values: np.ndarray = img
         else:
-            np.copyto(out, canvas, casting="same_kind")
+            values = (img.astype(np.float32) - mean) * inv
+            if c.dtype == "u8":
+                values = np.clip(np.rint(values), 0, 255)
+        if nchw:
+            np.copyto(out[:, py:py + nh, px:px + nw], values.transpose(2, 0, 1), casting="unsafe")
+        else:
+            np.copyto(out[py:py + nh, px:px + nw], values, casting="unsafe")
+        oh, ow = (out.shape[1], out.shape[2]) if nchw else (out.shape[0], out.shape[1])
+        if px or py or nw != ow or nh != oh:
+            pad = self._pad_values(ch, out.dtype)
+            view = out.transpose(1, 2, 0) if nchw else out  # HWC either way: one pad value per channel
+            view[:py] = pad
+            view[py + nh:] = pad
+            view[py:py + nh, :px] = pad
+            view[py:py + nh, px + nw:] = pad
+
+    def _norm(self, ch: int) -> tuple[np.ndarray | None, np.ndarray]:
+        """float32 mean and 1/scale per channel; mean None where they leave the values as they are."""
+        c = self.config
+        mean = np.asarray(c.mean[:ch], np.float32)
+        inv = np.asarray([1.0 / s for s in c.scale[:ch]], np.float32)
+        return (None, inv) if not mean.any() and (inv == 1).all() else (mean, inv)
+
+    def _pad_values(self, ch: int, dtype: np.dtype) -> np.ndarray:
+        """The padding per channel as the tensor holds it: pad_value normalized like a pixel."""
+        c = self.config
+        v = (np.full(ch, c.pad_value, np.float32) - np.asarray(c.mean[:ch], np.float32)) \
+            * np.asarray([1.0 / s for s in c.scale[:ch]], np.float32)
+        if dtype == np.uint8:
+            v = np.clip(np.rint(v), 0, 255)
+        return v.astype(dtype)
 
     def close(self) -> None:
         if self._timed:
