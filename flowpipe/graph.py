@@ -28,6 +28,7 @@ TOP_KEYS = {"flowpipe", "description", "params", "plugins", "processes", "device
 OVERFLOW = ("block", "drop_oldest", "drop_newest")
 ON_ERROR = ("fail", "drop", "restart")
 ISOLATION = ("thread", "process")
+THREAD = ("auto", "own")
 _ID_RE = re.compile(r"^[A-Za-z_][\w-]*$")
 _VAR_RE = re.compile(r"\$\{(?:params\.(?P<param>[A-Za-z_]\w*)|env:(?P<env>[A-Za-z_]\w*)(?::-(?P<default>[^}]*))?)\}")
 
@@ -57,6 +58,8 @@ class EngineKeys(BaseModel):
     queue: int = Field(8, description="bounded input queue, 1..4096")
     overflow: str = Field("block", description="block | drop_oldest | drop_newest (every drop is counted)")
     workers: int = Field(1, description="threads for stages that keep no cross-stream state, 1..64")
+    thread: str = Field("auto", description="auto (in its producer's thread where no queue is needed between "
+                                            "them) | own (its own thread behind its queue)")
     restarts: int = Field(3, description="with on_error: restart, how many times, 0..1000")
     template: bool = Field(False, description="a source that is not run: the pattern of the streams added to "
                                               "the running graph (flowpipe serve)")
@@ -66,6 +69,7 @@ class EngineKeys(BaseModel):
     _overflow = _choice("overflow", OVERFLOW)
     _queue = _integer("queue", 1, 4096)
     _workers = _integer("workers", 1, 64)
+    _thread = _choice("thread", THREAD)
     _restarts = _integer("restarts", 0, 1000)
 
 
@@ -150,6 +154,7 @@ class NodeSpec:
     overflow: str = "block"
     workers: int = 1
     template: bool = False  # a source not run: the pattern of streams added at run time
+    thread: str = "auto"  # auto: in its producer's thread where it can (Runner._runs_in); own: its own
 
     def make(self) -> Node:
         return self.cls(self.id, self.config)
@@ -464,7 +469,7 @@ def _validate(doc: Any, fname: str, overrides: dict[str, Any]) -> GraphSpec:
             errors.append(Diagnostic(f"template: only a source can be the pattern of added streams; {ntype} is not "
                                      "a source", fname, _line(raw, "template"), *node))
         specs.append(NodeSpec(nid, ntype, cls, cfg, {}, eng.on_error, eng.queue, eng.isolation, eng.restarts, line,
-                              eng.overflow, workers, eng.template))
+                              eng.overflow, workers, eng.template, eng.thread))
     fail_if_errors()
 
     # wiring ---------------------------------------------------------------------------------------

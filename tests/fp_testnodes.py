@@ -23,7 +23,7 @@ def record(event: str) -> None:
 
 @register("test_fault")
 class Fault(Node):
-    """Raises on the listed frame indices; records open/close."""
+    """Raises on the listed frame indices; records open/close, and in the frame the thread it ran in."""
 
     inputs = {"in": "any"}
     outputs = {"out": "any"}
@@ -39,6 +39,7 @@ class Fault(Node):
             raise RuntimeError("cannot open")
 
     def process(self, frame: Frame, port: str) -> Frame:
+        frame.meta.setdefault("threads", {})[self.id] = threading.current_thread().name
         if self.config.delay_s:
             time.sleep(self.config.delay_s)
         if frame.index in self.config.fail_on:

@@ -114,10 +114,48 @@ def test_backpressure_keeps_queues_bounded() -> None:
     res = run_yaml("""
         nodes:
           - {id: src, type: synthetic_source, config: {count: 60}}
-          - {id: slow, type: test_fault, config: {delay_s: 0.002}, inputs: src.frame, queue: 4}
+          - {id: slow, type: test_fault, config: {delay_s: 0.002}, inputs: src.frame, queue: 4, thread: own}
           - {id: s, type: null_sink, inputs: slow.out}
     """)
     assert res.ok and res.nodes["slow"]["queue_max"] <= 5  # capacity + the end-of-stream marker
+
+
+def test_a_stage_runs_in_its_producers_thread_unless_it_needs_its_own() -> None:
+    """As GStreamer elements up to the next queue: a chain of stages runs in its source's thread; a stage with
+    `thread: own` starts a thread behind its queue, and the stages after it run there. A stage's time is its
+    own, not that of the stages it runs inside or that run inside it."""
+    res = run_yaml("""
+        nodes:
+          - {id: src, type: synthetic_source, config: {count: 40}}
+          - {id: a, type: test_fault, inputs: src.frame}
+          - {id: b, type: test_fault, config: {delay_s: 0.005}, inputs: a.out}
+          - {id: c, type: test_fault, inputs: b.out, thread: own}
+          - {id: d, type: test_fault, inputs: c.out}
+          - {id: s, type: collect, config: {into: threads}, inputs: d.out}
+    """)
+    assert res.ok and res.frames == {"in": 40, "out": 40, "dropped": 0, "failed": 0}
+    got = collected("threads")
+    where = {n: {f.meta["threads"][n] for f in got} for n in "abcd"}
+    assert where == {"a": {"flowpipe:src"}, "b": {"flowpipe:src"}, "c": {"flowpipe:c"}, "d": {"flowpipe:c"}}
+    assert [res.nodes[n].get("thread") for n in "abcds"] == ["src's", "src's", None, "c's", "c's"]
+    assert res.nodes["b"]["busy_s"] >= 40 * 0.005 > 4 * res.nodes["a"]["busy_s"]  # b runs inside a's call
+
+
+def test_a_stage_that_needs_a_queue_keeps_its_thread() -> None:
+    """Several inputs, several workers, an overflow policy: each needs the queue that an inline stage lacks."""
+    res = run_yaml("""
+        nodes:
+          - {id: a, type: synthetic_source, config: {count: 30, stream: s1}}
+          - {id: b, type: synthetic_source, config: {count: 30, stream: s2}}
+          - {id: join, type: passthrough, inputs: {in: [a.frame, b.frame]}}
+          - {id: spread, type: passthrough, workers: 2, inputs: join.out}
+          - {id: after, type: passthrough, inputs: spread.out}
+          - {id: live, type: passthrough, overflow: drop_oldest, queue: 64, inputs: after.out}
+          - {id: s, type: null_sink, inputs: live.out}
+    """)
+    assert res.ok and res.frames["in"] == 60 == res.frames["out"] + res.frames["dropped"]
+    assert {n: res.nodes[n].get("thread") for n in ("join", "spread", "after", "live", "s")} == {
+        "join": None, "spread": None, "after": None, "live": None, "s": "live's"}
 
 
 SIGINT_GRAPH = """

@@ -1,4 +1,5 @@
-"""Channels between stages: bounded FIFOs with batch get, and a router that keeps a stream on one worker.
+"""Channels between stages: bounded FIFOs with batch get, a router that keeps a stream on one worker, and
+the inbox of a stage that runs in its producer's thread.
 
 A channel's protocol is ``put`` / ``get_batch`` / ``wake`` / ``close``: the seam where a transport between
 processes or hosts plugs in.
@@ -126,3 +127,35 @@ class StreamRouter:
 
     def close(self) -> list[Any]:
         return [item for ch in self.channels for item in ch.close()]
+
+
+class Inline:
+    """The inbox of a stage that runs in its producer's thread (as GStreamer's elements run in the streaming
+    thread up to the next queue): ``put`` processes the item there and then, so a frame goes down a chain
+    of cheap stages without a queue, a wake-up or a thread switch per stage. A lock keeps the stage to one
+    frame at a time when more than one thread feeds it (a stream added to the running graph)."""
+
+    high_water = 0  # never queues
+
+    def __init__(self, handle: Callable[[Any], None]):
+        self._handle: Callable[[Any], None] | None = handle
+        self._lock = threading.Lock()
+
+    @property
+    def closed(self) -> bool:
+        return self._handle is None
+
+    def put(self, item: Any, force: bool = False) -> bool:
+        handle = self._handle
+        if handle is None:  # the run aborted or ended: the producer counts the frame as failed
+            return False
+        with self._lock:
+            handle(item)
+        return True
+
+    def wake(self) -> None:
+        """Nothing to wake: the stage holds no frames (a stage that does has a thread of its own)."""
+
+    def close(self) -> list[Any]:
+        self._handle = None  # it holds the run: let the run go when it ends
+        return []

@@ -14,10 +14,12 @@ import ctypes.util
 import dataclasses
 import functools
 import logging
+import queue
 import threading
 import time
 import weakref
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -45,7 +47,7 @@ class Added:
     stream: str
     like: str  # the source it copies
     stop: threading.Event
-    thread: threading.Thread | None = None
+    done: threading.Event = dataclasses.field(default_factory=threading.Event)  # its source's loop has ended
     state: str = "running"  # running, reconnecting, removing, ended, failed
     error: str | None = None
     added_at: float = dataclasses.field(default_factory=time.time)
@@ -69,6 +71,40 @@ def template_of(spec: GraphSpec, like: str | None) -> NodeSpec:
     return found
 
 
+class _StreamThreads:
+    """Threads that run added streams' sources, one stream after another: the stages a source runs in its
+    thread (``Runner._runs_in``) allocate there, and glibc gives every new thread a heap arena of its own, so
+    a service that started a thread per camera spread its heap over ever more arenas as cameras came and went.
+    A thread whose stream ended waits for the next one."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+        self._count = 0
+
+    def start(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            if self._idle:
+                self._idle -= 1
+            else:
+                self._count += 1
+                threading.Thread(target=self._work, name="flowpipe:stream", daemon=True).start()
+        self._jobs.put(job)
+
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            job()
+            with self._lock:
+                self._idle += 1
+
+    def close(self) -> None:
+        with self._lock:
+            for _ in range(self._count):
+                self._jobs.put(None)
+            self._count = self._idle = 0
+
+
 class LiveStreams:
     """The streams a running ``Runner`` was given after its start."""
 
@@ -80,6 +116,7 @@ class LiveStreams:
         self.ended: deque[dict[str, Any]] = deque(maxlen=self.KEEP_ENDED)
         self.removing = 0  # streams being removed: frames' fates are signalled while > 0
         self._lock = threading.Lock()
+        self._threads = _StreamThreads()
 
     def template(self, like: str | None) -> NodeSpec:
         return template_of(self.runner.spec, like)
@@ -125,8 +162,7 @@ class LiveStreams:
                 for _, _, edge in targets:
                     r._inputs[edge.split("->", 1)[1]] += 1
             r.stream_counts[stream] = {"in": 0, "out": 0, "dropped": 0, "failed": 0}
-        rec.thread = threading.Thread(target=self._run, args=(rec,), name=f"flowpipe:{stream}", daemon=True)
-        rec.thread.start()
+        self._threads.start(functools.partial(self._run, rec))
         log.info("stream %s added (like %s)", stream, template.id)
         return rec
 
@@ -136,9 +172,14 @@ class LiveStreams:
             log.error("stream %s: %s (the other streams go on)", rec.stream, err)
 
         assert isinstance(rec.node, Source)
-        self.runner._run_source(rec.spec, rec.node, failed)
-        if rec.state == "running":
-            rec.state = "ended"
+        threading.current_thread().name = f"flowpipe:{rec.stream}"
+        try:
+            self.runner._run_source(rec.spec, rec.node, failed)
+        finally:
+            if rec.state == "running":
+                rec.state = "ended"
+            threading.current_thread().name = "flowpipe:stream"
+            rec.done.set()
 
     def remove(self, stream: str, timeout: float = 30.0) -> dict[str, Any]:
         """Stops stream ``stream``, waits for the fates of its frames, closes what each node keeps of it;
@@ -150,8 +191,7 @@ class LiveStreams:
                 raise KeyError(f"no stream named {stream!r} was added to this graph")
             rec.state = "removing" if rec.state in ("running", "reconnecting") else rec.state
         rec.stop.set()
-        if rec.thread is not None:
-            rec.thread.join(timeout)
+        rec.done.wait(timeout)
         deadline = time.monotonic() + timeout
         with r._count_lock:
             self.removing += 1
@@ -235,19 +275,19 @@ class LiveStreams:
         return node.ask(stream) if node is not None else None  # type: ignore[attr-defined]
 
     def threads_alive(self) -> bool:
-        return any(rec.thread is not None and rec.thread.is_alive() for rec in list(self.added.values()))
+        return any(not rec.done.is_set() for rec in list(self.added.values()))
 
     def close(self) -> list[NodeError]:
         """The run ends: added streams' sources stop and close (their frames were drained with the run's)."""
         errors = []
         for rec in list(self.added.values()):
             rec.stop.set()
-            if rec.thread is not None:
-                rec.thread.join(timeout=5.0)
+            rec.done.wait(timeout=5.0)
             try:
                 rec.node.close()
             except Exception as e:  # noqa: BLE001
                 errors.append(NodeError(rec.stream, rec.spec.type, f"close failed: {type(e).__name__}: {e}"))
+        self._threads.close()
         return errors
 
 

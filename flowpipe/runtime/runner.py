@@ -1,4 +1,8 @@
-"""The streaming executor: one thread per node, bounded channels, end-of-stream, accounting.
+"""The streaming executor: threads joined by bounded channels, end-of-stream, accounting.
+
+A stage runs in its producer's thread where nothing needs a queue in between (``Runner._runs_in``); a
+source, a stage that holds frames (inference, a tracker's lookahead), one with several workers, inputs or an
+overflow policy, and one that asks ``thread: own`` run in threads of their own behind bounded channels.
 
 Every frame a source emits is accounted exactly once when its last reference ends: delivered
 ("out"), "dropped" by a policy, or "failed". Buffer leases travel with the frame's reference and go
@@ -29,7 +33,7 @@ from ..memory import ledger as ledgers
 from ..memory.ledger import UNATTRIBUTED, EdgeMemory
 from ..node import Node, Source
 from .board import StreamBoard
-from .channel import EOS, Channel, StreamRouter
+from .channel import EOS, Channel, Inline, StreamRouter
 from .context import NodeContext, Resume, RunState
 from .live import LiveStreams
 from .negotiate import resolve
@@ -37,7 +41,7 @@ from .owner import OwnerClient, OwnerLink
 from .process import isolate
 
 log = logging.getLogger("flowpipe")
-Inbox = Channel | StreamRouter
+Inbox = Channel | StreamRouter | Inline
 
 
 def frame_list(frames: Iterable[tuple[str, int]]) -> str:
@@ -56,6 +60,17 @@ def frame_list(frames: Iterable[tuple[str, int]]) -> str:
                 runs.append([i, i])
         out.append(f"{stream} " + ",".join(f"{a}-{b}" if b > a else str(a) for a, b in runs))
     return ", ".join(out)
+
+
+class _Nested(threading.local):
+    """Time this thread spent in stages run inline, inside the stage that is running now: subtracted from
+    that stage's own figures (a stage's wall and CPU time are its own, wherever it runs)."""
+
+    wall: float = 0.0
+    cpu: float = 0.0
+
+
+_nested = _Nested()
 
 
 class _Gate:
@@ -348,13 +363,11 @@ class Runner:
                 ch.put(EOS, force=True)
 
     def _run_node(self, spec: NodeSpec, node: Node, ch: Channel, workers_left: list[int] | None = None) -> None:
-        ledger = self.state.ledger
-        ledgers.bind(ledger)
+        ledgers.bind(self.state.ledger)
         st = self.stats[spec.id]
         eos = 0
         default_port = next(iter(spec.cls.outputs), None)
         held = node.holding()
-        process, emit = node.process, self._emit
         gate = self.gates.get(spec.id)
         while True:
             batch = ch.get_batch()
@@ -372,49 +385,79 @@ class Runner:
                                 workers_left[0] -= 1
                                 if workers_left[0] > 0:
                                     return
-                        try:
-                            emit(spec.id, node.flush(), default_port, held)
-                        except Exception as e:  # noqa: BLE001
-                            self._node_error(spec, st, None, e)
-                        if held:
-                            self._drain(spec, st, node)
-                        self._send_eos(spec.id)
+                        self._end(spec, node, st, default_port, held)
                         return
                     continue
-                in_port, frame, edge = item
-                if self.abort_event.is_set():
-                    frame.end("failed")
-                    continue
-                t0, c0 = time.perf_counter(), time.thread_time()
-                if gate is not None:
-                    gate.enter()
-                try:
-                    with ledger.on_edge(edge):
-                        if spec.cls.writes_input and frame.ref.count > 1 and frame.data is not None:
-                            frame = replace(frame, data=ledgers.copy(frame.data), meta=dict(frame.meta))
-                        result = process(frame, in_port)
-                        emit(spec.id, result, default_port, held)
-                    if not held:
-                        frame.end("out")
-                    error = None
-                except Exception as e:  # noqa: BLE001
-                    error = e
-                finally:
-                    if gate is not None:
-                        gate.leave()
-                if error is not None:
-                    self._node_error(spec, st, None if held else frame, error)
-                t1, c1 = time.perf_counter(), time.thread_time()
-                with st.lock:
-                    st.frames += 1
-                    st.busy_s += t1 - t0
-                    st.cpu_s += c1 - c0
-                    st.latency.append(t1 - t0)
-                    if st.first is None:
-                        st.first = t0
-                    st.last = max(st.last or t1, t1)
+                self._item(spec, node, st, item, default_port, held, gate)
             if held:
                 self._poll(spec, st, node)
+
+    def _end(self, spec: NodeSpec, node: Node, st: NodeStats, default_port: str | None, held: bool) -> None:
+        """Every input has ended: what the node still has goes on, then the end of stream."""
+        try:
+            self._emit(spec.id, node.flush(), default_port, held)
+        except Exception as e:  # noqa: BLE001
+            self._node_error(spec, st, None, e)
+        if held:
+            self._drain(spec, st, node)
+        self._send_eos(spec.id)
+
+    def _inline(self, spec: NodeSpec, node: Node) -> Callable[[Any], None]:
+        """What ``Inline.put`` does for ``node``: the frame through it, or an end of stream counted."""
+        st = self.stats[spec.id]
+        default_port = next(iter(spec.cls.outputs), None)
+        eos = [0]
+
+        def handle(item: Any) -> None:
+            if item is not EOS:
+                self._item(spec, node, st, item, default_port, False, None)
+                return
+            eos[0] += 1
+            if eos[0] >= self._inputs[spec.id]:  # streams added since the start raised it
+                self._end(spec, node, st, default_port, False)
+
+        return handle
+
+    def _item(self, spec: NodeSpec, node: Node, st: NodeStats, item: tuple[str, Frame, str],
+              default_port: str | None, held: bool, gate: _Gate | None) -> None:
+        """One frame through ``node``: process, send on, account; the stage's time without that of the stages
+        its sending ran inline."""
+        in_port, frame, edge = item
+        if self.abort_event.is_set():
+            frame.end("failed")
+            return
+        t0, c0 = time.perf_counter(), time.thread_time()
+        w0, n0 = _nested.wall, _nested.cpu
+        if gate is not None:
+            gate.enter()
+        try:
+            with self.state.ledger.on_edge(edge):
+                if spec.cls.writes_input and frame.ref is not None and frame.ref.count > 1 and frame.data is not None:
+                    frame = replace(frame, data=ledgers.copy(frame.data), meta=dict(frame.meta))
+                result = node.process(frame, in_port)
+                self._emit(spec.id, result, default_port, held)
+            if not held:
+                frame.end("out")
+            error = None
+        except Exception as e:  # noqa: BLE001
+            error = e
+        finally:
+            if gate is not None:
+                gate.leave()
+        if error is not None:
+            self._node_error(spec, st, None if held else frame, error)
+        t1, c1 = time.perf_counter(), time.thread_time()
+        wall, cpu = (t1 - t0) - (_nested.wall - w0), (c1 - c0) - (_nested.cpu - n0)
+        _nested.wall += wall  # a stage this one runs inside takes out both: the nested stages' and this one's
+        _nested.cpu += cpu
+        with st.lock:
+            st.frames += 1
+            st.busy_s += wall
+            st.cpu_s += cpu
+            st.latency.append(wall)
+            if st.first is None:
+                st.first = t0
+            st.last = max(st.last or t1, t1)
 
     def _drain(self, spec: NodeSpec, st: NodeStats, node: Node) -> None:
         """After ``flush``: what an async node still reports through ``poll`` (failed requests whose
@@ -492,9 +535,16 @@ class Runner:
 
     # the run ---------------------------------------------------------------------------------------
     def _wire(self, order: list[NodeSpec]) -> None:
+        """Inboxes and routes, once the nodes are made (whether a node holds frames decides its inbox)."""
+        runs_in: dict[str, str] = {}
         for s in order:
             if s.cls.inputs:
-                if s.workers > 1:
+                owner = self._runs_in(s, runs_in)
+                if owner is not None:
+                    runs_in[s.id] = owner
+                    self.channels[s.id] = Inline(self._inline(s, self.nodes[s.id]))
+                    self.stats[s.id].extra["thread"] = f"{owner}'s"
+                elif s.workers > 1:
                     self.channels[s.id] = StreamRouter(
                         [Channel(s.queue, s.overflow, self._overflow_drop(s.id)) for _ in range(s.workers)])
                     self.gates[s.id] = _Gate()
@@ -506,6 +556,18 @@ class Runner:
             for port, refs in s.inputs.items():
                 for up_id, up_port in refs:
                     self.routes[up_id][up_port].append((self.channels[s.id], port, f"{up_id}->{s.id}"))
+
+    def _runs_in(self, s: NodeSpec, runs_in: dict[str, str]) -> str | None:
+        """The node whose thread runs ``s`` (its producer's, or the thread that one runs in), or None where
+        ``s`` needs a thread of its own: it asks for one (``thread: own``), holds frames past ``process``
+        (its thread polls them), has several workers, drops on overflow (a queue to drop from), takes more
+        than one input, or its producer has several workers (one node, one thread at a time)."""
+        edges = [up for refs in s.inputs.values() for up, _ in refs]
+        if s.thread != "auto" or s.workers > 1 or s.overflow != "block" or len(edges) != 1:
+            return None
+        if self.nodes[s.id].holding() or self.spec.node(edges[0]).workers > 1:
+            return None
+        return runs_in.get(edges[0], edges[0])
 
     def _threads(self, opened: list[tuple[NodeSpec, Node]]) -> list[threading.Thread]:
         threads = []
@@ -522,7 +584,7 @@ class Runner:
                 for i, c in enumerate(ch.channels):
                     threads.append(threading.Thread(target=self._run_node, args=(s, node, c, left),
                                                     name=f"flowpipe:{s.id}:{i}", daemon=True))
-            elif ch is not None:
+            elif isinstance(ch, Channel):
                 threads.append(threading.Thread(target=self._run_node, args=(s, node, ch), name=f"flowpipe:{s.id}",
                                                 daemon=True))
         return threads
@@ -540,7 +602,6 @@ class Runner:
     def run(self) -> RunResult:
         t_start = time.perf_counter()
         order = self.spec.topo_order()
-        self._wire(order)
         opened: list[tuple[NodeSpec, Node]] = []
         threads: list[threading.Thread] = []
         ledgers.bind(self.state.ledger)  # copies made while nodes open count in this run
@@ -551,6 +612,8 @@ class Runner:
                     self.nodes[s.id] = OwnerClient(s, self.owner)
                 else:
                     self.nodes[s.id] = isolate(s, self.spec.plugins, self.spec.plugin_dir) if process else s.make()
+            self._wire(order)
+            for s in order:
                 self.contexts[s.id] = self._context(s)
             self.state.contracts = resolve(self.spec, self.nodes, self.devices, self.frames_in_flight)
             # consumers open before producers: a source never feeds a node that is not ready, and an

@@ -301,6 +301,7 @@ def _add_preview(spec: GraphSpec) -> None:
         first = (spec.templates() + spec.sources())[0]
         feed = (first.id, next(iter(first.cls.outputs)))
     cls = lookup("preview")
-    spec.nodes.append(NodeSpec(PREVIEW, "preview", cls, cls.Config(), {"frame": [feed]}, queue=2))
+    spec.nodes.append(NodeSpec(PREVIEW, "preview", cls, cls.Config(), {"frame": [feed]}, queue=2,
+                               thread="own"))  # its JPEGs beside the graph, not in a stage's thread
     spec.dag.add_node(PREVIEW)
     spec.dag.add_edge(feed[0], PREVIEW, src_port=feed[1], dst_port="frame")
