@@ -6,6 +6,7 @@ The other version is an installed copy (``pip install --no-deps --target DIR <ch
     git worktree add /tmp/before <rev> && pip install --no-deps --target /tmp/before-site /tmp/before
     python benchmarks/ab.py --before /tmp/before-site --before-graphs /tmp/before/graphs \\
         --graph face_blur_near.yaml --set input=clip_720p.mp4 --frames 300 --repeats 3 --json out.json
+    python benchmarks/ab.py ... --graph face_blur.yaml --clip carphone --loop 10 --frames 1100  # an evaluation clip
 """
 from __future__ import annotations
 
@@ -32,7 +33,9 @@ def bench(site: str | None, graph: Path, frames: int, sets: list[str], work: Pat
     env = dict(os.environ)
     if site:
         env["PYTHONPATH"] = site
-    subprocess.run(cmd, env=env, check=True, capture_output=True, text=True, cwd=ROOT)
+    # run outside the checkout: Python puts the working directory first on the path, and the checkout's
+    # flowpipe/ there would stand in for the other version
+    subprocess.run(cmd, env=env, check=True, capture_output=True, text=True, cwd=work)
     return json.loads(out.read_text())
 
 
@@ -42,19 +45,28 @@ def main() -> None:
     ap.add_argument("--before-graphs", required=True, help="that version's graphs/ folder")
     ap.add_argument("--graph", default="face_blur_near.yaml")
     ap.add_argument("--set", action="append", default=[], dest="sets")
+    ap.add_argument("--clip", help="input: an evaluation clip (flowpipe/eval/clips.py), e.g. carphone")
+    ap.add_argument("--loop", type=int, default=1, help="with --clip: the clip played this many times over")
     ap.add_argument("--frames", type=int, default=300)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json")
+    ap.add_argument("--title", help="the row's name in BENCHMARKS.md section 7, e.g. 'what changed (rev -> rev)'")
     a = ap.parse_args()
     rows: dict[str, dict[str, list[float]]] = {"before": {}, "after": {}}
     with tempfile.TemporaryDirectory() as tmp:
+        sets = list(a.sets)
+        if a.clip:
+            from flowpipe.eval.clips import clip
+
+            sets.append(f"input={clip(a.clip).looped(a.loop).write(Path(tmp) / 'clip.mp4')}")
+            a.sets.insert(0, f"input=<clip {a.clip}{f' x{a.loop}' if a.loop > 1 else ''}>")
         for r in range(a.repeats):
             for side, site, graphs in (("before", a.before, Path(a.before_graphs)), ("after", None, ROOT / "graphs")):
-                d = bench(site, graphs / a.graph, a.frames, a.sets, Path(tmp), f"{side}{r}")
+                d = bench(site, graphs / a.graph, a.frames, sets, Path(tmp), f"{side}{r}")
                 for key in ("fps", "cpu_ms_per_frame", "peak_rss_mb", "copies_per_frame"):
                     rows[side].setdefault(key, []).append(float(d[key]))
     med = {side: {k: statistics.median(v) for k, v in m.items()} for side, m in rows.items()}
-    report = {"graph": a.graph, "sets": a.sets, "frames": a.frames, "repeats": a.repeats,
+    report = {"title": a.title, "graph": a.graph, "sets": a.sets, "frames": a.frames, "repeats": a.repeats,
               "cores": len(os.sched_getaffinity(0)), "runs": rows,
               "median": med, "ratio_after_over_before": {k: round(med["after"][k] / med["before"][k], 3)
                                                          for k in med["after"] if med["before"][k]}}

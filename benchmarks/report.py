@@ -289,13 +289,14 @@ def _changes(results: Path) -> list[str]:
     for f in runs:
         r = json.loads(f.read_text())
         b, a = r["median"]["before"], r["median"]["after"]
-        L.append(f"| {r.get('title', f.stem)} | {r['graph']} {' '.join(r['sets'])}, {r['frames']} frames x "
+        L.append(f"| {r.get('title') or f.stem} | {r['graph']} {' '.join(r['sets'])}, {r['frames']} frames x "
                  f"{r['repeats']} | {r['cores']} | {round(b['fps'], 1)} | {round(a['fps'], 1)} | "
                  f"{r['ratio_after_over_before']['fps']} | {round(b['cpu_ms_per_frame'], 2)} -> "
                  f"{round(a['cpu_ms_per_frame'], 2)} | {round(b['peak_rss_mb'])} -> {round(a['peak_rss_mb'])} | "
                  f"{a['copies_per_frame']} |")
     return [*L, "", "Produced by `python benchmarks/ab.py --before SITE --before-graphs DIR ...` (see its docstring); "
-            "medians of the repeats, both sides alternating.", ""]
+            "medians of the repeats, both sides alternating. Compare ratios, not fps across rows: this machine's speed "
+            "moves between runs by 20% and more.", ""]
 
 
 def _processes(results: Path) -> list[str]:
