@@ -18,7 +18,7 @@ import threading
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import partial
+from functools import cached_property, partial
 from importlib import resources
 from typing import Any, Literal
 
@@ -514,8 +514,7 @@ class Preprocess(Node):
             img = cv2.cvtColor(img, cv2.COLOR_BGR2GRAY)
         if img.ndim == 2:
             img = img[..., None]
-        ch = img.shape[2]
-        mean, inv = self._norm(ch)
+        mean, inv, pad = self._host_norm
         nchw = c.layout == "NCHW"
         px, py, nw, nh = geo.pad_x, geo.pad_y, geo.new_w, geo.new_h
         if mean is None:  # 0..255 as they are: the one cast is the one pass
@@ -530,28 +529,25 @@ class Preprocess(Node):
             np.copyto(out[py:py + nh, px:px + nw], values, casting="unsafe")
         oh, ow = (out.shape[1], out.shape[2]) if nchw else (out.shape[0], out.shape[1])
         if px or py or nw != ow or nh != oh:
-            pad = self._pad_values(ch, out.dtype)
             view = out.transpose(1, 2, 0) if nchw else out  # HWC either way: one pad value per channel
             view[:py] = pad
             view[py + nh:] = pad
             view[py:py + nh, :px] = pad
             view[py:py + nh, px + nw:] = pad
 
-    def _norm(self, ch: int) -> tuple[np.ndarray | None, np.ndarray]:
-        """float32 mean and 1/scale per channel; mean None where they leave the values as they are."""
+    @cached_property
+    def _host_norm(self) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+        """float32 mean (None where mean and scale leave the values as they are) and 1/scale per channel, and
+        the padding per channel as the tensor holds it (pad_value normalized like a pixel)."""
         c = self.config
+        ch = 1 if c.color == "GRAY" else 3
         mean = np.asarray(c.mean[:ch], np.float32)
         inv = np.asarray([1.0 / s for s in c.scale[:ch]], np.float32)
-        return (None, inv) if not mean.any() and (inv == 1).all() else (mean, inv)
-
-    def _pad_values(self, ch: int, dtype: np.dtype) -> np.ndarray:
-        """The padding per channel as the tensor holds it: pad_value normalized like a pixel."""
-        c = self.config
-        v = (np.full(ch, c.pad_value, np.float32) - np.asarray(c.mean[:ch], np.float32)) \
-            * np.asarray([1.0 / s for s in c.scale[:ch]], np.float32)
-        if dtype == np.uint8:
-            v = np.clip(np.rint(v), 0, 255)
-        return v.astype(dtype)
+        pad = (np.full(ch, c.pad_value, np.float32) - mean) * inv
+        if c.dtype == "u8":
+            pad = np.clip(np.rint(pad), 0, 255)
+        plain = not mean.any() and bool((inv == 1).all())
+        return None if plain else mean, inv, pad.astype(DTYPES[c.dtype][1])
 
     def close(self) -> None:
         if self._timed:

@@ -141,10 +141,6 @@ class Inline:
         self._handle: Callable[[Any], None] | None = handle
         self._lock = threading.Lock()
 
-    @property
-    def closed(self) -> bool:
-        return self._handle is None
-
     def put(self, item: Any, force: bool = False) -> bool:
         handle = self._handle
         if handle is None:  # the run aborted or ended: the producer counts the frame as failed

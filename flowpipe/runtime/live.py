@@ -75,7 +75,8 @@ class _StreamThreads:
     """Threads that run added streams' sources, one stream after another: the stages a source runs in its
     thread (``Runner._runs_in``) allocate there, and glibc gives every new thread a heap arena of its own, so
     a service that started a thread per camera spread its heap over ever more arenas as cameras came and went.
-    A thread whose stream ended waits for the next one."""
+    A thread whose stream ended waits for the next one. (``concurrent.futures``' pool reuses threads too, but
+    they are not daemons: one stuck in a camera's read would hold the interpreter's exit.)"""
 
     def __init__(self) -> None:
         self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
