@@ -97,7 +97,7 @@ INTERRUPT_GRAPH = """
 plugins: [fp_testnodes]
 nodes:
   - {{id: decode, type: video_source, config: {{uri: sample, loop: -1, realtime: true}}}}
-  - {{id: slow, type: test_fault, config: {{delay_s: {delay}}}, inputs: decode.frame}}
+  - {{id: slow, type: test_fault, config: {{delay_s: {delay}}}, inputs: decode.frame, thread: own}}
   - {{id: write, type: video_writer, config: {{path: "{out}/int.mp4"}}, inputs: slow.out}}
   - {{id: meta, type: jsonl, config: {{path: "{out}/int.jsonl"}}, inputs: slow.out}}
 """
@@ -131,7 +131,7 @@ def test_interrupt_leaves_playable_mp4_and_one_jsonl_line_per_frame(tmp_path, si
 
 
 def test_second_interrupt_forces_a_quick_exit(tmp_path) -> None:
-    proc = _run_cli(tmp_path, 1.0)  # one second per frame: a graceful drain would take many seconds
+    proc = _run_cli(tmp_path, 1.0)  # one second per frame, a queue before it: a graceful drain takes seconds
     time.sleep(4)
     proc.send_signal(signal.SIGINT)
     time.sleep(0.5)

@@ -26,7 +26,10 @@ def interrupts_stop(runner: Interruptible) -> Iterator[None]:
         yield
         return
 
+    got: list[int] = []
+
     def on_signal(signum: int, _frame: Any) -> None:
+        got.append(signum)
         runner.interrupt()
 
     old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -34,7 +37,9 @@ def interrupts_stop(runner: Interruptible) -> Iterator[None]:
         yield
     finally:
         for sig, handler in old.items():
-            signal.signal(sig, handler)
+            # once interrupted, the run is over and the process on its way out: a second Ctrl-C that comes
+            # now must not cut the account short with a traceback
+            signal.signal(sig, signal.SIG_IGN if got else handler)
 
 
 def usable_cores() -> int:
