@@ -73,6 +73,40 @@ def _leaving(box: np.ndarray, velocity: np.ndarray, frame: Frame) -> bool:
                 or (box[2] >= frame.width - 1 and velocity[0] > 0) or (box[3] >= frame.height - 1 and velocity[1] > 0))
 
 
+def scene_motion(before: np.ndarray, after: np.ndarray, least: int = 4) -> tuple[float, float, float] | None:
+    """The camera's zoom and pan between two frames, from boxes found in both (``before[i]`` became
+    ``after[i]``): ``(s, tx, ty)`` with ``x' = s x + tx, y' = s y + ty``. A robust first guess (the median
+    ratio of the boxes' distances to one another, the median shift), the boxes that agree with it (within
+    2 px or a tenth of their size) refitted by least squares. None unless at least ``least`` boxes and three
+    quarters of them agree: a still camera with a few people walking gets no scene motion from them."""
+    n = len(before)
+    if n < least:
+        return None
+    c0 = (before[:, :2] + before[:, 2:]) / 2
+    c1 = (after[:, :2] + after[:, 2:]) / 2
+    i, j = np.triu_indices(n, 1)
+    d0 = np.hypot(*(c0[i] - c0[j]).T)
+    far = d0 > 8.0
+    if not far.any():
+        return None
+    s = float(np.median(np.hypot(*(c1[i] - c1[j]).T)[far] / d0[far]))
+    t = np.median(c1 - s * c0, axis=0)
+    tol = np.maximum(2.0, 0.1 * (after[:, 2:] - after[:, :2]).max(1))
+    keep = np.hypot(*(c1 - s * c0 - t).T) <= tol
+    if keep.sum() < max(least, 0.75 * n):
+        return None
+    a = np.zeros((2 * int(keep.sum()), 3))
+    a[0::2, 0], a[0::2, 1] = c0[keep, 0], 1.0
+    a[1::2, 0], a[1::2, 2] = c0[keep, 1], 1.0
+    p = np.linalg.lstsq(a, c1[keep].reshape(-1), rcond=None)[0]
+    return float(p[0]), float(p[1]), float(p[2])
+
+
+def _moved(box: np.ndarray, m: tuple[float, float, float]) -> np.ndarray:
+    s, tx, ty = m
+    return box * s + np.array([tx, ty, tx, ty])
+
+
 @dataclass
 class _Track:
     id: int
@@ -151,6 +185,10 @@ class Tracker(Node):
                                                            "(latency: this many frames)")
         max_wait: float = Field(0.5, gt=0, description="lookahead: seconds a frame waits at most (a stream that "
                                                        "ends or stalls lets its last frames go)")
+        camera_motion: bool = Field(False, description="a track the detector misses moves with the camera's pan "
+                                     "and zoom, fitted to the tracks found in this frame and the last (at least "
+                                     "4, three quarters agreeing), instead of on its own slowing velocity: a "
+                                     "coasting mask stays on its face while a camera pans or zooms")
         smooth: float = Field(0.0, ge=0, lt=1, description="how slowly a track's box comes back in after it went "
                                                            "out to cover a detection (0: each detection as it "
                                                            "is): a mask that does not breathe with the "
@@ -315,6 +353,11 @@ class Tracker(Node):
             for ti, di in pairs:
                 assign[int(group[di])] = free_t[ti]
                 matched_t.add(free_t[ti])
+        both = [(ti, di) for di, ti in assign.items()
+                if c.camera_motion and not tracks[ti].missed and _whole(tracks[ti].box, frame)
+                and _whole(boxes[di], frame)]  # found in the last frame and this one, whole in both
+        camera = scene_motion(np.array([tracks[ti].box for ti, _ in both]).reshape(-1, 4),
+                              boxes[[di for _, di in both]]) if c.camera_motion else None
         for di, ti in assign.items():
             t = tracks[ti]
             t.velocity = 0.5 * t.velocity + 0.5 * (boxes[di] - t.box)
@@ -348,9 +391,17 @@ class Tracker(Node):
             if i not in matched_t:
                 t.missed += 1
                 t.since_high += 1
-                if not _leaving(t.box, t.velocity, frame):  # a face leaving the picture keeps leaving it;
-                    t.velocity = 0.5 * t.velocity  # otherwise a miss is no time to extrapolate far: it slows down
+                # the camera's motion (with ``camera_motion``, where the tracks found agree on one) and the
+                # face's own in the scene: a face leaving the picture keeps leaving it; otherwise a miss is no
+                # time to extrapolate far, its own motion slows down
+                carried = _moved(t.box, camera) - t.box if camera is not None else np.zeros(4)
+                own = t.velocity - carried
+                if not _leaving(t.box, t.velocity, frame):
+                    own = 0.5 * own
+                t.velocity = carried + own
                 t.box = t.box + t.velocity
+                if camera is not None:
+                    t.size = t.size * camera[0]
                 if (t.missed <= c.coast and t.confirmed >= c.confirm and _inside(t.box, t.size, frame)
                         and not (iou_matrix(t.box[None], shown) > 0.1).any()):  # not where a box is already
                     coasting.append(t)

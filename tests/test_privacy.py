@@ -180,6 +180,59 @@ def test_a_face_mostly_out_of_the_picture_does_not_coast() -> None:
     assert [len(f.detections) for f in kept.frames] == [1] * 11
 
 
+def _zooming(frames: int, missed: range, zoom: float = 1.015, pan: float = 1.0) -> tuple[list, list]:
+    """Six faces on a 320x240 picture while the camera zooms in by ``zoom`` a frame about the centre and pans
+    ``pan`` px a frame; face 0 is missed by the detector in the frames ``missed``. The detections per frame
+    and face 0's true box per frame."""
+    grid = [(70.0 + 80 * (i % 3), 70.0 + 80 * (i // 3)) for i in range(6)]
+    seq, truth = [], []
+    for f in range(frames):
+        s = zoom ** f
+        boxes = [(160 + (x - 160) * s - pan * f, 120 + (y - 120) * s, 20 * s) for x, y in grid]
+        b = [(x, y, x + w, y + w) for x, y, w in boxes]
+        truth.append(b[0])
+        seq.append([(bb, 0.9) for i, bb in enumerate(b) if not (i == 0 and f in missed)])
+    return seq, truth
+
+
+def test_a_coasting_face_moves_with_the_camera_s_pan_and_zoom() -> None:
+    """The camera zooms and pans; a face the detector misses for 6 frames: with ``camera_motion`` its predicted
+    box moves as the five faces found around it do and stays on the face (IoU >= 0.8 in every missed frame);
+    on its own slowing velocity it falls behind the face."""
+    from flowpipe.nodes.track import iou_matrix
+
+    seq, truth = _zooming(16, range(8, 14))
+    cfg = "type: tracker\nconfig: {coast: 10, confirm: 3, camera_motion: %s}"
+
+    def coasted(on: bool) -> list[float]:
+        out = run_node(cfg % str(on).lower(), _frames(seq), port="detections")
+        boxes = [next(d.box for d in f.detections if d.track_id == 1) for f in out.frames[8:14]]
+        assert all(d.source == "predicted" for f in out.frames[8:14] for d in f.detections if d.track_id == 1)
+        return [float(iou_matrix(np.array([b]), np.array([t]))[0, 0]) for b, t in zip(boxes, truth[8:14])]
+
+    with_camera, alone = coasted(True), coasted(False)
+    assert min(with_camera) >= 0.8, with_camera
+    assert alone[-1] < 0.6 < min(with_camera), (alone, with_camera)
+
+
+def test_camera_motion_is_fitted_only_where_the_tracks_agree() -> None:
+    """Five boxes zoomed and panned alike and one moving on its own give the five's motion; three boxes that
+    walk while two stand (no three quarters agreeing) give none, so a still camera's coasting faces keep
+    their own motion."""
+    from flowpipe.nodes.track import scene_motion
+
+    before = np.array([[100.0 + 90 * i, 100.0 + 40 * i, 140.0 + 90 * i, 140.0 + 40 * i] for i in range(6)])
+    after = before * 1.02 + np.array([-3.0, 1.0, -3.0, 1.0])
+    after[5] += 25.0
+    got = scene_motion(before, after)
+    assert got is not None
+    np.testing.assert_allclose(got, (1.02, -3.0, 1.0), atol=1e-6)
+    walking = before.copy()
+    walking[:3] += np.array([12.0, 0.0, 12.0, 0.0])
+    assert scene_motion(before, walking) is None
+    assert scene_motion(before[:3], before[:3] * 1.02) is None  # too few to tell a camera from three people
+
+
 def test_smoothed_boxes_jitter_less_and_never_uncover_the_detection() -> None:
     """A still face whose detected box jitters by +-4 px: with ``smooth: 0.6`` the reported box changes less
     from frame to frame, and always contains the detection; with 0 the detection goes out as it is."""
