@@ -253,6 +253,23 @@ def _privacy(results: Path) -> list[str]:
               "every detection from 0.5 masked, no coasting; `privacy_eval_before.json`): "
               + "; ".join(f"{k} {v['masked']:.2f} masked, {v['false_per_frame']:.3f} false" for k, v in rows.items())
               + "."]
+    look = results / "second_look.json"
+    if look.exists():
+        s = json.loads(look.read_text())
+        part = {x["clip"]: x for x in s["rows"]}
+
+        def share(d: dict[str, Any]) -> str:
+            return (f"{d['n']} candidates, " + ", ".join(f"{d[k]:.0%} {k}" for k in (">=0.5", ">=0.6", ">=0.7"))
+                    if d["n"] else "none")
+
+        L += ["", f"A second look (`python benchmarks/second_look.py`): CenterFace's candidates from "
+              f"{s['candidates']} up to the start score {s['start']}, which the tracker cannot start a track on "
+              "alone, seen again by BlazeFace short range in a square crop of twice their size at 128x128. "
+              f"Over all clips: faces {share(s['all']['faces'])}; not faces {share(s['all']['not_faces'])}. "
+              f"Crowd: faces {share(part['crowd']['faces'])}; not faces {share(part['crowd']['not_faces'])}. "
+              f"The compressed street's saddle: {share(part['street_empty_h264_low']['not_faces'])}. Faces behind "
+              f"surgical masks: {share(part['table_masked']['faces'])} (the tracker's persistence rule starts "
+              "those). Measured, not yet a graph stage."]
     L.append("")
     return L
 
