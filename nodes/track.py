@@ -353,11 +353,12 @@ class Tracker(Node):
             for ti, di in pairs:
                 assign[int(group[di])] = free_t[ti]
                 matched_t.add(free_t[ti])
-        both = [(ti, di) for di, ti in assign.items()
-                if c.camera_motion and not tracks[ti].missed and _whole(tracks[ti].box, frame)
-                and _whole(boxes[di], frame)]  # found in the last frame and this one, whole in both
-        camera = scene_motion(np.array([tracks[ti].box for ti, _ in both]).reshape(-1, 4),
-                              boxes[[di for _, di in both]]) if c.camera_motion else None
+        camera = None
+        if c.camera_motion and len(matched_t) < len(pred):  # a track to move where the camera took it
+            both = [(ti, di) for di, ti in assign.items() if not tracks[ti].missed and _whole(tracks[ti].box, frame)
+                    and _whole(boxes[di], frame)]  # found in the last frame and this one, whole in both
+            camera = scene_motion(np.array([tracks[ti].box for ti, _ in both]).reshape(-1, 4),
+                                  boxes[[di for _, di in both]])
         for di, ti in assign.items():
             t = tracks[ti]
             t.velocity = 0.5 * t.velocity + 0.5 * (boxes[di] - t.box)
