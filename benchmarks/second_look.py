@@ -27,6 +27,7 @@ import numpy as np
 START = 0.6  # graphs/face_blur.yaml: a candidate at this score starts a track by itself
 LOW = 0.25  # ... and from this one it is a candidate
 LOOKS = (0.4, 0.5, 0.6, 0.7)
+ON_FACE = 0.3  # a candidate with this share of its box on a true face (or one cut by the edge) is a face
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -36,7 +37,7 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 class Looker:
     def __init__(self) -> None:
         import openvino as ov
-        from flowpipe.nodes.detect import blazeface_anchors
+        from flowpipe.nodes.detect import CenterFaceDecode, blazeface_anchors
 
         from flowpipe.models import resolve
 
@@ -46,32 +47,31 @@ class Looker:
         blaze = self.core.read_model(str(resolve("blazeface_short")))
         self.blaze = self.core.compile_model(blaze, "CPU")
         self.central = (np.abs(blazeface_anchors("short") - 0.5) < 0.2).all(1)
+        self.decode = CenterFaceDecode("faces", CenterFaceDecode.Config(score_threshold=LOW, iou_threshold=0.3))
 
-    def candidates(self, rgb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """CenterFace's boxes (source pixels) and scores from LOW up to START."""
-        from flowpipe.nodes.detect import weighted_nms
+    def candidates(self, rgb: np.ndarray) -> np.ndarray:
+        """CenterFace's boxes (source pixels) with scores from LOW up to START: the picture letterboxed as the
+        graph's preprocess does it, the outputs through the graph's decoder."""
+        from flowpipe.nodes.preprocess import geometry
+
+        from flowpipe.frame import Frame
 
         h, w = rgb.shape[:2]
-        s = min(960 / w, 544 / h, 1.0)
-        nw, nh = round(w * s), round(h * s)
-        tw, th = -(-nw // 32) * 32, -(-nh // 32) * 32
+        geo = geometry(w, h, 960, 544, "letterbox", upscale=False)
+        tw, th = -(-geo.new_w // 32) * 32, -(-geo.new_h // 32) * 32  # size_to_source, align 32
+        geo = geometry(w, h, tw, th, "letterbox", upscale=False)
         if (tw, th) not in self.compiled:
             model = self.core.read_model(self.centerface)
             model.reshape([1, 3, th, tw])
             self.compiled[tw, th] = self.core.compile_model(model, "CPU")
         x = np.zeros((th, tw, 3), np.float32)
-        x[:nh, :nw] = cv2.resize(rgb, (nw, nh), interpolation=cv2.INTER_AREA)
-        by_ch: dict[int, list[np.ndarray]] = {}
-        for v in self.compiled[tw, th](x.transpose(2, 0, 1)[None]).values():
-            by_ch.setdefault(v.shape[1], []).append(v)
-        heat, (scale, off) = by_ch[1][0][0, 0], by_ch[2]
-        r, c = np.nonzero(heat > LOW)
-        s0, s1 = np.exp(scale[0, 0, r, c]) * 4, np.exp(scale[0, 1, r, c]) * 4
-        x1, y1 = (c + off[0, 1, r, c] + 0.5) * 4 - s1 / 2, (r + off[0, 0, r, c] + 0.5) * 4 - s0 / 2
-        boxes, scores, _ = weighted_nms(np.stack([x1, y1, x1 + s1, y1 + s0], 1) / s,
-                                        heat[r, c].astype(np.float64), 0.3)
-        weak = scores < START
-        return boxes[weak], scores[weak]
+        x[geo.pad_y:geo.pad_y + geo.new_h, geo.pad_x:geo.pad_x + geo.new_w] = cv2.resize(
+            rgb, (geo.new_w, geo.new_h), interpolation=cv2.INTER_LINEAR)
+        out = self.compiled[tw, th](x.transpose(2, 0, 1)[None])
+        frame = Frame("clip", 0, 0.0, rgb, "RGB", meta={"preprocess": geo.as_meta()},
+                      tensors={k.get_any_name(): v for k, v in out.items()})
+        self.decode.process(frame, "tensors")
+        return np.array([d.box for d in frame.detections if d.score < START], np.float64).reshape(-1, 4)
 
     def look(self, rgb: np.ndarray, box: np.ndarray) -> float:
         """BlazeFace short range on a square of twice the box's size around it."""
@@ -82,15 +82,6 @@ class Looker:
         out = next(v for v in self.blaze(((crop.astype(np.float32) - 127.5) / 127.5)[None]).values()
                if v.shape[-1] == 1)
         return float(_sigmoid(out.reshape(-1)[self.central]).max())
-
-
-def _on_face(box: np.ndarray, faces: list) -> bool:
-    area = max(1e-9, float((box[2] - box[0]) * (box[3] - box[1])))
-    for f in faces:
-        inter = max(0.0, min(box[2], f[2]) - max(box[0], f[0])) * max(0.0, min(box[3], f[3]) - max(box[1], f[1]))
-        if inter >= 0.3 * area:
-            return True
-    return False
 
 
 def _summary(looks: list[float]) -> dict[str, Any]:
@@ -109,6 +100,7 @@ def main() -> int:
     import av
 
     from flowpipe.eval.clips import CLIPS, clip
+    from flowpipe.eval.score import on_face
 
     looker = Looker()
     work = Path(tempfile.mkdtemp(prefix="flowpipe-look-"))
@@ -121,9 +113,8 @@ def main() -> int:
             pictures = [f.to_ndarray(format="rgb24") for f in video.decode(video=0)]
         for i, rgb in enumerate(pictures):
             truth = [*c.faces[i].values(), *(c.edges[i] if c.edges else [])]
-            boxes, _ = looker.candidates(rgb)
-            for b in boxes:
-                (faces if _on_face(b, truth) else others).append(looker.look(rgb, b))
+            for b in looker.candidates(rgb):
+                (faces if on_face(b, truth) >= ON_FACE else others).append(looker.look(rgb, b))
         row = {"clip": name, "faces": _summary(faces), "not_faces": _summary(others)}
         print(json.dumps(row), file=sys.stderr)
         rows.append(row)

@@ -69,7 +69,7 @@ def coverage(face: Box, masks: Iterable[Sequence[float]],
     return float((grid & face_px).sum() / max(1, face_px.sum()))
 
 
-def _on_face(mask: Sequence[float], faces: Iterable[Box]) -> float:
+def on_face(mask: Sequence[float], faces: Iterable[Box]) -> float:
     area = _area(mask)
     if area <= 0:
         return 0.0
@@ -101,7 +101,7 @@ def score(clip: Clip, masks: Sequence[Sequence[Sequence[float]]], seconds: float
             if fid not in faces:
                 run[fid] = 0
         near = [*faces.values(), *(clip.edges[i] if clip.edges else [])]  # faces at the edge count as faces
-        false += sum(1 for m in frame_masks if _on_face(m, near) < OFF_FACE)
+        false += sum(1 for m in frame_masks if on_face(m, near) < OFF_FACE)
     n = len(clip.frames)
     return Score(clip.name, masker, n, face_frames, round(masked / face_frames, 4) if face_frames else 1.0,
                  round(false / n, 4), longest, round(n / seconds, 1) if seconds > 0 else 0.0)
