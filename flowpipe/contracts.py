@@ -29,10 +29,13 @@ Placement = Literal["any", "host", "opencl", "dma-buf", "pinned"]
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """One frame's tensor: ``shape`` with its entries (tiles) first, numpy ``dtype`` name."""
+    """One frame's tensor: ``shape`` with its entries (tiles) first, numpy ``dtype`` name. With ``up_to``
+    the first dimension is an upper bound: each frame fills as many entries as it has (the objects found in
+    it, ``frame.meta["preprocess"]["entries"]``), none at all in a frame without any."""
 
     shape: tuple[int, ...]
     dtype: str
+    up_to: bool = False
 
     @property
     def nbytes(self) -> int:

@@ -27,12 +27,17 @@ class Detection:
     #: ``detection``: found in this frame; ``predicted``: where a tracked object that the detector missed
     #: in this frame is expected (a track coasting through a miss)
     source: str = "detection"
+    #: what later stages found out about the object, by name (a second model's look at its crop:
+    #: ``{"face": 0.81}``)
+    attributes: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {"label": self.label, "score": round(float(self.score), 4),
                              "box": [round(float(v), 1) for v in self.box], "source": self.source}
         if self.track_id is not None:
             d["track_id"] = self.track_id
+        if self.attributes:
+            d["attributes"] = {k: round(float(v), 4) for k, v in self.attributes.items()}
         return d
 
 

@@ -380,6 +380,62 @@ class DbDecode(Node):
         return frame
 
 
+@register("blazeface_check")
+class BlazeFaceCheck(Node):
+    """A second look at objects found before: BlazeFace on the crop around each object a preprocess with
+    ``objects`` cut (a square of twice its size: the object in the middle), scored by how face-like the
+    middle of the crop is (the best score among the anchors near it), written on the object as
+    ``attributes[attribute]``. A tracker with ``check`` starts tracks on it (a face its detector scored low).
+
+    YAML:
+        - id: look_pre
+          type: preprocess
+          config: {size: [128, 128], color: RGB, layout: NHWC, mean: [127.5, 127.5, 127.5],
+                   scale: [127.5, 127.5, 127.5], objects: {scores: [0.25, 0.6], max: 32, scale: 2.0}}
+          inputs: {frame: faces.detections}
+        - {id: look, type: inference, config: {model: blazeface_short}, inputs: {tensor: look_pre.tensor}}
+        - {id: checked, type: blazeface_check, inputs: {tensors: look.tensors}}
+    """
+
+    parallel_streams = True
+
+    inputs = {"tensors": "tensors"}
+    pixels = PIXELS_ALL  # never reads the pixels
+    outputs = {"detections": "detections"}
+
+    class Config(NodeConfig):
+        attribute: str = Field("face", description="the attribute the look is written as")
+        variant: Literal["short", "full"] = "short"
+        centre: float = Field(0.2, gt=0, le=0.5, description="anchors this far from the crop's middle at most "
+                                                              "(a fraction of its side) count")
+        output: str = Field("classificators", description="BlazeFace's score output")
+
+    config: Config
+
+    def open(self, ctx: RunContext) -> None:
+        anchors = blazeface_anchors(self.config.variant)
+        self.n_anchor = len(anchors)
+        self.central = (np.abs(anchors - 0.5) < self.config.centre).all(1)
+
+    def process(self, frame: Frame, port: str) -> Frame:
+        c = self.config
+        pre = frame.meta.get("preprocess", {})
+        if "objects" not in pre:
+            raise ValueError("no objects were cut for this frame: expected a preprocess with objects upstream")
+        objects = pre["objects"]
+        if not objects:
+            return frame  # nothing was looked at
+        cls = _output(frame, c.output, 0)
+        if cls.size % self.n_anchor:
+            raise ValueError(f"expected BlazeFace {c.variant} scores of {self.n_anchor} anchors per crop in "
+                             f"{c.output!r}, got {list(cls.shape)}")
+        logits = cls.reshape(-1, self.n_anchor)[: len(objects), self.central].astype(np.float64).max(1)
+        looks = 1.0 / (1.0 + np.exp(-np.clip(logits, -80, 80)))
+        for i, look in zip(objects, looks):
+            frame.detections[i].attributes[c.attribute] = float(look)
+        return frame
+
+
 @register("classify_topk")
 class ClassifyTopK(Node):
     """Top-k classes from a classifier output [1, C]; stored in ``frame.meta['classes']``."""

@@ -6,7 +6,10 @@ NPU where no DMA-BUF is available), OpenCL buffers wrapped as remote tensors on 
 imported as ``MEM_TYPE: SHARED_BUF`` remote tensors on the NPU. Outputs land in pooled shared buffers
 bound per request, so results are never copied out of a request. With ``batch: N`` the node hands the
 upstream preprocess slots of its batch buffers (``memory.BatchSlots``; on the GPU OpenCL buffers bound as
-one remote tensor) and each frame is written straight into its place in the batch.
+one remote tensor) and each frame is written straight into its place in the batch. A producer that fills
+a varying number of entries per frame (one per object found: ``TensorSpec.up_to``) gets a model whose batch
+is bounded-dynamic on CPU and GPU (each request runs the entries the frame has) and static at the bound on
+the NPU (the rest of the entries run and are ignored); a frame without any entries runs no request.
 """
 from __future__ import annotations
 
@@ -157,6 +160,11 @@ class Inference(Node):
             ovx.no_auto_batching(config)
         self.labels = models.entry(c.model).get("labels") if models.is_registry_name(c.model) else None
         self.entries = offer.tensor.shape[0] if offer.tensor is not None else 1
+        self.up_to = offer.tensor is not None and offer.tensor.up_to
+        if self.up_to and c.batch > 1:
+            raise ValueError(f"batch: '{offer.producer}' fills a varying number of entries per frame (objects); "
+                             f"expected batch: 1, got {c.batch}")
+        self._variable = self.up_to and self.device != "NPU" and alloc.placement != "opencl"
         if c.blob:
             comp = ov_owner.import_blob(Path(c.blob).expanduser(), self.device, config)
         else:
@@ -164,8 +172,14 @@ class Inference(Node):
             model = ov_owner.read_model(path)
             batch_before = ovx.static_batch(model)
             model = self._fit_model(model, offer)
+            batched = batch_before == 1 and ovx.static_batch(model) not in (None, 1)
+            if self._variable:  # each request runs the entries its frame has, up to the producer's bound
+                if batched:  # each entry's results a block of their own: checked at the bound (static)
+                    static = ov_owner.compile(model, self.device, config)
+                    ovx.check_batch_layout(ov_owner, static.model, str(path), self.device, config)
+                model = ovx.bounded_batch(model)
             comp = ov_owner.compile(model, self.device, config)
-            if batch_before == 1 and ovx.static_batch(model) not in (None, 1):
+            if batched and not self._variable:
                 ovx.check_batch_layout(ov_owner, comp.model, str(path), self.device, config)
         self.compiled = comp.model
         self.input = self.compiled.inputs[0]
@@ -211,10 +225,14 @@ class Inference(Node):
         self._states: dict[str, list[Any]] = {}
         self.max_held = len(self.requests)
         n = min(ctx.frames_in_flight(), 64) + len(self.requests)
-        self.out_pools = [BufferPool(int(np.prod(o.get_shape())) * o.get_element_type().size, n)
-                          for o in self.compiled.outputs]
+        shapes = [tuple(o.get_partial_shape().get_max_shape()) for o in self.compiled.outputs]
+        self.out_pools = [BufferPool(int(np.prod(sh)) * o.get_element_type().size, n)
+                          for sh, o in zip(shapes, self.compiled.outputs)]
         self.out_names = [o.get_any_name() for o in self.compiled.outputs]
-        self.out_specs = [(tuple(o.get_shape()), o.get_element_type().to_dtype()) for o in self.compiled.outputs]
+        self.out_specs = [(sh, o.get_element_type().to_dtype()) for sh, o in zip(shapes, self.compiled.outputs)]
+        self._dynamic_dims = [[i for i, d in enumerate(o.get_partial_shape()) if d.is_dynamic]
+                              for o in self.compiled.outputs]
+        self.passed = 0  # frames without entries (up_to): no request
         remote_ctx = ov_owner.remote_context(self.device) if self.device in ("GPU", "NPU") else None
         self.tensors = ovx.TensorBinder(self.in_type, self.in_shape, remote_ctx)
         self.t_open = t_open
@@ -227,6 +245,9 @@ class Inference(Node):
                         "input_memory": alloc.placement,
                         "config": {k: str(v) for k, v in config.items()}, "stateful": self.stateful,
                         "input_binding": None}
+        if self.up_to:
+            self.section["entries"] = f"up to {self.entries} per frame, " + (
+                "each request runs the frame's" if self._variable else "all run (static shape), the frame's used")
         ctx.section(f"inference.{self.id}", self.section)
 
     def _fit_model(self, model: Any, offer: Offer) -> Any:
@@ -256,7 +277,7 @@ class Inference(Node):
             req.set_tensor(self.input.get_any_name(), self.tensors.ocl_buffer(cl_buffer))
             self.section["input_binding"] = "remote OCL_BUFFER"
             return
-        arr = t
+        arr = t[:self._filled(frame)] if self._variable else t
         if self.in_shape is not None and tuple(arr.shape) != self.in_shape:
             raise ValueError(f"input tensor shape {list(arr.shape)} does not match the model's {list(self.in_shape)}")
         buf = frame.buffer_of(arr)
@@ -292,7 +313,26 @@ class Inference(Node):
             req.reset_state()
         self._last_stream = frame.stream
 
+    def _filled(self, frame: Frame) -> int:
+        """How many entries of an ``up_to`` tensor ``frame`` filled."""
+        return int(frame.meta.get("preprocess", {}).get("entries", self.entries))
+
+    def _output_view(self, arr: np.ndarray, i: int, frame: Frame) -> np.ndarray:
+        """Output ``i`` for ``frame``: the whole of ``arr`` (its max shape), or with a bounded-dynamic batch
+        the part for the entries the frame filled (its dynamic dimensions scale with them), from the start
+        of the memory."""
+        if not self._variable or not self._dynamic_dims[i]:
+            return arr
+        k = self._filled(frame)
+        shape = tuple(d * k // self.entries if j in self._dynamic_dims[i] else d for j, d in enumerate(arr.shape))
+        return arr.reshape(-1)[:int(np.prod(shape))].reshape(shape)
+
     def process(self, frame: Frame, port: str) -> list[Frame]:
+        if self.up_to and self._filled(frame) == 0:  # nothing to look at: on in its turn, no request
+            self.passed += 1
+            self.section["frames_without_entries"] = self.passed
+            self._pending.append((-1, [frame]))
+            return self._ready()
         if self.batch > 1:
             slot = self._slot_of(frame)
             if slot is not None:  # written in place into a batch buffer: send it when all its frames are here
@@ -373,9 +413,9 @@ class Inference(Node):
                 raise FrameError(bad, ValueError(f"input tensor {got} does not fit a batch slot of "
                                                  f"{[self.entries, *self._batch_shape[1:]]}"))
         ready = []
-        if not self._idle:  # all requests busy: the oldest finishes first
-            self._done[self._pending[0][0]].wait()
-            ready = self._collect()
+        while not self._idle:  # all requests busy: the oldest finishes first
+            self._wait_head()
+            ready += self._collect()
         rid = self._idle.popleft()
         req = self.requests[rid]
         try:
@@ -390,14 +430,15 @@ class Inference(Node):
             into = self._into.pop(id(frames[0]), None) if self.batch == 1 else None
             for i, pool in enumerate(self.out_pools):
                 if into is not None:  # the client's own shared buffer: results land in place
-                    req.set_output_tensor(i, self.tensors.host(into[i]))
-                    frames[0].tensors[self.out_names[i]] = into[i]
+                    mine = self._output_view(into[i], i, frames[0])
+                    req.set_output_tensor(i, self.tensors.host(mine))
+                    frames[0].tensors[self.out_names[i]] = mine
                     continue
                 lease = pool.acquire(timeout=30)
                 shared = SharedLease(lease, len(frames))
                 for f in frames:
                     f.hold(shared)
-                view = lease.buffer.array(*self.out_specs[i])
+                view = self._output_view(lease.buffer.array(*self.out_specs[i]), i, frames[0])
                 req.set_output_tensor(i, self.tensors.host(view))
                 for k, f in enumerate(frames):
                     at = slots[k].index if slots else k
@@ -473,8 +514,11 @@ class Inference(Node):
 
     def _collect(self) -> list[Frame]:
         out = []
-        while self._pending and self._done[self._pending[0][0]].is_set():
+        while self._pending and (self._pending[0][0] < 0 or self._done[self._pending[0][0]].is_set()):
             slot, frames = self._pending.popleft()
+            if slot < 0:  # a frame that ran no request, on in its turn
+                out += frames
+                continue
             self._idle.append(slot)
             try:
                 self.requests[slot].wait()  # re-raises an inference error here, on the engine's thread
@@ -508,13 +552,19 @@ class Inference(Node):
             with ledgers.on_edge(self._edge):
                 out += self._send_partial()
         while self._pending:
-            self._done[self._pending[0][0]].wait()
+            self._wait_head()
             out += self._collect()
         return out
 
+    def _wait_head(self) -> None:
+        """Until the oldest pending request is done (a frame that ran none is done already)."""
+        if self._pending and self._pending[0][0] >= 0:
+            self._done[self._pending[0][0]].wait()
+
     def close(self) -> None:
         for slot, _frames in list(getattr(self, "_pending", [])):
-            self._done[slot].wait(timeout=10)
+            if slot >= 0:
+                self._done[slot].wait(timeout=10)
         # the requests hold our callback inside OpenVINO (a cycle the garbage collector cannot see):
         # drop them, and everything bound to our buffers, before the pools go
         for r in getattr(self, "requests", []):

@@ -115,6 +115,46 @@ class Tiles(NodeConfig):
         return out
 
 
+class Objects(NodeConfig):
+    """One batch entry per object found upstream, for a second model's look at each (DL Streamer's
+    gvaclassify, DeepStream's secondary GIE): a square around the object, ``scale`` times its longer side,
+    resized to the tensor's size; what lies outside the picture is padding. The tensor has ``max`` entries
+    and each frame fills as many as it has objects (``meta["preprocess"]["entries"]``; the inference after
+    it runs only those, or none)."""
+
+    scores: tuple[float, float] = Field((0.0, 1.0), description="objects scoring from the first up to (not "
+                                        "including) the second: the ones a second look decides about")
+    labels: list[str] | None = Field(None, description="only objects with these labels (default: all)")
+    max: int = Field(16, ge=1, le=256, description="entries at most (the highest scores first)")
+    scale: float = Field(2.0, gt=0, le=8, description="the square's side, in the object's longer sides "
+                                                      "(context around it: a face's look needs its head)")
+
+    def pick(self, frame: Frame) -> list[int]:
+        """The indices of ``frame.detections`` that get an entry, in entry order."""
+        lo, hi = self.scores
+        chosen = [i for i, d in enumerate(frame.detections) if lo <= d.score < hi
+                  and (self.labels is None or d.label in self.labels)]
+        return sorted(chosen, key=lambda i: -frame.detections[i].score)[: self.max]
+
+    def geometry(self, box: tuple[float, float, float, float], src_w: int, src_h: int, out_w: int,
+                 out_h: int) -> Geometry | None:
+        """Where the square around ``box`` lands in an entry: its part inside the picture, scaled, placed
+        where it lies in the square; None for a box wholly outside the picture."""
+        side = self.scale * max(box[2] - box[0], box[3] - box[1], 1.0)
+        sx, sy = (box[0] + box[2] - side) / 2, (box[1] + box[3] - side) / 2
+        k = min(out_w, out_h) / side
+        x0, y0 = max(0, int(np.floor(sx))), max(0, int(np.floor(sy)))
+        x1, y1 = min(src_w, int(np.ceil(sx + side))), min(src_h, int(np.ceil(sy + side)))
+        if x1 <= x0 or y1 <= y0:
+            return None
+        ox, oy = (out_w - side * k) / 2, (out_h - side * k) / 2  # a tensor that is not square: centred
+        pad_x = min(out_w - 1, max(0, round(ox + (x0 - sx) * k)))
+        pad_y = min(out_h - 1, max(0, round(oy + (y0 - sy) * k)))
+        new_w = max(1, min(out_w - pad_x, round((x1 - x0) * k)))
+        new_h = max(1, min(out_h - pad_y, round((y1 - y0) * k)))
+        return Geometry((x0, y0, x1 - x0, y1 - y0), new_w, new_h, pad_x, pad_y)
+
+
 @register("preprocess")
 class Preprocess(Node):
     """Turns frames into the model's input tensor (``frame.tensors['input']``), on OpenCL or the CPU.
@@ -151,6 +191,8 @@ class Preprocess(Node):
         pad_value: float = Field(0.0, description="letterbox padding, in pixel units before normalization")
         roi: tuple[int, int, int, int] | None = Field(None, description="crop x, y, w, h before resizing")
         tiles: Tiles | None = Field(None, description="grid tiling; the tensor's batch is one entry per tile")
+        objects: Objects | None = Field(None, description="one entry per object found upstream (a crop "
+                                        "around each), for a second model that looks at them")
         color: Literal["BGR", "RGB", "GRAY"] = "BGR"
         mean: tuple[float, float, float] = (0.0, 0.0, 0.0)
         scale: tuple[float, float, float] = Field((1.0, 1.0, 1.0), description="divide by this after mean")
@@ -172,9 +214,13 @@ class Preprocess(Node):
             if self.backend == "openvino" and (self.resize != "stretch" or self.roi or self.tiles):
                 raise ValueError("backend openvino folds preprocessing into the model with PrePostProcessor, "
                                  "which resizes by stretching: expected resize: stretch without roi or tiles")
-            if self.roi is not None and self.tiles is not None:
-                raise ValueError("roi and tiles exclude each other: expected one of them, got both")
-            if self.size_to_source and (self.resize != "letterbox" or self.roi or self.tiles
+            if sum(x is not None for x in (self.roi, self.tiles, self.objects)) > 1:
+                raise ValueError("roi, tiles and objects exclude each other: expected one of them, got "
+                                 + " and ".join(k for k in ("roi", "tiles", "objects") if getattr(self, k)))
+            if self.objects is not None and self.backend == "openvino":
+                raise ValueError("objects crops the frame on the opencl or cpu backend: expected backend auto, "
+                                 "opencl or cpu")
+            if self.size_to_source and (self.resize != "letterbox" or self.roi or self.tiles or self.objects
                                         or self.backend == "openvino"):
                 raise ValueError("size_to_source sizes the tensor by the letterboxed picture: expected resize: "
                                  "letterbox without roi or tiles, on the opencl or cpu backend")
@@ -200,9 +246,10 @@ class Preprocess(Node):
 
     def tensor_shape(self) -> tuple[int, ...]:
         w, h = self.tensor_size()
-        c = 1 if self.config.color == "GRAY" else 3
-        n = self.config.tiles.count if self.config.tiles else 1
-        return (n, c, h, w) if self.config.layout == "NCHW" else (n, h, w, c)
+        cfg = self.config
+        c = 1 if cfg.color == "GRAY" else 3
+        n = cfg.tiles.count if cfg.tiles else cfg.objects.max if cfg.objects else 1
+        return (n, c, h, w) if cfg.layout == "NCHW" else (n, h, w, c)
 
     # memory contracts ------------------------------------------------------------------------------
     def offer(self, port: str, inputs: Mapping[str, Offer], devices: Devices) -> Offer:
@@ -216,7 +263,8 @@ class Preprocess(Node):
         if c.backend == "opencl" or (c.backend == "auto" and self._only_the_cpu(devices) is None and any(
                 d["usable"] for p in devices.opencl.platforms() for d in p["devices"])):
             writes.add("opencl")
-        return Offer(self.id, port, TensorSpec(self.tensor_shape(), np.dtype(DTYPES[c.dtype][1]).name),
+        return Offer(self.id, port, TensorSpec(self.tensor_shape(), np.dtype(DTYPES[c.dtype][1]).name,
+                                               up_to=c.objects is not None),
                      frozenset(writes))
 
     def _only_the_cpu(self, devices: Devices) -> str | None:
@@ -361,12 +409,34 @@ class Preprocess(Node):
             x, y, rw, rh = roi
             if x < 0 or y < 0 or rw < 1 or rh < 1 or x + rw > w or y + rh > h:
                 raise ValueError(f"roi {roi} is outside the {w}x{h} frame")
-        rois = c.tiles.rois(w, h) if c.tiles else [roi]
         tw, th = self.tensor_size()
+        if c.objects is not None:
+            return self._objects(frame, c.objects, tw, th)
+        rois = c.tiles.rois(w, h) if c.tiles else [roi]
         geos = [geometry(w, h, tw, th, c.resize, r, c.upscale) for r in rois]
         frame.meta["preprocess"] = {"node": self.id, "tensor": [tw, th], **geos[0].as_meta()}
         if c.tiles:
             frame.meta["preprocess"]["tiles"] = [g.as_meta() for g in geos]
+        return self._write(frame, geos)
+
+    def _objects(self, frame: Frame, objects: Objects, tw: int, th: int) -> Frame:
+        """One entry per object picked (``objects``): its index among the frame's detections and its crop's
+        geometry go in the metadata; a frame without any gets no tensor memory at all."""
+        picked = []
+        for i in objects.pick(frame):
+            geo = objects.geometry(frame.detections[i].box, frame.width, frame.height, tw, th)
+            if geo is not None:
+                picked.append((i, geo))
+        frame.meta["preprocess"] = {"node": self.id, "tensor": [tw, th], "entries": len(picked),
+                                    "objects": [i for i, _ in picked], "crops": [g.as_meta() for _, g in picked]}
+        if not picked:
+            frame.tensors["input"] = np.empty((0, *self.shape[1:]), self.np_dtype)
+            return frame
+        return self._write(frame, [g for _, g in picked])
+
+    def _write(self, frame: Frame, geos: list[Geometry]) -> Frame:
+        """The tensor's entries for ``geos`` written into pooled memory (a batch slot or our own buffer)."""
+        data = frame.image
         if self.backend == "openvino":
             frame.tensors["input"] = data[None] if data.ndim == 3 else data
             return frame
@@ -383,8 +453,9 @@ class Preprocess(Node):
             out = self._run_opencl(frame, geos, lease, base)
         else:
             out = self._host_view(lease, base)
+            picture = self._picture(frame) if len(geos) > 1 else None  # converted once for all entries
             for i, geo in enumerate(geos):
-                self._run_cpu(frame, geo, out[i])
+                self._run_cpu(frame, geo, out[i], picture)
         frame.tensors["input"] = out
         return frame
 
@@ -499,7 +570,12 @@ class Preprocess(Node):
                 continue  # a failed kernel: the frame's consumer reports it
             self.kernel_ns.append(sum(ev.elapsed_ns() for ev in events))
 
-    def _run_cpu(self, frame: Frame, geo: Geometry, out: np.ndarray) -> None:
+    def _picture(self, frame: Frame) -> np.ndarray:
+        """The whole picture in the colour ``_run_cpu`` crops from (BGR where the tensor is gray)."""
+        c = self.config
+        return frame.bgr() if c.color == "GRAY" and frame.format != "GRAY" else _in_color(frame, c.color)
+
+    def _run_cpu(self, frame: Frame, geo: Geometry, out: np.ndarray, picture: np.ndarray | None = None) -> None:
         """One batch entry (``out`` is [C,H,W] or [H,W,C]) with OpenCV: the picture converted straight to the
         tensor's colour order (YUV -> RGB in one call), resized where it must be, and written once into its
         place, mean and scale applied on the way; only the padding around it is filled. The values are the
@@ -507,7 +583,7 @@ class Preprocess(Node):
         c = self.config
         x, y, w, h = geo.roi
         gray = c.color == "GRAY" and frame.format != "GRAY"  # luma of the resized BGR, as the kernel takes it
-        img = (frame.bgr() if gray else _in_color(frame, c.color))[y:y + h, x:x + w]
+        img = (picture if picture is not None else self._picture(frame))[y:y + h, x:x + w]
         if (geo.new_w, geo.new_h) != (w, h):
             img = cv2.resize(img, (geo.new_w, geo.new_h), interpolation=cv2.INTER_LINEAR)
         if gray:

@@ -189,6 +189,10 @@ class Tracker(Node):
                                      "and zoom, fitted to the tracks found in this frame and the last (at least "
                                      "4, three quarters agreeing), instead of on its own slowing velocity: a "
                                      "coasting mask stays on its face while a camera pans or zooms")
+        check: str | None = Field(None, description="an attribute a second look wrote on detections (a "
+                                   "blazeface_check's 'face'): one it scores at check_score or more counts as a "
+                                   "high-score detection (starts a track, confirms one)")
+        check_score: float = Field(0.7, ge=0, le=1, description="check: the look that makes a candidate sure")
         smooth: float = Field(0.0, ge=0, lt=1, description="how slowly a track's box comes back in after it went "
                                                            "out to cover a detection (0: each detection as it "
                                                            "is): a mask that does not breathe with the "
@@ -342,8 +346,11 @@ class Tracker(Node):
         boxes = np.array([d.box for d in dets], np.float64).reshape(-1, 4)
         scores = np.array([d.score for d in dets])
         pred = np.array([t.box + t.velocity for t in tracks]).reshape(-1, 4)
-        high = np.nonzero(scores >= c.high_score)[0]
-        low = np.nonzero(scores < c.high_score)[0]
+        sure = scores >= c.high_score  # found in this frame: starts and confirms tracks
+        if c.check:  # ... or what a second look took for sure
+            sure |= np.array([d.attributes.get(c.check, 0.0) >= c.check_score for d in dets], bool)
+        high = np.nonzero(sure)[0]
+        low = np.nonzero(~sure)[0]
         matched_t: set[int] = set()
         assign: dict[int, int] = {}
         for group, thr in ((high, c.iou_threshold), (low, c.candidate_iou)):
@@ -367,7 +374,7 @@ class Tracker(Node):
             t.box, t.hits, t.missed = boxes[di], t.hits + 1, 0
             if _whole(t.box, frame) or not t.size.any():
                 t.size = t.box[2:] - t.box[:2]
-            found = scores[di] >= c.high_score
+            found = bool(sure[di])
             t.confirmed += int(found)
             t.since_high = 0 if found else t.since_high + 1
             if t.hits >= c.min_hits:
@@ -377,7 +384,7 @@ class Tracker(Node):
         for h, seen in starts:
             nid = self.next_id.get(frame.stream, 1)
             self.next_id[frame.stream] = nid + 1
-            found = int(scores[h] >= c.high_score)  # a track started by candidates is not confirmed yet
+            found = int(sure[h])  # a track started by candidates is not confirmed yet
             tracks.append(_Track(nid, boxes[h], size=boxes[h][2:] - boxes[h][:2], confirmed=found,
                                  label=dets[h].label, label_id=dets[h].label_id))
             assign[h] = len(tracks) - 1

@@ -313,9 +313,33 @@ def test_batch_of_tiled_frames_is_written_in_place_and_matches_unbatched(astrona
                 np.testing.assert_allclose(t, fb.tensors[name], atol=1e-3)
 
 
-def test_batch_that_cannot_be_split_per_frame_is_refused(astronaut) -> None:
-    """BlazeFace short range concatenates two feature maps: a reshaped batch comes out layer-major."""
-    res = run_yaml(_graph(feed([astronaut]), "nosplit", "model: blazeface_short, device: CPU, batch: 2"))
+def test_batch_of_a_model_that_folds_it_into_its_anchors_comes_out_per_frame(astronaut) -> None:
+    """BlazeFace short range reshapes each of its two feature maps to [1, -1, 16] and concatenates them: a
+    batch reshaped as it is comes out layer-major. The reshapes are made to keep the batch on its axis, so
+    each frame's results are its own and the same as unbatched."""
+    frames = [np.ascontiguousarray(np.roll(astronaut, 60 * i, axis=1)) for i in range(4)]
+    cfg = "model: blazeface_short, device: CPU, properties: {INFERENCE_PRECISION_HINT: f32}"
+    batched = run_yaml(_graph(feed(frames), "fold2", cfg + ", batch: 2"))
+    single = run_yaml(_graph(feed(frames), "fold1", cfg))
+    assert batched.ok and single.ok, (batched.error, single.error)
+    for fa, fb in zip(collected("fold2"), collected("fold1")):
+        assert fa.tensors["classificators"].shape == (1, 896, 1)
+        for name in ("regressors", "classificators"):
+            np.testing.assert_allclose(fa.tensors[name], fb.tensors[name], atol=1e-3)
+
+
+def test_batch_that_cannot_be_split_per_frame_is_refused(astronaut, tmp_path) -> None:
+    """A model that folds its batch in some other order (here two feature maps flattened to [1, -1] and
+    concatenated) is refused rather than split wrongly."""
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    x = ops.parameter([1, 128, 128, 3], np.float32, name="input")
+    nchw = ops.transpose(x, [0, 3, 1, 2])
+    a = ops.reshape(ops.avg_pool(nchw, [8, 8], [0, 0], [0, 0], [8, 8], True), [1, -1], False)
+    b = ops.reshape(ops.avg_pool(nchw, [16, 16], [0, 0], [0, 0], [16, 16], True), [1, -1], False)
+    ov.save_model(ov.Model([ops.concat([a, b], 1)], [x], "folds"), tmp_path / "folds.xml")
+    res = run_yaml(_graph(feed([astronaut]), "nosplit", f"model: {tmp_path / 'folds.xml'}, device: CPU, batch: 2"))
     assert res.exit_code == 1 and "cannot be split per entry; expected batch: 1 and no tiles" in str(res.error)
 
 

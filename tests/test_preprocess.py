@@ -213,5 +213,35 @@ def test_roi_outside_frame_is_an_error() -> None:
 def test_roi_and_tiles_together_rejected_at_validation() -> None:
     from flowpipe import GraphError
 
-    with pytest.raises(GraphError, match="roi and tiles exclude each other"):
+    with pytest.raises(GraphError, match="roi, tiles and objects exclude each other: expected one of them, got roi and tiles"):
         run_pre(dict(size=(64, 64), roi=(0, 0, 10, 10), tiles={"grid": [2, 2]}), [_image(64, 64)], "cpu")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_objects_are_cut_as_squares_around_each_detection_padded_where_the_picture_ends(backend) -> None:
+    """One entry per detection in the score range, the highest first: a square of twice its longer side
+    around it at 64x64; a face at the picture's left edge keeps its place in the square, the rest padding.
+    A frame without any gets no entries."""
+    from flowpipe.frame import Detection
+
+    img = _image(320, 240)
+    frame = Frame("cam", 0, 0.0, img)
+    frame.detections = [Detection((100, 80, 140, 120), 0.3), Detection((0, 100, 20, 140), 0.5),
+                        Detection((200, 50, 240, 90), 0.9)]  # above the range: no look
+    empty = Frame("cam", 1, 0.0, img)
+    out = run_pre(dict(size=(64, 64), layout="NHWC", dtype="u8", objects={"scores": (0.2, 0.6), "max": 4}),
+                  [frame, empty], backend)
+    assert out.result.ok, out.result.error
+    pre = out.frames[0].meta["preprocess"]
+    assert pre["entries"] == 2 and pre["objects"] == [1, 0]
+    t = out.frames[0].tensors["input"]
+    assert t.shape == (4, 64, 64, 3)
+    for entry, (i, (cx, cy, side)) in enumerate([(1, (10, 120, 80)), (0, (120, 100, 80))]):
+        k = 64 / side  # the reference: the square mapped onto 64x64, black outside the picture
+        m = np.array([[k, 0, 32 - cx * k], [0, k, 32 - cy * k]])
+        ref = cv2.warpAffine(img, m, (64, 64), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT)
+        got = t[entry].astype(int)
+        inside = ref.any(2)
+        assert np.abs(got - ref.astype(int))[inside].mean() < 4, (i, np.abs(got - ref.astype(int))[inside].mean())
+        assert (got[~inside] == 0).all() if i == 1 else inside.all()
+    assert out.frames[1].meta["preprocess"]["entries"] == 0 and out.frames[1].tensors["input"].shape[0] == 0

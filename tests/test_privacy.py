@@ -3,6 +3,7 @@ tracks that coast at their predicted box, and the scorer on real footage (a clip
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from itertools import pairwise
 from pathlib import Path
 
@@ -424,3 +425,50 @@ nodes:
     assert res.frames == {"in": 20, "out": 20, "dropped": 0, "failed": 0}
     assert len({sh["pid"] for sh in res.shards}) == 2
 
+
+
+SECOND_LOOK = """
+nodes:
+  - {{id: src, type: list_source, config: {{feed: {feed}}}}}
+  - {{id: look_pre, type: preprocess, config: {{size: [128, 128], color: RGB, layout: NHWC, mean: [127.5, 127.5, 127.5],
+      scale: [127.5, 127.5, 127.5], objects: {{scores: [0.25, 0.6], max: 16}}}}, inputs: {{frame: src}}}}
+  - {{id: look, type: inference, config: {{model: blazeface_short, device: CPU}}, inputs: {{tensor: look_pre.tensor}}}}
+  - {{id: checked, type: blazeface_check, inputs: {{tensors: look.tensors}}}}
+  - {{id: out, type: collect, config: {{into: {into}}}, inputs: checked}}
+"""
+
+
+def test_a_second_look_tells_weak_faces_from_weak_non_faces_on_a_real_photo() -> None:
+    """The six real faces at the table given as weak candidates (0.4, which starts nothing alone) and six
+    boxes of the same size on their shoulders, the table and the wall: BlazeFace's look at each scores the
+    faces high and the rest low, the tracker starts tracks on the faces only, and a frame without
+    candidates runs no request and keeps its place."""
+    from flowpipe.eval.clips import clip
+    from flowpipe.testing import collected, feed, run_yaml
+
+    c = clip("table")
+    faces = list(c.faces[0].values())
+    others = [(x1, y1 + 1.6 * (y2 - y1), x2, y2 + 1.6 * (y2 - y1)) for x1, y1, x2, y2 in faces]
+    frames = []
+    for i in range(3):
+        f = Frame("cam", i, i / 30, np.ascontiguousarray(c.frames[i]))
+        f.detections = [Detection(tuple(map(float, b)), 0.4, "face") for b in faces + others] if i != 1 else []
+        frames.append(f)
+    res = run_yaml(SECOND_LOOK.format(feed=feed(frames), into="look"))
+    assert res.ok, res.error
+    assert res.inference["inference.look"]["frames_without_entries"] == 1
+    looked = collected("look")
+    assert [f.index for f in looked] == [0, 1, 2] and looked[1].detections == []
+    looks = [d.attributes["face"] for d in looked[0].detections]
+    assert min(looks[:6]) >= 0.7 and max(looks[6:]) < 0.5, looks
+    def again() -> list[Frame]:  # the looked frames afresh for each tracker
+        return [Frame(f.stream, f.index, f.pts, f.data, detections=[replace(d) for d in f.detections])
+                for f in looked]
+
+    tracked = run_node("type: tracker\nconfig: {high_score: 0.6, check: face, check_score: 0.7}", again(),
+                       port="detections").frames
+    assert sorted((d.track_id, d.box) for d in tracked[0].detections) == \
+        [(i + 1, tuple(map(float, b))) for i, b in enumerate(faces)]  # the faces only, one track each
+    without = run_node("type: tracker\nconfig: {high_score: 0.6}", again(), port="detections").frames
+    assert without[0].detections == []  # a weak candidate alone starts nothing
+    assert tracked[0].detections[0].to_json()["attributes"]["face"] == round(looks[0], 4)

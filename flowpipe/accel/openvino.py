@@ -300,10 +300,51 @@ def fit_input(model: Any, want: tuple[int, ...] | None, device: str, producer: s
         raise ValueError(f"model input {inp.get_any_name()} is {list(have)} but upstream '{producer}' produces "
                          f"{list(want)}")
     try:  # a batch (tiles, several frames): reshape the batch dimension
+        if have[0] == 1 and want[0] > 1:
+            unfold_batch(model)
         model.reshape({inp.get_any_name(): list(want)})
     except Exception as e:  # noqa: BLE001
         raise ValueError(f"model input {inp.get_any_name()} is {list(have)} and cannot take batch {want[0]} from "
                          f"'{producer}': {str(e).splitlines()[0]}") from None
+    return model
+
+
+def unfold_batch(model: Any) -> int:
+    """Keep a batch on the batch axis where a model written for one picture folds it into the next axis:
+    a Reshape of a [1, H, W, C] feature map to the constant [1, -1, k] (a TFLite SSD head: BlazeFace's
+    anchors) becomes [-1, H*W*C/k, k], so each entry's results are a block of their own, whatever the
+    number of feature maps concatenated after it. Returns how many were changed."""
+    from openvino import opset13 as ops
+
+    changed = 0
+    for op in model.get_ordered_ops():
+        if op.get_type_name() != "Reshape":
+            continue
+        target = op.input_value(1).get_node()
+        src = op.input(0).get_partial_shape()
+        if target.get_type_name() != "Constant" or src.rank.is_dynamic or len(src) != 4 or src.is_dynamic:
+            continue
+        t = [int(v) for v in target.get_data().reshape(-1)]
+        dims = [d.get_length() for d in src]
+        if len(t) != 3 or t[:2] != [1, -1] or dims[0] != 1 or t[2] < 1 or (dims[1] * dims[2] * dims[3]) % t[2]:
+            continue
+        new = ops.constant(np.array([-1, dims[1] * dims[2] * dims[3] // t[2], t[2]], np.int64))
+        op.input(1).replace_source_output(new.output(0))
+        changed += 1
+    if changed:
+        model.validate_nodes_and_infer_types()
+        log.info("kept the batch on its axis in %d reshapes of feature maps", changed)
+    return changed
+
+
+def bounded_batch(model: Any) -> Any:
+    """The input's batch dimension made dynamic up to its (static) size: a request runs as many entries as
+    its input tensor has (CPU and GPU; the NPU takes static shapes only)."""
+    import openvino as ov
+
+    inp = model.inputs[0]
+    shape = list(inp.get_partial_shape().to_shape())
+    model.reshape({inp.get_any_name(): ov.PartialShape([ov.Dimension(1, shape[0]), *shape[1:]])})
     return model
 
 
@@ -350,10 +391,11 @@ def check_batch_layout(owner: OpenVino, batched: Any, path: str, device: str, co
 
 
 def split_batch(view: np.ndarray, k: int, n: int) -> np.ndarray:
-    """Entry k's share of a batched output: along the batch axis, or along axis 1 where the model folds
-    the batch into it (BlazeFace: [1, n*2304, 16])."""
-    if view.shape[0] == n:
-        return view[k:k + 1]
+    """Frame k's share of a batched output of n frames (each one or more entries): along the batch axis, or
+    along axis 1 where the model folds the batch into it ([1, n*2304, 16])."""
+    if view.shape[0] % n == 0 and (view.shape[0] > 1 or n == 1):  # on the batch axis (entries per frame)
+        m = view.shape[0] // n
+        return view[k * m:(k + 1) * m]
     if view.shape[0] == 1 and view.ndim >= 2 and view.shape[1] % n == 0:
         m = view.shape[1] // n
         return view[:, k * m:(k + 1) * m]
