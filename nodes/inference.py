@@ -83,11 +83,18 @@ class Inference(Node):
         npu: NpuOptions = Field(default_factory=NpuOptions)
         batch: int = Field(1, ge=1, le=64, description="frames per inference request (streams batched together)")
         batch_timeout_ms: float = Field(10.0, gt=0, description="send a partial batch after this wait")
+        requests: Literal["async", "inline"] = Field(
+            "async", description="async: a pool of requests in flight, completions polled on a thread of this "
+            "node's own; inline: each frame's request runs to completion in the thread of the stage before (no "
+            "thread hop, one request): for a small second model whose frames mostly have nothing to run")
         reset_state: Literal["per_stream", "never"] = Field(
             "per_stream", description="stateful models: one state per stream (saved/restored), reset at frame 0")
 
     config: Config
     choice: DeviceChoice | None = None  # made in request(), before open
+
+    def holding(self) -> bool:
+        return self.config.requests == "async"
 
     def resources(self) -> list[str]:
         return [f"loads model {self.config.blob or self.config.model}"]
@@ -161,6 +168,8 @@ class Inference(Node):
         self.labels = models.entry(c.model).get("labels") if models.is_registry_name(c.model) else None
         self.entries = offer.tensor.shape[0] if offer.tensor is not None else 1
         self.up_to = offer.tensor is not None and offer.tensor.up_to
+        if c.requests == "inline" and c.batch > 1:
+            raise ValueError(f"batch: an inline request runs one frame at a time; expected batch: 1, got {c.batch}")
         if self.up_to and c.batch > 1:
             raise ValueError(f"batch: '{offer.producer}' fills a varying number of entries per frame (objects); "
                              f"expected batch: 1, got {c.batch}")
@@ -193,7 +202,8 @@ class Inference(Node):
         # Python-side dispatch leaves gaps between a completion and the next start: with THROUGHPUT, a
         # second request per device stream keeps the device fed (measured: benchmarks/inference_throughput.py)
         default = optimal * 2 if c.performance_hint != "LATENCY" else optimal
-        self.requests = [self.compiled.create_infer_request() for _ in range(c.num_requests or default)]
+        n_requests = 1 if c.requests == "inline" else c.num_requests or default
+        self.requests = [self.compiled.create_infer_request() for _ in range(n_requests)]
         self.stateful = bool(self.requests[0].query_state())
         if self.stateful and len(self.requests) > 1:
             log.info("node '%s': stateful model: one request so state follows frame order", self.id)
@@ -223,7 +233,7 @@ class Inference(Node):
         self._into: dict[int, list[np.ndarray]] = {}
         self._last_stream: str | None = None
         self._states: dict[str, list[Any]] = {}
-        self.max_held = len(self.requests)
+        self.max_held = len(self.requests) if c.requests == "async" else 0
         n = min(ctx.frames_in_flight(), 64) + len(self.requests)
         shapes = [tuple(o.get_partial_shape().get_max_shape()) for o in self.compiled.outputs]
         self.out_pools = [BufferPool(int(np.prod(sh)) * o.get_element_type().size, n)
@@ -249,6 +259,8 @@ class Inference(Node):
             self.section["entries"] = f"up to {self.entries} per frame, " + (
                 "each request runs the frame's" if self._variable else "all run (static shape), the frame's used")
         ctx.section(f"inference.{self.id}", self.section)
+        if self._variable:
+            self._warm()
 
     def _fit_model(self, model: Any, offer: Offer) -> Any:
         """Static shapes from the tensor the producer declares (times the batch), or the producer's
@@ -277,7 +289,7 @@ class Inference(Node):
             req.set_tensor(self.input.get_any_name(), self.tensors.ocl_buffer(cl_buffer))
             self.section["input_binding"] = "remote OCL_BUFFER"
             return
-        arr = t[:self._filled(frame)] if self._variable else t
+        arr = t[:self._run_entries(frame)] if self._variable else t
         if self.in_shape is not None and tuple(arr.shape) != self.in_shape:
             raise ValueError(f"input tensor shape {list(arr.shape)} does not match the model's {list(self.in_shape)}")
         buf = frame.buffer_of(arr)
@@ -317,20 +329,44 @@ class Inference(Node):
         """How many entries of an ``up_to`` tensor ``frame`` filled."""
         return int(frame.meta.get("preprocess", {}).get("entries", self.entries))
 
+    def _run_entries(self, frame: Frame) -> int:
+        """How many entries ``frame``'s request runs: with a bounded-dynamic batch the entries it filled
+        rounded up to a power of two (or the bound), so a handful of input shapes ever runs, each prepared at
+        open; the ones past those it filled run on stale data and are not read."""
+        k = self._filled(frame)
+        return min(self.entries, 1 << max(0, k - 1).bit_length()) if k else 0
+
+    def _warm(self) -> None:
+        """Runs each batch size ``_run_entries`` gives once, so no frame waits for a new shape's first run
+        (OpenVINO prepares a dynamic model for each input shape the first time it sees it)."""
+        import openvino as ov
+
+        shape = tuple(self.compiled.inputs[0].get_partial_shape().get_max_shape())
+        req, n = self.requests[0], 1
+        while True:
+            k = min(n, self.entries)
+            req.set_input_tensor(ov.Tensor(np.zeros((k, *shape[1:]), self.in_type.to_dtype())))
+            req.infer()
+            if k == self.entries:
+                break
+            n *= 2
+        self.section["shapes_prepared"] = n.bit_length()
+
     def _output_view(self, arr: np.ndarray, i: int, frame: Frame) -> np.ndarray:
         """Output ``i`` for ``frame``: the whole of ``arr`` (its max shape), or with a bounded-dynamic batch
         the part for the entries the frame filled (its dynamic dimensions scale with them), from the start
         of the memory."""
         if not self._variable or not self._dynamic_dims[i]:
             return arr
-        k = self._filled(frame)
+        k = self._run_entries(frame)
         shape = tuple(d * k // self.entries if j in self._dynamic_dims[i] else d for j, d in enumerate(arr.shape))
         return arr.reshape(-1)[:int(np.prod(shape))].reshape(shape)
 
     def process(self, frame: Frame, port: str) -> list[Frame]:
+        if self.config.requests == "inline":
+            return self._inline(frame)
         if self.up_to and self._filled(frame) == 0:  # nothing to look at: on in its turn, no request
-            self.passed += 1
-            self.section["frames_without_entries"] = self.passed
+            self._count_passed()
             self._pending.append((-1, [frame]))
             return self._ready()
         if self.batch > 1:
@@ -419,30 +455,7 @@ class Inference(Node):
         rid = self._idle.popleft()
         req = self.requests[rid]
         try:
-            if self.stateful:
-                self._switch_state(req, frames[0])
-            if slots:
-                self._bind_slots(req, slots)
-            elif self.batch > 1:
-                self._bind_batch(req, frames)
-            else:
-                self._bind_input(req, frames[0])
-            into = self._into.pop(id(frames[0]), None) if self.batch == 1 else None
-            for i, pool in enumerate(self.out_pools):
-                if into is not None:  # the client's own shared buffer: results land in place
-                    mine = self._output_view(into[i], i, frames[0])
-                    req.set_output_tensor(i, self.tensors.host(mine))
-                    frames[0].tensors[self.out_names[i]] = mine
-                    continue
-                lease = pool.acquire(timeout=30)
-                shared = SharedLease(lease, len(frames))
-                for f in frames:
-                    f.hold(shared)
-                view = self._output_view(lease.buffer.array(*self.out_specs[i]), i, frames[0])
-                req.set_output_tensor(i, self.tensors.host(view))
-                for k, f in enumerate(frames):
-                    at = slots[k].index if slots else k
-                    f.tensors[self.out_names[i]] = view if self.batch == 1 else ovx.split_batch(view, at, self.batch)
+            self._bind(req, frames, slots)
             self._done[rid].clear()
             if self._t_first_submit is None:
                 self._t_first_submit = time.perf_counter()
@@ -453,6 +466,52 @@ class Inference(Node):
             return ready
         self._pending.append((rid, frames))
         return ready
+
+    def _bind(self, req: Any, frames: list[Frame], slots: list[Slot] | None = None) -> None:
+        """``frames``' input and the outputs they get (pooled, or a client's own memory) bound to ``req``."""
+        if self.stateful:
+            self._switch_state(req, frames[0])
+        if slots:
+            self._bind_slots(req, slots)
+        elif self.batch > 1:
+            self._bind_batch(req, frames)
+        else:
+            self._bind_input(req, frames[0])
+        into = self._into.pop(id(frames[0]), None) if self.batch == 1 else None
+        for i, pool in enumerate(self.out_pools):
+            if into is not None:  # the client's own shared buffer: results land in place
+                mine = self._output_view(into[i], i, frames[0])
+                req.set_output_tensor(i, self.tensors.host(mine))
+                frames[0].tensors[self.out_names[i]] = mine
+                continue
+            lease = pool.acquire(timeout=30)
+            shared = SharedLease(lease, len(frames))
+            for f in frames:
+                f.hold(shared)
+            view = self._output_view(lease.buffer.array(*self.out_specs[i]), i, frames[0])
+            req.set_output_tensor(i, self.tensors.host(view))
+            for k, f in enumerate(frames):
+                at = slots[k].index if slots else k
+                f.tensors[self.out_names[i]] = view if self.batch == 1 else ovx.split_batch(view, at, self.batch)
+
+    def _inline(self, frame: Frame) -> list[Frame]:
+        """``requests: inline``: the frame's request runs to completion here, in the calling thread."""
+        if self.up_to and self._filled(frame) == 0:
+            self._count_passed()
+            return [frame]
+        if self._t_first_submit is None:
+            self._t_first_submit = time.perf_counter()
+        try:
+            self._bind(self.requests[0], [frame])
+            self.requests[0].infer()
+        except Exception as e:  # whatever binding or running raised fails this frame
+            self._into.pop(id(frame), None)
+            raise FrameError(frame, e) from e
+        return self._finished([frame])
+
+    def _count_passed(self) -> None:
+        self.passed += 1
+        self.section["frames_without_entries"] = self.passed
 
     def _fail_later(self, err: FrameError) -> None:
         """A request failed for its frames (all of a batch): frames that finished alongside still go on;
@@ -525,25 +584,31 @@ class Inference(Node):
             except Exception as e:  # noqa: BLE001
                 self._fail_later(FrameError(frames, e))
                 continue
-            if self._first is None:
-                # FEIL: compile + load + first inference; FIL: load a precompiled model (cache hit or
-                # blob) + first inference (the NPU plugin README's definitions)
-                now = time.perf_counter()
-                self._first = first = (now - self.t_open) * 1e3
-                key = "fil_ms" if self.section["cache"] in ("hit", "blob") else "feil_ms"
-                submitted = self._t_first_submit if self._t_first_submit is not None else now
-                self.section.update({key: round(first, 2), "first_request_ms": round((now - submitted) * 1e3, 2)})
-            for frame in frames:
-                into = self._into.pop(id(frame), None)
-                if into is not None:  # a batch's share, copied to where the client wants it
-                    with ledgers.on_edge(self._edge):
-                        for name, arr in zip(self.out_names, into):
-                            ledgers.copy(frame.tensors[name], out=arr)
-                            frame.tensors[name] = arr
-                frame.meta["inference"] = {"node": self.id, "device": self.device}
-                if self.labels:
-                    frame.meta["labels"] = self.labels  # the registry's class names, for the decoders
-                out.append(frame)
+            out += self._finished(frames)
+        return out
+
+    def _finished(self, frames: list[Frame]) -> list[Frame]:
+        """``frames`` with their results: a client's share copied where it wants it, the metadata added."""
+        out = []
+        if frames and self._first is None:
+            # FEIL: compile + load + first inference; FIL: load a precompiled model (cache hit or
+            # blob) + first inference (the NPU plugin README's definitions)
+            now = time.perf_counter()
+            self._first = first = (now - self.t_open) * 1e3
+            key = "fil_ms" if self.section["cache"] in ("hit", "blob") else "feil_ms"
+            submitted = self._t_first_submit if self._t_first_submit is not None else now
+            self.section.update({key: round(first, 2), "first_request_ms": round((now - submitted) * 1e3, 2)})
+        for frame in frames:
+            into = self._into.pop(id(frame), None)
+            if into is not None:  # a batch's share, copied to where the client wants it
+                with ledgers.on_edge(self._edge):
+                    for name, arr in zip(self.out_names, into):
+                        ledgers.copy(frame.tensors[name], out=arr)
+                        frame.tensors[name] = arr
+            frame.meta["inference"] = {"node": self.id, "device": self.device}
+            if self.labels:
+                frame.meta["labels"] = self.labels  # the registry's class names, for the decoders
+            out.append(frame)
         return out
 
     def flush(self) -> list[Frame]:

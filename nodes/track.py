@@ -384,8 +384,8 @@ class Tracker(Node):
         for h, seen in starts:
             nid = self.next_id.get(frame.stream, 1)
             self.next_id[frame.stream] = nid + 1
-            found = int(sure[h])  # a track started by candidates is not confirmed yet
-            tracks.append(_Track(nid, boxes[h], size=boxes[h][2:] - boxes[h][:2], confirmed=found,
+            # a track started by candidates alone (not sure in this frame) is not confirmed yet
+            tracks.append(_Track(nid, boxes[h], size=boxes[h][2:] - boxes[h][:2], confirmed=int(sure[h]),
                                  label=dets[h].label, label_id=dets[h].label_id))
             assign[h] = len(tracks) - 1
             if c.min_hits <= 1:

@@ -217,8 +217,9 @@ def test_roi_and_tiles_together_rejected_at_validation() -> None:
         run_pre(dict(size=(64, 64), roi=(0, 0, 10, 10), tiles={"grid": [2, 2]}), [_image(64, 64)], "cpu")
 
 
+@pytest.mark.parametrize("dtype", ["u8", "f32"])
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_objects_are_cut_as_squares_around_each_detection_padded_where_the_picture_ends(backend) -> None:
+def test_objects_are_cut_as_squares_around_each_detection_padded_where_the_picture_ends(backend, dtype) -> None:
     """One entry per detection in the score range, the highest first: a square of twice its longer side
     around it at 64x64; a face at the picture's left edge keeps its place in the square, the rest padding.
     A frame without any gets no entries."""
@@ -229,7 +230,8 @@ def test_objects_are_cut_as_squares_around_each_detection_padded_where_the_pictu
     frame.detections = [Detection((100, 80, 140, 120), 0.3), Detection((0, 100, 20, 140), 0.5),
                         Detection((200, 50, 240, 90), 0.9)]  # above the range: no look
     empty = Frame("cam", 1, 0.0, img)
-    out = run_pre(dict(size=(64, 64), layout="NHWC", dtype="u8", objects={"scores": (0.2, 0.6), "max": 4}),
+    norm = {} if dtype == "u8" else dict(mean=[127.5] * 3, scale=[127.5] * 3)
+    out = run_pre(dict(size=(64, 64), layout="NHWC", dtype=dtype, objects={"scores": (0.2, 0.6), "max": 4}, **norm),
                   [frame, empty], backend)
     assert out.result.ok, out.result.error
     pre = out.frames[0].meta["preprocess"]
@@ -240,7 +242,7 @@ def test_objects_are_cut_as_squares_around_each_detection_padded_where_the_pictu
         k = 64 / side  # the reference: the square mapped onto 64x64, black outside the picture
         m = np.array([[k, 0, 32 - cx * k], [0, k, 32 - cy * k]])
         ref = cv2.warpAffine(img, m, (64, 64), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT)
-        got = t[entry].astype(int)
+        got = (t[entry] if dtype == "u8" else t[entry] * 127.5 + 127.5).round().astype(int)
         inside = ref.any(2)
         assert np.abs(got - ref.astype(int))[inside].mean() < 4, (i, np.abs(got - ref.astype(int))[inside].mean())
         assert (got[~inside] == 0).all() if i == 1 else inside.all()
