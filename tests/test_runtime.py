@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from flowpipe import Frame, GraphError, Runner, load_graph
+from flowpipe.frame import Detection
 from flowpipe.accel import devices
 from flowpipe.registry import registry
 from flowpipe.testing import feed, run_yaml
@@ -162,7 +163,7 @@ ISOLATED = {  # the node under test (id n) with isolation: process, after src ->
     "blazeface_decode": "{id: n, type: blazeface_decode, isolation: process, inputs: det.tensors}",
     # decoders of models no wheel ships: hand-made tensors, in test_decoders_run_in_a_worker_process
     "classify_topk": None, "db_decode": None, "ssd_decode": None, "yolov8_decode": None,
-    "centerface_decode": None,  # the same, with a hand-made heat map
+    "centerface_decode": None, "blazeface_check": None,  # the same, with a hand-made heat map and scores
     "blur": "{id: n, type: blur, isolation: process, inputs: faces.detections}",
     "overlay": "{id: n, type: overlay, isolation: process, inputs: faces.detections}",
     "tracker": "{id: n, type: tracker, isolation: process, inputs: faces.detections}",
@@ -229,7 +230,10 @@ def _decoder_cases() -> dict[str, tuple[dict[str, np.ndarray], dict, str]]:
     heat[0, 0, 12, 12] = 0.9  # one face of 20x20 tensor pixels centred at (50, 50)
     centerface = {"heat": heat, "scale": size, "offset": np.zeros((1, 2, 25, 25), np.float32),
                   "marks": np.zeros((1, 10, 25, 25), np.float32)}
+    looks = np.full((2, 896, 1), -4.0, np.float32)  # two crops: a face in the middle of the second only
+    looks[1, 300, 0] = 3.0  # anchor 300 (stride 8: cell 150 of 16x16, near the middle)
     return {
+        "blazeface_check": ({"classificators": looks}, {"preprocess": {"objects": [1, 0], "entries": 2}}, "{}"),
         "centerface_decode": (centerface, {"preprocess": letterbox}, "{}"),
         "ssd_decode": ({"out": ssd}, {"preprocess": letterbox}, "{labels: [bg, person]}"),
         "yolov8_decode": ({"out": yolo}, {"preprocess": letterbox}, "{labels: [car, bus]}"),
@@ -238,13 +242,16 @@ def _decoder_cases() -> dict[str, tuple[dict[str, np.ndarray], dict, str]]:
     }
 
 
-@pytest.mark.parametrize("ntype", ["centerface_decode", "classify_topk", "db_decode", "ssd_decode", "yolov8_decode"])
+@pytest.mark.parametrize("ntype", ["blazeface_check", "centerface_decode", "classify_topk", "db_decode", "ssd_decode",
+                                   "yolov8_decode"])
 def test_decoders_run_in_a_worker_process(ntype: str) -> None:
     """The same hand-made tensors decode to the same result in a worker process as in a thread."""
     tensors, meta, config = _decoder_cases()[ntype]
     got = {}
     for isolation in ("thread", "process"):
-        frames = [Frame("s", i, i / 30, np.zeros((100, 200, 3), np.uint8), tensors=dict(tensors), meta=dict(meta))
+        frames = [Frame("s", i, i / 30, np.zeros((100, 200, 3), np.uint8), tensors=dict(tensors), meta=dict(meta),
+                        detections=[Detection((10, 10, 30, 30), 0.4, "face"), Detection((50, 10, 70, 30), 0.3, "face")]
+                        if ntype == "blazeface_check" else [])
                   for i in range(6)]
         res = run_yaml(f"""
             nodes:
@@ -255,9 +262,12 @@ def test_decoders_run_in_a_worker_process(ntype: str) -> None:
         assert res.ok, res.error
         assert res.frames == {"in": 6, "out": 6, "dropped": 0, "failed": 0}
         out = res.collected[f"dec_{isolation}"]
-        got[isolation] = [([(d.label, [round(v, 3) for v in d.box]) for d in f.detections], f.meta.get("classes"))
-                          for f in out]
+        got[isolation] = [([(d.label, [round(v, 3) for v in d.box], d.attributes) for d in f.detections],
+                           f.meta.get("classes")) for f in out]
         if isolation == "process":
             assert res.nodes["n"]["process"]["pid"] != os.getpid()
     assert got["process"] == got["thread"]
     assert got["thread"][0][0] or got["thread"][0][1]  # each case finds something
+    if ntype == "blazeface_check":  # the first detection was the second crop (objects [1, 0])
+        assert [round(d[2]["face"], 3) for d in got["thread"][0][0]] == [round(1 / (1 + np.exp(-3.0)), 3),
+                                                                          round(1 / (1 + np.exp(4.0)), 3)]
