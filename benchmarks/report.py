@@ -269,7 +269,8 @@ def _privacy(results: Path) -> list[str]:
               f"Crowd: faces {share(part['crowd']['faces'])}; not faces {share(part['crowd']['not_faces'])}. "
               f"The compressed street's saddle: {share(part['street_empty_h264_low']['not_faces'])}. Faces behind "
               f"surgical masks: {share(part['table_masked']['faces'])} (the tracker's persistence rule starts "
-              "those). Measured, not yet a graph stage."]
+              "those). The shipped graph runs this look as a cascade (look_pre, look, checked: a candidate it "
+              "scores at 0.7 or more starts a track; a frame without candidates runs no request)."]
     L.append("")
     return L
 
