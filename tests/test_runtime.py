@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from flowpipe import Frame, GraphError, Runner, load_graph
-from flowpipe.frame import Detection
 from flowpipe.accel import devices
+from flowpipe.frame import Detection
 from flowpipe.registry import registry
 from flowpipe.testing import feed, run_yaml
 
