@@ -472,3 +472,35 @@ def test_a_second_look_tells_weak_faces_from_weak_non_faces_on_a_real_photo() ->
     without = run_node("type: tracker\nconfig: {high_score: 0.6}", again(), port="detections").frames
     assert without[0].detections == []  # a weak candidate alone starts nothing
     assert tracked[0].detections[0].to_json()["attributes"]["face"] == round(looks[0], 4)
+
+
+def test_the_second_look_over_two_processes_looks_as_in_one(tmp_path) -> None:
+    """The shipped graph's stages on two compressed clips, in one process and over two with one device owner:
+    the owner runs the look on the crops each shard cut (as many as each frame has, none for most), and every
+    frame's faces, track ids and looks come out as in one process."""
+    pytest.importorskip("av")
+    import yaml
+
+    from flowpipe import Runner, load_graph
+    from flowpipe.eval.clips import clip
+    from flowpipe.runtime.shards import ShardedRun
+
+    g = yaml.safe_load((ROOT / "graphs" / "face_blur.yaml").read_text())
+    keep = [n for n in g["nodes"] if n["id"] not in ("decode", "blur", "write", "meta")]
+    sources = [{"id": name, "type": "video_source", "config": {"uri": str(clip(name).write(tmp_path / f"{name}.mp4"))}}
+               for name in ("carphone_h264_low", "carphone_dark")]
+    next(n for n in keep if n["id"] == "pre")["inputs"] = {"frame": [f"{s['id']}.frame" for s in sources]}
+    got = {}
+    for processes in (1, 2):
+        out = tmp_path / f"p{processes}.jsonl"
+        g.update(processes=processes, nodes=[*sources, *keep, {"id": "out", "type": "jsonl", "config": {"path": str(out)},
+                                                               "inputs": {"detections": "track.detections"}}])
+        g["params"]["device"] = "CPU"
+        (tmp_path / "g.yaml").write_text(yaml.safe_dump(g, sort_keys=False))
+        spec = load_graph(str(tmp_path / "g.yaml"))
+        res = ShardedRun(spec, 2).run() if processes == 2 else Runner(spec).run()
+        assert res.ok, res.error
+        got[processes] = sorted((r["stream"], r["frame"], json.dumps(r["objects"], sort_keys=True))
+                                for r in map(json.loads, out.read_text().splitlines()))
+    assert len(got[1]) == 240 and got[2] == got[1]
+    assert any("attributes" in o for _, _, objs in got[1] for o in json.loads(objs))  # some candidates were looked at

@@ -548,6 +548,9 @@ class OwnerClient(Node):
             raise ValueError("no input tensor on the frame: expected a preprocess node upstream")
         inp = self._ref(frame, t, new, fds, bids)
         meta = {k: frame.meta[k] for k in ("reset_state",) if k in frame.meta}
+        entries = frame.meta.get("preprocess", {}).get("entries")
+        if entries is not None:  # how many entries of an up_to tensor this frame filled (objects)
+            meta["preprocess"] = {"entries": entries}
         body = {"stream": frame.stream, "index": frame.index, "pts": frame.pts, "meta": meta, "bids": bids,
                 "input": inp, "outputs": outs}
         with self.cond:
