@@ -223,7 +223,7 @@ class Preprocess(Node):
             if self.size_to_source and (self.resize != "letterbox" or self.roi or self.tiles or self.objects
                                         or self.backend == "openvino"):
                 raise ValueError("size_to_source sizes the tensor by the letterboxed picture: expected resize: "
-                                 "letterbox without roi or tiles, on the opencl or cpu backend")
+                                 "letterbox without roi, tiles or objects, on the opencl or cpu backend")
             return self
 
     config: Config
