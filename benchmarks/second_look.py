@@ -30,23 +30,27 @@ LOOKS = (0.4, 0.5, 0.6, 0.7)
 ON_FACE = 0.3  # a candidate with this share of its box on a true face (or one cut by the edge) is a face
 
 
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-np.clip(x, -50, 50)))
-
-
 class Looker:
+    """CenterFace's candidates, and the look at them by the face-blur graph's own stages: the preprocess's
+    ``objects`` crops and ``blazeface_check`` (BlazeFace run here one crop per request)."""
+
     def __init__(self) -> None:
         import openvino as ov
-        from flowpipe.nodes.detect import CenterFaceDecode, blazeface_anchors
+        from flowpipe.nodes.detect import BlazeFaceCheck, CenterFaceDecode
+        from flowpipe.nodes.preprocess import Preprocess
 
         from flowpipe.models import resolve
+        from flowpipe.testing import Harness
 
         self.core = ov.Core()
         self.compiled: dict[tuple[int, int], Any] = {}
         self.centerface = str(resolve("centerface"))
         blaze = self.core.read_model(str(resolve("blazeface_short")))
         self.blaze = self.core.compile_model(blaze, "CPU")
-        self.central = (np.abs(blazeface_anchors("short") - 0.5) < 0.2).all(1)
+        crops = Preprocess.Config(size=(128, 128), color="RGB", layout="NHWC", mean=(127.5,) * 3,
+                                  scale=(127.5,) * 3, objects={"max": 64, "scale": 2.0}, backend="cpu")
+        self.crops = Harness(Preprocess("look_pre", crops)).__enter__()
+        self.check = Harness(BlazeFaceCheck("checked")).__enter__()
         self.decode = CenterFaceDecode("faces", CenterFaceDecode.Config(score_threshold=LOW, iou_threshold=0.3))
 
     def candidates(self, rgb: np.ndarray) -> np.ndarray:
@@ -73,15 +77,19 @@ class Looker:
         self.decode.process(frame, "tensors")
         return np.array([d.box for d in frame.detections if d.score < START], np.float64).reshape(-1, 4)
 
-    def look(self, rgb: np.ndarray, box: np.ndarray) -> float:
-        """BlazeFace short range on a square of twice the box's size around it."""
-        cx, cy = (box[0] + box[2]) / 2, (box[1] + box[3]) / 2
-        k = 64.0 / max(box[2] - box[0], box[3] - box[1])  # the box's longer side -> half of 128 px
-        m = np.array([[k, 0, 64 - cx * k], [0, k, 64 - cy * k]])
-        crop = cv2.warpAffine(rgb, m, (128, 128), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT)
-        out = next(v for v in self.blaze(((crop.astype(np.float32) - 127.5) / 127.5)[None]).values()
-               if v.shape[-1] == 1)
-        return float(_sigmoid(out.reshape(-1)[self.central]).max())
+    def looks(self, rgb: np.ndarray, boxes: np.ndarray) -> list[float]:
+        """BlazeFace short range's look at a square of twice each box's size around it."""
+        from flowpipe.frame import Detection, Frame
+
+        frame = Frame("clip", 0, 0.0, rgb, "RGB", detections=[Detection(tuple(b), 0.5, "face") for b in boxes])
+        self.crops.node.process(frame, "frame")
+        entries = frame.meta["preprocess"]["entries"]
+        frame.tensors = {"classificators": np.concatenate(
+            [self.blaze(frame.tensors["input"][i:i + 1])["classificators"] for i in range(entries)])
+            if entries else np.zeros((0, 896, 1), np.float32)}
+        self.check.node.process(frame, "tensors")
+        frame.end("out")  # the crops' pooled memory goes back
+        return [d.attributes["face"] for d in frame.detections]
 
 
 def _summary(looks: list[float]) -> dict[str, Any]:
@@ -113,8 +121,9 @@ def main() -> int:
             pictures = [f.to_ndarray(format="rgb24") for f in video.decode(video=0)]
         for i, rgb in enumerate(pictures):
             truth = [*c.faces[i].values(), *(c.edges[i] if c.edges else [])]
-            for b in looker.candidates(rgb):
-                (faces if on_face(b, truth) >= ON_FACE else others).append(looker.look(rgb, b))
+            boxes = looker.candidates(rgb)
+            for b, look in zip(boxes, looker.looks(rgb, boxes)):
+                (faces if on_face(b, truth) >= ON_FACE else others).append(look)
         row = {"clip": name, "faces": _summary(faces), "not_faces": _summary(others)}
         print(json.dumps(row), file=sys.stderr)
         rows.append(row)
