@@ -17,10 +17,19 @@ from flowpipe.registry import register
 
 def grow_box(box: Sequence[float], grow: float, width: int, height: int) -> tuple[float, float, float, float]:
     """``box`` grown by ``grow`` of its size in all (half on each side), clipped to the picture: the region
-    ``blur`` masks (the privacy evaluation scores the same region)."""
+    ``blur`` masks (the privacy evaluation scores the same region). Where the picture's edge cuts the margin
+    off one side, that part goes on the other: a face the edge cuts keeps its whole margin in the picture,
+    on the side where the detector saw the least of it."""
     x1, y1, x2, y2 = box
     gw, gh = (x2 - x1) * grow / 2, (y2 - y1) * grow / 2
-    return max(0.0, x1 - gw), max(0.0, y1 - gh), min(float(width), x2 + gw), min(float(height), y2 + gh)
+
+    def grown(a: float, b: float, g: float, end: float) -> tuple[float, float]:
+        lost_a, lost_b = min(g, max(0.0, g - a)), min(g, max(0.0, b + g - end))  # margin past each edge
+        return max(0.0, a - g - lost_b), min(end, b + g + lost_a)
+
+    gx1, gx2 = grown(x1, x2, gw, float(width))
+    gy1, gy2 = grown(y1, y2, gh, float(height))
+    return gx1, gy1, gx2, gy2
 
 
 def _region(frame: Frame, box: tuple[float, ...], grow: float) -> tuple[int, int, int, int] | None:

@@ -73,6 +73,15 @@ def _leaving(box: np.ndarray, velocity: np.ndarray, frame: Frame) -> bool:
                 or (box[2] >= frame.width - 1 and velocity[0] > 0) or (box[3] >= frame.height - 1 and velocity[1] > 0))
 
 
+def _outward(box: np.ndarray, frame: Frame) -> np.ndarray:
+    """Per coordinate, the direction out of the picture through the edges the box touches (0: none)."""
+    if frame.data is None:
+        return np.zeros(4)
+    left, top = float(box[0] <= 1), float(box[1] <= 1)
+    right, bottom = float(box[2] >= frame.width - 1), float(box[3] >= frame.height - 1)
+    return np.array([right - left, bottom - top, right - left, bottom - top])
+
+
 def scene_motion(before: np.ndarray, after: np.ndarray, least: int = 4) -> tuple[float, float, float] | None:
     """The camera's zoom and pan between two frames, from boxes found in both (``before[i]`` became
     ``after[i]``): ``(s, tx, ty)`` with ``x' = s x + tx, y' = s y + ty``. A robust first guess (the median
@@ -112,6 +121,7 @@ class _Track:
     id: int
     box: np.ndarray
     velocity: np.ndarray = field(default_factory=lambda: np.zeros(4))
+    own: np.ndarray = field(default_factory=lambda: np.zeros(4))  # its motion in the scene (camera's out)
     size: np.ndarray = field(default_factory=lambda: np.zeros(2))  # width, height where last seen whole
     smoothed: np.ndarray | None = None  # with ``smooth``: the box over time
     hits: int = 1
@@ -166,7 +176,9 @@ class Tracker(Node):
         max_age: int = Field(15, ge=0, description="frames a lost track is kept")
         min_hits: int = Field(1, ge=1, description="frames before an id is reported")
         coast: int = Field(0, ge=0, description="frames a confirmed track the detector misses is still put "
-                                                "in the frame, at its predicted box (0: never)")
+                                                "in the frame, at its predicted box (0: never); one leaving "
+                                                "through the picture's edge stays until half of it is out "
+                                                "(max_age at most)")
         confirm: int = Field(3, ge=1, description="frames a track must have been found in at a high score "
                                                   "before it coasts")
         candidate_iou: float = Field(0.5, ge=0, le=1, description="overlap a candidate needs with a track's "
@@ -361,14 +373,22 @@ class Tracker(Node):
                 assign[int(group[di])] = free_t[ti]
                 matched_t.add(free_t[ti])
         camera = None
-        if c.camera_motion and len(matched_t) < len(pred):  # a track to move where the camera took it
+        if c.camera_motion and len(pred):
             both = [(ti, di) for di, ti in assign.items() if not tracks[ti].missed and _whole(tracks[ti].box, frame)
                     and _whole(boxes[di], frame)]  # found in the last frame and this one, whole in both
             camera = scene_motion(np.array([tracks[ti].box for ti, _ in both]).reshape(-1, 4),
                                   boxes[[di for _, di in both]])
         for di, ti in assign.items():
             t = tracks[ti]
-            t.velocity = 0.5 * t.velocity + 0.5 * (boxes[di] - t.box)
+            step = boxes[di] - t.box
+            # the face's own motion, from its centre (a coasting face keeps its size) while its box is clear
+            # of the edges: a box the edge clips moves as the detector sees part of a face, not as the face
+            if _whole(t.box, frame) and _whole(boxes[di], frame):
+                carried = _moved(t.box, camera) - t.box if camera is not None else np.zeros(4)
+                t.own = 0.5 * t.own + 0.5 * np.tile((step - carried).reshape(2, 2).mean(0), 2)
+            else:
+                t.own = 0.5 * t.own  # no measure: it slows as in a miss
+            t.velocity = 0.5 * t.velocity + 0.5 * step
             if c.smooth:
                 dets[di].box = self._smoothed(t, boxes[di])
             t.box, t.hits, t.missed = boxes[di], t.hits + 1, 0
@@ -400,17 +420,17 @@ class Tracker(Node):
                 t.missed += 1
                 t.since_high += 1
                 # the camera's motion (with ``camera_motion``, where the tracks found agree on one) and the
-                # face's own in the scene: a face leaving the picture keeps leaving it; otherwise a miss is no
-                # time to extrapolate far, its own motion slows down
-                carried = _moved(t.box, camera) - t.box if camera is not None else np.zeros(4)
-                own = t.velocity - carried
-                if not _leaving(t.box, t.velocity, frame):
-                    own = 0.5 * own
-                t.velocity = carried + own
+                # face's own in the scene (measured while its box was clear of the edges): a face leaving the
+                # picture keeps leaving it; otherwise a miss is no time to extrapolate far, its motion slows
+                leaving = _leaving(t.box, t.velocity, frame)
+                t.own = np.where(_outward(t.box, frame) * t.own > 0, t.own, 0.5 * t.own) if leaving else 0.5 * t.own
+                t.velocity = t.own + (_moved(t.box, camera) - t.box if camera is not None else 0.0)
                 t.box = t.box + t.velocity
                 if camera is not None:
                     t.size = t.size * camera[0]
-                if (t.missed <= c.coast and t.confirmed >= c.confirm and _inside(t.box, t.size, frame)
+                # a face leaving through the picture's edge is masked until half of it is out (the detector
+                # loses a face it sees only part of long before that), others for ``coast`` frames
+                if ((t.missed <= c.coast or leaving) and t.confirmed >= c.confirm and _inside(t.box, t.size, frame)
                         and not (iou_matrix(t.box[None], shown) > 0.1).any()):  # not where a box is already
                     coasting.append(t)
         for t in coasting:

@@ -216,6 +216,50 @@ def test_a_coasting_face_moves_with_the_camera_s_pan_and_zoom() -> None:
     assert alone[-1] < 0.6 < min(with_camera), (alone, with_camera)
 
 
+def test_a_face_the_camera_takes_out_slowly_stays_masked_until_half_of_it_is_out() -> None:
+    """The camera tilts up, so the faces move up 0.5 px a frame; face 0 (20 px) reaches the top edge at frame
+    20. The detector's box on the cut face shrinks at half the face's pace (it sees part of a face), and
+    misses it once 3 px are out (frame 27): with ``camera_motion`` the predicted box goes on with the camera,
+    not with the clipped boxes, and stays past ``coast`` (5 frames) until half the face is out (frame 40); the
+    mask covers >= 70% of what is left of the face in every frame."""
+    grid = [(40.0, 10.0), (130.0, 60.0), (220.0, 60.0), (40.0, 150.0), (130.0, 150.0), (220.0, 150.0)]
+    seq, truth = [], []
+    for f in range(46):
+        found = []
+        for i, (x, y0) in enumerate(grid):
+            y = y0 - 0.5 * f
+            if i == 0:
+                truth.append((x, max(0.0, y), x + 20, y + 20))
+                if y < -3:
+                    continue
+                if y < 0:
+                    found.append(((x, 0.0, x + 20, y + 20 - 0.5 * y), 0.9))
+                    continue
+            found.append(((x, y, x + 20, y + 20), 0.9))
+        seq.append(found)
+    out = run_node("type: tracker\nconfig: {coast: 5, confirm: 3, camera_motion: true}", _frames(seq),
+                   port="detections")
+    face0 = [[d for d in f.detections if d.track_id == 1] for f in out.frames]
+    assert all(len(d) == 1 and d[0].source == "predicted" for d in face0[27:40]), face0[27:40]
+    assert not any(face0[43:]), face0[43:]  # its last box was 1.5 px low, so it goes a frame or two late
+    from flowpipe.nodes.draw import grow_box
+
+    got = [coverage(truth[f], [grow_box(face0[f][0].box, 0.2, 320, 240)]) for f in range(27, 40)]
+    assert min(got) >= 0.7, got
+
+
+def test_a_mask_cut_by_the_picture_s_edge_keeps_its_whole_margin_inside() -> None:
+    """``grow`` 0.2 of a 40x30 box: 4 and 3 px on each side in the middle of the picture; at the top edge
+    the 3 px the edge cuts off go below the box, and a box partly past the edge gets its whole margin below."""
+    from flowpipe.nodes.draw import grow_box
+
+    assert grow_box((100, 100, 140, 130), 0.2, 320, 240) == pytest.approx((96, 97, 144, 133))
+    assert grow_box((100, 0, 140, 30), 0.2, 320, 240) == pytest.approx((96, 0, 144, 36))
+    assert grow_box((100, 1, 140, 31), 0.2, 320, 240) == pytest.approx((96, 0, 144, 36))
+    assert grow_box((100, -10, 140, 20), 0.2, 320, 240) == pytest.approx((96, 0, 144, 26))
+    assert grow_box((280, 210, 320, 240), 0.2, 320, 240) == pytest.approx((272, 204, 320, 240))
+
+
 def test_camera_motion_is_fitted_only_where_the_tracks_agree() -> None:
     """Five boxes zoomed and panned alike and one moving on its own give the five's motion; three boxes that
     walk while two stand (no three quarters agreeing) give none, so a still camera's coasting faces keep
