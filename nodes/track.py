@@ -128,6 +128,7 @@ class _Track:
     missed: int = 0
     confirmed: int = 1  # frames found at a high score (candidates keep a track, they do not confirm it)
     since_high: int = 0  # frames since the last high-score detection
+    gone: int = 0  # frames its predicted box has been mostly out of the picture
     label: str = "object"
     label_id: int = 0
 
@@ -205,6 +206,10 @@ class Tracker(Node):
                                    "blazeface_check's 'face'): one it scores at check_score or more counts as a "
                                    "high-score detection (starts a track, confirms one)")
         check_score: float = Field(0.7, ge=0, le=1, description="check: the look that makes a candidate sure")
+        offscreen: int = Field(0, ge=0, description="with camera_motion: frames a confirmed face the camera "
+                               "took out of the picture is remembered, moving with the camera; when the camera "
+                               "brings it back it is masked as it comes in, for coast frames or until found "
+                               "(a camera panning to and fro)")
         smooth: float = Field(0.0, ge=0, lt=1, description="how slowly a track's box comes back in after it went "
                                                            "out to cover a detection (0: each detection as it "
                                                            "is): a mask that does not breathe with the "
@@ -391,7 +396,7 @@ class Tracker(Node):
             t.velocity = 0.5 * t.velocity + 0.5 * step
             if c.smooth:
                 dets[di].box = self._smoothed(t, boxes[di])
-            t.box, t.hits, t.missed = boxes[di], t.hits + 1, 0
+            t.box, t.hits, t.missed, t.gone = boxes[di], t.hits + 1, 0, 0
             if _whole(t.box, frame) or not t.size.any():
                 t.size = t.box[2:] - t.box[:2]
             found = bool(sure[di])
@@ -422,19 +427,25 @@ class Tracker(Node):
                 # the camera's motion (with ``camera_motion``, where the tracks found agree on one) and the
                 # face's own in the scene (measured while its box was clear of the edges): a face leaving the
                 # picture keeps leaving it; otherwise a miss is no time to extrapolate far, its motion slows
-                leaving = _leaving(t.box, t.velocity, frame)
+                leaving = not t.gone and _leaving(t.box, t.velocity, frame)
                 t.own = np.where(_outward(t.box, frame) * t.own > 0, t.own, 0.5 * t.own) if leaving else 0.5 * t.own
                 t.velocity = t.own + (_moved(t.box, camera) - t.box if camera is not None else 0.0)
                 t.box = t.box + t.velocity
                 if camera is not None:
                     t.size = t.size * camera[0]
+                inside = _inside(t.box, t.size, frame)
+                if t.gone and inside:  # the camera brought it back: it coasts in as after a first miss
+                    t.gone, t.missed = 0, 1
+                elif not inside:
+                    t.gone += 1
                 # a face leaving through the picture's edge is masked until half of it is out (the detector
                 # loses a face it sees only part of long before that), others for ``coast`` frames
-                if ((t.missed <= c.coast or leaving) and t.confirmed >= c.confirm and _inside(t.box, t.size, frame)
+                if ((t.missed <= c.coast or leaving) and t.confirmed >= c.confirm and inside
                         and not (iou_matrix(t.box[None], shown) > 0.1).any()):  # not where a box is already
                     coasting.append(t)
         for t in coasting:
             box = (float(t.box[0]), float(t.box[1]), float(t.box[2]), float(t.box[3]))
             kept.append(Detection(box, 0.0, t.label, t.label_id, track_id=t.id, source="predicted"))
         frame.detections = kept
-        self.tracks[frame.stream] = [t for t in tracks if t.missed <= c.max_age]
+        self.tracks[frame.stream] = [t for t in tracks if t.missed <= c.max_age or (
+            c.camera_motion and 0 < t.gone <= c.offscreen and t.confirmed >= c.confirm)]

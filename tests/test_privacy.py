@@ -248,6 +248,36 @@ def test_a_face_the_camera_takes_out_slowly_stays_masked_until_half_of_it_is_out
     assert min(got) >= 0.7, got
 
 
+def test_a_face_the_camera_pans_out_and_back_is_masked_as_it_comes_back() -> None:
+    """The camera pans 2 px a frame one way for 30 frames, then back; face 0 (20 px) goes out through the left
+    edge (half out at frame 15) and comes back (half in again at frame 45); the detector finds it only whole
+    (from frame 50). With ``offscreen`` the track is remembered out of the picture, moving with the camera,
+    and masks the face from frame 45 as it comes in; without, it comes back unmasked until found."""
+    grid = [(20.0, 40.0), (120.0, 40.0), (220.0, 40.0), (120.0, 150.0), (220.0, 150.0), (160.0, 100.0)]
+    seq, truth = [], []
+    for f in range(56):
+        dx = -2.0 * min(f, 30) + 2.0 * max(0, f - 30)
+        found = []
+        for i, (x0, y) in enumerate(grid):
+            x = x0 + dx
+            if i == 0:
+                truth.append((max(0.0, x), y, x + 20, y + 20))
+                if x < 0:
+                    continue
+            found.append(((x, y, x + 20, y + 20), 0.9))
+        seq.append(found)
+    from flowpipe.nodes.draw import grow_box
+
+    def face0(offscreen: int) -> list[float]:
+        cfg = f"type: tracker\nconfig: {{coast: 5, confirm: 3, camera_motion: true, offscreen: {offscreen}}}"
+        out = run_node(cfg, _frames(seq), port="detections")
+        return [coverage(truth[f], [grow_box(d.box, 0.2, 320, 240) for d in out.frames[f].detections])
+                for f in range(45, 50)]
+
+    assert min(face0(60)) >= 0.7, face0(60)
+    assert max(face0(0)) < 0.1, face0(0)
+
+
 def test_a_mask_cut_by_the_picture_s_edge_keeps_its_whole_margin_inside() -> None:
     """``grow`` 0.2 of a 40x30 box: 4 and 3 px on each side in the middle of the picture; at the top edge
     the 3 px the edge cuts off go below the box, and a box partly past the edge gets its whole margin below."""
