@@ -380,12 +380,40 @@ class DbDecode(Node):
         return frame
 
 
+def _looked_at(frame: Frame) -> list[int]:
+    """The detections a preprocess with ``objects`` cut a crop of, in entry order."""
+    pre = frame.meta.get("preprocess", {})
+    if "objects" not in pre:
+        raise ValueError("no objects were cut for this frame: expected a preprocess with objects upstream")
+    return list(pre["objects"])
+
+
+def _places(frame: Frame, objects: list[int]) -> np.ndarray:
+    """Where each object's centre lies in its entry, (N, 2) as a fraction of the tensor's width and height:
+    the middle, unless the crop was slid inside the picture (``objects.inside``)."""
+    pre = frame.meta["preprocess"]
+    crops, size = pre.get("crops"), pre.get("tensor")
+    if not crops or not size:
+        return np.full((len(objects), 2), 0.5)
+    out = np.empty((len(objects), 2))
+    for k, (i, geo) in enumerate(zip(objects, crops)):
+        x1, y1, x2, y2 = frame.detections[i].box
+        rx, ry, rw, rh = geo["roi"]
+        out[k, 0] = (((x1 + x2) / 2 - rx) * geo["new_w"] / rw + geo["pad_x"]) / size[0]
+        out[k, 1] = (((y1 + y2) / 2 - ry) * geo["new_h"] / rh + geo["pad_y"]) / size[1]
+    return out
+
+
+class _CheckConfig(NodeConfig):
+    attribute: str = Field("face", description="the attribute the look is written as")
+
+
 @register("blazeface_check")
 class BlazeFaceCheck(Node):
     """A second look at objects found before: BlazeFace on the crop around each object a preprocess with
-    ``objects`` cut (a square of twice its size: the object in the middle), scored by how face-like the
-    middle of the crop is (the best score among the anchors near it), written on the object as
-    ``attributes[attribute]``. A tracker with ``check`` starts tracks on it (a face its detector scored low).
+    ``objects`` cut (a square of twice its size), scored by how face-like the object's place in the crop is
+    (the best score among the anchors near it), written on the object as ``attributes[attribute]``. A
+    tracker with ``check`` starts tracks on it (a face its detector scored low).
 
     YAML:
         - id: look_pre
@@ -403,36 +431,83 @@ class BlazeFaceCheck(Node):
     pixels = PIXELS_ALL  # never reads the pixels
     outputs = {"detections": "detections"}
 
-    class Config(NodeConfig):
-        attribute: str = Field("face", description="the attribute the look is written as")
+    class Config(_CheckConfig):
         variant: Literal["short", "full"] = "short"
-        centre: float = Field(0.2, gt=0, le=0.5, description="anchors this far from the crop's middle at most "
-                                                              "(a fraction of its side) count")
+        centre: float = Field(0.2, gt=0, le=0.5, description="anchors this far from the object's centre at most "
+                                                              "(a fraction of the crop's side) count")
         output: str = Field("classificators", description="BlazeFace's score output")
 
     config: Config
 
     def open(self, ctx: RunContext) -> None:
-        anchors = blazeface_anchors(self.config.variant)
-        self.n_anchor = len(anchors)
-        self.central = (np.abs(anchors - 0.5) < self.config.centre).all(1)
+        self.anchors = blazeface_anchors(self.config.variant)
 
     def process(self, frame: Frame, port: str) -> Frame:
         c = self.config
-        pre = frame.meta.get("preprocess", {})
-        if "objects" not in pre:
-            raise ValueError("no objects were cut for this frame: expected a preprocess with objects upstream")
-        objects = pre["objects"]
+        objects = _looked_at(frame)
         if not objects:
             return frame  # nothing was looked at
         cls = _output(frame, c.output, 0)
-        if cls.size % self.n_anchor:
-            raise ValueError(f"expected BlazeFace {c.variant} scores of {self.n_anchor} anchors per crop in "
+        n = len(self.anchors)
+        if cls.size % n:
+            raise ValueError(f"expected BlazeFace {c.variant} scores of {n} anchors per crop in "
                              f"{c.output!r}, got {list(cls.shape)}")
-        logits = cls.reshape(-1, self.n_anchor)[: len(objects), self.central].astype(np.float64).max(1)
-        looks = 1.0 / (1.0 + np.exp(-np.clip(logits, -80, 80)))
-        for i, look in zip(objects, looks):
+        logits = cls.reshape(-1, n)[: len(objects)].astype(np.float64)
+        for i, row, place in zip(objects, logits, _places(frame, objects)):
+            near = (np.abs(self.anchors - place) < c.centre).all(1)
+            look = 1.0 / (1.0 + np.exp(-np.clip(row[near].max(), -80, 80))) if near.any() else 0.0
             frame.detections[i].attributes[c.attribute] = float(look)
+        return frame
+
+
+@register("centerface_check")
+class CenterFaceCheck(Node):
+    """A second, closer look at objects found before: CenterFace on the crop around each object a
+    preprocess with ``objects`` cut (a square of twice its size, at 128x128: a 40 px face seen at 64 px),
+    scored by its heat map at the object's place in the crop (the best within ``centre`` of the crop's
+    side), written on the object as ``attributes[attribute]``. A face keeps its score or gains; what only
+    looked like a face in the whole picture (a lamp, a window, a pattern on a wall) loses it: a tracker's
+    ``check_reject`` starts no track on it.
+
+    YAML:
+        - id: look_pre
+          type: preprocess
+          config: {size: [128, 128], color: RGB, layout: NCHW, objects: {scores: [0.25, 0.7], max: 64,
+                   scale: 2.0, inside: true}}
+          inputs: {frame: faces.detections}
+        - {id: look, type: inference, config: {model: centerface}, inputs: {tensor: look_pre.tensor}}
+        - {id: checked, type: centerface_check, inputs: {tensors: look.tensors}}
+    """
+
+    parallel_streams = True
+
+    inputs = {"tensors": "tensors"}
+    pixels = PIXELS_ALL  # never reads the pixels
+    outputs = {"detections": "detections"}
+
+    class Config(_CheckConfig):
+        centre: float = Field(0.125, gt=0, le=0.5, description="heat-map cells this far from the object's "
+                                                               "centre at most (a fraction of the crop's side) "
+                                                               "count")
+
+    config: Config
+
+    def process(self, frame: Frame, port: str) -> Frame:
+        c = self.config
+        objects = _looked_at(frame)
+        if not objects:
+            return frame  # nothing was looked at
+        heat = [np.asarray(v) for k, v in frame.tensors.items() if k != "input" and np.ndim(v) == 4
+                and np.shape(v)[1] == 1]
+        if len(heat) != 1 or heat[0].shape[0] < len(objects):
+            raise ValueError(f"expected CenterFace's heat map [N,1,h,w] for {len(objects)} crops, got "
+                             f"{[list(np.shape(v)) for k, v in frame.tensors.items() if k != 'input']}")
+        for k, (i, place) in enumerate(zip(objects, _places(frame, objects))):
+            h = heat[0][k, 0]
+            cy, cx = (np.round(place[::-1] * h.shape)).astype(int)
+            ry, rx = max(1, round(c.centre * h.shape[0])), max(1, round(c.centre * h.shape[1]))
+            near = h[max(0, cy - ry):cy + ry + 1, max(0, cx - rx):cx + rx + 1]
+            frame.detections[i].attributes[c.attribute] = float(near.max()) if near.size else 0.0
         return frame
 
 

@@ -125,15 +125,24 @@ class Objects(NodeConfig):
     scores: tuple[float, float] = Field((0.0, 1.0), description="objects scoring from the first up to (not "
                                         "including) the second: the ones a second look decides about")
     labels: list[str] | None = Field(None, description="only objects with these labels (default: all)")
+    attributes: dict[str, tuple[float, float]] | None = Field(None, description="only objects with these "
+                                                              "attributes, each from the first value up to (not "
+                                                              "including) the second: a cascade, one look at what "
+                                                              "an earlier one left in doubt")
     max: int = Field(16, ge=1, le=256, description="entries at most (the highest scores first)")
     scale: float = Field(2.0, gt=0, le=8, description="the square's side, in the object's longer sides "
                                                       "(context around it: a face's look needs its head)")
+    inside: bool = Field(False, description="slide the square inside the picture where it fits (an object at "
+                                            "the edge is seen with the picture around it, off the middle, "
+                                            "instead of with padding; its place in the crop is in the metadata)")
 
     def pick(self, frame: Frame) -> list[int]:
         """The indices of ``frame.detections`` that get an entry, in entry order."""
         lo, hi = self.scores
         chosen = [i for i, d in enumerate(frame.detections) if lo <= d.score < hi
-                  and (self.labels is None or d.label in self.labels)]
+                  and (self.labels is None or d.label in self.labels)
+                  and all(a in d.attributes and v[0] <= d.attributes[a] < v[1]
+                          for a, v in (self.attributes or {}).items())]
         return sorted(chosen, key=lambda i: -frame.detections[i].score)[: self.max]
 
     def geometry(self, box: tuple[float, float, float, float], src_w: int, src_h: int, out_w: int,
@@ -142,6 +151,9 @@ class Objects(NodeConfig):
         where it lies in the square; None for a box wholly outside the picture."""
         side = self.scale * max(box[2] - box[0], box[3] - box[1], 1.0)
         sx, sy = (box[0] + box[2] - side) / 2, (box[1] + box[3] - side) / 2
+        if self.inside:  # along each axis the picture is wider than the square: slid in
+            sx = min(max(sx, 0.0), src_w - side) if side <= src_w else sx
+            sy = min(max(sy, 0.0), src_h - side) if side <= src_h else sy
         k = min(out_w, out_h) / side
         x0, y0 = max(0, int(np.floor(sx))), max(0, int(np.floor(sy)))
         x1, y1 = min(src_w, int(np.ceil(sx + side))), min(src_h, int(np.ceil(sy + side)))

@@ -126,7 +126,8 @@ class _Track:
     smoothed: np.ndarray | None = None  # with ``smooth``: the box over time
     hits: int = 1
     missed: int = 0
-    confirmed: int = 1  # frames found at a high score (candidates keep a track, they do not confirm it)
+    confirmed: int = 1  # frames found at a high score or a look that was not a rejection (other candidates
+    # keep a track, they do not confirm it)
     since_high: int = 0  # frames since the last high-score detection
     gone: int = 0  # frames its predicted box has been mostly out of the picture
     label: str = "object"
@@ -181,7 +182,7 @@ class Tracker(Node):
                                                 "through the picture's edge stays until half of it is out "
                                                 "(max_age at most)")
         confirm: int = Field(3, ge=1, description="frames a track must have been found in at a high score "
-                                                  "before it coasts")
+                                                  "(or with a look that passed its reject) before it coasts")
         candidate_iou: float = Field(0.5, ge=0, le=1, description="overlap a candidate needs with a track's "
                                                                    "predicted box to continue it")
         hold: int = Field(30, ge=0, description="frames a track goes on on candidates alone after its last "
@@ -202,10 +203,15 @@ class Tracker(Node):
                                      "and zoom, fitted to the tracks found in this frame and the last (at least "
                                      "4, three quarters agreeing), instead of on its own slowing velocity: a "
                                      "coasting mask stays on its face while a camera pans or zooms")
-        check: str | None = Field(None, description="an attribute a second look wrote on detections (a "
-                                   "blazeface_check's 'face'): one it scores at check_score or more counts as a "
-                                   "high-score detection (starts a track, confirms one)")
-        check_score: float = Field(0.7, ge=0, le=1, description="check: the look that makes a candidate sure")
+        checks: dict[str, tuple[float, float]] = Field({}, description="second looks written on detections "
+                                                        "(attributes: a centerface_check's 'face'), each with "
+                                                        "[reject, sure]: a look at sure or more makes a detection "
+                                                        "high-score (starts a track, confirms one); a look from "
+                                                        "reject up confirms the track it continues and lets it "
+                                                        "start one by persistence; a detection whose every look "
+                                                        "(with a reject over 0) is under its reject is no face, "
+                                                        "whatever the detector scored: it continues a track and "
+                                                        "starts or confirms none")
         offscreen: int = Field(0, ge=0, description="with camera_motion: frames a confirmed face the camera "
                                "took out of the picture is remembered, moving with the camera; when the camera "
                                "brings it back it is masked as it comes in, for coast frames or until found "
@@ -364,8 +370,16 @@ class Tracker(Node):
         scores = np.array([d.score for d in dets])
         pred = np.array([t.box + t.velocity for t in tracks]).reshape(-1, 4)
         sure = scores >= c.high_score  # found in this frame: starts and confirms tracks
-        if c.check:  # ... or what a second look took for sure
-            sure |= np.array([d.attributes.get(c.check, 0.0) >= c.check_score for d in dets], bool)
+        judged, passed = np.zeros(len(dets), bool), np.zeros(len(dets), bool)
+        for name, (reject, enough) in c.checks.items():  # what second looks saw
+            looks = np.array([d.attributes.get(name, np.nan) for d in dets], np.float64).reshape(-1)
+            sure |= looks >= enough
+            if reject > 0:
+                judged |= ~np.isnan(looks)
+                passed |= looks >= reject
+        rejected = judged & ~passed  # no look found a face there
+        sure &= ~rejected
+        likely = sure | passed  # confirms the track it continues
         high = np.nonzero(sure)[0]
         low = np.nonzero(~sure)[0]
         matched_t: set[int] = set()
@@ -400,12 +414,12 @@ class Tracker(Node):
             if _whole(t.box, frame) or not t.size.any():
                 t.size = t.box[2:] - t.box[:2]
             found = bool(sure[di])
-            t.confirmed += int(found)
+            t.confirmed += int(likely[di])
             t.since_high = 0 if found else t.since_high + 1
             if t.hits >= c.min_hits:
                 dets[di].track_id = t.id
         starts = self._starts(frame, [h for h in high.tolist() if h not in assign],
-                              [i for i in low.tolist() if i not in assign], boxes, dets)
+                              [i for i in low.tolist() if i not in assign and not rejected[i]], boxes, dets)
         for h, seen in starts:
             nid = self.next_id.get(frame.stream, 1)
             self.next_id[frame.stream] = nid + 1

@@ -146,6 +146,45 @@ def test_every_waiting_frame_of_a_stalled_stream_gets_its_wake() -> None:
         assert out[-1][1] < 1.0, out
 
 
+def _looked(index: int, score: float, looks: dict[str, float], box: tuple[float, ...] = (100, 100, 140, 140)) -> Frame:
+    f = Frame("cam", index, index / 25, np.zeros((240, 320, 3), np.uint8))
+    f.detections = [Detection(tuple(map(float, box)), score, "face", attributes=dict(looks))]  # type: ignore[arg-type]
+    return f
+
+
+CHECKS = "type: tracker\nconfig: {high_score: 0.6, coast: 5, start_after: 3, start_score: 0.4, " \
+         "checks: {face: [0.25, 0.6], face_b: [0.6, 0.7]}}"
+
+
+def test_where_no_second_look_sees_a_face_a_high_score_starts_nothing() -> None:
+    """A lamp CenterFace scores 0.9 in the whole picture but no look finds a face at: no track, in any frame;
+    one look that sees a face (either) is enough to start one."""
+    def ids(looks: dict[str, float]) -> list[list[int | None]]:
+        out = run_node(CHECKS, [_looked(i, 0.9, looks) for i in range(6)], port="detections").frames
+        return [[d.track_id for d in f.detections] for f in out]
+
+    assert ids({"face": 0.1}) == [[]] * 6
+    assert ids({"face": 0.1, "face_b": 0.3}) == [[]] * 6
+    assert ids({"face": 0.3}) == [[1]] * 6  # CenterFace's closer look saw a face
+    assert ids({"face": 0.1, "face_b": 0.65}) == [[1]] * 6  # ... or BlazeFace's did
+    assert ids({}) == [[1]] * 6  # not looked at (scored at `sure` or more): the score decides
+
+
+def test_a_look_that_passes_its_reject_confirms_a_weak_face_so_it_coasts() -> None:
+    """A face behind a mask: found at 0.45 only, with looks of 0.3 (not a face for sure, not a rejection).
+    It starts a track by persistence, the looks confirm it, and it stays masked through the detector's
+    misses; with looks under the reject it starts nothing."""
+    def masked(looks: dict[str, float]) -> list[int]:
+        frames = [_looked(i, 0.45, looks) for i in range(6)] + [_looked(i, 0.0, {}) for i in range(6, 9)]
+        for f in frames[6:]:
+            f.detections = []
+        out = run_node(CHECKS, frames, port="detections").frames
+        return [len(f.detections) for f in out]
+
+    assert masked({"face": 0.3}) == [0, 0, 1, 1, 1, 1, 1, 1, 1]  # from the third frame, and through the misses
+    assert masked({"face": 0.2}) == [0] * 9
+
+
 def test_a_tracker_with_a_lookahead_stays_on_one_worker() -> None:
     from flowpipe import load_graph
     from flowpipe.errors import GraphError
@@ -539,7 +578,7 @@ def test_a_second_look_tells_weak_faces_from_weak_non_faces_on_a_real_photo() ->
         return [Frame(f.stream, f.index, f.pts, f.data, detections=[replace(d) for d in f.detections])
                 for f in looked]
 
-    tracked = run_node("type: tracker\nconfig: {high_score: 0.6, check: face, check_score: 0.7}", again(),
+    tracked = run_node("type: tracker\nconfig: {high_score: 0.6, checks: {face: [0, 0.7]}}", again(),
                        port="detections").frames
     assert sorted((d.track_id, d.box) for d in tracked[0].detections) == \
         [(i + 1, tuple(map(float, b))) for i, b in enumerate(faces)]  # the faces only, one track each

@@ -163,7 +163,7 @@ ISOLATED = {  # the node under test (id n) with isolation: process, after src ->
     "blazeface_decode": "{id: n, type: blazeface_decode, isolation: process, inputs: det.tensors}",
     # decoders of models no wheel ships: hand-made tensors, in test_decoders_run_in_a_worker_process
     "classify_topk": None, "db_decode": None, "ssd_decode": None, "yolov8_decode": None,
-    "centerface_decode": None, "blazeface_check": None,  # the same, with a hand-made heat map and scores
+    "centerface_decode": None, "blazeface_check": None, "centerface_check": None,  # the same, hand-made maps
     "blur": "{id: n, type: blur, isolation: process, inputs: faces.detections}",
     "overlay": "{id: n, type: overlay, isolation: process, inputs: faces.detections}",
     "tracker": "{id: n, type: tracker, isolation: process, inputs: faces.detections}",
@@ -232,8 +232,16 @@ def _decoder_cases() -> dict[str, tuple[dict[str, np.ndarray], dict, str]]:
                   "marks": np.zeros((1, 10, 25, 25), np.float32)}
     looks = np.full((2, 896, 1), -4.0, np.float32)  # two crops: a face in the middle of the second only
     looks[1, 300, 0] = 3.0  # anchor 300 (stride 8: cell 150 of 16x16, near the middle)
+    # two crops at 128x128 (heat 32x32): the first around a face at the picture's corner, slid inside (its
+    # centre a quarter of the way in), the second around one in the open (in the middle)
+    heat2 = np.full((2, 1, 32, 32), 0.05, np.float32)
+    heat2[0, 0, 8, 8], heat2[0, 0, 16, 16] = 0.9, 0.3
+    crops = [{"roi": [0, 0, 40, 40], "new_w": 128, "new_h": 128, "pad_x": 0, "pad_y": 0},
+             {"roi": [40, 0, 40, 40], "new_w": 128, "new_h": 128, "pad_x": 0, "pad_y": 0}]
     return {
         "blazeface_check": ({"classificators": looks}, {"preprocess": {"objects": [1, 0], "entries": 2}}, "{}"),
+        "centerface_check": ({"heat": heat2}, {"preprocess": {"objects": [1, 0], "entries": 2, "tensor": [128, 128],
+                                                              "crops": crops}}, "{}"),
         "centerface_decode": (centerface, {"preprocess": letterbox}, "{}"),
         "ssd_decode": ({"out": ssd}, {"preprocess": letterbox}, "{labels: [bg, person]}"),
         "yolov8_decode": ({"out": yolo}, {"preprocess": letterbox}, "{labels: [car, bus]}"),
@@ -242,8 +250,8 @@ def _decoder_cases() -> dict[str, tuple[dict[str, np.ndarray], dict, str]]:
     }
 
 
-@pytest.mark.parametrize("ntype", ["blazeface_check", "centerface_decode", "classify_topk", "db_decode", "ssd_decode",
-                                   "yolov8_decode"])
+@pytest.mark.parametrize("ntype", ["blazeface_check", "centerface_check", "centerface_decode", "classify_topk",
+                                   "db_decode", "ssd_decode", "yolov8_decode"])
 def test_decoders_run_in_a_worker_process(ntype: str) -> None:
     """The same hand-made tensors decode to the same result in a worker process as in a thread."""
     tensors, meta, config = _decoder_cases()[ntype]
@@ -251,7 +259,9 @@ def test_decoders_run_in_a_worker_process(ntype: str) -> None:
     for isolation in ("thread", "process"):
         frames = [Frame("s", i, i / 30, np.zeros((100, 200, 3), np.uint8), tensors=dict(tensors), meta=dict(meta),
                         detections=[Detection((10, 10, 30, 30), 0.4, "face"), Detection((50, 10, 70, 30), 0.3, "face")]
-                        if ntype == "blazeface_check" else [])
+                        if ntype == "blazeface_check" else
+                        [Detection((50, 10, 70, 30), 0.4, "face"), Detection((0, 0, 20, 20), 0.3, "face")]
+                        if ntype == "centerface_check" else [])
                   for i in range(6)]
         res = run_yaml(f"""
             nodes:
@@ -268,6 +278,8 @@ def test_decoders_run_in_a_worker_process(ntype: str) -> None:
             assert res.nodes["n"]["process"]["pid"] != os.getpid()
     assert got["process"] == got["thread"]
     assert got["thread"][0][0] or got["thread"][0][1]  # each case finds something
+    if ntype == "centerface_check":  # the heat at each face's place in its crop, not at the crop's middle
+        assert [round(d[2]["face"], 3) for d in got["thread"][0][0]] == [0.05, 0.9]
     if ntype == "blazeface_check":  # the first detection was the second crop (objects [1, 0])
         assert [round(d[2]["face"], 3) for d in got["thread"][0][0]] == [round(1 / (1 + np.exp(-3.0)), 3),
                                                                           round(1 / (1 + np.exp(4.0)), 3)]
