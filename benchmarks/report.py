@@ -259,18 +259,20 @@ def _privacy(results: Path) -> list[str]:
         part = {x["clip"]: x for x in s["rows"]}
 
         def share(d: dict[str, Any]) -> str:
-            return (f"{d['n']} candidates, " + ", ".join(f"{d[k]:.0%} {k}" for k in (">=0.5", ">=0.6", ">=0.7"))
-                    if d["n"] else "none")
+            return (f"{d['n']}, closer look p1 {d['p1']:.2f} / p10 {d['p10']:.2f} / p50 {d['p50']:.2f}, "
+                    f"{d['sure']:.1%} made sure, {d['rejected']:.1%} rejected" if d["n"] else "none")
 
-        L += ["", f"A second look (`python benchmarks/second_look.py`): CenterFace's candidates from "
-              f"{s['candidates']} up to the start score {s['start']}, which the tracker cannot start a track on "
-              "alone, seen again by BlazeFace short range in a square crop of twice their size at 128x128. "
+        L += ["", f"The second looks (`python benchmarks/second_look.py`): CenterFace's detections from "
+              f"{s['candidates']} up to {s['sure']}, seen again by the face-blur graph's own stages: CenterFace on "
+              "a square of twice their size at 128x128 (slid inside the picture at its edges), and where it "
+              f"scores under {s['not_face']}, BlazeFace short range on the square. Made sure: CenterFace "
+              f">= {s['look']} or BlazeFace >= 0.7 (starts a track); rejected: CenterFace under {s['not_face']} "
+              f"and BlazeFace under {s['not_face_b']} (starts nothing, whatever the detector scored). "
               f"Over all clips: faces {share(s['all']['faces'])}; not faces {share(s['all']['not_faces'])}. "
               f"Crowd: faces {share(part['crowd']['faces'])}; not faces {share(part['crowd']['not_faces'])}. "
-              f"The compressed street's saddle: {share(part['street_empty_h264_low']['not_faces'])}. Faces behind "
-              f"surgical masks: {share(part['table_masked']['faces'])} (the tracker's persistence rule starts "
-              "those). The shipped graph runs this look as a cascade (look_pre, look, checked: a candidate it "
-              "scores at 0.7 or more starts a track; a frame without candidates runs no request)."]
+              f"Faces behind surgical masks: {share(part['table_masked']['faces'])}. The empty streets: "
+              f"{share(part['street_empty']['not_faces'])}; compressed: "
+              f"{share(part['street_empty_h264_low']['not_faces'])}."]
     L.append("")
     return L
 

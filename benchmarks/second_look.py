@@ -1,17 +1,18 @@
-"""Would a second detector tell CenterFace's weak faces from its weak non-faces? Measured on the evaluation
-clips (flowpipe/eval), before any graph is built on it.
+"""Do the face-blur graph's second looks tell CenterFace's weak faces from its weak non-faces? Measured on the
+evaluation clips (flowpipe/eval).
 
     python benchmarks/second_look.py --out benchmarks/results/second_look.json
 
 CenterFace (the shipped face-blur graph's model, OpenVINO on the CPU) runs on every frame of the clip as
 written (H.264 at its crf) at the graph's input size (the picture scaled to fit 960x544, never up); its
-candidates from 0.25 up to the start score (0.6), after weighted suppression, are the ones the tracker
-cannot start a track on alone. Each is a face when 30%
-of its box lies on a true face (or on a face cut by the picture's edge), else not. BlazeFace short range
-(MediaPipe, from the same wheel as the registry's ``blazeface_short``) then looks at a square of twice the
-candidate's size around it, at 128x128: its best score among anchors near the middle. Reported per clip and
-over all clips: how many candidates of each kind, and the share of each at or above a few second-look
-scores. A second look that keeps the faces and drops the rest is worth a cascade stage.
+detections from ``candidates`` (0.25) up to ``sure`` (0.7), after weighted suppression, are the ones the graph
+looks at again. Each is a face when 30% of its box lies on a true face (or on a face cut by the picture's
+edge), else not. The looks are the graph's own stages, with its parameters (graphs/face_blur.yaml): CenterFace
+again on a square of twice the detection's size at 128x128, slid inside the picture (``centerface_check``);
+where it scores under ``not_face``, BlazeFace short range on the square (``blazeface_check``). Reported per
+clip and over all clips, for faces and not faces: how many, the closer look's percentiles, the share the
+looks make sure (CenterFace >= ``look`` or BlazeFace >= 0.7: starts a track) and the share they reject
+(CenterFace under ``not_face`` and BlazeFace under ``not_face_b``: starts nothing, whatever the score).
 """
 from __future__ import annotations
 
@@ -23,20 +24,21 @@ from typing import Any
 
 import cv2
 import numpy as np
+import yaml
 
-START = 0.6  # graphs/face_blur.yaml: a candidate at this score starts a track by itself
-LOW = 0.25  # ... and from this one it is a candidate
-LOOKS = (0.4, 0.5, 0.6, 0.7)
-ON_FACE = 0.3  # a candidate with this share of its box on a true face (or one cut by the edge) is a face
+ROOT = Path(__file__).resolve().parent.parent
+PARAMS = yaml.safe_load((ROOT / "graphs" / "face_blur.yaml").read_text())["params"]
+LOW, SURE = float(PARAMS["candidates"]), float(PARAMS["sure"])
+LOOK, NOT_FACE, NOT_FACE_B, SURE_B = float(PARAMS["look"]), float(PARAMS["not_face"]), float(PARAMS["not_face_b"]), 0.7
+ON_FACE = 0.3  # a detection with this share of its box on a true face (or one cut by the edge) is a face
 
 
 class Looker:
-    """CenterFace's candidates, and the look at them by the face-blur graph's own stages: the preprocess's
-    ``objects`` crops and ``blazeface_check`` (BlazeFace run here one crop per request)."""
+    """CenterFace's detections under ``sure``, and the looks at them by the face-blur graph's own stages."""
 
     def __init__(self) -> None:
         import openvino as ov
-        from flowpipe.nodes.detect import BlazeFaceCheck, CenterFaceDecode
+        from flowpipe.nodes.detect import BlazeFaceCheck, CenterFaceCheck, CenterFaceDecode
         from flowpipe.nodes.preprocess import Preprocess
 
         from flowpipe.models import resolve
@@ -45,16 +47,23 @@ class Looker:
         self.core = ov.Core()
         self.compiled: dict[tuple[int, int], Any] = {}
         self.centerface = str(resolve("centerface"))
-        blaze = self.core.read_model(str(resolve("blazeface_short")))
-        self.blaze = self.core.compile_model(blaze, "CPU")
-        crops = Preprocess.Config(size=(128, 128), color="RGB", layout="NHWC", mean=(127.5,) * 3,
-                                  scale=(127.5,) * 3, objects={"max": 64, "scale": 2.0}, backend="cpu")
-        self.crops = Harness(Preprocess("look_pre", crops)).__enter__()
-        self.check = Harness(BlazeFaceCheck("checked")).__enter__()
+        close = self.core.read_model(self.centerface)
+        close.reshape([1, 3, 128, 128])
+        self.close = self.core.compile_model(close, "CPU")
+        self.blaze = self.core.compile_model(self.core.read_model(str(resolve("blazeface_short"))), "CPU")
+        objects = {"scores": (LOW, SURE), "max": 64, "scale": 2.0}
+        self.crops = Harness(Preprocess("look_pre", Preprocess.Config(
+            size=(128, 128), color="RGB", layout="NCHW", objects={**objects, "inside": True},
+            backend="cpu"))).__enter__()
+        self.crops_b = Harness(Preprocess("look_b_pre", Preprocess.Config(
+            size=(128, 128), color="RGB", layout="NHWC", mean=(127.5,) * 3, scale=(127.5,) * 3,
+            objects={**objects, "attributes": {"face": (0.0, NOT_FACE)}}, backend="cpu"))).__enter__()
+        self.check = Harness(CenterFaceCheck("checked")).__enter__()
+        self.check_b = Harness(BlazeFaceCheck("checked_b", BlazeFaceCheck.Config(attribute="face_b"))).__enter__()
         self.decode = CenterFaceDecode("faces", CenterFaceDecode.Config(score_threshold=LOW, iou_threshold=0.3))
 
     def candidates(self, rgb: np.ndarray) -> np.ndarray:
-        """CenterFace's boxes (source pixels) with scores from LOW up to START: the picture letterboxed as the
+        """CenterFace's boxes (source pixels) with scores from LOW up to SURE: the picture letterboxed as the
         graph's preprocess does it, the outputs through the graph's decoder."""
         from flowpipe.nodes.preprocess import geometry
 
@@ -75,27 +84,33 @@ class Looker:
         frame = Frame("clip", 0, 0.0, rgb, "RGB", meta={"preprocess": geo.as_meta()},
                       tensors={k.get_any_name(): v for k, v in out.items()})
         self.decode.process(frame, "tensors")
-        return np.array([d.box for d in frame.detections if d.score < START], np.float64).reshape(-1, 4)
+        return np.array([d.box for d in frame.detections if d.score < SURE], np.float64).reshape(-1, 4)
 
-    def looks(self, rgb: np.ndarray, boxes: np.ndarray) -> list[float]:
-        """BlazeFace short range's look at a square of twice each box's size around it."""
+    def looks(self, rgb: np.ndarray, boxes: np.ndarray) -> list[dict[str, float]]:
+        """Each box's looks as the graph takes them: CenterFace's closer one, then BlazeFace's where it saw
+        no face (run here one crop per request)."""
         from flowpipe.frame import Detection, Frame
 
-        frame = Frame("clip", 0, 0.0, rgb, "RGB", detections=[Detection(tuple(b), 0.5, "face") for b in boxes])
-        self.crops.node.process(frame, "frame")
-        entries = frame.meta["preprocess"]["entries"]
-        frame.tensors = {"classificators": np.concatenate(
-            [self.blaze(frame.tensors["input"][i:i + 1])["classificators"] for i in range(entries)])
-            if entries else np.zeros((0, 896, 1), np.float32)}
-        self.check.node.process(frame, "tensors")
-        frame.end("out")  # the crops' pooled memory goes back
-        return [d.attributes["face"] for d in frame.detections]
+        frame = Frame("clip", 0, 0.0, rgb, "RGB", detections=[Detection(tuple(b), LOW, "face") for b in boxes])
+        for crops, model, check in ((self.crops, self.close, self.check), (self.crops_b, self.blaze, self.check_b)):
+            crops.node.process(frame, "frame")
+            n = frame.meta["preprocess"]["entries"]
+            runs = [model(frame.tensors["input"][i:i + 1]) for i in range(n)]
+            frame.tensors = {o.get_any_name(): np.concatenate([r[o] for r in runs]) if runs else
+                             np.zeros((0, *o.get_shape()[1:]), np.float32) for o in model.outputs}
+            check.node.process(frame, "tensors")
+            frame.end("out")  # the crops' pooled memory goes back
+        return [dict(d.attributes) for d in frame.detections]
 
 
-def _summary(looks: list[float]) -> dict[str, Any]:
-    a = np.array(looks)
-    return {"n": len(a), **({f"p{p}": round(float(np.percentile(a, p)), 3) for p in (10, 50, 90)} if len(a) else {}),
-            **{f">={t}": round(float((a >= t).mean()), 3) if len(a) else None for t in LOOKS}}
+def _summary(looks: list[dict[str, float]]) -> dict[str, Any]:
+    close = np.array([x["face"] for x in looks])
+    sure = [x["face"] >= LOOK or x.get("face_b", 0.0) >= SURE_B for x in looks]
+    rejected = [x["face"] < NOT_FACE and x.get("face_b", 0.0) < NOT_FACE_B for x in looks]
+    return {"n": len(looks), **({f"p{p}": round(float(np.percentile(close, p)), 3) for p in (1, 10, 50, 90)}
+                                if len(looks) else {}),
+            "sure": round(float(np.mean(sure)), 4) if looks else None,
+            "rejected": round(float(np.mean(rejected)), 4) if looks else None}
 
 
 def main() -> int:
@@ -115,8 +130,8 @@ def main() -> int:
     rows, faces_all, others_all = [], [], []
     for name in args.clips or list(CLIPS):
         c = clip(name)
-        faces: list[float] = []
-        others: list[float] = []
+        faces: list[dict[str, float]] = []
+        others: list[dict[str, float]] = []
         with av.open(str(c.write(work / f"{name}.mp4"))) as video:  # as the graph sees it: H.264 at its crf
             pictures = [f.to_ndarray(format="rgb24") for f in video.decode(video=0)]
         for i, rgb in enumerate(pictures):
@@ -129,8 +144,8 @@ def main() -> int:
         rows.append(row)
         faces_all += faces
         others_all += others
-    result = {"start": START, "candidates": LOW, "rows": rows,
-              "all": {"faces": _summary(faces_all), "not_faces": _summary(others_all)}}
+    result = {"candidates": LOW, "sure": SURE, "look": LOOK, "not_face": NOT_FACE, "not_face_b": NOT_FACE_B,
+              "rows": rows, "all": {"faces": _summary(faces_all), "not_faces": _summary(others_all)}}
     print(json.dumps(result["all"]))
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")

@@ -587,6 +587,42 @@ def test_a_second_look_tells_weak_faces_from_weak_non_faces_on_a_real_photo() ->
     assert tracked[0].detections[0].to_json()["attributes"]["face"] == round(looks[0], 4)
 
 
+def test_the_second_looks_reject_a_street_lamp_and_keep_the_faces_of_a_real_crowd(tmp_path) -> None:
+    """The shipped graph's stages up to its looks, on the crowd clip (100 real faces of ~40 px on a street
+    picture, H.264 at crf 28): CenterFace in the whole picture scores a street lamp on the facade 0.6 or more
+    in some frames (a track would start on it); no look sees a face there, so it is rejected, while nearly
+    every detection on a face passes a look."""
+    pytest.importorskip("av")
+    import yaml
+
+    from flowpipe import Runner, load_graph
+    from flowpipe.eval.clips import clip
+    from flowpipe.eval.score import on_face
+
+    g = yaml.safe_load((ROOT / "graphs" / "face_blur.yaml").read_text())
+    p = g["params"]
+    c = clip("crowd")
+    out = tmp_path / "looks.jsonl"
+    g["params"].update(input=str(c.write(tmp_path / "crowd.mp4")), device="CPU")
+    g["nodes"] = [n for n in g["nodes"] if n["id"] not in ("track", "blur", "write", "meta")] + [
+        {"id": "out", "type": "jsonl", "config": {"path": str(out)}, "inputs": {"detections": "checked_b.detections"}}]
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(g, sort_keys=False))
+    res = Runner(load_graph(str(tmp_path / "g.yaml"))).run()
+    assert res.ok, res.error
+    faces, others = [], []
+    for r in map(json.loads, out.read_text().splitlines()):
+        i = r["frame"]
+        truth = [*c.faces[i].values(), *(c.edges[i] if c.edges else [])]
+        for o in r["objects"]:
+            look = o.get("attributes", {})
+            if "face" in look:  # looked at: scored from `candidates` up to `sure`
+                rejected = look["face"] < p["not_face"] and look.get("face_b", 0.0) < p["not_face_b"]
+                (faces if on_face(tuple(o["box"]), truth) >= 0.3 else others).append((o["score"], rejected))
+    lamp = [rejected for score, rejected in others if score >= p["score"]]
+    assert lamp and all(lamp), others  # the lamp scores high enough to start a track, and is rejected
+    assert len(faces) > 1000 and np.mean([r for _, r in faces]) < 0.03
+
+
 def test_the_second_look_over_two_processes_looks_as_in_one(tmp_path) -> None:
     """The shipped graph's stages on two compressed clips, in one process and over two with one device owner:
     the owner runs the look on the crops each shard cut (as many as each frame has, none for most), and every
