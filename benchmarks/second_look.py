@@ -91,8 +91,9 @@ class Looker:
         no face (run here one crop per request)."""
         from flowpipe.frame import Detection, Frame
 
-        frame = Frame("clip", 0, 0.0, rgb, "RGB", detections=[Detection(tuple(b), LOW, "face") for b in boxes])
+        dets = [Detection(tuple(b), LOW, "face") for b in boxes]
         for crops, model, check in ((self.crops, self.close, self.check), (self.crops_b, self.blaze, self.check_b)):
+            frame = Frame("clip", 0, 0.0, rgb, "RGB", detections=dets)  # one per stage: each ends once
             crops.node.process(frame, "frame")
             n = frame.meta["preprocess"]["entries"]
             runs = [model(frame.tensors["input"][i:i + 1]) for i in range(n)]
@@ -100,7 +101,7 @@ class Looker:
                              np.zeros((0, *o.get_shape()[1:]), np.float32) for o in model.outputs}
             check.node.process(frame, "tensors")
             frame.end("out")  # the crops' pooled memory goes back
-        return [dict(d.attributes) for d in frame.detections]
+        return [dict(d.attributes) for d in dets]
 
 
 def _summary(looks: list[dict[str, float]]) -> dict[str, Any]:

@@ -404,12 +404,22 @@ def _places(frame: Frame, objects: list[int]) -> np.ndarray:
     return out
 
 
+class _Check(Node):
+    """A second look's decoder: what a model saw in each object's crop, written on the object."""
+
+    parallel_streams = True
+
+    inputs = {"tensors": "tensors"}
+    pixels = PIXELS_ALL  # never reads the pixels
+    outputs = {"detections": "detections"}
+
+
 class _CheckConfig(NodeConfig):
     attribute: str = Field("face", description="the attribute the look is written as")
 
 
 @register("blazeface_check")
-class BlazeFaceCheck(Node):
+class BlazeFaceCheck(_Check):
     """A second look at objects found before: BlazeFace on the crop around each object a preprocess with
     ``objects`` cut (a square of twice its size), scored by how face-like the object's place in the crop is
     (the best score among the anchors near it), written on the object as ``attributes[attribute]``. A
@@ -424,12 +434,6 @@ class BlazeFaceCheck(Node):
         - {id: look, type: inference, config: {model: blazeface_short}, inputs: {tensor: look_pre.tensor}}
         - {id: checked, type: blazeface_check, inputs: {tensors: look.tensors}}
     """
-
-    parallel_streams = True
-
-    inputs = {"tensors": "tensors"}
-    pixels = PIXELS_ALL  # never reads the pixels
-    outputs = {"detections": "detections"}
 
     class Config(_CheckConfig):
         variant: Literal["short", "full"] = "short"
@@ -461,7 +465,7 @@ class BlazeFaceCheck(Node):
 
 
 @register("centerface_check")
-class CenterFaceCheck(Node):
+class CenterFaceCheck(_Check):
     """A second, closer look at objects found before: CenterFace on the crop around each object a
     preprocess with ``objects`` cut (a square of twice its size, at 128x128: a 40 px face seen at 64 px),
     scored by its heat map at the object's place in the crop (the best within ``centre`` of the crop's
@@ -478,12 +482,6 @@ class CenterFaceCheck(Node):
         - {id: look, type: inference, config: {model: centerface}, inputs: {tensor: look_pre.tensor}}
         - {id: checked, type: centerface_check, inputs: {tensors: look.tensors}}
     """
-
-    parallel_streams = True
-
-    inputs = {"tensors": "tensors"}
-    pixels = PIXELS_ALL  # never reads the pixels
-    outputs = {"detections": "detections"}
 
     class Config(_CheckConfig):
         centre: float = Field(0.125, gt=0, le=0.5, description="heat-map cells this far from the object's "
