@@ -471,7 +471,7 @@ class CenterFaceCheck(_Check):
     scored by its heat map at the object's place in the crop (the best within ``centre`` of the crop's
     side), written on the object as ``attributes[attribute]``. A face keeps its score or gains; what only
     looked like a face in the whole picture (a lamp, a window, a pattern on a wall) loses it: a tracker's
-    ``check_reject`` starts no track on it.
+    ``checks`` (a reject over its look) starts no track on it.
 
     YAML:
         - id: look_pre
