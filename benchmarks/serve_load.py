@@ -79,8 +79,7 @@ def main() -> int:
     inst = instances.get(iid)
 
     def counts() -> dict[str, int]:
-        with inst.runner._count_lock:  # type: ignore[union-attr]
-            return {k: v["out"] for k, v in inst.runner.stream_counts.items()}  # type: ignore[union-attr]
+        return {row["stream"]: row["out"] for row in inst.runner.live.states()}
 
     def window(load: bool) -> tuple[float, list[float]]:
         c0, t0 = counts(), time.monotonic()

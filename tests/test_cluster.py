@@ -251,9 +251,9 @@ def test_a_run_outlives_a_controller_that_dies(cluster, tmp_path) -> None:
         assert 'flowpipe_frames_total{fate="out",host=' in page and "flowpipe_stream_frames_total{host=" in page
         assert [r["name"] for r in runs(c.address)] == ["restart-test"]
 
-        first = client._call("pid")
+        first = client.call("pid")
         os.kill(first, signal.SIGKILL)  # the controller's process dies; Ray starts the actor again
-        assert client._call("pid") != first
+        assert client.call("pid") != first
         assert client.status()["frames"]["out"] < 900  # taken over while the run went on
         res = client.wait()
     finally:

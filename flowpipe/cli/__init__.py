@@ -63,14 +63,12 @@ def processes_arg(text: str) -> int | str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ..runtime import Runner
-    from ..runtime.runner import RunSummary
+    from ..runtime.executor import executor
     from ..runtime.settings import interrupts_stop, limit_library_threads
-    from ..runtime.shards import ShardedRun, resolve_processes
+    from ..runtime.stats import RunSummary
 
     spec = _load(args.graph, args.set)
     progress = _Progress()
-    processes = resolve_processes(spec, args.processes)
     if args.no_device_owner:
         spec.device_owner = False
     address = args.cluster or (spec.cluster.address if spec.cluster else None)
@@ -83,15 +81,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             return 0
         result = on_cluster
     else:
-        runner: Runner | ShardedRun
-        if processes > 1:
-            log.info("%d streams sharded over %d processes", len(spec.sources()), processes)
-            runner = ShardedRun(spec, processes, max_frames=args.max_frames, progress=progress)
+        run = executor(spec, args.processes, max_frames=args.max_frames, progress=progress)
+        if spec.processes > 1:
+            log.info("%d streams sharded over %d processes", len(spec.sources()), spec.processes)
         else:
-            limit_library_threads(spec)
-            runner = Runner(spec, max_frames=args.max_frames, progress=progress)
-        with interrupts_stop(runner):
-            result = runner.run()
+            limit_library_threads(spec)  # one process: the libraries' pools sized to this graph
+        with interrupts_stop(run):
+            result = run.run()
     progress.end()
     stats = result.to_json()
     if args.stats:

@@ -17,9 +17,8 @@ import numpy as np
 
 from ..graph import GraphSpec, load_graph, parse_sets
 from ..node import Source
-from ..runtime import Runner
+from ..runtime.executor import executor
 from ..runtime.settings import limit_library_threads, usable_cores
-from ..runtime.shards import ShardedRun, resolve_processes
 
 
 def replicate_sources(spec: GraphSpec, streams: int) -> GraphSpec:
@@ -57,13 +56,10 @@ def bench_graph(path: str, sets: list[str] | None = None, frames: int = 300, war
     spec = spec or load_graph(path, parse_sets(sets))
     spec = replicate_sources(spec, streams)
     spec.device_owner = spec.device_owner and device_owner
-    n_proc = resolve_processes(spec, processes)
-    runner: Runner | ShardedRun
-    if n_proc > 1:
-        runner = ShardedRun(spec, n_proc, max_frames=(frames + warmup) * streams, record_times=True)
-    else:
+    runner = executor(spec, processes, max_frames=(frames + warmup) * streams, record_times=True)
+    n_proc = int(spec.processes)
+    if n_proc == 1:
         limit_library_threads(spec)
-        runner = Runner(spec, max_frames=(frames + warmup) * streams, record_times=True)
     samples: list[tuple[float, float]] = []  # (time, CPU seconds of this process and its shards)
     peak_kb: dict[int, int] = {}  # per shard process: its high-water resident set
     shard_cpu: dict[int, float] = {}  # per shard process: CPU seconds when last seen alive
@@ -74,7 +70,7 @@ def bench_graph(path: str, sets: list[str] | None = None, frames: int = 300, war
     def sample() -> None:
         n = 0
         while not stop.wait(0.02):
-            pids = runner.pids if isinstance(runner, ShardedRun) else []
+            pids = runner.pids
             for p in pids:
                 shard_cpu[p] = max(shard_cpu.get(p, 0.0), _proc_cpu_s(p))
                 peak_kb[p] = max(peak_kb.get(p, 0), _proc_hwm_kb(p))

@@ -81,7 +81,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
     result = client.wait(remove=False)
     f = result.frames
     print(f"run {args.name}: ended; frames in {f['in']}, out {f['out']}, dropped {f['dropped']}, failed {f['failed']}")
-    if client._call("detached"):
+    if client.call("detached"):
         client.remove()
     return 0
 

@@ -17,7 +17,8 @@ import threading
 from typing import Any
 
 from ..graph import GraphSpec
-from ..runtime.context import Resume
+from ..runtime.context import Resume, RunHooks, Share
+from ..runtime.executor import Executor, executor
 
 log = logging.getLogger("flowpipe.cluster")
 
@@ -50,23 +51,17 @@ class HostAgent:
         self.shard_base = shard_base
         self.resume = Resume(generation, dict(resume or {}))
         self.max_frames = max_frames
-        self.runner: Any = None
+        self.runner: Executor | None = None
         self.summary: dict[str, Any] | None = None
         self.done = threading.Event()
         self.opened, self.go = threading.Event(), threading.Event()
         self.started = False
 
     def start(self) -> dict[str, Any]:
-        from ..runtime.runner import Runner
-        from ..runtime.shards import ShardedRun, resolve_processes
-
-        processes = resolve_processes(self.spec, self.spec.processes)
-        if processes > 1:
-            self.runner = ShardedRun(self.spec, processes, max_frames=self.max_frames, shard_base=self.shard_base,
-                                     resume=self.resume, on_opened=self._opened)
-        else:
-            self.runner = Runner(self.spec, max_frames=self.max_frames, shard=(self.shard_base, 1),
-                                 streams=self.streams, resume=self.resume, on_opened=self._opened)
+        self.runner = executor(self.spec, self.spec.processes, max_frames=self.max_frames,
+                               share=Share(self.shard_base, 1, self.streams, self.resume),
+                               hooks=RunHooks(on_opened=self._opened))
+        processes = self.spec.processes
         threading.Thread(target=self._run, name="flowpipe:agent", daemon=True).start()
         while not self.opened.wait(0.1) and not self.done.is_set():
             pass
@@ -130,7 +125,7 @@ class HostAgent:
 
         c0 = cpu()
         try:
-            self.summary = self.runner.run().to_json()
+            self.summary = self._started().run().to_json()
             self.summary["cpu_s"] = round(cpu() - c0, 3)  # this host's processes over the run, Ray's own not
         except BaseException as e:  # noqa: BLE001 - whatever ends the run is its result, one line
             self.summary = {"exit": 1, "error": f"{type(e).__name__}: {e}", "frames": {}, "streams": {}}
@@ -148,17 +143,22 @@ class HostAgent:
         """The run's statistics once it has ended, else None after ``timeout`` seconds."""
         return self.summary if self.done.wait(timeout) else None
 
+    def _started(self) -> Executor:
+        if self.runner is None:
+            raise RuntimeError("this host's part of the run has not started")
+        return self.runner
+
     def add_stream(self, stream: str, like: str | None, config: dict[str, Any] | None) -> None:
-        self.runner.live.add(stream, like, config)
+        self._started().live.add(stream, like, config)
 
     def remove_stream(self, stream: str, timeout: float = 30.0) -> dict[str, Any]:
-        return self.runner.live.remove(stream, timeout)  # type: ignore[no-any-return]
+        return self._started().live.remove(stream, timeout)
 
     def stream_states(self) -> list[dict[str, Any]]:
-        return self.runner.live.states()  # type: ignore[no-any-return]
+        return self._started().live.states()
 
     def picture(self, stream: str) -> bytes | None:
-        return self.runner.live.picture(stream)  # type: ignore[no-any-return]
+        return self._started().live.picture(stream)
 
     def stop(self, now: bool = False) -> None:
         if self.runner is not None:

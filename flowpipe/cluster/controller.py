@@ -575,6 +575,7 @@ class ClusterResult(RunSummary):
         self.contracts = done[0][1].get("memory_contracts", {}) if done else {}
         self.inference = {k: v for _, r in done for k, v in r.items() if k.startswith("inference.")}
         self.elapsed_s = elapsed
+        self.done_times: list[Any] = []  # frames' completion times stay on their hosts
         self.interrupted = run.interrupted
         errors = ([run.error] if run.error else []) + \
                  [a["error"] for a in run.agents if a["error"] and not (a["lost"] and run.replacements)] + \

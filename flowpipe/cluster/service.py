@@ -14,7 +14,8 @@ import time
 import warnings
 from typing import Any
 
-from ..graph import GraphSpec
+from ..graph import GraphSpec, NodeSpec
+from ..runtime.live import template_of
 from .controller import NAMESPACE, ClusterResult, ClusterRun, cause_of, connect, drop_state
 
 log = logging.getLogger("flowpipe.cluster")
@@ -92,7 +93,7 @@ class RunClient:
         self.name, self.handle = name, handle
         self._signals = 0
 
-    def _call(self, method: str, *args: Any, timeout: float = 60.0, **kw: Any) -> Any:
+    def call(self, method: str, *args: Any, timeout: float = 60.0, **kw: Any) -> Any:
         """One call to the controller, waiting out a restart of it (Ray brings it back, and it takes over)."""
         import ray
         from ray.exceptions import GetTimeoutError, RayActorError
@@ -113,8 +114,8 @@ class RunClient:
         while True:
             if self._signals > told:
                 told = self._signals
-                self._call("stop", now=told > 1)
-            got = self._call("result", poll_s)
+                self.call("stop", now=told > 1)
+            got = self.call("result", poll_s)
             if got is not None and remove:
                 self.remove()
             if isinstance(got, ClusterResult):
@@ -125,10 +126,10 @@ class RunClient:
                 progress(self.status()["frames"])
 
     def status(self) -> dict[str, Any]:
-        return self._call("status")  # type: ignore[no-any-return]
+        return self.call("status")  # type: ignore[no-any-return]
 
     def stop(self, now: bool = False) -> None:
-        self._call("stop", now=now)
+        self.call("stop", now=now)
 
     def interrupt(self) -> None:
         """For ``interrupts_stop``: the first signal drains the run on every host, a second stops it now."""
@@ -138,7 +139,7 @@ class RunClient:
         """The controller and its kept state gone (its agents were stopped when the run ended)."""
         import ray
 
-        self._call("forget", timeout=10.0)
+        self.call("forget", timeout=10.0)
         ray.kill(self.handle, no_restart=True)
 
 
@@ -180,7 +181,7 @@ def runs(address: str | None) -> list[dict[str, Any]]:
             continue  # host agents are named RUN/agentN
         client = RunClient(found["name"], ray.get_actor(found["name"], namespace=NAMESPACE))
         try:
-            out.append(client._call("status", timeout=5.0))
+            out.append(client.call("status", timeout=5.0))
         except Exception as e:  # noqa: BLE001
             out.append({"name": found["name"], "phase": f"not answering ({type(e).__name__})", "hosts": [],
                         "streams": {}, "frames": {}})
@@ -197,49 +198,67 @@ class ClusterStreams:
         self.client, self.spec = client, spec
         self.closed = False  # the run ended: its controller is gone
 
-    def template(self, like: str | None) -> Any:
-        from ..runtime.live import template_of
-
+    def template(self, like: str | None) -> NodeSpec:
         return template_of(self.spec, like)
 
-    def _call(self, method: str, *args: Any) -> Any:
+    def _ask(self, method: str, *args: Any) -> Any:
         from ray.exceptions import RayTaskError
 
         try:
-            return self.client._call(method, *args)
+            return self.client.call(method, *args)
         except RayTaskError as e:  # the controller's answer: the same error here
             raise cause_of(e) from None
 
     def add(self, stream: str, like: str | None = None, config: dict[str, Any] | None = None) -> None:
-        self._call("add_stream", stream, like, config)
+        self._ask("add_stream", stream, like, config)
 
     def remove(self, stream: str, timeout: float = 30.0) -> dict[str, Any]:
-        return self._call("remove_stream", stream, timeout)  # type: ignore[no-any-return]
+        return self._ask("remove_stream", stream, timeout)  # type: ignore[no-any-return]
 
     def states(self) -> list[dict[str, Any]]:
-        return [] if self.closed else self._call("stream_states")  # type: ignore[no-any-return]
+        return [] if self.closed else self._ask("stream_states")  # type: ignore[no-any-return]
 
     def picture(self, stream: str) -> bytes | None:
-        return None if self.closed else self._call("picture", stream)  # type: ignore[no-any-return]
+        return None if self.closed else self._ask("picture", stream)  # type: ignore[no-any-return]
 
 
 class ClusterInstance:
-    """A run on the cluster in the shape ``flowpipe serve`` drives a local ``Runner``: ``run()`` waits for its
-    result, ``stop()`` drains it, ``live`` adds and removes streams."""
+    """A run on the cluster as an executor (``flowpipe.runtime.executor``): ``run()`` waits for its result,
+    ``stop()`` drains it, ``live`` adds and removes streams."""
 
-    def __init__(self, spec: GraphSpec, address: str | None, name: str):
-        self.client = submit(spec, address, name)
+    def __init__(self, spec: GraphSpec, address: str | None, name: str, max_frames: int | None = None):
+        self.spec = spec
+        self.client = submit(spec, address, name, max_frames=max_frames)
         self.live = ClusterStreams(self.client, spec)
         self.done = False
+        self.interrupted = False
+        self.started_at = time.time()
+        self.pids: list[int] = []  # its processes are on the cluster's hosts
         self._last: dict[str, Any] = {"in": 0, "out": 0, "dropped": 0, "failed": 0}
+        self._streams: dict[str, int] = {}
+
+    def interrupt(self) -> None:
+        self.interrupted = True
+        self.client.interrupt()
+
+    def abort(self) -> None:
+        self.interrupted = True
+        self.client.stop(now=True)
+
+    @property
+    def per_stream(self) -> dict[str, int]:
+        if not self.done:
+            streams = self.client.call("status").get("streams") or {}
+            self._streams = {s: row["frames"] for s, row in streams.items()}
+        return dict(self._streams)
 
     @property
     def running(self) -> bool:
-        return not self.done and self.client._call("status")["phase"] == "running"
+        return not self.done and self.client.call("status")["phase"] == "running"
 
     def snapshot(self) -> dict[str, Any]:
         if not self.done:
-            self._last = self.client._call("status")["frames"]
+            self._last = self.client.call("status")["frames"]
         return dict(self._last)
 
     def run(self) -> ClusterResult:

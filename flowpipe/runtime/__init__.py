@@ -1,6 +1,11 @@
-"""The runtime: the runner and its channels, per-run state, memory-contract resolution, worker processes."""
+"""The runtime: executors (one process, shards over processes) behind one interface, their channels, per-run
+state, memory-contract resolution, worker processes and the device owner."""
 from __future__ import annotations
 
+from .context import Resume, RunHooks, Share
+from .executor import Executor, LiveControl, executor, provide
 from .runner import Runner, RunResult, run
+from .stats import RunSummary
 
-__all__ = ["RunResult", "Runner", "run"]
+__all__ = ["Executor", "LiveControl", "Resume", "RunHooks", "RunResult", "RunSummary", "Runner", "Share", "executor",
+           "provide", "run"]

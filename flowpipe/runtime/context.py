@@ -4,16 +4,15 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..accel import Devices
 from ..contracts import Allocation, InputContract
 from ..frame import Frame
+from ..graph import NodeSpec
 from ..memory import CopyLedger
+from ..node import Node
 from .negotiate import Contracts
-
-if TYPE_CHECKING:
-    from .runner import Runner
 
 
 @dataclass(frozen=True)
@@ -23,6 +22,38 @@ class Resume:
 
     generation: int = 0
     start: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Share:
+    """This process's part of a run over several processes or hosts: shard ``index`` of ``count``, the
+    streams of the whole run (``None``: this graph's own sources), and where its streams pick up."""
+
+    index: int = 0
+    count: int = 1
+    streams: int | None = None
+    resume: Resume = field(default_factory=Resume)
+
+
+class FateObserver(Protocol):
+    """Told each frame's entry and fate as they happen (a shard's board, read after a crash)."""
+
+    def entered(self, stream: str, index: int) -> None: ...
+
+    def ended(self, stream: str, index: int, fate: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class RunHooks:
+    """What a caller plugs into a single-process run (a shard of a bigger run, a host of a cluster).
+
+    ``make_node``: a node to put in a graph node's place (the device owner's client), or None for the
+    graph's own; ``fates``: told every frame's entry and fate; ``on_opened``: called once every node is
+    open, before any frame (False stops the run unstarted: another part of the run failed to open)."""
+
+    make_node: Callable[[NodeSpec], Node | None] | None = None
+    fates: FateObserver | None = None
+    on_opened: Callable[[], bool] | None = None
 
 
 @dataclass
@@ -39,31 +70,35 @@ class RunState:
 
 
 class NodeContext:
-    """One node's view of the run: its allocations and inputs, its stats, the device owners."""
+    """One node's view of the run: its allocations and inputs, its stats, the device owners. ``stopping``,
+    ``in_flight`` and ``snapshot`` are the run's answers (the runner's, passed in: no reference back)."""
 
-    def __init__(self, runner: Runner, node_id: str, devices: Devices, stats: dict[str, Any],
-                 wake: Callable[[], None], stop: threading.Event | None = None, like: str | None = None):
+    def __init__(self, node_id: str, state: RunState, devices: Devices, stats: dict[str, Any], share: Share,
+                 wake: Callable[[], None], stopping: Callable[[], bool], in_flight: Callable[[str], int],
+                 snapshot: Callable[[], dict[str, Any]], like: str | None = None):
         self.node_id = node_id
         self.like = like or node_id  # a stream added at run time: the template whose place it takes
-        self._stop = stop
-        self.shard = runner.shard
-        self.streams = runner.streams
-        self.generation = runner.resume.generation
+        self.shard = (share.index, share.count)
+        self.streams = share.streams or 1
+        self.generation = share.resume.generation
         self.devices = devices
         self.stats = stats
         self.wake = wake
-        self._runner = runner
-        self._state = runner.state
+        self._resume = share.resume
+        self._state = state
+        self._stopping = stopping
+        self._in_flight = in_flight
+        self._snapshot = snapshot
 
     @property
     def stopping(self) -> bool:
-        return self._runner.stop_event.is_set() or (self._stop is not None and self._stop.is_set())
+        return self._stopping()
 
     def resume_at(self, stream: str) -> int:
-        return self._runner.resume.start.get(stream, 0)
+        return self._resume.start.get(stream, 0)
 
     def frames_in_flight(self) -> int:
-        return self._runner.frames_in_flight(self.like)
+        return self._in_flight(self.like)
 
     def allocation(self, port: str) -> Allocation:
         return self._state.contracts.allocations.get((self.like, port)) or Allocation()
@@ -86,4 +121,4 @@ class NodeContext:
             return self._state.collected.setdefault(name, [])
 
     def snapshot(self) -> dict[str, Any]:
-        return self._runner.snapshot()
+        return self._snapshot()

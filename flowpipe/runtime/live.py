@@ -20,19 +20,14 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
 from ..errors import NodeError
-from ..node import Source
-from .channel import StreamRouter
-
-if TYPE_CHECKING:
-    from ..graph import GraphSpec, NodeSpec
-    from ..node import Node
-    from .runner import Runner
-    from .shards import ShardedRun
+from ..graph import GraphSpec, NodeSpec
+from ..node import Node, Source
+from .stats import NodeStats
 
 log = logging.getLogger("flowpipe.runtime")
 PREVIEW = "_preview"  # the node that keeps each stream's newest picture, where a graph has one (flowpipe serve)
@@ -106,16 +101,39 @@ class _StreamThreads:
             self._count = self._idle = 0
 
 
+class StreamHost(Protocol):
+    """What ``LiveStreams`` asks of the single-process runner it adds streams to (``Runner``)."""
+
+    spec: GraphSpec
+    running: bool
+    started_at: float
+    stop_event: threading.Event
+    nodes: dict[str, Node]
+    stats: dict[str, NodeStats]
+
+    def attach(self, spec: NodeSpec, node: Source, like: str, stop: threading.Event) -> None: ...
+
+    def run_source(self, spec: NodeSpec, node: Source,
+                   on_error: Callable[[BaseException], None] | None = None) -> None: ...
+
+    def settle(self, stream: str, timeout: float) -> None: ...
+
+    def detach(self, stream: str, like: str) -> tuple[dict[str, int], float | None, list[NodeError]]: ...
+
+    def stream_accounts(self) -> tuple[dict[str, dict[str, int]], dict[str, float]]: ...
+
+    def has_stream(self, name: str) -> bool: ...
+
+
 class LiveStreams:
     """The streams a running ``Runner`` was given after its start."""
 
     KEEP_ENDED = 256  # accounts of removed streams kept for the API
 
-    def __init__(self, runner: Runner):
+    def __init__(self, runner: StreamHost):
         self.runner = weakref.proxy(runner)  # no cycle: a finished run's pools and fds go with it
         self.added: dict[str, Added] = {}  # by stream
         self.ended: deque[dict[str, Any]] = deque(maxlen=self.KEEP_ENDED)
-        self.removing = 0  # streams being removed: frames' fates are signalled while > 0
         self._lock = threading.Lock()
         self._threads = _StreamThreads()
 
@@ -129,7 +147,7 @@ class LiveStreams:
             raise RuntimeError("the graph is not running")
         template = self.template(like)
         with self._lock:
-            if stream in self.added or stream in r.routes or stream in r.stream_counts:
+            if stream in self.added or r.has_stream(stream):
                 raise ValueError(f"a stream or node named {stream!r} is already in the graph")
             schema = type(template.config)
             merged = {**template.config.model_dump(), **(config or {})}
@@ -142,27 +160,16 @@ class LiveStreams:
                 where = ".".join(str(x) for x in err["loc"])
                 raise ValueError(f"stream {stream!r}: config.{where}: {err['msg']}") from None
             spec = dataclasses.replace(template, id=stream, config=cfg, template=False)
-            rec = Added(spec, spec.make(), stream, template.id, threading.Event())
+            node = spec.make()
+            assert isinstance(node, Source)
+            rec = Added(spec, node, stream, template.id, threading.Event())
             self.added[stream] = rec
-        from .runner import NodeStats
-
-        r.stats[stream] = NodeStats(spec.type)
-        r.routes[stream] = r.routes[template.id]  # the same consumers, the same edges (named by the template)
-        r.contexts[stream] = ctx = r._context(spec, stop=rec.stop, like=template.id)
         try:
-            rec.node.open(ctx)
+            r.attach(spec, node, template.id, rec.stop)
         except Exception as e:  # noqa: BLE001 - the caller gets one line; the graph goes on
             with self._lock:
                 del self.added[stream]
-            r.stats.pop(stream, None)
-            r.routes.pop(stream, None)
-            r.contexts.pop(stream, None)
             raise ValueError(f"stream {stream!r}: open failed: {type(e).__name__}: {e}") from None
-        with r._count_lock:
-            for targets in r.routes[stream].values():
-                for _, _, edge in targets:
-                    r._inputs[edge.split("->", 1)[1]] += 1
-            r.stream_counts[stream] = {"in": 0, "out": 0, "dropped": 0, "failed": 0}
         self._threads.start(functools.partial(self._run, rec))
         log.info("stream %s added (like %s)", stream, template.id)
         return rec
@@ -175,7 +182,7 @@ class LiveStreams:
         assert isinstance(rec.node, Source)
         threading.current_thread().name = f"flowpipe:{rec.stream}"
         try:
-            self.runner._run_source(rec.spec, rec.node, failed)
+            self.runner.run_source(rec.spec, rec.node, failed)
         finally:
             if rec.state == "running":
                 rec.state = "ended"
@@ -193,20 +200,15 @@ class LiveStreams:
             rec.state = "removing" if rec.state in ("running", "reconnecting") else rec.state
         rec.stop.set()
         rec.done.wait(timeout)
-        deadline = time.monotonic() + timeout
-        with r._count_lock:
-            self.removing += 1
-            try:
-                counts = r.stream_counts[stream]
-                while counts["in"] > counts["out"] + counts["dropped"] + counts["failed"]:
-                    if not r.settled.wait(max(0.0, deadline - time.monotonic())) and time.monotonic() > deadline:
-                        break
-            finally:
-                self.removing -= 1
-        errors = self._end(rec)
-        with r._count_lock:
-            account: dict[str, Any] = dict(r.stream_counts.pop(stream))
-            latency = r.latency_ms.pop(stream, None)
+        r.settle(stream, timeout)
+        counts, latency, errors = r.detach(stream, rec.like)
+        try:
+            rec.node.close()
+        except Exception as e:  # noqa: BLE001
+            errors.append(NodeError(rec.stream, rec.spec.type, f"close failed: {type(e).__name__}: {e}"))
+        with self._lock:
+            del self.added[rec.stream]
+        account: dict[str, Any] = dict(counts)
         account.update(stream=stream, state="failed" if rec.error else "removed", error=rec.error,
                        latency_ms=round(latency, 2) if latency is not None else None,
                        in_flight=account["in"] - account["out"] - account["dropped"] - account["failed"],
@@ -219,41 +221,10 @@ class LiveStreams:
                  account["dropped"], account["failed"])
         return account
 
-    def _end(self, rec: Added) -> list[NodeError]:
-        """Every node closes what it keeps of the stream; its source closes; its traces go."""
-        r, errors = self.runner, []
-        for nid, node in list(r.nodes.items()):
-            try:
-                node.end_stream(rec.stream)
-            except Exception as e:  # noqa: BLE001
-                errors.append(NodeError(nid, r.spec.node(nid).type, f"end of stream {rec.stream}: {e}"))
-                log.error("%s", errors[-1])
-        for ch in r.channels.values():
-            if isinstance(ch, StreamRouter):
-                ch.forget(rec.stream)
-        try:
-            rec.node.close()
-        except Exception as e:  # noqa: BLE001
-            errors.append(NodeError(rec.stream, rec.spec.type, f"close failed: {type(e).__name__}: {e}"))
-        st = r.stats.pop(rec.stream)
-        like = r.stats.get(rec.like)
-        if like is not None:  # the source's counts go to its template's (stats keep one entry per node)
-            with like.lock:
-                like.frames += st.frames
-                like.busy_s += st.busy_s
-                like.cpu_s += st.cpu_s
-        r.contexts.pop(rec.stream, None)
-        r.routes.pop(rec.stream, None)
-        with self._lock:
-            del self.added[rec.stream]
-        return errors
-
     def states(self) -> list[dict[str, Any]]:
         """Every stream now, the graph's own and those added, with its account so far."""
         r = self.runner
-        with r._count_lock:
-            counts = {s: dict(c) for s, c in r.stream_counts.items()}
-            latency = dict(r.latency_ms)
+        counts, latency = r.stream_accounts()
         rows: list[tuple[str, str | None, str, str | None, NodeSpec, float]] = [
             (s.id, None, "running" if r.running else "ended", None, s, r.started_at) for s in r.spec.sources()]
         rows += [(rec.stream, rec.like, rec.state, rec.error, rec.spec, rec.added_at)
@@ -290,63 +261,6 @@ class LiveStreams:
                 errors.append(NodeError(rec.stream, rec.spec.type, f"close failed: {type(e).__name__}: {e}"))
         self._threads.close()
         return errors
-
-
-class ShardedStreams:
-    """Streams added to and removed from a run over several processes: each new stream goes to the process
-    with the fewest streams, and its calls go there (``ShardedRun.call``). A process restarted after a
-    crash takes the graph's own streams over, not those added to it."""
-
-    def __init__(self, run: ShardedRun):
-        self.run = weakref.proxy(run)  # no cycle: a finished run's pipes and processes go with it
-        self.where: dict[str, Any] = {}  # added stream -> its shard
-
-    def template(self, like: str | None) -> NodeSpec:
-        return template_of(self.run.spec, like)
-
-    def _live(self) -> list[Any]:
-        return [sh for sh in self.run.shards if sh.opened and sh.result is None and sh.error is None
-                and not sh.restarted]
-
-    def add(self, stream: str, like: str | None = None, config: dict[str, Any] | None = None) -> None:
-        run = self.run
-        if not run.running or run._stop_at is not None:
-            raise RuntimeError("the graph is not running")
-        if stream in self.where or any(n.id == stream for n in run.spec.nodes):
-            raise ValueError(f"a stream or node named {stream!r} is already in the graph")
-        shards = self._live()
-        if not shards:
-            raise RuntimeError("no process of the run is running")
-        sh = min(shards, key=lambda x: len(x.sources) + sum(1 for v in self.where.values() if v is x))
-        self.where[stream] = sh
-        try:
-            run.call(sh, "add", stream, like, config)
-        except BaseException:
-            del self.where[stream]
-            raise
-        log.info("stream %s added in shard %d", stream, sh.index)
-
-    def remove(self, stream: str, timeout: float = 30.0) -> dict[str, Any]:
-        sh = self.where.get(stream)
-        if sh is None:
-            raise KeyError(f"no stream named {stream!r} was added to this graph")
-        try:
-            account: dict[str, Any] = self.run.call(sh, "remove", stream, timeout, timeout=timeout + 10)
-        finally:
-            self.where.pop(stream, None)
-        account["shard"] = sh.index
-        return account
-
-    def states(self) -> list[dict[str, Any]]:
-        rows: list[dict[str, Any]] = []
-        for sh in self._live():
-            for row in self.run.call(sh, "states"):
-                rows.append(dict(row, shard=sh.index))
-        return rows
-
-    def picture(self, stream: str) -> bytes | None:
-        sh = self.where.get(stream) or next((x for x in self._live() if stream in x.sources), None)
-        return self.run.call(sh, "picture", stream) if sh is not None else None  # type: ignore[no-any-return]
 
 
 @functools.cache

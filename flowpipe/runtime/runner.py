@@ -17,13 +17,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import networkx as nx
-import numpy as np
 
 from ..accel import Devices, devices
 from ..errors import FrameError, NodeError
@@ -32,34 +30,15 @@ from ..graph import GraphSpec, NodeSpec
 from ..memory import ledger as ledgers
 from ..memory.ledger import UNATTRIBUTED, EdgeMemory
 from ..node import Node, Source
-from .board import StreamBoard
 from .channel import EOS, Channel, Inline, StreamRouter
-from .context import NodeContext, Resume, RunState
+from .context import NodeContext, RunHooks, RunState, Share
 from .live import LiveStreams
 from .negotiate import resolve
-from .owner import OwnerClient, OwnerLink
 from .process import isolate
+from .stats import NodeStats, RunSummary, frame_list
 
 log = logging.getLogger("flowpipe")
 Inbox = Channel | StreamRouter | Inline
-
-
-def frame_list(frames: Iterable[tuple[str, int]]) -> str:
-    """``cam-a 4-7,9, cam-b 4`` : frames (stream, index), per stream, runs of indices as ranges."""
-    by: dict[str, list[int]] = {}
-    for stream, index in frames:
-        by.setdefault(stream, []).append(index)
-    out = []
-    for stream, idx in by.items():
-        idx.sort()
-        runs: list[list[int]] = []
-        for i in idx:
-            if runs and i == runs[-1][1] + 1:
-                runs[-1][1] = i
-            else:
-                runs.append([i, i])
-        out.append(f"{stream} " + ",".join(f"{a}-{b}" if b > a else str(a) for a, b in runs))
-    return ", ".join(out)
 
 
 class _Nested(threading.local):
@@ -110,38 +89,6 @@ class _Gate:
                 self._cond.notify_all()
 
 
-@dataclass
-class NodeStats:
-    type: str
-    frames: int = 0
-    dropped: int = 0
-    failed: int = 0
-    restarts: int = 0
-    busy_s: float = 0.0  # wall time in the node (waits on devices and full queues included)
-    cpu_s: float = 0.0  # CPU time of the node's own thread in it: the stage's cost, without the waits
-    first: float | None = None
-    last: float | None = None
-    latency: deque = field(default_factory=lambda: deque(maxlen=100_000))
-    extra: dict[str, Any] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def summary(self, channel: Inbox | None) -> dict[str, Any]:
-        lat = np.asarray(self.latency, dtype=np.float64) * 1e3
-        span = (self.last - self.first) if self.first is not None and self.last is not None else 0.0
-        out: dict[str, Any] = {
-            "type": self.type, "frames": self.frames, "dropped": self.dropped, "failed": self.failed,
-            "restarts": self.restarts,
-            "fps": round(self.frames / span, 2) if span > 0 else None,
-            "busy_s": round(self.busy_s, 4),
-            "cpu_ms_per_frame": round(1e3 * self.cpu_s / self.frames, 3) if self.frames else None,
-            "latency_ms": {f"p{q}": round(float(np.percentile(lat, q)), 4) if lat.size else None
-                           for q in (50, 95, 99)},
-            "queue_max": channel.high_water if channel else 0,
-        }
-        out.update(self.extra)
-        return out
-
-
 class Runner:
     """Runs a validated graph: ``Runner(spec).run()`` returns a RunResult.
 
@@ -152,16 +99,12 @@ class Runner:
     def __init__(self, spec: GraphSpec, max_frames: int | None = None, drain_timeout: float = 30.0,
                  progress: Callable[[dict[str, Any]], None] | None = None,
                  feeds: dict[str, list[Any]] | None = None, devices_: Devices | None = None,
-                 record_times: bool = False, shard: tuple[int, int] = (0, 1),
-                 on_opened: Callable[[], bool] | None = None, owner: OwnerLink | None = None,
-                 streams: int | None = None, resume: Resume | None = None, board: StreamBoard | None = None):
+                 record_times: bool = False, share: Share | None = None, hooks: RunHooks | None = None):
         self.spec = spec
-        self.owner = owner  # the device owner that serves this shard's ``serves_streams`` nodes
-        self.shard = shard  # (index, count) when this run is one shard of a run over several processes
-        self.streams = streams or max(1, len(spec.sources()))  # in the whole run, every shard's
-        self.resume = resume or Resume()  # a restarted shard: its generation and where each stream picks up
-        self.board = board  # a shard's per-stream account in memory its supervisor reads after a crash
-        self.on_opened = on_opened  # after every open, before any frame: False stops the run unstarted
+        share = share or Share()
+        # this process's part of the run (a shard: its index, the whole run's streams, where they resume)
+        self.share = replace(share, streams=share.streams or max(1, len(spec.sources())))
+        self.hooks = hooks or RunHooks()
         self.max_frames = max_frames
         self.drain_timeout = drain_timeout
         self.progress = progress
@@ -176,6 +119,8 @@ class Runner:
         self.gates: dict[str, _Gate] = {}
         self.stats = {n.id: NodeStats(n.type) for n in spec.nodes}
         self.routes: dict[str, dict[str, list[tuple[Inbox, str, str]]]] = {}
+        self.pids: list[int] = []  # a run in one process starts no other
+        self.removing = 0  # streams being removed: frames' fates are signalled while > 0
         self.counts = {"in": 0, "out": 0, "dropped": 0, "failed": 0}
         self._count_lock = threading.Lock()
         self.error: BaseException | None = None
@@ -205,10 +150,10 @@ class Runner:
                     ms = (now - ref.t_in) * 1e3
                     last = self.latency_ms.get(ref.stream)
                     self.latency_ms[ref.stream] = ms if last is None else 0.9 * last + 0.1 * ms
-            if self.live.removing:
+            if self.removing:
                 self.settled.notify_all()
-            if self.board is not None:
-                self.board.ended(ref.stream, ref.index, ref.fate)
+            if self.hooks.fates is not None:
+                self.hooks.fates.ended(ref.stream, ref.index, ref.fate)
             if self.record_times:
                 self.done_times.append((now, ref.stream))
 
@@ -307,14 +252,14 @@ class Runner:
                         fr.end("failed")
 
     # threads ---------------------------------------------------------------------------------------
-    def _run_source(self, spec: NodeSpec, node: Source,
+    def run_source(self, spec: NodeSpec, node: Source,
                     on_error: Callable[[BaseException], None] | None = None) -> None:
         """A source's thread, until its context says stop (the run's, or a stream of its own being removed);
         ``on_error`` for a stream added to the running graph: its failure is its own, not the run's."""
         ledgers.bind(self.state.ledger)
         st = self.stats[spec.id]
         port = next(iter(spec.cls.outputs), None)
-        start = self.resume.start
+        start = self.share.resume.start
         ctx = self.contexts[spec.id]
         try:
             it = iter(node.frames())
@@ -340,8 +285,8 @@ class Runner:
                     if mine is None:
                         mine = self.stream_counts[frame.stream] = {"in": 0, "out": 0, "dropped": 0, "failed": 0}
                     mine["in"] += 1
-                    if self.board is not None:
-                        self.board.entered(frame.stream, frame.index)
+                    if self.hooks.fates is not None:
+                        self.hooks.fates.entered(frame.stream, frame.index)
                     self._emitted += 1
                     limit_hit = self.max_frames is not None and self._emitted >= self.max_frames
                 st.frames += 1
@@ -533,6 +478,78 @@ class Runner:
         else:
             gate.exclusive(reopen)
 
+    # streams added at run time (``LiveStreams``) ------------------------------------------------------
+    def attach(self, spec: NodeSpec, node: Source, like: str, stop: threading.Event) -> None:
+        """Open ``node``, a copy of source ``like`` for one more stream, into the running graph: it feeds
+        the same consumers over the same edges, each of which waits for one more end of stream. A failed
+        open leaves nothing behind and raises."""
+        stream = spec.id
+        self.stats[stream] = NodeStats(spec.type)
+        self.routes[stream] = self.routes[like]  # the same consumers, the same edges (named by the template)
+        self.contexts[stream] = ctx = self._context(spec, stop=stop, like=like)
+        try:
+            node.open(ctx)
+        except BaseException:
+            self.stats.pop(stream, None)
+            self.routes.pop(stream, None)
+            self.contexts.pop(stream, None)
+            raise
+        with self._count_lock:
+            for targets in self.routes[stream].values():
+                for _, _, edge in targets:
+                    self._inputs[edge.split("->", 1)[1]] += 1
+            self.stream_counts[stream] = {"in": 0, "out": 0, "dropped": 0, "failed": 0}
+
+    def settle(self, stream: str, timeout: float) -> None:
+        """Wait until every frame of ``stream`` that entered has a fate (or ``timeout`` passes)."""
+        deadline = time.monotonic() + timeout
+        with self._count_lock:
+            self.removing += 1
+            try:
+                counts = self.stream_counts[stream]
+                while counts["in"] > counts["out"] + counts["dropped"] + counts["failed"]:
+                    if not self.settled.wait(max(0.0, deadline - time.monotonic())) and time.monotonic() > deadline:
+                        break
+            finally:
+                self.removing -= 1
+
+    def detach(self, stream: str, like: str) -> tuple[dict[str, int], float | None, list[NodeError]]:
+        """A stream whose frames have their fates leaves the graph: every node closes what it keeps of it,
+        its figures go to its template's; returns its account, its latency and what failed on the way."""
+        errors = []
+        for nid, node in list(self.nodes.items()):
+            try:
+                node.end_stream(stream)
+            except Exception as e:  # noqa: BLE001
+                errors.append(NodeError(nid, self.spec.node(nid).type, f"end of stream {stream}: {e}"))
+                log.error("%s", errors[-1])
+        for ch in self.channels.values():
+            if isinstance(ch, StreamRouter):
+                ch.forget(stream)
+        st = self.stats.pop(stream)
+        into = self.stats.get(like)
+        if into is not None:  # the source's counts go to its template's (stats keep one entry per node)
+            with into.lock:
+                into.frames += st.frames
+                into.busy_s += st.busy_s
+                into.cpu_s += st.cpu_s
+        self.contexts.pop(stream, None)
+        self.routes.pop(stream, None)
+        with self._count_lock:
+            account = dict(self.stream_counts.pop(stream))
+            latency = self.latency_ms.pop(stream, None)
+        return account, latency, errors
+
+    def stream_accounts(self) -> tuple[dict[str, dict[str, int]], dict[str, float]]:
+        """Every stream's frames by fate so far, and its smoothed latency (ms)."""
+        with self._count_lock:
+            return {s: dict(c) for s, c in self.stream_counts.items()}, dict(self.latency_ms)
+
+    def has_stream(self, name: str) -> bool:
+        """Whether a stream or a node of the graph has this name."""
+        with self._count_lock:
+            return name in self.routes or name in self.stream_counts
+
     # the run ---------------------------------------------------------------------------------------
     def _wire(self, order: list[NodeSpec]) -> None:
         """Inboxes and routes, once the nodes are made (whether a node holds frames decides its inbox)."""
@@ -577,7 +594,7 @@ class Runner:
                 threads.append(threading.Thread(target=self._hold, args=(s.id,), name=f"flowpipe:{s.id}",
                                                 daemon=True))
             elif isinstance(node, Source):
-                threads.append(threading.Thread(target=self._run_source, args=(s, node), name=f"flowpipe:{s.id}",
+                threads.append(threading.Thread(target=self.run_source, args=(s, node), name=f"flowpipe:{s.id}",
                                                 daemon=True))
             elif isinstance(ch, StreamRouter):
                 left = [s.workers]
@@ -596,8 +613,22 @@ class Runner:
 
     def _context(self, s: NodeSpec, stop: threading.Event | None = None, like: str | None = None) -> NodeContext:
         ch = self.channels.get(s.id)
-        return NodeContext(self, s.id, self.devices, self.stats[s.id].extra,
-                           ch.wake if ch is not None else (lambda: None), stop=stop, like=like)
+        run_stop = self.stop_event
+
+        def stopping() -> bool:
+            return run_stop.is_set() or (stop is not None and stop.is_set())
+
+        return NodeContext(s.id, self.state, self.devices, self.stats[s.id].extra, self.share,
+                           ch.wake if ch is not None else (lambda: None), stopping, self.frames_in_flight,
+                           self.snapshot, like=like)
+
+    def _make(self, s: NodeSpec) -> Node:
+        """The node that runs graph node ``s``: the hooks' (a device owner's client), else its own type,
+        in a worker process where it asks for one."""
+        made = self.hooks.make_node(s) if self.hooks.make_node is not None else None
+        if made is not None:
+            return made
+        return isolate(s, self.spec.plugins, self.spec.plugin_dir) if s.isolation == "process" else s.make()
 
     def run(self) -> RunResult:
         t_start = time.perf_counter()
@@ -607,11 +638,7 @@ class Runner:
         ledgers.bind(self.state.ledger)  # copies made while nodes open count in this run
         try:
             for s in order:
-                process = s.isolation == "process"
-                if self.owner is not None and s.id in self.owner.placements:
-                    self.nodes[s.id] = OwnerClient(s, self.owner)
-                else:
-                    self.nodes[s.id] = isolate(s, self.spec.plugins, self.spec.plugin_dir) if process else s.make()
+                self.nodes[s.id] = self._make(s)
             self._wire(order)
             for s in order:
                 self.contexts[s.id] = self._context(s)
@@ -628,7 +655,7 @@ class Runner:
                 except Exception as e:
                     raise NodeError(s.id, s.type, f"open failed: {type(e).__name__}: {e}") from e
                 opened.append((s, node))
-            if self.on_opened is None or self.on_opened():
+            if self.hooks.on_opened is None or self.hooks.on_opened():
                 threads = self._threads(opened)
                 self.running = True
                 for t in threads:
@@ -699,34 +726,6 @@ class Runner:
                               "queue_max": self.channels[nid].high_water if nid in self.channels else 0}
                         for nid, st in self.stats.items()}
         return out
-
-
-class RunSummary:
-    """What a run did, as ``--stats`` shows it: filled by ``RunResult`` (one process) and ``ShardedResult``."""
-
-    frames: dict[str, int]
-    per_stream: dict[str, int]
-    nodes: dict[str, Any]
-    edges: dict[str, dict[str, Any]]
-    contracts: dict[str, Any]
-    inference: dict[str, Any]
-    elapsed_s: float
-    exit_code: int
-    error: BaseException | None
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_code == 0
-
-    def to_json(self) -> dict[str, Any]:
-        out = {"frames": self.frames, "streams": self.per_stream, "nodes": self.nodes, "edges": self.edges,
-               "memory_contracts": self.contracts, "elapsed_s": round(self.elapsed_s, 4), "exit": self.exit_code,
-               "error": str(self.error) if self.error else None, **self._more_json()}
-        out.update(self.inference)
-        return out
-
-    def _more_json(self) -> dict[str, Any]:
-        return {}
 
 
 class RunResult(RunSummary):

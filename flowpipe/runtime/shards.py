@@ -28,18 +28,22 @@ import signal
 import tempfile
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from ..errors import GraphError
 from ..graph import GraphSpec, NodeSpec
-from ..node import sharding_refusal
+from ..node import Node, sharding_refusal
+from ..registry import import_plugin
 from .board import StreamBoard
-from .context import Resume
-from .owner import OwnerLink, OwnerProcess
-from .runner import RunSummary, frame_list
-from .settings import usable_cores
+from .context import Resume, RunHooks, Share
+from .live import template_of
+from .owner import OwnerClient, OwnerLink, OwnerProcess
+from .runner import Runner
+from .settings import share_library_threads, usable_cores
+from .stats import RunSummary, frame_list
 
 log = logging.getLogger("flowpipe.shards")
 REPORT_EVERY_S = 0.2
@@ -111,10 +115,6 @@ def _shard_main(conn: Connection, payload: bytes, plugins: list[str], plugin_dir
                 owner: OwnerLink | None = None, resume: Resume | None = None,
                 board: StreamBoard | None = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides what an interrupt means
-    from ..registry import import_plugin
-    from .runner import Runner
-    from .settings import share_library_threads
-
     share_library_threads(count)
     for mod in plugins:
         import_plugin(mod, plugin_dir)
@@ -159,10 +159,13 @@ def _shard_main(conn: Connection, payload: bytes, plugins: list[str], plugin_dir
         except Exception as e:  # noqa: BLE001 - the caller gets it
             send(("reply", rid, False, (type(e).__name__, str(e.args[0]) if e.args else str(e))))
 
+    def owned(s: NodeSpec) -> Node | None:  # a node the device owner serves: its client takes its place
+        return OwnerClient(s, owner) if owner is not None and s.id in owner.placements else None
+
     keep = sources + [t.id for t in spec.templates()]  # every shard can take streams added at run time
     runner = Runner(subgraph(spec, keep), max_frames=max_frames, progress=progress, record_times=record_times,
-                    shard=(index, count), on_opened=on_opened, owner=owner, streams=len(spec.sources()),
-                    resume=resume, board=board)
+                    share=Share(index, count, len(spec.sources()), resume or Resume()),
+                    hooks=RunHooks(make_node=owned, fates=board, on_opened=on_opened))
     runner.progress_every = REPORT_EVERY_S
     try:
         res = runner.run()
@@ -200,12 +203,13 @@ class ShardedRun:
 
     def __init__(self, spec: GraphSpec, processes: int, max_frames: int | None = None,
                  record_times: bool = False, drain_timeout: float = 30.0,
-                 progress: Any = None, shard_base: int = 0, resume: Resume | None = None,
-                 on_opened: Any = None):
+                 progress: Any = None, share: Share | None = None, hooks: RunHooks | None = None):
         self.spec, self.processes = spec, processes
-        self.shard_base = shard_base  # this host's first shard index in a run over several hosts
-        self.resume = resume or Resume()  # where this run's streams pick up (a run re-placed after a host loss)
-        self.on_opened = on_opened  # every shard opened: False stops them unstarted (hosts open together)
+        share = share or Share()
+        self.shard_base = share.index  # this host's first shard index in a run over several hosts
+        self.resume = share.resume  # where this run's streams pick up (a run re-placed after a host loss)
+        # every shard opened: False stops them unstarted (hosts open together)
+        self.on_opened = hooks.on_opened if hooks is not None else None
         self.max_frames, self.record_times = max_frames, record_times
         self.drain_timeout = drain_timeout
         self.progress = progress
@@ -221,8 +225,6 @@ class ShardedRun:
         self._calls: dict[int, tuple[_Shard, list[Any]]] = {}  # calls to shards waiting for their reply
         self._call_lock = threading.Lock()
         self._rid = 0
-        from .live import ShardedStreams
-
         self.live = ShardedStreams(self)
 
     # control (thread- and signal-safe: flags, then messages from the supervisor loop) -------------------
@@ -245,6 +247,11 @@ class ShardedRun:
                     len(self.shards))
         self.interrupted = True
         self.stop()
+
+    @property
+    def stopping(self) -> bool:
+        """A stop or an interrupt was asked for."""
+        return self._stop_at is not None
 
     # run ------------------------------------------------------------------------------------------------
     def run(self) -> ShardedResult:
@@ -492,6 +499,64 @@ class ShardedRun:
             for s, n in ((sh.result or {}).get("streams") or sh.streams).items():
                 out[s] = out.get(s, 0) + n
         return out
+
+
+class ShardedStreams:
+    """Streams added to and removed from a run over several processes: each new stream goes to the process
+    with the fewest streams, and its calls go there (``ShardedRun.call``). A process restarted after a
+    crash takes the graph's own streams over, not those added to it."""
+
+    def __init__(self, run: ShardedRun):
+        self.run = weakref.proxy(run)  # no cycle: a finished run's pipes and processes go with it
+        self.where: dict[str, Any] = {}  # added stream -> its shard
+
+    def template(self, like: str | None) -> NodeSpec:
+        return template_of(self.run.spec, like)
+
+    def _live(self) -> list[Any]:
+        return [sh for sh in self.run.shards if sh.opened and sh.result is None and sh.error is None
+                and not sh.restarted]
+
+    def add(self, stream: str, like: str | None = None, config: dict[str, Any] | None = None) -> None:
+        run = self.run
+        if not run.running or run.stopping:
+            raise RuntimeError("the graph is not running")
+        if stream in self.where or any(n.id == stream for n in run.spec.nodes):
+            raise ValueError(f"a stream or node named {stream!r} is already in the graph")
+        shards = self._live()
+        if not shards:
+            raise RuntimeError("no process of the run is running")
+        sh = min(shards, key=lambda x: len(x.sources) + sum(1 for v in self.where.values() if v is x))
+        self.where[stream] = sh
+        try:
+            run.call(sh, "add", stream, like, config)
+        except BaseException:
+            del self.where[stream]
+            raise
+        log.info("stream %s added in shard %d", stream, sh.index)
+
+    def remove(self, stream: str, timeout: float = 30.0) -> dict[str, Any]:
+        sh = self.where.get(stream)
+        if sh is None:
+            raise KeyError(f"no stream named {stream!r} was added to this graph")
+        try:
+            account: dict[str, Any] = self.run.call(sh, "remove", stream, timeout, timeout=timeout + 10)
+        finally:
+            self.where.pop(stream, None)
+        account["shard"] = sh.index
+        return account
+
+    def states(self) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        for sh in self._live():
+            for row in self.run.call(sh, "states"):
+                rows.append(dict(row, shard=sh.index))
+        return rows
+
+    def picture(self, stream: str) -> bytes | None:
+        sh = self.where.get(stream) or next((x for x in self._live() if stream in x.sources), None)
+        return self.run.call(sh, "picture", stream) if sh is not None else None  # type: ignore[no-any-return]
+
 
 
 def stream_of(source: NodeSpec) -> str:

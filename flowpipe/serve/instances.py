@@ -13,16 +13,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import GraphError
 from ..graph import GraphSpec, NodeSpec, load_graph
-from ..runtime import Runner
+from ..runtime.executor import Executor, executor
 from ..runtime.live import PREVIEW
-from ..runtime.shards import ShardedRun, resolve_processes
-
-if TYPE_CHECKING:
-    from ..cluster.service import ClusterInstance
+from ..runtime.shards import resolve_processes
 
 URI_SCHEMES = ("rtsp://", "rtsps://", "http://", "https://", "srt://", "udp://", "tcp://")
 
@@ -77,7 +74,7 @@ class Instance:
     id: str
     template: str
     spec: GraphSpec
-    runner: Runner | ShardedRun | ClusterInstance
+    runner: Executor
     folder: Path
     started_at: float = field(default_factory=time.time)
     result: Any = None
@@ -95,6 +92,14 @@ class Instance:
         if self.result.error is not None:
             return "ERROR"
         return "ABORTED" if self.stopping else "COMPLETED"
+
+    def stale(self, stream: str | None = None) -> None:
+        """The next status is computed afresh (a stream was added or removed); a removed ``stream``'s rate
+        is forgotten."""
+        with self._status_lock:
+            self._status_at = -1e9
+            if stream is not None:
+                self._seen.pop(stream, None)
 
     FRESH_S = 0.25  # a status this recent answers every caller: 200 clients polling cost the video nothing
 
@@ -185,18 +190,11 @@ class Instances:
             for s in spec.sources():
                 s.template = True  # the request names the streams: the graph's own sources are their pattern
         _add_preview(spec)
-        runner: Runner | ShardedRun | ClusterInstance
         try:
-            n = resolve_processes(spec, processes)
+            spec.processes = resolve_processes(spec, processes)
         except GraphError as e:
             raise RequestError(graph_error(e)) from None
-        spec.processes = n
-        if self.cluster:
-            from ..cluster.service import ClusterInstance
-
-            runner = ClusterInstance(spec, self.cluster, f"serve-{iid}")
-        else:
-            runner = ShardedRun(spec, n) if n > 1 else Runner(spec)
+        runner = executor(spec, spec.processes, cluster=self.cluster, name=f"serve-{iid}")
         inst = Instance(iid, name, spec, runner, folder)
         inst.thread = threading.Thread(target=self._run, args=(inst,), name=f"flowpipe:serve:{iid}", daemon=True)
         with self._lock:
@@ -242,14 +240,13 @@ class Instances:
             raise RequestError(str(e), 409 if "already in the graph" in str(e) else 400) from None
         except RuntimeError as e:
             raise RequestError(f"instance {inst.id}: {e}", 409) from None
-        inst._status_at = -1e9  # the next status shows it
+        inst.stale()  # the next status shows it
         return next(s for s in inst.streams() if s["stream"] == sid)
 
     def remove_stream(self, inst: Instance, sid: str) -> dict[str, Any]:
         try:
             account: dict[str, Any] = inst.runner.live.remove(sid)
-            inst._seen.pop(sid, None)
-            inst._status_at = -1e9  # the next status shows it gone
+            inst.stale(sid)  # the next status shows it gone
             return account
         except KeyError:
             raise RequestError(f"instance {inst.id} has no added stream {sid!r}", 404) from None

@@ -1,0 +1,98 @@
+"""What a run counts: each node's figures, and the summary every executor returns (``--stats``)."""
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+
+class HighWater(Protocol):
+    """A node's inbox, as its figures read it."""
+
+    @property
+    def high_water(self) -> int: ...
+
+
+def frame_list(frames: Iterable[tuple[str, int]]) -> str:
+    """``cam-a 4-7,9, cam-b 4`` : frames (stream, index), per stream, runs of indices as ranges."""
+    by: dict[str, list[int]] = {}
+    for stream, index in frames:
+        by.setdefault(stream, []).append(index)
+    out = []
+    for stream, idx in by.items():
+        idx.sort()
+        runs: list[list[int]] = []
+        for i in idx:
+            if runs and i == runs[-1][1] + 1:
+                runs[-1][1] = i
+            else:
+                runs.append([i, i])
+        out.append(f"{stream} " + ",".join(f"{a}-{b}" if b > a else str(a) for a, b in runs))
+    return ", ".join(out)
+
+
+@dataclass
+class NodeStats:
+    type: str
+    frames: int = 0
+    dropped: int = 0
+    failed: int = 0
+    restarts: int = 0
+    busy_s: float = 0.0  # wall time in the node (waits on devices and full queues included)
+    cpu_s: float = 0.0  # CPU time of the node's own thread in it: the stage's cost, without the waits
+    first: float | None = None
+    last: float | None = None
+    latency: deque = field(default_factory=lambda: deque(maxlen=100_000))
+    extra: dict[str, Any] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def summary(self, channel: HighWater | None) -> dict[str, Any]:
+        lat = np.asarray(self.latency, dtype=np.float64) * 1e3
+        span = (self.last - self.first) if self.first is not None and self.last is not None else 0.0
+        out: dict[str, Any] = {
+            "type": self.type, "frames": self.frames, "dropped": self.dropped, "failed": self.failed,
+            "restarts": self.restarts,
+            "fps": round(self.frames / span, 2) if span > 0 else None,
+            "busy_s": round(self.busy_s, 4),
+            "cpu_ms_per_frame": round(1e3 * self.cpu_s / self.frames, 3) if self.frames else None,
+            "latency_ms": {f"p{q}": round(float(np.percentile(lat, q)), 4) if lat.size else None
+                           for q in (50, 95, 99)},
+            "queue_max": channel.high_water if channel else 0,
+        }
+        out.update(self.extra)
+        return out
+
+
+class RunSummary:
+    """What a run did, as ``--stats`` shows it: filled by ``RunResult`` (one process) and ``ShardedResult``."""
+
+    frames: dict[str, int]
+    per_stream: dict[str, int]
+    nodes: dict[str, Any]
+    edges: dict[str, dict[str, Any]]
+    contracts: dict[str, Any]
+    inference: dict[str, Any]
+    elapsed_s: float
+    done_times: list[Any]  # with ``record_times``: when each frame got its fate (benchmarks)
+    exit_code: int
+    error: BaseException | None
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"frames": self.frames, "streams": self.per_stream, "nodes": self.nodes, "edges": self.edges,
+               "memory_contracts": self.contracts, "elapsed_s": round(self.elapsed_s, 4), "exit": self.exit_code,
+               "error": str(self.error) if self.error else None, **self._more_json()}
+        out.update(self.inference)
+        return out
+
+    def _more_json(self) -> dict[str, Any]:
+        return {}
+
+
