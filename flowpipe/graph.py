@@ -7,6 +7,7 @@ Each phase reports every problem it finds, one line each, and later phases run o
 from __future__ import annotations
 
 import builtins
+import functools
 import os
 import re
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import Diagnostic, GraphError
-from .node import Node, NodeConfig, Source, isolation_refusal, kinds_compatible, sharding_refusal
+from .node import Node, NodeConfig, NodeContract, Source, kinds_compatible
 from .registry import import_plugin, lookup
 
 MAX_YAML_BYTES = 1 << 20
@@ -158,6 +159,11 @@ class NodeSpec:
 
     def make(self) -> Node:
         return self.cls(self.id, self.config)
+
+    @functools.cached_property
+    def contract(self) -> NodeContract:
+        """What this node, as configured, declares (``Node.contract``): read by validation and the runner."""
+        return self.cls.contract(self.config)
 
 
 @dataclass

@@ -24,6 +24,7 @@ its image, so any output may feed an input of kind ``frame``; ``any`` accepts ev
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict
@@ -33,7 +34,6 @@ from .frame import Frame
 
 if TYPE_CHECKING:
     from .accel import Devices
-    from .graph import GraphSpec, NodeSpec
 
 PORT_KINDS = ("frame", "tensor", "tensors", "detections", "any")
 
@@ -92,38 +92,82 @@ PIXELS_ALL: frozenset[str] = frozenset({"BGR", "RGB", "GRAY", "NV12", "I420"})
 PIXELS_BGR: frozenset[str] = frozenset({"BGR"})
 
 
+def default_pixels(inputs: Mapping[str, str]) -> frozenset[str]:
+    """What a node that does not say takes: BGR where it gets pictures (an input of kind ``frame`` or ``any``,
+    a plugin written against ``frame.image`` as BGR); every format where it gets only tensors or detections,
+    whose pixels it never reads."""
+    return PIXELS_BGR if any(kind in ("frame", "any") for kind in inputs.values()) else PIXELS_ALL
+
+
+@dataclass(frozen=True)
+class NodeContract:
+    """What a node, as configured, tells the validator and the runner before anything opens, as MediaPipe's
+    ``UpdateContract(options)``: computed once from its config (``Node.contract``), in one place.
+
+    ``pixels``: the pixel formats ``process`` takes (``PIXELS_ALL``: it never reads the pixels; a source
+    with ``format: auto`` decodes into a format every node after it takes). ``holds_frames``: it keeps
+    frames past ``process`` and emits them later (``poll``/``flush``). ``writes_input``: ``process`` writes
+    the input picture in place (the engine copies on write when the frame is shared). ``one_worker``: why
+    it runs on one worker (None: ``workers: N`` may run it for several streams at once: it keeps no state
+    shared across streams, or guards it). ``forwards``: output port -> input port for packets passed on
+    untouched (memory contracts flow through). ``isolation``/``sharding``: why it cannot run with
+    ``isolation: process`` / in a run over several processes (None: it can). ``serves_streams``: one
+    instance serves every stream of a run (over several processes it runs once, in the device owner)."""
+
+    inputs: Mapping[str, str] = field(default_factory=dict)
+    outputs: Mapping[str, str] = field(default_factory=dict)
+    pixels: frozenset[str] = PIXELS_BGR
+    holds_frames: bool = False
+    writes_input: bool = False
+    one_worker: str | None = "it keeps state across streams and runs on one worker"
+    forwards: Mapping[str, str] = field(default_factory=dict)
+    isolation: str | None = None
+    sharding: str | None = None
+    serves_streams: bool = False
+
+    @property
+    def isolation_refused(self) -> str | None:
+        """Why the node cannot run in a worker process: its own reason, or that it holds frames (its pool of
+        asynchronous requests, its lookahead) past ``process``."""
+        if self.isolation is None and self.holds_frames:
+            return "it holds frames past process() (asynchronous requests)"
+        return self.isolation
+
+
 class Node:
-    """Base class of every stage. Subclasses declare ``inputs``/``outputs`` and a ``Config``."""
+    """Base class of every stage. Subclasses declare ``inputs``/``outputs``, a ``Config`` and, where they
+    differ from the defaults, their ``contract``.
+    """
 
     type_name: ClassVar[str] = ""
     inputs: ClassVar[dict[str, str]] = {}
     outputs: ClassVar[dict[str, str]] = {}
     Config: ClassVar[type[NodeConfig]] = NodeConfig
-    #: True if ``process`` writes the input image in place (the engine copies on write when shared).
-    writes_input: ClassVar[bool] = False
-    #: True if the node keeps frames past ``process`` and emits them later (async pools, batching).
-    holds_frames: ClassVar[bool] = False
-    #: True if ``process`` may run on several threads at once for different streams (``workers: N``):
-    #: the node keeps no state shared across streams, or guards it.
-    parallel_streams: ClassVar[bool] = False
-    #: Output port -> input port for packets passed on untouched: memory contracts flow through the node.
-    forwards: ClassVar[dict[str, str]] = {}
-    #: Why this node type cannot run with ``isolation: process`` (``flowpipe validate`` says so), or None.
-    isolation_refused: ClassVar[str | None] = None
-    #: Why a graph with this node cannot be sharded over several processes (``processes: N``), or None.
-    sharding_refused: ClassVar[str | None] = None
-    #: True if one instance serves every stream of a run: over several processes it runs once, in the
-    #: device owner process, fed by every shard (one compiled model, batches across all streams).
-    serves_streams: ClassVar[bool] = False
     #: Frames the node holds past ``process`` at most (async requests): pools upstream are sized for them.
     max_held: int = 0
-    #: Pixel formats ``process`` takes on the frames it gets (``PIXELS_ALL`` for nodes that never read the
-    #: pixels); a source with ``format: auto`` decodes into a format every node after it takes.
-    pixels: ClassVar[frozenset[str]] = PIXELS_BGR
 
     def __init__(self, node_id: str, config: NodeConfig | None = None):
         self.id = node_id
         self.config = config if config is not None else self.Config()
+        #: what this instance declares (a stand-in for a node in another process declares the contract of
+        #: what it stands in for)
+        self.declared: NodeContract = type(self).contract(self.config)
+
+    @classmethod
+    def contract(cls, config: NodeConfig) -> NodeContract:
+        """What a node of this type with ``config`` declares (override where it differs from the defaults:
+        ``cls.declare(...)`` fills in the ports and the defaults)."""
+        return cls.declare()
+
+    @classmethod
+    def declare(cls, **traits: Any) -> NodeContract:
+        """This type's contract: its ports, the pixels its inputs imply (``default_pixels``), one worker
+        unless it says otherwise, and ``traits`` over them."""
+        base: dict[str, Any] = {"inputs": dict(cls.inputs), "outputs": dict(cls.outputs),
+                                "pixels": default_pixels(cls.inputs),
+                                "one_worker": f"{cls.type_name or cls.__name__} keeps state across streams and "
+                                              "runs on one worker"}
+        return NodeContract(**{**base, **traits})
 
     # lifecycle -----------------------------------------------------------------------------------
     def open(self, ctx: RunContext) -> None:
@@ -133,13 +177,8 @@ class Node:
         """Handle one packet. Return None, a Frame, a list of Frames, or {port: Frame | [Frame]}."""
         raise NotImplementedError
 
-    def holding(self) -> bool:
-        """Whether this node, as configured, keeps frames past ``process`` (by default its type's
-        ``holds_frames``; a type may hold only with some settings)."""
-        return self.holds_frames
-
     def poll(self) -> Any:
-        """For ``holds_frames`` nodes: return what is ready now, without blocking."""
+        """For nodes that hold frames (``NodeContract.holds_frames``): return what is ready now, without blocking."""
         return None
 
     def flush(self) -> Any:
@@ -159,15 +198,6 @@ class Node:
         """What this node will load, open or listen on (shown by ``flowpipe validate``)."""
         return []
 
-    @classmethod
-    def check_wiring(cls, spec: NodeSpec, graph: GraphSpec) -> list[str]:
-        """Problems with how this node is wired into ``graph`` (one message each); run by validation."""
-        return []
-
-    def pixel_formats(self) -> frozenset[str]:
-        """The pixel formats this node takes, from its config (by default the class's ``pixels``)."""
-        return self.pixels
-
     def offer(self, port: str, inputs: Mapping[str, Offer], devices: Devices) -> Offer:
         """What this node writes on output ``port``, given what its inputs offer (before any open)."""
         return Offer(self.id, port)
@@ -181,6 +211,11 @@ class Node:
 class Source(Node):
     """A node with no inputs that produces frames. Implement ``frames``."""
 
+    @classmethod
+    def declare(cls, **traits: Any) -> NodeContract:
+        return super().declare(**{"isolation": "a source runs in the runner's process, where its frames are "
+                                               "accounted", **traits})
+
     def frames(self) -> Iterator[Frame]:
         raise NotImplementedError
 
@@ -190,18 +225,3 @@ class Source(Node):
 
 def kinds_compatible(out_kind: str, in_kind: str) -> bool:
     return in_kind in ("any", "frame") or out_kind == "any" or out_kind == in_kind
-
-
-def sharding_refusal(cls: type[Node]) -> str | None:
-    """Why a graph with a node of this type cannot run its streams in several processes, or None."""
-    return cls.sharding_refused
-
-
-def isolation_refusal(cls: type[Node]) -> str | None:
-    """Why a node type cannot run with ``isolation: process``, or None: sources and nodes that hold frames
-    past ``process`` (async pools) run in the runner's process; a node type may declare its own reason."""
-    if issubclass(cls, Source):
-        return "a source runs in the runner's process, where its frames are accounted"
-    if cls.holds_frames:
-        return "it holds frames past process() (asynchronous requests)"
-    return cls.isolation_refused

@@ -11,7 +11,7 @@ from pydantic import Field, model_validator
 
 from flowpipe import memory
 from flowpipe.frame import Frame, FrameRef
-from flowpipe.node import PIXELS_ALL, Node, NodeConfig, RunContext, Source
+from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext, Source
 from flowpipe.registry import register
 
 
@@ -93,7 +93,9 @@ class ListSource(Source):
 
     outputs = {"frame": "any"}
 
-    sharding_refused = "its feed lives in the memory of the process that started the run"
+    @classmethod
+    def contract(cls, config: NodeConfig) -> NodeContract:
+        return cls.declare(sharding="its feed lives in the memory of the process that started the run")
 
     class Config(NodeConfig):
         feed: str
@@ -120,9 +122,11 @@ class Collect(Node):
     """Sink that appends every packet to an in-memory list of the run (``RunResult.collected[into]``)."""
 
     inputs = {"in": "any"}
-    pixels = PIXELS_ALL
-    isolation_refused = "it keeps packets in the runner's memory"
-    sharding_refused = "it keeps packets in the memory of the process that started the run"
+
+    @classmethod
+    def contract(cls, config: NodeConfig) -> NodeContract:
+        return cls.declare(pixels=PIXELS_ALL, isolation="it keeps packets in the runner's memory",
+                           sharding="it keeps packets in the memory of the process that started the run")
 
     class Config(NodeConfig):
         into: str
@@ -152,12 +156,12 @@ class Collect(Node):
 class Passthrough(Node):
     """Forwards every packet unchanged (a hop for tests and engine benchmarks)."""
 
-    parallel_streams = True
-
     inputs = {"in": "any"}
-    pixels = PIXELS_ALL
     outputs = {"out": "any"}
-    forwards = {"out": "in"}
+
+    @classmethod
+    def contract(cls, config: NodeConfig) -> NodeContract:
+        return cls.declare(pixels=PIXELS_ALL, one_worker=None, forwards={"out": "in"})
 
     def process(self, frame: Frame, port: str) -> Frame:
         return frame
@@ -167,10 +171,11 @@ class Passthrough(Node):
 class NullSink(Node):
     """Consumes packets and does nothing (ends a branch)."""
 
-    parallel_streams = True
-
     inputs = {"in": "any"}
-    pixels = PIXELS_ALL
+
+    @classmethod
+    def contract(cls, config: NodeConfig) -> NodeContract:
+        return cls.declare(pixels=PIXELS_ALL, one_worker=None)
 
     def process(self, frame: Frame, port: str) -> None:
         return None

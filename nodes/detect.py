@@ -13,7 +13,7 @@ import numpy as np
 from pydantic import Field
 
 from flowpipe.frame import Detection, Frame
-from flowpipe.node import PIXELS_ALL, Node, NodeConfig, RunContext
+from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
 from flowpipe.registry import register
 
 
@@ -126,10 +126,11 @@ def blazeface_anchors(variant: str) -> np.ndarray:
 class _Decoder(Node):
     """Model outputs in, ``frame.detections`` out (written or annotated), one frame at a time."""
 
-    parallel_streams = True
-
     inputs = {"tensors": "tensors"}
-    pixels = PIXELS_ALL  # never reads the pixels
+
+    @classmethod
+    def contract(cls, config: NodeConfig) -> NodeContract:
+        return cls.declare(pixels=PIXELS_ALL, one_worker=None)  # never reads the pixels; no state across frames
     outputs = {"detections": "detections"}
 
 
@@ -483,10 +484,11 @@ class CenterFaceCheck(_Decoder):
 class ClassifyTopK(Node):
     """Top-k classes from a classifier output [1, C]; stored in ``frame.meta['classes']``."""
 
-    parallel_streams = True
-
     inputs = {"tensors": "tensors"}
-    pixels = PIXELS_ALL  # never reads the pixels
+
+    @classmethod
+    def contract(cls, config: NodeConfig) -> NodeContract:
+        return cls.declare(pixels=PIXELS_ALL, one_worker=None)  # never reads the pixels; no state across frames
     outputs = {"tensors": "tensors"}
 
     class Config(NodeConfig):

@@ -11,7 +11,7 @@ from pydantic import Field
 
 from flowpipe import memory
 from flowpipe.frame import Frame
-from flowpipe.node import Node, NodeConfig, RunContext
+from flowpipe.node import Node, NodeConfig, NodeContract, RunContext
 from flowpipe.registry import register
 
 
@@ -49,12 +49,11 @@ class Blur(Node):
           inputs: {detections: faces.detections}
     """
 
-    parallel_streams = True
-
     inputs = {"detections": "detections"}
-    pixels = frozenset({"BGR", "NV12", "I420"})
     outputs = {"frame": "detections"}
-    writes_input = True
+    @classmethod
+    def contract(cls, config: NodeConfig) -> NodeContract:
+        return cls.declare(pixels=frozenset({"BGR", "NV12", "I420"}), writes_input=True, one_worker=None)
 
     class Config(NodeConfig):
         mode: Literal["blur", "pixelate", "fill"] = "blur"
@@ -120,12 +119,11 @@ class Blur(Node):
 class Overlay(Node):
     """Draws boxes, labels, scores, track ids and the stream's FPS onto the frame in place."""
 
-    parallel_streams = True
-
     inputs = {"detections": "detections"}
-    pixels = frozenset({"BGR", "NV12", "I420"})
     outputs = {"frame": "detections"}
-    writes_input = True
+    @classmethod
+    def contract(cls, config: NodeConfig) -> NodeContract:
+        return cls.declare(pixels=frozenset({"BGR", "NV12", "I420"}), writes_input=True, one_worker=None)
 
     class Config(NodeConfig):
         color: tuple[int, int, int] = Field((0, 200, 255), description="BGR")

@@ -33,7 +33,7 @@ from flowpipe.errors import FrameError
 from flowpipe.frame import Frame
 from flowpipe.memory import BatchSlots, BufferPool, SharedLease, Slot
 from flowpipe.memory import ledger as ledgers
-from flowpipe.node import PIXELS_ALL, Node, NodeConfig, RunContext
+from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
 from flowpipe.registry import register
 
 log = logging.getLogger("flowpipe.inference")
@@ -64,10 +64,7 @@ class Inference(Node):
     """
 
     inputs = {"tensor": "tensor"}
-    pixels = PIXELS_ALL  # never reads the pixels
     outputs = {"tensors": "tensors"}
-    holds_frames = True
-    serves_streams = True
 
     class Config(NodeConfig):
         model: str = Field(description="registry name (flowpipe models list), .xml/.onnx/.tflite path, or an "
@@ -93,8 +90,13 @@ class Inference(Node):
     config: Config
     choice: DeviceChoice | None = None  # made in request(), before open
 
-    def holding(self) -> bool:
-        return self.config.requests == "async"
+    @classmethod
+    def contract(cls, config: NodeConfig) -> NodeContract:
+        assert isinstance(config, cls.Config)
+        # never reads the pixels; async requests are held past process() (inline ones run to completion in it);
+        # one compiled model serves every stream (over processes, in the device owner)
+        return cls.declare(pixels=PIXELS_ALL, holds_frames=config.requests == "async", serves_streams=True,
+                           isolation="it holds frames past process() (asynchronous requests)")
 
     def resources(self) -> list[str]:
         return [f"loads model {self.config.blob or self.config.model}"]

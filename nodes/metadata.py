@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import Field
 
 from flowpipe.frame import Frame
-from flowpipe.node import PIXELS_ALL, Node, NodeConfig, RunContext
+from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
 from flowpipe.registry import register
 
 log = logging.getLogger("flowpipe.metadata")
@@ -44,7 +44,6 @@ class JsonLines(Node):
     """
 
     inputs = {"detections": "detections"}
-    pixels = PIXELS_ALL  # never reads the pixels
 
     class Config(NodeConfig):
         path: str = Field(description="output file, or '-' for standard output")
@@ -95,7 +94,6 @@ class Mqtt(Node):
     """
 
     inputs = {"detections": "detections"}
-    pixels = PIXELS_ALL  # never reads the pixels
 
     class Config(NodeConfig):
         host: str = "127.0.0.1"

@@ -32,7 +32,7 @@ from flowpipe.accel.opencl import ClDevice, wait_event
 from flowpipe.contracts import Allocation, Offer, Request, TensorSpec
 from flowpipe.frame import Frame
 from flowpipe.memory import BatchSlots, Lease, Slot
-from flowpipe.node import PIXELS_ALL, Node, NodeConfig, RunContext
+from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
 from flowpipe.registry import register
 
 log = logging.getLogger("flowpipe.preprocess")
@@ -179,13 +179,15 @@ class Preprocess(Node):
           inputs: {frame: decode.frame}
     """
 
-    parallel_streams = True
-
     inputs = {"frame": "frame"}
-    pixels = PIXELS_ALL
     outputs = {"tensor": "tensor"}
-    isolation_refused = "it writes into memory resolved with its consumer in the runner's process " \
-                        "(batch slots, device buffers)"
+
+    @classmethod
+    def contract(cls, config: NodeConfig) -> NodeContract:
+        # reads every pixel format itself (the kernel converts); its state is per stream
+        return cls.declare(pixels=PIXELS_ALL, one_worker=None,
+                           isolation="it writes into memory resolved with its consumer in the runner's process "
+                                     "(batch slots, device buffers)")
 
     class Config(NodeConfig):
         size: tuple[int, int] = Field((224, 224), description="tensor width, height")

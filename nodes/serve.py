@@ -12,7 +12,7 @@ import cv2
 from pydantic import Field
 
 from flowpipe.frame import Frame
-from flowpipe.node import PIXELS_ALL, Node, NodeConfig, RunContext
+from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
 from flowpipe.registry import register
 
 log = logging.getLogger("flowpipe.serve")
@@ -107,8 +107,11 @@ class MjpegPreview(Node):
     """
 
     inputs = {"frame": "frame"}
-    pixels = PIXELS_ALL
-    sharding_refused = "one port serves every stream, and each shard process would bind its own"
+
+    @classmethod
+    def contract(cls, config: NodeConfig) -> NodeContract:
+        return cls.declare(pixels=PIXELS_ALL,
+                           sharding="one port serves every stream, and each shard process would bind its own")
 
     class Config(NodeConfig):
         host: str = Field("127.0.0.1", description="bind address; 0.0.0.0 exposes the video to the network")
@@ -173,9 +176,13 @@ class Prometheus(Node):
     """
 
     inputs = {"frame": "any"}
-    pixels = PIXELS_ALL
-    isolation_refused = "it serves the statistics of the run in the runner's process"
-    sharding_refused = "one endpoint serves the whole run, and each shard process has only its own statistics"
+
+    @classmethod
+    def contract(cls, config: NodeConfig) -> NodeContract:
+        return cls.declare(pixels=PIXELS_ALL,
+                           isolation="it serves the statistics of the run in the runner's process",
+                           sharding="one endpoint serves the whole run, and each shard process has only its own "
+                                    "statistics")
 
     class Config(NodeConfig):
         host: str = Field("127.0.0.1", description="bind address")
@@ -239,9 +246,11 @@ class Preview(Node):
     Never fails a frame: a picture that cannot be encoded is skipped."""
 
     inputs = {"frame": "frame"}
-    pixels = PIXELS_ALL
-    parallel_streams = True
-    isolation_refused = "the service reads its pictures in the process that runs the graph"
+
+    @classmethod
+    def contract(cls, config: NodeConfig) -> NodeContract:
+        return cls.declare(pixels=PIXELS_ALL, one_worker=None,
+                           isolation="the service reads its pictures in the process that runs the graph")
 
     class Config(NodeConfig):
         max_fps: float = Field(5.0, gt=0, le=60)

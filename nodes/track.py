@@ -5,18 +5,15 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from pydantic import Field
 
 from flowpipe.errors import FrameError
 from flowpipe.frame import Detection, Frame
-from flowpipe.node import PIXELS_ALL, Node, NodeConfig, RunContext
+from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
 from flowpipe.registry import register
-
-if TYPE_CHECKING:
-    from flowpipe.graph import GraphSpec, NodeSpec
 
 
 def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -164,10 +161,7 @@ class Tracker(Node):
           inputs: {detections: faces.detections}
     """
 
-    parallel_streams = True
-
     inputs = {"detections": "detections"}
-    pixels = PIXELS_ALL  # never reads the pixels
     outputs = {"detections": "detections"}
 
     class Config(NodeConfig):
@@ -223,19 +217,14 @@ class Tracker(Node):
 
     config: Config
 
-    def holding(self) -> bool:
-        return self.config.lookahead > 0  # without a lookahead every frame goes on from process
-
     @classmethod
-    def check_wiring(cls, spec: NodeSpec, graph: GraphSpec) -> list[str]:
-        if not (isinstance(spec.config, cls.Config) and spec.config.lookahead):
-            return []
-        if spec.workers > 1:
-            return ["workers: a tracker with a lookahead keeps each stream's frames in order on one worker; "
-                    f"expected 1, got {spec.workers}"]
-        if spec.isolation == "process":
-            return ["isolation: a tracker with a lookahead holds frames past process(); expected thread"]
-        return []
+    def contract(cls, config: NodeConfig) -> NodeContract:
+        assert isinstance(config, cls.Config)
+        if not config.lookahead:  # every frame goes on from process; tracks are per stream
+            return cls.declare(pixels=PIXELS_ALL, one_worker=None)
+        return cls.declare(pixels=PIXELS_ALL, holds_frames=True,
+                           one_worker="a tracker with a lookahead keeps each stream's frames in order on one worker",
+                           isolation="a tracker with a lookahead holds frames past process()")
 
     def open(self, ctx: RunContext) -> None:
         self.tracks: dict[str, list[_Track]] = {}

@@ -24,7 +24,7 @@ from flowpipe.accel import Devices
 from flowpipe.contracts import Offer
 from flowpipe.frame import Frame, FrameRef
 from flowpipe.memory import BufferPool
-from flowpipe.node import Node, NodeConfig, RunContext, Source
+from flowpipe.node import Node, NodeConfig, NodeContract, RunContext, Source
 from flowpipe.registry import register
 from flowpipe.runtime.settings import usable_cores
 
@@ -489,8 +489,6 @@ class VideoWriter(Node):
           inputs: {frame: blur.frame}
     """
 
-    parallel_streams = True
-
     inputs = {"frame": "frame"}
     outputs = {"frame": "any"}  # what came in, detections and all
 
@@ -515,8 +513,11 @@ class VideoWriter(Node):
 
     config: Config
 
-    def pixel_formats(self) -> frozenset[str]:
-        return frozenset({"BGR"}) if self.config.fourcc else frozenset({"BGR", "NV12", "I420"})
+    @classmethod
+    def contract(cls, config: NodeConfig) -> NodeContract:
+        assert isinstance(config, cls.Config)
+        return cls.declare(pixels=frozenset({"BGR"}) if config.fourcc else frozenset({"BGR", "NV12", "I420"}),
+                           one_worker=None)  # its writers are per stream, under a lock
 
     def resources(self) -> list[str]:
         c = self.config

@@ -241,7 +241,7 @@ def test_batch_slots_fill_seal_and_return_their_buffer_when_the_last_frame_ends(
     assert b.index == 0 and b.batch is not a[0].batch
     for s in a:
         s.release()
-    assert len(slots.pool._free) == 1  # the first buffer is back once all three frames ended
+    assert slots.pool.count - slots.pool.in_use == 1  # the first buffer is back once all three frames ended
     slots.seal(b.batch)  # a partial batch sent on timeout: no more slots from it
     slots.seal(b.batch)
     c = slots.take()
@@ -249,7 +249,7 @@ def test_batch_slots_fill_seal_and_return_their_buffer_when_the_last_frame_ends(
     b.release()
     c.release()
     slots.seal(c.batch)  # sealed with no frame left: back at once, and only once
-    assert len(slots.pool._free) == 2
+    assert slots.pool.count - slots.pool.in_use == 2
 
 
 def test_batch_slots_are_shared_safely_by_several_writers() -> None:

@@ -257,6 +257,10 @@ class ClCalls:
         if code != 0:
             raise RuntimeError(f"clEnqueueWriteBuffer failed with OpenCL error {code}")
 
+    def release(self, handle: int) -> None:
+        """An event's handle is no longer needed (``RawEvent`` lets go of its own)."""
+        self._release(handle)
+
     def flush(self, queue: Any) -> None:
         code = self._flush(queue.int_ptr)
         if code != 0:
@@ -283,7 +287,7 @@ class RawEvent:
 
     def __del__(self) -> None:
         if self.handle:
-            self._calls._release(self.handle)
+            self._calls.release(self.handle)
             self.handle = 0
 
 

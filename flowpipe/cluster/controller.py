@@ -64,22 +64,23 @@ def cause_of(e: Any) -> Exception:
 
 
 def _kv() -> Any:
-    from ray.experimental import internal_kv  # the store Ray Serve's controller keeps its checkpoints in
+    # the store Ray Serve's controller keeps its checkpoints in; Ray names its calls with a leading underscore
+    from ray.experimental import internal_kv
 
     return internal_kv
 
 
 def save_state(name: str, state: dict[str, Any]) -> None:
-    _kv()._internal_kv_put(f"{name}/state", pickle.dumps(state), namespace=NAMESPACE)
+    _kv()._internal_kv_put(f"{name}/state", pickle.dumps(state), namespace=NAMESPACE)  # noqa: SLF001 - Ray's API
 
 
 def load_state(name: str) -> dict[str, Any] | None:
-    raw = _kv()._internal_kv_get(f"{name}/state", namespace=NAMESPACE)
+    raw = _kv()._internal_kv_get(f"{name}/state", namespace=NAMESPACE)  # noqa: SLF001 - Ray's API
     return pickle.loads(raw) if raw else None  # noqa: S301 - written by this run's controller
 
 
 def drop_state(name: str) -> None:
-    _kv()._internal_kv_del(f"{name}/", del_by_prefix=True, namespace=NAMESPACE)
+    _kv()._internal_kv_del(f"{name}/", del_by_prefix=True, namespace=NAMESPACE)  # noqa: SLF001 - Ray's API
 
 
 def hosts_of(ray: Any) -> list[Host]:

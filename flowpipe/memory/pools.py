@@ -36,7 +36,7 @@ class Lease:
         self.ready = None
         pool, self._pool = self._pool, None
         if pool is not None:
-            pool._give_back(self.buffer)
+            pool.give_back(self.buffer)
 
 
 class BufferPool:
@@ -78,7 +78,8 @@ class BufferPool:
         with self._cond:
             return self.count - len(self._free)
 
-    def _give_back(self, buf: Any) -> None:
+    def give_back(self, buf: Any) -> None:
+        """A leased buffer is free again (``Lease.release``)."""
         with self._cond:
             self._free.append(buf)
             self._cond.notify()
@@ -130,6 +131,14 @@ class BatchSlots:
         if last:
             b.lease.release()
 
+    def unref(self, b: _BatchBuffer) -> None:
+        """A frame holding one of ``b``'s slots ended: ``b`` goes back to its pool with the last, once sealed."""
+        with self._lock:
+            b.refs -= 1
+            last = b.refs == 0 and b.sealed
+        if last:
+            b.lease.release()
+
     def close(self) -> None:
         self.pool.close()
 
@@ -165,12 +174,7 @@ class Slot:
 
     def release(self) -> None:
         b, self.ready = self.batch, None
-        owner = b.owner
-        with owner._lock:
-            b.refs -= 1
-            last = b.refs == 0 and b.sealed
-        if last:
-            b.lease.release()
+        b.owner.unref(b)
 
 
 class SharedLease:

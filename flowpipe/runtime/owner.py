@@ -30,7 +30,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 from typing import Any, ClassVar
 
@@ -419,22 +419,17 @@ class OwnerProcess:
 class OwnerClient(Node):
     """Takes an owned node's place in a shard: sends frames to the device owner, gets them back in order."""
 
-    holds_frames = True
     WINDOW: ClassVar[tuple[int, int]] = (2, 16)  # frames a shard may have at the owner per node, at least/most
 
     def __init__(self, spec: NodeSpec, link: OwnerLink):
         super().__init__(spec.id, spec.config)
         self.spec, self.link = spec, link
-        self.inputs = dict(spec.cls.inputs)  # type: ignore[misc]
-        self.outputs = dict(spec.cls.outputs)  # type: ignore[misc]
-        self.in_port = next(iter(self.inputs))
+        self.in_port = next(iter(spec.contract.inputs))
         self.max_held = self.window = self.WINDOW[1]  # until the owner says what keeps it busy (open)
-        self.takes = spec.make().pixel_formats()  # what the node it stands for takes (configured, not opened)
-
-    def pixel_formats(self) -> frozenset[str]:
-        """The owned node's pixel formats: a shard decodes as it would with the node in it (an inference node
-        takes any, so the sources keep YUV rather than making BGR for nobody)."""
-        return self.takes
+        # the owned node's contract, holding frames (they are at the owner until they come back): a shard
+        # decodes as it would with the node in it (an inference node takes any pixel format, so the sources
+        # keep YUV rather than making BGR for nobody)
+        self.declared = replace(spec.contract, holds_frames=True)
 
     def request(self, port: str, offer: Offer, outputs: Any, devices: Any) -> Request:
         placement = self.link.placements.get(self.id, "host")

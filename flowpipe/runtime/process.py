@@ -239,6 +239,7 @@ class ProcessNode(Node):
 
     def __init__(self, spec: NodeSpec, plugins: list[str], plugin_dir: str | None):
         super().__init__(spec.id, spec.config)
+        self.declared = spec.contract  # what it stands in for declares
         self.spec = spec
         self.plugins, self.plugin_dir = plugins, plugin_dir
         self.restarts_left = spec.restarts if spec.on_error == "restart" else 0
