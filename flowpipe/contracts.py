@@ -8,7 +8,7 @@ Before any node opens, the runner resolves every edge once (``flowpipe.runtime.n
    device's OpenCL context, DMA-BUF, page-locked frames for a discrete GPU, batch slots of N);
 3. per output port, an ``Allocation`` built from the merged requests of its consumers.
 
-Nodes that forward packets untouched (``Node.forwards``) pass offers down and requests up, so a
+Nodes that forward packets untouched (``NodeContract.forwards``) pass offers down and requests up, so a
 passthrough between a preprocess and an inference keeps zero copy and remote binding. No node reads
 another node's spec, config or stats: what it learns of its neighbours is in these records.
 """

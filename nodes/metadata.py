@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import Field
 
 from flowpipe.frame import Frame
-from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
+from flowpipe.node import Node, NodeConfig, RunContext
 from flowpipe.registry import register
 
 log = logging.getLogger("flowpipe.metadata")

@@ -11,6 +11,7 @@ from typing import Any
 from flowpipe.nodes.inference import Inference
 
 from flowpipe import Frame, Node, NodeConfig, register
+from flowpipe.node import NodeContract
 
 EVENTS: list[str] = []
 _lock = threading.Lock()
@@ -56,7 +57,10 @@ class InPlace(Node):
 
     inputs = {"in": "frame"}
     outputs = {"out": "frame"}
-    writes_input = True
+
+    @classmethod
+    def contract(cls, config: NodeConfig) -> NodeContract:
+        return cls.declare(writes_input=True)
 
     def process(self, frame: Frame, port: str) -> Frame:
         frame.data[...] = 255
@@ -137,9 +141,12 @@ class Reopen(Node):
     """A node whose instance must not be used while closed: counts frames that reach it then
     (``closed_hits``), fails the frames listed in ``fail_on`` once each."""
 
-    parallel_streams = True
     inputs = {"in": "any"}
     outputs = {"out": "any"}
+
+    @classmethod
+    def contract(cls, config: NodeConfig) -> NodeContract:
+        return cls.declare(one_worker=None)
 
     class Config(NodeConfig):
         fail_on: list[int] = []
@@ -175,7 +182,10 @@ class OneFace(Node):
 
     inputs = {"frame": "frame"}
     outputs = {"detections": "detections"}
-    parallel_streams = True
+
+    @classmethod
+    def contract(cls, config: NodeConfig) -> NodeContract:
+        return cls.declare(one_worker=None)
 
     def process(self, frame: Frame, port: str) -> Frame:
         from flowpipe.frame import Detection

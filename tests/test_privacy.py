@@ -106,7 +106,7 @@ def test_frames_waiting_for_a_lookahead_go_on_when_their_stream_stalls() -> None
     with Harness(node) as h:
         woken: list[float] = []
         node.wake = lambda: woken.append(time.monotonic())
-        assert node.holding()
+        assert node.declared.holds_frames
         t0 = time.monotonic()
         assert all(node.process(f, "detections") == [] for f in frames)
         assert node.poll() == []  # not due yet

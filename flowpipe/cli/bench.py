@@ -99,7 +99,7 @@ def bench_graph(path: str, sets: list[str] | None = None, frames: int = 300, war
 
     return {
         "graph": str(path), "streams": streams, "processes": n_proc,
-        "device_owner": bool(n_proc > 1 and spec.device_owner and any(s.cls.serves_streams for s in spec.nodes)),
+        "device_owner": bool(n_proc > 1 and spec.device_owner and any(s.contract.serves_streams for s in spec.nodes)),
         "frames": res.frames, "warmup": warmup,
         "fps": _round(_window_fps(times, warmup * streams)),
         "per_stream_fps": {s: _round(_window_fps(ts, warmup)) for s, ts in sorted(by_stream.items())},

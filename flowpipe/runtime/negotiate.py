@@ -61,8 +61,8 @@ def resolve(spec: GraphSpec, nodes: dict[str, Node], devices: Devices,
         if spec.whole is not None and inputs:  # a shard: pictures of the whole graph's sources, so all agree
             picture = _whole_picture(spec.whole, s.id, nodes, devices, pictures)
             inputs = {port: replace(o, picture=picture) for port, o in inputs.items()}
-        for port in s.cls.outputs:
-            src = node.forwards.get(port)
+        for port in s.contract.outputs:
+            src = node.declared.forwards.get(port)
             if src is not None:
                 out.offers[(s.id, port)] = inputs.get(src) or Offer(s.id, port)
             else:
@@ -72,16 +72,16 @@ def resolve(spec: GraphSpec, nodes: dict[str, Node], devices: Devices,
     for s in reversed(order):  # requests flow backward
         node = nodes[s.id]
         outputs: dict[str, Allocation] = {}
-        for port in s.cls.outputs:
+        for port in s.contract.outputs:
             consumers = [(v, in_port) for p, v, in_port in spec.consumers(s.id) if p == port]
             req = merged[(s.id, port)] = _merge([requests[c] for c in consumers])
-            if port in node.forwards:
+            if port in node.declared.forwards:
                 continue  # the producer upstream allocates what this node passes on
             alloc = _allocate(out.offers[(s.id, port)], req, devices, in_flight)
             alloc.consumers = [v for v, _ in consumers]
             out.allocations[(s.id, port)] = outputs[port] = alloc
         for port, refs in s.inputs.items():
-            fwd = next((o for o, i in node.forwards.items() if i == port), None)
+            fwd = next((o for o, i in node.declared.forwards.items() if i == port), None)
             offer = out.offers[refs[0]]
             requests[(s.id, port)] = merged[(s.id, fwd)] if fwd is not None else \
                 _declared(s, node.request, port, offer, outputs, devices)
@@ -99,9 +99,9 @@ def _pixels(spec: GraphSpec, nodes: dict[str, Node], out: Contracts) -> None:
     node with their pixels, so it is all of them, not only the first), and which nodes narrow them."""
     takes: dict[str, tuple[frozenset[str], dict[str, frozenset[str]]]] = {}
     for s in reversed(spec.topo_order()):
-        mine = nodes[s.id].pixel_formats() if s.inputs else PIXELS_ALL
+        mine = nodes[s.id].declared.pixels if s.inputs else PIXELS_ALL
         after, narrow = PIXELS_ALL, {} if mine == PIXELS_ALL else {f"{s.id} ({s.type})": mine}
-        for port in s.cls.outputs:
+        for port in s.contract.outputs:
             below, by = PIXELS_ALL, {}
             for p, v, _ in spec.consumers(s.id):
                 if p == port:
@@ -144,7 +144,7 @@ def _whole_picture(whole: GraphSpec, node_id: str, nodes: dict[str, Node], devic
             continue
         if src.id not in known:
             node = nodes.get(src.id) or src.make()
-            known[src.id] = _declared(src, node.offer, next(iter(src.cls.outputs)), {}, devices).picture
+            known[src.id] = _declared(src, node.offer, next(iter(src.contract.outputs)), {}, devices).picture
         sizes.append(known[src.id])
     return _largest(sizes)
 

@@ -25,7 +25,7 @@ from ..contracts import Allocation, InputContract
 from ..errors import FrameError
 from ..frame import Frame
 from ..graph import NodeSpec
-from ..node import Node, RunContext, isolation_refusal
+from ..node import Node, RunContext
 
 log = logging.getLogger("flowpipe.process")
 MAX_FDS = 64
@@ -327,7 +327,7 @@ class _WorkerDiedError(RuntimeError):
 
 def isolate(spec: NodeSpec, plugins: list[str] | None = None, plugin_dir: str | None = None) -> Node:
     """The stand-in for ``spec``'s node, whose real instance runs in a worker process."""
-    why = isolation_refusal(spec.cls)
+    why = spec.contract.isolation_refused
     if why is not None:
         raise ValueError(f"isolation: process is not available for {spec.type}: {why}")
     return ProcessNode(spec, plugins or [], plugin_dir)

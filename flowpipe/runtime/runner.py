@@ -258,7 +258,7 @@ class Runner:
         ``on_error`` for a stream added to the running graph: its failure is its own, not the run's."""
         ledgers.bind(self.state.ledger)
         st = self.stats[spec.id]
-        port = next(iter(spec.cls.outputs), None)
+        port = next(iter(spec.contract.outputs), None)
         start = self.share.resume.start
         ctx = self.contexts[spec.id]
         try:
@@ -311,8 +311,8 @@ class Runner:
         ledgers.bind(self.state.ledger)
         st = self.stats[spec.id]
         eos = 0
-        default_port = next(iter(spec.cls.outputs), None)
-        held = node.holding()
+        default_port = next(iter(spec.contract.outputs), None)
+        held = node.declared.holds_frames
         gate = self.gates.get(spec.id)
         while True:
             batch = ch.get_batch()
@@ -350,7 +350,7 @@ class Runner:
     def _inline(self, spec: NodeSpec, node: Node) -> Callable[[Any], None]:
         """What ``Inline.put`` does for ``node``: the frame through it, or an end of stream counted."""
         st = self.stats[spec.id]
-        default_port = next(iter(spec.cls.outputs), None)
+        default_port = next(iter(spec.contract.outputs), None)
         eos = [0]
 
         def handle(item: Any) -> None:
@@ -371,13 +371,14 @@ class Runner:
         if self.abort_event.is_set():
             frame.end("failed")
             return
+        writes = node.declared.writes_input
         t0, c0 = time.perf_counter(), time.thread_time()
         w0, n0 = _nested.wall, _nested.cpu
         if gate is not None:
             gate.enter()
         try:
             with self.state.ledger.on_edge(edge):
-                if spec.cls.writes_input and frame.ref is not None and frame.ref.count > 1 and frame.data is not None:
+                if writes and frame.ref is not None and frame.ref.count > 1 and frame.data is not None:
                     frame = replace(frame, data=ledgers.copy(frame.data), meta=dict(frame.meta))
                 result = node.process(frame, in_port)
                 self._emit(spec.id, result, default_port, held)
@@ -415,7 +416,7 @@ class Runner:
         """Collect what an async node has finished (in order) and send it on; False when it had nothing."""
         try:
             out = node.poll()
-            self._emit(spec.id, out, next(iter(spec.cls.outputs), None), True)
+            self._emit(spec.id, out, next(iter(spec.contract.outputs), None), True)
             return bool(out)
         except Exception as e:  # noqa: BLE001
             self._node_error(spec, st, None, e)
@@ -555,7 +556,7 @@ class Runner:
         """Inboxes and routes, once the nodes are made (whether a node holds frames decides its inbox)."""
         runs_in: dict[str, str] = {}
         for s in order:
-            if s.cls.inputs:
+            if s.contract.inputs:
                 owner = self._runs_in(s, runs_in)
                 if owner is not None:
                     runs_in[s.id] = owner
@@ -567,7 +568,7 @@ class Runner:
                     self.gates[s.id] = _Gate()
                 else:
                     self.channels[s.id] = Channel(s.queue, s.overflow, self._overflow_drop(s.id))
-            self.routes[s.id] = {p: [] for p in s.cls.outputs}
+            self.routes[s.id] = {p: [] for p in s.contract.outputs}
             self._inputs[s.id] = sum(len(v) for v in s.inputs.values())
         for s in order:
             for port, refs in s.inputs.items():
@@ -582,7 +583,7 @@ class Runner:
         edges = [up for refs in s.inputs.values() for up, _ in refs]
         if s.thread != "auto" or s.workers > 1 or s.overflow != "block" or len(edges) != 1:
             return None
-        if self.nodes[s.id].holding() or self.spec.node(edges[0]).workers > 1:
+        if self.nodes[s.id].declared.holds_frames or self.spec.node(edges[0]).workers > 1:
             return None
         return runs_in.get(edges[0], edges[0])
 

@@ -35,7 +35,7 @@ from typing import Any
 
 from ..errors import GraphError
 from ..graph import GraphSpec, NodeSpec
-from ..node import Node, sharding_refusal
+from ..node import Node
 from ..registry import import_plugin
 from .board import StreamBoard
 from .context import Resume, RunHooks, Share
@@ -66,7 +66,7 @@ def resolve_processes(spec: GraphSpec, wanted: int | str | None = None) -> int:
     Never more than there are streams."""
     value = wanted if wanted is not None else spec.processes
     n = auto_processes(spec) if value == "auto" else int(value)
-    refused = [(s, sharding_refusal(s.cls)) for s in spec.nodes if sharding_refusal(s.cls)]
+    refused = [(s, s.contract.sharding) for s in spec.nodes if s.contract.sharding]
     if n > 1 and refused:
         s, why = refused[0]
         raise GraphError(f"{spec.file}: node '{s.id}' ({s.type}): processes: {n} is not available with "
@@ -256,7 +256,7 @@ class ShardedRun:
     # run ------------------------------------------------------------------------------------------------
     def run(self) -> ShardedResult:
         t0 = time.perf_counter()
-        owned = [s for s in self.spec.nodes if s.cls.serves_streams] if self.spec.device_owner else []
+        owned = [s for s in self.spec.nodes if s.contract.serves_streams] if self.spec.device_owner else []
         workdir = tempfile.mkdtemp(prefix="flowpipe-run-")
         try:
             if owned:

@@ -1,0 +1,174 @@
+"""Reading graph files: the safe YAML loader that keeps line numbers, size limits, ``${params.X}`` and
+``${env:X}`` interpolation, and ``--set NAME=VALUE`` overrides."""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import Diagnostic, GraphError
+
+MAX_YAML_BYTES = 1 << 20
+MAX_EXPANDED_NODES = 100_000
+_VAR_RE = re.compile(r"\$\{(?:params\.(?P<param>[A-Za-z_]\w*)|env:(?P<env>[A-Za-z_]\w*)(?::-(?P<default>[^}]*))?)\}")
+
+
+class LineDict(dict):
+    """A mapping that remembers the line of itself and of each key."""
+
+    def __init__(self, *args: Any, **kw: Any):
+        super().__init__(*args, **kw)
+        self.line: int = 0
+        self.key_lines: dict[Any, int] = {}
+
+
+class LineList(list):
+    def __init__(self, *args: Any):
+        super().__init__(*args)
+        self.line: int = 0
+        self.item_lines: list[int] = []
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that keeps line numbers (only plain data types are ever constructed)."""
+
+    def construct_mapping(self, node, deep=False):  # type: ignore[override]
+        self.flatten_mapping(node)
+        out = LineDict()
+        out.line = node.start_mark.line + 1
+        out.key_lines = {}
+        for key_node, value_node in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                hash(key)
+            except TypeError:
+                raise yaml.constructor.ConstructorError(None, None, "unhashable mapping key",
+                                                        key_node.start_mark) from None
+            out[key] = self.construct_object(value_node, deep=True)
+            out.key_lines[key] = key_node.start_mark.line + 1
+        return out
+
+    def construct_sequence(self, node, deep=False):  # type: ignore[override]
+        out = LineList(self.construct_object(child, deep=True) for child in node.value)
+        out.line = node.start_mark.line + 1
+        out.item_lines = [child.start_mark.line + 1 for child in node.value]
+        return out
+
+
+_Loader.add_constructor("tag:yaml.org,2002:map", _Loader.construct_mapping)
+_Loader.add_constructor("tag:yaml.org,2002:seq", _Loader.construct_sequence)
+
+
+def parse_sets(items: list[str] | None) -> dict[str, Any]:
+    """``--set NAME=VALUE`` pairs; VALUE is read as a YAML scalar (``30`` -> int, ``true`` -> bool)."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise GraphError(f"--set {item!r}: expected NAME=VALUE")
+        try:
+            out[name.strip()] = yaml.safe_load(value) if value else ""
+        except yaml.YAMLError:
+            out[name.strip()] = value
+    return out
+
+
+def _read(path: str | Path, fname: str) -> str:
+    """The graph file's text, refused past ``MAX_YAML_BYTES`` or where it cannot be read as UTF-8."""
+    try:
+        if os.path.getsize(path) > MAX_YAML_BYTES:
+            raise GraphError(Diagnostic(f"file is larger than {MAX_YAML_BYTES} bytes", fname))
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise GraphError(Diagnostic(f"cannot read graph: {e.__class__.__name__}: {e}", fname)) from None
+
+
+def _parse(text: str, fname: str) -> Any:
+    """Phase 1, parse: one YAML document through the safe loader, every mapping and list keeping its lines."""
+    if len(text) > MAX_YAML_BYTES:
+        raise GraphError(Diagnostic(f"document is larger than {MAX_YAML_BYTES} bytes", fname))
+    try:
+        docs = list(yaml.load_all(text, Loader=_Loader))
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        line = mark.line + 1 if mark else None
+        what = " ".join(str(x) for x in (e.context, e.problem) if x)
+        raise GraphError(Diagnostic(f"YAML error: {what}", fname, line)) from None
+    except (yaml.YAMLError, RecursionError, ValueError) as e:
+        raise GraphError(Diagnostic(f"YAML error: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
+                                    fname)) from None
+    if len(docs) != 1:
+        raise GraphError(Diagnostic(f"expected exactly one YAML document, got {len(docs)}", fname, 1))
+    _check_size(docs[0], fname)
+    return docs[0]
+
+
+def _check_size(doc: Any, fname: str) -> None:
+    """Aliases share objects; count the expanded tree so an alias bomb is rejected, not walked forever."""
+    seen, stack = 0, [doc]
+    while stack:
+        item = stack.pop()
+        seen += 1
+        if seen > MAX_EXPANDED_NODES:
+            raise GraphError(Diagnostic(f"document expands to more than {MAX_EXPANDED_NODES} values "
+                                        "(YAML aliases?)", fname))
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+def _line(obj: Any, key: Any = None) -> int | None:
+    """The line of ``obj`` (a LineDict or LineList), or of its key or item ``key``; None for plain values."""
+    if isinstance(obj, LineDict):
+        return obj.key_lines.get(key, obj.line) if key is not None else obj.line
+    if isinstance(obj, LineList):
+        if isinstance(key, int) and 0 <= key < len(obj.item_lines):
+            return obj.item_lines[key]
+        return obj.line
+    return None
+
+
+def _type_name(v: Any) -> str:
+    """What a value is, in the words of the errors ("mapping", "list", "string", ...)."""
+    return {dict: "mapping", LineDict: "mapping", list: "list", LineList: "list", str: "string",
+            int: "integer", float: "number", bool: "boolean", type(None): "null"}.get(type(v), type(v).__name__)
+
+
+def _interpolate(value: Any, params: dict[str, Any], where: tuple[str, int | None], errors: list[Diagnostic],
+                 node: tuple[str | None, str | None] = (None, None)) -> Any:
+    """``value`` with ``${params.X}`` and ``${env:X[:-default]}`` replaced, lines kept; an unknown parameter
+    is an error appended to ``errors``."""
+    fname, line = where
+    if isinstance(value, LineDict):
+        out = LineDict()
+        out.line, out.key_lines = value.line, value.key_lines
+        for k, v in value.items():
+            out[k] = _interpolate(v, params, (fname, value.key_lines.get(k, line)), errors, node)
+        return out
+    if isinstance(value, LineList):
+        out_l = LineList(_interpolate(v, params, (fname, ln), errors, node)
+                         for v, ln in zip(value, value.item_lines))
+        out_l.line, out_l.item_lines = value.line, value.item_lines
+        return out_l
+    if not isinstance(value, str) or "${" not in value:
+        return value
+
+    def resolve(m: re.Match) -> Any:
+        if m.group("param"):
+            name = m.group("param")
+            if name not in params:
+                known = ", ".join(sorted(params)) or "none"
+                errors.append(Diagnostic(f"unknown parameter '${{params.{name}}}': known params: {known}",
+                                         fname, line, *node))
+                return ""
+            return params[name]
+        return os.environ.get(m.group("env"), m.group("default") if m.group("default") is not None else "")
+
+    full = _VAR_RE.fullmatch(value)
+    if full:
+        return resolve(full)
+    return _VAR_RE.sub(lambda m: str(resolve(m)), value)

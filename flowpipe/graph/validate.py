@@ -1,0 +1,408 @@
+"""Validation in named phases, run in order by ``validate``; none touches a device.
+
+1. parse (``load._parse``): one YAML document through the safe loader, line numbers kept
+2. graph keys: top-level keys, params and ``--set``, plugins, processes, prefetch, cluster, device_owner, nodes
+3. params: ``${params.X}`` and ``${env:X}`` in the nodes
+4. plugins: the graph's plugin modules imported (they register node types)
+5. nodes, each through: schema and type lookup (known types, the closest name suggested) -> engine keys and
+   the rules on them (workers, isolation) -> config (the type's pydantic model; unknown keys are errors)
+   -> template
+6. wiring: ports, port kinds, unconnected inputs; then cycles
+7. engine rules: each node type's own wiring checks, sharding over processes
+
+Each phase reports every problem it finds, one line each (file:line, node id and type, expected vs got), and
+later phases run only on a clean result. Within the node phases a node's problems stay together, nodes in
+graph order, and a problem that stops a node (a bad id, an unknown type, a bad config) ends its checks.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import networkx as nx
+from pydantic import ValidationError
+
+from ..errors import Diagnostic, GraphError
+from ..node import Node, Source, kinds_compatible
+from ..registry import import_plugin, lookup
+from .load import LineDict, _interpolate, _line, _type_name
+from .spec import ENGINE_KEYS, NODE_KEYS, TOP_KEYS, ClusterKeys, EngineKeys, GraphSpec, NodeSpec
+
+_ID_RE = re.compile(r"^[A-Za-z_][\w-]*$")
+
+
+def _raise_if(errors: list[Diagnostic]) -> None:
+    if errors:
+        raise GraphError(errors)
+
+
+@dataclass
+class _Graph:
+    """What the graph keys phase read off the top level."""
+
+    params: dict[str, Any]
+    plugins: list[str]
+    processes: int | str
+    prefetch: int
+    cluster: ClusterKeys | None
+    device_owner: bool
+    nodes: Any
+
+
+def validate(doc: Any, fname: str, overrides: dict[str, Any]) -> GraphSpec:
+    """A parsed graph document through every phase after parsing, in order; the GraphSpec it describes."""
+    top = _graph_keys(doc, fname, overrides)
+    nodes_raw = _params(top, doc, fname)
+    plugin_dir = _plugins(top.plugins, doc, fname)
+    specs, raw_inputs = _nodes(nodes_raw, fname)
+    dag = _wiring(specs, raw_inputs, fname)
+    _acyclic(dag, specs, fname)
+    spec = GraphSpec(fname, specs, top.params, list(top.plugins), plugin_dir, dag, top.processes, top.device_owner,
+                     top.prefetch, top.cluster)
+    _engine_rules(spec)
+    return spec
+
+
+# 2. graph keys ----------------------------------------------------------------------------------------------
+
+def _graph_keys(doc: Any, fname: str, overrides: dict[str, Any]) -> _Graph:
+    """Phase 2, graph keys: a mapping of known top-level keys, each of the right shape; ``--set`` names only
+    params the graph declares; ``nodes`` a non-empty list."""
+    errors: list[Diagnostic] = []
+    if not isinstance(doc, dict):
+        raise GraphError(Diagnostic(f"graph: expected a mapping with 'nodes', got {_type_name(doc)}", fname, 1))
+    for key in doc:
+        if key not in TOP_KEYS:
+            errors.append(Diagnostic(f"unknown top-level key '{key}': expected one of {', '.join(sorted(TOP_KEYS))}",
+                                     fname, _line(doc, key)))
+    params = _param_values(doc, fname, overrides, errors)
+    plugins = doc.get("plugins") or []
+    if not isinstance(plugins, list) or not all(isinstance(p, str) for p in plugins):
+        errors.append(Diagnostic("plugins: expected a list of module names", fname, _line(doc, "plugins")))
+        plugins = []
+    processes = doc.get("processes", 1)
+    if processes != "auto" and (isinstance(processes, bool) or not isinstance(processes, int)
+                                or not 1 <= processes <= 256):
+        errors.append(Diagnostic(f"processes: expected an integer 1..256 or 'auto', got {processes!r}", fname,
+                                 _line(doc, "processes")))
+        processes = 1
+    prefetch = doc.get("prefetch", 1)
+    if isinstance(prefetch, bool) or not isinstance(prefetch, int) or not 0 <= prefetch <= 64:
+        errors.append(Diagnostic(f"prefetch: expected an integer 0..64, got {prefetch!r}", fname,
+                                 _line(doc, "prefetch")))
+        prefetch = 1
+    cluster = None
+    if doc.get("cluster") is not None:
+        try:
+            cluster = ClusterKeys.model_validate(doc["cluster"])
+        except ValidationError as e:
+            err = e.errors()[0]
+            at = ".".join(str(x) for x in err["loc"])
+            errors.append(Diagnostic(f"cluster.{at}: {err['msg']}", fname, _line(doc, "cluster")))
+    device_owner = doc.get("device_owner", True)
+    if not isinstance(device_owner, bool):
+        errors.append(Diagnostic(f"device_owner: expected true or false, got {device_owner!r}", fname,
+                                 _line(doc, "device_owner")))
+        device_owner = True
+    nodes_raw = doc.get("nodes")
+    if not isinstance(nodes_raw, list) or not nodes_raw:
+        errors.append(Diagnostic(f"nodes: expected a non-empty list of nodes, got {_type_name(nodes_raw)}",
+                                 fname, _line(doc, "nodes") or 1))
+    _raise_if(errors)
+    return _Graph(params, plugins, processes, prefetch, cluster, device_owner, nodes_raw)
+
+
+def _param_values(doc: Any, fname: str, overrides: dict[str, Any], errors: list[Diagnostic]) -> dict[str, Any]:
+    """The ``params:`` mapping (``${env:X}`` resolved in its values), ``--set`` overrides applied."""
+    raw_params = doc.get("params") or LineDict()
+    if not isinstance(raw_params, dict):
+        errors.append(Diagnostic(f"params: expected a mapping, got {_type_name(raw_params)}", fname,
+                                 _line(doc, "params")))
+        raw_params = LineDict()
+    params: dict[str, Any] = {}
+    for k, v in raw_params.items():
+        params[str(k)] = _interpolate(v, {}, (fname, _line(raw_params, k)), errors)
+    for k, v in overrides.items():
+        if k not in params:
+            errors.append(Diagnostic(f"--set {k}: no such parameter; known params: "
+                                     f"{', '.join(sorted(params)) or 'none'}", fname, _line(doc, "params")))
+        params[k] = v
+    return params
+
+
+# 3. params, 4. plugins ----------------------------------------------------------------------------------------
+
+def _params(top: _Graph, doc: Any, fname: str) -> Any:
+    """Phase 3, params: the node list with ``${params.X}`` and ``${env:X}`` replaced; an unknown param is an error."""
+    errors: list[Diagnostic] = []
+    nodes_raw = _interpolate(top.nodes, top.params, (fname, _line(doc, "nodes")), errors)
+    _raise_if(errors)
+    return nodes_raw
+
+
+def _plugins(plugins: list[str], doc: Any, fname: str) -> str | None:
+    """Phase 4, plugins: import the graph's plugin modules (from beside the graph file first) so the node
+    types they register can be looked up. Returns the graph file's folder, where plugins may sit."""
+    errors: list[Diagnostic] = []
+    plugin_dir = os.path.dirname(os.path.abspath(fname)) if os.path.isfile(fname) else None
+    for mod in plugins:
+        try:
+            import_plugin(mod, plugin_dir)
+        except Exception as e:  # noqa: BLE001 - any import failure is a config error here
+            errors.append(Diagnostic(f"plugin '{mod}' failed to import: {type(e).__name__}: {e}", fname,
+                                     _line(doc, "plugins")))
+    _raise_if(errors)
+    return plugin_dir
+
+
+# 5. nodes -----------------------------------------------------------------------------------------------------
+
+@dataclass
+class _Draft:
+    """One node on its way through the node phases: its mapping, what the phases found, its problems."""
+
+    index: int
+    raw: Any
+    line: int | None
+    errors: list[Diagnostic] = field(default_factory=list)
+    stopped: bool = False  # a phase found a problem the later ones cannot look past
+    who: tuple[str | None, str | None] = (None, None)  # (id, type) where each is a string, for diagnostics
+    nid: str = ""
+    ntype: str = ""
+    cls: type[Node] = Node
+    eng: EngineKeys = field(default_factory=EngineKeys)
+    workers: int = 1
+    config: Any = None
+
+    def stop(self, diagnostic: Diagnostic) -> None:
+        self.errors.append(diagnostic)
+        self.stopped = True
+
+
+def _nodes(nodes_raw: Any, fname: str) -> tuple[list[NodeSpec], dict[str, Any]]:
+    """Phase 5, nodes: every node through type lookup, engine keys, config and template, in that order.
+    Returns the node specs (inputs not yet wired) and each node's ``(inputs, mapping)`` for wiring."""
+    drafts = [_Draft(i, raw, _line(nodes_raw, i)) for i, raw in enumerate(nodes_raw)]
+    for phase in (_node_types, _node_engine_keys, _node_configs, _node_contracts, _node_templates):
+        phase([d for d in drafts if not d.stopped], fname)
+    _raise_if([e for d in drafts for e in d.errors])
+    specs = [NodeSpec(d.nid, d.ntype, d.cls, d.config, {}, d.eng.on_error, d.eng.queue, d.eng.isolation,
+                      d.eng.restarts, d.line, d.eng.overflow, d.workers, d.eng.template, d.eng.thread)
+             for d in drafts]
+    return specs, {d.nid: (d.raw.get("inputs"), d.raw) for d in drafts}
+
+
+def _node_types(drafts: list[_Draft], fname: str) -> None:
+    """Phase 5a, node schema and type lookup: a mapping of known keys, an id that is a name and unique, and a
+    registered type (for an unknown one, the closest known name)."""
+    seen: dict[str, int | None] = {}
+    for d in drafts:
+        raw = d.raw
+        if not isinstance(raw, dict):
+            d.stop(Diagnostic(f"nodes[{d.index}]: expected a mapping with id and type, got {_type_name(raw)}",
+                              fname, d.line))
+            continue
+        nid, ntype = raw.get("id"), raw.get("type")
+        d.who = (nid if isinstance(nid, str) else None, ntype if isinstance(ntype, str) else None)
+        for key in raw:
+            if key not in NODE_KEYS:
+                d.errors.append(Diagnostic(f"unknown key '{key}': expected one of {', '.join(sorted(NODE_KEYS))}",
+                                           fname, _line(raw, key), *d.who))
+        if not isinstance(nid, str) or not _ID_RE.match(nid):
+            d.stop(Diagnostic(f"id: expected a name like 'decode_1' (letters, digits, _ or -), got {nid!r}",
+                              fname, _line(raw, "id"), *d.who))
+            continue
+        if nid in seen:
+            d.stop(Diagnostic(f"duplicate node id '{nid}' (first defined at line {seen[nid]})",
+                              fname, _line(raw, "id"), *d.who))
+            continue
+        seen[nid] = _line(raw, "id")
+        if not isinstance(ntype, str):
+            d.stop(Diagnostic(f"type: expected a node type name, got {ntype!r}", fname,
+                              _line(raw, "type") if "type" in raw else d.line, nid, None))
+            continue
+        try:
+            d.cls = lookup(ntype)
+        except KeyError as e:
+            d.stop(Diagnostic(str(e.args[0]), fname, _line(raw, "type"), *d.who))
+            continue
+        d.nid, d.ntype = nid, ntype
+
+
+def _node_engine_keys(drafts: list[_Draft], fname: str) -> None:
+    """Phase 5b, engine keys (``on_error``, ``queue``, ``workers``, ``isolation`` ...), each of the type and
+    range it must have."""
+    for d in drafts:
+        raw = d.raw
+        keys = {k: v for k, v in raw.items() if k in ENGINE_KEYS}
+        try:
+            d.eng = EngineKeys.model_validate(keys)
+        except ValidationError as e:
+            for err in e.errors():
+                key = str(err["loc"][0]) if err["loc"] else "?"
+                msg = str(err["msg"]).removeprefix("Value error, ")
+                d.errors.append(Diagnostic(f"{key}: {msg}", fname, _line(raw, key), *d.who))
+            d.eng = EngineKeys.model_validate({})
+        d.workers = d.eng.workers
+
+
+def _node_configs(drafts: list[_Draft], fname: str) -> None:
+    """Phase 5c, node configs: ``config`` a mapping the node type's pydantic model accepts; an unknown key
+    names the keys the type takes."""
+    for d in drafts:
+        raw, cls = d.raw, d.cls
+        cfg_raw = raw.get("config") or LineDict()
+        if not isinstance(cfg_raw, dict):
+            d.stop(Diagnostic(f"config: expected a mapping, got {_type_name(cfg_raw)}", fname,
+                              _line(raw, "config"), *d.who))
+            continue
+        try:
+            d.config = cls.Config.model_validate(dict(cfg_raw))
+        except ValidationError as e:
+            for err in e.errors():
+                loc = ".".join(str(x) for x in err["loc"])
+                key = err["loc"][0] if err["loc"] else None
+                got = err.get("input")
+                msg = err["msg"]
+                if err["type"] == "extra_forbidden":
+                    fields = ", ".join(cls.Config.model_fields) or "none"
+                    msg = f"unknown key; expected one of: {fields}"
+                elif err["type"] != "missing":
+                    msg = f"{msg}, got {got!r}"
+                d.errors.append(Diagnostic(f"config.{loc}: {msg}", fname, _line(cfg_raw, key), *d.who))
+            d.stopped = True
+        except Exception as e:  # noqa: BLE001 - validators may raise anything
+            d.stop(Diagnostic(f"config: {e}", fname, _line(raw, "config"), *d.who))
+
+
+def _node_contracts(drafts: list[_Draft], fname: str) -> None:
+    """Phase 5d, what each node declares from its config (``Node.contract``) against its engine keys: several
+    workers only for a node that keeps no state across streams and runs in threads, a worker process only
+    for a node that can run in one."""
+    for d in drafts:
+        raw, contract = d.raw, d.cls.contract(d.config)
+        if d.workers > 1 and contract.one_worker is not None:
+            d.errors.append(Diagnostic(f"workers: {contract.one_worker}; expected 1, got {d.workers}", fname,
+                                       _line(raw, "workers"), *d.who))
+            d.workers = 1
+        elif d.workers > 1 and d.eng.isolation == "process":
+            d.errors.append(Diagnostic("workers: expected 1 with isolation: process", fname, _line(raw, "workers"),
+                                       *d.who))
+            d.workers = 1
+        why = contract.isolation_refused
+        if d.eng.isolation == "process" and why is not None:
+            d.errors.append(Diagnostic(f"isolation: process is not available for {d.ntype}: {why}; expected "
+                                       "isolation: thread", fname, _line(raw, "isolation"), *d.who))
+
+
+def _node_templates(drafts: list[_Draft], fname: str) -> None:
+    """Phase 5d, templates: only a source can be the pattern of the streams added to a running graph."""
+    for d in drafts:
+        if d.eng.template and not issubclass(d.cls, Source):
+            d.errors.append(Diagnostic(f"template: only a source can be the pattern of added streams; {d.ntype} is "
+                                       "not a source", fname, _line(d.raw, "template"), *d.who))
+
+
+# 6. wiring ----------------------------------------------------------------------------------------------------
+
+def _wiring(specs: list[NodeSpec], raw_inputs: dict[str, Any], fname: str) -> nx.MultiDiGraph:
+    """Phase 6a, wiring: each node's ``inputs`` name input ports it has, fed by output ports of nodes in this
+    graph, of kinds that fit; every input port is connected. Fills ``NodeSpec.inputs``; returns the DAG."""
+    errors: list[Diagnostic] = []
+    by_id = {s.id: s for s in specs}
+    dag = nx.MultiDiGraph()
+    for s in specs:
+        dag.add_node(s.id)
+    for s in specs:
+        inputs, raw = raw_inputs[s.id]
+        where = (fname, _line(raw, "inputs") if "inputs" in raw else s.line)
+        node = (s.id, s.type)
+        if inputs is None:
+            inputs = {}
+        if not isinstance(inputs, dict):
+            if isinstance(inputs, (str, list)) and len(s.contract.inputs) == 1:
+                inputs = {next(iter(s.contract.inputs)): inputs}  # shorthand for a single-input node
+            else:
+                errors.append(Diagnostic(f"inputs: expected a mapping of port -> 'node.port', got "
+                                         f"{_type_name(inputs)}", *where, *node))
+                continue
+        for port, refs in inputs.items():
+            pline = _line(inputs, port) or where[1]
+            if port not in s.contract.inputs:
+                errors.append(Diagnostic(f"inputs.{port}: unknown input port; expected one of: "
+                                         f"{', '.join(s.contract.inputs) or 'none (a source takes no inputs)'}",
+                                         fname, pline, *node))
+                continue
+            for ref in refs if isinstance(refs, list) else [refs]:
+                up = _upstream(ref, s, port, by_id, (fname, pline), errors)
+                if up is not None:
+                    s.inputs.setdefault(port, []).append(up)
+                    dag.add_edge(up[0], s.id, src_port=up[1], dst_port=port)
+        for port in s.contract.inputs:
+            if port not in s.inputs and not any(e.node_id == s.id for e in errors):
+                errors.append(Diagnostic(f"input port '{port}' ({s.contract.inputs[port]}) is not connected",
+                                         *where, *node))
+    _raise_if(errors)
+    return dag
+
+
+def _upstream(ref: Any, s: NodeSpec, port: str, by_id: dict[str, NodeSpec], where: tuple[str, int | None],
+              errors: list[Diagnostic]) -> tuple[str, str] | None:
+    """The (node id, output port) that ``ref`` (``'node.port'``, or ``'node'`` where it has one output port)
+    names as input ``port`` of ``s``, or None with the problem appended to ``errors``."""
+    node = (s.id, s.type)
+    if not isinstance(ref, str):
+        errors.append(Diagnostic(f"inputs.{port}: expected 'node.port', got {ref!r}", *where, *node))
+        return None
+    up_id, _, up_port = ref.partition(".")
+    up = by_id.get(up_id)
+    if up is None:
+        errors.append(Diagnostic(f"inputs.{port}: no node '{up_id}' in this graph; known: "
+                                 f"{', '.join(by_id)}", *where, *node))
+        return None
+    if not up_port:
+        if len(up.contract.outputs) != 1:
+            errors.append(Diagnostic(f"inputs.{port}: '{up_id}' has ports "
+                                     f"{', '.join(up.contract.outputs) or 'none'}; name one as "
+                                     f"'{up_id}.PORT'", *where, *node))
+            return None
+        up_port = next(iter(up.contract.outputs))
+    if up_port not in up.contract.outputs:
+        errors.append(Diagnostic(f"inputs.{port}: '{up_id}' ({up.type}) has no output port "
+                                 f"'{up_port}'; expected one of: {', '.join(up.contract.outputs) or 'none'}",
+                                 *where, *node))
+        return None
+    out_kind, in_kind = up.contract.outputs[up_port], s.contract.inputs[port]
+    if not kinds_compatible(out_kind, in_kind):
+        errors.append(Diagnostic(f"inputs.{port}: port kind mismatch: expected {in_kind}, got "
+                                 f"{out_kind} from '{up_id}.{up_port}'", *where, *node))
+        return None
+    return up_id, up_port
+
+
+def _acyclic(dag: nx.MultiDiGraph, specs: list[NodeSpec], fname: str) -> None:
+    """Phase 6b, cycles: a graph must be acyclic; the error names the first cycle found, node by node."""
+    try:
+        cycle = nx.find_cycle(dag)
+    except nx.NetworkXNoCycle:
+        return
+    ids = [u for u, *_ in cycle] + [cycle[0][0]]
+    first = next(s for s in specs if s.id == ids[0])
+    raise GraphError(Diagnostic(f"cycle: {' -> '.join(ids)}; a graph must be acyclic", fname,
+                                first.line, first.id, first.type))
+
+
+# 7. engine rules ----------------------------------------------------------------------------------------------
+
+def _engine_rules(spec: GraphSpec) -> None:
+    """Phase 7, engine rules on the wired graph: nodes that cannot run their streams sharded over several
+    processes (``NodeContract.sharding``)."""
+    errors: list[Diagnostic] = []
+    for s in spec.nodes:
+        why = s.contract.sharding
+        if spec.processes != 1 and why is not None:
+            errors.append(Diagnostic(f"processes: {spec.processes} is not available with {s.type}: {why}; "
+                                     "expected processes: 1", spec.file, s.line, s.id, s.type))
+    _raise_if(errors)
