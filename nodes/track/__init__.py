@@ -1,0 +1,12 @@
+"""Multi-object tracking: an IoU tracker with ByteTrack's two-stage association, ids per stream.
+
+``core``: the algorithm over plain arrays, one ``TrackerCore`` per stream; ``geometry``: box overlap, the
+camera's motion, the picture's edges; ``node``: the ``tracker`` node, which adapts frames to it."""
+from __future__ import annotations
+
+from .core import Coasting, Tentative, Track, TrackerCore, TrackerSettings, TrackUpdate
+from .geometry import iou_matrix, scene_motion
+from .node import Tracker
+
+__all__ = ["Coasting", "Tentative", "Track", "TrackUpdate", "Tracker", "TrackerCore", "TrackerSettings",
+           "iou_matrix", "scene_motion"]

@@ -1,0 +1,288 @@
+"""The tracker's algorithm, one stream's worth, over plain arrays (no frames, no node): an IoU tracker with
+ByteTrack's two-stage association, candidates that only continue tracks or start them by persistence,
+second looks that reject or make sure, coasting through misses, the camera's pan and zoom, faces leaving
+through the picture's edge or taken out of it by the camera, and boxes smoothed over time.
+
+``TrackerCore.update`` takes one frame's detections (boxes, scores, the looks written on them, the
+picture's size) and says which detections go on with which track ids, at which boxes, and which tracks
+coast at a predicted box."""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .geometry import Picture, greedy, inside, iou_matrix, leaving, moved, outward, scene_motion, whole
+
+
+@dataclass(frozen=True)
+class TrackerSettings:
+    """The algorithm's settings; the tracker node's config fields of the same names describe them."""
+
+    iou_threshold: float = 0.3
+    high_score: float = 0.5
+    max_age: int = 15
+    min_hits: int = 1
+    coast: int = 0
+    confirm: int = 3
+    candidate_iou: float = 0.5
+    hold: int = 30
+    start_after: int = 0
+    start_score: float = 0.0
+    lookahead: int = 0  # how many earlier frames' candidates a tentative track remembers (to backfill)
+    camera_motion: bool = False
+    checks: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    offscreen: int = 0
+    smooth: float = 0.0
+
+
+@dataclass
+class Track:
+    id: int
+    box: np.ndarray
+    velocity: np.ndarray = field(default_factory=lambda: np.zeros(4))
+    own: np.ndarray = field(default_factory=lambda: np.zeros(4))  # its motion in the scene (camera's out)
+    size: np.ndarray = field(default_factory=lambda: np.zeros(2))  # width, height where last seen whole
+    smoothed: np.ndarray | None = None  # with ``smooth``: the box over time
+    hits: int = 1
+    missed: int = 0
+    confirmed: int = 1  # frames found at a high score or a look that was not a rejection (other candidates
+    # keep a track, they do not confirm it)
+    since_high: int = 0  # frames since the last high-score detection
+    gone: int = 0  # frames its predicted box has been mostly out of the picture
+    label: str = "object"
+    label_id: int = 0
+
+
+@dataclass
+class Tentative:
+    """An unmatched candidate and how many frames in a row it was found at one place; with a lookahead,
+    the caller's references to its detections in the frames before (a track it starts gets them too)."""
+
+    box: np.ndarray
+    run: int
+    seen: list[Any]
+    scores: list[float]  # the last start_after frames' scores
+
+
+@dataclass
+class Coasting:
+    """A confirmed track the detector missed, reported at its predicted box."""
+
+    track_id: int
+    box: np.ndarray
+    label: str
+    label_id: int
+
+
+@dataclass
+class TrackUpdate:
+    """What one frame's detections became, indexed as they came in."""
+
+    ids: np.ndarray  # (n,) the track id of each detection, -1 where it gets none
+    boxes: np.ndarray  # (n, 4) the boxes to report (smoothed ones where ``smoothed``)
+    smoothed: np.ndarray  # (n,) bool: the box is the track's smoothed one, not the detection's own
+    keep: np.ndarray  # (n,) bool: the detection goes on (unmatched candidates do not)
+    coasting: list[Coasting] = field(default_factory=list)  # to add after the kept detections
+    backfill: list[tuple[int, list[Any]]] = field(default_factory=list)  # a started track's id and the
+    # references (``refs``) of its candidates in earlier frames, oldest first
+
+
+@dataclass
+class _Judged:
+    """One frame's detections as the scores and the second looks judge them."""
+
+    sure: np.ndarray  # found in this frame: starts and confirms tracks
+    likely: np.ndarray  # confirms the track it continues
+    rejected: np.ndarray  # no look found a face there
+
+    @property
+    def high(self) -> np.ndarray:
+        return np.nonzero(self.sure)[0]
+
+    @property
+    def low(self) -> np.ndarray:
+        return np.nonzero(~self.sure)[0]
+
+
+class TrackerCore:
+    """One stream's tracks: ids from 1, tentative tracks, the camera's motion. High-score detections match
+    tracks first, low-score ones (candidates) then keep tracks alive (ByteTrack's second association); a
+    confirmed track the detector misses coasts at its predicted box."""
+
+    def __init__(self, settings: TrackerSettings | None = None) -> None:
+        self.settings = settings or TrackerSettings()
+        self.tracks: list[Track] = []
+        self.tentative: list[Tentative] = []  # unmatched candidates
+        self.next_id = 1
+
+    def update(self, boxes: np.ndarray, scores: np.ndarray, *, looks: Mapping[str, np.ndarray] | None = None,
+               labels: Sequence[tuple[str, int]] | None = None, refs: Sequence[Any] | None = None,
+               picture: Picture = None) -> TrackUpdate:
+        """One frame: ``boxes`` (n, 4) x1, y1, x2, y2 in pixels, ``scores`` (n,); ``looks``: per check
+        name, each detection's second look (NaN: not looked at); ``labels``: each detection's (label,
+        label_id), which a track it starts keeps; ``refs``: the caller's handle on each detection, given back
+        in ``backfill``; ``picture``: width, height (None: no edges)."""
+        s = self.settings
+        boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
+        n = len(boxes)
+        judged = self._judge(np.asarray(scores, np.float64).reshape(-1), looks or {}, n)
+        out = TrackUpdate(np.full(n, -1, np.int64), boxes.copy(), np.zeros(n, bool), np.ones(n, bool))
+        old = len(self.tracks)  # tracks that existed before this frame
+        pred = np.array([t.box + t.velocity for t in self.tracks]).reshape(-1, 4)
+        assign = self._associate(pred, boxes, judged)
+        matched = set(assign.values())
+        camera = self._camera(assign, boxes, picture) if s.camera_motion and old else None
+        for di, ti in assign.items():
+            self._follow(self.tracks[ti], di, boxes, judged, camera, picture, out)
+        starts = self._starts([h for h in judged.high.tolist() if h not in assign],
+                              [i for i in judged.low.tolist() if i not in assign and not judged.rejected[i]],
+                              boxes, np.asarray(scores, np.float64).reshape(-1), refs)
+        for h, seen in starts:
+            label, label_id = labels[h] if labels is not None else ("object", 0)
+            # a track started by candidates alone (not sure in this frame) is not confirmed yet
+            self.tracks.append(Track(self.next_id, boxes[h], size=boxes[h][2:] - boxes[h][:2],
+                                     confirmed=int(judged.sure[h]), label=label, label_id=label_id))
+            assign[h] = len(self.tracks) - 1
+            if s.min_hits <= 1:
+                out.ids[h] = self.next_id
+                out.backfill.append((self.next_id, seen))
+            self.next_id += 1
+        out.keep = np.array([i in assign or judged.sure[i] for i in range(n)], bool)  # unmatched candidates go
+        shown = out.boxes[out.keep]
+        for i, t in enumerate(self.tracks[:old]):
+            if i not in matched and self._missed(t, camera, picture, shown):
+                out.coasting.append(Coasting(t.id, t.box.copy(), t.label, t.label_id))
+        self.tracks = [t for t in self.tracks if t.missed <= s.max_age or (
+            s.camera_motion and 0 < t.gone <= s.offscreen and t.confirmed >= s.confirm)]
+        return out
+
+    def _judge(self, scores: np.ndarray, looks: Mapping[str, np.ndarray], n: int) -> _Judged:
+        """Sure: scored ``high_score`` or a look at ``sure`` or more; rejected: every look (with a reject
+        over 0) under its reject, whatever the score; likely: sure, or a look that passed its reject."""
+        sure = scores >= self.settings.high_score
+        judged, passed = np.zeros(n, bool), np.zeros(n, bool)
+        for name, (reject, enough) in self.settings.checks.items():  # what second looks saw
+            seen = np.asarray(looks.get(name, np.full(n, np.nan)), np.float64).reshape(-1)
+            sure |= seen >= enough
+            if reject > 0:
+                judged |= ~np.isnan(seen)
+                passed |= seen >= reject
+        rejected = judged & ~passed
+        sure &= ~rejected
+        return _Judged(sure, sure | passed, rejected)
+
+    def _associate(self, pred: np.ndarray, boxes: np.ndarray, judged: _Judged) -> dict[int, int]:
+        """Detection -> track: the high ones by ``iou_threshold`` first, then the candidates by
+        ``candidate_iou`` with the tracks left that had a high one in the last ``hold`` frames."""
+        s = self.settings
+        assign: dict[int, int] = {}
+        matched: set[int] = set()
+        high = judged.high
+        for group, thr in ((high, s.iou_threshold), (judged.low, s.candidate_iou)):
+            free_t = [i for i in range(len(pred)) if i not in matched
+                      and (group is high or self.tracks[i].since_high < s.hold)]
+            for ti, di in greedy(iou_matrix(pred[free_t], boxes[group]), thr):
+                assign[int(group[di])] = free_t[ti]
+                matched.add(free_t[ti])
+        return assign
+
+    def _camera(self, assign: dict[int, int], boxes: np.ndarray,
+                picture: Picture) -> tuple[float, float, float] | None:
+        """The camera's motion, from the tracks found in the last frame and this one, whole in both."""
+        both = [(ti, di) for di, ti in assign.items() if not self.tracks[ti].missed
+                and whole(self.tracks[ti].box, picture) and whole(boxes[di], picture)]
+        return scene_motion(np.array([self.tracks[ti].box for ti, _ in both]).reshape(-1, 4),
+                            boxes[[di for _, di in both]])
+
+    def _follow(self, t: Track, di: int, boxes: np.ndarray, judged: _Judged,
+                camera: tuple[float, float, float] | None, picture: Picture, out: TrackUpdate) -> None:
+        """A track found at detection ``di``: its motion, box, size and confirmation."""
+        s = self.settings
+        step = boxes[di] - t.box
+        # the face's own motion, from its centre (a coasting face keeps its size) while its box is clear
+        # of the edges: a box the edge clips moves as the detector sees part of a face, not as the face
+        if whole(t.box, picture) and whole(boxes[di], picture):
+            carried = moved(t.box, camera) - t.box if camera is not None else np.zeros(4)
+            t.own = 0.5 * t.own + 0.5 * np.tile((step - carried).reshape(2, 2).mean(0), 2)
+        else:
+            t.own = 0.5 * t.own  # no measure: it slows as in a miss
+        t.velocity = 0.5 * t.velocity + 0.5 * step
+        if s.smooth:
+            out.boxes[di] = self._smoothed(t, boxes[di])
+            out.smoothed[di] = True
+        t.box, t.hits, t.missed, t.gone = boxes[di], t.hits + 1, 0, 0
+        if whole(t.box, picture) or not t.size.any():
+            t.size = t.box[2:] - t.box[:2]
+        t.confirmed += int(judged.likely[di])
+        t.since_high = 0 if judged.sure[di] else t.since_high + 1
+        if t.hits >= s.min_hits:
+            out.ids[di] = t.id
+
+    def _smoothed(self, t: Track, box: np.ndarray) -> np.ndarray:
+        """The box the track reports: each side goes out at once to cover ``box`` and comes back in slowly
+        (by ``1 - smooth`` of the way a frame), following the face's motion: it never uncovers the detection
+        and does not breathe with its jitter."""
+        a = self.settings.smooth
+        if t.smoothed is None:
+            t.smoothed = box.astype(np.float64)
+        else:
+            v = t.velocity
+            dx, dy = (v[0] + v[2]) / 2, (v[1] + v[3]) / 2  # the face's motion, not its size's jitter
+            inward = a * (t.smoothed + np.array([dx, dy, dx, dy])) + (1 - a) * box
+            t.smoothed = np.concatenate([np.minimum(box[:2], inward[:2]), np.maximum(box[2:], inward[2:])])
+        return t.smoothed
+
+    def _starts(self, high: list[int], low: list[int], boxes: np.ndarray, scores: np.ndarray,
+                refs: Sequence[Any] | None) -> list[tuple[int, list[Any]]]:
+        """The unmatched detections that start tracks, each with its references in the frames before (with a
+        lookahead): every high one, and the candidates seen at the same place (IoU >= ``candidate_iou``)
+        for ``start_after`` frames in a row at a mean score of ``start_score`` or more. The other
+        candidates are kept for the next frame."""
+        s = self.settings
+        if not (s.start_after or s.lookahead):
+            return [(h, []) for h in high]
+        free = high + low
+        before = self.tentative
+        prev = np.array([t.box for t in before], np.float64).reshape(-1, 4)
+        pairs = {di: ti for ti, di in greedy(iou_matrix(prev, boxes[free]), s.candidate_iou)}
+        now, starts = [], []
+        for k, di in enumerate(free):
+            t = before[pairs[k]] if k in pairs else None
+            run, seen, last = (t.run + 1, t.seen, t.scores) if t is not None else (1, [], [])
+            last = [*last, float(scores[di])][-max(1, s.start_after):]
+            if k < len(high) or (s.start_after and run >= s.start_after
+                                 and sum(last) >= s.start_score * len(last)):
+                starts.append((di, seen))
+            else:
+                ref = refs[di] if refs is not None else di
+                now.append(Tentative(boxes[di], run, [*seen, ref][-s.lookahead:] if s.lookahead else [], last))
+        self.tentative = now
+        return starts
+
+    def _missed(self, t: Track, camera: tuple[float, float, float] | None, picture: Picture,
+                shown: np.ndarray) -> bool:
+        """A track the detector missed in this frame moves on; whether it coasts (is reported at its box)."""
+        s = self.settings
+        t.missed += 1
+        t.since_high += 1
+        # the camera's motion (with ``camera_motion``, where the tracks found agree on one) and the face's own
+        # in the scene (measured while its box was clear of the edges): a face leaving the picture keeps
+        # leaving it; otherwise a miss is no time to extrapolate far, its motion slows
+        out = not t.gone and leaving(t.box, t.velocity, picture)
+        t.own = np.where(outward(t.box, picture) * t.own > 0, t.own, 0.5 * t.own) if out else 0.5 * t.own
+        t.velocity = t.own + (moved(t.box, camera) - t.box if camera is not None else 0.0)
+        t.box = t.box + t.velocity
+        if camera is not None:
+            t.size = t.size * camera[0]
+        within = inside(t.box, t.size, picture)
+        if t.gone and within:  # the camera brought it back: it coasts in as after a first miss
+            t.gone, t.missed = 0, 1
+        elif not within:
+            t.gone += 1
+        # a face leaving through the picture's edge is masked until half of it is out (the detector loses a
+        # face it sees only part of long before that), others for ``coast`` frames; not where a box already is
+        return bool((t.missed <= s.coast or out) and t.confirmed >= s.confirm and within
+                    and not (iou_matrix(t.box[None], shown) > 0.1).any())

@@ -1,0 +1,112 @@
+"""The tracker's geometry on plain arrays: box overlap, greedy matching, the camera's motion between two
+frames, and where a box stands against the picture's edges (``picture``: its width and height in pixels,
+None where the frame carries no pixels: then no box is at an edge)."""
+from __future__ import annotations
+
+import numpy as np
+
+Picture = tuple[float, float] | None
+
+
+def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if len(a) == 0 or len(b) == 0:
+        return np.zeros((len(a), len(b)))
+    x1 = np.maximum(a[:, None, 0], b[None, :, 0])
+    y1 = np.maximum(a[:, None, 1], b[None, :, 1])
+    x2 = np.minimum(a[:, None, 2], b[None, :, 2])
+    y2 = np.minimum(a[:, None, 3], b[None, :, 3])
+    inter = np.clip(x2 - x1, 0, None) * np.clip(y2 - y1, 0, None)
+    area = lambda z: (z[:, 2] - z[:, 0]) * (z[:, 3] - z[:, 1])  # noqa: E731
+    return inter / np.maximum(area(a)[:, None] + area(b)[None, :] - inter, 1e-9)
+
+
+def greedy(iou: np.ndarray, thr: float) -> list[tuple[int, int]]:
+    """Row, column pairs by falling overlap, each row and column once, down to ``thr``."""
+    pairs: list[tuple[int, int]] = []
+    if iou.size == 0:
+        return pairs
+    order = np.dstack(np.unravel_index(np.argsort(-iou, axis=None), iou.shape))[0]
+    used_r, used_c = set(), set()
+    for r, c in order:
+        if iou[r, c] < thr:
+            break
+        if r in used_r or c in used_c:
+            continue
+        used_r.add(r)
+        used_c.add(c)
+        pairs.append((int(r), int(c)))
+    return pairs
+
+
+def inside(box: np.ndarray, size: np.ndarray, picture: Picture) -> bool:
+    """Whether at least half of a predicted box's face is still in the picture (``size``: the face's width
+    and height where it was last seen whole; a face mostly gone is not masked at the edge)."""
+    if picture is None:
+        return True
+    width, height = picture
+    w = min(box[2], width) - max(box[0], 0.0)
+    h = min(box[3], height) - max(box[1], 0.0)
+    return bool(w >= 0.5 * size[0] and h >= 0.5 * size[1] and w > 0 and h > 0)
+
+
+def whole(box: np.ndarray, picture: Picture) -> bool:
+    """Whether a box is clear of the picture's edges (its size is the face's, not what the edge leaves)."""
+    if picture is None:
+        return True
+    width, height = picture
+    return bool(box[0] > 1 and box[1] > 1 and box[2] < width - 1 and box[3] < height - 1)
+
+
+def leaving(box: np.ndarray, velocity: np.ndarray, picture: Picture) -> bool:
+    """Whether a box at the picture's edge moves out through it (detections there are clipped to the
+    picture, so the box's far side carries the motion)."""
+    if picture is None:
+        return False
+    width, height = picture
+    return bool((box[0] <= 1 and velocity[2] < 0) or (box[1] <= 1 and velocity[3] < 0)
+                or (box[2] >= width - 1 and velocity[0] > 0) or (box[3] >= height - 1 and velocity[1] > 0))
+
+
+def outward(box: np.ndarray, picture: Picture) -> np.ndarray:
+    """Per coordinate, the direction out of the picture through the edges the box touches (0: none)."""
+    if picture is None:
+        return np.zeros(4)
+    width, height = picture
+    left, top = float(box[0] <= 1), float(box[1] <= 1)
+    right, bottom = float(box[2] >= width - 1), float(box[3] >= height - 1)
+    return np.array([right - left, bottom - top, right - left, bottom - top])
+
+
+def scene_motion(before: np.ndarray, after: np.ndarray, least: int = 4) -> tuple[float, float, float] | None:
+    """The camera's zoom and pan between two frames, from boxes found in both (``before[i]`` became
+    ``after[i]``): ``(s, tx, ty)`` with ``x' = s x + tx, y' = s y + ty``. A robust first guess (the median
+    ratio of the boxes' distances to one another, the median shift), the boxes that agree with it (within
+    2 px or a tenth of their size) refitted by least squares. None unless at least ``least`` boxes and three
+    quarters of them agree: a still camera with a few people walking gets no scene motion from them."""
+    n = len(before)
+    if n < least:
+        return None
+    c0 = (before[:, :2] + before[:, 2:]) / 2
+    c1 = (after[:, :2] + after[:, 2:]) / 2
+    i, j = np.triu_indices(n, 1)
+    d0 = np.hypot(*(c0[i] - c0[j]).T)
+    far = d0 > 8.0
+    if not far.any():
+        return None
+    s = float(np.median(np.hypot(*(c1[i] - c1[j]).T)[far] / d0[far]))
+    t = np.median(c1 - s * c0, axis=0)
+    tol = np.maximum(2.0, 0.1 * (after[:, 2:] - after[:, :2]).max(1))
+    keep = np.hypot(*(c1 - s * c0 - t).T) <= tol
+    if keep.sum() < max(least, 0.75 * n):
+        return None
+    a = np.zeros((2 * int(keep.sum()), 3))
+    a[0::2, 0], a[0::2, 1] = c0[keep, 0], 1.0
+    a[1::2, 0], a[1::2, 2] = c0[keep, 1], 1.0
+    p = np.linalg.lstsq(a, c1[keep].reshape(-1), rcond=None)[0]
+    return float(p[0]), float(p[1]), float(p[2])
+
+
+def moved(box: np.ndarray, m: tuple[float, float, float]) -> np.ndarray:
+    """A box carried by the camera's motion ``(s, tx, ty)``."""
+    s, tx, ty = m
+    return box * s + np.array([tx, ty, tx, ty])

@@ -1,0 +1,212 @@
+"""The tracker node: adapts each frame's detections to its stream's ``TrackerCore`` (``core.py``) and, with a
+lookahead, holds frames so that a track that starts late gets its candidates in the frames before."""
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import fields
+from typing import Any
+
+import numpy as np
+from pydantic import Field
+
+from flowpipe.errors import FrameError
+from flowpipe.frame import Detection, Frame
+from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
+from flowpipe.registry import register
+
+from .core import TrackerCore, TrackerSettings
+
+
+@register("tracker")
+class Tracker(Node):
+    """Assigns track ids: high-score detections match first, low-score ones then keep tracks alive
+    (ByteTrack's idea) with IoU and a constant-velocity prediction; one id space per stream.
+
+    Detections under ``high_score`` are candidates: they continue a track they match and are dropped
+    otherwise (a low score alone starts nothing, so the decoder may pass scores as low as 0.1 without
+    false boxes). With ``coast: N`` a confirmed track the detector misses stays in the frame's detections
+    for up to N frames at its predicted box (``source: predicted``): a privacy mask holds through a miss.
+    With ``lookahead: N`` each frame waits here for N more of its stream: a track that starts also gets
+    the candidates found where it was in the frames before (a face that scores high only after a few
+    frames is masked from its first), at N frames of latency.
+
+    YAML:
+        - id: track
+          type: tracker
+          config: {iou_threshold: 0.3, max_age: 15, coast: 10}
+          inputs: {detections: faces.detections}
+    """
+
+    inputs = {"detections": "detections"}
+    outputs = {"detections": "detections"}
+
+    class Config(NodeConfig):
+        iou_threshold: float = Field(0.3, ge=0, le=1)
+        high_score: float = Field(0.5, ge=0, le=1, description="detections from this score start tracks and "
+                                  "match first; lower ones are candidates (the decoders' default threshold is "
+                                  "0.5, so by default there are none and every detection goes on)")
+        max_age: int = Field(15, ge=0, description="frames a lost track is kept")
+        min_hits: int = Field(1, ge=1, description="frames before an id is reported")
+        coast: int = Field(0, ge=0, description="frames a confirmed track the detector misses is still put "
+                                                "in the frame, at its predicted box (0: never); one leaving "
+                                                "through the picture's edge stays until half of it is out "
+                                                "(max_age at most)")
+        confirm: int = Field(3, ge=1, description="frames a track must have been found in at a high score "
+                                                  "(or with a look that passed its reject) before it coasts")
+        candidate_iou: float = Field(0.5, ge=0, le=1, description="overlap a candidate needs with a track's "
+                                                                   "predicted box to continue it")
+        hold: int = Field(30, ge=0, description="frames a track goes on on candidates alone after its last "
+                                                "high-score detection")
+        start_after: int = Field(0, ge=0, description="a candidate found in this many frames in a row at one "
+                                                      "place starts a track too (0: only high scores start "
+                                                      "tracks); an occluded face that never scores high")
+        start_score: float = Field(0.0, ge=0, le=1, description="start_after: the mean score those frames need "
+                                                                "(weak, flickering candidates on a face-like "
+                                                                "thing start nothing)")
+        lookahead: int = Field(0, ge=0, le=60, description="frames each frame waits here for the next ones of "
+                                                           "its stream: a track that starts also gets the "
+                                                           "candidates found where it was in the frames before "
+                                                           "(latency: this many frames)")
+        max_wait: float = Field(0.5, gt=0, description="lookahead: seconds a frame waits at most (a stream that "
+                                                       "ends or stalls lets its last frames go)")
+        camera_motion: bool = Field(False, description="a track the detector misses moves with the camera's pan "
+                                     "and zoom, fitted to the tracks found in this frame and the last (at least "
+                                     "4, three quarters agreeing), instead of on its own slowing velocity: a "
+                                     "coasting mask stays on its face while a camera pans or zooms")
+        checks: dict[str, tuple[float, float]] = Field({}, description="second looks written on detections "
+                                                        "(attributes: a centerface_check's 'face'), each with "
+                                                        "[reject, sure]: a look at sure or more makes a detection "
+                                                        "high-score (starts a track, confirms one); a look from "
+                                                        "reject up confirms the track it continues and lets it "
+                                                        "start one by persistence; a detection whose every look "
+                                                        "(with a reject over 0) is under its reject is no face, "
+                                                        "whatever the detector scored: it continues a track and "
+                                                        "starts or confirms none")
+        offscreen: int = Field(0, ge=0, description="with camera_motion: frames a confirmed face the camera "
+                               "took out of the picture is remembered, moving with the camera; when the camera "
+                               "brings it back it is masked as it comes in, for coast frames or until found "
+                               "(a camera panning to and fro)")
+        smooth: float = Field(0.0, ge=0, lt=1, description="how slowly a track's box comes back in after it went "
+                                                           "out to cover a detection (0: each detection as it "
+                                                           "is): a mask that does not breathe with the "
+                                                           "detector's jitter, and never uncovers the face")
+
+    config: Config
+
+    @classmethod
+    def contract(cls, config: NodeConfig) -> NodeContract:
+        assert isinstance(config, cls.Config)
+        if not config.lookahead:  # every frame goes on from process; tracks are per stream
+            return cls.declare(pixels=PIXELS_ALL, one_worker=None)
+        return cls.declare(pixels=PIXELS_ALL, holds_frames=True,
+                           one_worker="a tracker with a lookahead keeps each stream's frames in order on one worker",
+                           isolation="a tracker with a lookahead holds frames past process()")
+
+    def open(self, ctx: RunContext) -> None:
+        self.settings = TrackerSettings(**{f.name: getattr(self.config, f.name) for f in fields(TrackerSettings)})
+        self.streams: dict[str, TrackerCore] = {}  # each stream's tracks
+        self.waiting: dict[str, deque[tuple[Frame, float]]] = {}  # lookahead: frames and when they came
+        self.lock = threading.Lock()
+        self.wake = ctx.wake
+        self.timer: threading.Timer | None = None
+        self.timer_due = 0.0
+        self.max_held = self.config.lookahead * max(1, ctx.streams)
+        self.stats = ctx.stats
+        if self.config.lookahead:
+            self.stats["lookahead"] = f"{self.config.lookahead} frames"
+            self.stats["backfilled"] = 0  # candidates that became a track's detections in earlier frames
+
+    def end_stream(self, stream: str) -> None:
+        self.streams.pop(stream, None)
+        with self.lock:
+            self.waiting.pop(stream, None)
+
+    def _backfill(self, stream: str, nid: int, seen: list[tuple[Frame, Detection]]) -> None:
+        """A track that starts now: its candidates in the frames still waiting here become its detections."""
+        with self.lock:
+            waiting = {id(f) for f, _ in self.waiting.get(stream, ())}
+        for f, d in seen:
+            if id(f) in waiting:
+                d.track_id = nid
+                f.detections.append(d)
+                self.stats["backfilled"] += 1
+
+    def process(self, frame: Frame, port: str) -> Any:
+        try:
+            self._track(frame)
+        except Exception as e:  # the frame is held: say which one failed
+            raise FrameError(frame, e) from e
+        if not self.config.lookahead:
+            return frame
+        with self.lock:
+            q = self.waiting.setdefault(frame.stream, deque())
+            q.append((frame, time.monotonic()))
+            out = [q.popleft()[0] for _ in range(len(q) - self.config.lookahead)]
+        self._arm()
+        return out
+
+    def poll(self) -> list[Frame]:
+        """Frames that waited ``max_wait`` (their stream ended or stalled) go on."""
+        if not self.config.lookahead:
+            return []
+        now = time.monotonic()
+        due, out = now - self.config.max_wait, []
+        with self.lock:
+            if now >= self.timer_due:
+                self.timer = None  # it has woken this poll (or is about to: one more wake is harmless)
+            for q in self.waiting.values():
+                while q and q[0][1] <= due:
+                    out.append(q.popleft()[0])
+        self._arm()
+        return out
+
+    def flush(self) -> list[Frame]:
+        with self.lock:
+            out = [f for q in self.waiting.values() for f, _ in q]
+            self.waiting.clear()
+        return out
+
+    def _arm(self) -> None:
+        """A wake when the oldest waiting frame is due (poll lets it go if no frame of its stream came); one
+        timer at a time, so a steady stream starts one every ``max_wait``, not one a frame."""
+        with self.lock:
+            if self.timer is not None or not any(self.waiting.values()):
+                return
+            self.timer_due = min(q[0][1] for q in self.waiting.values() if q) + self.config.max_wait
+            self.timer = threading.Timer(max(0.0, self.timer_due - time.monotonic()) + 1e-3, self.wake)
+            self.timer.daemon = True
+            self.timer.start()
+
+    def close(self) -> None:
+        timer = getattr(self, "timer", None)
+        if timer is not None:
+            timer.cancel()
+
+    def _track(self, frame: Frame) -> None:
+        """The frame's detections through its stream's tracker: track ids, smoothed boxes, unmatched
+        candidates out, coasting tracks in at their predicted boxes, late starts backfilled."""
+        core = self.streams.get(frame.stream)
+        if core is None:
+            core = self.streams[frame.stream] = TrackerCore(self.settings)
+        dets = frame.detections
+        got = core.update(np.array([d.box for d in dets], np.float64).reshape(-1, 4),
+                          np.array([d.score for d in dets], np.float64),
+                          looks={name: np.array([d.attributes.get(name, np.nan) for d in dets], np.float64)
+                                 for name in self.settings.checks},
+                          labels=[(d.label, d.label_id) for d in dets], refs=[(frame, d) for d in dets],
+                          picture=None if frame.data is None else (frame.width, frame.height))
+        for i, d in enumerate(dets):
+            if got.smoothed[i]:
+                d.box = (float(got.boxes[i, 0]), float(got.boxes[i, 1]), float(got.boxes[i, 2]),
+                         float(got.boxes[i, 3]))
+            if got.ids[i] >= 0:
+                d.track_id = int(got.ids[i])
+        kept = [d for d, keep in zip(dets, got.keep) if keep]
+        for c in got.coasting:
+            box = (float(c.box[0]), float(c.box[1]), float(c.box[2]), float(c.box[3]))
+            kept.append(Detection(box, 0.0, c.label, c.label_id, track_id=c.track_id, source="predicted"))
+        frame.detections = kept
+        for nid, seen in got.backfill:
+            self._backfill(frame.stream, nid, seen)

@@ -1,0 +1,187 @@
+"""The tracker's algorithm on plain arrays (no frames, no graph): what starts a track, what keeps it, when it
+coasts and when it goes, the second looks, the camera's motion, the picture's edge and smoothed boxes."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+# nodes/ sorts as first-party where it is linked into flowpipe/, third-party where installed: its own block
+# isort: split
+from flowpipe.nodes.track.core import TrackerCore, TrackerSettings, TrackUpdate
+
+PICTURE = (320.0, 240.0)
+FACE = (100.0, 100.0, 140.0, 150.0)
+
+
+def tracker(**settings: object) -> TrackerCore:
+    return TrackerCore(TrackerSettings(**settings))  # type: ignore[arg-type]
+
+
+def step(t: TrackerCore, *dets: tuple[tuple[float, ...], float], picture: tuple[float, float] | None = PICTURE,
+         **kw: object) -> TrackUpdate:
+    boxes = np.array([b for b, _ in dets], np.float64).reshape(-1, 4)
+    return t.update(boxes, np.array([s for _, s in dets], np.float64), picture=picture, **kw)  # type: ignore[arg-type]
+
+
+def reported(u: TrackUpdate) -> list[int]:
+    """The track ids of the detections that go on (-1: none), then those of the coasting tracks."""
+    return u.ids[u.keep].tolist() + [c.track_id for c in u.coasting]
+
+
+def shifted(box: tuple[float, ...], dx: float = 0.0, dy: float = 0.0) -> tuple[float, ...]:
+    return (box[0] + dx, box[1] + dy, box[2] + dx, box[3] + dy)
+
+
+@pytest.mark.parametrize(("scores", "ids", "keep"), [
+    ([0.9], [1], [True]),
+    ([0.5], [1], [True]),  # high_score itself starts one
+    ([0.3], [-1], [False]),  # a candidate alone starts nothing and does not go on
+    ([0.9, 0.3, 0.7], [1, -1, 2], [True, False, True]),  # ids in the detections' order
+])
+def test_a_track_starts_at_a_high_score_only(scores: list[float], ids: list[int], keep: list[bool]) -> None:
+    t = tracker(high_score=0.5)
+    u = step(t, *[(shifted(FACE, dx=100 * i), s) for i, s in enumerate(scores)])
+    assert u.ids.tolist() == ids
+    assert u.keep.tolist() == keep
+    assert [tr.id for tr in t.tracks] == [i for i in ids if i > 0]
+
+
+@pytest.mark.parametrize(("scores", "dx", "ids"), [
+    ([0.45, 0.45, 0.45, 0.45], 0.0, [-1, -1, 1, 1]),  # third frame in a row at one place, mean 0.45
+    ([0.45, 0.30, 0.30, 0.30], 0.0, [-1, -1, -1, -1]),  # mean 0.35: under start_score
+    ([0.54, 0.49, 0.28, 0.45], 0.0, [-1, -1, 1, 1]),  # mean of the last three 0.437
+    ([0.45, 0.45, 0.45, 0.45], 30.0, [-1, -1, -1, -1]),  # jumps 30 px a frame: never at one place
+])
+def test_candidates_found_at_one_place_start_a_track_by_persistence(scores: list[float], dx: float,
+                                                                   ids: list[int]) -> None:
+    t = tracker(high_score=0.6, start_after=3, start_score=0.4)
+    got = [step(t, (shifted(FACE, dx=dx * i), s)).ids.tolist() for i, s in enumerate(scores)]
+    assert got == [[i] for i in ids]
+
+
+@pytest.mark.parametrize(("misses", "back"), [(2, 1), (4, 1), (5, 2)])
+def test_a_confirmed_track_coasts_through_misses_then_is_dropped(misses: int, back: int) -> None:
+    """``coast: 2``: two missed frames at the predicted box, then none; kept for ``max_age: 4`` misses (the face
+    found again gets its id back), dropped after (it gets a new one)."""
+    t = tracker(coast=2, confirm=3, max_age=4)
+    for _ in range(3):
+        assert step(t, (FACE, 0.9), labels=[("face", 2)]).ids.tolist() == [1]
+    coasted = [step(t).coasting for _ in range(misses)]
+    assert [[(c.track_id, tuple(c.box), c.label, c.label_id) for c in cs] for cs in coasted[:2]] == \
+        [[(1, FACE, "face", 2)]] * 2
+    assert all(cs == [] for cs in coasted[2:])
+    assert step(t, (FACE, 0.9)).ids.tolist() == [back]
+
+
+def test_a_track_too_young_does_not_coast() -> None:
+    t = tracker(coast=5, confirm=3)
+    assert [reported(step(t, (FACE, 0.9))) for _ in range(2)] == [[1], [1]]
+    assert reported(step(t)) == []
+
+
+@pytest.mark.parametrize(("dx", "score", "track_id"), [
+    (8.0, 0.9, 1),  # IoU 0.67
+    (8.0, 0.3, 1),  # a candidate continues the track (ByteTrack's second association)
+    (15.0, 0.9, 1),  # IoU 0.45: over iou_threshold
+    (15.0, 0.3, -1),  # under candidate_iou: a candidate needs more overlap
+    (30.0, 0.9, 2),  # IoU 0.14: a new track
+    (30.0, 0.3, -1),
+])
+def test_a_low_score_detection_continues_a_track_it_overlaps(dx: float, score: float, track_id: int) -> None:
+    t = tracker(high_score=0.5, iou_threshold=0.3, candidate_iou=0.5)
+    step(t, (FACE, 0.9))
+    u = step(t, (shifted(FACE, dx=dx), score), ((10.0, 10.0, 30.0, 30.0), 0.3))  # and a stray candidate
+    assert u.ids.tolist() == [track_id, -1]
+    assert u.keep.tolist() == [track_id > 0, False]
+
+
+def test_the_high_score_detection_matches_first() -> None:
+    """A candidate right on the track and a high one a little off: the high one takes the track."""
+    t = tracker()
+    step(t, (FACE, 0.9))
+    u = step(t, (FACE, 0.3), (shifted(FACE, dx=6), 0.9))
+    assert u.ids.tolist() == [-1, 1] and u.keep.tolist() == [False, True]
+
+
+def test_candidates_keep_a_track_only_hold_frames_after_its_last_high_score() -> None:
+    t = tracker(hold=2)
+    assert [step(t, (FACE, s)).ids.tolist() for s in (0.9, 0.3, 0.3, 0.3, 0.9)] == [[1], [1], [1], [-1], [1]]
+
+
+@pytest.mark.parametrize(("score", "look", "track_id"), [
+    (0.9, np.nan, 1),  # not looked at: the score decides
+    (0.9, 0.1, -1),  # every look under its reject: no face, whatever the score
+    (0.9, 0.3, 1),  # passes the reject
+    (0.3, 0.7, 1),  # a look at `sure` makes a weak detection high-score
+    (0.3, 0.3, -1),  # passes the reject only: still a candidate
+])
+def test_second_looks_reject_or_make_sure(score: float, look: float, track_id: int) -> None:
+    t = tracker(high_score=0.6, checks={"face": (0.25, 0.6)})
+    u = step(t, (FACE, score), looks={"face": np.array([look])})
+    assert u.ids.tolist() == [track_id] and u.keep.tolist() == [track_id > 0]
+
+
+@pytest.mark.parametrize(("look", "coasting"), [(0.1, []), (0.3, [1]), (0.7, [1])])
+def test_a_rejected_detection_continues_a_track_but_does_not_confirm_it(look: float, coasting: list[int]) -> None:
+    t = tracker(high_score=0.6, coast=3, confirm=2, checks={"face": (0.25, 0.6)})
+    step(t, (FACE, 0.9), looks={"face": np.array([np.nan])})
+    assert step(t, (FACE, 0.9), looks={"face": np.array([look])}).ids.tolist() == [1]
+    assert reported(step(t)) == coasting
+
+
+def test_a_late_start_gives_back_its_candidates_in_the_frames_before() -> None:
+    """With a lookahead the candidates a track started from are handed back (the caller's references), oldest
+    first, to be shown in the frames still waiting."""
+    t = tracker(lookahead=3)
+    for i, s in enumerate((0.3, 0.4, 0.4)):
+        assert step(t, (FACE, s), ((10.0, 10.0, 30.0, 30.0), 0.3), refs=[f"face{i}", f"stray{i}"]).backfill == []
+    u = step(t, (FACE, 0.9), refs=["face3"])
+    assert u.ids.tolist() == [1]
+    assert u.backfill == [(1, ["face0", "face1", "face2"])]
+
+
+GRID = [(40.0 + 80 * (i % 3), 40.0 + 100 * (i // 3)) for i in range(6)]
+
+
+@pytest.mark.parametrize(("camera_motion", "x1"), [(True, 55.0), (False, 51.875)])
+def test_a_missed_track_moves_with_the_camera(camera_motion: bool, x1: float) -> None:
+    """Six faces, the camera panning 5 px a frame; face 1 missed in the fourth frame: with ``camera_motion`` its
+    box moves 5 px as the five found do, without it moves on its own slowing velocity (2.5, 3.75, then half)."""
+    t = tracker(coast=3, confirm=1, camera_motion=camera_motion)
+    for f in range(4):
+        dets = [((x + 5 * f, y, x + 5 * f + 20, y + 20), 0.9) for x, y in GRID]
+        u = step(t, *(dets[1:] if f == 3 else dets))
+    assert [c.track_id for c in u.coasting] == [1]
+    np.testing.assert_allclose(u.coasting[0].box, [x1, 40.0, x1 + 20, 60.0])
+
+
+@pytest.mark.parametrize(("picture", "right_sides"), [
+    (PICTURE, [35.625, 31.25, 26.875, 22.5]),  # 4.375 px a frame, not slowing, until under 20 px are inside
+    (None, [35.3125]),  # no edge: ``coast`` frames, at a slowing velocity
+])
+def test_a_track_leaving_through_the_edge_coasts_until_half_of_it_is_out(picture: tuple[float, float] | None,
+                                                                          right_sides: list[float]) -> None:
+    """A face 40 px wide walks out through the left edge at 10 px a frame (its box clipped by the edge) and is
+    missed: it keeps moving out, masked past ``coast: 1`` while at least half of it is inside; without a
+    picture there is no edge and it coasts ``coast`` frames."""
+    t = tracker(coast=1, confirm=3)
+    for i in range(5):
+        u = step(t, ((max(0.0, 40.0 - 10 * i), 100.0, 80.0 - 10 * i, 140.0), 0.9), picture=picture)
+        assert u.ids.tolist() == [1]
+    boxes = [c.box for _ in range(6) for c in step(t, picture=picture).coasting]
+    assert [b[2] for b in boxes] == pytest.approx(right_sides)
+    assert [b[2] - b[0] for b in boxes] == pytest.approx([40.0] * len(boxes))  # the face's size, not the clip's
+
+
+@pytest.mark.parametrize(("smooth", "boxes"), [
+    (0.5, [(102, 102, 138, 138), (103, 103, 137, 137), (100, 100, 140, 140)]),
+    (0.0, [(102, 102, 138, 138), (104, 104, 136, 136), (100, 100, 140, 140)]),
+])
+def test_smoothed_boxes_go_out_at_once_and_come_in_slowly(smooth: float, boxes: list[tuple[float, ...]]) -> None:
+    """A box that shrinks by 2 px a side twice, then grows back: smoothed, it comes in half the way a frame and
+    goes out at once (it never uncovers the detection)."""
+    t = tracker(smooth=smooth)
+    step(t, ((100.0, 100.0, 140.0, 140.0), 0.9))
+    got = [step(t, ((100.0 + d, 100.0 + d, 140.0 - d, 140.0 - d), 0.9)) for d in (2.0, 4.0, 0.0)]
+    assert [tuple(u.boxes[0]) for u in got] == boxes
+    assert [bool(u.smoothed[0]) for u in got] == [smooth > 0] * 3
