@@ -391,9 +391,10 @@ def _acyclic(dag: nx.MultiDiGraph, specs: list[NodeSpec], fname: str) -> None:
 # 7. engine rules ----------------------------------------------------------------------------------------------
 
 def _engine_rules(spec: GraphSpec) -> None:
-    """Phase 7, engine rules on the wired graph: each node type's own checks of how it is wired
-    (``Node.check_wiring``: pixel formats, what must sit upstream ...), and types that cannot run their
-    streams sharded over several processes."""
+    """Phase 7, engine rules on the wired graph: each node type's own checks of how it is run and wired
+    (``Node.check_wiring``: a tracker with a lookahead on one worker, in the runner's process), and types
+    that cannot run their streams sharded over several processes. Pixel formats are not checked here: they
+    are resolved when the run's contracts are (``runtime/negotiate.py``)."""
     errors: list[Diagnostic] = []
     for s in spec.nodes:
         for msg in s.cls.check_wiring(s, spec):
