@@ -17,6 +17,7 @@ import threading
 from typing import Any
 
 from ..graph import GraphSpec
+from ..metrics import Collector, run_metrics
 from ..runtime.context import Resume, RunHooks, Share
 from ..runtime.executor import Executor, executor
 
@@ -75,26 +76,18 @@ class HostAgent:
         by another run on this host: a free one, named in ``flowpipe status``)."""
         import ray
         from prometheus_client import CollectorRegistry, start_http_server
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         me, host = self, socket.gethostname()
 
-        class Collector:
-            def collect(self) -> Any:
-                p = me.progress()
-                frames = CounterMetricFamily("flowpipe_frames", "frames by fate on this host", labels=["host", "fate"])
-                for fate in ("in", "out", "dropped", "failed"):
-                    frames.add_metric([host, fate], p[fate])
-                streams = CounterMetricFamily("flowpipe_stream_frames", "frames accounted per stream on this host",
-                                              labels=["host", "stream"])
-                for s, n in p["streams"].items():
-                    streams.add_metric([host, s], n)
-                running = GaugeMetricFamily("flowpipe_streams", "streams this host runs", labels=["host"])
-                running.add_metric([host], 0 if me.done.is_set() else len(me.sources))
-                yield from (frames, streams, running)
+        def families() -> list[Any]:  # the names and labels of every flowpipe endpoint, with this host's name
+            snap = me.runner.snapshot() if me.runner is not None else {}
+            p = me.progress()
+            return run_metrics({**snap, **{k: p[k] for k in ("in", "out", "dropped", "failed")}}, p["streams"],
+                               const_labels={"host": host}, running=0 if me.done.is_set() else len(me.sources),
+                               streams_help="frames accounted per stream on this host")
 
         registry = CollectorRegistry()
-        registry.register(Collector())
+        registry.register(Collector(families))
         addr = ray.util.get_node_ip_address()
         try:
             self._metrics, _ = start_http_server(port, addr=addr, registry=registry)

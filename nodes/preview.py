@@ -1,5 +1,6 @@
-"""Network sinks: a live MJPEG preview and a Prometheus metrics endpoint. Both bind 127.0.0.1 unless
-configured otherwise: exposing video or metrics beyond this machine is an explicit choice."""
+"""Pictures of the streams: ``mjpeg_preview``, a live MJPEG preview in any browser (binds 127.0.0.1 unless
+configured otherwise: exposing video beyond this machine is an explicit choice), and ``preview``, each
+stream's newest picture for ``flowpipe serve``'s console."""
 from __future__ import annotations
 
 import logging
@@ -15,7 +16,7 @@ from flowpipe.frame import Frame
 from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
 from flowpipe.registry import register
 
-log = logging.getLogger("flowpipe.serve")
+log = logging.getLogger("flowpipe.preview")
 PAGE = """<!doctype html><html><head><title>flowpipe preview</title>
 <style>body{{margin:0;background:#111;color:#ddd;font:14px sans-serif}} img{{display:block;max-width:100%}}</style>
 </head><body>{items}</body></html>"""
@@ -159,82 +160,6 @@ class MjpegPreview(Node):
         with self.latest.cond:
             self.latest.closed = True
             self.latest.cond.notify_all()
-        self.server.shutdown()
-        self.server.server_close()
-
-
-@register("prometheus")
-class Prometheus(Node):
-    """Serves the run's per-node statistics at http://HOST:PORT/metrics for Prometheus, and counts
-    frames per stream reaching this node.
-
-    YAML:
-        - id: metrics
-          type: prometheus
-          config: {port: 9108}
-          inputs: {frame: meta.frame}
-    """
-
-    inputs = {"frame": "any"}
-
-    @classmethod
-    def contract(cls, config: NodeConfig) -> NodeContract:
-        return cls.declare(pixels=PIXELS_ALL,
-                           isolation="it serves the statistics of the run in the runner's process",
-                           sharding="one endpoint serves the whole run, and each shard process has only its own "
-                                    "statistics")
-
-    class Config(NodeConfig):
-        host: str = Field("127.0.0.1", description="bind address")
-        port: int = Field(9108, ge=0, le=65535, description="0 picks a free port (see stats)")
-
-    config: Config
-
-    def resources(self) -> list[str]:
-        return [f"listens on http://{self.config.host}:{self.config.port}/metrics (Prometheus)"]
-
-    def open(self, ctx: RunContext) -> None:
-        from prometheus_client import CollectorRegistry, start_http_server
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
-        self.frames: dict[str, int] = {}
-        me = self
-
-        class Collector:
-            def collect(self):
-                snap = ctx.snapshot()
-                by = ["node", "type"]
-                frames = CounterMetricFamily("flowpipe_node_frames", "frames processed by a node", labels=by)
-                dropped = CounterMetricFamily("flowpipe_node_dropped", "frames dropped by policy", labels=by)
-                failed = CounterMetricFamily("flowpipe_node_failed", "frames failed in a node", labels=by)
-                busy = CounterMetricFamily("flowpipe_node_busy_seconds", "time spent processing", labels=by)
-                queue = GaugeMetricFamily("flowpipe_node_queue_max", "deepest input queue seen", labels=by)
-                for nid, st in snap["nodes"].items():
-                    lab = [nid, st["type"]]
-                    frames.add_metric(lab, st["frames"])
-                    dropped.add_metric(lab, st["dropped"])
-                    failed.add_metric(lab, st["failed"])
-                    busy.add_metric(lab, st["busy_s"])
-                    queue.add_metric(lab, st["queue_max"])
-                acct = CounterMetricFamily("flowpipe_frames", "frames by fate", labels=["fate"])
-                for fate in ("in", "out", "dropped", "failed"):
-                    acct.add_metric([fate], snap[fate])
-                seen = CounterMetricFamily("flowpipe_stream_frames", "frames per stream at this node",
-                                           labels=["stream"])
-                for s, n in list(me.frames.items()):
-                    seen.add_metric([s], n)
-                yield from (frames, dropped, failed, busy, queue, acct, seen)
-
-        self.registry = CollectorRegistry()
-        self.registry.register(Collector())
-        self.server, self.thread = start_http_server(self.config.port, addr=self.config.host, registry=self.registry)
-        self.port = self.server.server_address[1]
-        ctx.stats["url"] = f"http://{self.config.host}:{self.port}/metrics"
-
-    def process(self, frame: Frame, port: str) -> None:
-        self.frames[frame.stream] = self.frames.get(frame.stream, 0) + 1
-
-    def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
 
