@@ -112,7 +112,13 @@ class NodeContract:
     shared across streams, or guards it). ``forwards``: output port -> input port for packets passed on
     untouched (memory contracts flow through). ``isolation``/``sharding``: why it cannot run with
     ``isolation: process`` / in a run over several processes (None: it can). ``serves_streams``: one
-    instance serves every stream of a run (over several processes it runs once, in the device owner)."""
+    instance serves every stream of a run (over several processes it runs once, in the device owner).
+    ``live``: a source whose frames come in real time (a camera, a network stream): what it sends while
+    nobody reads it is gone. ``files``: config fields that name what it writes, by kind: ``records`` (JSON
+    Lines, one record per frame), ``video`` (recordings), ``model_cache`` (a folder of compiled models, where
+    a host may set its own): a service confines them to its output folder, a cluster reads records back.
+    ``final_picture``: what it gets on its ``frame`` input is the graph's finished picture (a recording, a
+    preview), which a console shows too."""
 
     inputs: Mapping[str, str] = field(default_factory=dict)
     outputs: Mapping[str, str] = field(default_factory=dict)
@@ -124,6 +130,9 @@ class NodeContract:
     isolation: str | None = None
     sharding: str | None = None
     serves_streams: bool = False
+    live: bool = False
+    files: Mapping[str, str] = field(default_factory=dict)
+    final_picture: bool = False
 
     @property
     def isolation_refused(self) -> str | None:

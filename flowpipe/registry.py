@@ -39,7 +39,7 @@ def load_builtin_and_plugins() -> None:
     if _LOADED:
         return
     _LOADED = True
-    import flowpipe.nodes as builtin
+    builtin = importlib.import_module("flowpipe.nodes")  # the node library, by name: the engine knows no node type
 
     for mod in pkgutil.iter_modules(builtin.__path__):
         if not mod.name.startswith("_"):

@@ -96,6 +96,7 @@ class Inference(Node):
         # never reads the pixels; async requests are held past process() (inline ones run to completion in it);
         # one compiled model serves every stream (over processes, in the device owner)
         return cls.declare(pixels=PIXELS_ALL, holds_frames=config.requests == "async", serves_streams=True,
+                           files={"cache_dir": "model_cache"},
                            isolation="it holds frames past process() (asynchronous requests)")
 
     def resources(self) -> list[str]:

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import Field
 
 from flowpipe.frame import Frame
-from flowpipe.node import Node, NodeConfig, RunContext
+from flowpipe.node import Node, NodeConfig, NodeContract, RunContext
 from flowpipe.registry import register
 
 log = logging.getLogger("flowpipe.metadata")
@@ -49,6 +49,10 @@ class JsonLines(Node):
         path: str = Field(description="output file, or '-' for standard output")
 
     config: Config
+
+    @classmethod
+    def contract(cls, config: NodeConfig) -> NodeContract:
+        return cls.declare(files={"path": "records"})
 
     def resources(self) -> list[str]:
         return [f"writes {self.config.path}"]

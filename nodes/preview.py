@@ -111,7 +111,7 @@ class MjpegPreview(Node):
 
     @classmethod
     def contract(cls, config: NodeConfig) -> NodeContract:
-        return cls.declare(pixels=PIXELS_ALL,
+        return cls.declare(pixels=PIXELS_ALL, final_picture=True,
                            sharding="one port serves every stream, and each shard process would bind its own")
 
     class Config(NodeConfig):

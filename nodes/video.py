@@ -21,12 +21,12 @@ from pydantic import Field, field_validator, model_validator
 
 from flowpipe import memory
 from flowpipe.accel import Devices
+from flowpipe.accel.host import usable_cores
 from flowpipe.contracts import Offer
 from flowpipe.frame import Frame, FrameRef
 from flowpipe.memory import BufferPool
 from flowpipe.node import Node, NodeConfig, NodeContract, RunContext, Source
 from flowpipe.registry import register
-from flowpipe.runtime.settings import usable_cores
 
 log = logging.getLogger("flowpipe.video")
 IMAGE_EXT = {".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp"}
@@ -93,6 +93,11 @@ class VideoSource(Source):
             return v
 
     config: Config
+
+    @classmethod
+    def contract(cls, config: NodeConfig) -> NodeContract:
+        assert isinstance(config, cls.Config)
+        return cls.declare(live=is_live(config.uri))
 
     def resources(self) -> list[str]:
         uri = self.config.uri
@@ -517,7 +522,8 @@ class VideoWriter(Node):
     def contract(cls, config: NodeConfig) -> NodeContract:
         assert isinstance(config, cls.Config)
         return cls.declare(pixels=frozenset({"BGR"}) if config.fourcc else frozenset({"BGR", "NV12", "I420"}),
-                           one_worker=None)  # its writers are per stream, under a lock
+                           one_worker=None,  # its writers are per stream, under a lock
+                           files={"path": "video"}, final_picture=True)
 
     def resources(self) -> list[str]:
         c = self.config

@@ -15,10 +15,11 @@ from typing import Any
 
 import numpy as np
 
+from ..accel.host import usable_cores
 from ..graph import GraphSpec, load_graph, parse_sets
 from ..node import Source
 from ..runtime.executor import executor
-from ..runtime.settings import limit_library_threads, usable_cores
+from ..runtime.settings import limit_library_threads
 
 
 def replicate_sources(spec: GraphSpec, streams: int) -> GraphSpec:

@@ -9,29 +9,6 @@ from pathlib import Path
 from typing import Any
 
 
-def device_report() -> dict[str, Any]:
-    """What this host has, as flowpipe sees it: shared-memory kinds, OpenVINO devices, OpenCL platforms."""
-    from .. import memory
-    from ..accel import devices
-    from ..accel.openvino import choose_device
-
-    owners = devices()
-    report: dict[str, Any] = {"shared_memory": memory.available_kinds(),
-                              "shared_memory_default": memory.best_kind()}
-    try:
-        avail = owners.openvino.available()
-        report["openvino"] = {d: owners.openvino.device_info(d) for d in avail}
-        try:
-            choice = choose_device("AUTO", avail)
-            report["inference_default"] = {"device": choice.device, "reason": choice.reason}
-        except RuntimeError as e:
-            report["inference_default"] = {"device": None, "reason": str(e)}
-    except Exception as e:  # noqa: BLE001
-        report["openvino"] = {"error": str(e)}
-    report["opencl"] = owners.opencl.platforms()
-    return report
-
-
 def cmd_devices(args: argparse.Namespace) -> int:
     if args.cluster:
         from ..cluster.controller import cluster_devices
@@ -45,6 +22,8 @@ def cmd_devices(args: argparse.Namespace) -> int:
                 f"{k} {v:g}" for k, v in sorted(h["resources"].items())))
             _print_devices(h["devices"])
         return 0
+    from ..accel.host import device_report
+
     report = device_report()
     if args.json:
         print(json.dumps(report, indent=2))

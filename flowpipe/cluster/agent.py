@@ -42,9 +42,10 @@ class HostAgent:
         full: GraphSpec = pickle.loads(payload)  # noqa: S301 - from the controller of this run
         self.spec = subgraph(full, sources + [t.id for t in full.templates()])  # templates: streams to come
         cache = (full.cluster.model_cache if full.cluster else None) or model_cache()
-        for node in self.spec.nodes:
-            if node.type == "inference" and getattr(node.config, "cache_dir", "unset") is None:
-                node.config.cache_dir = os.path.expanduser(cache)  # type: ignore[attr-defined]
+        for node in self.spec.nodes:  # a model cache left unset: this host's
+            for key, kind in node.contract.files.items():
+                if kind == "model_cache" and getattr(node.config, key) is None:
+                    setattr(node.config, key, os.path.expanduser(cache))
         self.metrics_port = metrics_port
         self.metrics_url: str | None = None
         self.streams = len(full.sources())

@@ -21,9 +21,8 @@ from collections import deque
 from typing import Any
 
 from ..graph import GraphSpec
-from ..nodes.video import is_live
 from ..runtime.runner import RunSummary
-from ..runtime.shards import _merge_nodes
+from ..runtime.stats import merge_nodes
 from .placement import Host, PlacementError, StreamNeed, place
 
 log = logging.getLogger("flowpipe.cluster")
@@ -98,9 +97,8 @@ def written(spec: GraphSpec, streams: list[str]) -> dict[str, int]:
     """Per stream of ``streams``: the last frame whose record is in the graph's ``jsonl`` outputs, where this
     process can read them (a path on storage every host shares)."""
     last: dict[str, int] = {}
-    for s in spec.nodes:
-        path = getattr(s.config, "path", None)
-        if s.type != "jsonl" or not path or path == "-" or not os.path.isfile(path):
+    for path in spec.files("records"):
+        if path == "-" or not os.path.isfile(path):
             continue
         with open(path, "rb") as f:
             for line in f:
@@ -123,7 +121,7 @@ def cluster_devices(address: str | None) -> list[dict[str, Any]]:
     def look() -> dict[str, Any]:
         import socket
 
-        from ..cli.extra import device_report
+        from ..accel.host import device_report
 
         return {"host": socket.gethostname(), "devices": device_report()}
 
@@ -454,8 +452,7 @@ class ClusterRun:
         log.warning("%s after %d frames accounted there", a["error"], sum(accounted.values()))
         rates = self.rates()
         for src in self.spec.sources():
-            uri = getattr(src.config, "uri", None)
-            if src.id in a["sources"] and isinstance(uri, str) and is_live(uri):
+            if src.id in a["sources"] and src.contract.live:
                 self.outages.append({"stream": src.id, "host": a["address"], "last_seen": a.get("seen", time.time()),
                                      "fps": round(rates.get(src.id, 0.0), 2), "resumed_after_s": None,
                                      "frames_lost": None, "resumed_at_frame": start[src.id],
@@ -566,7 +563,7 @@ class ClusterResult(RunSummary):
         lost = self.frames["in"] - self.frames["out"] - self.frames["dropped"] - self.frames["failed"]
         self.frames["failed"] += max(0, lost)  # frames in flight on hosts that were lost
         self.per_stream = run.per_stream()
-        self.nodes = _merge_nodes([(i, r) for i, r in done if r.get("nodes")])
+        self.nodes = merge_nodes([(i, r) for i, r in done if r.get("nodes")])
         self.edges: dict[str, dict[str, Any]] = {}
         for _, r in done:
             for name, e in (r.get("edges") or {}).items():

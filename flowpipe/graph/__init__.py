@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .load import MAX_EXPANDED_NODES, MAX_YAML_BYTES, LineDict, LineList, _parse, _read, parse_sets
+from .load import MAX_EXPANDED_NODES, MAX_YAML_BYTES, LineDict, LineList, parse_sets, parse_yaml, read_text
 from .spec import (
     ENGINE_KEYS,
     ISOLATION,
@@ -35,6 +35,6 @@ def load_graph(path: str | Path, overrides: dict[str, Any] | None = None,
     """Read and validate a graph file. Raises GraphError with one Diagnostic per problem."""
     fname = str(path)
     if text is None:
-        text = _read(path, fname)
-    doc = _parse(text, fname)
+        text = read_text(path, fname)
+    doc = parse_yaml(text, fname)
     return validate(doc, fname, overrides or {})

@@ -76,7 +76,7 @@ def parse_sets(items: list[str] | None) -> dict[str, Any]:
     return out
 
 
-def _read(path: str | Path, fname: str) -> str:
+def read_text(path: str | Path, fname: str) -> str:
     """The graph file's text, refused past ``MAX_YAML_BYTES`` or where it cannot be read as UTF-8."""
     try:
         if os.path.getsize(path) > MAX_YAML_BYTES:
@@ -86,7 +86,7 @@ def _read(path: str | Path, fname: str) -> str:
         raise GraphError(Diagnostic(f"cannot read graph: {e.__class__.__name__}: {e}", fname)) from None
 
 
-def _parse(text: str, fname: str) -> Any:
+def parse_yaml(text: str, fname: str) -> Any:
     """Phase 1, parse: one YAML document through the safe loader, every mapping and list keeping its lines."""
     if len(text) > MAX_YAML_BYTES:
         raise GraphError(Diagnostic(f"document is larger than {MAX_YAML_BYTES} bytes", fname))
@@ -121,7 +121,7 @@ def _check_size(doc: Any, fname: str) -> None:
             stack.extend(item)
 
 
-def _line(obj: Any, key: Any = None) -> int | None:
+def line_of(obj: Any, key: Any = None) -> int | None:
     """The line of ``obj`` (a LineDict or LineList), or of its key or item ``key``; None for plain values."""
     if isinstance(obj, LineDict):
         return obj.key_lines.get(key, obj.line) if key is not None else obj.line
@@ -132,13 +132,13 @@ def _line(obj: Any, key: Any = None) -> int | None:
     return None
 
 
-def _type_name(v: Any) -> str:
+def type_name(v: Any) -> str:
     """What a value is, in the words of the errors ("mapping", "list", "string", ...)."""
     return {dict: "mapping", LineDict: "mapping", list: "list", LineList: "list", str: "string",
             int: "integer", float: "number", bool: "boolean", type(None): "null"}.get(type(v), type(v).__name__)
 
 
-def _interpolate(value: Any, params: dict[str, Any], where: tuple[str, int | None], errors: list[Diagnostic],
+def interpolate(value: Any, params: dict[str, Any], where: tuple[str, int | None], errors: list[Diagnostic],
                  node: tuple[str | None, str | None] = (None, None)) -> Any:
     """``value`` with ``${params.X}`` and ``${env:X[:-default]}`` replaced, lines kept; an unknown parameter
     is an error appended to ``errors``."""
@@ -147,10 +147,10 @@ def _interpolate(value: Any, params: dict[str, Any], where: tuple[str, int | Non
         out = LineDict()
         out.line, out.key_lines = value.line, value.key_lines
         for k, v in value.items():
-            out[k] = _interpolate(v, params, (fname, value.key_lines.get(k, line)), errors, node)
+            out[k] = interpolate(v, params, (fname, value.key_lines.get(k, line)), errors, node)
         return out
     if isinstance(value, LineList):
-        out_l = LineList(_interpolate(v, params, (fname, ln), errors, node)
+        out_l = LineList(interpolate(v, params, (fname, ln), errors, node)
                          for v, ln in zip(value, value.item_lines))
         out_l.line, out_l.item_lines = value.line, value.item_lines
         return out_l

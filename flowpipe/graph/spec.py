@@ -133,6 +133,11 @@ class GraphSpec:
         """Sources that are the pattern of streams added to the running graph."""
         return [s for s in self.nodes if issubclass(s.cls, Source) and s.template]
 
+    def files(self, kind: str) -> list[str]:
+        """The paths the graph's nodes write of ``kind`` (``NodeContract.files``: records, video, ...)."""
+        return [path for s in self.nodes for key, k in s.contract.files.items()
+                if k == kind and isinstance(path := getattr(s.config, key, None), str)]
+
     def node(self, node_id: str) -> NodeSpec:
         return next(n for n in self.nodes if n.id == node_id)
 

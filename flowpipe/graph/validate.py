@@ -1,6 +1,6 @@
 """Validation in named phases, run in order by ``validate``; none touches a device.
 
-1. parse (``load._parse``): one YAML document through the safe loader, line numbers kept
+1. parse (``load.parse_yaml``): one YAML document through the safe loader, line numbers kept
 2. graph keys: top-level keys, params and ``--set``, plugins, processes, prefetch, cluster, device_owner, nodes
 3. params: ``${params.X}`` and ``${env:X}`` in the nodes
 4. plugins: the graph's plugin modules imported (they register node types)
@@ -27,7 +27,7 @@ from pydantic import ValidationError
 from ..errors import Diagnostic, GraphError
 from ..node import Node, Source, kinds_compatible
 from ..registry import import_plugin, lookup
-from .load import LineDict, _interpolate, _line, _type_name
+from .load import LineDict, interpolate, line_of, type_name
 from .spec import ENGINE_KEYS, NODE_KEYS, TOP_KEYS, ClusterKeys, EngineKeys, GraphSpec, NodeSpec
 
 _ID_RE = re.compile(r"^[A-Za-z_][\w-]*$")
@@ -72,26 +72,26 @@ def _graph_keys(doc: Any, fname: str, overrides: dict[str, Any]) -> _Graph:
     params the graph declares; ``nodes`` a non-empty list."""
     errors: list[Diagnostic] = []
     if not isinstance(doc, dict):
-        raise GraphError(Diagnostic(f"graph: expected a mapping with 'nodes', got {_type_name(doc)}", fname, 1))
+        raise GraphError(Diagnostic(f"graph: expected a mapping with 'nodes', got {type_name(doc)}", fname, 1))
     for key in doc:
         if key not in TOP_KEYS:
             errors.append(Diagnostic(f"unknown top-level key '{key}': expected one of {', '.join(sorted(TOP_KEYS))}",
-                                     fname, _line(doc, key)))
+                                     fname, line_of(doc, key)))
     params = _param_values(doc, fname, overrides, errors)
     plugins = doc.get("plugins") or []
     if not isinstance(plugins, list) or not all(isinstance(p, str) for p in plugins):
-        errors.append(Diagnostic("plugins: expected a list of module names", fname, _line(doc, "plugins")))
+        errors.append(Diagnostic("plugins: expected a list of module names", fname, line_of(doc, "plugins")))
         plugins = []
     processes = doc.get("processes", 1)
     if processes != "auto" and (isinstance(processes, bool) or not isinstance(processes, int)
                                 or not 1 <= processes <= 256):
         errors.append(Diagnostic(f"processes: expected an integer 1..256 or 'auto', got {processes!r}", fname,
-                                 _line(doc, "processes")))
+                                 line_of(doc, "processes")))
         processes = 1
     prefetch = doc.get("prefetch", 1)
     if isinstance(prefetch, bool) or not isinstance(prefetch, int) or not 0 <= prefetch <= 64:
         errors.append(Diagnostic(f"prefetch: expected an integer 0..64, got {prefetch!r}", fname,
-                                 _line(doc, "prefetch")))
+                                 line_of(doc, "prefetch")))
         prefetch = 1
     cluster = None
     if doc.get("cluster") is not None:
@@ -100,16 +100,16 @@ def _graph_keys(doc: Any, fname: str, overrides: dict[str, Any]) -> _Graph:
         except ValidationError as e:
             err = e.errors()[0]
             at = ".".join(str(x) for x in err["loc"])
-            errors.append(Diagnostic(f"cluster.{at}: {err['msg']}", fname, _line(doc, "cluster")))
+            errors.append(Diagnostic(f"cluster.{at}: {err['msg']}", fname, line_of(doc, "cluster")))
     device_owner = doc.get("device_owner", True)
     if not isinstance(device_owner, bool):
         errors.append(Diagnostic(f"device_owner: expected true or false, got {device_owner!r}", fname,
-                                 _line(doc, "device_owner")))
+                                 line_of(doc, "device_owner")))
         device_owner = True
     nodes_raw = doc.get("nodes")
     if not isinstance(nodes_raw, list) or not nodes_raw:
-        errors.append(Diagnostic(f"nodes: expected a non-empty list of nodes, got {_type_name(nodes_raw)}",
-                                 fname, _line(doc, "nodes") or 1))
+        errors.append(Diagnostic(f"nodes: expected a non-empty list of nodes, got {type_name(nodes_raw)}",
+                                 fname, line_of(doc, "nodes") or 1))
     _raise_if(errors)
     return _Graph(params, plugins, processes, prefetch, cluster, device_owner, nodes_raw)
 
@@ -118,16 +118,16 @@ def _param_values(doc: Any, fname: str, overrides: dict[str, Any], errors: list[
     """The ``params:`` mapping (``${env:X}`` resolved in its values), ``--set`` overrides applied."""
     raw_params = doc.get("params") or LineDict()
     if not isinstance(raw_params, dict):
-        errors.append(Diagnostic(f"params: expected a mapping, got {_type_name(raw_params)}", fname,
-                                 _line(doc, "params")))
+        errors.append(Diagnostic(f"params: expected a mapping, got {type_name(raw_params)}", fname,
+                                 line_of(doc, "params")))
         raw_params = LineDict()
     params: dict[str, Any] = {}
     for k, v in raw_params.items():
-        params[str(k)] = _interpolate(v, {}, (fname, _line(raw_params, k)), errors)
+        params[str(k)] = interpolate(v, {}, (fname, line_of(raw_params, k)), errors)
     for k, v in overrides.items():
         if k not in params:
             errors.append(Diagnostic(f"--set {k}: no such parameter; known params: "
-                                     f"{', '.join(sorted(params)) or 'none'}", fname, _line(doc, "params")))
+                                     f"{', '.join(sorted(params)) or 'none'}", fname, line_of(doc, "params")))
         params[k] = v
     return params
 
@@ -137,7 +137,7 @@ def _param_values(doc: Any, fname: str, overrides: dict[str, Any], errors: list[
 def _params(top: _Graph, doc: Any, fname: str) -> Any:
     """Phase 3, params: the node list with ``${params.X}`` and ``${env:X}`` replaced; an unknown param is an error."""
     errors: list[Diagnostic] = []
-    nodes_raw = _interpolate(top.nodes, top.params, (fname, _line(doc, "nodes")), errors)
+    nodes_raw = interpolate(top.nodes, top.params, (fname, line_of(doc, "nodes")), errors)
     _raise_if(errors)
     return nodes_raw
 
@@ -152,7 +152,7 @@ def _plugins(plugins: list[str], doc: Any, fname: str) -> str | None:
             import_plugin(mod, plugin_dir)
         except Exception as e:  # noqa: BLE001 - any import failure is a config error here
             errors.append(Diagnostic(f"plugin '{mod}' failed to import: {type(e).__name__}: {e}", fname,
-                                     _line(doc, "plugins")))
+                                     line_of(doc, "plugins")))
     _raise_if(errors)
     return plugin_dir
 
@@ -184,7 +184,7 @@ class _Draft:
 def _nodes(nodes_raw: Any, fname: str) -> tuple[list[NodeSpec], dict[str, Any]]:
     """Phase 5, nodes: every node through type lookup, engine keys, config and template, in that order.
     Returns the node specs (inputs not yet wired) and each node's ``(inputs, mapping)`` for wiring."""
-    drafts = [_Draft(i, raw, _line(nodes_raw, i)) for i, raw in enumerate(nodes_raw)]
+    drafts = [_Draft(i, raw, line_of(nodes_raw, i)) for i, raw in enumerate(nodes_raw)]
     for phase in (_node_types, _node_engine_keys, _node_configs, _node_contracts, _node_templates):
         phase([d for d in drafts if not d.stopped], fname)
     _raise_if([e for d in drafts for e in d.errors])
@@ -201,7 +201,7 @@ def _node_types(drafts: list[_Draft], fname: str) -> None:
     for d in drafts:
         raw = d.raw
         if not isinstance(raw, dict):
-            d.stop(Diagnostic(f"nodes[{d.index}]: expected a mapping with id and type, got {_type_name(raw)}",
+            d.stop(Diagnostic(f"nodes[{d.index}]: expected a mapping with id and type, got {type_name(raw)}",
                               fname, d.line))
             continue
         nid, ntype = raw.get("id"), raw.get("type")
@@ -209,24 +209,24 @@ def _node_types(drafts: list[_Draft], fname: str) -> None:
         for key in raw:
             if key not in NODE_KEYS:
                 d.errors.append(Diagnostic(f"unknown key '{key}': expected one of {', '.join(sorted(NODE_KEYS))}",
-                                           fname, _line(raw, key), *d.who))
+                                           fname, line_of(raw, key), *d.who))
         if not isinstance(nid, str) or not _ID_RE.match(nid):
             d.stop(Diagnostic(f"id: expected a name like 'decode_1' (letters, digits, _ or -), got {nid!r}",
-                              fname, _line(raw, "id"), *d.who))
+                              fname, line_of(raw, "id"), *d.who))
             continue
         if nid in seen:
             d.stop(Diagnostic(f"duplicate node id '{nid}' (first defined at line {seen[nid]})",
-                              fname, _line(raw, "id"), *d.who))
+                              fname, line_of(raw, "id"), *d.who))
             continue
-        seen[nid] = _line(raw, "id")
+        seen[nid] = line_of(raw, "id")
         if not isinstance(ntype, str):
             d.stop(Diagnostic(f"type: expected a node type name, got {ntype!r}", fname,
-                              _line(raw, "type") if "type" in raw else d.line, nid, None))
+                              line_of(raw, "type") if "type" in raw else d.line, nid, None))
             continue
         try:
             d.cls = lookup(ntype)
         except KeyError as e:
-            d.stop(Diagnostic(str(e.args[0]), fname, _line(raw, "type"), *d.who))
+            d.stop(Diagnostic(str(e.args[0]), fname, line_of(raw, "type"), *d.who))
             continue
         d.nid, d.ntype = nid, ntype
 
@@ -243,7 +243,7 @@ def _node_engine_keys(drafts: list[_Draft], fname: str) -> None:
             for err in e.errors():
                 key = str(err["loc"][0]) if err["loc"] else "?"
                 msg = str(err["msg"]).removeprefix("Value error, ")
-                d.errors.append(Diagnostic(f"{key}: {msg}", fname, _line(raw, key), *d.who))
+                d.errors.append(Diagnostic(f"{key}: {msg}", fname, line_of(raw, key), *d.who))
             d.eng = EngineKeys.model_validate({})
         d.workers = d.eng.workers
 
@@ -255,8 +255,8 @@ def _node_configs(drafts: list[_Draft], fname: str) -> None:
         raw, cls = d.raw, d.cls
         cfg_raw = raw.get("config") or LineDict()
         if not isinstance(cfg_raw, dict):
-            d.stop(Diagnostic(f"config: expected a mapping, got {_type_name(cfg_raw)}", fname,
-                              _line(raw, "config"), *d.who))
+            d.stop(Diagnostic(f"config: expected a mapping, got {type_name(cfg_raw)}", fname,
+                              line_of(raw, "config"), *d.who))
             continue
         try:
             d.config = cls.Config.model_validate(dict(cfg_raw))
@@ -271,10 +271,10 @@ def _node_configs(drafts: list[_Draft], fname: str) -> None:
                     msg = f"unknown key; expected one of: {fields}"
                 elif err["type"] != "missing":
                     msg = f"{msg}, got {got!r}"
-                d.errors.append(Diagnostic(f"config.{loc}: {msg}", fname, _line(cfg_raw, key), *d.who))
+                d.errors.append(Diagnostic(f"config.{loc}: {msg}", fname, line_of(cfg_raw, key), *d.who))
             d.stopped = True
         except Exception as e:  # noqa: BLE001 - validators may raise anything
-            d.stop(Diagnostic(f"config: {e}", fname, _line(raw, "config"), *d.who))
+            d.stop(Diagnostic(f"config: {e}", fname, line_of(raw, "config"), *d.who))
 
 
 def _node_contracts(drafts: list[_Draft], fname: str) -> None:
@@ -285,16 +285,16 @@ def _node_contracts(drafts: list[_Draft], fname: str) -> None:
         raw, contract = d.raw, d.cls.contract(d.config)
         if d.workers > 1 and contract.one_worker is not None:
             d.errors.append(Diagnostic(f"workers: {contract.one_worker}; expected 1, got {d.workers}", fname,
-                                       _line(raw, "workers"), *d.who))
+                                       line_of(raw, "workers"), *d.who))
             d.workers = 1
         elif d.workers > 1 and d.eng.isolation == "process":
-            d.errors.append(Diagnostic("workers: expected 1 with isolation: process", fname, _line(raw, "workers"),
+            d.errors.append(Diagnostic("workers: expected 1 with isolation: process", fname, line_of(raw, "workers"),
                                        *d.who))
             d.workers = 1
         why = contract.isolation_refused
         if d.eng.isolation == "process" and why is not None:
             d.errors.append(Diagnostic(f"isolation: process is not available for {d.ntype}: {why}; expected "
-                                       "isolation: thread", fname, _line(raw, "isolation"), *d.who))
+                                       "isolation: thread", fname, line_of(raw, "isolation"), *d.who))
 
 
 def _node_templates(drafts: list[_Draft], fname: str) -> None:
@@ -302,7 +302,7 @@ def _node_templates(drafts: list[_Draft], fname: str) -> None:
     for d in drafts:
         if d.eng.template and not issubclass(d.cls, Source):
             d.errors.append(Diagnostic(f"template: only a source can be the pattern of added streams; {d.ntype} is "
-                                       "not a source", fname, _line(d.raw, "template"), *d.who))
+                                       "not a source", fname, line_of(d.raw, "template"), *d.who))
 
 
 # 6. wiring ----------------------------------------------------------------------------------------------------
@@ -317,7 +317,7 @@ def _wiring(specs: list[NodeSpec], raw_inputs: dict[str, Any], fname: str) -> nx
         dag.add_node(s.id)
     for s in specs:
         inputs, raw = raw_inputs[s.id]
-        where = (fname, _line(raw, "inputs") if "inputs" in raw else s.line)
+        where = (fname, line_of(raw, "inputs") if "inputs" in raw else s.line)
         node = (s.id, s.type)
         if inputs is None:
             inputs = {}
@@ -326,10 +326,10 @@ def _wiring(specs: list[NodeSpec], raw_inputs: dict[str, Any], fname: str) -> nx
                 inputs = {next(iter(s.contract.inputs)): inputs}  # shorthand for a single-input node
             else:
                 errors.append(Diagnostic(f"inputs: expected a mapping of port -> 'node.port', got "
-                                         f"{_type_name(inputs)}", *where, *node))
+                                         f"{type_name(inputs)}", *where, *node))
                 continue
         for port, refs in inputs.items():
-            pline = _line(inputs, port) or where[1]
+            pline = line_of(inputs, port) or where[1]
             if port not in s.contract.inputs:
                 errors.append(Diagnostic(f"inputs.{port}: unknown input port; expected one of: "
                                          f"{', '.join(s.contract.inputs) or 'none (a source takes no inputs)'}",

@@ -3,13 +3,13 @@ of OpenCV's own thread pool."""
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
 
+from ..accel.host import usable_cores
 from ..graph import GraphSpec
 
 log = logging.getLogger("flowpipe")
@@ -40,11 +40,6 @@ def interrupts_stop(runner: Interruptible) -> Iterator[None]:
             # once interrupted, the run is over and the process on its way out: a second Ctrl-C that comes
             # now must not cut the account short with a traceback
             signal.signal(sig, signal.SIG_IGN if got else handler)
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity), else the machine's."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def share_library_threads(processes: int) -> None:

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from ..accel.host import usable_cores
 from ..errors import GraphError
 from ..graph import GraphSpec, NodeSpec
 from ..node import Node
@@ -42,8 +43,8 @@ from .context import Resume, RunHooks, Share
 from .live import template_of
 from .owner import OwnerClient, OwnerLink, OwnerProcess
 from .runner import Runner
-from .settings import share_library_threads, usable_cores
-from .stats import RunSummary, frame_list
+from .settings import share_library_threads
+from .stats import RunSummary, frame_list, merge_nodes
 
 log = logging.getLogger("flowpipe.shards")
 REPORT_EVERY_S = 0.2
@@ -568,24 +569,6 @@ def _exited_opening(sh: _Shard) -> str:
     return f"shard {sh.index} exited while opening (exit code {sh.proc.exitcode})"
 
 
-def _merge_nodes(results: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
-    """Per node: counts and busy time summed over the shards that ran it; each shard's block kept."""
-    merged: dict[str, Any] = {}
-    cpu_ms: dict[str, float] = {}  # CPU ms summed over the frames of every shard, per node
-    for index, res in results:
-        for nid, st in res["nodes"].items():
-            m = merged.setdefault(nid, {"type": st.get("type"), "frames": 0, "dropped": 0, "failed": 0,
-                                        "busy_s": 0.0, "queue_max": 0, "shards": {}})
-            for k in ("frames", "dropped", "failed"):
-                m[k] += st.get(k) or 0
-            m["busy_s"] = round(m["busy_s"] + (st.get("busy_s") or 0.0), 4)
-            cpu_ms[nid] = cpu_ms.get(nid, 0.0) + (st.get("cpu_ms_per_frame") or 0.0) * (st.get("frames") or 0)
-            m["cpu_ms_per_frame"] = round(cpu_ms[nid] / m["frames"], 3) if m["frames"] else None
-            m["queue_max"] = max(m["queue_max"], st.get("queue_max") or 0)
-            m["shards"][str(index)] = st
-    return merged
-
-
 class ShardedResult(RunSummary):
     """What a sharded run did, in the shape of ``RunResult`` (``to_json`` adds ``shards``)."""
 
@@ -596,7 +579,7 @@ class ShardedResult(RunSummary):
         self.frames["failed"] += max(0, lost)  # frames in flight in shards that died
         self.per_stream = run.per_stream
         self.done_times = sorted(t for _, r in done for t in r.get("done_times", []))
-        self.nodes = _merge_nodes(done)
+        self.nodes = merge_nodes(done)
         owner = run.owner
         owned = {s.id for s in owner.specs} if owner is not None else set()
         self.edges: dict[str, dict[str, Any]] = {}

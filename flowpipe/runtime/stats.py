@@ -96,3 +96,19 @@ class RunSummary:
         return {}
 
 
+def merge_nodes(results: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
+    """Per node: counts and busy time summed over the shards that ran it; each shard's block kept."""
+    merged: dict[str, Any] = {}
+    cpu_ms: dict[str, float] = {}  # CPU ms summed over the frames of every shard, per node
+    for index, res in results:
+        for nid, st in res["nodes"].items():
+            m = merged.setdefault(nid, {"type": st.get("type"), "frames": 0, "dropped": 0, "failed": 0,
+                                        "busy_s": 0.0, "queue_max": 0, "shards": {}})
+            for k in ("frames", "dropped", "failed"):
+                m[k] += st.get(k) or 0
+            m["busy_s"] = round(m["busy_s"] + (st.get("busy_s") or 0.0), 4)
+            cpu_ms[nid] = cpu_ms.get(nid, 0.0) + (st.get("cpu_ms_per_frame") or 0.0) * (st.get("frames") or 0)
+            m["cpu_ms_per_frame"] = round(cpu_ms[nid] / m["frames"], 3) if m["frames"] else None
+            m["queue_max"] = max(m["queue_max"], st.get("queue_max") or 0)
+            m["shards"][str(index)] = st
+    return merged

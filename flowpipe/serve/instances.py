@@ -274,14 +274,15 @@ class Instances:
         """Every output path of the graph goes inside the instance's folder; one that would leave it is an
         error, not a write elsewhere."""
         for node in spec.nodes:
-            path = getattr(node.config, "path", None)
-            if not isinstance(path, str) or path == "-" or node.type not in ("jsonl", "video_writer"):
-                continue
-            p = Path(path)
-            if p.is_absolute() or ".." in p.parts:
-                raise RequestError(f"node {node.id!r}: output path {path!r} leaves the output folder; expected a "
-                                 "relative path", 403)
-            node.config.path = str(folder / p)  # type: ignore[attr-defined]
+            for key, kind in node.contract.files.items():
+                path = getattr(node.config, key)
+                if kind not in ("records", "video") or not isinstance(path, str) or path == "-":
+                    continue
+                p = Path(path)
+                if p.is_absolute() or ".." in p.parts:
+                    raise RequestError(f"node {node.id!r}: output path {path!r} leaves the output folder; expected "
+                                       "a relative path", 403)
+                setattr(node.config, key, str(folder / p))
 
 
 def _add_preview(spec: GraphSpec) -> None:
@@ -291,7 +292,7 @@ def _add_preview(spec: GraphSpec) -> None:
 
     feed: tuple[str, str] | None = None
     for node in spec.nodes:
-        if node.type in ("video_writer", "mjpeg_preview"):
+        if node.contract.final_picture:
             feed = node.inputs["frame"][0]
             break
     if feed is None:
