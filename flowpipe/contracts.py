@@ -110,3 +110,6 @@ class InputContract:
     offer: Offer
     allocation: Allocation
     edge: str = ""  # "upstream->this", the name copies on this input are counted under
+    #: the offer as the node was given it: of several producers the largest picture, in a shard the picture
+    #: of the whole graph's sources (``offer`` is the first producer's own)
+    given: Offer | None = None

@@ -48,15 +48,13 @@ def test_outputs_match_a_direct_openvino_call(face_model, astronaut) -> None:
     direct = ov.Core().compile_model(face_model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
     got = collected("inf_direct")
     assert [f.index for f in got] == list(range(6))
-    from flowpipe.nodes.preprocess import Preprocess
+    from flowpipe.nodes.preprocess import CpuBackend, Preprocess, geometry
 
-    pre = Preprocess("p", Preprocess.Config(size=(128, 128), color="RGB", layout="NHWC", mean=(127.5,) * 3,
-                                            scale=(127.5,) * 3, resize="letterbox", backend="cpu"))
+    pre = CpuBackend(Preprocess.Config(size=(128, 128), color="RGB", layout="NHWC", mean=(127.5,) * 3,
+                                       scale=(127.5,) * 3, resize="letterbox", backend="cpu"))
     for f, img in zip(got, frames):
-        from flowpipe.nodes.preprocess import geometry
-
         x = np.zeros((1, 128, 128, 3), np.float32)
-        pre._run_cpu(Frame("s", 0, 0.0, img), geometry(512, 512, 128, 128, "letterbox"), x[0])
+        pre.entry(Frame("s", 0, 0.0, img), geometry(512, 512, 128, 128, "letterbox"), x[0])
         want = direct(x)
         for out in direct.outputs:
             np.testing.assert_allclose(f.tensors[out.get_any_name()], want[out], rtol=1e-4, atol=1e-3)

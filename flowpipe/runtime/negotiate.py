@@ -55,12 +55,14 @@ def resolve(spec: GraphSpec, nodes: dict[str, Node], devices: Devices,
     order = spec.topo_order()
     out = Contracts()
     pictures: dict[str, tuple[int, int] | None] = {}  # a shard: what each source of the whole graph says
+    given: dict[Port, Offer] = {}  # per input port: the offer its node was given
     for s in order:  # offers flow forward
         node = nodes[s.id]
         inputs = {port: _joined([out.offers[r] for r in refs]) for port, refs in s.inputs.items() if refs}
         if spec.whole is not None and inputs:  # a shard: pictures of the whole graph's sources, so all agree
             picture = _whole_picture(spec.whole, s.id, nodes, devices, pictures)
             inputs = {port: replace(o, picture=picture) for port, o in inputs.items()}
+        given.update({(s.id, port): o for port, o in inputs.items()})
         for port in s.contract.outputs:
             src = node.declared.forwards.get(port)
             if src is not None:
@@ -90,7 +92,7 @@ def resolve(spec: GraphSpec, nodes: dict[str, Node], devices: Devices,
         for port, refs in s.inputs.items():
             offer = out.offers[refs[0]]
             alloc = out.allocations.get((offer.producer, offer.port)) or Allocation()
-            out.inputs[(s.id, port)] = InputContract(offer, alloc, f"{refs[0][0]}->{s.id}")
+            out.inputs[(s.id, port)] = InputContract(offer, alloc, f"{refs[0][0]}->{s.id}", given[(s.id, port)])
     return out
 
 

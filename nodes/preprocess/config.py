@@ -1,0 +1,64 @@
+"""A ``preprocess`` node's settings (read by the node and by both backends)."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from flowpipe.node import NodeConfig
+
+from .geometry import Objects, Tiles
+
+
+class PreprocessConfig(NodeConfig):
+    """A ``preprocess`` node's settings."""
+
+    size: tuple[int, int] = Field((224, 224), description="tensor width, height")
+    resize: Literal["stretch", "letterbox"] = "stretch"
+    upscale: bool = Field(True, description="letterbox: enlarge pictures smaller than size (false: keep "
+                                            "them at their own scale, padded; for fully convolutional "
+                                            "detectors, which find faces better unstretched)")
+    size_to_source: bool = Field(False, description="letterbox: the tensor only as large as the picture "
+                                 "needs when the source says its size before it opens (a video file): "
+                                 "the letterboxed picture rounded up to multiples of align, at most size; "
+                                 "for models that take any input size (a 176x144 camera is not padded "
+                                 "to 960x544)")
+    align: int = Field(32, ge=1, le=256, description="size_to_source: tensor sides are multiples of this "
+                                                       "(the model's largest stride)")
+    pad_value: float = Field(0.0, description="letterbox padding, in pixel units before normalization")
+    roi: tuple[int, int, int, int] | None = Field(None, description="crop x, y, w, h before resizing")
+    tiles: Tiles | None = Field(None, description="grid tiling; the tensor's batch is one entry per tile")
+    objects: Objects | None = Field(None, description="one entry per object found upstream (a crop "
+                                    "around each), for a second model that looks at them")
+    color: Literal["BGR", "RGB", "GRAY"] = "BGR"
+    mean: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    scale: tuple[float, float, float] = Field((1.0, 1.0, 1.0), description="divide by this after mean")
+    layout: Literal["NHWC", "NCHW"] = "NCHW"
+    dtype: Literal["u8", "f16", "f32"] = "f32"
+    backend: Literal["auto", "opencl", "cpu", "openvino"] = Field(
+        "auto", description="auto: OpenCL on a GPU, or where the consumer takes device buffers; else OpenCV "
+        "(an OpenCL device that is the CPU itself, as PoCL, would run the same work on the same cores, with "
+        "its own threads and launches on top)")
+    opencl_device: str = Field("auto", description="auto, gpu, cpu, or a platform/device name substring")
+
+    @model_validator(mode="after")
+    def _check(self) -> PreprocessConfig:
+        w, h = self.size
+        if not (1 <= w <= 8192 and 1 <= h <= 8192):
+            raise ValueError(f"size: expected width and height in 1..8192, got {self.size}")
+        if any(s == 0 for s in self.scale):
+            raise ValueError(f"scale: expected non-zero values, got {self.scale}")
+        if self.backend == "openvino" and (self.resize != "stretch" or self.roi or self.tiles):
+            raise ValueError("backend openvino folds preprocessing into the model with PrePostProcessor, "
+                             "which resizes by stretching: expected resize: stretch without roi or tiles")
+        if sum(x is not None for x in (self.roi, self.tiles, self.objects)) > 1:
+            raise ValueError("roi, tiles and objects exclude each other: expected one of them, got "
+                             + " and ".join(k for k in ("roi", "tiles", "objects") if getattr(self, k)))
+        if self.objects is not None and self.backend == "openvino":
+            raise ValueError("objects crops the frame on the opencl or cpu backend: expected backend auto, "
+                             "opencl or cpu")
+        if self.size_to_source and (self.resize != "letterbox" or self.roi or self.tiles or self.objects
+                                    or self.backend == "openvino"):
+            raise ValueError("size_to_source sizes the tensor by the letterboxed picture: expected resize: "
+                             "letterbox without roi, tiles or objects, on the opencl or cpu backend")
+        return self

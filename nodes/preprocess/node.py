@@ -1,0 +1,268 @@
+"""The ``preprocess`` node: its config, what it offers and asks for, the backend it takes, and per frame the
+entries it writes (one, tiles, or one per object) into pooled tensor memory.
+
+What the node decides from its neighbours (the tensor's size, the backend and its OpenCL device) is
+decided by pure functions of its config, what its input offers and what its output got: ``offer`` and
+``request`` return what they make of them, and ``open`` makes the same of the run's contracts."""
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from flowpipe.accel import Devices
+from flowpipe.accel.opencl import ClDevice
+from flowpipe.contracts import Allocation, Offer, Request, TensorSpec
+from flowpipe.frame import Frame
+from flowpipe.memory import BatchSlots, BufferPool, Lease, Slot
+from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
+from flowpipe.registry import register
+
+from .config import PreprocessConfig
+from .cpu import CpuBackend
+from .geometry import Geometry, Objects, fitted, geometry
+from .opencl import OpenClBackend
+from .tensor import DTYPES, SRC_FMT, TensorMemory
+
+log = logging.getLogger("flowpipe.preprocess")
+
+
+@register("preprocess")
+class Preprocess(Node):
+    """Turns frames into the model's input tensor (``frame.tensors['input']``), on OpenCL or the CPU.
+
+    YAML:
+        - id: pre
+          type: preprocess
+          config: {size: [192, 192], color: RGB, layout: NHWC, dtype: f32,
+                   mean: [127.5, 127.5, 127.5], scale: [127.5, 127.5, 127.5], resize: letterbox}
+          inputs: {frame: decode.frame}
+    """
+
+    inputs = {"frame": "frame"}
+    outputs = {"tensor": "tensor"}
+
+    @classmethod
+    def contract(cls, config: NodeConfig) -> NodeContract:
+        # reads every pixel format itself (the kernel converts); its state is per stream
+        return cls.declare(pixels=PIXELS_ALL, one_worker=None,
+                           isolation="it writes into memory resolved with its consumer in the runner's process "
+                                     "(batch slots, device buffers)")
+
+    Config = PreprocessConfig
+
+    config: PreprocessConfig
+    # decided in open() from the run's contracts (the same decisions offer() and request() return)
+    backend: str | None = None  # opencl, cpu or openvino
+    why: str = ""  # why auto chose the CPU, where it did
+    cl: ClDevice | None = None
+    size: tuple[int, int] | None = None  # the tensor's width, height: config.size, or fitted to the picture
+    _writer: CpuBackend | OpenClBackend | None = None  # None: openvino, the frame itself is the input
+
+    def tensor_size(self) -> tuple[int, int]:
+        """The tensor's width and height: the one it writes once open, before that ``config.size``."""
+        return self.size or self.config.size
+
+    def tensor_shape(self) -> tuple[int, ...]:
+        return shape_for(self.config, self.tensor_size())
+
+    @property
+    def kernel_ns(self) -> list[int]:
+        """OpenCL kernel times (ns) of the frames sampled so far; none on the other backends."""
+        return self._writer.kernel_ns if isinstance(self._writer, OpenClBackend) else []
+
+    # memory contracts ------------------------------------------------------------------------------
+    def offer(self, port: str, inputs: Mapping[str, Offer], devices: Devices) -> Offer:
+        c = self.config
+        frame = inputs.get("frame")
+        if c.backend == "openvino":  # nothing written here: the consumer folds this into its model
+            return Offer(self.id, port, model_preprocessing={"color": c.color, "mean": c.mean, "scale": c.scale,
+                                                             "layout": c.layout})
+        size = size_for(c, frame.picture if frame is not None else None)
+        return Offer(self.id, port, TensorSpec(shape_for(c, size), np.dtype(DTYPES[c.dtype][1]).name,
+                                               up_to=c.objects is not None),
+                     writes(c, devices))
+
+    def request(self, port: str, offer: Offer, outputs: Mapping[str, Allocation], devices: Devices) -> Request:
+        """Asks the source for page-locked frames where the backend ``choose`` takes runs on a discrete GPU."""
+        choice = choose(self.config, outputs.get("tensor") or Allocation(), devices)
+        if choice.cl is not None and not choice.cl.unified_memory:
+            return Request("pinned", cl=choice.cl, by=self.id)  # a discrete GPU uploads page-locked frames by DMA
+        return Request(by=self.id)
+
+    def open(self, ctx: RunContext) -> None:
+        """The tensor's size from the picture its input was offered, the backend from the allocation its
+        output got (as ``offer`` and ``request`` made them), then the memory it writes into."""
+        c = self.config
+        contract = ctx.input("frame")
+        frame = (contract.given or contract.offer) if contract is not None else None
+        self.size = size_for(c, frame.picture if frame is not None else None)
+        alloc = ctx.allocation("tensor")
+        choice = choose(c, alloc, ctx.devices)
+        if choice.note is not None:
+            log.log(choice.note[0], "node '%s': %s", self.id, choice.note[1])
+        self.backend, self.cl, self.why = choice.backend, choice.cl, choice.why
+        self.stats = stats = ctx.stats
+        stats["backend"] = self.backend
+        if self.why:
+            stats["backend_why"] = self.why
+        if self.size != c.size:
+            stats["tensor_size"] = f"{self.size[0]}x{self.size[1]} (sized to the source; " \
+                                   f"at most {c.size[0]}x{c.size[1]})"
+        if self.cl is not None:
+            stats["opencl_device"] = self.cl.name
+            stats["opencl_memory"] = "unified" if self.cl.unified_memory else "discrete (frames uploaded)"
+        self.shape = self.tensor_shape()
+        self.slots: BatchSlots | None = alloc.slots if self.backend != "openvino" else None
+        self.memory = TensorMemory(self.shape, DTYPES[c.dtype][1], self.slots.size if self.slots else 1)
+        stats["writes"] = f"slots of a batch of {self.slots.size}" if self.slots else "own pool"
+        self.pool: BufferPool | None = None
+        if self.backend != "openvino" and self.slots is None:
+            self.pool = alloc.pool(self.memory.nbytes, min(ctx.frames_in_flight(), 64))
+        self._writer = None
+        if self.backend == "opencl":
+            assert self.cl is not None, "the opencl backend runs with a device"
+            remote = alloc.placement == "opencl"
+            self._writer = OpenClBackend(c, self.cl, self.memory, self.size, remote, ctx.devices.opencl.calls(),
+                                         stats)
+        elif self.backend == "cpu":
+            self._writer = CpuBackend(c, self.memory)
+
+    # per frame ---------------------------------------------------------------------------------------
+    def process(self, frame: Frame, port: str) -> Frame:
+        c = self.config
+        data = frame.image
+        if frame.format not in SRC_FMT:
+            raise ValueError(f"cannot convert format {frame.format!r}: expected one of {', '.join(SRC_FMT)}")
+        w, h = frame.width, frame.height
+        if frame.format in ("NV12", "I420"):
+            rows = data.shape[0]
+            if w % 2 or rows % 3 or h % 2:
+                raise ValueError(f"{frame.format} needs even width and height (data of height*3/2 rows), "
+                                 f"got {w}x{rows} data")
+        roi = c.roi
+        if roi is not None:
+            x, y, rw, rh = roi
+            if x < 0 or y < 0 or rw < 1 or rh < 1 or x + rw > w or y + rh > h:
+                raise ValueError(f"roi {roi} is outside the {w}x{h} frame")
+        tw, th = self.tensor_size()
+        if c.objects is not None:
+            return self._objects(frame, c.objects, tw, th)
+        rois = c.tiles.rois(w, h) if c.tiles else [roi]
+        geos = [geometry(w, h, tw, th, c.resize, r, c.upscale) for r in rois]
+        frame.meta["preprocess"] = {"node": self.id, "tensor": [tw, th], **geos[0].as_meta()}
+        if c.tiles:
+            frame.meta["preprocess"]["tiles"] = [g.as_meta() for g in geos]
+        return self._write(frame, geos)
+
+    def _objects(self, frame: Frame, objects: Objects, tw: int, th: int) -> Frame:
+        """One entry per object picked (``objects``): its index among the frame's detections and its crop's
+        geometry go in the metadata; a frame without any gets no tensor memory at all."""
+        picked = []
+        for i in objects.pick(frame):
+            geo = objects.geometry(frame.detections[i].box, frame.width, frame.height, tw, th)
+            if geo is not None:
+                picked.append((i, geo))
+        frame.meta["preprocess"] = {"node": self.id, "tensor": [tw, th], "entries": len(picked),
+                                    "objects": [i for i, _ in picked], "crops": [g.as_meta() for _, g in picked]}
+        if not picked:
+            frame.tensors["input"] = np.empty((0, *self.shape[1:]), self.memory.dtype)
+            return frame
+        return self._write(frame, [g for _, g in picked])
+
+    def _write(self, frame: Frame, geos: list[Geometry]) -> Frame:
+        """The tensor's entries for ``geos`` written into pooled memory (a batch slot or our own buffer)."""
+        if self._writer is None:  # openvino: the model takes the frame itself
+            data = frame.image
+            frame.tensors["input"] = data[None] if data.ndim == 3 else data
+            return frame
+        lease: Slot | Lease
+        if self.slots is not None:
+            slot = lease = self.slots.take()
+            base = slot.index * self.shape[0]  # the first batch entry this frame writes
+        else:
+            assert self.pool is not None, "a pool is made in open() when no batch slots were allocated"
+            lease, base = self.pool.acquire(timeout=30), 0
+        frame.hold(lease)
+        frame.tensors["input"] = self._writer.write(frame, geos, lease, base)
+        return frame
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        if self.pool is not None:
+            self.pool.close()
+
+
+# decisions: pure functions of the config and what the neighbours offer and got ----------------------------
+def size_for(c: PreprocessConfig, picture: tuple[int, int] | None) -> tuple[int, int]:
+    """``size``, or with ``size_to_source`` the letterboxed ``picture`` rounded up to ``align``."""
+    if not c.size_to_source or picture is None:
+        return c.size
+    return fitted(c.size, picture, c.upscale, c.align)
+
+
+def shape_for(c: PreprocessConfig, size: tuple[int, int]) -> tuple[int, ...]:
+    """One frame's tensor of ``size`` (width, height): its entries first, in the config's layout."""
+    w, h = size
+    ch = 1 if c.color == "GRAY" else 3
+    n = c.tiles.count if c.tiles else c.objects.max if c.objects else 1
+    return (n, ch, h, w) if c.layout == "NCHW" else (n, h, w, ch)
+
+
+def only_the_cpu(c: PreprocessConfig, devices: Devices) -> str | None:
+    """With ``backend`` and ``opencl_device`` auto: the OpenCL device when every usable one is the CPU
+    itself (PoCL), where OpenCV does the same work on the same cores without the OpenCL runtime's threads
+    and launches (measured with PoCL on 2 cores: 12% faster at 720p, 0.4 ms less CPU per 176x144 frame);
+    else None."""
+    if c.backend != "auto" or c.opencl_device != "auto":
+        return None
+    usable = [(p["platform"], d) for p in devices.opencl.platforms() for d in p["devices"] if d["usable"]]
+    if not usable or any(d["type"] != "CPU" for _, d in usable):
+        return None
+    return f"{usable[0][0]} / {usable[0][1]['name']}"
+
+
+def writes(c: PreprocessConfig, devices: Devices) -> frozenset[str]:
+    """The memory the node can write its tensor into: host memory, and OpenCL device buffers where it
+    may run the kernel."""
+    out = {"host"}
+    if c.backend == "opencl" or (c.backend == "auto" and only_the_cpu(c, devices) is None and any(
+            d["usable"] for p in devices.opencl.platforms() for d in p["devices"])):
+        out.add("opencl")
+    return frozenset(out)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The backend a node takes, its OpenCL device, why auto took the CPU, and what to log of it."""
+
+    backend: str  # opencl, cpu or openvino
+    cl: ClDevice | None = None
+    why: str = ""
+    note: tuple[int, str] | None = None  # (logging level, message)
+
+
+def choose(c: PreprocessConfig, alloc: Allocation, devices: Devices) -> Choice:
+    """The OpenCL context of the consumer's device when it got device buffers (``alloc``), else one of our
+    own; OpenCV where the only OpenCL device is the CPU or none is there (``backend: auto``)."""
+    if c.backend == "openvino":
+        return Choice("openvino")
+    cpu = only_the_cpu(c, devices)
+    if alloc.placement == "opencl" and alloc.cl is not None:
+        return Choice("opencl", alloc.cl)
+    if cpu is not None:
+        why = f"the only OpenCL device is the CPU ({cpu}): OpenCV on the same cores costs less"
+        return Choice("cpu", why=why, note=(logging.INFO, f"{why} (backend: opencl to use it)"))
+    if c.backend in ("auto", "opencl"):
+        try:
+            return Choice("opencl", devices.opencl.device(c.opencl_device))
+        except Exception as e:
+            if c.backend == "opencl":
+                raise RuntimeError(f"OpenCL unavailable ({e}); platforms: "
+                                   f"{devices.opencl.platforms() or 'none'}") from e
+            return Choice("cpu", why=f"no OpenCL device ({e})",
+                          note=(logging.WARNING, f"no OpenCL device ({e}); preprocessing on the CPU with OpenCV"))
+    return Choice(c.backend)
