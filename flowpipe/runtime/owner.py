@@ -191,7 +191,6 @@ class _Owner:
             return ("open_error", f"node '{nid}' is not served by this device owner")
         if o.ctx is None:
             try:
-                o.node.request("tensor", offer, {}, self.devs)  # the node's device choice, as in one process
                 contract = InputContract(offer, Allocation(o.placement), f"{nid}:in")  # type: ignore[arg-type]
                 o.ctx = _OwnerContext(nid, self.devs, contract, in_flight, self.wake)
                 o.node.open(o.ctx)

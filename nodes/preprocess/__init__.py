@@ -16,11 +16,12 @@ The node, its config and the choice of backend are in ``node.py``; where picture
 """
 from __future__ import annotations
 
+from .config import PreprocessConfig
 from .cpu import CpuBackend
 from .geometry import Geometry, Objects, Tiles, fitted, geometry
 from .node import Choice, Preprocess, choose, shape_for, size_for
 from .opencl import OpenClBackend
 from .tensor import DTYPES, SRC_FMT, TensorMemory
 
-__all__ = ["DTYPES", "SRC_FMT", "Choice", "CpuBackend", "Geometry", "Objects", "OpenClBackend", "Preprocess",
+__all__ = ["DTYPES", "SRC_FMT", "Choice", "CpuBackend", "Geometry", "Objects", "OpenClBackend", "Preprocess", "PreprocessConfig",
            "TensorMemory", "Tiles", "choose", "fitted", "geometry", "shape_for", "size_for"]

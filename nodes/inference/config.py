@@ -1,0 +1,45 @@
+"""An ``inference`` node's settings (read by the node and its engine)."""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from flowpipe.node import NodeConfig
+
+
+class NpuOptions(BaseModel):
+    """NPU plugin properties (see the NPU plugin README); ignored unless the chosen device is NPU."""
+
+    model_config = ConfigDict(extra="forbid")
+    turbo: bool | None = None
+    tiles: int | None = Field(None, ge=1)
+    compilation_mode_params: str | None = None
+    defer_weights_load: bool | None = None
+    bypass_umd_caching: bool | None = None
+    qdq_optimization: bool | None = None
+
+
+
+class InferenceConfig(NodeConfig):
+    """An ``inference`` node's settings."""
+
+    model: str = Field(description="registry name (flowpipe models list), .xml/.onnx/.tflite path, or an "
+                                   "http(s) URL (with model_sha256)")
+    model_sha256: str | None = Field(None, description="required for a URL: the model file's sha256")
+    device: str | list[str] = Field("AUTO", description="NPU|GPU|CPU|AUTO or a fallback list, e.g. 'NPU,GPU,CPU'")
+    performance_hint: Literal["LATENCY", "THROUGHPUT", "CUMULATIVE_THROUGHPUT"] = "THROUGHPUT"
+    num_requests: int | None = Field(None, ge=1, le=64, description="default: OPTIMAL_NUMBER_OF_INFER_REQUESTS")
+    priority: Literal["LOW", "MEDIUM", "HIGH"] | None = None
+    cache_dir: str | None = Field(None, description="OpenVINO model cache (FIL < FEIL on a hit)")
+    blob: str | None = Field(None, description="precompiled blob from 'flowpipe compile' (import, no compile)")
+    properties: dict[str, Any] = Field(default_factory=dict, description="extra OpenVINO properties")
+    npu: NpuOptions = Field(default_factory=NpuOptions)
+    batch: int = Field(1, ge=1, le=64, description="frames per inference request (streams batched together)")
+    batch_timeout_ms: float = Field(10.0, gt=0, description="send a partial batch after this wait")
+    requests: Literal["async", "inline"] = Field(
+        "async", description="async: a pool of requests in flight, completions polled on a thread of this "
+        "node's own; inline: each frame's request runs to completion in the thread of the stage before (no "
+        "thread hop, one request): for a small second model whose frames mostly have nothing to run")
+    reset_state: Literal["per_stream", "never"] = Field(
+        "per_stream", description="stateful models: one state per stream (saved/restored), reset at frame 0")

@@ -1,0 +1,360 @@
+"""The model on its device: read, fitted to the producer's tensor, compiled (or imported) through
+``flowpipe.accel.openvino``, and an ordered pool of infer requests its frames run on.
+
+Requests complete on OpenVINO's threads (a callback marks them done and wakes the node); results are
+taken in submission order, and a request's error is re-raised on the caller's thread (``collect``), kept
+for ``poll`` to report after the frames that finished alongside."""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from flowpipe import models
+from flowpipe.accel import openvino as ovx
+from flowpipe.accel.openvino import Compiled, DeviceChoice, OpenVino
+from flowpipe.contracts import Allocation, Offer
+from flowpipe.errors import FrameError
+from flowpipe.frame import Frame
+from flowpipe.memory import BufferPool, SharedLease, Slot
+from flowpipe.memory import ledger as ledgers
+
+from .batching import Entries
+from .config import InferenceConfig
+
+log = logging.getLogger("flowpipe.inference")
+
+
+class Engine:
+    """One node's compiled model and its requests. ``load`` makes them; ``submit`` starts a request for
+    frames (``bind`` puts their input on it), ``collect`` takes the finished ones in order (``label`` marks
+    each frame that ran), ``close`` lets them go. ``section`` is the node's ``--stats`` block."""
+
+    def __init__(self, node_id: str, config: InferenceConfig, choice: DeviceChoice, wake: Callable[[], None],
+                 label: Callable[[Frame], None], t_open: float):
+        self.node_id, self.config, self.choice, self.device = node_id, config, choice, choice.device
+        self.wake, self._label, self.t_open = wake, label, t_open
+        self.batch = config.batch
+        self.entries = Entries()
+        self.edge: str | None = None  # the input edge, where copies are counted
+        self.compiled: Any = None
+        self.requests: list[Any] = []
+        self.stateful = False
+        self.out_pools: list[BufferPool] = []
+        self.tensors: ovx.TensorBinder | None = None
+        self.section: dict[str, Any] = {}
+        self._done: list[threading.Event] = []
+        self._idle: deque[int] = deque()
+        self._pending: deque[tuple[int, list[Frame]]] = deque()  # (request, frames); -1: frames that ran none
+        self._errors: deque[FrameError] = deque()  # failed requests, raised by poll() after finished frames
+        self._into: dict[int, list[np.ndarray]] = {}  # a client's own memory for a frame's results
+        self._first: float | None = None
+        self._t_first_submit: float | None = None
+
+    # loading ----------------------------------------------------------------------------------------
+    def load(self, ov_owner: OpenVino, offer: Offer, alloc: Allocation, entries: Entries, edge: str | None,
+             frames_in_flight: int) -> None:
+        c = self.config
+        self.entries, self.edge = entries, edge
+        config = ov_owner.build_config(self.device, hint=c.performance_hint, num_requests=c.num_requests,
+                                       priority=c.priority, cache_dir=_expand(c.cache_dir),
+                                       npu=c.npu.model_dump(), properties=c.properties)
+        if alloc.placement == "opencl":  # remote OCL_BUFFER inputs
+            ovx.no_auto_batching(config)
+        comp = self._compile(ov_owner, offer, config)
+        self.compiled = comp.model
+        self.input = self.compiled.inputs[0]
+        pshape = self.input.get_partial_shape()
+        self.in_shape = None if pshape.is_dynamic else tuple(pshape.to_shape())
+        self.in_type = self.input.get_element_type()
+        self._make_requests()
+        self._make_outputs(frames_in_flight)
+        remote_ctx = ov_owner.remote_context(self.device) if self.device in ("GPU", "NPU") else None
+        self.tensors = ovx.TensorBinder(self.in_type, self.in_shape, remote_ctx)
+        self.section = {"device": self.device, "device_reason": self.choice.reason, "requests": len(self.requests),
+                        "compile_ms": round(comp.compile_ms, 2), "cache": comp.cache,
+                        "input": {"name": self.input.get_any_name(), "shape": str(pshape),
+                                  "type": str(self.in_type)},
+                        "input_memory": alloc.placement,
+                        "config": {k: str(v) for k, v in config.items()}, "stateful": self.stateful,
+                        "input_binding": None}
+        if entries.up_to:
+            self.section["entries"] = entries.describe()
+
+    def _compile(self, ov_owner: OpenVino, offer: Offer, config: dict[str, Any]) -> Compiled:
+        """The precompiled blob, or the model fitted to the producer's tensor and compiled; with a batch
+        added here, checked to keep each frame's results a block of their own."""
+        c = self.config
+        if c.blob:
+            return ov_owner.import_blob(Path(c.blob).expanduser(), self.device, config)
+        path = models.resolve(c.model, sha256=c.model_sha256)
+        model = ov_owner.read_model(path)
+        batch_before = ovx.static_batch(model)
+        model = self._fit_model(model, offer)
+        batched = batch_before == 1 and ovx.static_batch(model) not in (None, 1)
+        variable = self.entries.variable
+        if variable:  # each request runs the entries its frame has, up to the producer's bound
+            if batched:  # each entry's results a block of their own: checked at the bound (static)
+                static = ov_owner.compile(model, self.device, config)
+                ovx.check_batch_layout(ov_owner, static.model, str(path), self.device, config)
+            model = ovx.bounded_batch(model)
+        comp = ov_owner.compile(model, self.device, config)
+        if batched and not variable:
+            ovx.check_batch_layout(ov_owner, comp.model, str(path), self.device, config)
+        return comp
+
+    def _fit_model(self, model: Any, offer: Offer) -> Any:
+        """Static shapes from the tensor the producer declares (times the batch), or the producer's
+        preprocessing folded into the model (PrePostProcessor)."""
+        if offer.model_preprocessing is not None:
+            return ovx.with_ppp(model, **offer.model_preprocessing)
+        want = offer.tensor.shape if offer.tensor is not None else None
+        if want is not None and self.batch > 1:  # several frames (each one or more entries) per request
+            want = (want[0] * self.batch, *want[1:])
+        c = self.config
+        any_size = models.is_registry_name(c.model) and bool(models.entry(c.model)["input"].get("any_size"))
+        return ovx.fit_input(model, want, self.device, offer.producer or None, any_size)
+
+    def _make_requests(self) -> None:
+        c = self.config
+        try:
+            optimal = int(self.compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
+        except Exception:  # noqa: BLE001
+            optimal = 1
+        # Python-side dispatch leaves gaps between a completion and the next start: with THROUGHPUT, a
+        # second request per device stream keeps the device fed (measured: benchmarks/inference_throughput.py)
+        default = optimal * 2 if c.performance_hint != "LATENCY" else optimal
+        n_requests = 1 if c.requests == "inline" else c.num_requests or default
+        self.requests = [self.compiled.create_infer_request() for _ in range(n_requests)]
+        self.stateful = bool(self.requests[0].query_state())
+        if self.stateful and len(self.requests) > 1:
+            log.info("node '%s': stateful model: one request so state follows frame order", self.node_id)
+            self.requests = self.requests[:1]
+        self._done = [threading.Event() for _ in self.requests]
+        for i, r in enumerate(self.requests):
+            r.set_callback(self._on_done, i)
+        self._idle = deque(range(len(self.requests)))
+
+    def _make_outputs(self, frames_in_flight: int) -> None:
+        """Pools for the results of the frames that can be on their way at once (max shapes)."""
+        n = min(frames_in_flight, 64) + len(self.requests)
+        outputs = self.compiled.outputs
+        shapes = [tuple(o.get_partial_shape().get_max_shape()) for o in outputs]
+        self.out_pools = [BufferPool(int(np.prod(sh)) * o.get_element_type().size, n) for sh, o in zip(shapes, outputs)]
+        self.out_names = [o.get_any_name() for o in outputs]
+        self.out_specs = [(sh, o.get_element_type().to_dtype()) for sh, o in zip(shapes, outputs)]
+        self._dynamic_dims = [[i for i, d in enumerate(o.get_partial_shape()) if d.is_dynamic] for o in outputs]
+
+    def warm(self) -> None:
+        """Runs each batch size ``Entries.run`` gives once, so no frame waits for a new shape's first run
+        (OpenVINO prepares a dynamic model for each input shape the first time it sees it)."""
+        import openvino as ov
+
+        shape = tuple(self.compiled.inputs[0].get_partial_shape().get_max_shape())
+        sizes = self.entries.sizes()
+        for k in sizes:
+            self.requests[0].set_input_tensor(ov.Tensor(np.zeros((k, *shape[1:]), self.in_type.to_dtype())))
+            self.requests[0].infer()
+        self.section["shapes_prepared"] = len(sizes)
+
+    # what a client in another process needs -------------------------------------------------------------
+    def output_specs(self) -> list[tuple[str, tuple[int, ...], str]]:
+        out = []
+        for name, (shape, dtype) in zip(self.out_names, self.out_specs):
+            if self.batch > 1:
+                shape = ovx.split_batch(np.empty(shape, np.uint8), 0, self.batch).shape
+            out.append((name, tuple(shape), np.dtype(dtype).str))
+        return out
+
+    def frames_at_once(self) -> int:
+        return len(self.requests) * self.batch
+
+    def provide(self, frame: Frame, arrays: list[np.ndarray]) -> None:
+        self._into[id(frame)] = arrays
+
+    # binding ----------------------------------------------------------------------------------------
+    def bind_input(self, req: Any, frame: Frame) -> str:
+        """One frame's input bound to ``req`` without a copy; says how (``--stats`` ``input_binding``)."""
+        t = frame.tensors.get("input")
+        if t is None:
+            raise ValueError("no input tensor on the frame: expected a preprocess node upstream")
+        assert self.tensors is not None, "bound after load"
+        cl_buffer = getattr(t, "buffer", None)  # a lease on device memory from the preprocess pool
+        if cl_buffer is not None and hasattr(cl_buffer, "int_ptr"):  # OpenCL buffer in OpenVINO's GPU context
+            t.wait_ready()  # the preprocess kernel that writes it may still be running on its own queue
+            req.set_tensor(self.input.get_any_name(), self.tensors.ocl_buffer(cl_buffer))
+            return "remote OCL_BUFFER"
+        arr = t[:self.entries.run(frame)] if self.entries.variable else t
+        if self.in_shape is not None and tuple(arr.shape) != self.in_shape:
+            raise ValueError(f"input tensor shape {list(arr.shape)} does not match the model's {list(self.in_shape)}")
+        buf = frame.buffer_of(arr)
+        if self.device == "NPU" and self.tensors.remote_context is not None and buf is not None \
+                and buf.kind == "dma-heap":
+            req.set_tensor(self.input.get_any_name(), self.tensors.shared_buf(buf, "NPU"))
+            return "remote SHARED_BUF (DMA-BUF)"
+        if buf is not None:
+            tensor = self.tensors.host(arr)  # pooled memory: the same views come back, made once
+        else:
+            import openvino as ov
+
+            tensor = ov.Tensor(arr, shared_memory=True)
+        req.set_input_tensor(tensor)
+        return "host tensor, shared memory"
+
+    def bind_outputs(self, req: Any, frames: list[Frame], slots: list[Slot] | None = None) -> None:
+        """Where ``req`` writes ``frames``' results: pooled shared buffers (each frame's share of a batch in
+        ``frame.tensors``), or with ``batch: 1`` a client's own memory."""
+        assert self.tensors is not None, "bound after load"
+        into = self._into.pop(id(frames[0]), None) if self.batch == 1 else None
+        for i, pool in enumerate(self.out_pools):
+            if into is not None:  # the client's own shared buffer: results land in place
+                mine = self.entries.view(into[i], self._dynamic_dims[i], frames[0])
+                req.set_output_tensor(i, self.tensors.host(mine))
+                frames[0].tensors[self.out_names[i]] = mine
+                continue
+            lease = pool.acquire(timeout=30)
+            shared = SharedLease(lease, len(frames))
+            for f in frames:
+                f.hold(shared)
+            view = self.entries.view(lease.buffer.array(*self.out_specs[i]), self._dynamic_dims[i], frames[0])
+            req.set_output_tensor(i, self.tensors.host(view))
+            for k, f in enumerate(frames):
+                at = slots[k].index if slots else k
+                f.tensors[self.out_names[i]] = view if self.batch == 1 else ovx.split_batch(view, at, self.batch)
+
+    # running ----------------------------------------------------------------------------------------
+    def submit(self, frames: list[Frame], bind: Callable[[Any], None]) -> list[Frame]:
+        """Starts a request for ``frames`` (``bind`` puts them on it); returns frames that finished while
+        every request was busy. A failure to bind or start fails these frames (reported by ``poll``)."""
+        ready = []
+        while not self._idle:  # all requests busy: the oldest finishes first
+            self.wait_head()
+            ready += self.collect()
+        rid = self._idle.popleft()
+        req = self.requests[rid]
+        try:
+            bind(req)
+            self._done[rid].clear()
+            if self._t_first_submit is None:
+                self._t_first_submit = time.perf_counter()
+            req.start_async()
+        except Exception as e:  # noqa: BLE001 - whatever binding or starting raised fails these frames
+            self._idle.appendleft(rid)
+            self.fail_later(FrameError(frames, e))
+            return ready
+        self._pending.append((rid, frames))
+        return ready
+
+    def run_inline(self, frame: Frame, bind: Callable[[Any], None]) -> list[Frame]:
+        """``requests: inline``: the frame's request runs to completion here, in the calling thread."""
+        if self._t_first_submit is None:
+            self._t_first_submit = time.perf_counter()
+        try:
+            bind(self.requests[0])
+            self.requests[0].infer()
+        except Exception as e:  # whatever binding or running raised fails this frame
+            self._into.pop(id(frame), None)
+            raise FrameError(frame, e) from e
+        return self._finished([frame])
+
+    def pass_through(self, frame: Frame) -> None:
+        """A frame that runs no request goes on in its turn, after the frames submitted before it."""
+        self._pending.append((-1, [frame]))
+
+    def collect(self) -> list[Frame]:
+        """Frames of the finished requests at the head of the queue, in submission order (never raises)."""
+        out = []
+        while self._pending and (self._pending[0][0] < 0 or self._done[self._pending[0][0]].is_set()):
+            slot, frames = self._pending.popleft()
+            if slot < 0:  # a frame that ran no request, on in its turn
+                out += frames
+                continue
+            self._idle.append(slot)
+            try:
+                self.requests[slot].wait()  # re-raises an inference error here, on the engine's thread
+            except Exception as e:  # noqa: BLE001
+                self.fail_later(FrameError(frames, e))
+                continue
+            out += self._finished(frames)
+        return out
+
+    def drain(self) -> list[Frame]:
+        """Every frame in flight, once its request is done."""
+        out = []
+        while self._pending:
+            self.wait_head()
+            out += self.collect()
+        return out
+
+    def wait_head(self) -> None:
+        """Until the oldest pending request is done (a frame that ran none is done already)."""
+        if self._pending and self._pending[0][0] >= 0:
+            self._done[self._pending[0][0]].wait()
+
+    def fail_later(self, err: FrameError) -> None:
+        """A request failed for its frames (all of a batch): frames that finished alongside still go on;
+        the runtime gets the error from the next ``poll()`` and applies ``on_error`` to each frame."""
+        for f in err.frames:
+            self._into.pop(id(f), None)
+        self._errors.append(err)
+        self.wake()
+
+    def next_error(self) -> FrameError | None:
+        return self._errors.popleft() if self._errors else None
+
+    @property
+    def failed(self) -> bool:
+        return bool(self._errors)
+
+    def _on_done(self, slot: int) -> None:
+        self._done[slot].set()
+        self.wake()
+
+    def _finished(self, frames: list[Frame]) -> list[Frame]:
+        """``frames`` with their results: a client's share copied where it wants it, each frame labelled."""
+        if frames and self._first is None:
+            # FEIL: compile + load + first inference; FIL: load a precompiled model (cache hit or
+            # blob) + first inference (the NPU plugin README's definitions)
+            now = time.perf_counter()
+            self._first = first = (now - self.t_open) * 1e3
+            key = "fil_ms" if self.section["cache"] in ("hit", "blob") else "feil_ms"
+            submitted = self._t_first_submit if self._t_first_submit is not None else now
+            self.section.update({key: round(first, 2), "first_request_ms": round((now - submitted) * 1e3, 2)})
+        for frame in frames:
+            into = self._into.pop(id(frame), None)
+            if into is not None:  # a batch's share, copied to where the client wants it
+                with ledgers.on_edge(self.edge):
+                    for name, arr in zip(self.out_names, into):
+                        ledgers.copy(frame.tensors[name], out=arr)
+                        frame.tensors[name] = arr
+            self._label(frame)
+        return frames
+
+    def close(self) -> None:
+        for slot, _frames in list(self._pending):
+            if slot >= 0:
+                self._done[slot].wait(timeout=10)
+        # the requests hold our callback inside OpenVINO (a cycle the garbage collector cannot see):
+        # drop them, and everything bound to our buffers, before the pools go
+        for r in self.requests:
+            r.set_callback(_noop, None)
+        self.requests, self.compiled = [], None
+        if self.tensors is not None:
+            self.tensors.clear()
+        for p in self.out_pools:
+            p.close()
+        self.out_pools = []
+
+
+def _noop(_userdata: Any) -> None:
+    pass
+
+
+def _expand(p: str | None) -> str | None:
+    return str(Path(p).expanduser()) if p else None

@@ -1,0 +1,229 @@
+"""The ``inference`` node: its config, the memory it asks for, and the port glue around its engine
+(``engine.Engine``), batcher (``batching.Batcher``) and per-stream model state (``state.StreamStates``)."""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from flowpipe import models
+from flowpipe.accel import Devices
+from flowpipe.accel.openvino import DeviceChoice
+from flowpipe.contracts import Allocation, Offer, Request
+from flowpipe.frame import Frame
+from flowpipe.memory import Slot
+from flowpipe.memory import ledger as ledgers
+from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
+from flowpipe.registry import register
+
+from .batching import Batcher, Entries
+from .config import InferenceConfig
+from .engine import Engine
+from .state import StreamStates
+
+log = logging.getLogger("flowpipe.inference")
+
+
+@register("inference")
+class Inference(Node):
+    """Runs an OpenVINO model on NPU, GPU or CPU; outputs land in ``frame.tensors`` by output name.
+
+    YAML:
+        - id: detect
+          type: inference
+          config: {model: blazeface_full, device: "NPU,GPU,CPU", performance_hint: THROUGHPUT,
+                   cache_dir: ~/.cache/flowpipe/ov}
+          inputs: {tensor: pre.tensor}
+    """
+
+    inputs = {"tensor": "tensor"}
+    outputs = {"tensors": "tensors"}
+
+    Config = InferenceConfig
+
+    config: InferenceConfig
+    engine: Engine | None = None  # made in open
+    batcher: Batcher | None = None  # batch > 1
+    states: StreamStates | None = None  # a stateful model
+
+    @classmethod
+    def contract(cls, config: NodeConfig) -> NodeContract:
+        assert isinstance(config, cls.Config)
+        # never reads the pixels; async requests are held past process() (inline ones run to completion in it);
+        # one compiled model serves every stream (over processes, in the device owner)
+        return cls.declare(pixels=PIXELS_ALL, holds_frames=config.requests == "async", serves_streams=True,
+                           files={"cache_dir": "model_cache"},
+                           isolation="it holds frames past process() (asynchronous requests)")
+
+    def resources(self) -> list[str]:
+        return [f"loads model {self.config.blob or self.config.model}"]
+
+    def choose(self, devices: Devices) -> DeviceChoice:
+        """The device this node runs on (the same answer every time on one machine)."""
+        return devices.openvino.choose(self.config.device)
+
+    # memory contract ----------------------------------------------------------------------------------
+    def request(self, port: str, offer: Offer, outputs: Mapping[str, Allocation], devices: Devices) -> Request:
+        """The input memory the chosen device binds without copies: OpenCL buffers in the GPU's own context
+        (remote tensors), DMA-BUF on the NPU, host memory on the CPU; and batch slots of ``batch`` when the
+        producer declares the tensor it writes."""
+        dev = self.choose(devices).device
+        batch = self.config.batch if offer.tensor is not None else 1
+        if dev == "GPU" and "opencl" in offer.writes:
+            return Request("opencl", device="GPU", batch=batch, by=self.id)
+        return Request("dma-buf" if dev == "NPU" else "host", batch=batch, by=self.id)
+
+    # served from the device owner (a run over several processes) ------------------------------------------
+    def owned_input(self, devices: Devices) -> str:
+        """Where clients in other processes put this node's input: DMA-BUF for the NPU (imported by fd),
+        host shared memory otherwise (the GPU plugin uploads it; OpenCL buffers do not cross processes)."""
+        return "dma-buf" if self.choose(devices).device == "NPU" else "host"
+
+    def output_specs(self) -> list[tuple[str, tuple[int, ...], str]]:
+        """One frame's outputs (name, shape, dtype), for a client that provides the memory they land in."""
+        return self._engine.output_specs()
+
+    def frames_at_once(self) -> int:
+        """Frames this node works on at once when every request is busy: what its clients keep it fed with."""
+        return self._engine.frames_at_once()
+
+    def frame_meta(self) -> dict[str, Any]:
+        """What this node adds to each frame's metadata."""
+        meta: dict[str, Any] = {"inference": {"node": self.id, "device": self.device}}
+        if self.labels:
+            meta["labels"] = self.labels
+        return meta
+
+    def provide_outputs(self, frame: Frame, arrays: list[np.ndarray]) -> None:
+        """Where ``frame``'s results go (one array per model output, in order): a client in another process
+        passes its own shared buffers. With ``batch: 1`` the request writes into them (no copy); in a batch
+        each frame's share is copied out once (counted)."""
+        self._engine.provide(frame, arrays)
+
+    # open -------------------------------------------------------------------------------------------
+    def open(self, ctx: RunContext) -> None:
+        t_open = time.perf_counter()
+        c = self.config
+        self.wake = ctx.wake
+        contract = ctx.input("tensor")
+        offer = contract.offer if contract is not None else Offer()
+        alloc = contract.allocation if contract is not None else Allocation()
+        choice = self.choose(ctx.devices)
+        self.device = choice.device
+        log.info("node '%s': device %s (%s)", self.id, self.device, choice.reason)
+        self.labels = models.entry(c.model).get("labels") if models.is_registry_name(c.model) else None
+        if c.requests == "inline" and c.batch > 1:
+            raise ValueError(f"batch: an inline request runs one frame at a time; expected batch: 1, got {c.batch}")
+        self.engine, self.batcher, self.states = None, None, None
+        self.entries = Entries.of(offer, c.batch, self.device, alloc.placement)
+        self.engine = engine = Engine(self.id, c, choice, self.wake, self._label, t_open)
+        engine.load(ctx.devices.openvino, offer, alloc, self.entries, contract.edge if contract else None,
+                    ctx.frames_in_flight())
+        self.states = StreamStates(c.reset_state) if engine.stateful else None
+        if c.batch > 1:
+            if engine.stateful:
+                raise ValueError("batch > 1 with a stateful model: state follows one stream; expected batch: 1")
+            assert engine.tensors is not None
+            self.batcher = Batcher(c.batch, c.batch_timeout_ms, self.wake, self.entries.count, engine.in_shape,
+                                   engine.in_type, alloc.slots, len(engine.requests), engine.tensors,
+                                   engine.input.get_any_name())
+        self.max_held = len(engine.requests) if c.requests == "async" else 0
+        self.passed = 0  # frames without entries (up_to): no request
+        ctx.section(f"inference.{self.id}", engine.section)
+        if self.entries.variable:
+            engine.warm()
+
+    @property
+    def _engine(self) -> Engine:
+        assert self.engine is not None, f"inference '{self.id}' used before open"
+        return self.engine
+
+    @property
+    def requests(self) -> list[Any]:
+        """The engine's infer requests (in its pool's order)."""
+        return self._engine.requests
+
+    @requests.setter
+    def requests(self, value: list[Any]) -> None:
+        self._engine.requests = value
+
+    # per frame --------------------------------------------------------------------------------------
+    def process(self, frame: Frame, port: str) -> list[Frame]:
+        engine = self._engine
+        if self.entries.empty(frame):  # nothing to look at: on in its turn, no request
+            self._count_passed()
+            if self.config.requests == "inline":
+                return [frame]
+            engine.pass_through(frame)
+            return self._ready()
+        if self.config.requests == "inline":
+            return engine.run_inline(frame, lambda req: self._bind(req, [frame]))
+        if self.batcher is not None:
+            ready = self.batcher.add(frame)
+            return (self._submit(*ready) if ready is not None else []) + self._ready()
+        return self._submit([frame]) + self._ready()
+
+    def _submit(self, frames: list[Frame], slots: list[Slot] | None = None) -> list[Frame]:
+        """Start a request for ``frames``: one frame, frames written into ``slots`` of one batch buffer,
+        or a batch assembled by copying (a frame that does not fit fails alone, raised here)."""
+        if self.batcher is not None and not slots:
+            self.batcher.check(frames)
+        return self._engine.submit(frames, lambda req: self._bind(req, frames, slots))
+
+    def _bind(self, req: Any, frames: list[Frame], slots: list[Slot] | None = None) -> None:
+        """``frames``' input and the outputs they get (pooled, or a client's own memory) bound to ``req``."""
+        engine = self._engine
+        if self.states is not None:
+            self.states.switch(req, frames[0])
+        if self.batcher is not None:
+            how = self.batcher.bind(req, frames, slots)
+        else:
+            how = engine.bind_input(req, frames[0])
+        engine.section["input_binding"] = how
+        engine.bind_outputs(req, frames, slots)
+
+    def _label(self, frame: Frame) -> None:
+        frame.meta["inference"] = {"node": self.id, "device": self.device}
+        if self.labels:
+            frame.meta["labels"] = self.labels  # the registry's class names, for the decoders
+
+    def _count_passed(self) -> None:
+        self.passed += 1
+        self._engine.section["frames_without_entries"] = self.passed
+
+    def poll(self) -> list[Frame]:
+        out = self._ready()
+        if self._engine.failed:
+            self.wake()  # come back for the (rest of the) errors
+            if not out:
+                err = self._engine.next_error()
+                assert err is not None
+                raise err
+        return out
+
+    def _ready(self) -> list[Frame]:
+        """Partial batches whose time is up, then finished requests' frames."""
+        out: list[Frame] = []
+        if self.batcher is not None and self.batcher.waiting:
+            with ledgers.on_edge(self._engine.edge):
+                for frames, slots in self.batcher.due(time.monotonic()):
+                    out += self._submit(frames, slots)
+            self.batcher.rearm()
+        return out + self._engine.collect()
+
+    def flush(self) -> list[Frame]:
+        out = []
+        if self.batcher is not None and self.batcher.waiting:
+            with ledgers.on_edge(self._engine.edge):
+                for frames, slots in self.batcher.due():
+                    out += self._submit(frames, slots)
+        return out + self._engine.drain()
+
+    def close(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
+        if self.batcher is not None:
+            self.batcher.close()
