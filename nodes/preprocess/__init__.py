@@ -23,5 +23,5 @@ from .node import Choice, Preprocess, choose, shape_for, size_for
 from .opencl import OpenClBackend
 from .tensor import DTYPES, SRC_FMT, TensorMemory
 
-__all__ = ["DTYPES", "SRC_FMT", "Choice", "CpuBackend", "Geometry", "Objects", "OpenClBackend", "Preprocess", "PreprocessConfig",
-           "TensorMemory", "Tiles", "choose", "fitted", "geometry", "shape_for", "size_for"]
+__all__ = ["DTYPES", "SRC_FMT", "Choice", "CpuBackend", "Geometry", "Objects", "OpenClBackend", "Preprocess",
+           "PreprocessConfig", "TensorMemory", "Tiles", "choose", "fitted", "geometry", "shape_for", "size_for"]
