@@ -38,8 +38,7 @@ def per_frame_us(frames: int, hop: str | None, warmup: int = 20) -> tuple[float,
     else:
         text = (f"plugins: [bench_nodes]\nnodes:\n  - {src}\n  - {hop}\n"
                 "  - {id: sink, type: null_sink, inputs: hop.out}\n")
-    r = Runner(load_graph("<bench>", text=text))
-    r.record_times = True
+    r = Runner(load_graph("<bench>", text=text), record_times=True)
     res = r.run()
     assert res.ok, res.error
     t = sorted(x for x, _ in res.done_times)

@@ -73,7 +73,7 @@ def run(src: Path, path: str, frames: int, tmp: Path, tiles: bool, warm: int = 3
 
     def sample() -> None:
         while not done.wait(0.01):
-            samples.append((runner.counts["out"], _cpu(), time.perf_counter()))
+            samples.append((runner.snapshot()["out"], _cpu(), time.perf_counter()))
 
     watcher = threading.Thread(target=sample, daemon=True)
     watcher.start()

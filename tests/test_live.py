@@ -59,13 +59,13 @@ def test_streams_come_and_go_while_the_graph_runs(tmp_path) -> None:
     live = runner.live
     live.add("lobby", config={"count": 90})
     live.add("door")
-    _wait(lambda: runner.stream_counts["door"]["out"] >= 30)
-    lobby_before = runner.stream_counts["lobby"]["out"]
+    _wait(lambda: runner.account.streams["door"]["out"] >= 30)
+    lobby_before = runner.account.streams["lobby"]["out"]
     account = live.remove("door")
     assert account["stream"] == "door" and account["state"] == "removed" and account["in_flight"] == 0
     assert account["in"] == account["out"] > 30 and account["dropped"] == account["failed"] == 0
     assert _frames_in(tmp_path / "door.mp4") == account["out"]  # closed and playable while the graph runs
-    assert runner.stream_counts["lobby"]["out"] > lobby_before or lobby_before == 90  # it went on (or had ended)
+    assert runner.account.streams["lobby"]["out"] > lobby_before or lobby_before == 90  # it went on (or had ended)
     _wait(lambda: live.added["lobby"].state == "ended")  # a file-like stream ends on its own
     states = {s["stream"]: s for s in live.states()}
     assert states["lobby"]["state"] == "ended" and states["lobby"]["out"] == 90 and states["lobby"]["latency_ms"] >= 0
@@ -88,7 +88,7 @@ def test_streams_come_and_go_while_the_graph_runs(tmp_path) -> None:
     lines = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
     assert sorted(r["frame"] for r in lines if r["stream"] == "lobby") == list(range(90))
     assert _frames_in(tmp_path / "door2.mp4") == 20
-    assert "door" not in runner.stream_counts and [a["stream"] for a in live.ended] == ["door", "lobby"]
+    assert "door" not in runner.account.streams and [a["stream"] for a in live.ended] == ["door", "lobby"]
 
 
 def test_a_graph_without_template_takes_streams_like_its_sources(tmp_path) -> None:
@@ -137,14 +137,14 @@ nodes:
     try:
         live.add("door", config={"uri": f"rtsp://127.0.0.1:{port}/live"})
         live.add("file", like="cam", config={"uri": "sample", "reconnect_attempts": 0})
-        _wait(lambda: runner.stream_counts["door"]["out"] > 20)
+        _wait(lambda: runner.account.streams["door"]["out"] > 20)
         srv.kill()
         srv.wait()
         _wait(lambda: {s["stream"]: s["state"] for s in live.states()}["door"] == "reconnecting")
-        file_then = runner.stream_counts["file"]["out"]
+        file_then = runner.account.streams["file"]["out"]
         srv = _rtsp(port)
         _wait(lambda: {s["stream"]: s for s in live.states()}["door"]["reconnects"] == 1)
-        assert runner.stream_counts["file"]["out"] > file_then  # the other stream never paused
+        assert runner.account.streams["file"]["out"] > file_then  # the other stream never paused
         srv.kill()
         srv.wait()
         _wait(lambda: live.added["door"].state == "failed", timeout=40)
@@ -173,13 +173,13 @@ def test_a_stream_removed_from_a_tracker_with_a_lookahead_gets_its_last_frames_o
     live = runner.live
     live.add("lobby")
     live.add("door")
-    _wait(lambda: runner.stream_counts["door"]["out"] >= 30)
+    _wait(lambda: runner.account.streams["door"]["out"] >= 30)
     t0 = time.monotonic()
     account = live.remove("door")
     assert time.monotonic() - t0 < 5
     assert account["in"] == account["out"] > 30 and account["in_flight"] == 0
-    lobby = runner.stream_counts["lobby"]["out"]
-    _wait(lambda: runner.stream_counts["lobby"]["out"] > lobby + 10)  # the other stream goes on
+    lobby = runner.account.streams["lobby"]["out"]
+    _wait(lambda: runner.account.streams["lobby"]["out"] > lobby + 10)  # the other stream goes on
     runner.stop()
     t.join(30)
     res = box["res"]

@@ -173,7 +173,7 @@ def test_a_hundred_streams_come_and_go_without_leaking(service) -> None:
         sid = f"s{i}"
         r = client.post(f"/pipelines/{iid}/streams", json={"id": sid, "uri": "clip.mp4"})
         assert r.status_code == 201, r.text
-        _wait(lambda: inst.runner.stream_counts[sid]["out"] >= 2)
+        _wait(lambda: any(row["stream"] == sid and row["out"] >= 2 for row in inst.runner.live.states()))
         acct = client.delete(f"/pipelines/{iid}/streams/{sid}").json()
         assert acct["in"] == acct["out"] >= 2 and acct["in_flight"] == 0
 
@@ -185,7 +185,7 @@ def test_a_hundred_streams_come_and_go_without_leaking(service) -> None:
     assert _fds() <= fds + 2, (fds, _fds())
     assert threading.active_count() <= threads + 2, (threads, threading.active_count())
     assert _rss_mb() < rss + 40, (rss, _rss_mb())
-    assert not inst.runner.live.added and len(inst.runner.stream_counts) == 1  # only the graph's own stream
+    assert not inst.runner.live.added and len(inst.runner.live.states()) == 1  # only the graph's own stream
     assert client.get(f"/pipelines/{iid}/status").json()["state"] == "RUNNING"
 
 

@@ -30,6 +30,7 @@ from ..graph import GraphSpec, NodeSpec
 from ..memory import ledger as ledgers
 from ..memory.ledger import UNATTRIBUTED, EdgeMemory
 from ..node import Node, Source
+from .account import Account
 from .channel import EOS, Channel, Inline, StreamRouter
 from .context import NodeContext, RunHooks, RunState, Share
 from .live import LiveStreams
@@ -120,43 +121,20 @@ class Runner:
         self.stats = {n.id: NodeStats(n.type) for n in spec.nodes}
         self.routes: dict[str, dict[str, list[tuple[Inbox, str, str]]]] = {}
         self.pids: list[int] = []  # a run in one process starts no other
-        self.removing = 0  # streams being removed: frames' fates are signalled while > 0
-        self.counts = {"in": 0, "out": 0, "dropped": 0, "failed": 0}
-        self._count_lock = threading.Lock()
+        self.account = Account(max_frames, self.hooks.fates, record_times)
         self.error: BaseException | None = None
         self.interrupted = False
-        self._emitted = 0
-        self.per_stream: dict[str, int] = {}
-        self.stream_counts: dict[str, dict[str, int]] = {}  # per stream: in, out, dropped, failed
-        self.latency_ms: dict[str, float] = {}  # per stream: entry to final fate, smoothed
-        self.settled = threading.Condition(self._count_lock)  # a frame's fate: for streams being removed
         self._inputs: dict[str, int] = {}  # per node: inputs whose end of stream it waits for (streams added)
         self.live = LiveStreams(self)
         self.running = False
         self.started_at = time.time()
-        self.record_times = record_times
-        self.done_times: list[tuple[float, str]] = []
+
+    @property
+    def per_stream(self) -> dict[str, int]:
+        """Frames accounted per stream so far."""
+        return self.account.per_stream
 
     # accounting ------------------------------------------------------------------------------------
-    def _on_final(self, ref: FrameRef) -> None:
-        now = time.perf_counter()
-        with self._count_lock:
-            self.counts[ref.fate] += 1
-            self.per_stream[ref.stream] = self.per_stream.get(ref.stream, 0) + 1
-            mine = self.stream_counts.get(ref.stream)
-            if mine is not None:
-                mine[ref.fate] += 1
-                if ref.t_in:
-                    ms = (now - ref.t_in) * 1e3
-                    last = self.latency_ms.get(ref.stream)
-                    self.latency_ms[ref.stream] = ms if last is None else 0.9 * last + 0.1 * ms
-            if self.removing:
-                self.settled.notify_all()
-            if self.hooks.fates is not None:
-                self.hooks.fates.ended(ref.stream, ref.index, ref.fate)
-            if self.record_times:
-                self.done_times.append((now, ref.stream))
-
     def _overflow_drop(self, node_id: str) -> Callable[[Any], None]:
         st = self.stats[node_id]
 
@@ -277,18 +255,7 @@ class Runner:
                     continue
                 if frame.ref is None:
                     frame.ref = FrameRef(frame.stream, frame.index)
-                frame.ref.report_to(self._on_final)
-                frame.ref.t_in = t1
-                with self._count_lock:
-                    self.counts["in"] += 1
-                    mine = self.stream_counts.get(frame.stream)
-                    if mine is None:
-                        mine = self.stream_counts[frame.stream] = {"in": 0, "out": 0, "dropped": 0, "failed": 0}
-                    mine["in"] += 1
-                    if self.hooks.fates is not None:
-                        self.hooks.fates.entered(frame.stream, frame.index)
-                    self._emitted += 1
-                    limit_hit = self.max_frames is not None and self._emitted >= self.max_frames
+                limit_hit = self.account.entered(frame.ref, t1)
                 st.frames += 1
                 st.busy_s += t1 - t0
                 st.latency.append(t1 - t0)
@@ -495,24 +462,14 @@ class Runner:
             self.routes.pop(stream, None)
             self.contexts.pop(stream, None)
             raise
-        with self._count_lock:
-            for targets in self.routes[stream].values():
-                for _, _, edge in targets:
-                    self._inputs[edge.split("->", 1)[1]] += 1
-            self.stream_counts[stream] = {"in": 0, "out": 0, "dropped": 0, "failed": 0}
+        for targets in self.routes[stream].values():  # each consumer waits for one more end of stream
+            for _, _, edge in targets:
+                self._inputs[edge.split("->", 1)[1]] += 1
+        self.account.open_stream(stream)
 
     def settle(self, stream: str, timeout: float) -> None:
         """Wait until every frame of ``stream`` that entered has a fate (or ``timeout`` passes)."""
-        deadline = time.monotonic() + timeout
-        with self._count_lock:
-            self.removing += 1
-            try:
-                counts = self.stream_counts[stream]
-                while counts["in"] > counts["out"] + counts["dropped"] + counts["failed"]:
-                    if not self.settled.wait(max(0.0, deadline - time.monotonic())) and time.monotonic() > deadline:
-                        break
-            finally:
-                self.removing -= 1
+        self.account.settle(stream, timeout)
 
     def detach(self, stream: str, like: str) -> tuple[dict[str, int], float | None, list[NodeError]]:
         """A stream whose frames have their fates leaves the graph: every node closes what it keeps of it,
@@ -536,20 +493,16 @@ class Runner:
                 into.cpu_s += st.cpu_s
         self.contexts.pop(stream, None)
         self.routes.pop(stream, None)
-        with self._count_lock:
-            account = dict(self.stream_counts.pop(stream))
-            latency = self.latency_ms.pop(stream, None)
+        account, latency = self.account.close_stream(stream)
         return account, latency, errors
 
     def stream_accounts(self) -> tuple[dict[str, dict[str, int]], dict[str, float]]:
         """Every stream's frames by fate so far, and its smoothed latency (ms)."""
-        with self._count_lock:
-            return {s: dict(c) for s, c in self.stream_counts.items()}, dict(self.latency_ms)
+        return self.account.now()
 
     def has_stream(self, name: str) -> bool:
         """Whether a stream or a node of the graph has this name."""
-        with self._count_lock:
-            return name in self.routes or name in self.stream_counts
+        return name in self.routes or self.account.has(name)
 
     # the run ---------------------------------------------------------------------------------------
     def _wire(self, order: list[NodeSpec]) -> None:
@@ -720,8 +673,7 @@ class Runner:
 
     def snapshot(self) -> dict[str, Any]:
         """Frames by fate so far, and per node counts (thread-safe; for progress and metrics)."""
-        with self._count_lock:
-            out: dict[str, Any] = dict(self.counts)
+        out: dict[str, Any] = self.account.frames()
         out["nodes"] = {nid: {"type": st.type, "frames": st.frames, "dropped": st.dropped, "failed": st.failed,
                               "busy_s": st.busy_s,
                               "queue_max": self.channels[nid].high_water if nid in self.channels else 0}
@@ -733,12 +685,12 @@ class RunResult(RunSummary):
     def __init__(self, runner: Runner, elapsed: float):
         self.error = runner.error
         self.interrupted = runner.interrupted
-        counts = dict(runner.counts)
+        counts = runner.account.frames()
         lost = counts["in"] - counts["out"] - counts["dropped"] - counts["failed"]
         counts["failed"] += max(0, lost)  # references never ended: in flight when the run stopped
         self.frames = counts
         self.per_stream = dict(runner.per_stream)
-        self.done_times = runner.done_times
+        self.done_times = runner.account.done_times
         self.elapsed_s = elapsed
         self.exit_code = 1 if self.error else (130 if self.interrupted else 0)
         self.nodes = {s.id: runner.stats[s.id].summary(runner.channels.get(s.id)) for s in runner.spec.nodes}
