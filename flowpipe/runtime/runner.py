@@ -1,16 +1,15 @@
-"""The streaming executor: threads joined by bounded channels, end-of-stream, accounting.
+"""The single-process executor: it makes the nodes, resolves the memory contracts, opens the nodes
+(consumers first), wires them with bounded channels and starts their threads, waits, drains, closes.
 
 A stage runs in its producer's thread where nothing needs a queue in between (``Runner._runs_in``); a
 source, a stage that holds frames (inference, a tracker's lookahead), one with several workers, inputs or an
 overflow policy, and one that asks ``thread: own`` run in threads of their own behind bounded channels.
-
-Every frame a source emits is accounted exactly once when its last reference ends: delivered
-("out"), "dropped" by a policy, or "failed". Buffer leases travel with the frame's reference and go
-back to their pool at that moment, so pools bound the memory in flight.
+What each stage does with a frame is ``Stages``' (``runtime/stages.py``); every frame's fate is counted in
+the run's ``Account``.
 
 A run owns everything it creates (``RunState``: copy ledger, feeds, collections, memory contracts);
 process-wide settings (signal handlers, OpenCV's thread pool) belong to the command line
-(``flowpipe.runtime.process_settings``), never to a run.
+(``flowpipe.runtime.settings``), never to a run.
 """
 from __future__ import annotations
 
@@ -24,8 +23,7 @@ from typing import Any
 import networkx as nx
 
 from ..accel import Devices, devices
-from ..errors import FrameError, NodeError
-from ..frame import Frame, FrameRef
+from ..errors import NodeError
 from ..graph import GraphSpec, NodeSpec
 from ..memory import ledger as ledgers
 from ..memory.ledger import UNATTRIBUTED, EdgeMemory
@@ -36,58 +34,10 @@ from .context import NodeContext, RunHooks, RunState, Share
 from .live import LiveStreams
 from .negotiate import resolve
 from .process import isolate
-from .stats import NodeStats, RunSummary, frame_list
+from .stages import Gate, Inbox, Stages
+from .stats import NodeStats, RunSummary
 
 log = logging.getLogger("flowpipe")
-Inbox = Channel | StreamRouter | Inline
-
-
-class _Nested(threading.local):
-    """Time this thread spent in stages run inline, inside the stage that is running now: subtracted from
-    that stage's own figures (a stage's wall and CPU time are its own, wherever it runs)."""
-
-    wall: float = 0.0
-    cpu: float = 0.0
-
-
-_nested = _Nested()
-
-
-class _Gate:
-    """Lets a node's worker threads into ``process`` together, and a restart in alone: ``on_error:
-    restart`` closes and reopens the one node instance all workers share, which must not happen while
-    another worker is inside it."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._inside = 0
-        self._closed = False
-
-    def enter(self) -> None:
-        with self._cond:
-            while self._closed:
-                self._cond.wait()
-            self._inside += 1
-
-    def leave(self) -> None:
-        with self._cond:
-            self._inside -= 1
-            if self._inside == 0:
-                self._cond.notify_all()
-
-    def exclusive(self, action: Callable[[], None]) -> None:
-        with self._cond:
-            while self._closed:  # another worker is restarting it: that restart serves this error too
-                self._cond.wait()
-            self._closed = True
-            while self._inside:
-                self._cond.wait()
-        try:
-            action()
-        finally:
-            with self._cond:
-                self._closed = False
-                self._cond.notify_all()
 
 
 class Runner:
@@ -112,19 +62,16 @@ class Runner:
         self.progress_every = 0.5  # seconds between progress calls
         self.devices = devices_ or devices()
         self.state = RunState(feeds=dict(feeds or {}))
-        self.stop_event = threading.Event()
-        self.abort_event = threading.Event()
-        self.nodes: dict[str, Node] = {}
-        self.contexts: dict[str, NodeContext] = {}
-        self.channels: dict[str, Inbox] = {}
-        self.gates: dict[str, _Gate] = {}
-        self.stats = {n.id: NodeStats(n.type) for n in spec.nodes}
-        self.routes: dict[str, dict[str, list[tuple[Inbox, str, str]]]] = {}
-        self.pids: list[int] = []  # a run in one process starts no other
         self.account = Account(max_frames, self.hooks.fates, record_times)
+        self.stages = stages = Stages(spec, self.state, self.account, self.share, self.stop, self._fail)
+        # the tables the stages work from, filled as the graph is wired and as streams come and go
+        self.stop_event, self.abort_event = stages.stop_event, stages.abort_event
+        self.nodes, self.contexts, self.stats = stages.nodes, stages.contexts, stages.stats
+        self.routes, self.gates = stages.routes, stages.gates
+        self.channels: dict[str, Inbox] = {}
+        self.pids: list[int] = []  # a run in one process starts no other
         self.error: BaseException | None = None
         self.interrupted = False
-        self._inputs: dict[str, int] = {}  # per node: inputs whose end of stream it waits for (streams added)
         self.live = LiveStreams(self)
         self.running = False
         self.started_at = time.time()
@@ -133,17 +80,6 @@ class Runner:
     def per_stream(self) -> dict[str, int]:
         """Frames accounted per stream so far."""
         return self.account.per_stream
-
-    # accounting ------------------------------------------------------------------------------------
-    def _overflow_drop(self, node_id: str) -> Callable[[Any], None]:
-        st = self.stats[node_id]
-
-        def drop(item: Any) -> None:
-            with st.lock:
-                st.dropped += 1
-            item[1].ref.end("dropped")
-
-        return drop
 
     def _fail(self, err: BaseException) -> None:
         if self.error is None:
@@ -202,251 +138,13 @@ class Runner:
             total += -(-held * mine // share)
         return total
 
-    # emission --------------------------------------------------------------------------------------
-    def _emit(self, node_id: str, result: Any, default_port: str | None, held: bool) -> None:
-        if result is None:
-            return
-        if isinstance(result, Frame):
-            result = {default_port: [result]}
-        elif isinstance(result, list):
-            result = {default_port: result}
-        routes = self.routes[node_id]
-        ledger = self.state.ledger
-        passed = ledger.passed
-        for port, frames in result.items():
-            if port not in routes:
-                raise RuntimeError(f"emitted on unknown output port {port!r}; declared: {', '.join(routes)}")
-            targets = routes[port]
-            for fr in frames if isinstance(frames, list) else [frames]:
-                n = len(targets)
-                fr.ref.add(n - 1 if held else n)
-                for i, (ch, in_port, edge) in enumerate(targets):
-                    # each branch gets its own packet (shared pixels, own metadata)
-                    pkt = fr if i == 0 else replace(fr, meta=dict(fr.meta), tensors=dict(fr.tensors),
-                                                    detections=list(fr.detections))
-                    if passed(edge):  # the first frame on an edge names its memory (costly to find)
-                        ledger.name_memory(edge, fr.memory)
-                    if not ch.put((in_port, pkt, edge)):
-                        fr.end("failed")
-
-    # threads ---------------------------------------------------------------------------------------
-    def run_source(self, spec: NodeSpec, node: Source,
-                    on_error: Callable[[BaseException], None] | None = None) -> None:
-        """A source's thread, until its context says stop (the run's, or a stream of its own being removed);
-        ``on_error`` for a stream added to the running graph: its failure is its own, not the run's."""
-        ledgers.bind(self.state.ledger)
-        st = self.stats[spec.id]
-        port = next(iter(spec.contract.outputs), None)
-        start = self.share.resume.start
-        ctx = self.contexts[spec.id]
-        try:
-            it = iter(node.frames())
-            while not ctx.stopping:
-                t0, c0 = time.perf_counter(), time.thread_time()
-                try:
-                    frame = next(it)
-                except StopIteration:
-                    break
-                t1 = time.perf_counter()
-                st.cpu_s += time.thread_time() - c0
-                if frame.index < start.get(frame.stream, 0):  # entered an earlier process of this run
-                    if frame.ref is not None:
-                        frame.ref.end()  # its buffers go back; not this run's frame to account
-                    continue
-                if frame.ref is None:
-                    frame.ref = FrameRef(frame.stream, frame.index)
-                limit_hit = self.account.entered(frame.ref, t1)
-                st.frames += 1
-                st.busy_s += t1 - t0
-                st.latency.append(t1 - t0)
-                st.first = st.first or t0
-                st.last = t1
-                self._emit(spec.id, frame, port, held=True)
-                if limit_hit:
-                    self.stop()
-        except Exception as e:  # noqa: BLE001
-            (on_error or self._fail)(NodeError(spec.id, spec.type, f"{type(e).__name__}: {e}"))
-        finally:
-            self._send_eos(spec.id)
-
-    def _send_eos(self, node_id: str) -> None:
-        for targets in self.routes[node_id].values():
-            for ch, _, _ in targets:
-                ch.put(EOS, force=True)
-
-    def _run_node(self, spec: NodeSpec, node: Node, ch: Channel, workers_left: list[int] | None = None) -> None:
-        ledgers.bind(self.state.ledger)
-        st = self.stats[spec.id]
-        eos = 0
-        default_port = next(iter(spec.contract.outputs), None)
-        held = node.declared.holds_frames
-        gate = self.gates.get(spec.id)
-        while True:
-            batch = ch.get_batch()
-            if batch is None:
-                return
-            if held and not batch:
-                self._poll(spec, st, node)
-                continue
-            for item in batch:
-                if item is EOS:
-                    eos += 1
-                    if eos >= self._inputs[spec.id]:  # streams added since the start raised it
-                        if workers_left is not None:  # several workers: the last one to finish ends it
-                            with st.lock:
-                                workers_left[0] -= 1
-                                if workers_left[0] > 0:
-                                    return
-                        self._end(spec, node, st, default_port, held)
-                        return
-                    continue
-                self._item(spec, node, st, item, default_port, held, gate)
-            if held:
-                self._poll(spec, st, node)
-
-    def _end(self, spec: NodeSpec, node: Node, st: NodeStats, default_port: str | None, held: bool) -> None:
-        """Every input has ended: what the node still has goes on, then the end of stream."""
-        try:
-            self._emit(spec.id, node.flush(), default_port, held)
-        except Exception as e:  # noqa: BLE001
-            self._node_error(spec, st, None, e)
-        if held:
-            self._drain(spec, st, node)
-        self._send_eos(spec.id)
-
-    def _inline(self, spec: NodeSpec, node: Node) -> Callable[[Any], None]:
-        """What ``Inline.put`` does for ``node``: the frame through it, or an end of stream counted."""
-        st = self.stats[spec.id]
-        default_port = next(iter(spec.contract.outputs), None)
-        eos = [0]
-
-        def handle(item: Any) -> None:
-            if item is not EOS:
-                self._item(spec, node, st, item, default_port, False, None)
-                return
-            eos[0] += 1
-            if eos[0] >= self._inputs[spec.id]:  # streams added since the start raised it
-                self._end(spec, node, st, default_port, False)
-
-        return handle
-
-    def _item(self, spec: NodeSpec, node: Node, st: NodeStats, item: tuple[str, Frame, str],
-              default_port: str | None, held: bool, gate: _Gate | None) -> None:
-        """One frame through ``node``: process, send on, account; the stage's time without that of the stages
-        its sending ran inline."""
-        in_port, frame, edge = item
-        if self.abort_event.is_set():
-            frame.end("failed")
-            return
-        writes = node.declared.writes_input
-        t0, c0 = time.perf_counter(), time.thread_time()
-        w0, n0 = _nested.wall, _nested.cpu
-        if gate is not None:
-            gate.enter()
-        try:
-            with self.state.ledger.on_edge(edge):
-                if writes and frame.ref is not None and frame.ref.count > 1 and frame.data is not None:
-                    frame = replace(frame, data=ledgers.copy(frame.data), meta=dict(frame.meta))
-                result = node.process(frame, in_port)
-                self._emit(spec.id, result, default_port, held)
-            if not held:
-                frame.end("out")
-            error = None
-        except Exception as e:  # noqa: BLE001
-            error = e
-        finally:
-            if gate is not None:
-                gate.leave()
-        if error is not None:
-            self._node_error(spec, st, None if held else frame, error)
-        t1, c1 = time.perf_counter(), time.thread_time()
-        wall, cpu = (t1 - t0) - (_nested.wall - w0), (c1 - c0) - (_nested.cpu - n0)
-        _nested.wall += wall  # a stage this one runs inside takes out both: the nested stages' and this one's
-        _nested.cpu += cpu
-        with st.lock:
-            st.frames += 1
-            st.busy_s += wall
-            st.cpu_s += cpu
-            st.latency.append(wall)
-            if st.first is None:
-                st.first = t0
-            st.last = max(st.last or t1, t1)
-
-    def _drain(self, spec: NodeSpec, st: NodeStats, node: Node) -> None:
-        """After ``flush``: what an async node still reports through ``poll`` (failed requests whose
-        frames are not yet accounted for), until it has nothing left."""
-        for _ in range(st.frames + 1):
-            if not self._poll(spec, st, node):
-                return
-
-    def _poll(self, spec: NodeSpec, st: NodeStats, node: Node) -> bool:
-        """Collect what an async node has finished (in order) and send it on; False when it had nothing."""
-        try:
-            out = node.poll()
-            self._emit(spec.id, out, next(iter(spec.contract.outputs), None), True)
-            return bool(out)
-        except Exception as e:  # noqa: BLE001
-            self._node_error(spec, st, None, e)
-            return True
-
-    def _node_error(self, spec: NodeSpec, st: NodeStats, frame: Frame | None, err: Exception) -> None:
-        frames = [frame] if frame is not None else []
-        cause: BaseException | str = err
-        if isinstance(err, FrameError):
-            frames, cause = err.frames, err.cause
-            frame = frames[0]
-        msg = f"{type(cause).__name__}: {cause}" if isinstance(cause, BaseException) else str(cause)
-        if len(frames) > 1:
-            msg += f" (a batch of {len(frames)} frames: {frame_list((f.stream, f.index) for f in frames)})"
-        if spec.on_error == "restart" and frame is not None:
-            with st.lock:
-                restart = st.restarts < spec.restarts
-                if restart:
-                    st.restarts += 1
-                    st.failed += len(frames)
-                    n = st.restarts
-        else:
-            restart = False
-        if restart and frame is not None:
-            log.warning("node '%s' (%s), stream '%s', frame %d: %s (restart %d/%d)", spec.id, spec.type,
-                        frame.stream, frame.index, msg, n, spec.restarts)
-            for f in frames:
-                f.end("failed")
-            if not isinstance(err, FrameError):  # a worker process restarts itself; a thread node reopens
-                self._reopen(spec)
-            return
-        if spec.on_error == "drop" and frame is not None:
-            with st.lock:
-                st.dropped += len(frames)
-            log.warning("node '%s' (%s), stream '%s', frame %d: %s (dropped by policy)",
-                        spec.id, spec.type, frame.stream, frame.index, msg)
-            for f in frames:
-                f.end("dropped")
-            return
-        with st.lock:
-            st.failed += max(len(frames), 1)
-        for f in frames:
-            f.end("failed")
-        self._fail(NodeError(spec.id, spec.type, msg, frame.stream if frame else None,
-                             frame.index if frame else None))
-
-    def _reopen(self, spec: NodeSpec) -> None:
-        node = self.nodes[spec.id]
-
-        def reopen() -> None:
-            try:
-                node.close()
-                node.open(self.contexts[spec.id])
-            except Exception as e:  # noqa: BLE001
-                self._fail(NodeError(spec.id, spec.type, f"restart failed: {type(e).__name__}: {e}"))
-
-        gate = self.gates.get(spec.id)
-        if gate is None:
-            reopen()
-        else:
-            gate.exclusive(reopen)
-
     # streams added at run time (``LiveStreams``) ------------------------------------------------------
+    def run_source(self, spec: NodeSpec, node: Source,
+                   on_error: Callable[[BaseException], None] | None = None) -> None:
+        """A source's loop in the calling thread (a stream added to the running graph: its failure is its
+        own, given to ``on_error``, not the run's)."""
+        self.stages.run_source(spec, node, on_error)
+
     def attach(self, spec: NodeSpec, node: Source, like: str, stop: threading.Event) -> None:
         """Open ``node``, a copy of source ``like`` for one more stream, into the running graph: it feeds
         the same consumers over the same edges, each of which waits for one more end of stream. A failed
@@ -464,7 +162,7 @@ class Runner:
             raise
         for targets in self.routes[stream].values():  # each consumer waits for one more end of stream
             for _, _, edge in targets:
-                self._inputs[edge.split("->", 1)[1]] += 1
+                self.stages.eos_due[edge.split("->", 1)[1]] += 1
         self.account.open_stream(stream)
 
     def settle(self, stream: str, timeout: float) -> None:
@@ -513,16 +211,16 @@ class Runner:
                 owner = self._runs_in(s, runs_in)
                 if owner is not None:
                     runs_in[s.id] = owner
-                    self.channels[s.id] = Inline(self._inline(s, self.nodes[s.id]))
+                    self.channels[s.id] = Inline(self.stages.inline(s, self.nodes[s.id]))
                     self.stats[s.id].extra["thread"] = f"{owner}'s"
                 elif s.workers > 1:
                     self.channels[s.id] = StreamRouter(
-                        [Channel(s.queue, s.overflow, self._overflow_drop(s.id)) for _ in range(s.workers)])
-                    self.gates[s.id] = _Gate()
+                        [Channel(s.queue, s.overflow, self.stages.overflow_drop(s.id)) for _ in range(s.workers)])
+                    self.gates[s.id] = Gate()
                 else:
-                    self.channels[s.id] = Channel(s.queue, s.overflow, self._overflow_drop(s.id))
+                    self.channels[s.id] = Channel(s.queue, s.overflow, self.stages.overflow_drop(s.id))
             self.routes[s.id] = {p: [] for p in s.contract.outputs}
-            self._inputs[s.id] = sum(len(v) for v in s.inputs.values())
+            self.stages.eos_due[s.id] = sum(len(v) for v in s.inputs.values())
         for s in order:
             for port, refs in s.inputs.items():
                 for up_id, up_port in refs:
@@ -545,25 +243,20 @@ class Runner:
         for s, node in opened:
             ch = self.channels.get(s.id)
             if s.template:  # not run: its consumers keep going until the run stops, for streams to come
-                threads.append(threading.Thread(target=self._hold, args=(s.id,), name=f"flowpipe:{s.id}",
+                threads.append(threading.Thread(target=self.stages.hold, args=(s.id,), name=f"flowpipe:{s.id}",
                                                 daemon=True))
             elif isinstance(node, Source):
-                threads.append(threading.Thread(target=self.run_source, args=(s, node), name=f"flowpipe:{s.id}",
+                threads.append(threading.Thread(target=self.stages.run_source, args=(s, node), name=f"flowpipe:{s.id}",
                                                 daemon=True))
             elif isinstance(ch, StreamRouter):
                 left = [s.workers]
                 for i, c in enumerate(ch.channels):
-                    threads.append(threading.Thread(target=self._run_node, args=(s, node, c, left),
+                    threads.append(threading.Thread(target=self.stages.run_node, args=(s, node, c, left),
                                                     name=f"flowpipe:{s.id}:{i}", daemon=True))
             elif isinstance(ch, Channel):
-                threads.append(threading.Thread(target=self._run_node, args=(s, node, ch), name=f"flowpipe:{s.id}",
-                                                daemon=True))
+                threads.append(threading.Thread(target=self.stages.run_node, args=(s, node, ch),
+                                                name=f"flowpipe:{s.id}", daemon=True))
         return threads
-
-    def _hold(self, node_id: str) -> None:
-        """A template source's place: its end of stream goes out when the run stops."""
-        self.stop_event.wait()
-        self._send_eos(node_id)
 
     def _context(self, s: NodeSpec, stop: threading.Event | None = None, like: str | None = None) -> NodeContext:
         ch = self.channels.get(s.id)
