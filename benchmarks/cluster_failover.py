@@ -40,15 +40,15 @@ def one(cluster, tmp: Path, fps: float, frames: int) -> dict:
     box: dict = {}
     t = threading.Thread(target=lambda: box.update(res=run.run()))
     t.start()
-    while not any(a["host_id"] == victim.node_id and a["progress"].get("out", 0) > 2 * fps for a in run.agents):
+    while not any(a.host_id == victim.node_id and a.progress.get("out", 0) > 2 * fps for a in run.agents):
         time.sleep(0.02)
-    moved = next(a["sources"] for a in run.agents if a["host_id"] == victim.node_id)
+    moved = next(a.sources for a in run.agents if a.host_id == victim.node_id)
     removed = time.time()
     cluster.remove_node(victim)
     first = None
     while first is None and t.is_alive():
-        later = [a for a in run.agents if a["generation"] > 0]
-        if any((a["progress"].get("streams") or {}).get(s, 0) for a in later for s in moved):
+        later = [a for a in run.agents if a.generation > 0]
+        if any((a.progress.get("streams") or {}).get(s, 0) for a in later for s in moved):
             first = time.time()
         time.sleep(0.01)
     t.join()

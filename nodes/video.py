@@ -37,6 +37,52 @@ def _redact(uri: str) -> str:
     return re.sub(r"//[^/@]*@", "//***@", uri)
 
 
+class VideoSourceConfig(NodeConfig):
+    """A ``video_source`` node's settings."""
+
+    uri: str = Field(description="file path, rtsp:// or http:// URL, /dev/videoN or camera index, image folder, "
+                                 "or 'sample' / 'sample-text' (generated clips: moving faces / printed words)")
+    stream: str | None = Field(None, description="stream id (default: the node id)")
+    loop: int = Field(0, ge=-1, description="replay a file this many extra times (-1: forever)")
+    max_fps: float | None = Field(None, gt=0, description="limit the output frame rate (sleeps)")
+    every: int = Field(1, ge=1, description="emit every Nth decoded frame")
+    realtime: bool = Field(False, description="pace file playback at the file's frame rate")
+    reconnect_attempts: int = Field(5, ge=0, description="network streams: reopen this many times")
+    reconnect_backoff_s: float = Field(0.5, gt=0, description="first reopen delay; doubles up to 8 s")
+    timeout_s: float = Field(5.0, gt=0, description="network streams: open and read timeout")
+    rtsp_transport: Literal["tcp", "udp"] = Field("tcp", description="RTSP over TCP survives lossy networks")
+    pool: bool = Field(True, description="decode into shared buffers (zero copy downstream)")
+    threads: int | None = Field(None, ge=0, le=64, description="decoder threads (FFmpeg); default: the cores "
+                                "shared by the run's streams (16 cores, 16 streams: 1); 0: FFmpeg's own choice")
+    max_decode_errors: int = Field(10, ge=0, description="files: consecutive undecodable frames skipped "
+                                                              "before the stream is taken as ended")
+    decoder: Literal["auto", "opencv", "pyav"] = Field(
+        "auto", description="pyav: the stream's own timestamps, size changes passed on, damaged packets "
+        "counted, YUV output, hardware decoders; auto: pyav when the frames go on in YUV or a hardware decoder "
+        "is asked for, else opencv (its BGR costs the least CPU)")
+    hwaccel: Literal["none", "auto", "qsv", "vaapi", "cuda", "drm"] = Field(
+        "none", description="decoder: pyav: decode on a device (auto: QSV, VA-API, then CUDA, the first that "
+        "opens the stream; one asked by name falls back to software with a line in the log)")
+    format: Literal["auto", "BGR", "NV12", "I420"] = Field(
+        "auto", description="the frames' pixels: auto: YUV planes (I420; NV12 from a hardware decoder) when "
+        "every node after the source takes them, so nothing converts to BGR; else BGR")
+
+    @model_validator(mode="after")
+    def _nv12_needs_pyav(self) -> VideoSourceConfig:
+        if self.format in ("NV12", "I420") and self.decoder == "opencv":
+            raise ValueError(f"format {self.format} needs decoder: pyav (or auto)")
+        if self.hwaccel != "none" and self.decoder == "opencv":
+            raise ValueError(f"hwaccel {self.hwaccel} needs decoder: pyav (or auto)")
+        return self
+
+    @field_validator("uri")
+    @classmethod
+    def _nonempty(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("expected a file, URL, camera or folder; got an empty string")
+        return v
+
+
 @register("video_source")
 class VideoSource(Source):
     """Decodes a video file, RTSP/HTTP stream, V4L2 camera (``/dev/video0`` or ``0``) or image folder.
@@ -49,50 +95,9 @@ class VideoSource(Source):
 
     outputs = {"frame": "frame"}
 
-    class Config(NodeConfig):
-        uri: str = Field(description="file path, rtsp:// or http:// URL, /dev/videoN or camera index, image folder, "
-                                     "or 'sample' / 'sample-text' (generated clips: moving faces / printed words)")
-        stream: str | None = Field(None, description="stream id (default: the node id)")
-        loop: int = Field(0, ge=-1, description="replay a file this many extra times (-1: forever)")
-        max_fps: float | None = Field(None, gt=0, description="limit the output frame rate (sleeps)")
-        every: int = Field(1, ge=1, description="emit every Nth decoded frame")
-        realtime: bool = Field(False, description="pace file playback at the file's frame rate")
-        reconnect_attempts: int = Field(5, ge=0, description="network streams: reopen this many times")
-        reconnect_backoff_s: float = Field(0.5, gt=0, description="first reopen delay; doubles up to 8 s")
-        timeout_s: float = Field(5.0, gt=0, description="network streams: open and read timeout")
-        rtsp_transport: Literal["tcp", "udp"] = Field("tcp", description="RTSP over TCP survives lossy networks")
-        pool: bool = Field(True, description="decode into shared buffers (zero copy downstream)")
-        threads: int | None = Field(None, ge=0, le=64, description="decoder threads (FFmpeg); default: the cores "
-                                    "shared by the run's streams (16 cores, 16 streams: 1); 0: FFmpeg's own choice")
-        max_decode_errors: int = Field(10, ge=0, description="files: consecutive undecodable frames skipped "
-                                                                  "before the stream is taken as ended")
-        decoder: Literal["auto", "opencv", "pyav"] = Field(
-            "auto", description="pyav: the stream's own timestamps, size changes passed on, damaged packets "
-            "counted, YUV output, hardware decoders; auto: pyav when the frames go on in YUV or a hardware decoder "
-            "is asked for, else opencv (its BGR costs the least CPU)")
-        hwaccel: Literal["none", "auto", "qsv", "vaapi", "cuda", "drm"] = Field(
-            "none", description="decoder: pyav: decode on a device (auto: QSV, VA-API, then CUDA, the first that "
-            "opens the stream; one asked by name falls back to software with a line in the log)")
-        format: Literal["auto", "BGR", "NV12", "I420"] = Field(
-            "auto", description="the frames' pixels: auto: YUV planes (I420; NV12 from a hardware decoder) when "
-            "every node after the source takes them, so nothing converts to BGR; else BGR")
+    Config = VideoSourceConfig
 
-        @model_validator(mode="after")
-        def _nv12_needs_pyav(self) -> VideoSource.Config:
-            if self.format in ("NV12", "I420") and self.decoder == "opencv":
-                raise ValueError(f"format {self.format} needs decoder: pyav (or auto)")
-            if self.hwaccel != "none" and self.decoder == "opencv":
-                raise ValueError(f"hwaccel {self.hwaccel} needs decoder: pyav (or auto)")
-            return self
-
-        @field_validator("uri")
-        @classmethod
-        def _nonempty(cls, v: str) -> str:
-            if not v.strip():
-                raise ValueError("expected a file, URL, camera or folder; got an empty string")
-            return v
-
-    config: Config
+    config: VideoSourceConfig
 
     @classmethod
     def contract(cls, config: NodeConfig) -> NodeContract:

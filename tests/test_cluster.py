@@ -138,10 +138,10 @@ def test_a_lost_host_s_streams_resume_on_the_others_with_every_frame_accounted(c
     t = threading.Thread(target=lambda: box.update(res=run.run()))
     t.start()
     deadline = time.monotonic() + 60
-    while not any(a["host_id"] == spare.node_id and a["progress"].get("out", 0) > 20 for a in run.agents):
+    while not any(a.host_id == spare.node_id and a.progress.get("out", 0) > 20 for a in run.agents):
         assert time.monotonic() < deadline, "the spare host never got going"
         time.sleep(0.05)
-    lost_streams = next(a["sources"] for a in run.agents if a["host_id"] == spare.node_id)
+    lost_streams = next(a.sources for a in run.agents if a.host_id == spare.node_id)
     c.remove_node(spare)
     t.join(timeout=120)
     res = box["res"]
@@ -197,7 +197,7 @@ def test_rebalance_moves_streams_to_a_host_that_joins(cluster, tmp_path) -> None
     t = threading.Thread(target=lambda: box.update(res=run.run()))
     t.start()
     deadline = time.monotonic() + 60
-    while not any(a["progress"].get("out", 0) > 30 for a in run.agents):
+    while not any(a.progress.get("out", 0) > 30 for a in run.agents):
         assert time.monotonic() < deadline
         time.sleep(0.05)
     joined = c.add_node(num_cpus=1, resources={"intel_cpu": 1})
@@ -350,7 +350,7 @@ nodes:
         t = threading.Thread(target=lambda: box.update(res=run.run()))
         t.start()
         deadline = time.monotonic() + 60
-        while not any(a["progress"].get("out", 0) > 30 for a in run.agents):
+        while not any(a.progress.get("out", 0) > 30 for a in run.agents):
             assert time.monotonic() < deadline, "the camera never got going"
             time.sleep(0.05)
         (first,) = run.agents
@@ -358,7 +358,7 @@ nodes:
         while not run.outages or run.outages[0]["resumed_after_s"] is None:
             assert time.monotonic() < deadline + 60, "the stream never resumed"
             time.sleep(0.1)
-        while sum(a["progress"].get("out", 0) for a in run.agents[1:]) < 30:
+        while sum(a.progress.get("out", 0) for a in run.agents[1:]) < 30:
             time.sleep(0.05)
         run.stop()
         t.join(timeout=60)

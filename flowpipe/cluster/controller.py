@@ -18,6 +18,7 @@ import pickle
 import secrets
 import time
 from collections import deque
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..graph import GraphSpec
@@ -132,8 +133,35 @@ def cluster_devices(address: str | None) -> list[dict[str, Any]]:
     return [dict(f, address=h.name, resources=h.resources, labels=h.labels) for h, f in zip(hosts, found)]
 
 
+@dataclass
+class AgentRecord:
+    """One host agent of a run, as its controller keeps it (saved in the cluster's key-value store without
+    its handle, which a controller taking the run over finds again by ``name``)."""
+
+    name: str
+    host_id: str
+    address: str  # the host as people read it
+    info: dict[str, Any]  # what its start said: host name, pid, processes, opened, metrics URL
+    sources: list[str]  # the graph's streams placed on it
+    generation: int  # how many times these streams were placed again
+    start: dict[str, int]  # per stream: the first frame it runs
+    handle: Any = None  # the Ray actor
+    added: list[str] = field(default_factory=list)  # streams added to the running graph on it
+    progress: dict[str, Any] = field(default_factory=dict)  # its last report: frames by fate, per stream
+    result: dict[str, Any] | None = None  # its statistics once its part of the run ended
+    error: str | None = None
+    lost: bool = False  # its host (or itself) went away
+    moving: bool = False  # draining so that its streams move to a host that joined
+    seen: float | None = None  # when it last answered
+
+
 class ClusterRun:
-    """Runs ``spec`` over the hosts of the Ray cluster at ``address``; ``run()`` returns a ``ClusterResult``."""
+    """Runs ``spec`` over the hosts of the Ray cluster at ``address``; ``run()`` returns a ``ClusterResult``.
+
+    About 420 lines, kept whole on purpose: it is one state machine (placing, running, stopping, finished)
+    whose every transition (a host lost, one joining, the controller restarted, a stream added) reads and
+    writes the same agents and saves them together; its parts that stand alone are elsewhere (placement,
+    the host agent, the per-agent record, the result)."""
 
     def __init__(self, spec: GraphSpec, address: str | None = None, max_frames: int | None = None,
                  poll_s: float = 0.5, rebalance: bool = False, name: str | None = None, detached: bool = False):
@@ -144,7 +172,7 @@ class ClusterRun:
         self.detached = detached  # agents outlive this process; the run's state is kept in the cluster
         self.phase = "placing"  # placing, running, stopping, finished
         self.started_at = time.time()
-        self.agents: list[dict[str, Any]] = []
+        self.agents: list[AgentRecord] = []
         self.replacements: list[dict[str, Any]] = []  # host losses and where their streams went
         self.error: str | None = None
         self.interrupted = False
@@ -200,8 +228,8 @@ class ClusterRun:
 
     def _end(self) -> ClusterResult:
         for a in self.agents:
-            if a.get("handle") is not None:
-                self._ray.kill(a["handle"], no_restart=True)
+            if a.handle is not None:
+                self._ray.kill(a.handle, no_restart=True)
         self.phase = "finished"
         result = ClusterResult(self, time.time() - self.started_at)
         self._save(result)
@@ -212,7 +240,7 @@ class ClusterRun:
         if not self.detached:
             return
         self._saved = time.monotonic()
-        save_state(self.name, {"agents": [{k: v for k, v in a.items() if k != "handle"} for a in self.agents],
+        save_state(self.name, {"agents": [replace(a, handle=None) for a in self.agents],
                                "replacements": self.replacements, "outages": self.outages, "error": self.error,
                                "interrupted": self.interrupted, "stop": self._stop, "now": self._now,
                                "started_at": self.started_at, "result": result})
@@ -225,7 +253,7 @@ class ClusterRun:
         self.outages = state["outages"]
         self.interrupted, self._stop, self._now = state["interrupted"], state["stop"], state["now"]
         self.started_at = state["started_at"]
-        known = {a["name"] for a in self.agents}
+        known = {a.name for a in self.agents}
         for found in ray.util.list_named_actors(all_namespaces=True):
             if found["namespace"] == NAMESPACE and found["name"].startswith(f"{self.name}/") \
                     and found["name"] not in known:
@@ -235,12 +263,12 @@ class ClusterRun:
                     pass  # it ended meanwhile
         self.phase = "running"
         log.warning("run %s: controller restarted; %d host agent(s) taken over", self.name,
-                    sum(1 for a in self.agents if a["result"] is None and a["error"] is None))
+                    sum(1 for a in self.agents if a.result is None and a.error is None))
         for a in list(self.agents):
-            a["handle"] = None
-            if a["result"] is None and a["error"] is None:
+            a.handle = None
+            if a.result is None and a.error is None:
                 try:
-                    a["handle"] = ray.get_actor(a["name"], namespace=NAMESPACE)
+                    a.handle = ray.get_actor(a.name, namespace=NAMESPACE)
                 except ValueError as e:  # gone while no controller watched
                     self._lost(a, e)
 
@@ -264,15 +292,15 @@ class ClusterRun:
                 cap = max(1, round(self.max_frames * len(sources) / total) - sum(start.get(s, 0) for s in sources))
             agent = self._agent(host_id, sources, need, start, generation, cap)
             new.append(agent)
-            if not agent["info"]["opened"]:  # its open failed: the others are told not to start
+            if not agent.info["opened"]:  # its open failed: the others are told not to start
                 break
-        go = all(a["info"]["opened"] for a in new)
-        ray.get([a["handle"].begin.remote(go) for a in new])
+        go = all(a.info["opened"] for a in new)
+        ray.get([a.handle.begin.remote(go) for a in new])
         self._save()
         return go
 
     def _agent(self, host_id: str, sources: list[str], need: dict[str, float], start: dict[str, int],
-               generation: int, cap: int | None) -> dict[str, Any]:
+               generation: int, cap: int | None) -> AgentRecord:
         """A host agent for ``sources`` on ``host_id``, reserving ``need``; opened, not yet begun."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -292,9 +320,8 @@ class ClusterRun:
         log.info("host %s (%s): streams %s in %d process(es)%s", names.get(host_id), info["host"],
                  ", ".join(sources) or "(to be added)", info["processes"],
                  f", restart {generation}" if generation else "")
-        agent = {"name": name, "host_id": host_id, "address": names.get(host_id, host_id[:8]), "handle": handle,
-                 "info": info, "sources": sources, "added": [], "progress": {}, "result": None, "error": None,
-                 "generation": generation, "start": {s: start.get(s, 0) for s in sources}, "lost": False}
+        agent = AgentRecord(name, host_id, names.get(host_id, host_id[:8]), info, sources, generation,
+                            {s: start.get(s, 0) for s in sources}, handle)
         self.agents.append(agent)
         return agent
 
@@ -306,7 +333,7 @@ class ClusterRun:
 
         if self.phase != "running" or self._stop:
             raise RuntimeError("the run is not running")
-        if any(stream in a["sources"] + a["added"] for a in self.agents) or \
+        if any(stream in a.sources + a.added for a in self.agents) or \
                 any(n.id == stream for n in self.spec.nodes):
             raise ValueError(f"a stream or node named {stream!r} is already in the graph")
         like = template_of(self.spec, like).id
@@ -315,51 +342,51 @@ class ClusterRun:
         hosts = {h.host_id: h for h in hosts_of(self._ray)}
         needs = {n.stream: n for n in self.needs()}
         for other in self.agents:
-            if other["result"] is None and other["error"] is None and other["host_id"] in hosts:
-                for s in other["sources"]:
-                    hosts[other["host_id"]].take(needs[s])
-                for s in other["added"]:
-                    hosts[other["host_id"]].take(StreamNeed(s, need.resources, need.labels))
+            if other.result is None and other.error is None and other.host_id in hosts:
+                for s in other.sources:
+                    hosts[other.host_id].take(needs[s])
+                for s in other.added:
+                    hosts[other.host_id].take(StreamNeed(s, need.resources, need.labels))
         try:
             where = place([need], list(hosts.values()))
         except PlacementError as e:
             raise ValueError(str(e)) from None
         agent = self._agent(where[stream], [], need.resources, {}, 0, None)
-        self._ray.get(agent["handle"].begin.remote(agent["info"]["opened"]))
+        self._ray.get(agent.handle.begin.remote(agent.info["opened"]))
         from ray.exceptions import RayTaskError
 
         try:
-            self._ray.get(agent["handle"].add_stream.remote(stream, like, config))
+            self._ray.get(agent.handle.add_stream.remote(stream, like, config))
         except RayTaskError as e:  # the stream's own error (a bad setting, a camera that does not open)
-            agent["handle"].stop.remote(now=True)
+            agent.handle.stop.remote(now=True)
             raise cause_of(e) from None
-        agent["added"].append(stream)
+        agent.added.append(stream)
         self._save()
 
-    def _holding(self, stream: str) -> dict[str, Any]:
+    def _holding(self, stream: str) -> AgentRecord:
         for a in self.agents:
-            if stream in a["added"] and a["result"] is None and a["error"] is None:
+            if stream in a.added and a.result is None and a.error is None:
                 return a
         raise KeyError(f"no stream named {stream!r} was added to this graph")
 
     def remove_stream(self, stream: str, timeout: float = 30.0) -> dict[str, Any]:
         a = self._holding(stream)
-        account: dict[str, Any] = self._ray.get(a["handle"].remove_stream.remote(stream, timeout))
-        account["host"] = a["address"]
-        a["handle"].stop.remote(now=False)  # its agent had this stream alone: it ends, its account kept
+        account: dict[str, Any] = self._ray.get(a.handle.remove_stream.remote(stream, timeout))
+        account["host"] = a.address
+        a.handle.stop.remote(now=False)  # its agent had this stream alone: it ends, its account kept
         return account
 
     def stream_states(self) -> list[dict[str, Any]]:
         rows = []
-        live = [a for a in self.agents if a["result"] is None and a["error"] is None]
-        for a, got in zip(live, self._ray.get([a["handle"].stream_states.remote() for a in live])):
-            rows += [dict(r, host=a["address"]) for r in got]
+        live = [a for a in self.agents if a.result is None and a.error is None]
+        for a, got in zip(live, self._ray.get([a.handle.stream_states.remote() for a in live])):
+            rows += [dict(r, host=a.address) for r in got]
         return rows
 
     def picture(self, stream: str) -> bytes | None:
         for a in self.agents:
-            if stream in a["sources"] + a["added"] and a["result"] is None and a["error"] is None:
-                return self._ray.get(a["handle"].picture.remote(stream))  # type: ignore[no-any-return]
+            if stream in a.sources + a.added and a.result is None and a.error is None:
+                return self._ray.get(a.handle.picture.remote(stream))  # type: ignore[no-any-return]
         return None
 
     def _wait(self) -> None:
@@ -368,7 +395,7 @@ class ClusterRun:
         known = {h.host_id for h in hosts_of(ray)}
         looked = time.monotonic()
         keep = bool(self.spec.templates())  # streams come at run time: it runs until stopped
-        while any(a["result"] is None and a["error"] is None for a in self.agents) or (keep and not self._stop):
+        while any(a.result is None and a.error is None for a in self.agents) or (keep and not self._stop):
             if self.rebalance and not self._stop and time.monotonic() - looked > 1.0:
                 looked = time.monotonic()
                 known = self._joined(known)
@@ -377,22 +404,22 @@ class ClusterRun:
                 self.phase = "stopping"
                 self._save()
                 for a in self.agents:
-                    if a["result"] is None and a["error"] is None:
-                        a["handle"].stop.remote(now=self._now)
-            live = [a for a in self.agents if a["result"] is None and a["error"] is None]
+                    if a.result is None and a.error is None:
+                        a.handle.stop.remote(now=self._now)
+            live = [a for a in self.agents if a.result is None and a.error is None]
             if not live:
                 time.sleep(self.poll_s)
-            asked = [(a, a["handle"].result.remote(self.poll_s), a["handle"].progress.remote()) for a in live]
+            asked = [(a, a.handle.result.remote(self.poll_s), a.handle.progress.remote()) for a in live]
             ended = False
             for a, result, progress in asked:  # every host waits its poll_s at once, not one after another
                 try:
-                    a["result"] = ray.get(result)
-                    if a["result"] is None:
-                        a["progress"] = ray.get(progress)
-                        a["seen"] = time.time()
+                    a.result = ray.get(result)
+                    if a.result is None:
+                        a.progress = ray.get(progress)
+                        a.seen = time.time()
                     else:
                         ended = True
-                        if a.get("moving"):
+                        if a.moving:
                             self._move(a)
                 except Exception as e:  # noqa: BLE001 - an agent or its host is gone
                     ended = True
@@ -410,58 +437,59 @@ class ClusterRun:
         placed again over every host (the new one included), each resuming after its last frame."""
         now = {h.host_id for h in hosts_of(self._ray)}
         if now - known:
-            live = [a for a in self.agents if a["result"] is None and a["error"] is None and not a.get("moving")]
-            busiest = max(live, key=lambda a: len(a["sources"]), default=None)
-            if busiest is not None and len(busiest["sources"]) > 1:
-                log.info("host joined: host %s drains streams %s to share them", busiest["address"],
-                         ", ".join(busiest["sources"]))
-                busiest["moving"] = True
-                busiest["handle"].stop.remote(now=False)
+            live = [a for a in self.agents if a.result is None and a.error is None and not a.moving]
+            busiest = max(live, key=lambda a: len(a.sources), default=None)
+            if busiest is not None and len(busiest.sources) > 1:
+                log.info("host joined: host %s drains streams %s to share them", busiest.address,
+                         ", ".join(busiest.sources))
+                busiest.moving = True
+                busiest.handle.stop.remote(now=False)
         return now
 
-    def _move(self, a: dict[str, Any]) -> None:
+    def _move(self, a: AgentRecord) -> None:
         """A host drained for a rebalance: its streams go where placement puts them now, each after the frames
         it finished (an exact account: nothing was in flight)."""
-        self._ray.kill(a["handle"], no_restart=True)  # what it reserved is free for the streams' new places
-        done = a["result"].get("streams") or {}
-        self._replace(a, {s: a["start"].get(s, 0) + done.get(s, 0) for s in a["sources"]}, why="rebalance")
+        self._ray.kill(a.handle, no_restart=True)  # what it reserved is free for the streams' new places
+        done = (a.result or {}).get("streams") or {}
+        self._replace(a, {s: a.start.get(s, 0) + done.get(s, 0) for s in a.sources}, why="rebalance")
 
-    def _lost(self, a: dict[str, Any], err: BaseException) -> None:
+    def _lost(self, a: AgentRecord, err: BaseException) -> None:
         """A host (or its agent) is gone: its streams resume on the hosts left, each after the frames it had
         accounted or written (frames it had in flight run again there; what it had done stays in the
         account)."""
-        a["lost"] = True
-        if a.get("handle") is not None:
+        a.lost = True
+        if a.handle is not None:
             try:  # an agent that no longer answers stops holding its streams and resources
-                self._ray.kill(a["handle"], no_restart=True)
+                self._ray.kill(a.handle, no_restart=True)
             except Exception:  # noqa: BLE001, S110 - already gone with its host
                 pass
-        a["error"] = f"host {a['address']} (streams {', '.join(a['sources'])}) lost: {type(err).__name__}"
-        accounted = dict(a["progress"].get("streams", {}))
-        start = {s: a["start"].get(s, 0) + accounted.get(s, 0) for s in a["sources"]}
-        kept = {k: a["progress"].get(k, 0) for k in ("out", "dropped", "failed")}
+        a.error = f"host {a.address} (streams {', '.join(a.sources)}) lost: {type(err).__name__}"
+        accounted = dict(a.progress.get("streams", {}))
+        start = {s: a.start.get(s, 0) + accounted.get(s, 0) for s in a.sources}
+        kept = {k: a.progress.get(k, 0) for k in ("out", "dropped", "failed")}
         # results it wrote after its last report, where the controller can read them (shared storage): those
         # frames are done (out), and their streams resume after them, so no result is written twice
-        for s, last in written(self.spec, a["sources"]).items():
+        for s, last in written(self.spec, a.sources).items():
             extra = last + 1 - start[s]
             if extra > 0:
                 start[s] += extra
                 kept["out"] += extra
                 accounted[s] = accounted.get(s, 0) + extra
-        a["progress"] = dict(kept, **{"in": sum(kept.values()), "streams": accounted})
-        log.warning("%s after %d frames accounted there", a["error"], sum(accounted.values()))
+        a.progress = dict(kept, **{"in": sum(kept.values()), "streams": accounted})
+        log.warning("%s after %d frames accounted there", a.error, sum(accounted.values()))
         rates = self.rates()
         for src in self.spec.sources():
-            if src.id in a["sources"] and src.contract.live:
-                self.outages.append({"stream": src.id, "host": a["address"], "last_seen": a.get("seen", time.time()),
+            if src.id in a.sources and src.contract.live:
+                self.outages.append({"stream": src.id, "host": a.address,
+                                     "last_seen": a.seen if a.seen is not None else time.time(),
                                      "fps": round(rates.get(src.id, 0.0), 2), "resumed_after_s": None,
                                      "frames_lost": None, "resumed_at_frame": start[src.id],
-                                     "generation": a["generation"]})
-        if a["added"]:
-            log.error("host %s: streams added at run time %s lost with it (add them again)", a["address"],
-                      ", ".join(a["added"]))
-        if a["sources"]:
-            self._replace(a, start, why="lost", without=a["host_id"])
+                                     "generation": a.generation})
+        if a.added:
+            log.error("host %s: streams added at run time %s lost with it (add them again)", a.address,
+                      ", ".join(a.added))
+        if a.sources:
+            self._replace(a, start, why="lost", without=a.host_id)
 
     def _resumed(self) -> None:
         """Live streams of a lost host that send frames again on their new host: the outage is over; what
@@ -470,8 +498,8 @@ class ClusterRun:
         for o in self.outages:
             if o["resumed_after_s"] is not None:
                 continue
-            later = [a for a in self.agents if a["generation"] > o["generation"] and o["stream"] in a["sources"]]
-            if any(((a["result"] or {}).get("streams") or a["progress"].get("streams") or {}).get(o["stream"], 0)
+            later = [a for a in self.agents if a.generation > o["generation"] and o["stream"] in a.sources]
+            if any(((a.result or {}).get("streams") or a.progress.get("streams") or {}).get(o["stream"], 0)
                    for a in later):
                 o["resumed_after_s"] = round(now - o["last_seen"], 2)
                 o["frames_lost"] = round(o["resumed_after_s"] * o["fps"])
@@ -485,36 +513,36 @@ class ClusterRun:
         (t0, first), (t1, last) = self._seen[0], self._seen[-1]
         return {s: (n - first.get(s, 0)) / max(t1 - t0, 1e-6) for s, n in last.items()}
 
-    def _replace(self, a: dict[str, Any], start: dict[str, int], why: str, without: str | None = None) -> None:
+    def _replace(self, a: AgentRecord, start: dict[str, int], why: str, without: str | None = None) -> None:
         """Places ``a``'s streams again over the live hosts (less ``without``), with what the other live
         agents hold taken, and starts them there from ``start``."""
         t0, noticed = time.perf_counter(), time.time()
         if self._stop:
-            log.error("host %s: the run is stopping: streams %s not placed again", a["address"],
-                      ", ".join(a["sources"]))
+            log.error("host %s: the run is stopping: streams %s not placed again", a.address,
+                      ", ".join(a.sources))
             return
         hosts = {h.host_id: h for h in hosts_of(self._ray) if h.host_id != without}
         needs = {n.stream: n for n in self.needs()}
         for other in self.agents:  # what live agents hold is not free
-            if other is not a and other["result"] is None and other["error"] is None and other["host_id"] in hosts:
-                for s in other["sources"]:
-                    hosts[other["host_id"]].take(needs[s])
+            if other is not a and other.result is None and other.error is None and other.host_id in hosts:
+                for s in other.sources:
+                    hosts[other.host_id].take(needs[s])
         try:
-            where = place([needs[s] for s in a["sources"]], list(hosts.values()))
+            where = place([needs[s] for s in a.sources], list(hosts.values()))
         except PlacementError as e:
-            log.error("host %s: %s", a["address"], e)
-            self.error = f"{a['error']}; {e}" if a["error"] else str(e)
+            log.error("host %s: %s", a.address, e)
+            self.error = f"{a.error}; {e}" if a.error else str(e)
             return
-        log.info("streams %s of host %s resume on %s", ", ".join(a["sources"]), a["address"],
+        log.info("streams %s of host %s resume on %s", ", ".join(a.sources), a.address,
                  ", ".join(sorted({hosts[h].name for h in where.values()})))
-        self._start(where, start, a["generation"] + 1)
-        self.replacements.append({"host": a["address"], "streams": a["sources"], "resume_at": start, "why": why,
+        self._start(where, start, a.generation + 1)
+        self.replacements.append({"host": a.address, "streams": a.sources, "resume_at": start, "why": why,
                                   "noticed_at": round(noticed, 3), "replaced_in_s": round(time.perf_counter() - t0, 3)})
 
     def snapshot(self) -> dict[str, int]:
         out = {"in": 0, "out": 0, "dropped": 0, "failed": 0}
         for a in self.agents:
-            counts = (a["result"] or {}).get("frames") or a["progress"]
+            counts = (a.result or {}).get("frames") or a.progress
             for k in out:
                 out[k] += counts.get(k, 0)
         return out
@@ -523,7 +551,7 @@ class ClusterRun:
         """Frames accounted per stream so far, over every host that ran it."""
         out: dict[str, int] = {}
         for a in self.agents:
-            for s, n in ((a["result"] or {}).get("streams") or a["progress"].get("streams") or {}).items():
+            for s, n in ((a.result or {}).get("streams") or a.progress.get("streams") or {}).items():
                 out[s] = out.get(s, 0) + n
         return out
 
@@ -534,18 +562,18 @@ class ClusterRun:
         where: dict[str, str] = {}
         rows = []
         for a in self.agents:
-            live = a["result"] is None and a["error"] is None
-            for s in a["sources"] + a.get("added", []):
+            live = a.result is None and a.error is None
+            for s in a.sources + a.added:
                 if live or s not in where:
-                    where[s] = a["address"]
-            h = hosts.get(a["host_id"])
-            rows.append({"address": a["address"], "host": a["info"].get("host"), "pid": a["info"].get("pid"),
-                         "state": "running" if live else ("lost" if a["lost"] else "done"),
-                         "processes": a["info"].get("processes"), "generation": a["generation"],
+                    where[s] = a.address
+            h = hosts.get(a.host_id)
+            rows.append({"address": a.address, "host": a.info.get("host"), "pid": a.info.get("pid"),
+                         "state": "running" if live else ("lost" if a.lost else "done"),
+                         "processes": a.info.get("processes"), "generation": a.generation,
                          "devices": {k: v for k, v in (h.resources if h else {}).items()},
-                         "metrics": a["info"].get("metrics"), "streams": a["sources"] + a.get("added", []),
-                         "frames": (a["result"] or {}).get("frames") or a["progress"],
-                         "fps": round(sum(rates.get(s, 0.0) for s in a["sources"]), 1) if live else 0.0})
+                         "metrics": a.info.get("metrics"), "streams": a.sources + a.added,
+                         "frames": (a.result or {}).get("frames") or a.progress,
+                         "fps": round(sum(rates.get(s, 0.0) for s in a.sources), 1) if live else 0.0})
         counts = self.per_stream()
         streams = {s.id: {"host": where.get(s.id), "frames": counts.get(s.id, 0), "fps": round(rates.get(s.id, 0.0), 1)}
                    for s in self.spec.sources()}
@@ -558,7 +586,7 @@ class ClusterResult(RunSummary):
     """What a run over several hosts did, in the shape of ``RunResult`` (``to_json`` adds ``hosts``)."""
 
     def __init__(self, run: ClusterRun, elapsed: float):
-        done = [(i, a["result"]) for i, a in enumerate(run.agents) if a["result"] is not None]
+        done = [(i, a.result) for i, a in enumerate(run.agents) if a.result is not None]
         self.frames = run.snapshot()
         lost = self.frames["in"] - self.frames["out"] - self.frames["dropped"] - self.frames["failed"]
         self.frames["failed"] += max(0, lost)  # frames in flight on hosts that were lost
@@ -576,18 +604,18 @@ class ClusterResult(RunSummary):
         self.done_times: list[Any] = []  # frames' completion times stay on their hosts
         self.interrupted = run.interrupted
         errors = ([run.error] if run.error else []) + \
-                 [a["error"] for a in run.agents if a["error"] and not (a["lost"] and run.replacements)] + \
-                 [f"host {run.agents[i]['address']}: {r['error']}" for i, r in done if r.get("error")]
+                 [a.error for a in run.agents if a.error and not (a.lost and run.replacements)] + \
+                 [f"host {run.agents[i].address}: {r['error']}" for i, r in done if r.get("error")]
         self.error: BaseException | None = RuntimeError(errors[0]) if errors else None
         self.exit_code = 1 if self.error else (130 if self.interrupted else 0)
-        self.hosts = [{"host_id": a["host_id"], "address": a["address"], "host": a["info"].get("host"),
-                       "pid": a["info"].get("pid"), "processes": a["info"].get("processes"),
-                       "streams": a["sources"] + a.get("added", []),
-                       "frames": (a["result"] or {}).get("frames") or a["progress"],
-                       "generation": a["generation"], "lost": a["lost"], "metrics": a["info"].get("metrics"),
-                       "inference": {k: v for k, v in (a["result"] or {}).items() if k.startswith("inference.")},
-                       "elapsed_s": (a["result"] or {}).get("elapsed_s"), "cpu_s": (a["result"] or {}).get("cpu_s"),
-                       "error": a["error"] or (a["result"] or {}).get("error")} for a in run.agents]
+        self.hosts: list[dict[str, Any]] = [{"host_id": a.host_id, "address": a.address, "host": a.info.get("host"),
+                       "pid": a.info.get("pid"), "processes": a.info.get("processes"),
+                       "streams": a.sources + a.added,
+                       "frames": (a.result or {}).get("frames") or a.progress,
+                       "generation": a.generation, "lost": a.lost, "metrics": a.info.get("metrics"),
+                       "inference": {k: v for k, v in (a.result or {}).items() if k.startswith("inference.")},
+                       "elapsed_s": (a.result or {}).get("elapsed_s"), "cpu_s": (a.result or {}).get("cpu_s"),
+                       "error": a.error or (a.result or {}).get("error")} for a in run.agents]
         self.replacements = run.replacements
         self.outages = run.outages
 

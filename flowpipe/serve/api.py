@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
@@ -88,55 +88,61 @@ def create_app(instances: Instances, token: str | None = None) -> FastAPI:
         if not hmac.compare_digest(got.encode(), f"Bearer {token}".encode()):
             raise RequestError("missing or wrong bearer token", 401)
 
-    api = [Depends(authorized)]
-
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def console() -> str:
         return (Path(__file__).with_name("console.html")).read_text(encoding="utf-8")
 
-    @app.get("/pipelines", dependencies=api, summary="graph templates")
+    app.include_router(_routes(instances), dependencies=[Depends(authorized)])
+    return app
+
+
+def _routes(instances: Instances) -> APIRouter:
+    """The API's paths over ``instances`` (each behind the service's token, where it has one)."""
+    api = APIRouter()
+
+    @api.get("/pipelines", summary="graph templates")
     def templates() -> list[dict[str, Any]]:
         instances.reload()
         return [t.describe() for t in instances.templates.values()]
 
-    @app.get("/pipelines/status", dependencies=api, summary="every instance")
+    @api.get("/pipelines/status", summary="every instance")
     async def all_status() -> list[dict[str, Any]]:
         return [i.status() for i in list(instances.instances.values())]
 
-    @app.get("/pipelines/{name}", dependencies=api, summary="one template")
+    @api.get("/pipelines/{name}", summary="one template")
     def template(name: str) -> dict[str, Any]:
         t = instances.templates.get(name)
         if t is None:
             raise RequestError(f"no pipeline template {name!r}", 404)
         return t.describe()
 
-    @app.post("/pipelines/{name}", dependencies=api, status_code=201, summary="start an instance of a template")
+    @api.post("/pipelines/{name}", status_code=201, summary="start an instance of a template")
     def start(name: str, req: StartRequest) -> dict[str, Any]:
         inst = instances.start(name, req.parameters, [s.model_dump() for s in req.streams], req.processes)
         return {"id": inst.id, "status": inst.status()}
 
-    @app.get("/pipelines/{iid}/status", dependencies=api, summary="one instance")
+    @api.get("/pipelines/{iid}/status", summary="one instance")
     async def status(iid: str) -> dict[str, Any]:
         return instances.get(iid).status()
 
-    @app.delete("/pipelines/{iid}", dependencies=api, summary="stop an instance (its streams drain)")
+    @api.delete("/pipelines/{iid}", summary="stop an instance (its streams drain)")
     def stop(iid: str) -> dict[str, Any]:
         return instances.stop(instances.get(iid))
 
-    @app.get("/pipelines/{iid}/streams", dependencies=api, summary="the streams of an instance")
+    @api.get("/pipelines/{iid}/streams", summary="the streams of an instance")
     async def streams(iid: str) -> list[dict[str, Any]]:
         return instances.get(iid).status()["streams"]  # type: ignore[no-any-return]
 
-    @app.post("/pipelines/{iid}/streams", dependencies=api, status_code=201, summary="add a stream")
+    @api.post("/pipelines/{iid}/streams", status_code=201, summary="add a stream")
     def add_stream(iid: str, req: StreamRequest) -> dict[str, Any]:
         return instances.add_stream(instances.get(iid), req.model_dump())
 
-    @app.delete("/pipelines/{iid}/streams/{sid}", dependencies=api,
+    @api.delete("/pipelines/{iid}/streams/{sid}",
                 summary="remove a stream (its frames drain, its files close)")
     def remove_stream(iid: str, sid: str) -> dict[str, Any]:
         return instances.remove_stream(instances.get(iid), sid)
 
-    @app.get("/pipelines/{iid}/streams/{sid}/preview.jpg", dependencies=api, summary="the stream's newest picture",
+    @api.get("/pipelines/{iid}/streams/{sid}/preview.jpg", summary="the stream's newest picture",
              response_class=Response, responses={200: {"content": {"image/jpeg": {}}}})
     def preview(iid: str, sid: str) -> Response:
         inst = instances.get(iid)
@@ -147,4 +153,4 @@ def create_app(instances: Instances, token: str | None = None) -> FastAPI:
             raise RequestError(f"no picture of stream {sid!r} yet", 404)
         return Response(jpeg, media_type="image/jpeg", headers={"Cache-Control": "no-store"})
 
-    return app
+    return api
