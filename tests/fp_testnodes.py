@@ -193,3 +193,14 @@ class OneFace(Node):
         x = float(frame.index % 40)
         frame.detections = [Detection((x, 10.0, x + 20.0, 30.0), 0.9, "face")]
         return frame
+
+
+@register("test_count_faces")
+class CountFaces(Node):
+    """A plugin that reads only detections (it counts them): it never looks at the pixels, so it does not
+    narrow the pixel format the sources decode into."""
+
+    inputs = {"detections": "detections"}
+
+    def process(self, frame: Frame, port: str) -> None:
+        self.seen = getattr(self, "seen", 0) + len(frame.detections)

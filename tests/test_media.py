@@ -281,6 +281,8 @@ nodes:
     assert source(blur_write.replace("WRITER", "")) == ("I420", "pyav (h264 in software)")
     assert source(blur_write.replace("WRITER", ", fourcc: mp4v")) == ("BGR", "opencv")
     assert source("  - {id: x, type: test_inplace, inputs: hop}\n") == ("BGR", "opencv")  # says nothing: BGR
+    # a plugin that takes only detections says nothing either, and never reads pixels: YUV stays
+    assert source("  - {id: x, type: test_count_faces, inputs: {detections: hop}}\n")[0] == "I420"
     assert source(blur_write.replace("WRITER", ""), ", hwaccel: cuda")[0] == "NV12"  # a device decoder's own
     err = run_yaml(f"""
 nodes:

@@ -1,0 +1,131 @@
+"""Node contracts from config (``Node.contract``), the executor interface and its factory, and the hooks a
+part of a bigger run plugs into the single-process runner."""
+from __future__ import annotations
+
+import textwrap
+from typing import Any
+
+import pytest
+
+from flowpipe import GraphError, load_graph
+from flowpipe.node import PIXELS_ALL, PIXELS_BGR, Node, NodeContract, default_pixels
+from flowpipe.registry import lookup
+from flowpipe.runtime import Executor, RunHooks, Runner, executor
+
+
+def _contract(node_type: str, **config: Any) -> NodeContract:
+    cls = lookup(node_type)
+    return cls.contract(cls.Config(**config))
+
+
+@pytest.mark.parametrize(("node_type", "config", "traits"), [
+    # a tracker holds frames and keeps one worker only with a lookahead
+    ("tracker", {}, {"holds_frames": False, "one_worker": None, "isolation_refused": None}),
+    ("tracker", {"lookahead": 3}, {"holds_frames": True,
+                                   "one_worker": "a tracker with a lookahead keeps each stream's frames in order "
+                                                 "on one worker",
+                                   "isolation_refused": "a tracker with a lookahead holds frames past process()"}),
+    # asynchronous requests are held past process(); inline ones run to completion in it
+    ("inference", {"model": "m.xml"}, {"holds_frames": True, "serves_streams": True, "pixels": PIXELS_ALL}),
+    ("inference", {"model": "m.xml", "requests": "inline"}, {"holds_frames": False, "serves_streams": True}),
+    # a camera or network stream is live, a file is not
+    ("video_source", {"uri": "rtsp://10.0.0.7/stream1"}, {"live": True}),
+    ("video_source", {"uri": "clip.mp4"}, {"live": False, "isolation_refused": "a source runs in the runner's "
+                                                                              "process, where its frames are "
+                                                                              "accounted"}),
+    # what a writer writes, by kind; what it gets is the finished picture
+    ("video_writer", {"path": "o.mp4"}, {"files": {"path": "video"}, "final_picture": True,
+                                         "pixels": frozenset({"BGR", "NV12", "I420"})}),
+    ("video_writer", {"path": "o.mp4", "fourcc": "mp4v"}, {"pixels": frozenset({"BGR"})}),
+    ("jsonl", {"path": "o.jsonl"}, {"files": {"path": "records"}, "final_picture": False, "pixels": PIXELS_ALL}),
+    ("collect", {"into": "x"}, {"sharding": "it keeps packets in the memory of the process that started the run"}),
+    ("passthrough", {}, {"forwards": {"out": "in"}, "one_worker": None}),
+])
+def test_a_node_declares_its_contract_from_its_config(node_type: str, config: dict[str, Any],
+                                                      traits: dict[str, Any]) -> None:
+    got = _contract(node_type, **config)
+    assert {k: getattr(got, k) for k in traits} == traits
+
+
+def test_a_node_that_says_nothing_takes_bgr_only_where_it_gets_pictures() -> None:
+    assert default_pixels({"frame": "frame"}) == PIXELS_BGR
+    assert default_pixels({"in": "any"}) == PIXELS_BGR
+    assert default_pixels({"detections": "detections"}) == PIXELS_ALL
+    assert default_pixels({"tensors": "tensors"}) == PIXELS_ALL
+
+    class Reader(Node):
+        inputs = {"detections": "detections"}
+
+    class Painter(Node):
+        inputs = {"frame": "frame"}
+
+    assert Reader("r").declared.pixels == PIXELS_ALL and Painter("p").declared.pixels == PIXELS_BGR
+    assert Painter("p").declared.one_worker is not None  # one worker unless it says otherwise
+
+
+def test_validation_reads_the_contract_of_the_configured_node() -> None:
+    """The same node type is refused or taken by what its config makes of it."""
+    graph = """
+        nodes:
+          - {id: src, type: list_source, config: {feed: items}}
+          - {id: t, type: tracker, isolation: process, config: {lookahead: LOOK}, inputs: {detections: src}}
+    """
+    with pytest.raises(GraphError, match=r"node 't' \(tracker\): isolation: process is not available for tracker: "
+                                         r"a tracker with a lookahead holds frames past process\(\); expected "
+                                         "isolation: thread"):
+        load_graph("<t>", text=textwrap.dedent(graph.replace("LOOK", "2")))
+    spec = load_graph("<t>", text=textwrap.dedent(graph.replace("LOOK", "0")))
+    assert spec.node("t").contract.isolation_refused is None
+
+
+TWO = """
+    nodes:
+      - {id: a, type: synthetic_source, config: {count: 40}}
+      - {id: b, type: synthetic_source, config: {count: 30}}
+      - {id: hop, type: passthrough, inputs: {in: [a, b]}}
+      - {id: sink, type: null_sink, inputs: hop}
+"""
+
+
+def test_the_factory_picks_the_executor_from_the_processes_asked_for() -> None:
+    one: Executor = executor(load_graph("<t>", text=textwrap.dedent(TWO)))
+    res = one.run()
+    assert isinstance(one, Runner) and res.ok and res.frames["out"] == 70 and "processes" not in res.to_json()
+    spec = load_graph("<t>", text=textwrap.dedent(TWO))
+    two = executor(spec, 2)
+    res = two.run()
+    assert spec.processes == 2 and res.ok and res.frames["out"] == 70
+    assert res.to_json()["processes"] == 2 and len(two.pids) == 2 and two.per_stream == {"a": 40, "b": 30}
+
+
+def test_hooks_put_a_node_in_a_graph_nodes_place_and_observe_every_fate() -> None:
+    """What a shard plugs in: its own node for one of the graph's (the device owner's client), an observer
+    told each frame's entry and fate (its board), and a word before any frame (every shard opened)."""
+    entered: list[tuple[str, int]] = []
+    ended: list[tuple[str, int, str]] = []
+
+    class Board:
+        def entered(self, stream: str, index: int) -> None:
+            entered.append((stream, index))
+
+        def ended(self, stream: str, index: int, fate: str) -> None:
+            ended.append((stream, index, fate))
+
+    made: list[str] = []
+
+    def make(spec: Any) -> Node | None:
+        if spec.id != "hop":
+            return None
+        made.append(spec.id)
+        return lookup("null_sink")(spec.id)  # ends every frame here: nothing reaches the sink
+
+    opened: list[bool] = []
+    spec = load_graph("<t>", text=textwrap.dedent(TWO))
+    hooks = RunHooks(make_node=make, fates=Board(), on_opened=lambda: opened.append(True) or True)
+    res = Runner(spec, hooks=hooks).run()
+    assert res.ok and made == ["hop"] and opened == [True]
+    assert res.nodes["sink"]["frames"] == 0 and res.frames["out"] == 70
+    assert sorted(entered) == sorted({(s, i) for s, i, _ in ended}) and len(ended) == 70
+    assert {fate for *_, fate in ended} == {"out"}
+    stopped = Runner(load_graph("<t>", text=textwrap.dedent(TWO)), hooks=RunHooks(on_opened=lambda: False)).run()
+    assert stopped.frames["in"] == 0 and stopped.exit_code == 130  # another part failed to open: no frame
