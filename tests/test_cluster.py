@@ -354,7 +354,7 @@ nodes:
             assert time.monotonic() < deadline, "the camera never got going"
             time.sleep(0.05)
         (first,) = run.agents
-        c.remove_node(next(r for r in rooms if r.node_id == first["host_id"]))
+        c.remove_node(next(r for r in rooms if r.node_id == first.host_id))
         while not run.outages or run.outages[0]["resumed_after_s"] is None:
             assert time.monotonic() < deadline + 60, "the stream never resumed"
             time.sleep(0.1)
@@ -365,7 +365,7 @@ nodes:
     finally:
         srv.kill()
         for r in rooms:
-            if r.node_id != first["host_id"]:
+            if r.node_id != first.host_id:
                 c.remove_node(r)
     res = box["res"]
     assert res.ok, res.error
