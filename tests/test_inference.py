@@ -354,8 +354,7 @@ nodes:
   - {id: det, type: inference, config: {model: blazeface_full, device: CPU, batch: 8, batch_timeout_ms: 20},
      inputs: pre.tensor}
   - {id: out, type: null_sink, inputs: det.tensors}
-"""))
-    runner.record_times = True
+"""), record_times=True)
     res = runner.run()
     assert res.ok and res.frames["out"] == 12, res.error
     done = sorted(t for t, _ in res.done_times)
