@@ -54,13 +54,13 @@ def test_child_process_maps_handle_and_parent_sees_its_writes() -> None:
 
 @linux_only
 def test_fd_crosses_unix_socket_with_scm_rights() -> None:
-    from flowpipe.runtime.process import _recv, _send
+    from flowpipe.runtime.wire import recv, send
 
     a, b = socket.socketpair()
     buf = SharedBuffer(8192, "memfd")
     buf.array((8192,))[:5] = [1, 2, 3, 4, 5]
-    _send(a, {"hello": 1}, [buf.handle])
-    msg, fds = _recv(b)
+    send(a, {"hello": 1}, [buf.handle])
+    msg, fds = recv(b)
     assert msg == {"hello": 1} and len(fds) == 1 and fds[0] != buf.handle
     other = SharedBuffer(8192, "memfd", _fd=fds[0])  # a second mapping of the same pages
     assert other.array((5,)).tolist() == [1, 2, 3, 4, 5]

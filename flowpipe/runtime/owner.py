@@ -44,7 +44,26 @@ from ..graph import NodeSpec
 from ..memory import BufferPool, SharedBuffer
 from ..memory import ledger as ledgers
 from ..node import Node, RunContext
-from .process import OutsideContext, _Codec, _recv, _send
+from .messages import (
+    BufferRef,
+    Bye,
+    Close,
+    ObjectRef,
+    OwnerClosed,
+    OwnerCrashed,
+    OwnerDone,
+    OwnerFailed,
+    OwnerFrame,
+    OwnerHello,
+    OwnerListening,
+    OwnerOpenFailed,
+    OwnerReady,
+    OwnerStats,
+    RemoteError,
+    StatsWanted,
+)
+from .process import OutsideContext
+from .wire import Codec, recv, send
 
 log = logging.getLogger("flowpipe.owner")
 CONNECT_TIMEOUT_S = 60.0  # a restarted owner loads its model (from the cache) within this
@@ -89,7 +108,7 @@ class _OwnerContext(OutsideContext):
 @dataclass
 class _Client:
     sock: socket.socket
-    codec: _Codec = field(default_factory=_Codec)  # the client's buffers, mapped from the fds it sent
+    codec: Codec = field(default_factory=Codec)  # the client's buffers, mapped from the fds it sent
     in_flight: int = 0
     gone: bool = False
 
@@ -138,7 +157,7 @@ class _Owner:
         self.sel.register(self.listener, selectors.EVENT_READ, "accept")
         self.sel.register(self.wake_r, selectors.EVENT_READ, "wake")
         self.sel.register(self.control, selectors.EVENT_READ, "control")
-        self.control.send(("listening", os.getpid(), {n: o.placement for n, o in self.owned.items()}))
+        self.control.send(OwnerListening(os.getpid(), {n: o.placement for n, o in self.owned.items()}))
         while self.running:
             for key, _ in self.sel.select(timeout=0.5):
                 what = key.data
@@ -161,34 +180,33 @@ class _Owner:
         try:
             msg = self.control.recv()
         except (EOFError, OSError):
-            msg = "close"  # the supervisor is gone
-        if msg == "close":
-            self.running = False
-        elif msg == "stats":
-            self.control.send(("stats", self._stats()))
+            msg = Close()  # the supervisor is gone
+        match msg:
+            case Close():
+                self.running = False
+            case StatsWanted():
+                self.control.send(OwnerStats(self._stats()))
 
     def _from_client(self, c: _Client) -> None:
         try:
-            msg, fds = _recv(c.sock)
+            msg, fds = recv(c.sock)
         except (EOFError, OSError):
             self._drop(c)
             return
-        kind = msg[0]
-        if kind == "frame":
-            _, nid, key, new, body = msg
-            for (bid, kind_), fd in zip(new, fds):
-                c.codec.buffers[bid] = SharedBuffer(os.fstat(fd).st_size, kind_, _fd=fd)
-            self._frame(c, nid, key, body)
-        elif kind == "hello":
-            _, nid, offer, in_flight = msg
-            _send(c.sock, self._open(nid, offer, in_flight))
-        elif kind == "bye":
-            self._drop(c)
+        match msg:
+            case OwnerFrame():
+                for (bid, kind), fd in zip(msg.new, fds):
+                    c.codec.buffers[bid] = SharedBuffer(os.fstat(fd).st_size, kind, _fd=fd)
+                self._frame(c, msg)
+            case OwnerHello(nid, offer, in_flight):
+                send(c.sock, self._open(nid, offer, in_flight))
+            case Bye():
+                self._drop(c)
 
-    def _open(self, nid: str, offer: Offer, in_flight: int) -> tuple[Any, ...]:
+    def _open(self, nid: str, offer: Offer, in_flight: int) -> OwnerReady | OwnerOpenFailed:
         o = self.owned.get(nid)
         if o is None:
-            return ("open_error", f"node '{nid}' is not served by this device owner")
+            return OwnerOpenFailed(RemoteError.of(f"node '{nid}' is not served by this device owner"))
         if o.ctx is None:
             try:
                 contract = InputContract(offer, Allocation(o.placement), f"{nid}:in")  # type: ignore[arg-type]
@@ -197,22 +215,22 @@ class _Owner:
                 o.offer = offer
             except Exception as e:  # noqa: BLE001 - reported to the shard, which names the node
                 o.ctx = None
-                return ("open_error", f"{type(e).__name__}: {e} (in the device owner, pid {os.getpid()})")
+                return OwnerOpenFailed(RemoteError.of(e, f"in the device owner, pid {os.getpid()}"))
         elif offer != o.offer:
-            return ("open_error", f"shards disagree on what node '{nid}' gets: {offer} vs {o.offer}")
-        return ("ready", _ready_info(o.node, o.ctx))
+            return OwnerOpenFailed(RemoteError.of(f"shards disagree on what node '{nid}' gets: {offer} vs {o.offer}"))
+        return _ready_info(o.node, o.ctx)
 
-    def _frame(self, c: _Client, nid: str, key: int, body: dict[str, Any]) -> None:
-        o = self.owned[nid]
-        f = Frame(body["stream"], body["index"], body["pts"], None, "TENSOR", body["meta"])
-        for bid in body["bids"]:
+    def _frame(self, c: _Client, msg: OwnerFrame) -> None:
+        o = self.owned[msg.node_id]
+        f = Frame(msg.stream, msg.index, msg.pts, None, "TENSOR", msg.meta)
+        for bid in msg.bids:
             f.hold(_Mapped(c.codec.buffers[bid]))
-        f.tensors["input"] = c.codec.decode(body["input"])
-        outs = [c.codec.decode(r) for r in body["outputs"]]
+        f.tensors["input"] = c.codec.decode(msg.input)
+        outs = [c.codec.decode(r) for r in msg.outputs]
         provide = getattr(o.node, "provide_outputs", None)
         if provide is not None:
             provide(f, outs)
-        self.routes[id(f)] = (c, nid, key, f)
+        self.routes[id(f)] = (c, msg.node_id, msg.key, f)
         c.in_flight += 1
         t = time.perf_counter()
         try:
@@ -233,14 +251,13 @@ class _Owner:
     def _deliver(self, o: _Owned, out: Any) -> None:
         for c, keys in self._settle(_frames_of(out), "out").values():
             o.frames += len(keys)
-            self._reply(c, ("done", o.spec.id, keys))
+            self._reply(c, OwnerDone(o.spec.id, keys))
 
     def _failed(self, o: _Owned, err: FrameError) -> None:
-        cause = err.cause
-        why = f"{type(cause).__name__}: {cause}" if isinstance(cause, BaseException) else str(cause)
+        why = RemoteError.of(err.cause)
         for c, keys in self._settle(err.frames, "failed").values():
             o.failed += len(keys)
-            self._reply(c, ("failed", o.spec.id, keys, why))
+            self._reply(c, OwnerFailed(o.spec.id, keys, why))
 
     def _settle(self, frames: list[Frame], fate: str) -> dict[int, tuple[_Client, list[int]]]:
         """The clients' keys of ``frames``, per client; each frame's hold on mapped memory ends."""
@@ -257,11 +274,11 @@ class _Owner:
                 c.close_buffers()  # requests no longer write into its pages
         return groups
 
-    def _reply(self, c: _Client, msg: tuple[Any, ...]) -> None:
+    def _reply(self, c: _Client, msg: OwnerDone | OwnerFailed) -> None:
         if c.gone:
             return
         try:
-            _send(c.sock, msg)
+            send(c.sock, msg)
         except OSError:
             self._drop(c)
 
@@ -293,7 +310,7 @@ class _Owner:
                 except Exception as e:  # noqa: BLE001
                     log.error("device owner: closing node '%s': %s", o.spec.id, e)
         with contextlib.suppress(OSError):
-            self.control.send(("closed", self._stats()))
+            self.control.send(OwnerClosed(self._stats()))
         self.listener.close()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
@@ -311,14 +328,13 @@ def _frames_of(out: Any) -> list[Frame]:
     return [f for v in out.values() for f in (v if isinstance(v, list) else [v])]
 
 
-def _ready_info(node: Node, ctx: _OwnerContext) -> dict[str, Any]:
+def _ready_info(node: Node, ctx: _OwnerContext) -> OwnerReady:
     """What a client needs from an opened node: its outputs (the memory it provides), what it adds to each
     frame's metadata, its ``--stats`` sections."""
     describe = getattr(node, "output_specs", None)
     at_once = getattr(node, "frames_at_once", None)
-    return {"outputs": describe() if describe is not None else [], "pid": os.getpid(),
-            "at_once": at_once() if at_once is not None else 1,
-            "meta": getattr(node, "frame_meta", dict)(), "sections": ctx.sections}
+    return OwnerReady(describe() if describe is not None else [], os.getpid(), at_once() if at_once is not None else 1,
+                      getattr(node, "frame_meta", dict)(), ctx.sections)
 
 
 def owned_placement(node: Node, devs: Any) -> str:
@@ -338,7 +354,7 @@ def owner_main(control: Connection, path: str, payload: bytes, plugins: list[str
     try:
         owner = _Owner(control, path, specs)
     except Exception as e:  # noqa: BLE001
-        control.send(("crashed", f"{type(e).__name__}: {e}"))
+        control.send(OwnerCrashed(RemoteError.of(e)))
         return
     owner.serve()
 
@@ -368,10 +384,14 @@ class OwnerProcess:
             msg = self.conn.recv()
         except EOFError:
             raise RuntimeError(f"the device owner exited while starting (exit code {self.proc.exitcode})") from None
-        if msg[0] != "listening":
-            raise RuntimeError(f"the device owner failed to start: {msg[1]}")
-        self.pids.append(msg[1])
-        self.link = OwnerLink(self.path, msg[2])
+        match msg:
+            case OwnerListening(pid, placements):
+                self.pids.append(pid)
+                self.link = OwnerLink(self.path, placements)
+            case OwnerCrashed(error):
+                raise error.exception("the device owner failed to start: ")
+            case _:
+                raise RuntimeError(f"the device owner failed to start: {msg!r}")
 
     @property
     def pid(self) -> int | None:
@@ -398,11 +418,11 @@ class OwnerProcess:
     def close(self) -> None:
         if self.proc.is_alive():
             try:
-                self.conn.send("close")
+                self.conn.send(Close())
                 if self.conn.poll(60):
-                    msg = self.conn.recv()
-                    if msg[0] == "closed":
-                        self.final = msg[1]
+                    match self.conn.recv():
+                        case OwnerClosed(stats):
+                            self.final = stats
             except (OSError, EOFError):
                 pass
         self.proc.join(timeout=10)
@@ -454,8 +474,8 @@ class OwnerClient(Node):
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 sock.connect(self.link.path)
-                _send(sock, ("hello", self.id, self.in_offer, self.in_flight_cap))
-                msg, _ = _recv(sock)
+                send(sock, OwnerHello(self.id, self.in_offer, self.in_flight_cap))
+                msg, _ = recv(sock)
                 break
             except (FileNotFoundError, ConnectionError, EOFError):
                 # not there yet, or a killed owner's socket that still took the connection while it went
@@ -463,44 +483,49 @@ class OwnerClient(Node):
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"device owner not reachable at {self.link.path}") from None
                 time.sleep(0.05)
-        if msg[0] != "ready":
-            sock.close()
-            raise RuntimeError(msg[1])
-        info = msg[1]
-        self.info = info
+        match msg:
+            case OwnerReady():
+                info = self.info = msg
+            case OwnerOpenFailed(error):
+                sock.close()
+                raise error.exception()
+            case _:
+                sock.close()
+                raise RuntimeError(f"unexpected answer from the device owner: {msg!r}")
         # this shard's share of what the owner's requests take at once: enough to keep them busy, no more
         # (each frame at the owner holds its decoded picture in the shard)
         lo, hi = self.WINDOW
-        self.max_held = self.window = max(lo, min(hi, -(-int(info["at_once"]) // max(1, self.ctx.shard[1]))))
+        self.max_held = self.window = max(lo, min(hi, -(-int(info.at_once) // max(1, self.ctx.shard[1]))))
         if not self.pools:  # output buffers in this shard's memory: the owner's requests write into them
             n = min(self.in_flight_cap, 64) + self.window
             kind = "dma-heap" if self.link.placements.get(self.id) == "dma-buf" else None
             self.pools = [_pool(int(np.prod(shape)) * np.dtype(dt).itemsize, n, kind)
-                          for _, shape, dt in info["outputs"]]
+                          for _, shape, dt in info.outputs]
         self.sent: set[int] = set()
         self.sock = sock
-        for name, data in info["sections"].items():
-            self.ctx.section(name, dict(data, owner_pid=info["pid"]))
-        self.ctx.stats["device_owner"] = {"pid": info["pid"]}
+        for name, data in info.sections.items():
+            self.ctx.section(name, dict(data, owner_pid=info.pid))
+        self.ctx.stats["device_owner"] = {"pid": info.pid}
         self.reader = threading.Thread(target=self._read, args=(sock,), name=f"flowpipe:{self.id}:owner", daemon=True)
         self.reader.start()
 
     def _read(self, sock: socket.socket) -> None:
         while True:
             try:
-                msg, _ = _recv(sock)
+                msg, _ = recv(sock)
             except (EOFError, OSError):
                 break
             with self.cond:
-                if msg[0] == "done":
-                    self.ready.update(msg[2])
-                elif msg[0] == "failed":
-                    frames = [self.pending.pop(k) for k in msg[2] if k in self.pending]
-                    for k in msg[2]:
-                        with contextlib.suppress(ValueError):
-                            self.order.remove(k)
-                    if frames:
-                        self.errors.append(FrameError(frames, RuntimeError(f"in the device owner: {msg[3]}")))
+                match msg:
+                    case OwnerDone(_, keys):
+                        self.ready.update(keys)
+                    case OwnerFailed(_, keys, error):
+                        frames = [self.pending.pop(k) for k in keys if k in self.pending]
+                        for k in keys:
+                            with contextlib.suppress(ValueError):
+                                self.order.remove(k)
+                        if frames:
+                            self.errors.append(FrameError(frames, error.exception("in the device owner: ")))
                 self.cond.notify_all()
             self.ctx.wake()
         with self.cond:  # the owner is gone: what it held failed
@@ -512,7 +537,7 @@ class OwnerClient(Node):
                 if lost:
                     names = ", ".join(f"{f.stream}:{f.index}" for f in lost[:8]) + (" ..." if len(lost) > 8 else "")
                     self.errors.append(FrameError(lost, RuntimeError(
-                        f"the device owner (pid {self.info['pid']}) died holding {len(lost)} frames ({names})")))
+                        f"the device owner (pid {self.info.pid}) died holding {len(lost)} frames ({names})")))
             self.cond.notify_all()
         self.ctx.wake()
 
@@ -533,9 +558,9 @@ class OwnerClient(Node):
         for i, pool in enumerate(self.pools):
             lease = pool.acquire(timeout=30)
             frame.hold(lease)
-            _, shape, dt = self.info["outputs"][i]
+            name, shape, dt = self.info.outputs[i]
             view = lease.buffer.array(tuple(shape), np.dtype(dt))
-            frame.tensors[self.info["outputs"][i][0]] = view
+            frame.tensors[name] = view
             outs.append(self._ref(frame, view, new, fds, bids))
         t = frame.tensors.get("input")
         if t is None:
@@ -545,31 +570,30 @@ class OwnerClient(Node):
         entries = frame.meta.get("preprocess", {}).get("entries")
         if entries is not None:  # how many entries of an up_to tensor this frame filled (objects)
             meta["preprocess"] = {"entries": entries}
-        body = {"stream": frame.stream, "index": frame.index, "pts": frame.pts, "meta": meta, "bids": bids,
-                "input": inp, "outputs": outs}
         with self.cond:
             key = self.seq = self.seq + 1
             self.pending[key] = frame
             self.order.append(key)
         try:
-            _send(sock, ("frame", self.id, key, new, body), fds)
+            send(sock, OwnerFrame(self.id, key, new, frame.stream, frame.index, frame.pts, meta, bids, inp, outs), fds)
         except OSError:
             pass  # the reader sees the owner gone and fails what it held, this frame included
         self.sent.update(b for b, _ in new)
         return self._take()
 
-    def _ref(self, frame: Frame, arr: Any, new: list[tuple[int, str]], fds: list[int], bids: list[int]) -> Any:
+    def _ref(self, frame: Frame, arr: Any, new: list[tuple[int, str]], fds: list[int],
+             bids: list[int]) -> BufferRef | ObjectRef:
         buf = frame.buffer_of(arr) if isinstance(arr, np.ndarray) else None
         if buf is None or buf.handle is None:
             ledgers.record(arr.nbytes if isinstance(arr, np.ndarray) else 0)  # by value: a copy
-            return ("obj", np.asarray(arr))
+            return ObjectRef(np.asarray(arr))
         bid = id(buf)
         if bid not in self.sent and all(b != bid for b, _ in new):
             new.append((bid, buf.kind))
             fds.append(buf.handle)
         if bid not in bids:
             bids.append(bid)
-        return ("buf", bid, arr.ctypes.data - buf.address, arr.shape, arr.dtype.str, arr.strides)
+        return BufferRef(bid, arr.ctypes.data - buf.address, arr.shape, arr.dtype.str, arr.strides)
 
     def _take(self) -> list[Frame]:
         out = []
@@ -578,7 +602,7 @@ class OwnerClient(Node):
                 key = self.order.popleft()
                 self.ready.discard(key)
                 f = self.pending.pop(key)
-                f.meta.update(self.info["meta"])
+                f.meta.update(self.info.meta)
                 out.append(f)
         return out
 
@@ -610,7 +634,7 @@ class OwnerClient(Node):
         sock, self.sock = getattr(self, "sock", None), None
         if sock is not None:
             with contextlib.suppress(OSError):
-                _send(sock, ("bye",))
+                send(sock, Bye())
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
             sock.close()

@@ -8,16 +8,11 @@ that node's failure naming the frame it held; with ``on_error: restart`` a new w
 """
 from __future__ import annotations
 
-import array
 import logging
 import multiprocessing as mp
 import os
-import pickle
 import socket
-import struct
 from typing import Any
-
-import numpy as np
 
 from .. import memory
 from ..accel import devices
@@ -26,104 +21,40 @@ from ..errors import FrameError
 from ..frame import Frame
 from ..graph import NodeSpec
 from ..node import Node, RunContext
+from .messages import (
+    ArrayRef,
+    Close,
+    Closed,
+    FrameFailed,
+    FrameHeader,
+    FrameIn,
+    FrameOut,
+    FramesOut,
+    RemoteError,
+    WorkerOpenFailed,
+    WorkerReady,
+)
+from .wire import Codec, recv, send
 
 log = logging.getLogger("flowpipe.process")
-MAX_FDS = 64
 
 
-# -- wire format ---------------------------------------------------------------------------------------
-def _send(sock: socket.socket, obj: Any, fds: list[int] | None = None) -> None:
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    head = struct.pack("<Q", len(data))
-    if fds:
-        sock.sendmsg([head], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
-    else:
-        sock.sendall(head)
-    sock.sendall(data)
+def _refs(codec: Codec, f: Frame, new_fds: dict[int, int]) -> tuple[ArrayRef | None, dict[str, ArrayRef]]:
+    """``f``'s image and tensors as references (buffers this side has not sent yet: into ``new_fds``)."""
+    return (codec.encode(f.data, f, new_fds) if f.data is not None else None,
+            {k: codec.encode(v, f, new_fds) for k, v in f.tensors.items()})
 
 
-def _recv(sock: socket.socket) -> tuple[Any, list[int]]:
-    fds = array.array("i")
-    head, anc, _, _ = sock.recvmsg(8, socket.CMSG_SPACE(MAX_FDS * fds.itemsize))
-    if not head:
-        raise EOFError("worker closed the connection")
-    for level, typ, data in anc:
-        if level == socket.SOL_SOCKET and typ == socket.SCM_RIGHTS:
-            fds.frombytes(data[: len(data) - (len(data) % fds.itemsize)])
-    while len(head) < 8:
-        more = sock.recv(8 - len(head))
-        if not more:
-            raise EOFError("worker closed the connection")
-        head += more
-    (n,) = struct.unpack("<Q", head)
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(min(n - len(buf), 1 << 20))
-        if not chunk:
-            raise EOFError("worker closed the connection")
-        buf += chunk
-    return pickle.loads(bytes(buf)), list(fds)  # noqa: S301 - our own worker, over a socketpair
+def _encode_frame(codec: Codec, f: Frame) -> FrameHeader:
+    return FrameHeader(f.stream, f.index, f.pts, f.format, f.meta, f.detections, *_refs(codec, f, {}))
 
 
-class _Codec:
-    """Turns arrays into references to shared buffers (by id) where they live in one."""
-
-    def __init__(self) -> None:
-        self.buffers: dict[int, memory.SharedBuffer] = {}
-        self.pickled = 0  # arrays that crossed by value: copies, reported to the parent's ledger
-        self.pickled_bytes = 0
-
-    def take_copies(self) -> tuple[int, int]:
-        out = (self.pickled, self.pickled_bytes)
-        self.pickled = self.pickled_bytes = 0
-        return out
-
-    def encode(self, arr: Any, frame: Frame | None, new_fds: dict[int, int]) -> Any:
-        if not isinstance(arr, np.ndarray):
-            return ("obj", arr)
-        found = self._find(arr)  # a buffer this side already knows (by the id both sides use)
-        if found is None and frame is not None:
-            buf = frame.buffer_of(arr)
-            if buf is not None and buf.handle is not None:
-                found = (id(buf), buf)
-                self.buffers[id(buf)] = buf
-                new_fds[id(buf)] = buf.handle
-        if found is not None:
-            bid, buf = found
-            return ("buf", bid, arr.ctypes.data - buf.address, arr.shape, arr.dtype.str, arr.strides)
-        self.pickled_bytes += arr.nbytes
-        self.pickled += 1
-        return ("obj", arr)
-
-    def _find(self, arr: np.ndarray) -> tuple[int, memory.SharedBuffer] | None:
-        addr = arr.ctypes.data
-        for bid, buf in self.buffers.items():
-            if buf.address <= addr < buf.address + buf.size:
-                return bid, buf
-        return None
-
-    def decode(self, item: Any) -> Any:
-        if item[0] == "obj":
-            return item[1]
-        _, bid, offset, shape, dtype, strides = item
-        buf = self.buffers[bid]
-        base = buf.array((buf.size,), np.uint8)
-        return np.lib.stride_tricks.as_strided(base[offset:].view(np.dtype(dtype)), shape, strides)
-
-
-def _encode_frame(codec: _Codec, f: Frame, new_fds: dict[int, int]) -> dict[str, Any]:
-    return {"stream": f.stream, "index": f.index, "pts": f.pts, "format": f.format, "meta": f.meta,
-            "detections": f.detections, "data": codec.encode(f.data, f, new_fds) if f.data is not None else None,
-            "tensors": {k: codec.encode(v, f, new_fds) for k, v in f.tensors.items()}}
-
-
-def _decode_into(codec: _Codec, msg: dict[str, Any], frame: Frame | None = None) -> Frame:
-    data = codec.decode(msg["data"]) if msg["data"] is not None else None
-    tensors = {k: codec.decode(v) for k, v in msg["tensors"].items()}
+def _decode_into(codec: Codec, h: FrameHeader, frame: Frame | None = None) -> Frame:
+    data = codec.decode(h.data) if h.data is not None else None
+    tensors = {k: codec.decode(v) for k, v in h.tensors.items()}
     if frame is None:
-        return Frame(msg["stream"], msg["index"], msg["pts"], data, msg["format"], msg["meta"], tensors,
-                     msg["detections"])
-    frame.meta, frame.detections, frame.format = msg["meta"], msg["detections"], msg["format"]
+        return Frame(h.stream, h.index, h.pts, data, h.format, h.meta, tensors, h.detections)
+    frame.meta, frame.detections, frame.format = h.meta, h.detections, h.format
     if data is not None:
         frame.data = data
     frame.tensors.update(tensors)
@@ -190,47 +121,50 @@ def _worker_main(sock: socket.socket, info: dict[str, Any]) -> None:
     node = cls(info["id"], cls.Config.model_validate(info["config"]))
     ctx = OutsideContext(info["id"], info["in_flight"], tuple(info["shard"]), info["streams"],
                          generation=info["generation"])
-    codec = _Codec()
+    codec = Codec()
     try:
         node.open(ctx)
     except Exception as e:  # noqa: BLE001
-        _send(sock, ("open_error", f"{type(e).__name__}: {e}"))
+        send(sock, WorkerOpenFailed(RemoteError.of(e)))
         return
-    _send(sock, ("ready", None))
+    send(sock, WorkerReady())
     while True:
         try:
-            msg, fds = _recv(sock)
+            msg, fds = recv(sock)
         except EOFError:
             break
-        kind = msg[0]
-        if kind == "frame":
-            _, new_ids, fmsg, port = msg
-            for bid, fd in zip(new_ids, fds):
-                codec.buffers[bid] = memory.SharedBuffer(os.fstat(fd).st_size, "memfd", _fd=fd)
-            frame = _decode_into(codec, fmsg)
-            try:
-                result = node.process(frame, port)
-                body = _encode_result(codec, result)
-                _send(sock, ("ok", body, codec.take_copies()))
-            except Exception as e:  # noqa: BLE001
-                _send(sock, ("error", f"{type(e).__name__}: {e}"))
-        elif kind == "close":
-            try:
-                node.close()
-            finally:
-                _send(sock, ("closed", ctx.stats))
-            break
+        match msg:
+            case FrameIn():
+                for bid, fd in zip(msg.new_ids, fds):
+                    codec.buffers[bid] = memory.SharedBuffer(os.fstat(fd).st_size, "memfd", _fd=fd)
+                frame = _decode_into(codec, msg)
+                try:
+                    result = node.process(frame, msg.port)
+                    send(sock, _encode_result(codec, result))
+                except Exception as e:  # noqa: BLE001
+                    send(sock, FrameFailed(RemoteError.of(e)))
+            case Close():
+                try:
+                    node.close()
+                finally:
+                    send(sock, Closed(ctx.stats))
+                break
 
 
-def _encode_result(codec: _Codec, result: Any) -> Any:
+def _encode_result(codec: Codec, result: Any) -> FrameOut | FramesOut:
+    """What ``process`` returned, and the arrays that crossed by value to send it."""
+    if isinstance(result, Frame):  # most nodes: the frame they were given
+        f = result
+        data, tensors = _refs(codec, f, {})
+        return FrameOut(f.stream, f.index, f.pts, f.format, f.meta, f.detections, data, tensors, codec.take_copies())
+    body: list[FrameHeader] | dict[str, list[FrameHeader]] | None
     if result is None:
-        return None
-    if isinstance(result, Frame):
-        return ("one", _encode_frame(codec, result, {}))
-    if isinstance(result, list):
-        return ("list", [_encode_frame(codec, f, {}) for f in result])
-    return ("dict", {p: [_encode_frame(codec, f, {}) for f in (v if isinstance(v, list) else [v])]
-                     for p, v in result.items()})
+        body = None
+    elif isinstance(result, list):
+        body = [_encode_frame(codec, f) for f in result]
+    else:
+        body = {p: [_encode_frame(codec, f) for f in (v if isinstance(v, list) else [v])] for p, v in result.items()}
+    return FramesOut(body, codec.take_copies())
 
 
 # -- parent side -----------------------------------------------------------------------------------------
@@ -260,15 +194,18 @@ class ProcessNode(Node):
         self.proc.start()
         child.close()
         self.sock = parent
-        self.codec = _Codec()
+        self.codec = Codec()
         msg, _ = self._recv_or_crash(None)
-        if msg[0] == "open_error":
-            raise RuntimeError(f"open failed in worker process: {msg[1]}")
+        match msg:
+            case WorkerOpenFailed(error):
+                raise error.exception("open failed in worker process: ")
+            case WorkerReady():
+                pass
         self.stats["process"] = {"pid": self.proc.pid, "restarts": self.stats.get("process", {}).get("restarts", 0)}
 
     def _recv_or_crash(self, frame: Frame | None) -> tuple[Any, list[int]]:
         try:
-            return _recv(self.sock)
+            return recv(self.sock)
         except (EOFError, ConnectionError, OSError):
             self.proc.join(timeout=5)
             code = self.proc.exitcode
@@ -277,10 +214,12 @@ class ProcessNode(Node):
 
     def process(self, frame: Frame, port: str) -> Any:
         new: dict[int, int] = {}
-        fmsg = _encode_frame(self.codec, frame, new)
+        data, tensors = _refs(self.codec, frame, new)
         ids = list(new)  # buffers the worker has not seen: their fds ride along, once
+        out = FrameIn(frame.stream, frame.index, frame.pts, frame.format, frame.meta, frame.detections, data, tensors,
+                      port, ids)
         try:
-            _send(self.sock, ("frame", ids, fmsg, port), [new[b] for b in ids])
+            send(self.sock, out, [new[b] for b in ids])
             msg, _ = self._recv_or_crash(frame)
         except (_WorkerDiedError, BrokenPipeError, ConnectionError) as e:
             err = e if isinstance(e, _WorkerDiedError) else _WorkerDiedError(f"worker process died: {e}")
@@ -291,27 +230,33 @@ class ProcessNode(Node):
                 self.stats["process"]["restarts"] = self.stats["process"].get("restarts", 0) + 1
                 raise FrameError(frame, err) from None
             raise err from None
-        if msg[0] == "error":
-            raise RuntimeError(msg[1])
-        for n_copies, nbytes in (self.codec.take_copies(), msg[2]):  # by value, either way: copies
+        match msg:
+            case FrameOut():
+                res, copies = msg, msg.copies
+            case FramesOut(res, copies):
+                pass
+            case FrameFailed(error):
+                raise error.exception()
+            case _:
+                raise RuntimeError(f"unexpected message from the worker process: {msg!r}")
+        for n_copies, nbytes in (self.codec.take_copies(), copies):  # by value, either way: copies
             for _ in range(n_copies):
                 memory.record(nbytes // max(n_copies, 1))
-        res = msg[1]
         if res is None:
             return None
-        kind, body = res
-        if kind == "one":
-            return _decode_into(self.codec, body, frame)
-        if kind == "list":
-            return [_decode_into(self.codec, b, frame if i == 0 else None) for i, b in enumerate(body)]
-        return {p: [_decode_into(self.codec, b, frame) for b in v] for p, v in body.items()}
+        if isinstance(res, FrameHeader):
+            return _decode_into(self.codec, res, frame)
+        if isinstance(res, list):
+            return [_decode_into(self.codec, b, frame if i == 0 else None) for i, b in enumerate(res)]
+        return {p: [_decode_into(self.codec, b, frame) for b in v] for p, v in res.items()}
 
     def close(self) -> None:
         try:
-            _send(self.sock, ("close",))
-            msg, _ = _recv(self.sock)
-            if msg[0] == "closed":
-                self.stats.update({k: v for k, v in msg[1].items() if k != "process"})
+            send(self.sock, Close())
+            msg, _ = recv(self.sock)
+            match msg:
+                case Closed(stats):
+                    self.stats.update({k: v for k, v in stats.items() if k != "process"})
         except (OSError, EOFError):
             pass
         finally:
