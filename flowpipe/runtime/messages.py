@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from operator import attrgetter
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, Literal, cast
 
 _KINDS: list[type[Message]] = []  # a message's tag on the wire is its place here
 
@@ -295,7 +295,81 @@ ShardToOwner = OwnerHello | OwnerFrame | Bye
 OwnerToShard = OwnerReady | OwnerOpenFailed | OwnerDone | OwnerFailed
 
 
-# -- supervisor and shards (runtime/shards.py) ------------------------------------------------------------------
-# The supervisor <-> shard messages (still tuples in shards.py) go here: each a
-# ``@dataclass(frozen=True, slots=True)`` subclass of ``Message`` (the tag is given at definition, in order;
-# both sides import this module, so the order needs no care).
+# -- supervisor and shards (runtime/shards.py), over a pipe -----------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ShardOpened(Message):
+    """Shard to supervisor: every node is open; it waits for ``Begin``."""
+
+    pid: int
+
+
+@dataclass(frozen=True, slots=True)
+class Begin(Message):
+    """Supervisor to shard, once every shard opened: start (``start``), or close unstarted (another part of
+    the run failed to open, or the run was stopped meanwhile)."""
+
+    start: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Halt(Message):
+    """Supervisor to shard: drain (sources stop, frames in flight finish), or with ``now`` stop at once."""
+
+    now: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ShardProgress(Message):
+    """Shard to supervisor, a few times a second: frames by fate, and frames accounted per stream."""
+
+    frames: dict[str, int]
+    streams: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class ShardResult(Message):
+    """Shard to supervisor: its part of the run ended; what it did (``RunResult.to_json()``, with the
+    frames' completion times where the run records them)."""
+
+    summary: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ShardCrashed(Message):
+    """Shard to supervisor: what ended it, where its runner could not return a result."""
+
+    error: RemoteError
+
+
+StreamMethod = Literal["add", "remove", "states", "picture"]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamCall(Message):
+    """Supervisor to shard: a call on the shard's running graph's streams (``LiveControl.METHOD(*args)``),
+    answered by a ``StreamReply`` with the same ``rid``."""
+
+    rid: int
+    method: StreamMethod
+    args: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamReply(Message):
+    """Shard to supervisor: a call's value, or the error it raised (``error.kind`` names the exception type:
+    the caller raises the same, ``StreamReply.raised``)."""
+
+    rid: int
+    value: Any = None
+    error: RemoteError | None = None
+
+    def raised(self) -> Exception:
+        """The exception the caller raises: KeyError (no such stream), ValueError (a bad request), else
+        RuntimeError, with the shard's words."""
+        assert self.error is not None
+        kind = {"KeyError": KeyError, "ValueError": ValueError}.get(self.error.kind, RuntimeError)
+        return kind(self.error.message)
+
+
+ToShard = Begin | Halt | StreamCall
+FromShard = ShardOpened | ShardProgress | ShardResult | ShardCrashed | StreamReply

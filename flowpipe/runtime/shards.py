@@ -41,6 +41,20 @@ from ..registry import import_plugin
 from .board import StreamBoard
 from .context import Resume, RunHooks, Share
 from .live import template_of
+from .messages import (
+    Begin,
+    FromShard,
+    Halt,
+    RemoteError,
+    ShardCrashed,
+    ShardOpened,
+    ShardProgress,
+    ShardResult,
+    StreamCall,
+    StreamMethod,
+    StreamReply,
+    ToShard,
+)
 from .owner import OwnerClient, OwnerLink, OwnerProcess
 from .runner import Runner
 from .settings import share_library_threads
@@ -122,43 +136,56 @@ def _shard_main(conn: Connection, payload: bytes, plugins: list[str], plugin_dir
     spec: GraphSpec = pickle.loads(payload)  # noqa: S301 - from the supervisor that started this process
     lock = threading.Lock()
 
-    def send(msg: tuple[Any, ...]) -> None:
+    def send(msg: FromShard) -> None:
         with lock:
             conn.send(msg)
 
     def progress(snap: dict[str, Any]) -> None:
-        send(("progress", {k: snap[k] for k in ("in", "out", "dropped", "failed")}, dict(runner.per_stream)))
+        send(ShardProgress({k: snap[k] for k in ("in", "out", "dropped", "failed")}, dict(runner.per_stream)))
 
     def on_opened() -> bool:  # every node is open: wait for the supervisor's word, then listen for more
-        send(("opened", os.getpid()))
-        go = bool(conn.recv() == "go")
+        send(ShardOpened(os.getpid()))
+        match conn.recv():
+            case Begin(start):
+                go = start
+            case other:
+                raise RuntimeError(f"the supervisor sent {type(other).__name__} before Begin")
         threading.Thread(target=listen, name="flowpipe:shard-control", daemon=True).start()
         return go
 
-    def listen() -> None:  # the supervisor's stop and abort, after the start
+    def listen() -> None:  # the supervisor's stop and abort, and calls on the streams, after the start
         while True:
             try:
-                msg = conn.recv()
+                msg: ToShard = conn.recv()
             except (EOFError, OSError):
                 runner.abort()  # the supervisor is gone: stop at once
                 return
-            if isinstance(msg, tuple) and msg[0] == "call":
-                threading.Thread(target=answer, args=msg[1:], name="flowpipe:shard-call", daemon=True).start()
-            elif msg == "stop":
-                runner.stop()
-            elif msg == "abort":
-                runner.interrupted = True
-                runner.abort()
-                return
+            match msg:
+                case StreamCall():
+                    threading.Thread(target=answer, args=(msg,), name="flowpipe:shard-call", daemon=True).start()
+                case Halt(now=False):
+                    runner.stop()
+                case Halt(now=True):
+                    runner.interrupted = True
+                    runner.abort()
+                    return
 
-    def answer(rid: int, method: str, args: tuple[Any, ...]) -> None:  # streams added, removed, looked at
+    def answer(call: StreamCall) -> None:  # streams added, removed, looked at
+        live = runner.live
+        value: Any = None
         try:
-            if method not in ("add", "remove", "states", "picture"):
-                raise RuntimeError(f"no call {method!r}")
-            value = getattr(runner.live, method)(*args)
-            send(("reply", rid, True, None if method == "add" else value))
+            match call.method:
+                case "add":
+                    live.add(*call.args)
+                case "remove":
+                    value = live.remove(*call.args)
+                case "states":
+                    value = live.states()
+                case "picture":
+                    value = live.picture(*call.args)
+            send(StreamReply(call.rid, value))
         except Exception as e:  # noqa: BLE001 - the caller gets it
-            send(("reply", rid, False, (type(e).__name__, str(e.args[0]) if e.args else str(e))))
+            send(StreamReply(call.rid, error=RemoteError(type(e).__name__, str(e.args[0]) if e.args else str(e))))
 
     def owned(s: NodeSpec) -> Node | None:  # a node the device owner serves: its client takes its place
         return OwnerClient(s, owner) if owner is not None and s.id in owner.placements else None
@@ -172,14 +199,23 @@ def _shard_main(conn: Connection, payload: bytes, plugins: list[str], plugin_dir
         res = runner.run()
         summary = res.to_json()
         summary["done_times"] = res.done_times if record_times else []
-        send(("result", summary))
+        send(ShardResult(summary))
     except BaseException as e:  # noqa: BLE001 - whatever ends the shard is reported, one line
-        send(("crashed", f"{type(e).__name__}: {e}"))
+        send(ShardCrashed(RemoteError.of(e)))
     finally:
         conn.close()
 
 
 # -- supervisor side ------------------------------------------------------------------------------------------
+@dataclass
+class _Pending:
+    """A call to a shard waiting for its reply."""
+
+    shard: _Shard
+    done: threading.Event = field(default_factory=threading.Event)
+    reply: StreamReply | None = None
+
+
 @dataclass
 class _Shard:
     index: int
@@ -223,7 +259,7 @@ class ShardedRun:
         self.error: str | None = None  # the run's own failure (the device owner's), beside the shards'
         self.running = False
         self.started_at = time.time()
-        self._calls: dict[int, tuple[_Shard, list[Any]]] = {}  # calls to shards waiting for their reply
+        self._calls: dict[int, _Pending] = {}  # calls to shards waiting for their reply
         self._call_lock = threading.Lock()
         self._rid = 0
         self.live = ShardedStreams(self)
@@ -287,13 +323,13 @@ class ShardedRun:
         try:
             if self._open_all() and (self.on_opened is None or self.on_opened()):
                 for sh in self.shards:
-                    self._send(sh, "go")
+                    self._send(sh, Begin(True))
                 self.running = True
                 self._supervise()
             else:
                 for sh in self.shards:
                     if sh.opened and sh.result is None:
-                        self._send(sh, "stop-before-start")
+                        self._send(sh, Begin(False))
                         self._drain_messages(sh, timeout=30)
         finally:
             self.running = False
@@ -323,38 +359,37 @@ class ShardedRun:
         child.close()
         return _Shard(index, sources, proc, parent, board, resume)
 
-    def _send(self, sh: _Shard, msg: Any) -> None:
+    def _send(self, sh: _Shard, msg: ToShard) -> None:
         try:
             with sh.send_lock:
                 sh.conn.send(msg)
         except (OSError, ValueError):
             pass  # a shard that is gone is accounted by _supervise
 
-    def call(self, sh: _Shard, method: str, *args: Any, timeout: float = 60.0) -> Any:
+    def call(self, sh: _Shard, method: StreamMethod, *args: Any, timeout: float = 60.0) -> Any:
         """``runner.live.METHOD(*args)`` in shard ``sh``'s process (from any thread); its errors raised here."""
         with self._call_lock:
             self._rid += 1
+            pending = self._calls[self._rid] = _Pending(sh)
             rid = self._rid
-            box: list[Any] = [threading.Event(), False, ("RuntimeError", "no reply")]
-            self._calls[rid] = (sh, box)
-        self._send(sh, ("call", rid, method, args))
-        if not box[0].wait(timeout):
+        self._send(sh, StreamCall(rid, method, args))
+        if not pending.done.wait(timeout):
             self._calls.pop(rid, None)
             raise RuntimeError(f"shard {sh.index} did not answer {method} within {timeout:.0f}s")
-        if not box[1]:
-            kind, msg = box[2]
-            raise {"KeyError": KeyError, "ValueError": ValueError}.get(kind, RuntimeError)(msg)
-        return box[2]
+        reply = pending.reply
+        assert reply is not None
+        if reply.error is not None:
+            raise reply.raised()
+        return reply.value
 
-    def _answered(self, sh: _Shard, rid: int | None = None, ok: bool = False, value: Any = None) -> None:
-        """A call's reply; with no ``rid``, every call waiting on ``sh`` fails (the shard is gone)."""
+    def _answered(self, sh: _Shard, reply: StreamReply | None = None) -> None:
+        """A call's reply; with none, every call waiting on ``sh`` fails (the shard is gone)."""
         with self._call_lock:
-            rids = [rid] if rid is not None else [r for r, (s, _) in self._calls.items() if s is sh]
-            boxes = [self._calls.pop(r, (sh, None))[1] for r in rids]
-        for box in boxes:
-            if box is not None:
-                box[1], box[2] = ok, value if rid is not None else ("RuntimeError", f"shard {sh.index} is gone")
-                box[0].set()
+            rids = [reply.rid] if reply is not None else [r for r, p in self._calls.items() if p.shard is sh]
+            waiting = [p for p in (self._calls.pop(r, None) for r in rids) if p is not None]
+        for p in waiting:
+            p.reply = reply or StreamReply(-1, error=RemoteError("RuntimeError", f"shard {sh.index} is gone"))
+            p.done.set()
 
     def _open_all(self) -> bool:
         """Every shard opened every node: True. Any failure: the others are told not to start."""
@@ -372,9 +407,9 @@ class ShardedRun:
                     sh.error = _exited_opening(sh)
                     failed = True
                     continue
-                if msg[0] == "opened":
-                    sh.pid, sh.opened = msg[1], True
-                    self.pids.append(msg[1])
+                if isinstance(msg, ShardOpened):
+                    sh.pid, sh.opened = msg.pid, True
+                    self.pids.append(msg.pid)
                 else:
                     self._take(sh, msg)  # an open failure ends that shard with its result
                     failed = True
@@ -386,7 +421,7 @@ class ShardedRun:
         if failed:
             for sh in self.shards:
                 if sh.opened:
-                    self._send(sh, "stop-before-start")
+                    self._send(sh, Begin(False))
             for sh in self.shards:
                 if sh.opened and sh.result is None:
                     self._drain_messages(sh, timeout=30)
@@ -402,21 +437,21 @@ class ShardedRun:
                 except (EOFError, OSError):
                     self._died(sh)
 
-    def _take(self, sh: _Shard, msg: tuple[Any, ...]) -> None:
-        kind = msg[0]
-        if kind == "progress":
-            sh.counts, sh.streams = dict(msg[1]), dict(msg[2])
-        elif kind == "result":
-            sh.result = msg[1]
-            sh.counts = dict(msg[1]["frames"])
-        elif kind == "reply":
-            self._answered(sh, msg[1], msg[2], msg[3])
-        elif kind == "crashed":
-            sh.error = f"shard {sh.index} (pid {sh.pid}): {msg[1]}"
-        elif kind == "opened":  # a restarted shard: it starts at once, beside the others
-            sh.pid, sh.opened = msg[1], True
-            self.pids.append(msg[1])
-            self._send(sh, "stop-before-start" if self._stop_at is not None else "go")
+    def _take(self, sh: _Shard, msg: FromShard) -> None:
+        match msg:
+            case ShardProgress(frames, streams):
+                sh.counts, sh.streams = dict(frames), dict(streams)
+            case ShardResult(summary):
+                sh.result = summary
+                sh.counts = dict(summary["frames"])
+            case StreamReply():
+                self._answered(sh, msg)
+            case ShardCrashed(error):
+                sh.error = f"shard {sh.index} (pid {sh.pid}): {error}"
+            case ShardOpened(pid):  # a restarted shard: it starts at once, beside the others
+                sh.pid, sh.opened = pid, True
+                self.pids.append(pid)
+                self._send(sh, Begin(self._stop_at is None))
 
     def _died(self, sh: _Shard) -> _Shard | None:
         """A shard process ended without its result: its frames in flight are failed, named; under the
@@ -466,12 +501,12 @@ class ShardedRun:
             if self._stop_at is not None and not told_stop:
                 told_stop = True
                 for sh in live.values():
-                    self._send(sh, "stop")
+                    self._send(sh, Halt(now=False))
             if self._stop_at is not None and not told_abort and (
                     self._abort or time.monotonic() - self._stop_at > self.drain_timeout):
                 told_abort = True
                 for sh in live.values():
-                    self._send(sh, "abort")
+                    self._send(sh, Halt(now=True))
             for ready in wait(list(live), timeout=0.2):
                 sh = live[ready]  # type: ignore[index]
                 try:
