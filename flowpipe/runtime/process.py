@@ -113,7 +113,8 @@ class _Codec:
 
 def _encode_frame(codec: _Codec, f: Frame, new_fds: dict[int, int]) -> dict[str, Any]:
     return {"stream": f.stream, "index": f.index, "pts": f.pts, "format": f.format, "meta": f.meta,
-            "detections": f.detections, "data": codec.encode(f.data, f, new_fds) if f.data is not None else None,
+            "layout": f.layout, "detections": f.detections,
+            "data": codec.encode(f.data, f, new_fds) if f.data is not None else None,
             "tensors": {k: codec.encode(v, f, new_fds) for k, v in f.tensors.items()}}
 
 
@@ -122,8 +123,9 @@ def _decode_into(codec: _Codec, msg: dict[str, Any], frame: Frame | None = None)
     tensors = {k: codec.decode(v) for k, v in msg["tensors"].items()}
     if frame is None:
         return Frame(msg["stream"], msg["index"], msg["pts"], data, msg["format"], msg["meta"], tensors,
-                     msg["detections"])
+                     msg["detections"], layout=msg["layout"])
     frame.meta, frame.detections, frame.format = msg["meta"], msg["detections"], msg["format"]
+    frame.layout = msg["layout"]
     if data is not None:
         frame.data = data
     frame.tensors.update(tensors)
