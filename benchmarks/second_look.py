@@ -67,7 +67,7 @@ class Looker:
         graph's preprocess does it, the outputs through the graph's decoder."""
         from flowpipe.nodes.preprocess import geometry
 
-        from flowpipe.frame import Frame
+        from flowpipe.frame import Frame, TensorLayout
 
         h, w = rgb.shape[:2]
         geo = geometry(w, h, 960, 544, "letterbox", upscale=False)
@@ -81,7 +81,7 @@ class Looker:
         x[geo.pad_y:geo.pad_y + geo.new_h, geo.pad_x:geo.pad_x + geo.new_w] = cv2.resize(
             rgb, (geo.new_w, geo.new_h), interpolation=cv2.INTER_LINEAR)
         out = self.compiled[tw, th](x.transpose(2, 0, 1)[None])
-        frame = Frame("clip", 0, 0.0, rgb, "RGB", meta={"preprocess": geo.as_meta()},
+        frame = Frame("clip", 0, 0.0, rgb, "RGB", layout=TensorLayout("pre", (tw, th), (geo,)),
                       tensors={k.get_any_name(): v for k, v in out.items()})
         self.decode.process(frame, "tensors")
         return np.array([d.box for d in frame.detections if d.score < SURE], np.float64).reshape(-1, 4)
@@ -95,7 +95,8 @@ class Looker:
         for crops, model, check in ((self.crops, self.close, self.check), (self.crops_b, self.blaze, self.check_b)):
             frame = Frame("clip", 0, 0.0, rgb, "RGB", detections=dets)  # one per stage: each ends once
             crops.node.process(frame, "frame")
-            n = frame.meta["preprocess"]["entries"]
+            assert frame.layout is not None and frame.layout.filled is not None
+            n = frame.layout.filled
             runs = [model(frame.tensors["input"][i:i + 1]) for i in range(n)]
             frame.tensors = {o.get_any_name(): np.concatenate([r[o] for r in runs]) if runs else
                              np.zeros((0, *o.get_shape()[1:]), np.float32) for o in model.outputs}

@@ -31,7 +31,7 @@ Placement = Literal["any", "host", "opencl", "dma-buf", "pinned"]
 class TensorSpec:
     """One frame's tensor: ``shape`` with its entries (tiles) first, numpy ``dtype`` name. With ``up_to``
     the first dimension is an upper bound: each frame fills as many entries as it has (the objects found in
-    it, ``frame.meta["preprocess"]["entries"]``), none at all in a frame without any."""
+    it, ``frame.layout.filled``), none at all in a frame without any."""
 
     shape: tuple[int, ...]
     dtype: str

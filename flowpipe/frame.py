@@ -41,6 +41,47 @@ class Detection:
         return d
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where one entry of a tensor got its picture: the part of the frame it shows (``roi``: x, y, width,
+    height in source pixels), scaled to ``new_w`` x ``new_h`` tensor pixels at ``pad_x``, ``pad_y`` (the rest
+    is padding). The whole picture letterboxed or stretched, one tile, or the square around one object."""
+
+    roi: tuple[int, int, int, int]
+    new_w: int
+    new_h: int
+    pad_x: int
+    pad_y: int
+
+    @property
+    def scale(self) -> tuple[float, float]:
+        return self.new_w / self.roi[2], self.new_h / self.roi[3]
+
+    def to_source(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Tensor pixel coordinates -> source frame pixel coordinates."""
+        sx, sy = self.scale
+        return (x - self.pad_x) / sx + self.roi[0], (y - self.pad_y) / sy + self.roi[1]
+
+
+@dataclass(frozen=True)
+class TensorLayout:
+    """How a frame's picture was laid into its input tensor (``frame.layout``). The ``preprocess`` node
+    writes it with the tensor; the decoders read it to map what a model found back onto the frame, the
+    second looks (``blazeface_check``, ``centerface_check``) to know which object each entry shows, and the
+    inference to run only the entries a frame filled of a tensor declared ``up_to``."""
+
+    #: the preprocess node that wrote the tensor
+    node: str
+    #: the tensor's width and height (pixels)
+    tensor: tuple[int, int]
+    #: one per batch entry: the whole picture; a tile each; with objects a crop each
+    places: tuple[Placement, ...]
+    #: with objects: the index in ``frame.detections`` of the object each entry shows, in entry order
+    objects: tuple[int, ...] | None = None
+    #: with objects: how many entries of the ``up_to`` tensor this frame filled (none: all of them)
+    filled: int | None = None
+
+
 class FrameRef:
     """Shared by a frame and every packet derived from it: counts live references across fan-out,
     holds the buffer leases, and reports the frame's fate once when the last reference ends."""
@@ -105,6 +146,8 @@ class Frame:
     tensors: dict[str, Any] = field(default_factory=dict)
     detections: list[Detection] = field(default_factory=list)
     ref: FrameRef | None = None
+    #: how the preprocess laid the picture into ``tensors["input"]`` (None before a preprocess)
+    layout: TensorLayout | None = None
 
     @property
     def image(self) -> np.ndarray:

@@ -147,7 +147,7 @@ class Collect(Node):
             if self.config.keep_tensors else {}
         kept = Frame(frame.stream, frame.index, frame.pts,
                      copy(frame.data) if self.config.keep_pixels and frame.data is not None else None,
-                     frame.format, dict(frame.meta), tensors, list(frame.detections))
+                     frame.format, dict(frame.meta), tensors, list(frame.detections), layout=frame.layout)
         with self._lock:
             self.into.append(kept)
 

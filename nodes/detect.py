@@ -1,7 +1,8 @@
 """Detection decoders: raw model outputs -> ``frame.detections`` with boxes in source-frame pixels.
 
-Boxes are decoded in tensor pixels and mapped back through the geometry the preprocess node recorded
-(ROI, letterbox scale and padding), so they land on the original frame whatever the resize mode.
+Boxes are decoded in tensor pixels and mapped back through the layout the preprocess node recorded
+(``frame.layout``: ROI, letterbox scale and padding), so they land on the original frame whatever the resize
+mode.
 """
 from __future__ import annotations
 
@@ -19,16 +20,12 @@ from flowpipe.registry import register
 
 def to_source(frame: Frame, boxes: np.ndarray, tile: int = 0) -> np.ndarray:
     """(N, 4) x1y1x2y2 in tensor pixels (of batch entry ``tile``) -> source-frame pixels, clipped."""
-    pre = frame.meta.get("preprocess")
-    if pre is None:
+    layout = frame.layout
+    if layout is None or not layout.places:
         return boxes
-    if "tiles" in pre:
-        pre = pre["tiles"][tile]
-    rx, ry, rw, rh = pre["roi"]
-    sx, sy = pre["new_w"] / rw, pre["new_h"] / rh
+    place = layout.places[tile if len(layout.places) > 1 else 0]
     out = np.empty_like(boxes, dtype=np.float64)
-    out[:, [0, 2]] = (boxes[:, [0, 2]] - pre["pad_x"]) / sx + rx
-    out[:, [1, 3]] = (boxes[:, [1, 3]] - pre["pad_y"]) / sy + ry
+    out[:, [0, 2]], out[:, [1, 3]] = place.to_source(boxes[:, [0, 2]], boxes[:, [1, 3]])
     if frame.data is not None:
         out[:, [0, 2]] = out[:, [0, 2]].clip(0, frame.width)
         out[:, [1, 3]] = out[:, [1, 3]].clip(0, frame.height)
@@ -315,7 +312,7 @@ class SsdDecode(_Decoder):
             raise ValueError(f"expected SSD output [1,1,N,7], got {list(out.shape)}")
         rows = out.reshape(-1, 7)
         rows = rows[(rows[:, 0] >= 0) & (rows[:, 2] >= c.score_threshold)][: c.max_detections]
-        tw, th = frame.meta.get("preprocess", {}).get("tensor", [1, 1])
+        tw, th = frame.layout.tensor if frame.layout is not None else (1, 1)
         boxes = rows[:, 3:7] * np.array([tw, th, tw, th], np.float32)
         frame.detections = _detections(frame, boxes, rows[:, 2], rows[:, 1].astype(np.int64), c.labels)
         return frame
@@ -363,25 +360,25 @@ class DbDecode(_Decoder):
 
 def _looked_at(frame: Frame) -> list[int]:
     """The detections a preprocess with ``objects`` cut a crop of, in entry order."""
-    pre = frame.meta.get("preprocess", {})
-    if "objects" not in pre:
+    layout = frame.layout
+    if layout is None or layout.objects is None:
         raise ValueError("no objects were cut for this frame: expected a preprocess with objects upstream")
-    return list(pre["objects"])
+    return list(layout.objects)
 
 
 def _places(frame: Frame, objects: list[int]) -> np.ndarray:
     """Where each object's centre lies in its entry, (N, 2) as a fraction of the tensor's width and height:
     the middle, unless the crop was slid inside the picture (``objects.inside``)."""
-    pre = frame.meta["preprocess"]
-    crops, size = pre.get("crops"), pre.get("tensor")
-    if not crops or not size:
+    layout = frame.layout
+    if layout is None or not layout.places:
         return np.full((len(objects), 2), 0.5)
+    size = layout.tensor
     out = np.empty((len(objects), 2))
-    for k, (i, geo) in enumerate(zip(objects, crops)):
+    for k, (i, geo) in enumerate(zip(objects, layout.places)):
         x1, y1, x2, y2 = frame.detections[i].box
-        rx, ry, rw, rh = geo["roi"]
-        out[k, 0] = (((x1 + x2) / 2 - rx) * geo["new_w"] / rw + geo["pad_x"]) / size[0]
-        out[k, 1] = (((y1 + y2) / 2 - ry) * geo["new_h"] / rh + geo["pad_y"]) / size[1]
+        rx, ry, rw, rh = geo.roi
+        out[k, 0] = (((x1 + x2) / 2 - rx) * geo.new_w / rw + geo.pad_x) / size[0]
+        out[k, 1] = (((y1 + y2) / 2 - ry) * geo.new_h / rh + geo.pad_y) / size[1]
     return out
 
 

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from flowpipe import Frame
+from flowpipe import Frame, Placement, TensorLayout
 from flowpipe.testing import run_node
 
-LETTERBOX = {"roi": [0, 0, 200, 100], "new_w": 100, "new_h": 50, "pad_x": 0, "pad_y": 25, "tensor": [100, 100]}
+LETTERBOX = TensorLayout("pre", (100, 100), (Placement((0, 0, 200, 100), 100, 50, 0, 25),))
 
 
 def test_ssd_rows_map_back_through_the_letterbox_with_labels() -> None:
@@ -14,7 +14,7 @@ def test_ssd_rows_map_back_through_the_letterbox_with_labels() -> None:
                        [0, 2, 0.2, 0.0, 0.0, 1.0, 1.0],    # below the score threshold
                        [-1, 0, 0.0, 0, 0, 0, 0]]]],        # end marker (image_id -1)
                     np.float32)
-    f = Frame("s", 0, 0.0, np.zeros((100, 200, 3), np.uint8), tensors={"out": rows}, meta={"preprocess": LETTERBOX})
+    f = Frame("s", 0, 0.0, np.zeros((100, 200, 3), np.uint8), tensors={"out": rows}, layout=LETTERBOX)
     out = run_node("type: ssd_decode\nconfig: {labels: [bg, person, car]}", [f], port="tensors")
     assert out.result.ok, out.result.error
     (d,) = out.frames[0].detections

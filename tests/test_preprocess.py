@@ -159,12 +159,14 @@ def test_frames_that_change_size_and_format_midstream(backend) -> None:
 
 def test_letterbox_geometry_recorded_for_box_mapping() -> None:
     out = run_pre(dict(size=(192, 192), resize="letterbox"), [_image(1366, 768)], BACKENDS[0])
-    pre = out.frames[0].meta["preprocess"]
-    assert (pre["new_w"], pre["new_h"], pre["pad_x"], pre["pad_y"]) == (192, 108, 0, 42)
+    layout = out.frames[0].layout
+    assert layout is not None and layout.tensor == (192, 192) and len(layout.places) == 1
+    geo = layout.places[0]
+    assert (geo.roi, geo.new_w, geo.new_h, geo.pad_x, geo.pad_y) == ((0, 0, 1366, 768), 192, 108, 0, 42)
     from flowpipe.nodes.detect import to_source
 
     # tensor box (0,42)-(192,150) is the whole frame
-    box = to_source(Frame("s", 0, 0.0, None, meta={"preprocess": pre}), np.array([[0.0, 42.0, 192.0, 150.0]]))
+    box = to_source(Frame("s", 0, 0.0, None, layout=layout), np.array([[0.0, 42.0, 192.0, 150.0]]))
     np.testing.assert_allclose(box, [[0, 0, 1366, 768]], atol=1e-6)
 
 
@@ -173,9 +175,11 @@ def test_tiles_cover_the_frame_and_batch_the_tensor() -> None:
                        tiles={"grid": [2, 2], "overlap": 0.1, "full_frame": True}), [_image(1366, 768)], BACKENDS[0])
     assert out.result.ok, out.result.error
     t = out.frames[0].tensors["input"]
-    tiles = out.frames[0].meta["preprocess"]["tiles"]
+    layout = out.frames[0].layout
+    assert layout is not None
+    tiles = layout.places
     assert t.shape == (5, 192, 192, 3) and len(tiles) == 5
-    assert tiles[0]["roi"] == [0, 0, 1366, 768] and tiles[4]["roi"][0] + tiles[4]["roi"][2] == 1366
+    assert tiles[0].roi == (0, 0, 1366, 768) and tiles[4].roi[0] + tiles[4].roi[2] == 1366
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -234,8 +238,8 @@ def test_objects_are_cut_as_squares_around_each_detection_padded_where_the_pictu
     out = run_pre(dict(size=(64, 64), layout="NHWC", dtype=dtype, objects={"scores": (0.2, 0.6), "max": 4}, **norm),
                   [frame, empty], backend)
     assert out.result.ok, out.result.error
-    pre = out.frames[0].meta["preprocess"]
-    assert pre["entries"] == 2 and pre["objects"] == [1, 0]
+    layout = out.frames[0].layout
+    assert layout is not None and layout.filled == 2 and layout.objects == (1, 0) and len(layout.places) == 2
     t = out.frames[0].tensors["input"]
     assert t.shape == (4, 64, 64, 3)
     for entry, (i, (cx, cy, side)) in enumerate([(1, (10, 120, 80)), (0, (120, 100, 80))]):
@@ -246,4 +250,6 @@ def test_objects_are_cut_as_squares_around_each_detection_padded_where_the_pictu
         inside = ref.any(2)
         assert np.abs(got - ref.astype(int))[inside].mean() < 4, (i, np.abs(got - ref.astype(int))[inside].mean())
         assert (got[~inside] == 0).all() if i == 1 else inside.all()
-    assert out.frames[1].meta["preprocess"]["entries"] == 0 and out.frames[1].tensors["input"].shape[0] == 0
+    empty_layout = out.frames[1].layout
+    assert empty_layout is not None and empty_layout.filled == 0 and empty_layout.objects == () \
+        and out.frames[1].tensors["input"].shape[0] == 0

@@ -504,7 +504,7 @@ nodes:
 """)
         assert res.ok, res.error
         f = collected(f"s{n}")[0]
-        assert f.meta["preprocess"]["tensor"] == list(tensor), uri
+        assert f.layout is not None and f.layout.tensor == tensor, uri
         assert {tuple(np.asarray(v).shape[2:]) for k, v in f.tensors.items() if k != "input"} == {heat}, uri
         sized = res.nodes["pre"].get("tensor_size")
         assert (sized is not None) == (tensor == (192, 160)), sized

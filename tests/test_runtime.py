@@ -13,7 +13,7 @@ import pytest
 
 from flowpipe import Frame, GraphError, Runner, load_graph
 from flowpipe.accel import devices
-from flowpipe.frame import Detection
+from flowpipe.frame import Detection, Placement, TensorLayout
 from flowpipe.registry import registry
 from flowpipe.testing import feed, run_yaml
 
@@ -218,9 +218,9 @@ def test_isolation_runs_in_a_worker_process(ntype: str, tmp_path) -> None:
     assert res.nodes["n"]["process"]["pid"] != os.getpid()
 
 
-def _decoder_cases() -> dict[str, tuple[dict[str, np.ndarray], dict, str]]:
+def _decoder_cases() -> dict[str, tuple[dict[str, np.ndarray], TensorLayout | None, str]]:
     """Hand-made outputs of models no wheel ships, with what each decoder must find in them."""
-    letterbox = {"roi": [0, 0, 200, 100], "new_w": 100, "new_h": 50, "pad_x": 0, "pad_y": 25, "tensor": [100, 100]}
+    letterbox = TensorLayout("pre", (100, 100), (Placement((0, 0, 200, 100), 100, 50, 0, 25),))
     ssd = np.array([[[[0, 1, 0.9, 0.1, 0.2, 0.5, 0.6], [-1, 0, 0, 0, 0, 0, 0]]]], np.float32)
     yolo = np.zeros((1, 6, 3), np.float32)  # 3 candidates, 2 classes: one above the threshold
     yolo[0, :, 1] = [50, 50, 20, 10, 0.1, 0.8]
@@ -236,17 +236,16 @@ def _decoder_cases() -> dict[str, tuple[dict[str, np.ndarray], dict, str]]:
     # centre a quarter of the way in), the second around one in the open (in the middle)
     heat2 = np.full((2, 1, 32, 32), 0.05, np.float32)
     heat2[0, 0, 8, 8], heat2[0, 0, 16, 16] = 0.9, 0.3
-    crops = [{"roi": [0, 0, 40, 40], "new_w": 128, "new_h": 128, "pad_x": 0, "pad_y": 0},
-             {"roi": [40, 0, 40, 40], "new_w": 128, "new_h": 128, "pad_x": 0, "pad_y": 0}]
+    crops = (Placement((0, 0, 40, 40), 128, 128, 0, 0), Placement((40, 0, 40, 40), 128, 128, 0, 0))
     return {
-        "blazeface_check": ({"classificators": looks}, {"preprocess": {"objects": [1, 0], "entries": 2}}, "{}"),
-        "centerface_check": ({"heat": heat2}, {"preprocess": {"objects": [1, 0], "entries": 2, "tensor": [128, 128],
-                                                              "crops": crops}}, "{}"),
-        "centerface_decode": (centerface, {"preprocess": letterbox}, "{}"),
-        "ssd_decode": ({"out": ssd}, {"preprocess": letterbox}, "{labels: [bg, person]}"),
-        "yolov8_decode": ({"out": yolo}, {"preprocess": letterbox}, "{labels: [car, bus]}"),
-        "db_decode": ({"out": prob}, {"preprocess": letterbox}, "{}"),
-        "classify_topk": ({"logits": np.array([[0.1, 3.0, -1.0]], np.float32)}, {}, "{k: 1, labels: [a, b, c]}"),
+        # no crops recorded: each object's place is the middle of its entry
+        "blazeface_check": ({"classificators": looks}, TensorLayout("look", (128, 128), (), (1, 0), 2), "{}"),
+        "centerface_check": ({"heat": heat2}, TensorLayout("look", (128, 128), crops, (1, 0), 2), "{}"),
+        "centerface_decode": (centerface, letterbox, "{}"),
+        "ssd_decode": ({"out": ssd}, letterbox, "{labels: [bg, person]}"),
+        "yolov8_decode": ({"out": yolo}, letterbox, "{labels: [car, bus]}"),
+        "db_decode": ({"out": prob}, letterbox, "{}"),
+        "classify_topk": ({"logits": np.array([[0.1, 3.0, -1.0]], np.float32)}, None, "{k: 1, labels: [a, b, c]}"),
     }
 
 
@@ -254,10 +253,10 @@ def _decoder_cases() -> dict[str, tuple[dict[str, np.ndarray], dict, str]]:
                                    "db_decode", "ssd_decode", "yolov8_decode"])
 def test_decoders_run_in_a_worker_process(ntype: str) -> None:
     """The same hand-made tensors decode to the same result in a worker process as in a thread."""
-    tensors, meta, config = _decoder_cases()[ntype]
+    tensors, layout, config = _decoder_cases()[ntype]
     got = {}
     for isolation in ("thread", "process"):
-        frames = [Frame("s", i, i / 30, np.zeros((100, 200, 3), np.uint8), tensors=dict(tensors), meta=dict(meta),
+        frames = [Frame("s", i, i / 30, np.zeros((100, 200, 3), np.uint8), tensors=dict(tensors), layout=layout,
                         detections=[Detection((10, 10, 30, 30), 0.4, "face"), Detection((50, 10, 70, 30), 0.3, "face")]
                         if ntype == "blazeface_check" else
                         [Detection((50, 10, 70, 30), 0.4, "face"), Detection((0, 0, 20, 20), 0.3, "face")]

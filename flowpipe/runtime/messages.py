@@ -121,6 +121,7 @@ class FrameHeader(Message):
     format: str
     meta: dict[str, Any]
     detections: list[Any]
+    layout: Any  # how a preprocess laid the picture into the tensor (frame.TensorLayout), or None
     data: ArrayRef | None
     tensors: dict[str, ArrayRef]
 
@@ -260,6 +261,7 @@ class OwnerFrame(Message):
     index: int
     pts: Any
     meta: dict[str, Any]
+    layout: Any  # with an up_to tensor: how many entries the frame filled (frame.TensorLayout without places)
     bids: list[int]
     input: ArrayRef
     outputs: list[ArrayRef]

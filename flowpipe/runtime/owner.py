@@ -222,7 +222,7 @@ class _Owner:
 
     def _frame(self, c: _Client, msg: OwnerFrame) -> None:
         o = self.owned[msg.node_id]
-        f = Frame(msg.stream, msg.index, msg.pts, None, "TENSOR", msg.meta)
+        f = Frame(msg.stream, msg.index, msg.pts, None, "TENSOR", msg.meta, layout=msg.layout)
         for bid in msg.bids:
             f.hold(_Mapped(c.codec.buffers[bid]))
         f.tensors["input"] = c.codec.decode(msg.input)
@@ -567,15 +567,15 @@ class OwnerClient(Node):
             raise ValueError("no input tensor on the frame: expected a preprocess node upstream")
         inp = self._ref(frame, t, new, fds, bids)
         meta = {k: frame.meta[k] for k in ("reset_state",) if k in frame.meta}
-        entries = frame.meta.get("preprocess", {}).get("entries")
-        if entries is not None:  # how many entries of an up_to tensor this frame filled (objects)
-            meta["preprocess"] = {"entries": entries}
+        lay = frame.layout  # how many entries of an up_to tensor this frame filled (objects); not where they lie
+        layout = replace(lay, places=(), objects=None) if lay is not None and lay.filled is not None else None
         with self.cond:
             key = self.seq = self.seq + 1
             self.pending[key] = frame
             self.order.append(key)
         try:
-            send(sock, OwnerFrame(self.id, key, new, frame.stream, frame.index, frame.pts, meta, bids, inp, outs), fds)
+            send(sock, OwnerFrame(self.id, key, new, frame.stream, frame.index, frame.pts, meta, layout, bids, inp,
+                                        outs), fds)
         except OSError:
             pass  # the reader sees the owner gone and fails what it held, this frame included
         self.sent.update(b for b, _ in new)

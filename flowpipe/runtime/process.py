@@ -46,15 +46,15 @@ def _refs(codec: Codec, f: Frame, new_fds: dict[int, int]) -> tuple[ArrayRef | N
 
 
 def _encode_frame(codec: Codec, f: Frame) -> FrameHeader:
-    return FrameHeader(f.stream, f.index, f.pts, f.format, f.meta, f.detections, *_refs(codec, f, {}))
+    return FrameHeader(f.stream, f.index, f.pts, f.format, f.meta, f.detections, f.layout, *_refs(codec, f, {}))
 
 
 def _decode_into(codec: Codec, h: FrameHeader, frame: Frame | None = None) -> Frame:
     data = codec.decode(h.data) if h.data is not None else None
     tensors = {k: codec.decode(v) for k, v in h.tensors.items()}
     if frame is None:
-        return Frame(h.stream, h.index, h.pts, data, h.format, h.meta, tensors, h.detections)
-    frame.meta, frame.detections, frame.format = h.meta, h.detections, h.format
+        return Frame(h.stream, h.index, h.pts, data, h.format, h.meta, tensors, h.detections, layout=h.layout)
+    frame.meta, frame.detections, frame.format, frame.layout = h.meta, h.detections, h.format, h.layout
     if data is not None:
         frame.data = data
     frame.tensors.update(tensors)
@@ -156,7 +156,8 @@ def _encode_result(codec: Codec, result: Any) -> FrameOut | FramesOut:
     if isinstance(result, Frame):  # most nodes: the frame they were given
         f = result
         data, tensors = _refs(codec, f, {})
-        return FrameOut(f.stream, f.index, f.pts, f.format, f.meta, f.detections, data, tensors, codec.take_copies())
+        return FrameOut(f.stream, f.index, f.pts, f.format, f.meta, f.detections, f.layout, data, tensors,
+                        codec.take_copies())
     body: list[FrameHeader] | dict[str, list[FrameHeader]] | None
     if result is None:
         body = None
@@ -216,8 +217,8 @@ class ProcessNode(Node):
         new: dict[int, int] = {}
         data, tensors = _refs(self.codec, frame, new)
         ids = list(new)  # buffers the worker has not seen: their fds ride along, once
-        out = FrameIn(frame.stream, frame.index, frame.pts, frame.format, frame.meta, frame.detections, data, tensors,
-                      port, ids)
+        out = FrameIn(frame.stream, frame.index, frame.pts, frame.format, frame.meta, frame.detections, frame.layout,
+                      data, tensors, port, ids)
         try:
             send(self.sock, out, [new[b] for b in ids])
             msg, _ = self._recv_or_crash(frame)

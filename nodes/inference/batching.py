@@ -43,7 +43,8 @@ class Entries:
 
     def filled(self, frame: Frame) -> int:
         """How many entries of an ``up_to`` tensor ``frame`` filled."""
-        return int(frame.meta.get("preprocess", {}).get("entries", self.count))
+        layout = frame.layout
+        return int(layout.filled) if layout is not None and layout.filled is not None else self.count
 
     def empty(self, frame: Frame) -> bool:
         """``frame`` has nothing to look at: it runs no request."""

@@ -2,38 +2,14 @@
 Pure functions over numbers (and a frame's detections), shared by both backends and the decoders' tests."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 import numpy as np
 from pydantic import Field
 
-from flowpipe.frame import Frame
+from flowpipe.frame import Frame, Placement
 from flowpipe.node import NodeConfig
 
-
-@dataclass(frozen=True)
-class Geometry:
-    """Where the (ROI of the) frame lands in the tensor: content size and padding."""
-
-    roi: tuple[int, int, int, int]
-    new_w: int
-    new_h: int
-    pad_x: int
-    pad_y: int
-
-    @property
-    def scale(self) -> tuple[float, float]:
-        return self.new_w / self.roi[2], self.new_h / self.roi[3]
-
-    def to_source(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Tensor pixel coordinates -> source frame pixel coordinates."""
-        sx, sy = self.scale
-        return (x - self.pad_x) / sx + self.roi[0], (y - self.pad_y) / sy + self.roi[1]
-
-    def as_meta(self) -> dict[str, Any]:
-        return {"roi": list(self.roi), "new_w": self.new_w, "new_h": self.new_h, "pad_x": self.pad_x,
-                "pad_y": self.pad_y}
+#: where the (ROI of the) frame, a tile or a crop lands in an entry of the tensor
+Geometry = Placement
 
 
 def geometry(src_w: int, src_h: int, out_w: int, out_h: int, resize: str,
@@ -84,7 +60,7 @@ class Objects(NodeConfig):
     """One batch entry per object found upstream, for a second model's look at each (DL Streamer's
     gvaclassify, DeepStream's secondary GIE): a square around the object, ``scale`` times its longer side,
     resized to the tensor's size; what lies outside the picture is padding. The tensor has ``max`` entries
-    and each frame fills as many as it has objects (``meta["preprocess"]["entries"]``; the inference after
+    and each frame fills as many as it has objects (``frame.layout.filled``; the inference after
     it runs only those, or none)."""
 
     scores: tuple[float, float] = Field((0.0, 1.0), description="objects scoring from the first up to (not "

@@ -15,7 +15,7 @@ import numpy as np
 from flowpipe.accel import Devices
 from flowpipe.accel.opencl import ClDevice
 from flowpipe.contracts import Allocation, Offer, Request, TensorSpec
-from flowpipe.frame import Frame
+from flowpipe.frame import Frame, TensorLayout
 from flowpipe.memory import BatchSlots, BufferPool, Lease, Slot
 from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
 from flowpipe.registry import register
@@ -152,21 +152,19 @@ class Preprocess(Node):
             return self._objects(frame, c.objects, tw, th)
         rois = c.tiles.rois(w, h) if c.tiles else [roi]
         geos = [geometry(w, h, tw, th, c.resize, r, c.upscale) for r in rois]
-        frame.meta["preprocess"] = {"node": self.id, "tensor": [tw, th], **geos[0].as_meta()}
-        if c.tiles:
-            frame.meta["preprocess"]["tiles"] = [g.as_meta() for g in geos]
+        frame.layout = TensorLayout(self.id, (tw, th), tuple(geos))
         return self._write(frame, geos)
 
     def _objects(self, frame: Frame, objects: Objects, tw: int, th: int) -> Frame:
         """One entry per object picked (``objects``): its index among the frame's detections and its crop's
-        geometry go in the metadata; a frame without any gets no tensor memory at all."""
+        geometry go in the frame's layout; a frame without any gets no tensor memory at all."""
         picked = []
         for i in objects.pick(frame):
             geo = objects.geometry(frame.detections[i].box, frame.width, frame.height, tw, th)
             if geo is not None:
                 picked.append((i, geo))
-        frame.meta["preprocess"] = {"node": self.id, "tensor": [tw, th], "entries": len(picked),
-                                    "objects": [i for i, _ in picked], "crops": [g.as_meta() for _, g in picked]}
+        frame.layout = TensorLayout(self.id, (tw, th), tuple(g for _, g in picked),
+                                    objects=tuple(i for i, _ in picked), filled=len(picked))
         if not picked:
             frame.tensors["input"] = np.empty((0, *self.shape[1:]), self.memory.dtype)
             return frame
