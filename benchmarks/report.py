@@ -314,6 +314,9 @@ def _changes(results: Path) -> list[str]:
                  f"{r['ratio_after_over_before']['fps']} | {round(b['cpu_ms_per_frame'], 2)} -> "
                  f"{round(a['cpu_ms_per_frame'], 2)} | {round(b['peak_rss_mb'])} -> {round(a['peak_rss_mb'])} | "
                  f"{a['copies_per_frame']} |")
+    notes = [f"- {r.get('title') or f.stem}: {r['note']}" for f in runs if (r := json.loads(f.read_text())).get("note")]
+    if notes:
+        L += ["", *notes]
     return [*L, "", "Produced by `python benchmarks/ab.py --before SITE --before-graphs DIR ...` (see its docstring); "
             "medians of the repeats, both sides alternating. Compare ratios, not fps across rows: this machine's speed "
             "moves between runs by 20% and more.", ""]
