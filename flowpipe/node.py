@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
@@ -78,6 +78,15 @@ class RunContext(Protocol):
 
     def snapshot(self) -> dict[str, Any]:
         """This run's statistics so far: frames by fate, per node counts (for metrics endpoints)."""
+
+
+@runtime_checkable
+class PictureSource(Protocol):
+    """A node that keeps each stream's newest picture (a preview): what a running graph's
+    ``live.picture(stream)`` answers with."""
+
+    def picture(self, stream: str) -> bytes | None:
+        """The stream's newest picture, encoded (JPEG), or None before the first."""
 
 
 class NodeConfig(BaseModel):

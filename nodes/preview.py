@@ -189,8 +189,8 @@ class Preview(Node):
         self._last: dict[str, float] = {}
         self._asked: dict[str, float] = {}
 
-    def ask(self, stream: str) -> bytes | None:
-        """The stream's newest picture (and more of them for a while)."""
+    def picture(self, stream: str) -> bytes | None:
+        """The stream's newest picture (and more of them for a while): a ``PictureSource``."""
         self._asked[stream] = time.monotonic()
         with self.latest.cond:
             got = self.latest.jpeg.get(stream)

@@ -9,7 +9,7 @@ from typing import Any
 import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..node import Node, NodeConfig, NodeContract, Source
+from ..node import Node, NodeConfig, NodeContract, Source, kinds_compatible
 
 TOP_KEYS = {"flowpipe", "description", "params", "plugins", "processes", "device_owner", "prefetch", "cluster",
             "nodes"}
@@ -132,6 +132,25 @@ class GraphSpec:
     def templates(self) -> list[NodeSpec]:
         """Sources that are the pattern of streams added to the running graph."""
         return [s for s in self.nodes if issubclass(s.cls, Source) and s.template]
+
+    def add(self, node: NodeSpec) -> None:
+        """One more node, wired to the producers its inputs name (a service's own node beside the graph's:
+        the console's preview). Its ports and kinds are checked as a graph file's are."""
+        if any(n.id == node.id for n in self.nodes):
+            raise ValueError(f"a node named {node.id!r} is already in the graph")
+        for port, refs in node.inputs.items():
+            kind = node.contract.inputs.get(port)
+            if kind is None:
+                raise ValueError(f"node {node.id!r} has no input port {port!r}")
+            for up, up_port in refs:
+                out_kind = self.node(up).contract.outputs.get(up_port)
+                if out_kind is None or not kinds_compatible(out_kind, kind):
+                    raise ValueError(f"node {node.id!r}: {up}.{up_port} ({out_kind}) cannot feed {port} ({kind})")
+        self.nodes.append(node)
+        self.dag.add_node(node.id)
+        for port, refs in node.inputs.items():
+            for up, up_port in refs:
+                self.dag.add_edge(up, node.id, src_port=up_port, dst_port=port)
 
     def files(self, kind: str) -> list[str]:
         """The paths the graph's nodes write of ``kind`` (``NodeContract.files``: records, video, ...)."""

@@ -26,11 +26,10 @@ from pydantic import ValidationError
 
 from ..errors import NodeError
 from ..graph import GraphSpec, NodeSpec
-from ..node import Node, Source
+from ..node import Node, PictureSource, Source
 from .stats import NodeStats
 
 log = logging.getLogger("flowpipe.runtime")
-PREVIEW = "_preview"  # the node that keeps each stream's newest picture, where a graph has one (flowpipe serve)
 
 
 @dataclasses.dataclass
@@ -243,8 +242,8 @@ class LiveStreams:
 
     def picture(self, stream: str) -> bytes | None:
         """The stream's newest picture, where the graph keeps them (``flowpipe serve``'s preview node)."""
-        node = self.runner.nodes.get(PREVIEW)
-        return node.ask(stream) if node is not None else None  # type: ignore[attr-defined]
+        keeper = next((n for n in list(self.runner.nodes.values()) if isinstance(n, PictureSource)), None)
+        return keeper.picture(stream) if keeper is not None else None
 
     def threads_alive(self) -> bool:
         return any(not rec.done.is_set() for rec in list(self.added.values()))

@@ -18,9 +18,9 @@ from typing import Any
 from ..errors import GraphError
 from ..graph import GraphSpec, NodeSpec, load_graph
 from ..runtime.executor import Executor, executor
-from ..runtime.live import PREVIEW
 from ..runtime.shards import resolve_processes
 
+PREVIEW = "_preview"  # the node an instance adds that keeps each stream's newest picture for the console
 URI_SCHEMES = ("rtsp://", "rtsps://", "http://", "https://", "srt://", "udp://", "tcp://")
 
 
@@ -299,7 +299,5 @@ def _add_preview(spec: GraphSpec) -> None:
         first = (spec.templates() + spec.sources())[0]
         feed = (first.id, next(iter(first.cls.outputs)))
     cls = lookup("preview")
-    spec.nodes.append(NodeSpec(PREVIEW, "preview", cls, cls.Config(), {"frame": [feed]}, queue=2,
-                               thread="own"))  # its JPEGs beside the graph, not in a stage's thread
-    spec.dag.add_node(PREVIEW)
-    spec.dag.add_edge(feed[0], PREVIEW, src_port=feed[1], dst_port="frame")
+    spec.add(NodeSpec(PREVIEW, "preview", cls, cls.Config(), {"frame": [feed]}, queue=2,
+                      thread="own"))  # its JPEGs beside the graph, not in a stage's thread
