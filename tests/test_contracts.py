@@ -129,3 +129,21 @@ def test_hooks_put_a_node_in_a_graph_nodes_place_and_observe_every_fate() -> Non
     assert {fate for *_, fate in ended} == {"out"}
     stopped = Runner(load_graph("<t>", text=textwrap.dedent(TWO)), hooks=RunHooks(on_opened=lambda: False)).run()
     assert stopped.frames["in"] == 0 and stopped.exit_code == 130  # another part failed to open: no frame
+
+
+def test_a_node_added_to_a_graph_is_wired_and_checked_as_a_graph_files_node() -> None:
+    from flowpipe.graph import NodeSpec
+
+    spec = load_graph("<t>", text=textwrap.dedent(TWO))
+    cls = lookup("collect")
+    spec.add(NodeSpec("keep", "collect", cls, cls.Config(into="kept"), {"in": [("hop", "out")]}))
+    assert ("hop", "keep") in spec.dag.edges and spec.consumers("hop") == [("out", "sink", "in"), ("out", "keep", "in")]
+    res = Runner(spec).run()
+    assert res.ok and len(res.collected["kept"]) == 70
+    with pytest.raises(ValueError, match="already in the graph"):
+        spec.add(NodeSpec("keep", "collect", cls, cls.Config(into="x"), {"in": [("hop", "out")]}))
+    with pytest.raises(ValueError, match="has no input port 'frame'"):
+        spec.add(NodeSpec("k2", "collect", cls, cls.Config(into="x"), {"frame": [("hop", "out")]}))
+    decoder = lookup("blazeface_decode")
+    with pytest.raises(ValueError, match=r"a.frame \(frame\) cannot feed tensors \(tensors\)"):
+        spec.add(NodeSpec("d", "blazeface_decode", decoder, decoder.Config(), {"tensors": [("a", "frame")]}))
