@@ -50,8 +50,7 @@ def main() -> int:
     import tempfile
 
     from flowpipe.cluster.controller import ClusterRun, connect
-    from flowpipe.runtime import Runner
-    from flowpipe.runtime.shards import ShardedRun
+    from flowpipe.runtime import executor
 
     tmp = Path(tempfile.mkdtemp(prefix="flowpipe-cluster-"))
     t0 = time.perf_counter()
@@ -72,7 +71,7 @@ def main() -> int:
     def run_local() -> None:
         spec = _spec(args, tmp)
         b, c = busy(), own()
-        res = (ShardedRun(spec, args.processes) if args.processes > 1 else Runner(spec)).run()
+        res = executor(spec, args.processes).run()
         local_cpu.append((busy() - b) * 1e3 / res.frames["out"])
         local_run_cpu.append((own() - c) * 1e3 / res.frames["out"])
         local.append(res.frames["out"] / res.elapsed_s)
