@@ -82,10 +82,10 @@ class RunContext(Protocol):
 
 @runtime_checkable
 class PictureSource(Protocol):
-    """A node that keeps each stream's newest picture (a preview): what a running graph's
+    """A node that keeps each stream's newest picture (the console's preview): what a running graph's
     ``live.picture(stream)`` answers with."""
 
-    def picture(self, stream: str) -> bytes | None:
+    def newest_picture(self, stream: str) -> bytes | None:
         """The stream's newest picture, encoded (JPEG), or None before the first."""
 
 

@@ -189,7 +189,7 @@ class Preview(Node):
         self._last: dict[str, float] = {}
         self._asked: dict[str, float] = {}
 
-    def picture(self, stream: str) -> bytes | None:
+    def newest_picture(self, stream: str) -> bytes | None:
         """The stream's newest picture (and more of them for a while): a ``PictureSource``."""
         self._asked[stream] = time.monotonic()
         with self.latest.cond:

@@ -147,3 +147,31 @@ def test_a_node_added_to_a_graph_is_wired_and_checked_as_a_graph_files_node() ->
     decoder = lookup("blazeface_decode")
     with pytest.raises(ValueError, match=r"a.frame \(frame\) cannot feed tensors \(tensors\)"):
         spec.add(NodeSpec("d", "blazeface_decode", decoder, decoder.Config(), {"tensors": [("a", "frame")]}))
+
+
+def test_a_node_in_a_worker_process_declares_what_it_stands_for_but_forwards_nothing() -> None:
+    from flowpipe.runtime.process import isolate
+
+    spec = load_graph("<t>", text=textwrap.dedent(TWO.replace("type: passthrough,", "type: passthrough, "
+                                                                                  "isolation: process,")))
+    hop = spec.node("hop")
+    stand_in = isolate(hop)
+    assert hop.contract.forwards == {"out": "in"} and stand_in.declared.forwards == {}
+    assert stand_in.declared.pixels == hop.contract.pixels == PIXELS_ALL
+    res = Runner(spec).run()
+    assert res.ok and res.frames["out"] == 70
+
+
+def test_a_bad_config_does_not_hide_what_the_engine_keys_break() -> None:
+    """One run of validate names every problem of a node: its config's and its engine keys' (checked against
+    the type's defaults where the config failed)."""
+    text = """
+        nodes:
+          - {id: src, type: synthetic_source}
+          - {id: meta, type: jsonl, workers: 2, config: {path: o.jsonl, colour: red}, inputs: {detections: src}}
+    """
+    with pytest.raises(GraphError) as e:
+        load_graph("<t>", text=textwrap.dedent(text))
+    got = [d.message for d in e.value.diagnostics]
+    assert got == ["config.colour: unknown key; expected one of: path",
+                   "workers: jsonl keeps state across streams and runs on one worker; expected 1, got 2"]

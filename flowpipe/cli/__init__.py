@@ -65,10 +65,12 @@ def processes_arg(text: str) -> int | str:
 def cmd_run(args: argparse.Namespace) -> int:
     from ..runtime.executor import executor
     from ..runtime.settings import interrupts_stop, limit_library_threads
+    from ..runtime.shards import resolve_processes
     from ..runtime.stats import RunSummary
 
     spec = _load(args.graph, args.set)
     progress = _Progress()
+    resolve_processes(spec, args.processes)  # nodes that cannot run sharded refuse it here, on a cluster too
     if args.no_device_owner:
         spec.device_owner = False
     address = args.cluster or (spec.cluster.address if spec.cluster else None)

@@ -22,8 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..graph import GraphSpec
-from ..runtime.runner import RunSummary
-from ..runtime.stats import merge_nodes
+from ..runtime.stats import RunSummary, merge_nodes
 from .placement import Host, PlacementError, StreamNeed, place
 
 log = logging.getLogger("flowpipe.cluster")

@@ -4,11 +4,11 @@
 2. graph keys: top-level keys, params and ``--set``, plugins, processes, prefetch, cluster, device_owner, nodes
 3. params: ``${params.X}`` and ``${env:X}`` in the nodes
 4. plugins: the graph's plugin modules imported (they register node types)
-5. nodes, each through: schema and type lookup (known types, the closest name suggested) -> engine keys and
-   the rules on them (workers, isolation) -> config (the type's pydantic model; unknown keys are errors)
-   -> template
+5. nodes, each through: schema and type lookup (known types, the closest name suggested) -> engine keys ->
+   config (the type's pydantic model; unknown keys are errors) -> its contract against its engine keys
+   (workers, isolation) -> template
 6. wiring: ports, port kinds, unconnected inputs; then cycles
-7. engine rules: each node type's own wiring checks, sharding over processes
+7. engine rules: sharding over processes
 
 Each phase reports every problem it finds, one line each (file:line, node id and type, expected vs got), and
 later phases run only on a clean result. Within the node phases a node's problems stay together, nodes in
@@ -25,7 +25,7 @@ import networkx as nx
 from pydantic import ValidationError
 
 from ..errors import Diagnostic, GraphError
-from ..node import Node, Source, kinds_compatible
+from ..node import Node, NodeContract, Source, kinds_compatible
 from ..registry import import_plugin, lookup
 from .load import LineDict, interpolate, line_of, type_name
 from .spec import ENGINE_KEYS, NODE_KEYS, TOP_KEYS, ClusterKeys, EngineKeys, GraphSpec, NodeSpec
@@ -175,6 +175,7 @@ class _Draft:
     eng: EngineKeys = field(default_factory=EngineKeys)
     workers: int = 1
     config: Any = None
+    config_failed: bool = False  # its config did not validate: reported, no spec made
 
     def stop(self, diagnostic: Diagnostic) -> None:
         self.errors.append(diagnostic)
@@ -272,9 +273,21 @@ def _node_configs(drafts: list[_Draft], fname: str) -> None:
                 elif err["type"] != "missing":
                     msg = f"{msg}, got {got!r}"
                 d.errors.append(Diagnostic(f"config.{loc}: {msg}", fname, line_of(cfg_raw, key), *d.who))
-            d.stopped = True
+            d.config_failed = True  # its contract is still checked, from the type's defaults
         except Exception as e:  # noqa: BLE001 - validators may raise anything
             d.stop(Diagnostic(f"config: {e}", fname, line_of(raw, "config"), *d.who))
+
+
+def _contract_of(d: _Draft) -> NodeContract | None:
+    """The node's contract from its config; where the config failed, from the type's defaults (so its engine
+    keys are still checked: one run of ``flowpipe validate`` names every problem), or None where even
+    those need a setting the config did not give."""
+    if not d.config_failed:
+        return d.cls.contract(d.config)
+    try:
+        return d.cls.contract(d.cls.Config.model_construct())
+    except (AttributeError, AssertionError, TypeError, ValueError):
+        return None
 
 
 def _node_contracts(drafts: list[_Draft], fname: str) -> None:
@@ -282,7 +295,10 @@ def _node_contracts(drafts: list[_Draft], fname: str) -> None:
     workers only for a node that keeps no state across streams and runs in threads, a worker process only
     for a node that can run in one."""
     for d in drafts:
-        raw, contract = d.raw, d.cls.contract(d.config)
+        contract = _contract_of(d)
+        if contract is None:
+            continue
+        raw = d.raw
         if d.workers > 1 and contract.one_worker is not None:
             d.errors.append(Diagnostic(f"workers: {contract.one_worker}; expected 1, got {d.workers}", fname,
                                        line_of(raw, "workers"), *d.who))
@@ -298,7 +314,7 @@ def _node_contracts(drafts: list[_Draft], fname: str) -> None:
 
 
 def _node_templates(drafts: list[_Draft], fname: str) -> None:
-    """Phase 5d, templates: only a source can be the pattern of the streams added to a running graph."""
+    """Phase 5e, templates: only a source can be the pattern of the streams added to a running graph."""
     for d in drafts:
         if d.eng.template and not issubclass(d.cls, Source):
             d.errors.append(Diagnostic(f"template: only a source can be the pattern of added streams; {d.ntype} is "

@@ -243,7 +243,7 @@ class LiveStreams:
     def picture(self, stream: str) -> bytes | None:
         """The stream's newest picture, where the graph keeps them (``flowpipe serve``'s preview node)."""
         keeper = next((n for n in list(self.runner.nodes.values()) if isinstance(n, PictureSource)), None)
-        return keeper.picture(stream) if keeper is not None else None
+        return keeper.newest_picture(stream) if keeper is not None else None
 
     def threads_alive(self) -> bool:
         return any(not rec.done.is_set() for rec in list(self.added.values()))

@@ -12,6 +12,7 @@ import logging
 import multiprocessing as mp
 import os
 import socket
+from dataclasses import replace
 from typing import Any
 
 from .. import memory
@@ -174,7 +175,9 @@ class ProcessNode(Node):
 
     def __init__(self, spec: NodeSpec, plugins: list[str], plugin_dir: str | None):
         super().__init__(spec.id, spec.config)
-        self.declared = spec.contract  # what it stands in for declares
+        # what it stands in for declares, but nothing is forwarded through the hop: what crosses to the worker
+        # and back is the frame's host memory, never an allocation a producer made for a consumer beyond it
+        self.declared = replace(spec.contract, forwards={})
         self.spec = spec
         self.plugins, self.plugin_dir = plugins, plugin_dir
         self.restarts_left = spec.restarts if spec.on_error == "restart" else 0

@@ -69,6 +69,7 @@ class Runner:
         self.nodes, self.contexts, self.stats = stages.nodes, stages.contexts, stages.stats
         self.routes, self.gates = stages.routes, stages.gates
         self.channels: dict[str, Inbox] = {}
+        self._attaching = threading.Lock()
         self.pids: list[int] = []  # a run in one process starts no other
         self.error: BaseException | None = None
         self.interrupted = False
@@ -78,8 +79,9 @@ class Runner:
 
     @property
     def per_stream(self) -> dict[str, int]:
-        """Frames accounted per stream so far."""
-        return self.account.per_stream
+        """Frames accounted per stream so far (a copy: fates go on being counted on other threads)."""
+        with self.account.lock:
+            return dict(self.account.per_stream)
 
     def _fail(self, err: BaseException) -> None:
         if self.error is None:
@@ -160,9 +162,10 @@ class Runner:
             self.routes.pop(stream, None)
             self.contexts.pop(stream, None)
             raise
-        for targets in self.routes[stream].values():  # each consumer waits for one more end of stream
-            for _, _, edge in targets:
-                self.stages.eos_due[edge.split("->", 1)[1]] += 1
+        with self._attaching:  # streams added at once (the API's threads) each count their end of stream
+            for targets in self.routes[stream].values():  # each consumer waits for one more end of stream
+                for _, _, edge in targets:
+                    self.stages.eos_due[edge.split("->", 1)[1]] += 1
         self.account.open_stream(stream)
 
     def settle(self, stream: str, timeout: float) -> None:

@@ -243,6 +243,9 @@ class ShardedRun:
                  progress: Any = None, share: Share | None = None, hooks: RunHooks | None = None):
         self.spec, self.processes = spec, processes
         share = share or Share()
+        if hooks is not None and (hooks.make_node is not None or hooks.fates is not None):
+            raise ValueError("a run over several processes makes its shards' nodes and boards itself: only "
+                             "on_opened may be given")
         self.shard_base = share.index  # this host's first shard index in a run over several hosts
         self.resume = share.resume  # where this run's streams pick up (a run re-placed after a host loss)
         # every shard opened: False stops them unstarted (hosts open together)
