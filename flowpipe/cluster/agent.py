@@ -81,9 +81,8 @@ class HostAgent:
         me, host = self, socket.gethostname()
 
         def families() -> list[Any]:  # the names and labels of every flowpipe endpoint, with this host's name
-            snap = me.runner.snapshot() if me.runner is not None else {}
-            p = me.progress()
-            return run_metrics({**snap, **{k: p[k] for k in ("in", "out", "dropped", "failed")}}, p["streams"],
+            p = me.progress()  # frames by fate and per stream (per node figures stay in each host's --stats)
+            return run_metrics({k: p[k] for k in ("in", "out", "dropped", "failed")}, p["streams"],
                                const_labels={"host": host}, running=0 if me.done.is_set() else len(me.sources),
                                streams_help="frames accounted per stream on this host")
 
