@@ -15,11 +15,12 @@ another node's spec, config or stats: what it learns of its neighbours is in the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-if TYPE_CHECKING:
-    from .accel.opencl import ClDevice
-    from .memory import BatchSlots, BufferPool
+import numpy as np
+
+from .accel.opencl import ClDevice
+from .memory import BatchSlots, BufferPool, available_kinds
 
 #: ``host``: shared host memory (memfd / DMA-BUF heap where present); ``opencl``: device buffers in an
 #: OpenVINO device's OpenCL context; ``dma-buf``: DMA-BUF host memory a device imports by fd;
@@ -39,8 +40,6 @@ class TensorSpec:
 
     @property
     def nbytes(self) -> int:
-        import numpy as np
-
         return int(np.prod(self.shape)) * np.dtype(self.dtype).itemsize
 
 
@@ -88,8 +87,6 @@ class Allocation:
     def pool(self, nbytes: int, count: int, kind: str | None = None) -> BufferPool:
         """A pool of ``count`` buffers of ``nbytes`` in this allocation's memory (``kind`` overrides the
         shared-memory kind for host placements: a source configured for ``memfd``)."""
-        from .memory import BufferPool, available_kinds
-
         if self.placement == "opencl":
             assert self.cl is not None
             cl = self.cl

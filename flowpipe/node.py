@@ -25,15 +25,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
+from .accel import Devices
 from .contracts import Allocation, InputContract, Offer, Request
 from .frame import Frame
-
-if TYPE_CHECKING:
-    from .accel import Devices
 
 PORT_KINDS = ("frame", "tensor", "tensors", "detections", "any")
 

@@ -16,6 +16,8 @@ from typing import Any
 import cv2
 import numpy as np
 
+from .models import cache_dir
+
 #: The face inside ``skimage.data.astronaut()`` (x1, y1, x2, y2), read off the photograph.
 ASTRONAUT_FACE = (174.0, 69.0, 278.0, 175.0)
 HEAD_CROP = (110, 0, 350, 250)  # x1, y1, x2, y2: head, hair and shoulders around the face
@@ -88,8 +90,6 @@ def make_sample(path: str | Path, frames: int = 150, fps: float = 30.0,
 
 def default_sample() -> Path:
     """The sample video in the cache directory, made on first use."""
-    from .models import cache_dir
-
     path = cache_dir().parent / "samples" / "faces_1366x768.mp4"
     if not path.exists() or not Path(str(path) + ".json").exists():
         make_sample(path)
@@ -119,8 +119,6 @@ def make_text_sample(path: str | Path, frames: int = 60, fps: float = 30.0) -> P
 
 def sample_path(name: str) -> Path:
     """``sample`` (moving faces) or ``sample-text`` (printed words), made on first use in the cache."""
-    from .models import cache_dir
-
     root = cache_dir().parent / "samples"
     if name == "sample":
         return default_sample()

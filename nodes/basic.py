@@ -140,13 +140,11 @@ class Collect(Node):
         self._lock = threading.Lock()
 
     def process(self, frame: Frame, port: str) -> None:
-        from flowpipe.memory import copy
-
         # pooled buffers go back to their pool when the frame ends: keep copies, not views
-        tensors = {k: copy(v) if isinstance(v, np.ndarray) else v for k, v in frame.tensors.items()} \
+        tensors = {k: memory.copy(v) if isinstance(v, np.ndarray) else v for k, v in frame.tensors.items()} \
             if self.config.keep_tensors else {}
         kept = Frame(frame.stream, frame.index, frame.pts,
-                     copy(frame.data) if self.config.keep_pixels and frame.data is not None else None,
+                     memory.copy(frame.data) if self.config.keep_pixels and frame.data is not None else None,
                      frame.format, dict(frame.meta), tensors, list(frame.detections), layout=frame.layout)
         with self._lock:
             self.into.append(kept)

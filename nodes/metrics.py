@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from flowpipe.frame import Frame
+from flowpipe.metrics import Collector, run_metrics
 from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
 from flowpipe.registry import register
 
@@ -41,8 +42,6 @@ class Prometheus(Node):
 
     def open(self, ctx: RunContext) -> None:
         from prometheus_client import CollectorRegistry, start_http_server
-
-        from flowpipe.metrics import Collector, run_metrics
 
         self.frames: dict[str, int] = {}
         self.registry = CollectorRegistry()

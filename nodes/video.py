@@ -24,9 +24,12 @@ from flowpipe.accel import Devices
 from flowpipe.accel.host import usable_cores
 from flowpipe.contracts import Offer
 from flowpipe.frame import Frame, FrameRef
+from flowpipe.media.decode import Demuxer
+from flowpipe.media.encode import Recorder, available
 from flowpipe.memory import BufferPool
 from flowpipe.node import Node, NodeConfig, NodeContract, RunContext, Source
 from flowpipe.registry import register
+from flowpipe.sample import sample_path
 
 log = logging.getLogger("flowpipe.video")
 IMAGE_EXT = {".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp"}
@@ -116,8 +119,6 @@ class VideoSource(Source):
     def _file_picture(self) -> tuple[int, int] | None:
         uri = self.config.uri
         if uri in ("sample", "sample-text"):
-            from flowpipe.sample import sample_path
-
             uri = str(sample_path(uri))
         path = Path(os.path.expanduser(uri))
         if _NET.match(uri) or _is_camera(uri) or not path.is_file():
@@ -150,8 +151,6 @@ class VideoSource(Source):
         self.folder: list[Path] | None = None
         self.cap: Any = None  # an OpenCV capture, or a PyAV demuxer (decoder: pyav)
         if c.uri in ("sample", "sample-text"):
-            from flowpipe.sample import sample_path
-
             c = self.config = c.model_copy(update={"uri": str(sample_path(c.uri))})
         self.decoded = 0
         self.decode_errors = 0
@@ -178,8 +177,6 @@ class VideoSource(Source):
     def _pixels(self, taken: frozenset[str] | None, by: str) -> tuple[str, str]:
         """The frames' format and the decoder: as configured, or YUV when every node after the source takes
         it (the run's memory contracts say which formats they take) and PyAV is here."""
-        from flowpipe.media.encode import available
-
         c = self.config
         if c.format != "auto" and taken is not None and c.format not in taken:
             raise ValueError(f"format {c.format}: a node after this source does not take it ({by}); "
@@ -227,8 +224,6 @@ class VideoSource(Source):
 
     def _open_demuxer(self, first: bool) -> Any:
         import av
-
-        from flowpipe.media.decode import Demuxer
 
         c = self.config
         try:
@@ -536,8 +531,6 @@ class VideoWriter(Node):
         return [f"writes {c.path} ({how})"]
 
     def open(self, ctx: RunContext) -> None:
-        from flowpipe.media.encode import available
-
         self._lock = threading.Lock()  # workers: N writes several streams at once
         self.writers: dict[str, Any] = {}
         self.first_shard = ctx.shard[0] == 0  # the plain path belongs to the first stream of the first shard
@@ -596,8 +589,6 @@ class VideoWriter(Node):
                 if not w.isOpened():
                     raise RuntimeError(f"cannot write {path} with fourcc {c.fourcc!r}")
             else:
-                from flowpipe.media.encode import Recorder
-
                 w = Recorder(path, self._fps(frame), size, c.codec, c.encoder, c.crf, c.bitrate, c.preset,
                              c.gop_seconds, c.fragmented, c.segment_seconds, self.threads)
             self.sizes[frame.stream] = size

@@ -13,13 +13,22 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import GraphError
+from ..graph import load_graph, parse_sets
+from ..registry import lookup, registry
+from ..runtime.executor import executor
+from ..runtime.settings import interrupts_stop, limit_library_threads
+from ..runtime.shards import resolve_processes
+from ..runtime.stats import RunSummary
+from . import cluster as cli_cluster
+from . import extra as cli_extra
+from .args import processes_arg
+from .cluster import run_on_cluster
 
 log = logging.getLogger("flowpipe")
 EXIT_OK, EXIT_RUNTIME, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 def _load(path: str, sets: list[str] | None = None):
-    from ..graph import load_graph, parse_sets
 
     return load_graph(path, parse_sets(sets))
 
@@ -50,23 +59,7 @@ class _Progress:
             self.stream.write("\n")
 
 
-def processes_arg(text: str) -> int | str:
-    if text == "auto":
-        return text
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if not 1 <= n <= 256:
-        raise argparse.ArgumentTypeError(f"expected an integer 1..256 or 'auto', got {text!r}")
-    return n
-
-
 def cmd_run(args: argparse.Namespace) -> int:
-    from ..runtime.executor import executor
-    from ..runtime.settings import interrupts_stop, limit_library_threads
-    from ..runtime.shards import resolve_processes
-    from ..runtime.stats import RunSummary
 
     spec = _load(args.graph, args.set)
     progress = _Progress()
@@ -76,8 +69,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     address = args.cluster or (spec.cluster.address if spec.cluster else None)
     result: RunSummary
     if address:
-        from .cluster import run_on_cluster
-
         on_cluster = run_on_cluster(args, spec, address, progress)
         if on_cluster is None:  # --detach: the run goes on in the cluster
             return 0
@@ -161,7 +152,6 @@ def cmd_graph(args: argparse.Namespace) -> int:
 
 
 def cmd_nodes(args: argparse.Namespace) -> int:
-    from ..registry import lookup, registry
 
     if not args.type:
         for name, cls in sorted(registry().items()):
@@ -229,11 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("type", nargs="?")
     n.set_defaults(func=cmd_nodes)
 
-    from . import extra as cli_extra
 
     cli_extra.add_commands(sub, with_set)
-    from . import cluster as cli_cluster
-
     cli_cluster.add_commands(sub)
     cli_cluster.add_serve(sub)
     return p

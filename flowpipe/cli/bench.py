@@ -7,6 +7,7 @@ inference nodes' FEIL/FIL come from the same run.
 from __future__ import annotations
 
 import copy
+import os
 import platform
 import resource
 import threading
@@ -96,7 +97,7 @@ def bench_graph(path: str, sets: list[str] | None = None, frames: int = 300, war
     out_frames = max(res.frames["out"], 1)
     copies = sum(e["copies"] for e in res.edges.values())
     bytes_copied = sum(e["bytes_copied"] for e in res.edges.values())
-    import openvino as ov
+    import openvino as ov  # its version for the report; the command line starts without loading OpenVINO
 
     return {
         "graph": str(path), "streams": streams, "processes": n_proc,
@@ -150,8 +151,6 @@ def _window_cpu_ms(samples: list[tuple[float, float]], times: list[float], warmu
 
 def _proc_cpu_s(pid: int) -> float:
     """User + system CPU seconds of a live process (0 once it is gone)."""
-    import os
-
     try:
         fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
     except OSError:

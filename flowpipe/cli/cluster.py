@@ -2,12 +2,17 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import logging
+import os
 import secrets
 import sys
 from pathlib import Path
 from typing import Any
+
+from ..cluster.service import attach, runs, submit
+from ..runtime.settings import interrupts_stop
 
 log = logging.getLogger("flowpipe")
 
@@ -19,9 +24,6 @@ def run_name(graph: str) -> str:
 def run_on_cluster(args: argparse.Namespace, spec: Any, address: str, progress: Any) -> Any:
     """``flowpipe run --cluster``: the run's controller starts in the cluster; this command waits for its
     result (passing Ctrl-C on), or with ``--detach`` leaves it running and prints its name."""
-    from ..cluster.service import submit
-    from ..runtime.settings import interrupts_stop
-
     name = args.name or run_name(args.graph)
     client = submit(spec, address, name, detach=args.detach, max_frames=args.max_frames,
                     rebalance=args.rebalance)
@@ -34,8 +36,6 @@ def run_on_cluster(args: argparse.Namespace, spec: Any, address: str, progress: 
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from ..cluster.service import runs
-
     found = runs(args.cluster)
     if args.name:
         found = [r for r in found if r["name"] == args.name]
@@ -74,8 +74,6 @@ def cmd_stop(args: argparse.Namespace) -> int:
     """Stops a run (its hosts drain; ``--now``: at once) and waits for its end. A run started with
     ``--detach`` is removed with its result (printed here); otherwise its result goes to the command that
     started it."""
-    from ..cluster.service import attach
-
     client = attach(args.cluster, args.name)
     client.stop(now=args.now)
     result = client.wait(remove=False)
@@ -102,10 +100,7 @@ def add_commands(sub: Any) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """``flowpipe serve``: the REST API and web console over the graphs of ``--graphs`` folders."""
-    import ipaddress
-    import os
-
-    import uvicorn
+    import uvicorn  # the serve extra (FastAPI, uvicorn): loaded only by the command that needs it
 
     from ..serve.api import create_app
     from ..serve.instances import Instances

@@ -2,17 +2,25 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .. import models
+from ..accel import devices
+from ..accel import openvino as ovx
+from ..accel.host import device_report
+from ..cluster.controller import cluster_devices
+from ..graph import parse_sets
+from .args import processes_arg
+from .bench import bench_graph
+
 
 def cmd_devices(args: argparse.Namespace) -> int:
     if args.cluster:
-        from ..cluster.controller import cluster_devices
-
         hosts = cluster_devices(args.cluster)
         if args.json:
             print(json.dumps(hosts, indent=2))
@@ -22,7 +30,6 @@ def cmd_devices(args: argparse.Namespace) -> int:
                 f"{k} {v:g}" for k, v in sorted(h["resources"].items())))
             _print_devices(h["devices"])
         return 0
-    from ..accel.host import device_report
 
     report = device_report()
     if args.json:
@@ -48,7 +55,6 @@ def _print_devices(report: dict[str, Any]) -> None:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from .. import models
 
     if args.action == "list":
         for name, e in models.registry().items():
@@ -70,10 +76,6 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    from .. import models
-    from ..accel import devices
-    from ..accel import openvino as ovx
-    from ..graph import parse_sets
 
     owner = devices().openvino
     props = parse_sets(args.set)
@@ -86,8 +88,6 @@ def cmd_compile(args: argparse.Namespace) -> int:
     comp = owner.compile(model, device, config)
     header = owner.blob_key(device, ovx.model_hash(path), config)
     header["model"] = str(args.model)
-    import io
-
     buf = io.BytesIO()
     comp.model.export_model(buf)
     ovx.write_blob(args.output, header, buf.getvalue())
@@ -97,7 +97,6 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from .bench import bench_graph
 
     report = bench_graph(args.graph, sets=args.set, frames=args.frames, warmup=args.warmup, streams=args.streams,
                          processes=args.processes, device_owner=not args.no_device_owner)
@@ -109,7 +108,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def add_commands(sub: Any, with_set: Callable[[argparse.ArgumentParser], None]) -> None:
-    from . import processes_arg
 
     d = sub.add_parser("devices", help="shared-memory kinds, OpenVINO devices and OpenCL platforms here")
     d.add_argument("--json", action="store_true")

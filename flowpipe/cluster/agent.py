@@ -18,6 +18,7 @@ from typing import Any
 
 from ..graph import GraphSpec
 from ..metrics import Collector, run_metrics
+from ..models import cache_dir
 from ..runtime.context import Resume, RunHooks, Share
 from ..runtime.executor import Executor, executor
 
@@ -26,8 +27,6 @@ log = logging.getLogger("flowpipe.cluster")
 
 def model_cache() -> str:
     """Where a host keeps compiled models for inference nodes that name no cache of their own."""
-    from ..models import cache_dir
-
     return str(cache_dir().parent / "ov")
 
 

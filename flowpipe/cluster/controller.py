@@ -23,6 +23,7 @@ from typing import Any
 
 from ..graph import GraphSpec
 from ..runtime.stats import RunSummary, merge_nodes
+from .agent import HostAgent
 from .placement import Host, PlacementError, StreamNeed, place
 
 log = logging.getLogger("flowpipe.cluster")
@@ -302,8 +303,6 @@ class ClusterRun:
                generation: int, cap: int | None) -> AgentRecord:
         """A host agent for ``sources`` on ``host_id``, reserving ``need``; opened, not yet begun."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        from .agent import HostAgent
 
         ray, need = self._ray, dict(need)
         names = {h.host_id: h.name for h in hosts_of(ray)}

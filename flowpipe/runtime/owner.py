@@ -41,9 +41,10 @@ from ..contracts import Allocation, InputContract, Offer, Request
 from ..errors import FrameError
 from ..frame import Frame
 from ..graph import NodeSpec
-from ..memory import BufferPool, SharedBuffer
+from ..memory import BufferPool, SharedBuffer, available_kinds, best_kind
 from ..memory import ledger as ledgers
 from ..node import Node, RunContext
+from ..registry import import_plugin
 from .messages import (
     BufferRef,
     Bye,
@@ -346,8 +347,6 @@ def owned_placement(node: Node, devs: Any) -> str:
 
 def owner_main(control: Connection, path: str, payload: bytes, plugins: list[str], plugin_dir: str | None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides what an interrupt means
-    from ..registry import import_plugin
-
     for mod in plugins:
         import_plugin(mod, plugin_dir)
     specs: list[NodeSpec] = pickle.loads(payload)  # noqa: S301 - from the supervisor that started us
@@ -645,8 +644,6 @@ class OwnerClient(Node):
 
 
 def _pool(nbytes: int, count: int, kind: str | None) -> BufferPool:
-    from ..memory import available_kinds, best_kind
-
     if kind == "dma-heap" and kind not in available_kinds():
         kind = None
     return BufferPool(nbytes, count, kind or best_kind(shareable=True))

@@ -22,6 +22,7 @@ from ..errors import FrameError
 from ..frame import Frame
 from ..graph import NodeSpec
 from ..node import Node, RunContext
+from ..registry import import_plugin, lookup
 from .messages import (
     ArrayRef,
     Close,
@@ -113,8 +114,6 @@ class OutsideContext:
 
 
 def _worker_main(sock: socket.socket, info: dict[str, Any]) -> None:
-    from ..registry import import_plugin, lookup
-
     for mod in info["plugins"]:
         import_plugin(mod, info["plugin_dir"])
 

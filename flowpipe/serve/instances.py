@@ -17,6 +17,7 @@ from typing import Any
 
 from ..errors import GraphError
 from ..graph import GraphSpec, NodeSpec, load_graph
+from ..registry import lookup
 from ..runtime.executor import Executor, executor
 from ..runtime.shards import resolve_processes
 
@@ -288,8 +289,6 @@ class Instances:
 def _add_preview(spec: GraphSpec) -> None:
     """A node that keeps each stream's newest picture (for the console), fed what the first video writer
     or preview of the graph gets (blurred faces, drawn boxes), else the source's frames."""
-    from ..registry import lookup
-
     feed: tuple[str, str] | None = None
     for node in spec.nodes:
         if node.contract.final_picture:
