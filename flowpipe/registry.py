@@ -10,6 +10,13 @@ from importlib.metadata import entry_points
 from .errors import GraphError
 from .node import PORT_KINDS, Node
 
+#: What a node type said with class attributes and hooks before contracts, and where it says it now.
+_DECLARED_IN_CONTRACT = {
+    "writes_input": "writes_input=True", "holds_frames": "holds_frames=True", "holding": "holds_frames=...",
+    "parallel_streams": "one_worker=None", "forwards": "forwards={...}", "isolation_refused": "isolation='why'",
+    "sharding_refused": "sharding='why'", "serves_streams": "serves_streams=True", "pixels": "pixels=frozenset(...)",
+    "pixel_formats": "pixels=...", "check_wiring": "one_worker / isolation (the engine applies them)",
+}
 _REGISTRY: dict[str, type[Node]] = {}
 _ORIGIN: dict[str, str] = {}
 _LOADED = False
@@ -25,6 +32,11 @@ def register(type_name: str) -> Callable[[type[Node]], type[Node]]:
         for kind in list(cls.inputs.values()) + list(cls.outputs.values()):
             if kind not in PORT_KINDS:
                 raise TypeError(f"{origin}: port kind {kind!r} is not one of {PORT_KINDS}")
+        old = next((name for name in _DECLARED_IN_CONTRACT if any(name in vars(c) for c in cls.__mro__[:-1]
+                                                                  if c is not Node)), None)
+        if old is not None:  # said the old way, it would be ignored: say where it goes now
+            raise TypeError(f"{origin}: '{old}' is declared in the node's contract now: "
+                            f"def contract(cls, config): return cls.declare({_DECLARED_IN_CONTRACT[old]})")
         cls.type_name = type_name
         _REGISTRY[type_name] = cls
         _ORIGIN[type_name] = origin

@@ -175,3 +175,21 @@ def test_a_bad_config_does_not_hide_what_the_engine_keys_break() -> None:
     got = [d.message for d in e.value.diagnostics]
     assert got == ["config.colour: unknown key; expected one of: path",
                    "workers: jsonl keeps state across streams and runs on one worker; expected 1, got 2"]
+
+
+def test_a_node_type_declaring_traits_the_old_way_is_told_where_they_go() -> None:
+    from flowpipe.registry import register
+
+    with pytest.raises(TypeError, match=r"'parallel_streams' is declared in the node's contract now: def contract\(cls, "
+                                        r"config\): return cls.declare\(one_worker=None\)"):
+        @register("test_old_style")
+        class OldStyle(Node):
+            inputs = {"in": "frame"}
+            parallel_streams = True
+    with pytest.raises(TypeError, match="'holding' is declared in the node's contract now"):
+        @register("test_old_style_hook")
+        class OldHook(Node):
+            inputs = {"in": "frame"}
+
+            def holding(self) -> bool:
+                return True
