@@ -649,6 +649,10 @@ def test_the_second_look_over_two_processes_looks_as_in_one(tmp_path) -> None:
         spec = load_graph(str(tmp_path / "g.yaml"))
         res = ShardedRun(spec, 2).run() if processes == 2 else Runner(spec).run()
         assert res.ok, res.error
+        # the owner keeps nothing of a frame past it: frames without crops ran no request and left no memory
+        assert all(v.get("outputs_held_at_close", 0) == 0 for k, v in res.inference.items()), res.inference
+        if processes == 2:
+            assert res.inference["inference.look"]["frames_without_entries"] > 0
         got[processes] = sorted((r["stream"], r["frame"], json.dumps(r["objects"], sort_keys=True))
                                 for r in map(json.loads, out.read_text().splitlines()))
     assert len(got[1]) == 240 and got[2] == got[1]

@@ -265,7 +265,14 @@ class Engine:
 
     def pass_through(self, frame: Frame) -> None:
         """A frame that runs no request goes on in its turn, after the frames submitted before it."""
+        self.release(frame)
         self._pending.append((-1, [frame]))
+
+    def release(self, frame: Frame) -> None:
+        """A frame that runs no request: the memory a client gave for its results is not written, and is not
+        kept (a device owner serves frames for hours: every frame with nothing to look at would leave its
+        output views behind, and a later frame given the same id would find them)."""
+        self._into.pop(id(frame), None)
 
     def collect(self) -> list[Frame]:
         """Frames of the finished requests at the head of the queue, in submission order (never raises)."""
@@ -340,6 +347,8 @@ class Engine:
         for slot, _frames in list(self._pending):
             if slot >= 0:
                 self._done[slot].wait(timeout=10)
+        # frames whose client-given output memory is still held (0: none outlived its frame)
+        self.section["outputs_held_at_close"] = len(self._into)
         # the requests hold our callback inside OpenVINO (a cycle the garbage collector cannot see):
         # drop them, and everything bound to our buffers, before the pools go
         for r in self.requests:

@@ -156,6 +156,7 @@ class Inference(Node):
         if self.entries.empty(frame):  # nothing to look at: on in its turn, no request
             self._count_passed()
             if self.config.requests == "inline":
+                engine.release(frame)
                 return [frame]
             engine.pass_through(frame)
             return self._ready()
