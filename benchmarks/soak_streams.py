@@ -1,0 +1,137 @@
+"""Soak at scale: N looping streams of the shipped face-blur graph over several processes (shards and the
+device owner) for M minutes; the proportional set size (PSS) and open fds of every process of the run,
+sampled every few seconds, and a line fitted through them after the warm-up: a leak is a slope.
+
+    python benchmarks/soak_streams.py --minutes 8 --streams 16 --processes 16 --device GPU --json soak.json
+    python benchmarks/soak_streams.py --minutes 4 --streams 4 --processes 2 --device CPU   # 2 cores
+
+Reports, per process and for the whole run: PSS at the end of the warm-up and at the end, the slope in MB
+per hour and as a share of the level per hour, open fds the same way, and the frames' account.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def pss_mb(pid: int) -> float:
+    """A process's proportional set size (shared pages split among the processes that map them)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def open_fds(pid: int) -> int:
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return 0
+
+
+def process_tree(root: int) -> list[int]:
+    """``root`` and every process below it."""
+    parent: dict[int, int] = {}
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                with open(f"/proc/{p}/stat") as f:
+                    parent[int(p)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    found: list[int] = []
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo += [c for c, pp in parent.items() if pp == pid]
+    return found
+
+
+def fit(t: list[float], y: list[float]) -> dict[str, float]:
+    """Level and slope of a series after the warm-up (per hour, and as a share of the mean level per hour)."""
+    if len(t) < 3:
+        return {"start": y[0] if y else 0.0, "end": y[-1] if y else 0.0, "per_hour": 0.0, "share_per_hour": 0.0}
+    slope = float(np.polyfit(t, y, 1)[0]) * 3600
+    level = float(np.mean(y)) or 1.0
+    return {"start": round(y[0], 1), "end": round(y[-1], 1), "per_hour": round(slope, 1),
+            "share_per_hour": round(slope / level, 4)}
+
+
+def main() -> None:
+    from flowpipe import load_graph
+    from flowpipe.cli.bench import replicate_sources
+    from flowpipe.runtime import executor
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--graph", default=str(ROOT / "graphs" / "face_blur.yaml"))
+    ap.add_argument("--minutes", type=float, default=8)
+    ap.add_argument("--warmup", type=float, default=60, help="seconds left out of the fit")
+    ap.add_argument("--every", type=float, default=10, help="seconds between samples")
+    ap.add_argument("--streams", type=int, default=16)
+    ap.add_argument("--processes", default="16")
+    ap.add_argument("--device", default="AUTO")
+    ap.add_argument("--set", action="append", default=[], dest="sets", help="graph params NAME=VALUE")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="flowpipe-soak-"))
+    params: dict[str, Any] = {"output": str(work / "o.mp4"), "metadata": str(work / "m.jsonl"), "device": a.device}
+    params.update(dict(s.split("=", 1) for s in a.sets))
+    spec = load_graph(a.graph, params)
+    for s in spec.sources():
+        s.config.loop = -1  # type: ignore[attr-defined]
+    spec = replicate_sources(spec, a.streams)
+    run = executor(spec, int(a.processes) if a.processes.isdigit() else a.processes)
+    samples: list[dict[str, Any]] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        t0 = time.monotonic()
+        while not done.wait(a.every):
+            pids = process_tree(os.getpid())
+            snap = run.snapshot()
+            samples.append({"t_s": round(time.monotonic() - t0, 1), "out": snap["out"],
+                            "pss_mb": {p: round(pss_mb(p), 1) for p in pids}, "fds": {p: open_fds(p) for p in pids}})
+            print(f"{samples[-1]['t_s']:7.1f}s  PSS {sum(samples[-1]['pss_mb'].values()):8.1f} MB  fds "
+                  f"{sum(samples[-1]['fds'].values()):6d}  out {snap['out']}", file=sys.stderr, flush=True)
+            if time.monotonic() - t0 > a.minutes * 60:
+                run.stop()
+                return
+
+    threading.Thread(target=sample, daemon=True).start()
+    res = run.run()
+    done.set()
+    kept = [s for s in samples if s["t_s"] >= a.warmup]
+    t = [s["t_s"] for s in kept]
+    pids = sorted({p for s in kept for p in s["pss_mb"]})
+    per = {str(p): {"pss_mb": fit([s["t_s"] for s in kept if p in s["pss_mb"]],
+                                  [s["pss_mb"][p] for s in kept if p in s["pss_mb"]]),
+                    "fds": fit([s["t_s"] for s in kept if p in s["fds"]], [s["fds"][p] for s in kept if p in s["fds"]])}
+           for p in pids}
+    out = {"graph": a.graph, "streams": a.streams, "processes": a.processes, "device": a.device, "minutes": a.minutes,
+           "warmup_s": a.warmup, "frames": res.frames, "error": str(res.error) if res.error else None,
+           "fps": round((kept[-1]["out"] - kept[0]["out"]) / (t[-1] - t[0]), 1) if len(kept) > 1 else None,
+           "pss_mb": fit(t, [sum(s["pss_mb"].values()) for s in kept]),
+           "fds": fit(t, [float(sum(s["fds"].values())) for s in kept]), "per_process": per, "samples": samples}
+    print(json.dumps({k: v for k, v in out.items() if k not in ("samples", "per_process")}, indent=1))
+    if a.json:
+        Path(a.json).write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
