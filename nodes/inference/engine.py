@@ -270,8 +270,8 @@ class Engine:
 
     def release(self, frame: Frame) -> None:
         """A frame that runs no request: the memory a client gave for its results is not written, and is not
-        kept (a device owner serves frames for hours: every frame with nothing to look at would leave its
-        output views behind, and a later frame given the same id would find them)."""
+        kept (a device owner serves frames for hours: every frame with nothing to look at left its output
+        views behind)."""
         self._into.pop(id(frame), None)
 
     def collect(self) -> list[Frame]:
