@@ -144,8 +144,6 @@ def write_report(s: dict, path: Path) -> None:
 
 def _soak(results: Path) -> list[str]:
     """Section 13: memory and fds over a long run (``benchmarks/soak_streams.py``)."""
-    import numpy as np
-
     L = ["## 13. Soak: memory and open fds over time", ""]
     runs = sorted(results.glob("soak_streams_*.json"))
     if not runs:
@@ -155,22 +153,12 @@ def _soak(results: Path) -> list[str]:
           "|---|---|---|---|---|---|---|---|---|---|"]
     for f in runs:
         r = json.loads(f.read_text())
-        kept = [x for x in r["samples"] if x["t_s"] >= r["warmup_s"]]
-        half = kept[len(kept) // 2:]
-
-        def slope(rows: list[dict[str, Any]], key: str) -> tuple[float, float]:
-            t = [x["t_s"] for x in rows]
-            y = [float(sum(x[key].values())) for x in rows]
-            per_h = float(np.polyfit(t, y, 1)[0]) * 3600 if len(rows) > 2 else 0.0
-            return round(per_h, 1), round(100 * per_h / (float(np.mean(y)) or 1.0), 2)
-
-        whole, last = slope(kept, "pss_mb"), slope(half, "pss_mb")
-        fds = slope(half, "fds")
-        pss = r["pss_mb"]
+        pss, last, fds = r["pss_mb"], r["pss_mb_last_half"], r["fds_last_half"]
         L.append(f"| {f.stem} | {r['streams']} / {r['processes']} + owner | {r['device']} | {r['minutes']} | "
                  f"{r['fps']} | {r['frames']['out']} / {r['frames']['failed']} | {pss['start']} -> {pss['end']} | "
-                 f"{whole[0]} MB/h ({whole[1]}%/h) / {last[0]} MB/h ({last[1]}%/h) | "
-                 f"{r['fds']['start']:.0f} -> {r['fds']['end']:.0f} | {fds[0]}/h |")
+                 f"{pss['per_hour']} MB/h ({100 * pss['share_per_hour']:.2f}%/h) / {last['per_hour']} MB/h "
+                 f"({100 * last['share_per_hour']:.2f}%/h) | {r['fds']['start']:.0f} -> {r['fds']['end']:.0f} | "
+                 f"{fds['per_hour']}/h |")
     return [*L, "", "Every video source loops the sample (`loop: -1`); PSS and open fds of every process of the "
             "run (supervisor, shards, device owner) sampled every 10 s, a line fitted after the warm-up. Before the "
             "device owner released the output memory of frames that ran no request (b8c2545), the same 16-stream "

@@ -116,21 +116,30 @@ def main() -> None:
     threading.Thread(target=sample, daemon=True).start()
     res = run.run()
     done.set()
-    kept = [s for s in samples if s["t_s"] >= a.warmup]
+    out = summarize(samples, a.warmup)
+    out.update(graph=a.graph, streams=a.streams, processes=a.processes, device=a.device, minutes=a.minutes,
+               warmup_s=a.warmup, frames=res.frames, error=str(res.error) if res.error else None, samples=samples)
+    print(json.dumps({k: v for k, v in out.items() if k not in ("samples", "per_process")}, indent=1))
+    if a.json:
+        Path(a.json).write_text(json.dumps(out, indent=1))
+
+
+def summarize(samples: list[dict[str, Any]], warmup: float) -> dict[str, Any]:
+    """Rate, and the lines through PSS and open fds after ``warmup`` (whole, last half, per process)."""
+    kept = [s for s in samples if s["t_s"] >= warmup]
+    half = kept[len(kept) // 2:]
     t = [s["t_s"] for s in kept]
     pids = sorted({p for s in kept for p in s["pss_mb"]})
     per = {str(p): {"pss_mb": fit([s["t_s"] for s in kept if p in s["pss_mb"]],
                                   [s["pss_mb"][p] for s in kept if p in s["pss_mb"]]),
                     "fds": fit([s["t_s"] for s in kept if p in s["fds"]], [s["fds"][p] for s in kept if p in s["fds"]])}
            for p in pids}
-    out = {"graph": a.graph, "streams": a.streams, "processes": a.processes, "device": a.device, "minutes": a.minutes,
-           "warmup_s": a.warmup, "frames": res.frames, "error": str(res.error) if res.error else None,
-           "fps": round((kept[-1]["out"] - kept[0]["out"]) / (t[-1] - t[0]), 1) if len(kept) > 1 else None,
-           "pss_mb": fit(t, [sum(s["pss_mb"].values()) for s in kept]),
-           "fds": fit(t, [float(sum(s["fds"].values())) for s in kept]), "per_process": per, "samples": samples}
-    print(json.dumps({k: v for k, v in out.items() if k not in ("samples", "per_process")}, indent=1))
-    if a.json:
-        Path(a.json).write_text(json.dumps(out, indent=1))
+    th = [s["t_s"] for s in half]
+    return {"fps": round((kept[-1]["out"] - kept[0]["out"]) / (t[-1] - t[0]), 1) if len(kept) > 1 else None,
+            "pss_mb": fit(t, [sum(s["pss_mb"].values()) for s in kept]),
+            "fds": fit(t, [float(sum(s["fds"].values())) for s in kept]),
+            "pss_mb_last_half": fit(th, [sum(s["pss_mb"].values()) for s in half]),
+            "fds_last_half": fit(th, [float(sum(s["fds"].values())) for s in half]), "per_process": per}
 
 
 if __name__ == "__main__":

@@ -95,8 +95,8 @@ def executor(spec: GraphSpec, processes: int | str | None = None, *, cluster: st
     the run there), else over ``processes`` processes (the graph's ``processes`` when None; ``auto``
     decided here: ``spec.processes`` says what was), else in this process."""
     if cluster:
-        unused = [name for name, value in (("progress", progress), ("record_times", record_times), ("share", share),
-                                            ("hooks", hooks)) if value]
+        unused = [arg for arg, value in (("progress", progress), ("record_times", record_times), ("share", share),
+                                          ("hooks", hooks)) if value]
         if unused:  # a cluster's hosts run their parts themselves, and report through the controller
             raise ValueError(f"a run over a cluster takes no {', '.join(unused)}")
         if "cluster" not in _REMOTE:

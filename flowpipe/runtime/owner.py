@@ -36,14 +36,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..accel import devices
+from ..accel import Devices, devices
 from ..contracts import Allocation, InputContract, Offer, Request
 from ..errors import FrameError
 from ..frame import Frame
 from ..graph import NodeSpec
 from ..memory import BufferPool, SharedBuffer, available_kinds, best_kind
 from ..memory import ledger as ledgers
-from ..node import Node, RunContext
+from ..node import Node, RunContext, StreamServer
 from ..registry import import_plugin
 from .messages import (
     BufferRef,
@@ -228,9 +228,8 @@ class _Owner:
             f.hold(_Mapped(c.codec.buffers[bid]))
         f.tensors["input"] = c.codec.decode(msg.input)
         outs = [c.codec.decode(r) for r in msg.outputs]
-        provide = getattr(o.node, "provide_outputs", None)
-        if provide is not None:
-            provide(f, outs)
+        if isinstance(o.node, StreamServer):
+            o.node.provide_outputs(f, outs)
         self.routes[id(f)] = (c, msg.node_id, msg.key, f)
         c.in_flight += 1
         t = time.perf_counter()
@@ -332,17 +331,15 @@ def _frames_of(out: Any) -> list[Frame]:
 def _ready_info(node: Node, ctx: _OwnerContext) -> OwnerReady:
     """What a client needs from an opened node: its outputs (the memory it provides), what it adds to each
     frame's metadata, its ``--stats`` sections."""
-    describe = getattr(node, "output_specs", None)
-    at_once = getattr(node, "frames_at_once", None)
-    return OwnerReady(describe() if describe is not None else [], os.getpid(), at_once() if at_once is not None else 1,
-                      getattr(node, "frame_meta", dict)(), ctx.sections)
+    if isinstance(node, StreamServer):
+        return OwnerReady(node.output_specs(), os.getpid(), node.frames_at_once(), node.frame_meta(), ctx.sections)
+    return OwnerReady([], os.getpid(), 1, {}, ctx.sections)
 
 
-def owned_placement(node: Node, devs: Any) -> str:
+def owned_placement(node: Node, devs: Devices) -> str:
     """Where a client's shared input must live for ``node`` in the owner: DMA-BUF on an NPU (imported as
     a remote tensor by fd), host shared memory otherwise (OpenCL buffers do not cross processes)."""
-    choose = getattr(node, "owned_input", None)
-    return str(choose(devs)) if choose is not None else "host"
+    return node.owned_input(devs) if isinstance(node, StreamServer) else "host"
 
 
 def owner_main(control: Connection, path: str, payload: bytes, plugins: list[str], plugin_dir: str | None) -> None:

@@ -163,7 +163,7 @@ class Runner:
             self.contexts.pop(stream, None)
             raise
         with self._attaching:  # streams added at once (the API's threads) each count their end of stream
-            for targets in self.routes[stream].values():  # each consumer waits for one more end of stream
+            for targets in self.routes[stream].values():
                 for _, _, edge in targets:
                     self.stages.eos_due[edge.split("->", 1)[1]] += 1
         self.account.open_stream(stream)

@@ -132,7 +132,7 @@ class Stages:
                         fr.end("failed")
 
     def run_source(self, spec: NodeSpec, node: Source,
-                    on_error: Callable[[BaseException], None] | None = None) -> None:
+                   on_error: Callable[[BaseException], None] | None = None) -> None:
         """A source's thread, until its context says stop (the run's, or a stream of its own being removed);
         ``on_error`` for a stream added to the running graph: its failure is its own, not the run's."""
         ledgers.bind(self.state.ledger)
