@@ -25,7 +25,8 @@ class Detection:
     track_id: int | None = None
     keypoints: list[tuple[float, float]] | None = None
     #: ``detection``: found in this frame; ``predicted``: where a tracked object that the detector missed
-    #: in this frame is expected (a track coasting through a miss)
+    #: in this frame is expected (a track coasting through a miss); ``interpolated``: where a tracked object
+    #: was in a frame the detector's interval passed over, between the frames it ran on
     source: str = "detection"
     #: what later stages found out about the object, by name (a second model's look at its crop:
     #: ``{"face": 0.81}``)
@@ -148,6 +149,9 @@ class Frame:
     ref: FrameRef | None = None
     #: how the preprocess laid the picture into ``tensors["input"]`` (None before a preprocess)
     layout: TensorLayout | None = None
+    #: the preprocess whose detector interval passed over this frame (nothing was sought in it; a tracker
+    #: fills its objects in from the frames around it), or None
+    skipped: str | None = None
 
     @property
     def image(self) -> np.ndarray:

@@ -74,6 +74,11 @@ class RunContext(Protocol):
     def collector(self, name: str) -> list[Frame]:
         """An in-memory collection of this run (``RunResult.collected[name]``)."""
 
+    def board(self, name: str) -> dict[str, Any]:
+        """A dict the nodes of this run in this process share under ``name``: a later node's word to an
+        earlier one, which the graph's edges cannot carry back (a tracker tells the detector's interval which
+        streams have tracks still young). Keyed by stream; another process of the run has its own."""
+
     def snapshot(self) -> dict[str, Any]:
         """This run's statistics so far: frames by fate, per node counts (for metrics endpoints)."""
 

@@ -98,6 +98,7 @@ class StandaloneContext:
         self.stats: dict[str, Any] = {}
         self.sections: dict[str, dict[str, Any]] = {}
         self.collected: dict[str, list[Frame]] = {}
+        self.boards: dict[str, dict[str, Any]] = {}
         self._allocations, self._inputs = dict(allocations), dict(inputs)
         self._in_flight = frames_in_flight
         self._feeds = dict(feeds or {})
@@ -132,6 +133,9 @@ class StandaloneContext:
 
     def collector(self, name: str) -> list[Frame]:
         return self.collected.setdefault(name, [])
+
+    def board(self, name: str) -> dict[str, Any]:
+        return self.boards.setdefault(name, {})
 
     def snapshot(self) -> dict[str, Any]:
         return {"node": self.node_id, "stats": self.stats}

@@ -185,6 +185,8 @@ class BlazeFaceDecode(_Decoder):
         self.size = 128.0 if self.config.variant == "short" else 192.0
 
     def process(self, frame: Frame, port: str) -> Frame:
+        if frame.skipped:  # the detector's interval passed over it: nothing was sought
+            return frame
         c = self.config
         outs = [v for k, v in frame.tensors.items() if k != "input"]
         reg = next((o for o in outs if o.shape[-1] == 16), None)
@@ -234,6 +236,8 @@ class CenterFaceDecode(_Decoder):
     config: Config
 
     def process(self, frame: Frame, port: str) -> Frame:
+        if frame.skipped:  # the detector's interval passed over it: nothing was sought
+            return frame
         c = self.config
         outs = [np.asarray(v) for k, v in frame.tensors.items() if k != "input"]
         by_ch: dict[int, list[np.ndarray]] = {}
@@ -277,6 +281,8 @@ class YoloV8Decode(_Decoder):
     config: Config
 
     def process(self, frame: Frame, port: str) -> Frame:
+        if frame.skipped:  # the detector's interval passed over it: nothing was sought
+            return frame
         c = self.config
         out = _output(frame, c.output, 0)
         if out.ndim != 3 or out.shape[1] < 5:
@@ -306,6 +312,8 @@ class SsdDecode(_Decoder):
     config: Config
 
     def process(self, frame: Frame, port: str) -> Frame:
+        if frame.skipped:  # the detector's interval passed over it: nothing was sought
+            return frame
         c = self.config
         out = _output(frame, c.output, 0)
         if out.shape[-1] != 7:
@@ -333,6 +341,8 @@ class DbDecode(_Decoder):
     config: Config
 
     def process(self, frame: Frame, port: str) -> Frame:
+        if frame.skipped:  # the detector's interval passed over it: nothing was sought
+            return frame
         c = self.config
         prob = _output(frame, c.output, 0)
         if prob.ndim != 4 or prob.shape[1] != 1:

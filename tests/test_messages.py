@@ -28,7 +28,7 @@ def test_every_message_is_frozen_slotted_and_crosses_as_itself() -> None:
         send(a, msg)
         got, fds = recv(b)
         assert type(got) is cls and got == msg and fds == []
-    nested = m.FrameOut("cam", 3, 0.1, "BGR", {}, [], None, m.BufferRef(7, 0, (2, 2), "|u1", (2, 1)),
+    nested = m.FrameOut("cam", 3, 0.1, "BGR", {}, [], None, None, m.BufferRef(7, 0, (2, 2), "|u1", (2, 1)),
                         {"t": m.ObjectRef([1])}, (0, 0))
     data = pickle.dumps(nested, protocol=pickle.HIGHEST_PROTOCOL)
     assert pickle.loads(data) == nested and b"stream" not in data  # field values only, no names  # noqa: S301

@@ -66,6 +66,7 @@ class RunState:
     collected: dict[str, list[Frame]] = field(default_factory=dict)
     contracts: Contracts = field(default_factory=Contracts)
     sections: dict[str, dict[str, Any]] = field(default_factory=dict)
+    boards: dict[str, dict[str, Any]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -119,6 +120,10 @@ class NodeContext:
     def collector(self, name: str) -> list[Frame]:
         with self._state.lock:
             return self._state.collected.setdefault(name, [])
+
+    def board(self, name: str) -> dict[str, Any]:
+        with self._state.lock:
+            return self._state.boards.setdefault(name, {})
 
     def snapshot(self) -> dict[str, Any]:
         return self._snapshot()

@@ -122,6 +122,7 @@ class FrameHeader(Message):
     meta: dict[str, Any]
     detections: list[Any]
     layout: Any  # how a preprocess laid the picture into the tensor (frame.TensorLayout), or None
+    skipped: str | None  # frame.skipped: the preprocess whose detector interval passed over the frame
     data: ArrayRef | None
     tensors: dict[str, ArrayRef]
 

@@ -527,9 +527,8 @@ class OwnerClient(Node):
         with self.cond:  # the owner is gone: what it held failed
             if self.sock is sock:
                 self.sock = None
-                lost = [self.pending.pop(k) for k in list(self.order)]
-                self.order.clear()
-                self.ready.clear()
+                lost = [self.pending.pop(k) for k in self.order if k not in self.ready]
+                self.order = deque(k for k in self.order if k in self.ready)  # done (or never sent): they go on
                 if lost:
                     names = ", ".join(f"{f.stream}:{f.index}" for f in lost[:8]) + (" ..." if len(lost) > 8 else "")
                     self.errors.append(FrameError(lost, RuntimeError(
@@ -539,6 +538,14 @@ class OwnerClient(Node):
 
     # per frame ----------------------------------------------------------------------------------------
     def process(self, frame: Frame, port: str) -> list[Frame]:
+        lay = frame.layout
+        if lay is not None and lay.filled == 0:  # nothing to run (no object to look at, an interval's frame):
+            with self.cond:  # it does not cross; on in its turn, after the frames sent before it
+                key = self.seq = self.seq + 1
+                self.pending[key] = frame
+                self.order.append(key)
+                self.ready.add(key)
+            return self._take()
         with self.cond:
             # room at the owner, or the oldest is back (this thread hands it on below, after sending)
             self.cond.wait_for(lambda: len(self.order) < self.window or self.order[0] in self.ready

@@ -48,15 +48,18 @@ def _refs(codec: Codec, f: Frame, new_fds: dict[int, int]) -> tuple[ArrayRef | N
 
 
 def _encode_frame(codec: Codec, f: Frame) -> FrameHeader:
-    return FrameHeader(f.stream, f.index, f.pts, f.format, f.meta, f.detections, f.layout, *_refs(codec, f, {}))
+    return FrameHeader(f.stream, f.index, f.pts, f.format, f.meta, f.detections, f.layout, f.skipped,
+                       *_refs(codec, f, {}))
 
 
 def _decode_into(codec: Codec, h: FrameHeader, frame: Frame | None = None) -> Frame:
     data = codec.decode(h.data) if h.data is not None else None
     tensors = {k: codec.decode(v) for k, v in h.tensors.items()}
     if frame is None:
-        return Frame(h.stream, h.index, h.pts, data, h.format, h.meta, tensors, h.detections, layout=h.layout)
+        return Frame(h.stream, h.index, h.pts, data, h.format, h.meta, tensors, h.detections, layout=h.layout,
+                     skipped=h.skipped)
     frame.meta, frame.detections, frame.format, frame.layout = h.meta, h.detections, h.format, h.layout
+    frame.skipped = h.skipped
     if data is not None:
         frame.data = data
     frame.tensors.update(tensors)
@@ -79,6 +82,7 @@ class OutsideContext:
         self.devices = devices_ if devices_ is not None else devices()
         self.stats: dict[str, Any] = {}
         self.sections: dict[str, dict[str, Any]] = {}
+        self.boards: dict[str, dict[str, Any]] = {}  # this process's only: no other node of the run is here
         self._in_flight = in_flight
 
     @property
@@ -108,6 +112,9 @@ class OutsideContext:
 
     def collector(self, name: str) -> list[Frame]:
         raise KeyError(f"in-memory collection {name!r} is not reachable from {self.where}")
+
+    def board(self, name: str) -> dict[str, Any]:
+        return self.boards.setdefault(name, {})
 
     def snapshot(self) -> dict[str, Any]:
         return {}
@@ -156,7 +163,7 @@ def _encode_result(codec: Codec, result: Any) -> FrameOut | FramesOut:
     if isinstance(result, Frame):  # most nodes: the frame they were given
         f = result
         data, tensors = _refs(codec, f, {})
-        return FrameOut(f.stream, f.index, f.pts, f.format, f.meta, f.detections, f.layout, data, tensors,
+        return FrameOut(f.stream, f.index, f.pts, f.format, f.meta, f.detections, f.layout, f.skipped, data, tensors,
                         codec.take_copies())
     body: list[FrameHeader] | dict[str, list[FrameHeader]] | None
     if result is None:
@@ -220,7 +227,7 @@ class ProcessNode(Node):
         data, tensors = _refs(self.codec, frame, new)
         ids = list(new)  # buffers the worker has not seen: their fds ride along, once
         out = FrameIn(frame.stream, frame.index, frame.pts, frame.format, frame.meta, frame.detections, frame.layout,
-                      data, tensors, port, ids)
+                      frame.skipped, data, tensors, port, ids)
         try:
             send(self.sock, out, [new[b] for b in ids])
             msg, _ = self._recv_or_crash(frame)

@@ -47,8 +47,9 @@ class Entries:
         return int(layout.filled) if layout is not None and layout.filled is not None else self.count
 
     def empty(self, frame: Frame) -> bool:
-        """``frame`` has nothing to look at: it runs no request."""
-        return self.up_to and self.filled(frame) == 0
+        """``frame`` has nothing to look at (no object to look at, or the detector's interval passed over
+        it): it runs no request."""
+        return self.filled(frame) == 0
 
     def run(self, frame: Frame) -> int:
         """How many entries ``frame``'s request runs: with a bounded-dynamic batch the entries it filled

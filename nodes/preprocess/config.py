@@ -8,6 +8,7 @@ from pydantic import Field, model_validator
 from flowpipe.node import NodeConfig
 
 from .geometry import Objects, Tiles
+from .interval import Interval
 
 
 class PreprocessConfig(NodeConfig):
@@ -30,6 +31,8 @@ class PreprocessConfig(NodeConfig):
     tiles: Tiles | None = Field(None, description="grid tiling; the tensor's batch is one entry per tile")
     objects: Objects | None = Field(None, description="one entry per object found upstream (a crop "
                                     "around each), for a second model that looks at them")
+    interval: Interval | None = Field(None, description="the detector's interval: the frames between the ones "
+                                      "it runs on go on without a tensor, for a tracker to fill in")
     color: Literal["BGR", "RGB", "GRAY"] = "BGR"
     mean: tuple[float, float, float] = (0.0, 0.0, 0.0)
     scale: tuple[float, float, float] = Field((1.0, 1.0, 1.0), description="divide by this after mean")
@@ -54,6 +57,9 @@ class PreprocessConfig(NodeConfig):
         if sum(x is not None for x in (self.roi, self.tiles, self.objects)) > 1:
             raise ValueError("roi, tiles and objects exclude each other: expected one of them, got "
                              + " and ".join(k for k in ("roi", "tiles", "objects") if getattr(self, k)))
+        if self.interval is not None and (self.objects is not None or self.backend == "openvino"):
+            raise ValueError("interval passes over whole frames: expected it without objects, on the opencl or "
+                             "cpu backend")
         if self.objects is not None and self.backend == "openvino":
             raise ValueError("objects crops the frame on the opencl or cpu backend: expected backend auto, "
                              "opencl or cpu")

@@ -23,6 +23,7 @@ from flowpipe.registry import register
 from .config import PreprocessConfig
 from .cpu import CpuBackend
 from .geometry import Geometry, Objects, fitted, geometry
+from .interval import Gate
 from .opencl import OpenClBackend
 from .tensor import DTYPES, SRC_FMT, TensorMemory
 
@@ -60,6 +61,7 @@ class Preprocess(Node):
     cl: ClDevice | None = None
     size: tuple[int, int] | None = None  # the tensor's width, height: config.size, or fitted to the picture
     _writer: CpuBackend | OpenClBackend | None = None  # None: openvino, the frame itself is the input
+    gate: Gate | None = None  # the detector's interval
 
     def tensor_size(self) -> tuple[int, int]:
         """The tensor's width and height: the one it writes once open, before that ``config.size``."""
@@ -121,6 +123,9 @@ class Preprocess(Node):
         self.pool: BufferPool | None = None
         if self.backend != "openvino" and self.slots is None:
             self.pool = alloc.pool(self.memory.nbytes, min(ctx.frames_in_flight(), 64))
+        c_int = c.interval
+        self.gate = Gate(c_int, ctx.board(c_int.follow) if c_int.follow else None, stats) \
+            if c_int is not None and c_int.every > 1 else None
         self._writer = None
         if self.backend == "opencl":
             assert self.cl is not None, "the opencl backend runs with a device"
@@ -150,6 +155,11 @@ class Preprocess(Node):
         tw, th = self.tensor_size()
         if c.objects is not None:
             return self._objects(frame, c.objects, tw, th)
+        if self.gate is not None and not self.gate.run(frame):  # the interval passes over it: no tensor
+            frame.skipped = self.id
+            frame.layout = TensorLayout(self.id, (tw, th), (), filled=0)
+            frame.tensors["input"] = np.empty((0, *self.shape[1:]), self.memory.dtype)
+            return frame
         rois = c.tiles.rois(w, h) if c.tiles else [roi]
         geos = [geometry(w, h, tw, th, c.resize, r, c.upscale) for r in rois]
         frame.layout = TensorLayout(self.id, (tw, th), tuple(geos))
@@ -186,6 +196,10 @@ class Preprocess(Node):
         frame.hold(lease)
         frame.tensors["input"] = self._writer.write(frame, geos, lease, base)
         return frame
+
+    def end_stream(self, stream: str) -> None:
+        if self.gate is not None:
+            self.gate.forget(stream)
 
     def close(self) -> None:
         if self._writer is not None:

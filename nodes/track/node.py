@@ -32,6 +32,15 @@ class Tracker(Node):
     the candidates found where it was in the frames before (a face that scores high only after a few
     frames is masked from its first), at N frames of latency.
 
+    With a detector interval upstream (a preprocess's ``interval``), the frames the detector passed over
+    (``frame.skipped``) wait here too: once the next frame it ran on has been tracked, each track found in both
+    is put in the frames between at its interpolated box, a track that starts there from its first box back
+    (a face that came in between is masked from where it entered), and one that ended at its last box for
+    the first half of the gap (``source: interpolated``). The track counts (``coast``, ``hold``, ``max_age``,
+    ``start_after``, ``lookahead``'s memory) are of the frames the detector ran on. The tracker tells the
+    interval which streams have young tracks (found, not yet confirmed) or candidates, and its smallest
+    object: the detector runs on every frame of those.
+
     YAML:
         - id: track
           type: tracker
@@ -114,12 +123,18 @@ class Tracker(Node):
         self.timer_due = 0.0
         self.max_held = self.config.lookahead * max(1, ctx.streams)
         self.stats = ctx.stats
+        self.board = ctx.board(self.id)  # this tracker's word to a detector interval, per stream
+        self.last: dict[str, Frame] = {}  # each stream's last frame the detector ran on
+        self.gap: dict[str, list[Frame]] = {}  # and the frames after it its interval passed over
         if self.config.lookahead:
             self.stats["lookahead"] = f"{self.config.lookahead} frames"
             self.stats["backfilled"] = 0  # candidates that became a track's detections in earlier frames
 
     def end_stream(self, stream: str) -> None:
         self.streams.pop(stream, None)
+        self.last.pop(stream, None)
+        self.gap.pop(stream, None)
+        self.board.pop(stream, None)
         with self.lock:
             self.waiting.pop(stream, None)
 
@@ -132,10 +147,34 @@ class Tracker(Node):
                 d.track_id = nid
                 f.detections.append(d)
                 self.stats["backfilled"] += 1
+        if self.gap or any(f.skipped for f, _ in self.waiting.get(stream, ())):
+            self._fill_track(stream, nid)
+
+    def _fill_track(self, stream: str, nid: int) -> None:
+        """Track ``nid``, backfilled into earlier frames the detector ran on, into the frames between them its
+        interval passed over (still waiting here): at its interpolated box, and back from its first box."""
+        with self.lock:
+            frames = [f for f, _ in self.waiting.get(stream, ())]
+        before: Detection | None = None
+        passed: list[Frame] = []
+        for f in frames:
+            if f.skipped:
+                passed.append(f)
+                continue
+            d = next((d for d in f.detections if d.track_id == nid), None)
+            if d is not None:
+                for i, g in enumerate(passed, 1):
+                    if all(x.track_id != nid for x in g.detections):
+                        g.detections.append(_between(before, d, i / (len(passed) + 1)))
+            before, passed = d, []
 
     def process(self, frame: Frame, port: str) -> Any:
         try:
-            self._track(frame)
+            if frame.skipped:  # the detector's interval passed over it: filled in once the next is tracked
+                self._passed(frame)
+            else:
+                self._track(frame)
+                self._fill(frame)
         except Exception as e:  # the frame is held: say which one failed
             raise FrameError(frame, e) from e
         if not self.config.lookahead:
@@ -167,6 +206,39 @@ class Tracker(Node):
             out = [f for q in self.waiting.values() for f, _ in q]
             self.waiting.clear()
         return out
+
+    def _passed(self, frame: Frame) -> None:
+        """A frame the detector's interval passed over: until the next frame it runs on is tracked, the last
+        one's objects where they were (``source: predicted``)."""
+        last = self.last.get(frame.stream)
+        frame.detections = [_copy(d, d.box, "predicted") for d in last.detections] if last is not None else []
+        self.gap.setdefault(frame.stream, []).append(frame)
+
+    def _fill(self, frame: Frame) -> None:
+        """The frames between the stream's last detected frame and ``frame`` that still wait here get every
+        track at its interpolated box; the tracker's word on the stream goes to the interval."""
+        stream = frame.stream
+        last, gap = self.last.get(stream), self.gap.pop(stream, [])
+        self.last[stream] = frame
+        if gap:
+            with self.lock:
+                waiting = {id(f) for f, _ in self.waiting.get(stream, ())}
+            before = {d.track_id: d for d in last.detections if d.track_id is not None} if last is not None else {}
+            for i, g in enumerate(gap, 1):
+                if id(g) not in waiting:  # gone on already (a lookahead shorter than the interval)
+                    self.stats["passed_unfilled"] = self.stats.get("passed_unfilled", 0) + 1
+                    continue
+                a = i / (len(gap) + 1)
+                g.detections = [_between(before.get(d.track_id) if d.track_id is not None else None, d, a)
+                                for d in frame.detections]
+                now = {d.track_id for d in frame.detections}
+                g.detections += [_copy(d, d.box, "interpolated") for t, d in before.items()
+                                 if t not in now and a <= 0.5]  # ended: where it was, for half the gap
+                self.stats["interpolated"] = self.stats.get("interpolated", 0) + 1
+        core = self.streams[stream]
+        young = sum(t.confirmed < self.settings.confirm and not t.missed for t in core.tracks) + len(core.tentative)
+        sizes = [float(t.box[2] - t.box[0]) for t in core.tracks if not t.missed]
+        self.board[stream] = {"young": young, "smallest": min(sizes, default=float("inf"))}
 
     def _arm(self) -> None:
         """A wake when the oldest waiting frame is due (poll lets it go if no frame of its stream came); one
@@ -210,3 +282,17 @@ class Tracker(Node):
         frame.detections = kept
         for nid, seen in got.backfill:
             self._backfill(frame.stream, nid, seen)
+
+
+def _copy(d: Detection, box: Any, source: str) -> Detection:
+    return Detection(tuple(float(v) for v in box), d.score, d.label, d.label_id,  # type: ignore[arg-type]
+                     track_id=d.track_id, source=source, attributes=dict(d.attributes))
+
+
+def _between(before: Detection | None, after: Detection, a: float) -> Detection:
+    """``after``'s object a fraction ``a`` of the way from where it was in ``before`` (from where it is in
+    ``after`` when it was not there: masked back to where it came in)."""
+    if before is None:
+        return _copy(after, after.box, "interpolated")
+    box = (1 - a) * np.asarray(before.box, np.float64) + a * np.asarray(after.box, np.float64)
+    return _copy(after, box, "interpolated")

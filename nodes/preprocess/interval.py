@@ -1,0 +1,109 @@
+"""The detector's interval: which frames of each stream the detector runs on (DL Streamer's ``gvadetect
+inference-interval``, DeepStream's ``nvinfer interval``), decided where its cost begins, at the
+preprocess. The frames between go on without a tensor (``frame.skipped``); a tracker with a lookahead fills
+their objects in from the frames the detector ran on before and after them.
+
+Privacy first: the detector runs on every frame of a stream while the tracker it follows says the stream has
+young tracks (found, not yet confirmed) or small objects, and on a frame whose picture changed (a cut, a fast
+pan), whatever the count."""
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import cv2
+import numpy as np
+from pydantic import Field
+
+from flowpipe.frame import Frame
+from flowpipe.node import NodeConfig
+
+THUMB = (64, 36)  # the gray thumbnail a picture's change is measured on
+
+
+class Interval(NodeConfig):
+    """``every``: the detector runs on one frame in this many of each stream (1: every frame)."""
+
+    every: int = Field(1, ge=1, le=30, description="the detector runs on one frame in this many of each stream; "
+                       "a tracker's lookahead of at least every - 1 frames fills the others in")
+    follow: str | None = Field(None, description="the tracker (its node id) whose word counts: every frame is "
+                               "detected while it says a stream has young tracks or small objects")
+    small: float = Field(0.0, ge=0, description="pixels: every frame is detected while a tracked object of the "
+                         "stream is narrower than this (follow)")
+    change: float = Field(0.08, ge=0, le=1, description="a frame whose picture differs this much from the last "
+                          "one the detector ran on (mean absolute difference of a 64x36 gray thumbnail, 0..1) is "
+                          "detected whatever the count: a cut, a fast pan, the lights (0: never measured)")
+
+
+@dataclass
+class _Stream:
+    started: bool = False
+    since: int = 0  # frames since the detector last ran
+    thumb: np.ndarray | None = None  # the picture it last ran on
+
+
+def thumbnail(frame: Frame) -> np.ndarray:
+    """``frame``'s picture as a small gray image (the luma plane of YUV frames: no conversion)."""
+    img = frame.image
+    h = frame.height
+    if frame.format in ("NV12", "I420"):
+        gray = img[:h]
+    elif frame.format == "GRAY":
+        gray = img
+    else:
+        gray = cv2.cvtColor(img, cv2.COLOR_RGB2GRAY if frame.format == "RGB" else cv2.COLOR_BGR2GRAY)
+    return cv2.resize(gray, THUMB, interpolation=cv2.INTER_AREA).astype(np.int16)
+
+
+class Gate:
+    """Per stream: whether the detector runs on a frame, and why (counted in ``stats``)."""
+
+    def __init__(self, config: Interval, board: dict[str, Any] | None, stats: dict[str, Any]):
+        self.config = config
+        self.board = board  # the followed tracker's word per stream: {"young": n, "smallest": px}
+        self.streams: dict[str, _Stream] = {}
+        self.lock = threading.Lock()
+        self.why: Counter[str] = Counter()
+        self.stats = stats
+        stats["interval"] = f"every {config.every}" + (f", every frame while '{config.follow}' has young tracks"
+                                                        + (f" or objects under {config.small:g} px"
+                                                           if config.small else "") if config.follow else "")
+
+    def run(self, frame: Frame) -> bool:
+        """Whether the detector runs on ``frame`` (every frame counts toward the interval)."""
+        c = self.config
+        with self.lock:
+            s = self.streams.setdefault(frame.stream, _Stream())
+        thumb = thumbnail(frame) if c.change > 0 else None
+        why = self._why(frame.stream, s, thumb)
+        s.since = 0 if why else s.since + 1
+        if why:
+            s.thumb = thumb
+        with self.lock:
+            self.why[why or "skipped"] += 1
+            self.stats["detector_runs"] = dict(self.why)
+        return bool(why)
+
+    def _why(self, stream: str, s: _Stream, thumb: np.ndarray | None) -> str:
+        c = self.config
+        if not s.started:
+            s.started = True
+            return "first"
+        if s.since + 1 >= c.every:
+            return "count"
+        word = self.board.get(stream) if self.board is not None else None
+        if self.board is not None and word is None:
+            return "unheard"  # the tracker has not seen the stream yet (its first frames, or a new track's)
+        if word is not None and word.get("young"):
+            return "young"
+        if word is not None and c.small and word.get("smallest", np.inf) < c.small:
+            return "small"
+        if thumb is not None and s.thumb is not None and float(np.abs(thumb - s.thumb).mean()) / 255 >= c.change:
+            return "change"
+        return ""
+
+    def forget(self, stream: str) -> None:
+        with self.lock:
+            self.streams.pop(stream, None)

@@ -1,0 +1,130 @@
+"""The detector's interval: a preprocess that passes over frames (counted, and every frame while the tracker
+it follows says a stream's tracks are young, or the picture changed) and a tracker that fills those frames in
+from the frames the detector ran on around them."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from flowpipe.nodes.preprocess import Preprocess
+
+from flowpipe.frame import Detection, Frame
+from flowpipe.graph import load_graph
+from flowpipe.runtime import Runner
+from flowpipe.testing import Harness, run_node
+
+ROOT = Path(__file__).resolve().parent.parent
+Box = tuple[float, float, float, float]
+
+
+def _frames(seq: list[list[tuple[Box, float]] | None]) -> list[Frame]:
+    """Frames of stream ``cam``; ``None``: a frame the interval passed over."""
+    out = []
+    for i, dets in enumerate(seq):
+        f = Frame("cam", i, i / 30, np.zeros((240, 320, 3), np.uint8))
+        if dets is None:
+            f.skipped = "pre"
+        else:
+            f.detections = [Detection(b, s, "face") for b, s in dets]
+        out.append(f)
+    return out
+
+
+def _at(x: float) -> Box:
+    return (x, 100.0, x + 40, 150.0)
+
+
+def test_the_frames_between_two_detections_get_each_track_at_its_interpolated_box() -> None:
+    """Detections on frames 0, 3 and 6: face A (track 1) moves 12 px between them and is put 4 px a frame
+    along its way in the frames between; face B (track 3), first found on frame 3, is masked back to where it
+    came in (frames 1 and 2, at its first box); face C (track 2), found on frame 0 only, stays where it was
+    for the first half of the gap. Every frame keeps its place in the stream."""
+    seq = [[(_at(100), 0.9), (_at(250), 0.9)], None, None, [(_at(112), 0.9), ((10.0, 10.0, 40.0, 40.0), 0.9)],
+           None, None, [(_at(124), 0.9), ((10.0, 10.0, 40.0, 40.0), 0.9)]]
+    out = run_node("type: tracker\nconfig: {high_score: 0.5, lookahead: 3, confirm: 3}", _frames(seq),
+                   port="detections")
+    assert out.result.ok, out.result.error
+    assert [f.index for f in out.frames] == list(range(7))
+    got = [sorted((d.track_id, round(d.box[0]), d.source[0]) for d in f.detections) for f in out.frames]
+    assert got[0] == [(1, 100, "d"), (2, 250, "d")]
+    assert got[1] == [(1, 104, "i"), (2, 250, "i"), (3, 10, "i")]  # C ends: still there a third of the way
+    assert got[2] == [(1, 108, "i"), (3, 10, "i")]  # ... not two thirds; B back to where it came in
+    assert got[3] == [(1, 112, "d"), (3, 10, "d")]
+    assert got[4] == [(1, 116, "i"), (3, 10, "i")] and got[5] == [(1, 120, "i"), (3, 10, "i")]
+    assert out.frames[1].detections[0].to_json()["source"] == "interpolated"
+    assert out.result.nodes["node"]["interpolated"] == 4
+
+
+def test_a_lookahead_shorter_than_the_interval_lets_frames_go_on_a_prediction_and_says_so() -> None:
+    """Without a lookahead the frames the interval passed over cannot wait for the next detection: they go
+    on with the last one's objects where they were (``predicted``), counted as ``passed_unfilled``."""
+    seq = [[(_at(100), 0.9)], None, None, [(_at(112), 0.9)]]
+    out = run_node("type: tracker\nconfig: {high_score: 0.5}", _frames(seq), port="detections")
+    got = [[(d.track_id, round(d.box[0]), d.source) for d in f.detections] for f in out.frames]
+    assert got == [[(1, 100, "detection")], [(1, 100, "predicted")], [(1, 100, "predicted")],
+                   [(1, 112, "detection")]]
+    assert out.result.nodes["node"]["passed_unfilled"] == 2
+
+
+def test_a_track_that_starts_late_is_filled_into_the_passed_frames_before_its_first_detection() -> None:
+    """A face found at 0.3 on frames 0 and 3 and at 0.9 on frame 6 (detections every third frame): the
+    lookahead backfills it into frames 0 and 3, and the interval's frames between get it too."""
+    seq = [[(_at(100), 0.3)], None, None, [(_at(112), 0.3)], None, None, [(_at(124), 0.9)]]
+    out = run_node("type: tracker\nconfig: {high_score: 0.5, lookahead: 8, confirm: 1}", _frames(seq),
+                   port="detections")
+    assert [[round(d.box[0]) for d in f.detections] for f in out.frames] == [[x] for x in range(100, 125, 4)]
+    assert out.result.nodes["node"]["backfilled"] == 2
+
+
+def _gate_run(config: str, pictures: list[np.ndarray], board: dict | None = None) -> list[bool]:
+    node = Preprocess("pre", Preprocess.Config.model_validate(
+        {"size": [64, 64], "color": "RGB", "layout": "NCHW", "interval": json.loads(config)}))
+    with Harness(node) as h:
+        if board is not None:
+            h.context.board("track").update(board)
+        ran = []
+        for i, p in enumerate(pictures):
+            f = node.process(Frame("cam", i, i / 30, p), "frame")
+            ran.append(f.skipped is None)
+            assert (f.layout is not None and f.layout.filled == 0) == (f.skipped == "pre")
+            assert f.tensors["input"].shape[0] == (1 if f.skipped is None else 0)
+        assert h.context.stats["detector_runs"].get("skipped", 0) == ran.count(False)
+    return ran
+
+
+def test_the_interval_runs_the_detector_every_nth_frame_and_on_a_changed_picture() -> None:
+    still = [np.full((120, 160, 3), 90, np.uint8)] * 7
+    assert _gate_run('{"every": 3, "change": 0}', still) == [True, False, False, True, False, False, True]
+    cut = [*still[:4]] + [np.full((120, 160, 3), 200, np.uint8)] * 3  # a cut on frame 4
+    assert _gate_run('{"every": 3}', cut) == [True, False, False, True, True, False, False]
+
+
+def test_the_interval_runs_on_every_frame_while_the_tracker_it_follows_has_young_tracks() -> None:
+    still = [np.full((120, 160, 3), 90, np.uint8)] * 4
+    young = {"cam": {"young": 1, "smallest": 80.0}}
+    assert _gate_run('{"every": 3, "follow": "track"}', still, young) == [True] * 4
+    small = {"cam": {"young": 0, "smallest": 12.0}}
+    assert _gate_run('{"every": 3, "follow": "track", "small": 24}', still, small) == [True] * 4
+    calm = {"cam": {"young": 0, "smallest": 80.0}}
+    assert _gate_run('{"every": 3, "follow": "track", "small": 24}', still, calm) == [True, False, False, True]
+    assert _gate_run('{"every": 3, "follow": "track"}', still, {}) == [True] * 4  # not heard yet
+
+
+def test_face_blur_with_an_interval_accounts_every_frame_and_masks_the_passed_ones(tmp_path) -> None:
+    """The shipped graph with ``interval: 3`` on the sample: every frame out with one JSON line, the detector
+    run on fewer frames than there are, and the frames it passed over masked where the faces are in the
+    frames it ran on around them."""
+    spec = load_graph(str(ROOT / "graphs" / "face_blur.yaml"), {
+        "interval": 3, "device": "CPU", "output": str(tmp_path / "o.mp4"), "metadata": str(tmp_path / "o.jsonl")})
+    res = Runner(spec, max_frames=60).run()
+    assert res.ok, res.error
+    assert res.frames == {"in": 60, "out": 60, "dropped": 0, "failed": 0}
+    runs = res.nodes["pre"]["detector_runs"]
+    assert runs["skipped"] >= 10 and sum(runs.values()) == 60
+    lines = [json.loads(x) for x in (tmp_path / "o.jsonl").read_text().splitlines()]
+    assert [r["frame"] for r in lines] == list(range(60))
+    sources = {o["source"] for r in lines for o in r["objects"]}
+    assert "interpolated" in sources and "detection" in sources
+    # all but the last frames (the stream ends before the detector runs again: they keep the last objects)
+    assert runs["skipped"] - 2 <= res.nodes["track"]["interpolated"] <= runs["skipped"]
