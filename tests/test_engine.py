@@ -99,6 +99,18 @@ def test_copy_on_write_only_when_another_reader_holds_the_frame() -> None:
           - {id: s, type: null_sink, inputs: w.out}
     """)
     assert solo.ok and solo.edges["src->w"]["copies"] == 0
+    # a stage that hands its frame on (a tracker before a blur) passes its reference with it: the writer
+    # after it is the frame's one reader, whether it runs inline or on a thread of its own
+    for thread in ("", ", thread: own"):
+        chain = run_yaml(f"""
+            nodes:
+              - {{id: src, type: synthetic_source, config: {{count: 20, width: 16, height: 8}}}}
+              - {{id: hop, type: test_fault, inputs: src.frame}}
+              - {{id: w, type: test_inplace, inputs: hop.out{thread}}}
+              - {{id: s, type: null_sink, inputs: w.out}}
+        """)
+        assert chain.ok and chain.frames["out"] == 20, chain.error
+        assert chain.edges["hop->w"]["copies"] == 0, thread
 
 
 def test_max_frames_stops_sources_and_drains() -> None:

@@ -498,6 +498,7 @@ class OwnerClient(Node):
             self.pools = [_pool(int(np.prod(shape)) * np.dtype(dt).itemsize, n, kind)
                           for _, shape, dt in info.outputs]
         self.sent: set[int] = set()
+        self.kept = 0  # frames with nothing to run, which did not cross
         self.sock = sock
         for name, data in info.sections.items():
             self.ctx.section(name, dict(data, owner_pid=info.pid))
@@ -545,6 +546,8 @@ class OwnerClient(Node):
                 self.pending[key] = frame
                 self.order.append(key)
                 self.ready.add(key)
+                self.kept += 1
+                self.ctx.stats["frames_kept_here"] = self.kept  # none to run: never sent to the owner
             return self._take()
         with self.cond:
             # room at the owner, or the oldest is back (this thread hands it on below, after sending)

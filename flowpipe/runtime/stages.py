@@ -240,6 +240,7 @@ class Stages:
             frame.end("failed")
             return
         writes = node.declared.writes_input
+        passes = False
         t0, c0 = time.perf_counter(), time.thread_time()
         w0, n0 = _nested.wall, _nested.cpu
         if gate is not None:
@@ -249,8 +250,12 @@ class Stages:
                 if writes and frame.ref is not None and frame.ref.count > 1 and frame.data is not None:
                     frame = replace(frame, data=ledgers.copy(frame.data), meta=dict(frame.meta))
                 result = node.process(frame, in_port)
-                self.emit(spec.id, result, default_port, held)
-            if not held:
+                # a node that hands its frame on gives the next stage its own reference (as a node that
+                # holds frames does): a stage run inline, or on another thread before this one ends its
+                # reference, sees the frame with one reader and need not copy it to write into it
+                passes = not held and frame.ref is not None and _only(result) is frame
+                self.emit(spec.id, result, default_port, held or passes)
+            if not held and not passes:
                 frame.end("out")
             error = None
         except Exception as e:  # noqa: BLE001
@@ -259,7 +264,7 @@ class Stages:
             if gate is not None:
                 gate.leave()
         if error is not None:
-            self.node_error(spec, st, None if held else frame, error)
+            self.node_error(spec, st, None if held or passes else frame, error)
         t1, c1 = time.perf_counter(), time.thread_time()
         wall, cpu = (t1 - t0) - (_nested.wall - w0), (c1 - c0) - (_nested.cpu - n0)
         _nested.wall += wall  # a stage this one runs inside takes out both: the nested stages' and this one's
@@ -351,3 +356,12 @@ class Stages:
         """A template source's place: its end of stream goes out when the run stops."""
         self.stop_event.wait()
         self.send_eos(node_id)
+
+
+def _only(result: Any) -> Frame | None:
+    """The one frame a node's ``process`` returned (a frame, or a list of one), else None."""
+    if isinstance(result, Frame):
+        return result
+    if isinstance(result, list) and len(result) == 1:
+        return result[0] if isinstance(result[0], Frame) else None
+    return None
