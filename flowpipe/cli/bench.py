@@ -115,6 +115,7 @@ def bench_graph(path: str, sets: list[str] | None = None, frames: int = 300, war
         "nodes": {k: {f: v.get(f) for f in ("type", "frames", "fps", "latency_ms", "queue_max", "busy_s",
                                                     "cpu_ms_per_frame")}
                   for k, v in res.nodes.items()},
+        "detector_runs": _detector_runs(res.nodes),
         "edges": res.edges, "inference": res.inference, "exit": res.exit_code,
         "error": str(res.error) if res.error else None,
         "machine": {"cpu": platform.processor() or platform.machine(), "cores": usable_cores(),
@@ -180,3 +181,14 @@ def _proc_pss_kb(pid: int | str) -> int:
 
 def _round(v: float | None) -> float | None:
     return round(v, 2) if v is not None else None
+
+
+def _detector_runs(nodes: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """Per preprocess with a detector interval: why the detector ran on frames, and how many it passed
+    over, summed over the shards."""
+    out: dict[str, dict[str, int]] = {}
+    for nid, st in nodes.items():
+        for block in [st, *st.get("shards", {}).values()]:
+            for why, n in (block.get("detector_runs") or {}).items():
+                out.setdefault(nid, {})[why] = out.get(nid, {}).get(why, 0) + n
+    return out
