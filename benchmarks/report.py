@@ -139,6 +139,7 @@ def write_report(s: dict, path: Path) -> None:
     L += _media(results)
     L += _privacy(results)
     L += _soak(results)
+    L += _sixteen(results)
     path.write_text("\n".join(L) + "\n")
 
 
@@ -164,6 +165,56 @@ def _soak(results: Path) -> list[str]:
             "device owner released the output memory of frames that ran no request (b8c2545), the same 16-stream "
             "run on the H100 grew 4.5 GB an hour (12.6 -> 13.1 GB in 6 minutes, linear), and 4 streams over 2 "
             "processes on 2 cores 1.7 GB an hour (the owner alone 1.5 GB/h).", ""]
+
+
+def _sixteen(results: Path) -> list[str]:
+    """Section 14: the face-blur job on 16 cameras, every configuration side by side
+    (``benchmarks/sixteen_cameras.py``)."""
+    L = ["## 14. Sixteen cameras on one server", ""]
+    runs = sorted(results.glob("sixteen_cameras_*.json"))
+    if not runs:
+        return [*L, "No run of benchmarks/sixteen_cameras.py in benchmarks/results/.", ""]
+    for f in runs:
+        r = json.loads(f.read_text())
+        L += [f"**{f.stem}** ({r['streams']} streams of the 1366x768 sample, {r['frames_per_stream']} frames each "
+              f"after the warm-up, {r['cores']} cores, {r['date']}); `python benchmarks/sixteen_cameras.py`:", "",
+              "| configuration | device | fps, all streams | slowest stream | CPU ms / frame | vs one stream | cores "
+              "busy | bytes copied / frame | kbit/s per stream | detector passed over |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+        for x in r["rows"]:
+            if x.get("error"):
+                L.append(f"| {x['config']} | {x['device']} | failed: {' '.join(x['error'])[:80]} |||||||")
+                continue
+            runs_ = x.get("detector_runs") or {}
+            passed = f"{runs_.get('skipped', 0) / max(1, sum(runs_.values())):.0%}" if runs_ else "-"
+            L.append(f"| {x['config']} | {x['device']} | {x['fps']} | {x['slowest_stream_fps']} | "
+                     f"{x['cpu_ms_per_frame']} | {x.get('cpu_vs_one_stream', '-')} | {x['cores_busy']} | "
+                     f"{x['bytes_copied_per_frame']:.0f} | {x['kbit_s_per_stream_at_25fps']} | {passed} |")
+        L.append("")
+    return [*L, "![16 cameras](benchmarks/results/sixteen_cameras.png)", ""]
+
+
+def plot_sixteen(results: Path) -> None:
+    """benchmarks/results/sixteen_cameras.png: fps of every configuration, the 400 fps that 16 cameras at 25 fps
+    need drawn across."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = sorted(results.glob("sixteen_cameras_*.json"))
+    if not runs:
+        return
+    rows = [x for x in json.loads(runs[-1].read_text())["rows"] if x.get("fps") and x["streams"] > 1]
+    fig, ax = plt.subplots(figsize=(9, 4))
+    ax.bar(range(len(rows)), [x["fps"] for x in rows], color="#4c72b0")
+    ax.set_xticks(range(len(rows)), [x["config"] for x in rows], rotation=30, ha="right", fontsize=8)
+    ax.axhline(400, color="#c44e52", linestyle="--", label="16 cameras at 25 fps")
+    ax.legend()
+    ax.set_ylabel("fps, all streams")
+    ax.set_title(f"Face blur, {rows[0]['streams'] if rows else 16} streams ({runs[-1].stem})")
+    fig.tight_layout()
+    fig.savefig(results / "sixteen_cameras.png", dpi=110)
 
 
 def _media(results: Path) -> list[str]:
@@ -497,4 +548,5 @@ def plot_processes(results: Path) -> None:
 if __name__ == "__main__":
     suite = json.loads(Path(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results/suite.json").read_text())
     plot_processes(Path(__file__).resolve().parent / "results")
+    plot_sixteen(Path(__file__).resolve().parent / "results")
     write_report(suite, Path(__file__).resolve().parent.parent / "BENCHMARKS.md")
