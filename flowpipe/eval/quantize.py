@@ -105,12 +105,13 @@ def quantize(name: str, recipe: dict[str, Any] | None = None) -> dict[str, Any]:
     t0 = time.perf_counter()
     source = models.resolve(recipe["from"])
     inputs = calibration_inputs(name, recipe)
+    if len(inputs) > int(recipe["subset_size"]):  # spread over every clip, not the first clips' inputs
+        inputs = [inputs[i] for i in _picks(len(inputs), int(recipe["subset_size"]))]
     model = ov.Core().read_model(str(source))
     if models.entry(recipe["from"])["input"].get("any_size"):  # the file holds placeholder dimensions
         model.reshape({model.inputs[0].get_any_name(): list(inputs[0].shape)})
     preset = nncf.QuantizationPreset.MIXED if recipe["preset"] == "mixed" else nncf.QuantizationPreset.PERFORMANCE
-    quantized = nncf.quantize(model, nncf.Dataset(inputs), preset=preset,
-                              subset_size=min(int(recipe["subset_size"]), len(inputs)))
+    quantized = nncf.quantize(model, nncf.Dataset(inputs), preset=preset, subset_size=len(inputs))
     dest = models.cached_path(name)
     meta_path = models.metadata_path(name)
     meta_path.unlink(missing_ok=True)  # no JSON while the files change: a crash leaves a model made again
