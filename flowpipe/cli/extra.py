@@ -60,11 +60,15 @@ def cmd_models(args: argparse.Namespace) -> int:
         for name, e in models.registry().items():
             cached = models.cached_path(name)
             state = "cached" if cached.exists() else "not fetched"
-            print(f"{name:18s} {e['input']['shape']!s:18s} {state:12s} {e['description']}")
+            if "quantize" in e:
+                state = "quantized" if models.metadata_path(name).exists() else "not made"
+            print(f"{name:20s} {e['input']['shape']!s:18s} {state:12s} {e['description']}")
         return 0
     if not args.name:
-        print("error: models pull NAME: expected a model name", file=sys.stderr)
+        print(f"error: models {args.action} NAME: expected a model name", file=sys.stderr)
         return 2
+    if args.action == "quantize":
+        return _quantize(args)
     try:
         for name in args.name:
             path = models.pull(name)
@@ -72,6 +76,34 @@ def cmd_models(args: argparse.Namespace) -> int:
     except KeyError as e:
         print(f"error: {e.args[0]}", file=sys.stderr)
         return 2
+    return 0
+
+
+def _quantize(args: argparse.Namespace) -> int:
+    """``models quantize NAME``: a quantized entry, or the source model all entries quantized from it name."""
+    from ..eval.quantize import quantize
+
+    names: list[str] = []
+    for name in args.name:
+        if not models.is_registry_name(name):
+            print(f"error: unknown model '{name}': expected a registry name", file=sys.stderr)
+            return 2
+        made = [name] if "quantize" in models.entry(name) else models.quantized_names(name)
+        if not made:
+            print(f"error: no quantized model is made from '{name}' (registry entries with 'quantize')",
+                  file=sys.stderr)
+            return 2
+        names += made
+    recipe = json.loads(args.recipe) if args.recipe else None
+    for name in names:
+        if not args.force and models.quantized_current(name, recipe):
+            print(f"{name}: {models.cached_path(name)} (current: made from today's source by today's settings)")
+            continue
+        meta = quantize(name, recipe)
+        print(f"{name}: {models.cached_path(name)} (INT8 by NNCF {meta['nncf']}, preset {meta['recipe']['preset']}, "
+              f"{meta['calibration_inputs']} calibration inputs {meta['calibration_shape']} from "
+              f"{', '.join(meta['calibration_clips'])}; held out: {', '.join(meta['held_out_clips'])}; "
+              f"{meta['seconds']} s)")
     return 0
 
 
@@ -114,9 +146,13 @@ def add_commands(sub: Any, with_set: Callable[[argparse.ArgumentParser], None]) 
     d.add_argument("--cluster", metavar="auto|ray://HOST:PORT", help="every host of a Ray cluster, as flowpipe sees it")
     d.set_defaults(func=cmd_devices)
 
-    m = sub.add_parser("models", help="list or fetch registry models (sha256-verified)")
-    m.add_argument("action", choices=["list", "pull"])
+    m = sub.add_parser("models", help="list or fetch registry models (sha256-verified), or quantize one to INT8")
+    m.add_argument("action", choices=["list", "pull", "quantize"])
     m.add_argument("name", nargs="*")
+    m.add_argument("--force", action="store_true", help="quantize: make it again even where the cached one is current")
+    m.add_argument("--recipe", metavar="JSON", help="quantize: these settings instead of the registry's "
+                   "(the registry's 'quantize' keys: from, calibrate, clips, frames_per_clip, size, subset_size, "
+                   "preset)")
     m.set_defaults(func=cmd_models)
 
     c = sub.add_parser("compile", help="compile a model for a device and export a blob")

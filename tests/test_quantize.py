@@ -1,0 +1,125 @@
+"""INT8 CenterFace made by NNCF from the registry's FP32 model (flowpipe.eval.quantize): quantized ops in the
+IR, the same faces as FP32 on a held-out clip, a stale model made again, and a graph that names it."""
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import openvino as ov
+import pytest
+from flowpipe.nodes.detect import nms
+from flowpipe.nodes.track import iou_matrix
+
+from flowpipe import load_graph, models, run
+from flowpipe.eval.clips import clip
+from flowpipe.eval.quantize import letterboxed, quantize, quantized_ops
+
+ROOT = Path(__file__).resolve().parent.parent
+# a few frames of one clip at a small size: seconds, not the registry's 60 frames at 960x544
+SMALL = {"from": "centerface", "calibrate": "frames", "clips": ["table"], "frames_per_clip": 4, "size": [480, 288],
+         "subset_size": 4, "preset": "mixed"}
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A fresh model cache holding the FP32 CenterFace (copied from the user's cache, fetched there once)
+    and the INT8 one made from it by ``SMALL``, which the registry entry asks for while the tests run."""
+    fp32 = models.resolve("centerface")
+    root = tmp_path_factory.mktemp("cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FLOWPIPE_CACHE", str(root))
+        shutil.copy(fp32, models.cached_path("centerface"))
+        mp.setitem(models.entry("centerface_int8"), "quantize", dict(SMALL))
+        quantize("centerface_int8")
+        yield root / "models"
+
+
+def _faces(model_path: Path, tensor: np.ndarray, threshold: float = 0.6) -> np.ndarray:
+    """CenterFace's faces at ``threshold`` or more in ``tensor`` ([1,3,H,W]), in tensor pixels, after NMS."""
+    core = ov.Core()
+    model = core.read_model(str(model_path))
+    model.reshape({model.inputs[0].get_any_name(): list(tensor.shape)})
+    out = core.compile_model(model, "CPU")(tensor)
+    by_ch: dict[int, list[np.ndarray]] = {}
+    for o in out.values():
+        by_ch.setdefault(o.shape[1], []).append(o)
+    heat, (scale, offset) = by_ch[1][0][0, 0], (by_ch[2][0][0], by_ch[2][1][0])
+    r, c = np.nonzero(heat >= threshold)
+    s0, s1 = np.exp(scale[0, r, c]) * 4, np.exp(scale[1, r, c]) * 4
+    x1, y1 = (c + offset[1, r, c] + 0.5) * 4 - s1 / 2, (r + offset[0, r, c] + 0.5) * 4 - s0 / 2
+    boxes = np.stack([x1, y1, x1 + s1, y1 + s0], 1)
+    return boxes[nms(boxes, heat[r, c].astype(np.float64), 0.3)]
+
+
+def test_the_ir_is_quantized_and_says_what_it_was_made_from(cache: Path) -> None:
+    xml = cache / "centerface_int8.xml"
+    ops = quantized_ops(ov.Core().read_model(str(xml)))
+    assert ops["FakeQuantize"] >= 20 and ops["int8_constants"] >= 20, ops
+    assert quantized_ops(ov.Core().read_model(str(cache / "centerface.onnx"))) == {"FakeQuantize": 0,
+                                                                                  "int8_constants": 0}
+    meta = json.loads((cache / "centerface_int8.json").read_text())
+    assert meta["source_sha256"] == models.entry("centerface")["sha256"]
+    assert meta["recipe"] == SMALL and meta["calibration_inputs"] == 4 and meta["calibration_shape"] == [1, 3, 288, 480]
+    assert "table" not in meta["held_out_clips"] and "table_tilt" in meta["held_out_clips"]
+
+
+@pytest.mark.parametrize(("clip_name", "size", "at_least"), [("table_tilt", (960, 544), 4), ("carphone", (192, 160), 1)])
+def test_int8_finds_the_faces_fp32_finds_on_held_out_clips(cache: Path, clip_name: str, size: tuple[int, int],
+                                                          at_least: int) -> None:
+    """Held out from calibration, at sizes it was not calibrated at (the graph reshapes it per run)."""
+    c = clip(clip_name)
+    for i in (0, len(c.frames) // 2):
+        tensor = letterboxed(c.frames[i], size)
+        fp32, int8 = _faces(cache / "centerface.onnx", tensor), _faces(cache / "centerface_int8.xml", tensor)
+        assert len(fp32) >= at_least, (clip_name, i, len(fp32))
+        iou = iou_matrix(fp32, int8)
+        assert iou.shape == (len(fp32), len(int8))
+        assert (iou.max(1) >= 0.5).all() and (iou.max(0) >= 0.5).all(), (clip_name, i, fp32, int8)
+
+
+def test_a_stale_model_is_made_again(cache: Path, monkeypatch: pytest.MonkeyPatch,
+                                     caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setenv("FLOWPIPE_CACHE", str(cache.parent))
+    monkeypatch.setitem(models.entry("centerface_int8"), "quantize", dict(SMALL))
+    meta_path = cache / "centerface_int8.json"
+    assert models.quantized_current("centerface_int8")
+    assert not models.quantized_current("centerface_int8", SMALL | {"subset_size": 8})  # other settings
+    meta = json.loads(meta_path.read_text())
+    meta_path.write_text(json.dumps(meta | {"source_sha256": "0" * 64}))  # made from other bytes
+    assert not models.quantized_current("centerface_int8")
+    with pytest.raises(FileNotFoundError, match="flowpipe models quantize centerface_int8"):
+        models.resolve("centerface_int8", fetch=False)
+    with caplog.at_level(logging.INFO, logger="flowpipe.models"):
+        path = models.resolve("centerface_int8")  # the quantizer, in a child process
+    assert path == cache / "centerface_int8.xml" and models.quantized_current("centerface_int8")
+    made = json.loads(meta_path.read_text())
+    assert made["source_sha256"] == models.entry("centerface")["sha256"] and made["recipe"] == SMALL
+    lines = [r.getMessage() for r in caplog.records if "quantized centerface" in r.getMessage()]
+    assert len(lines) == 1 and " s (flowpipe models quantize centerface_int8)" in lines[0], lines
+    (cache / "centerface_int8.bin").write_bytes(b"not the weights")  # the files the JSON records, or made again
+    assert not models.quantized_current("centerface_int8")
+    models.resolve("centerface_int8")
+    assert models.quantized_current("centerface_int8")
+
+
+def test_a_graph_names_the_int8_model(cache: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("FLOWPIPE_CACHE", str(cache.parent))
+    monkeypatch.setitem(models.entry("centerface_int8"), "quantize", dict(SMALL))
+    c = clip("table_tilt")
+    c.frames, c.faces = c.frames[:8], c.faces[:8]
+    video = c.write(tmp_path / "table.mp4")
+    spec = load_graph(ROOT / "graphs" / "face_blur.yaml", {
+        "input": str(video), "output": str(tmp_path / "blur.mp4"), "metadata": str(tmp_path / "faces.jsonl"),
+        "device": "CPU", "model": "centerface_int8", "look_model": "centerface_int8"})
+    res = run(spec)
+    assert res.ok, res.error
+    assert res.frames == {"in": 8, "out": 8, "dropped": 0, "failed": 0}
+    lines = [json.loads(line) for line in (tmp_path / "faces.jsonl").read_text().splitlines()]
+    for rec, truth in zip(lines, c.faces):
+        found = np.array([o["box"] for o in rec["objects"]]).reshape(-1, 4)
+        iou = iou_matrix(np.array(list(truth.values())), found)
+        assert (iou.max(1) >= 0.3).sum() >= len(truth) - 1, (rec["frame"], len(truth), len(found))
