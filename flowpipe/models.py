@@ -160,16 +160,17 @@ def nncf_version() -> str:
         raise RuntimeError("quantized models need NNCF: pip install nncf (or: pip install -e '.[test]')") from None
 
 
-def quantize_settings(name: str, recipe: dict[str, Any] | None = None) -> dict[str, Any]:
-    """What a quantized model must have been made from and by: its source's sha256, the NNCF version and the
-    recipe (the registry's, or ``recipe``). The JSON beside the IR holds these and more (frame count, time)."""
+def quantize_settings(name: str, recipe: dict[str, Any] | None = None, nncf: str | None = None) -> dict[str, Any]:
+    """What a quantized model must have been made from and by: its source's sha256, the NNCF version (this
+    machine's, or ``nncf``) and the recipe (the registry's, or ``recipe``). The JSON beside the IR holds these
+    and more (frame count, time)."""
     e = entry(name)
     if "quantize" not in e:
         raise KeyError(f"model '{name}' is not a quantized registry entry")
     recipe = dict(e["quantize"] if recipe is None else recipe)
     source = recipe["from"]
-    return {"name": name, "source": source, "source_sha256": entry(source)["sha256"], "nncf": nncf_version(),
-            "recipe": recipe}
+    return {"name": name, "source": source, "source_sha256": entry(source)["sha256"],
+            "nncf": nncf or nncf_version(), "recipe": recipe}
 
 
 def quantized_current(name: str, recipe: dict[str, Any] | None = None) -> bool:
@@ -183,7 +184,10 @@ def quantized_current(name: str, recipe: dict[str, Any] | None = None) -> bool:
         have = json.loads(meta.read_text())
     except (OSError, ValueError):
         return False
-    want = quantize_settings(name, recipe)
+    try:
+        want = quantize_settings(name, recipe)
+    except RuntimeError:  # no NNCF here (a machine that runs models made elsewhere): as made, by any version
+        want = quantize_settings(name, recipe, nncf=have.get("nncf"))
     if any(have.get(k) != v for k, v in want.items()):
         return False
     return have.get("xml_sha256") == sha256_of(xml) and have.get("bin_sha256") == sha256_of(binary)
