@@ -203,7 +203,11 @@ def _sixteen(results: Path) -> list[str]:
             "nothing on this machine's CPU (268.8 against 273.9: OpenVINO runs the FP32 model in bf16 there), so "
             "FP32 stays the default. Not met yet: the GPU and CPU together (`device: GPU+CPU`) is not in this "
             "run, and over processes each frame still costs 3.2 MB of counted copies against 0.55 MB in one "
-            "process (the shard's OpenCL preprocess reads its tensor back for the device owner).", ""]
+            "process (the shard's OpenCL preprocess reads its tensor back for the device owner). On 2 cores "
+            "(`benchmarks/results/interval_2cores.json`, privacy_eval.py on six 720p clips, 3 runs each, the "
+            "defaults against `--set interval=1 --set preset=veryfast`): 1.65x the frames per second over all "
+            "frames (1.4-1.8x per clip), every masking target still met on each; the 2x asked for is not "
+            "reached.", ""]
 
 
 def plot_sixteen(results: Path) -> None:
