@@ -32,9 +32,9 @@ def test_plus_joins_devices_used_together_in_the_order_given() -> None:
     assert [c.device for c in choose_devices(["GPU+CPU", "NPU"], ["CPU", "NPU"])] == ["CPU"]
     assert [c.device for c in choose_devices("gpu + cpu + gpu", ["CPU", "GPU.0"])] == ["GPU", "CPU"]
     assert choose_device("GPU+CPU", ["CPU", "GPU"]).device == "GPU"  # one device asked of several: the first
-    with pytest.raises(RuntimeError, match="^no wanted device is available: wanted NPU\\+GPU -> NPU, available: CPU$"):
+    with pytest.raises(RuntimeError, match=r"^no wanted device is available: wanted NPU\+GPU -> NPU, available: CPU$"):
         choose_devices("NPU+GPU,NPU", ["CPU"])
-    with pytest.raises(ValueError, match="'\\+' joins named devices"):
+    with pytest.raises(ValueError, match=r"'\+' joins named devices"):
         choose_devices("AUTO+CPU", ["CPU"])
 
 
@@ -111,11 +111,14 @@ def test_batch_with_several_devices_is_refused(monkeypatch) -> None:
 
 # -- the scheduler on its own --------------------------------------------------------------------------------
 class _Delayed:
-    """An infer request that starts ``delay`` seconds after it is asked to (a slower device), and fails
-    when waited on if it is one of the ``fail`` starts of its engine (counted from 0)."""
+    """An infer request of engine ``k`` that starts ``delay`` seconds after it is asked to (a slower device),
+    and fails when waited on if it is one of the ``fail`` starts of its engine (counted from 0). Its engine
+    waits on it when it takes its frames and recycles it: ``collected`` gets (k, time) then."""
 
-    def __init__(self, req: Any, delay: float, log: list[int], fail: set[int]):
-        self._req, self._delay, self._log, self._fail_at = req, delay, log, fail
+    def __init__(self, req: Any, k: int, delay: float, log: list[int], fail: set[int],
+                 collected: list[tuple[int, float]]):
+        self._req, self._k, self._delay, self._log, self._fail_at = req, k, delay, log, fail
+        self._collected = collected
         self._started = threading.Event()
         self._started.set()
         self._fail = False
@@ -135,6 +138,7 @@ class _Delayed:
     def wait(self) -> None:
         self._started.wait()
         self._req.wait()
+        self._collected.append((self._k, time.perf_counter()))
         if self._fail:
             raise RuntimeError("injected device failure")
 
@@ -156,19 +160,18 @@ def affine(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _engine(affine: Path, delays: tuple[float, float], fail: tuple[set[int], set[int]] = (set(), set())) \
-        -> tuple[MultiEngine, list[tuple[int, int, float]]]:
+        -> tuple[MultiEngine, list[tuple[int, float]]]:
     """Two CPU engines, two requests each: the first ``delays[0]`` per request, the second ``delays[1]``;
-    the returned list gets (engine, frame, time) as each frame is labelled done."""
+    the returned list gets (engine, time) as each request is collected (and recycled)."""
     cfg = InferenceConfig(model=str(affine), device="CPU+CPU", num_requests=2)
     choices = [DeviceChoice("CPU", "test", ["CPU"]) for _ in range(2)]
-    done: list[tuple[int, int, float]] = []
+    collected: list[tuple[int, float]] = []
     multi = MultiEngine("m", cfg, choices, lambda: None, lambda f, d: None, time.perf_counter())
     multi.load(devices().openvino, Offer(), Allocation(), Entries(), None, 8)
     for k, e in enumerate(multi.engines):
         starts: list[int] = []
-        e.requests = [_Delayed(r, delays[k], starts, fail[k]) for r in e.requests]
-        e._label = (lambda k: lambda f: done.append((k, f.index, time.perf_counter())))(k)
-    return multi, done
+        e.requests = [_Delayed(r, k, delays[k], starts, fail[k], collected) for r in e.requests]
+    return multi, collected
 
 
 def _frame(i: int) -> Frame:
@@ -211,7 +214,7 @@ def _run(multi: MultiEngine, frames: list[Frame]) -> _Sink:
 
 
 def test_the_faster_device_runs_most_frames_and_recycles_while_the_slower_ones_head_runs(affine) -> None:
-    multi, done = _engine(affine, (0.01, 0.25))
+    multi, collected = _engine(affine, (0.01, 0.25))
     try:
         frames = [_frame(i) for i in range(40)]
         frames[7].meta["skip"] = True
@@ -231,17 +234,18 @@ def test_the_faster_device_runs_most_frames_and_recycles_while_the_slower_ones_h
         assert fast["frames"] + slow["frames"] == 39 and slow["frames"] >= 2
         assert fast["frames"] > 2 * slow["frames"] and fast["share"] > 0.66  # (b) fed at its own rate
         assert fast["share"] + slow["share"] == pytest.approx(1.0, abs=0.002)
-        # (c) the slower engine's first frame was its engines' oldest for 0.25 s: meanwhile the faster one
-        # finished more frames than it has requests, each request recycled without waiting for it
-        first_slow = min(t for k, _, t in done if k == 1)
-        assert sum(1 for k, _, t in done if k == 0 and t < first_slow) > 2 + 2
+        # (c) the slower engine's first frame (frame 2) was the oldest for 0.25 s: meanwhile the faster engine
+        # took its finished frames and recycled its requests more often than frames 0 and 1 and one round
+        # of its two requests would have needed (as many as the window lets wait behind frame 2)
+        first_slow = min(t for k, t in collected if k == 1)
+        assert sum(1 for k, t in collected if k == 0 and t < first_slow) > 2 + 2
         assert not multi.failed
     finally:
         multi.close()
 
 
 def test_a_failed_request_on_one_device_fails_its_frame_only(affine) -> None:
-    multi, _done = _engine(affine, (0.01, 0.1), fail=(set(), {0}))  # the slower engine's first request fails
+    multi, _collected = _engine(affine, (0.01, 0.1), fail=(set(), {0}))  # the slower engine's first request fails
     try:
         frames = [_frame(i) for i in range(20)]
         out = _run(multi, frames)
@@ -258,7 +262,7 @@ def test_a_failed_request_on_one_device_fails_its_frame_only(affine) -> None:
 
 
 def test_a_clients_own_memory_gets_the_results_on_whichever_device_runs_them(affine) -> None:
-    multi, _done = _engine(affine, (0.02, 0.02))
+    multi, _collected = _engine(affine, (0.02, 0.02))
     try:
         assert multi.frames_at_once() == 8 and multi.output_specs()[0][1:] == ((1, 4), "<f4")
         frames = [_frame(i) for i in range(12)]

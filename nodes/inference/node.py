@@ -40,6 +40,8 @@ class Inference(Node):
           config: {model: blazeface_full, device: "NPU,GPU,CPU", performance_hint: THROUGHPUT,
                    cache_dir: ~/.cache/flowpipe/ov}
           inputs: {tensor: pre.tensor}
+
+    ``device: "GPU+CPU"`` runs on both at once (``multi.MultiEngine``); ``,`` is a fallback list.
     """
 
     inputs = {"tensor": "tensor"}
