@@ -279,3 +279,31 @@ def test_a_clients_own_memory_gets_the_results_on_whichever_device_runs_them(aff
     finally:
         multi.close()
     assert multi.section["outputs_held_at_close"] == 0
+
+
+def test_the_node_on_two_devices_serves_a_device_owners_clients(affine, monkeypatch) -> None:
+    """What the device owner asks of the node (host input, output specs, frames at once, a client's own
+    memory for the results), on two devices."""
+    from flowpipe.nodes.inference import Inference
+    from flowpipe.testing import Harness
+
+    _two_cpus(monkeypatch)
+    node = Inference("det", Inference.Config(model=str(affine), device="GPU+CPU", num_requests=2))
+    with Harness(node) as h:
+        assert h.requests["tensor"].placement == "host" and node.owned_input(h.devices) == "host"
+        assert isinstance(node.engine, MultiEngine) and node.device == "CPU+CPU"
+        assert node.frames_at_once() == node.max_held == 8
+        assert node.output_specs()[0][1:] == ((1, 4), "<f4")
+        mine = {i: np.zeros((1, 4), np.float32) for i in range(16)}
+        out = _Sink()
+        for i in range(16):
+            f = _frame(i)
+            node.provide_outputs(f, [mine[i]])
+            out += node.process(f, "tensor")
+            out += node.poll()
+        out += node.flush()
+        assert out.index == list(range(16))
+        for i, arr in mine.items():
+            np.testing.assert_allclose(arr, np.full((1, 4), 2 * i + 1, np.float32))
+        sec = h.context.sections["inference.det"]
+        assert sec["device"] == "CPU+CPU" and sum(d["frames"] for d in sec["devices"].values()) == 16
