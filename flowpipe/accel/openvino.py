@@ -57,30 +57,59 @@ class Compiled:
 
 
 def choose_device(wanted: str | list[str], available: list[str]) -> DeviceChoice:
-    """Pick the first wanted device that exists. ``AUTO`` means NPU -> GPU -> CPU.
+    """Pick the first wanted device that exists. ``AUTO`` means NPU -> GPU -> CPU; of devices joined with
+    ``+`` (used together, ``choose_devices``) the first present one.
 
     >>> choose_device("AUTO", ["CPU"]).reason
     'NPU not present, GPU not present; CPU is present (available: CPU)'
     """
-    order: list[str] = []
-    for w in [wanted] if isinstance(wanted, str) else wanted:
-        for part in str(w).split(","):
-            part = part.strip().upper()
-            order.extend(DEVICE_ORDER if part in ("AUTO", "") else [part])
+    return choose_devices(wanted, available)[0]
+
+
+def choose_devices(wanted: str | list[str], available: list[str]) -> list[DeviceChoice]:
+    """The devices to run on: ``,`` (or a list) separates alternatives, the first with a device present
+    wins; ``+`` joins devices used together (``GPU+CPU``: each present one runs frames), in the order
+    given, the faster first. ``AUTO`` means NPU -> GPU -> CPU, one of them.
+
+    >>> [c.device for c in choose_devices("NPU+GPU+CPU", ["CPU", "GPU"])]
+    ['GPU', 'CPU']
+    """
     seen: list[str] = []
+    tried: list[str] = []
     base_available = {a.split(".")[0] for a in available}
     skipped: list[str] = []
-    for dev in order:
-        if dev in seen:
+    for alt in _alternatives(wanted):
+        label = "+".join(alt)
+        if label in seen:
             continue
-        seen.append(dev)
-        if dev in available or dev in base_available:
-            why = ", ".join(skipped)
-            reason = (why + "; " if why else "") + f"{dev} is present (available: {', '.join(available)})"
-            return DeviceChoice(dev, reason, seen)
-        skipped.append(f"{dev} not present")
+        seen.append(label)
+        tried.extend(d for d in alt if d not in tried)
+        here = [d for d in alt if d in available or d in base_available]
+        if not here:
+            skipped.append(f"{label} not present")
+            continue
+        why = ", ".join(skipped + [f"{d} not present" for d in alt if d not in here])
+        what = f"{here[0]} is present" if len(here) == 1 else f"{' and '.join(here)} are present, used together"
+        reason = (why + "; " if why else "") + f"{what} (available: {', '.join(available)})"
+        return [DeviceChoice(d, reason, list(tried)) for d in here]
     raise RuntimeError(f"no wanted device is available: wanted {' -> '.join(seen)}, available: "
                        f"{', '.join(available) or 'none'}")
+
+
+def _alternatives(wanted: str | list[str]) -> list[list[str]]:
+    """``wanted`` as alternatives, each the devices used together (``AUTO``: one alternative per device)."""
+    out: list[list[str]] = []
+    for w in [wanted] if isinstance(wanted, str) else wanted:
+        for part in str(w).split(","):
+            devs = list(dict.fromkeys(d.strip().upper() for d in part.split("+")))  # a repeat runs once
+            if devs in (["AUTO"], [""]):
+                out.extend([d] for d in DEVICE_ORDER)
+            elif "AUTO" in devs or "" in devs:
+                raise ValueError(f"device: {part.strip()!r}: '+' joins named devices (e.g. GPU+CPU), not AUTO "
+                                 "or an empty name")
+            else:
+                out.append(devs)
+    return out
 
 
 class OpenVino:
@@ -106,6 +135,10 @@ class OpenVino:
 
     def choose(self, wanted: str | list[str]) -> DeviceChoice:
         return choose_device(wanted, self.available())
+
+    def choose_all(self, wanted: str | list[str]) -> list[DeviceChoice]:
+        """Every device of the first wanted alternative that has one present (``GPU+CPU``: both here)."""
+        return choose_devices(wanted, self.available())
 
     def supported_properties(self, device: str) -> set[str]:
         try:

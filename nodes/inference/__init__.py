@@ -12,15 +12,17 @@ is bounded-dynamic on CPU and GPU (each request runs the entries the frame has) 
 the NPU (the rest of the entries run and are ignored); a frame without any entries runs no request.
 
 By concern: ``node`` (the ``inference`` node type: config, memory contract, ports, what the device owner
-calls), ``engine`` (device, model, requests, binding), ``batching`` (batches across streams, entries per
-frame), ``state`` (stateful models, one state per stream).
+calls), ``engine`` (device, model, requests, binding), ``multi`` (several devices at once, ``device:
+GPU+CPU``: each frame on whichever device has a request free, results in frame order), ``batching``
+(batches across streams, entries per frame), ``state`` (stateful models, one state per stream).
 """
 from __future__ import annotations
 
 from .batching import Batcher, Entries
 from .config import InferenceConfig, NpuOptions
 from .engine import Engine
+from .multi import MultiEngine
 from .node import Inference
 from .state import StreamStates
 
-__all__ = ["Batcher", "Engine", "Entries", "Inference", "InferenceConfig", "NpuOptions", "StreamStates"]
+__all__ = ["Batcher", "Engine", "Entries", "Inference", "InferenceConfig", "MultiEngine", "NpuOptions", "StreamStates"]

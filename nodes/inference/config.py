@@ -27,7 +27,9 @@ class InferenceConfig(NodeConfig):
     model: str = Field(description="registry name (flowpipe models list), .xml/.onnx/.tflite path, or an "
                                    "http(s) URL (with model_sha256)")
     model_sha256: str | None = Field(None, description="required for a URL: the model file's sha256")
-    device: str | list[str] = Field("AUTO", description="NPU|GPU|CPU|AUTO or a fallback list, e.g. 'NPU,GPU,CPU'")
+    device: str | list[str] = Field(
+        "AUTO", description="NPU|GPU|CPU|AUTO, a fallback list (the first present), e.g. 'NPU,GPU,CPU', or devices "
+        "used together, e.g. 'GPU+CPU' (each present one runs frames as it has requests free; batch: 1)")
     performance_hint: Literal["LATENCY", "THROUGHPUT", "CUMULATIVE_THROUGHPUT"] = "THROUGHPUT"
     num_requests: int | None = Field(None, ge=1, le=64, description="default: OPTIMAL_NUMBER_OF_INFER_REQUESTS")
     priority: Literal["LOW", "MEDIUM", "HIGH"] | None = None

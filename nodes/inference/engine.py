@@ -151,11 +151,25 @@ class Engine:
         self.out_specs = [(sh, o.get_element_type().to_dtype()) for sh, o in zip(shapes, outputs)]
         self._dynamic_dims = [[i for i, d in enumerate(o.get_partial_shape()) if d.is_dynamic] for o in outputs]
 
+    def hold_outputs(self, frames: int) -> None:
+        """Room in the output pools for ``frames`` results held here besides those on their way downstream
+        (planned: one per request): a wrapper that keeps finished frames until an older one on another
+        device is done holds more."""
+        for pool in self.out_pools:
+            pool.grow(pool.count - len(self.requests) + frames)
+
+    @property
+    def free(self) -> int:
+        """Requests idle now (a finished one is idle again once its frames are collected)."""
+        return len(self._idle)
+
     def warm(self) -> None:
         """Runs each batch size ``Entries.run`` gives once, so no frame waits for a new shape's first run
         (OpenVINO prepares a dynamic model for each input shape the first time it sees it)."""
         import openvino as ov
 
+        if not self.entries.variable:  # one static shape: nothing to prepare
+            return
         shape = tuple(self.compiled.inputs[0].get_partial_shape().get_max_shape())
         sizes = self.entries.sizes()
         for k in sizes:

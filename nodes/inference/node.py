@@ -1,5 +1,6 @@
 """The ``inference`` node: its config, the memory it asks for, and the port glue around its engine
-(``engine.Engine``), batcher (``batching.Batcher``) and per-stream model state (``state.StreamStates``)."""
+(``engine.Engine``; ``multi.MultiEngine`` on several devices at once), batcher (``batching.Batcher``) and
+per-stream model state (``state.StreamStates``)."""
 from __future__ import annotations
 
 import logging
@@ -22,6 +23,7 @@ from flowpipe.registry import register
 from .batching import Batcher, Entries
 from .config import InferenceConfig
 from .engine import Engine
+from .multi import MultiEngine
 from .state import StreamStates
 
 log = logging.getLogger("flowpipe.inference")
@@ -29,7 +31,8 @@ log = logging.getLogger("flowpipe.inference")
 
 @register("inference")
 class Inference(Node):
-    """Runs an OpenVINO model on NPU, GPU or CPU; outputs land in ``frame.tensors`` by output name.
+    """Runs an OpenVINO model on NPU, GPU or CPU (or several at once: ``device: GPU+CPU``); outputs land in
+    ``frame.tensors`` by output name.
 
     YAML:
         - id: detect
@@ -37,6 +40,8 @@ class Inference(Node):
           config: {model: blazeface_full, device: "NPU,GPU,CPU", performance_hint: THROUGHPUT,
                    cache_dir: ~/.cache/flowpipe/ov}
           inputs: {tensor: pre.tensor}
+
+    ``device: "GPU+CPU"`` runs on both at once (``multi.MultiEngine``); ``,`` is a fallback list.
     """
 
     inputs = {"tensor": "tensor"}
@@ -45,7 +50,7 @@ class Inference(Node):
     Config = InferenceConfig
 
     config: InferenceConfig
-    engine: Engine | None = None  # made in open
+    engine: Engine | MultiEngine | None = None  # made in open
     batcher: Batcher | None = None  # batch > 1
     states: StreamStates | None = None  # a stateful model
 
@@ -62,15 +67,22 @@ class Inference(Node):
         return [f"loads model {self.config.blob or self.config.model}"]
 
     def choose(self, devices: Devices) -> DeviceChoice:
-        """The device this node runs on (the same answer every time on one machine)."""
+        """The device this node runs on (the same answer every time on one machine); of several used
+        together, the first."""
         return devices.openvino.choose(self.config.device)
+
+    def choose_all(self, devices: Devices) -> list[DeviceChoice]:
+        """The devices this node runs on: one, or every present one of those joined with ``+``."""
+        return devices.openvino.choose_all(self.config.device)
 
     # memory contract ----------------------------------------------------------------------------------
     def request(self, port: str, offer: Offer, outputs: Mapping[str, Allocation], devices: Devices) -> Request:
         """The input memory the chosen device binds without copies: OpenCL buffers in the GPU's own context
         (remote tensors), DMA-BUF on the NPU, host memory on the CPU; and batch slots of ``batch`` when the
-        producer declares the tensor it writes."""
-        dev = self.choose(devices).device
+        producer declares the tensor it writes. On several devices host memory, which each of them binds (a
+        CPU request cannot read an OpenCL buffer)."""
+        choices = self.choose_all(devices)
+        dev = choices[0].device if len(choices) == 1 else "several"
         batch = self.config.batch if offer.tensor is not None else 1
         if dev == "GPU" and "opencl" in offer.writes:
             return Request("opencl", device="GPU", batch=batch, by=self.id)
@@ -79,8 +91,10 @@ class Inference(Node):
     # served from the device owner (a run over several processes) ------------------------------------------
     def owned_input(self, devices: Devices) -> str:
         """Where clients in other processes put this node's input: DMA-BUF for the NPU (imported by fd),
-        host shared memory otherwise (the GPU plugin uploads it; OpenCL buffers do not cross processes)."""
-        return "dma-buf" if self.choose(devices).device == "NPU" else "host"
+        host shared memory otherwise (the GPU plugin uploads it; OpenCL buffers do not cross processes; on
+        several devices each binds host memory)."""
+        choices = self.choose_all(devices)
+        return "dma-buf" if [ch.device for ch in choices] == ["NPU"] else "host"
 
     def output_specs(self) -> list[tuple[str, tuple[int, ...], str]]:
         """One frame's outputs (name, shape, dtype), for a client that provides the memory they land in."""
@@ -111,17 +125,29 @@ class Inference(Node):
         contract = ctx.input("tensor")
         offer = contract.offer if contract is not None else Offer()
         alloc = contract.allocation if contract is not None else Allocation()
-        choice = self.choose(ctx.devices)
-        self.device = choice.device
-        log.info("node '%s': device %s (%s)", self.id, self.device, choice.reason)
+        choices = self.choose_all(ctx.devices)
+        if c.requests == "inline" and len(choices) > 1:  # one request, run in the caller's thread: one device
+            log.info("node '%s': requests: inline runs on one device, %s", self.id, choices[0].device)
+            choices = choices[:1]
+        self.device = "+".join(ch.device for ch in choices)
+        log.info("node '%s': device %s (%s)", self.id, self.device, choices[0].reason)
         self.labels = models.entry(c.model).get("labels") if models.is_registry_name(c.model) else None
         if c.requests == "inline" and c.batch > 1:
             raise ValueError(f"batch: an inline request runs one frame at a time; expected batch: 1, got {c.batch}")
         self.engine, self.batcher, self.states = None, None, None
-        self.entries = Entries.of(offer, c.batch, self.device, alloc.placement)
-        self.engine = engine = Engine(self.id, c, choice, self.wake, self._label, t_open)
-        engine.load(ctx.devices.openvino, offer, alloc, self.entries, contract.edge if contract else None,
-                    ctx.frames_in_flight())
+        self.entries = Entries.of(offer, c.batch, choices[0].device, alloc.placement)
+        edge = contract.edge if contract else None
+        if len(choices) > 1:  # every device at once, each frame on whichever has a request free
+            multi = self.engine = MultiEngine(self.id, c, choices, self.wake, self._label, t_open)
+            multi.load(ctx.devices.openvino, offer, alloc, self.entries, edge, ctx.frames_in_flight())
+            self.entries = multi.entries
+            self.max_held = multi.window if c.requests == "async" else 0
+            self.passed = 0
+            ctx.section(f"inference.{self.id}", multi.section)
+            multi.warm()
+            return
+        self.engine = engine = Engine(self.id, c, choices[0], self.wake, self._label, t_open)
+        engine.load(ctx.devices.openvino, offer, alloc, self.entries, edge, ctx.frames_in_flight())
         self.states = StreamStates(c.reset_state) if engine.stateful else None
         if c.batch > 1:
             if engine.stateful:
@@ -133,11 +159,10 @@ class Inference(Node):
         self.max_held = len(engine.requests) if c.requests == "async" else 0
         self.passed = 0  # frames without entries (up_to): no request
         ctx.section(f"inference.{self.id}", engine.section)
-        if self.entries.variable:
-            engine.warm()
+        engine.warm()
 
     @property
-    def _engine(self) -> Engine:
+    def _engine(self) -> Engine | MultiEngine:
         assert self.engine is not None, f"inference '{self.id}' used before open"
         return self.engine
 
@@ -186,8 +211,9 @@ class Inference(Node):
         engine.section["input_binding"] = how
         engine.bind_outputs(req, frames, slots)
 
-    def _label(self, frame: Frame) -> None:
-        frame.meta["inference"] = {"node": self.id, "device": self.device}
+    def _label(self, frame: Frame, device: str | None = None) -> None:
+        """``frame`` ran here: the node and the device that ran it (one of several used together)."""
+        frame.meta["inference"] = {"node": self.id, "device": device or self.device}
         if self.labels:
             frame.meta["labels"] = self.labels  # the registry's class names, for the decoders
 

@@ -1,0 +1,309 @@
+"""Several devices at once (``device: GPU+CPU``): the choice, and the scheduler over real OpenVINO CPU engines
+(two of them stand for two devices here; one is slowed down), in a graph and on its own."""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from flowpipe import Frame
+from flowpipe.accel import OpenVino, devices
+from flowpipe.accel.openvino import DeviceChoice, choose_device, choose_devices
+from flowpipe.contracts import Allocation, Offer
+from flowpipe.errors import FrameError
+from flowpipe.nodes.inference import Entries, InferenceConfig, MultiEngine
+from flowpipe.testing import collected, feed, run_yaml
+
+
+# -- the choice --------------------------------------------------------------------------------------------
+def test_plus_joins_devices_used_together_in_the_order_given() -> None:
+    got = choose_devices("NPU+GPU+CPU", ["CPU", "GPU"])
+    assert [c.device for c in got] == ["GPU", "CPU"]
+    assert got[0].reason == "NPU not present; GPU and CPU are present, used together (available: CPU, GPU)"
+    assert [c.device for c in choose_devices("GPU+CPU", ["CPU"])] == ["CPU"]
+    assert choose_devices("GPU+CPU", ["CPU"])[0].reason == "GPU not present; CPU is present (available: CPU)"
+    # ',' stays a fallback list: the first alternative with a device present wins
+    assert [c.device for c in choose_devices("NPU+GPU,CPU", ["CPU"])] == ["CPU"]
+    assert [c.device for c in choose_devices(["GPU+CPU", "NPU"], ["CPU", "NPU"])] == ["CPU"]
+    assert [c.device for c in choose_devices("gpu + cpu + gpu", ["CPU", "GPU.0"])] == ["GPU", "CPU"]
+    assert choose_device("GPU+CPU", ["CPU", "GPU"]).device == "GPU"  # one device asked of several: the first
+    with pytest.raises(RuntimeError, match=r"^no wanted device is available: wanted NPU\+GPU -> NPU, available: CPU$"):
+        choose_devices("NPU+GPU,NPU", ["CPU"])
+    with pytest.raises(ValueError, match=r"'\+' joins named devices"):
+        choose_devices("AUTO+CPU", ["CPU"])
+
+
+# -- a graph ---------------------------------------------------------------------------------------------
+def _graph(feed_name: str, into: str, infer_cfg: str) -> str:
+    return f"""
+    nodes:
+      - {{id: src, type: list_source, config: {{feed: {feed_name}}}}}
+      - {{id: pre, type: preprocess, config: {{size: [128, 128], color: RGB, layout: NHWC, mean: [127.5, 127.5, 127.5],
+          scale: [127.5, 127.5, 127.5], resize: letterbox, backend: cpu}}, inputs: src.frame}}
+      - {{id: det, type: inference, config: {{{infer_cfg}}}, inputs: pre.tensor}}
+      - {{id: out, type: collect, config: {{into: {into}}}, inputs: det.tensors}}
+    """
+
+
+def _frames(n: int) -> list[Frame]:
+    rng = np.random.default_rng(5)
+    return [Frame(s, i, i / 30, rng.integers(0, 255, (96, 128, 3), np.uint8)) for i in range(n) for s in ("a", "b")]
+
+
+def test_gpu_plus_cpu_without_a_gpu_runs_on_the_cpu_alone() -> None:
+    res = run_yaml(_graph(feed(_frames(6)), "gpucpu", "model: blazeface_short, device: GPU+CPU"))
+    assert res.ok, res.error
+    sec = res.inference["inference.det"]
+    assert sec["device"] == "CPU" and sec["device_reason"].startswith("GPU not present; CPU is present")
+    assert "devices" not in sec  # one device: the single-device engine, as with device: CPU
+    got = collected("gpucpu")
+    assert {f.meta["inference"]["device"] for f in got} == {"CPU"}
+    for s in ("a", "b"):
+        assert [f.index for f in got if f.stream == s] == list(range(6))
+
+
+def _two_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Devices joined with '+' resolve to two CPU engines: the scheduler on real requests, on this machine."""
+    def choose_all(self: OpenVino, wanted: str | list[str]) -> list[DeviceChoice]:
+        if "+" not in str(wanted):
+            return choose_devices(wanted, self.available())
+        return [DeviceChoice("CPU", "two CPU engines (test)", ["CPU"]) for _ in range(2)]
+
+    monkeypatch.setattr(OpenVino, "choose_all", choose_all)
+
+
+def test_a_graph_on_two_devices_keeps_order_and_reports_each_devices_share(monkeypatch) -> None:
+    _two_cpus(monkeypatch)
+    f32 = "properties: {INFERENCE_PRECISION_HINT: f32}"
+    multi = run_yaml(_graph(feed(_frames(30)), "multi2", f"model: blazeface_short, device: GPU+CPU, num_requests: 2, {f32}"))
+    single = run_yaml(_graph(feed(_frames(30)), "single1", f"model: blazeface_short, device: CPU, {f32}"))
+    assert multi.ok and single.ok, (multi.error, single.error)
+    assert multi.frames == {"in": 60, "out": 60, "dropped": 0, "failed": 0}
+    sec = multi.inference["inference.det"]
+    assert sec["device"] == "CPU+CPU" and sec["requests"] == 4 and sec["window"] == 8
+    assert sec["input_memory"] == "host" and sec["input_binding"] == "host tensor, shared memory"
+    per = sec["devices"]
+    assert set(per) == {"CPU.0", "CPU.1"} and all(d["requests"] == 2 for d in per.values())
+    assert sum(d["frames"] for d in per.values()) == 60 and per["CPU.0"]["frames"] > 0
+    assert sum(d["share"] for d in per.values()) == pytest.approx(1.0, abs=0.01)
+    a, b = collected("multi2"), collected("single1")
+    for s in ("a", "b"):
+        assert [f.index for f in a if f.stream == s] == list(range(30))
+    ref = {(f.stream, f.index): f for f in b}
+    for f in a:
+        assert f.meta["inference"]["device"] == "CPU"
+        for name in ("regressors", "classificators"):
+            np.testing.assert_allclose(f.tensors[name], ref[(f.stream, f.index)].tensors[name], atol=1e-3)
+
+
+def test_batch_with_several_devices_is_refused(monkeypatch) -> None:
+    _two_cpus(monkeypatch)
+    res = run_yaml(_graph(feed(_frames(2)), "multib", "model: blazeface_short, device: GPU+CPU, batch: 2"))
+    assert res.exit_code == 1
+    assert str(res.error).startswith("node 'det' (inference): ") and "\n" not in str(res.error)
+    assert "sends each frame to whichever device is free; expected batch: 1, got 2" in str(res.error)
+
+
+# -- the scheduler on its own --------------------------------------------------------------------------------
+class _Delayed:
+    """An infer request of engine ``k`` that starts ``delay`` seconds after it is asked to (a slower device),
+    and fails when waited on if it is one of the ``fail`` starts of its engine (counted from 0). Its engine
+    waits on it when it takes its frames and recycles it: ``collected`` gets (k, time) then."""
+
+    def __init__(self, req: Any, k: int, delay: float, log: list[int], fail: set[int],
+                 collected: list[tuple[int, float]]):
+        self._req, self._k, self._delay, self._log, self._fail_at = req, k, delay, log, fail
+        self._collected = collected
+        self._started = threading.Event()
+        self._started.set()
+        self._fail = False
+
+    def start_async(self) -> None:
+        self._fail = len(self._log) in self._fail_at
+        self._log.append(len(self._log))
+        self._started.clear()
+
+        def go() -> None:
+            time.sleep(self._delay)
+            self._req.start_async()
+            self._started.set()
+
+        threading.Thread(target=go, daemon=True).start()
+
+    def wait(self) -> None:
+        self._started.wait()
+        self._req.wait()
+        self._collected.append((self._k, time.perf_counter()))
+        if self._fail:
+            raise RuntimeError("injected device failure")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._req, name)
+
+
+@pytest.fixture(scope="module")
+def affine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny model: y = 2x + 1 over [1, 4]."""
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    x = ops.parameter([1, 4], ov.Type.f32, name="input")
+    y = ops.add(ops.multiply(x, ops.constant(np.float32(2))), ops.constant(np.float32(1)))
+    path = tmp_path_factory.mktemp("affine") / "affine.xml"
+    ov.save_model(ov.Model([ops.result(y)], [x], "affine"), path)
+    return path
+
+
+def _engine(affine: Path, delays: tuple[float, float], fail: tuple[set[int], set[int]] = (set(), set())) \
+        -> tuple[MultiEngine, list[tuple[int, float]]]:
+    """Two CPU engines, two requests each: the first ``delays[0]`` per request, the second ``delays[1]``;
+    the returned list gets (engine, time) as each request is collected (and recycled)."""
+    cfg = InferenceConfig(model=str(affine), device="CPU+CPU", num_requests=2)
+    choices = [DeviceChoice("CPU", "test", ["CPU"]) for _ in range(2)]
+    collected: list[tuple[int, float]] = []
+    multi = MultiEngine("m", cfg, choices, lambda: None, lambda f, d: None, time.perf_counter())
+    multi.load(devices().openvino, Offer(), Allocation(), Entries(), None, 8)
+    for k, e in enumerate(multi.engines):
+        starts: list[int] = []
+        e.requests = [_Delayed(r, k, delays[k], starts, fail[k], collected) for r in e.requests]
+    return multi, collected
+
+
+def _frame(i: int) -> Frame:
+    return Frame("s", i, 0.0, None, "TENSOR", tensors={"input": np.full((1, 4), i, np.float32)})
+
+
+def _bind(multi: MultiEngine, f: Frame) -> Callable[[Any], None]:
+    def bind(req: Any) -> None:
+        multi.bind_input(req, f)
+        multi.bind_outputs(req, [f])
+    return bind
+
+
+class _Sink:
+    """Where finished frames go: each one's index and result kept, its pooled output memory let go (as the
+    node downstream does)."""
+
+    def __init__(self) -> None:
+        self.index: list[int] = []
+        self.result: dict[int, np.ndarray] = {}
+
+    def __iadd__(self, frames: list[Frame]) -> _Sink:
+        for f in frames:
+            self.index.append(f.index)
+            outs = [v for k, v in f.tensors.items() if k != "input"]
+            if outs:
+                self.result[f.index] = outs[0].copy()
+            if f.ref is not None:
+                f.ref.end()
+        return self
+
+
+def _run(multi: MultiEngine, frames: list[Frame]) -> _Sink:
+    out = _Sink()
+    for f in frames:
+        out += multi.submit([f], _bind(multi, f))
+        out += multi.collect()
+    out += multi.drain()
+    return out
+
+
+def test_the_faster_device_runs_most_frames_and_recycles_while_the_slower_ones_head_runs(affine) -> None:
+    multi, collected = _engine(affine, (0.01, 0.25))
+    try:
+        frames = [_frame(i) for i in range(40)]
+        frames[7].meta["skip"] = True
+        out = _Sink()
+        for f in frames:
+            if f.meta.get("skip"):  # runs no request: out in its turn
+                multi.pass_through(f)
+                continue
+            out += multi.submit([f], _bind(multi, f))
+            out += multi.collect()
+        out += multi.drain()
+        assert out.index == list(range(40))  # (a) in submission order
+        assert sorted(out.result) == [i for i in range(40) if i != 7]
+        for i, got in out.result.items():
+            np.testing.assert_allclose(got, np.full((1, 4), 2 * i + 1, np.float32))
+        fast, slow = (multi.engines[k].section for k in (0, 1))
+        assert fast["frames"] + slow["frames"] == 39 and slow["frames"] >= 2
+        assert fast["frames"] > 2 * slow["frames"] and fast["share"] > 0.66  # (b) fed at its own rate
+        assert fast["share"] + slow["share"] == pytest.approx(1.0, abs=0.002)
+        # (c) the slower engine's first frame (frame 2) was the oldest for 0.25 s: meanwhile the faster engine
+        # took its finished frames and recycled its requests more often than frames 0 and 1 and one round
+        # of its two requests would have needed (as many as the window lets wait behind frame 2)
+        first_slow = min(t for k, t in collected if k == 1)
+        assert sum(1 for k, t in collected if k == 0 and t < first_slow) > 2 + 2
+        assert not multi.failed
+    finally:
+        multi.close()
+
+
+def test_a_failed_request_on_one_device_fails_its_frame_only(affine) -> None:
+    multi, _collected = _engine(affine, (0.01, 0.1), fail=(set(), {0}))  # the slower engine's first request fails
+    try:
+        frames = [_frame(i) for i in range(20)]
+        out = _run(multi, frames)
+        assert multi.failed
+        err = multi.next_error()
+        assert isinstance(err, FrameError) and "injected device failure" in str(err)
+        assert multi.next_error() is None and not multi.failed
+        failed = [f.index for f in err.frames]
+        assert len(failed) == 1
+        # (d) every frame accounted: out in order, or failed
+        assert out.index == [i for i in range(20) if i not in failed]
+    finally:
+        multi.close()
+
+
+def test_a_clients_own_memory_gets_the_results_on_whichever_device_runs_them(affine) -> None:
+    multi, _collected = _engine(affine, (0.02, 0.02))
+    try:
+        assert multi.frames_at_once() == 8 and multi.output_specs()[0][1:] == ((1, 4), "<f4")
+        frames = [_frame(i) for i in range(12)]
+        mine = {f.index: np.zeros((1, 4), np.float32) for f in frames}
+        out = _Sink()
+        for f in frames:
+            multi.provide(f, [mine[f.index]])
+            out += multi.submit([f], _bind(multi, f))
+        out += multi.drain()
+        assert out.index == list(range(12))
+        assert all(s["frames"] > 0 for s in (e.section for e in multi.engines))
+        for i, arr in mine.items():
+            np.testing.assert_allclose(arr, np.full((1, 4), 2 * i + 1, np.float32))
+    finally:
+        multi.close()
+    assert multi.section["outputs_held_at_close"] == 0
+
+
+def test_the_node_on_two_devices_serves_a_device_owners_clients(affine, monkeypatch) -> None:
+    """What the device owner asks of the node (host input, output specs, frames at once, a client's own
+    memory for the results), on two devices."""
+    from flowpipe.nodes.inference import Inference
+    from flowpipe.testing import Harness
+
+    _two_cpus(monkeypatch)
+    node = Inference("det", Inference.Config(model=str(affine), device="GPU+CPU", num_requests=2))
+    with Harness(node) as h:
+        assert h.requests["tensor"].placement == "host" and node.owned_input(h.devices) == "host"
+        assert isinstance(node.engine, MultiEngine) and node.device == "CPU+CPU"
+        assert node.frames_at_once() == node.max_held == 8
+        assert node.output_specs()[0][1:] == ((1, 4), "<f4")
+        mine = {i: np.zeros((1, 4), np.float32) for i in range(16)}
+        out = _Sink()
+        for i in range(16):
+            f = _frame(i)
+            node.provide_outputs(f, [mine[i]])
+            out += node.process(f, "tensor")
+            out += node.poll()
+        out += node.flush()
+        assert out.index == list(range(16))
+        for i, arr in mine.items():
+            np.testing.assert_allclose(arr, np.full((1, 4), 2 * i + 1, np.float32))
+        sec = h.context.sections["inference.det"]
+        assert sec["device"] == "CPU+CPU" and sum(d["frames"] for d in sec["devices"].values()) == 16
