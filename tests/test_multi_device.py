@@ -10,13 +10,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from flowpipe.nodes.inference import Entries, InferenceConfig, MultiEngine
 
 from flowpipe import Frame
 from flowpipe.accel import OpenVino, devices
 from flowpipe.accel.openvino import DeviceChoice, choose_device, choose_devices
 from flowpipe.contracts import Allocation, Offer
 from flowpipe.errors import FrameError
-from flowpipe.nodes.inference import Entries, InferenceConfig, MultiEngine
 from flowpipe.testing import collected, feed, run_yaml
 
 
@@ -285,6 +285,7 @@ def test_the_node_on_two_devices_serves_a_device_owners_clients(affine, monkeypa
     """What the device owner asks of the node (host input, output specs, frames at once, a client's own
     memory for the results), on two devices."""
     from flowpipe.nodes.inference import Inference
+
     from flowpipe.testing import Harness
 
     _two_cpus(monkeypatch)
