@@ -37,6 +37,7 @@ CONFIGS: list[tuple[str, str, list[str], str]] = [
     ("shards, interval only", "GPU", ["--set", "preset=veryfast"], "the interval without the encoder preset"),
     ("shards, defaults", "GPU", [], "the shipped defaults: interval 3, x264 superfast"),
     ("shards, GPU+CPU", "GPU+CPU", [], "the defaults on the GPU and the CPU together"),
+    ("shards, GPU+CPU, before", "GPU+CPU", BEFORE, "GPU and CPU together, detector on every frame"),
     ("shards, CPU", "CPU", [], "the defaults with the detector on the CPU"),
     ("shards, CPU, before", "CPU", BEFORE, "CPU inference, detector on every frame, x264 veryfast"),
     ("shards, INT8, GPU", "GPU", ["--set", "model=centerface_int8"], "the defaults with INT8 CenterFace"),
