@@ -36,6 +36,7 @@ CONFIGS: list[tuple[str, str, list[str], str]] = [
     ("shards, before", "GPU", BEFORE, "shards + device owner, detector on every frame, x264 veryfast"),
     ("shards, interval only", "GPU", ["--set", "preset=veryfast"], "the interval without the encoder preset"),
     ("shards, defaults", "GPU", [], "the shipped defaults: interval 3, x264 superfast"),
+    ("processes auto, defaults", "GPU", ["--processes", "auto"], "the defaults with processes: auto (the graph's)"),
     ("shards, GPU+CPU", "GPU+CPU", [], "the defaults on the GPU and the CPU together"),
     ("shards, GPU+CPU, before", "GPU+CPU", BEFORE, "GPU and CPU together, detector on every frame"),
     ("shards, CPU", "CPU", [], "the defaults with the detector on the CPU"),

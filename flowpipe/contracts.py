@@ -37,6 +37,10 @@ class TensorSpec:
     shape: tuple[int, ...]
     dtype: str
     up_to: bool = False
+    #: one frame in this many carries the tensor (a detector's interval); the others pass with no entries,
+    #: each in its turn behind the frames before it: a consumer that keeps frames in order holds this many
+    #: times the frames it runs at once
+    every: int = 1
 
     @property
     def nbytes(self) -> int:

@@ -128,3 +128,20 @@ def test_face_blur_with_an_interval_accounts_every_frame_and_masks_the_passed_on
     assert "interpolated" in sources and "detection" in sources
     # all but the last frames (the stream ends before the detector runs again: they keep the last objects)
     assert runs["skipped"] - 2 <= res.nodes["track"]["interpolated"] <= runs["skipped"]
+
+
+def test_an_inference_after_an_interval_holds_the_frames_waiting_behind_its_requests() -> None:
+    """The frames an interval passes over wait in their turn behind the ones the detector runs on: a
+    consumer in order holds ``every`` times its requests, and the decoder's pool is sized for them."""
+    from flowpipe.nodes.inference import Inference
+
+    from flowpipe.contracts import Offer, TensorSpec
+
+    for every in (1, 3):
+        spec = TensorSpec((1, 3, 64, 64), "float32", every=every)
+        node = Inference("det", Inference.Config(model="centerface", device="CPU", num_requests=2))
+        with Harness(node, inputs={"tensor": Offer("pre", "tensor", spec)}):
+            assert node.max_held == 2 * every
+    pre = Preprocess("pre", Preprocess.Config.model_validate({"size": [64, 64], "interval": {"every": 3}}))
+    with Harness(pre) as h:
+        assert h.offers["tensor"].tensor is not None and h.offers["tensor"].tensor.every == 3

@@ -491,7 +491,10 @@ class OwnerClient(Node):
         # this shard's share of what the owner's requests take at once: enough to keep them busy, no more
         # (each frame at the owner holds its decoded picture in the shard)
         lo, hi = self.WINDOW
-        self.max_held = self.window = max(lo, min(hi, -(-int(info.at_once) // max(1, self.ctx.shard[1]))))
+        self.window = max(lo, min(hi, -(-int(info.at_once) // max(1, self.ctx.shard[1]))))
+        # and the frames with nothing to run (an interval's) that wait in their turn behind those
+        every = self.in_offer.tensor.every if self.in_offer.tensor is not None else 1
+        self.max_held = self.window * every
         if not self.pools:  # output buffers in this shard's memory: the owner's requests write into them
             n = min(self.in_flight_cap, 64) + self.window
             kind = "dma-heap" if self.link.placements.get(self.id) == "dma-buf" else None
@@ -551,7 +554,7 @@ class OwnerClient(Node):
             return self._take()
         with self.cond:
             # room at the owner, or the oldest is back (this thread hands it on below, after sending)
-            self.cond.wait_for(lambda: len(self.order) < self.window or self.order[0] in self.ready
+            self.cond.wait_for(lambda: self._out() < self.window or self.order[0] in self.ready
                                or self.sock is None, timeout=CONNECT_TIMEOUT_S)
         if self.sock is None:
             self._connect(time.monotonic() + CONNECT_TIMEOUT_S)  # the supervisor restarts the owner
@@ -600,6 +603,10 @@ class OwnerClient(Node):
         if bid not in bids:
             bids.append(bid)
         return BufferRef(bid, arr.ctypes.data - buf.address, arr.shape, arr.dtype.str, arr.strides)
+
+    def _out(self) -> int:
+        """Frames sent to the owner and not back yet (under ``cond``; those kept here do not count)."""
+        return sum(1 for k in self.order if k not in self.ready)
 
     def _take(self) -> list[Frame]:
         out = []

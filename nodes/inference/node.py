@@ -141,7 +141,7 @@ class Inference(Node):
             multi = self.engine = MultiEngine(self.id, c, choices, self.wake, self._label, t_open)
             multi.load(ctx.devices.openvino, offer, alloc, self.entries, edge, ctx.frames_in_flight())
             self.entries = multi.entries
-            self.max_held = multi.window if c.requests == "async" else 0
+            self.max_held = multi.window * _every(offer) if c.requests == "async" else 0
             self.passed = 0
             ctx.section(f"inference.{self.id}", multi.section)
             multi.warm()
@@ -156,7 +156,8 @@ class Inference(Node):
             self.batcher = Batcher(c.batch, c.batch_timeout_ms, self.wake, self.entries.count, engine.in_shape,
                                    engine.in_type, alloc.slots, len(engine.requests), engine.tensors,
                                    engine.input.get_any_name())
-        self.max_held = len(engine.requests) if c.requests == "async" else 0
+        # the frames its requests run, and those that run none waiting behind them (an interval's)
+        self.max_held = len(engine.requests) * _every(offer) if c.requests == "async" else 0
         self.passed = 0  # frames without entries (up_to): no request
         ctx.section(f"inference.{self.id}", engine.section)
         engine.warm()
@@ -254,3 +255,8 @@ class Inference(Node):
             self.engine.close()
         if self.batcher is not None:
             self.batcher.close()
+
+
+def _every(offer: Offer) -> int:
+    """One frame in how many carries a tensor (a detector's interval upstream; 1 without one)."""
+    return offer.tensor.every if offer.tensor is not None else 1

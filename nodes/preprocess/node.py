@@ -84,7 +84,8 @@ class Preprocess(Node):
                                                              "layout": c.layout})
         size = size_for(c, frame.picture if frame is not None else None)
         return Offer(self.id, port, TensorSpec(shape_for(c, size), np.dtype(DTYPES[c.dtype][1]).name,
-                                               up_to=c.objects is not None),
+                                               up_to=c.objects is not None,
+                                               every=c.interval.every if c.interval is not None else 1),
                      writes(c, devices))
 
     def request(self, port: str, offer: Offer, outputs: Mapping[str, Allocation], devices: Devices) -> Request:
