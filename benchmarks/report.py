@@ -196,24 +196,28 @@ def _sixteen(results: Path) -> list[str]:
 
 
 def _summary16() -> list[str]:
-    return ["Sixteen 25 fps cameras need 400 fps with every stream at 25. The detector interval (one frame in "
-            "three, every frame while the tracker has young tracks or candidates, faces under 24 px, or the "
-            "picture changed: it passed over 59% of the sample's frames) takes the shards from the GPU's "
-            "detector ceiling (238 fps) to 485; x264 superfast instead of veryfast takes off part of the "
-            "encoder's share (30.5 -> 24.8 ms of CPU a frame) for 1.51 instead of 1.31 Mbit/s a stream at 25 fps: "
-            "562 fps, the slowest stream at 34.4. With the detector on the CPU alone: 304 fps (was 135). CPU per "
-            "frame at 16 streams is 0.54x one stream's (the shards' decoder and encoder threads are each stream's "
-            "share of the cores; one stream alone spreads its encoder over every core). The GPU and the CPU "
-            "together (`device: GPU+CPU`: a request pool on each, frames to whichever has a free request) pay "
-            "where the detector is the ceiling (256 against 238 fps with it on every frame; the CPU ran 30% of "
-            "the detections) and cost where it no longer is (420 against 562 with the interval: CPU inference "
-            "takes the cores the shards' decoders and encoders need), so the default stays the best single "
-            "device. INT8 CenterFace (NNCF, `model: centerface_int8`) gives nothing here: 556 against 562 fps on "
-            "the GPU, 277 against 304 on the CPU (OpenVINO runs the FP32 model in bf16 on these CPUs); FP32 stays "
-            "the default. Single runs of one configuration varied by up to 15% between calls (the defaults: 475, "
-            "501 and 562 fps in three calls). Over processes each frame still costs 3.2 MB of counted copies "
-            "against 0.55 MB in one process (the shard's OpenCL preprocess reads its tensor back for the device "
-            "owner).", ""]
+    return ["Sixteen 25 fps cameras need 400 fps with every stream at 25. 'every frame' rows are the shipped "
+            "graph with `--set interval=1 --set preset=veryfast`: its detector on every frame and the encoder "
+            "preset it had (the writer's own thread is in every row; the graph as it was, 3fb9422, gave 238 fps "
+            "with shards and 46 in one process in an earlier call). The detector interval (one frame in three, "
+            "every frame while the tracker has young tracks or candidates, faces under 24 px, or the picture "
+            "changed: it passed over 59% of the sample's frames) takes the shards from the GPU's detector "
+            "ceiling (219 fps) to 478; x264 superfast instead of veryfast takes off part of the encoder's share "
+            "(30.3 -> 25.0 ms of CPU a frame) for 1.51 instead of 1.31 Mbit/s a stream at 25 fps: 554 fps, the "
+            "slowest stream at 33.6. `processes: auto` (the graph's: 8 processes on 16 cores) gives 508, the "
+            "slowest stream at 27.5. With the detector on the CPU alone: 329 fps (every frame: 160). CPU per "
+            "frame at 16 streams is 0.64x one stream's (each shard's decoder and encoder threads are its "
+            "stream's share of the cores; one stream alone spreads them over every core). The GPU and the CPU "
+            "together (`device: GPU+CPU`: a request pool on each, frames to whichever has a request free) pay "
+            "where the detector is the ceiling (253 against 219 fps with it on every frame; the CPU ran about "
+            "30% of the detections) and not where it no longer is (504 against 554 with the interval: CPU "
+            "inference takes cores the shards' decoders and encoders need), so the default stays the best single "
+            "device. INT8 CenterFace (NNCF, `model: centerface_int8`): 618 against 554 fps on the GPU, 365 "
+            "against 329 on the CPU here, but 556 against 562 and 277 against 304 in an earlier call: within what "
+            "one configuration varies between calls on this machine (up to 15%; the defaults gave 475, 501, 520, "
+            "554 and 562 fps in five calls), so FP32 stays the default. Over processes each frame still costs "
+            "3.2 MB of counted copies against 0.55 MB in one process (the shard's OpenCL preprocess reads its "
+            "tensor back for the device owner).", ""]
 
 
 def _two_cores(results: Path) -> list[str]:
@@ -227,8 +231,8 @@ def _two_cores(results: Path) -> list[str]:
     for f in runs:
         r = json.loads(f.read_text())
         b, a = r["median"]["before"], r["median"]["after"]
-        L.append(f"| {r['clip']} | {r['picture']} | {b['fps']} -> {a['fps']} | {r['fps_ratio']}x | "
-                 f"{b['cpu_ms_per_frame']} -> {a['cpu_ms_per_frame']} |")
+        L.append(f"| {r['clip']} | {r['picture']} | {b['fps']:.1f} -> {a['fps']:.1f} | {r['fps_ratio']}x | "
+                 f"{b['cpu_ms_per_frame']:.1f} -> {a['cpu_ms_per_frame']:.1f} |")
     return [*L, "", "The writer on a thread of its own adds about 12% of this (the encoder was the longest stage on "
             "the tracker's thread); the rest is the interval and the encoder preset. The crowd runs its detector "
             "on every frame (young tracks and candidates all the time): only the encoder and the thread help "

@@ -27,20 +27,20 @@ from typing import Any
 from bench_results import publish
 
 ROOT = Path(__file__).resolve().parent.parent
-BEFORE = ["--set", "interval=1", "--set", "preset=veryfast"]  # the graph's defaults before the interval
+EVERY = ["--set", "interval=1", "--set", "preset=veryfast"]  # the detector on every frame, the old preset
 
 #: (name, device, extra args, what it is); N streams unless the args say otherwise
 CONFIGS: list[tuple[str, str, list[str], str]] = [
-    ("1 process, before", "GPU", [*BEFORE, "--processes", "1", "--frames", "60", "--warmup", "20"],
+    ("1 process, every frame", "GPU", [*EVERY, "--processes", "1", "--frames", "60", "--warmup", "20"],
      "all streams in one process, detector on every frame"),
-    ("shards, before", "GPU", BEFORE, "shards + device owner, detector on every frame, x264 veryfast"),
+    ("shards, every frame", "GPU", EVERY, "shards + device owner, detector on every frame, x264 veryfast"),
     ("shards, interval only", "GPU", ["--set", "preset=veryfast"], "the interval without the encoder preset"),
     ("shards, defaults", "GPU", [], "the shipped defaults: interval 3, x264 superfast"),
     ("processes auto, defaults", "GPU", ["--processes", "auto"], "the defaults with processes: auto (the graph's)"),
     ("shards, GPU+CPU", "GPU+CPU", [], "the defaults on the GPU and the CPU together"),
-    ("shards, GPU+CPU, before", "GPU+CPU", BEFORE, "GPU and CPU together, detector on every frame"),
+    ("shards, GPU+CPU, every frame", "GPU+CPU", EVERY, "GPU and CPU together, detector on every frame"),
     ("shards, CPU", "CPU", [], "the defaults with the detector on the CPU"),
-    ("shards, CPU, before", "CPU", BEFORE, "CPU inference, detector on every frame, x264 veryfast"),
+    ("shards, CPU, every frame", "CPU", EVERY, "CPU inference, detector on every frame, x264 veryfast"),
     ("shards, INT8, GPU", "GPU", ["--set", "model=centerface_int8"], "the defaults with INT8 CenterFace"),
     ("shards, INT8, CPU", "CPU", ["--set", "model=centerface_int8"], "INT8 CenterFace on the CPU"),
     ("1 stream", "GPU", ["--streams", "1", "--processes", "1"], "one stream alone: its CPU per frame"),
