@@ -177,6 +177,20 @@ class Frame:
             self.ref = FrameRef(self.stream, self.index)
         self.ref.leases.append(lease)
 
+    def release_memory(self) -> bool:
+        """Give back every pooled buffer the frame holds (its pixels, its tensors) before it ends, where this
+        packet is the frame's only reader: a stage that keeps a frame past the last one that reads its memory
+        (a writer that holds it until its file has it) keeps only its metadata. False (nothing given back)
+        where another packet of the frame is still on its way."""
+        ref = self.ref
+        if ref is None or ref.count != 1:
+            return False
+        leases, ref.leases = ref.leases, []
+        for lease in leases:
+            lease.release()
+        self.data, self.tensors = None, {}
+        return True
+
     def end(self, fate: str) -> None:
         """End this packet's reference to its frame (see ``FrameRef.end``); no-op outside a run."""
         if self.ref is not None:

@@ -10,6 +10,7 @@ import os
 import re
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -515,14 +516,24 @@ class VideoWriter(Node):
         fourcc: str | None = Field(None, min_length=4, max_length=4,
                                    description="write through OpenCV with this FourCC instead (e.g. mp4v)")
         fps: float | None = Field(None, gt=0, description="default: 30, or the source's rate when known")
+        records: Literal["written", "encoded"] = Field(
+            "written", description="written: each frame goes on once the fragment that holds it is in the file "
+            "(a record after the writer never names a frame a crash could still lose; up to gop_seconds later, "
+            "the frame's memory given back meanwhile); encoded: as soon as the encoder has it "
+            "(recording.in_file false)")
 
     config: Config
 
     @classmethod
     def contract(cls, config: NodeConfig) -> NodeContract:
         assert isinstance(config, cls.Config)
-        return cls.declare(pixels=frozenset({"BGR"}) if config.fourcc else frozenset({"BGR", "NV12", "I420"}),
-                           one_worker=None,  # its writers are per stream, under a lock
+        pixels = frozenset({"BGR"}) if config.fourcc else frozenset({"BGR", "NV12", "I420"})
+        if config.records == "written" and config.fourcc is None and config.fragmented:
+            return cls.declare(pixels=pixels, one_worker=None, files={"path": "video"}, final_picture=True,
+                               holds_frames=True,
+                               isolation="a writer that holds each frame until its file has it keeps frames past "
+                                         "process() (records: encoded passes them on at once)")
+        return cls.declare(pixels=pixels, one_worker=None,  # its writers are per stream, under a lock
                            files={"path": "video"}, final_picture=True)
 
     def resources(self) -> list[str]:
@@ -540,6 +551,10 @@ class VideoWriter(Node):
         self.stats = ctx.stats
         self.written: dict[str, int] = {}
         self.threads = max(1, usable_cores() // max(ctx.streams, 1))  # encoder threads: the stream's share of cores
+        self.holding = self.declared.holds_frames  # each frame waits here until its fragment is in the file
+        self.held: dict[str, deque[Frame]] = {}  # per stream, in order
+        self.ready: list[Frame] = []  # frames whose file closed (a stream that ended): out at the next poll
+        self.wake = ctx.wake
         if self.config.fourcc is None and not available():
             raise RuntimeError("video_writer needs PyAV (pip install av) for codec " + self.config.codec +
                                "; or set fourcc to write through OpenCV")
@@ -548,7 +563,7 @@ class VideoWriter(Node):
         """The configured rate, else the rate the source gave the stream (``meta['fps']``), else 30."""
         return float(self.config.fps or frame.meta.get("fps") or 30.0)
 
-    def process(self, frame: Frame, port: str) -> Frame:
+    def process(self, frame: Frame, port: str) -> Any:
         yuv = frame.format in ("NV12", "I420")
         if frame.format != "BGR" and not (yuv and self.config.fourcc is None):
             raise ValueError(f"video_writer takes BGR frames{', or NV12/I420 without fourcc' if not yuv else ''}, "
@@ -571,7 +586,52 @@ class VideoWriter(Node):
             where = {"file": file, "frame": index}
         self.written[frame.stream] += 1
         frame.meta["recording"] = where
-        return frame
+        if not self.holding:
+            where["in_file"] = False  # the record says its frame may not be in the file yet
+            return frame
+        if isinstance(w, cv2.VideoWriter) or not frame.release_memory():
+            # another packet still reads the frame (a branch beside the writer): it cannot wait here without
+            # its memory; it goes on at once, after the stream's held frames (in order), saying it may not
+            # be in the file yet
+            where["in_file"] = False
+            return [*self._written(frame.stream, every=True), frame]
+        with self._lock:
+            self.held.setdefault(frame.stream, deque()).append(frame)
+        return self._written(frame.stream)
+
+    def _written(self, stream: str, every: bool = False) -> list[Frame]:
+        """The stream's held frames that are in their file for good now, in order (``every``: all of them,
+        those not in it yet saying so)."""
+        out: list[Frame] = []
+        with self._lock:
+            q, w = self.held.get(stream), self.writers.get(stream)
+            while q:
+                rec = q[0].meta["recording"]
+                rec["in_file"] = w is None or rec["frame"] < w.in_file(rec["file"])
+                if not (rec["in_file"] or every):
+                    break
+                out.append(q.popleft())
+        return out
+
+    def poll(self) -> list[Frame]:
+        with self._lock:
+            out, self.ready = self.ready, []
+        return out
+
+    def flush(self) -> list[Frame]:
+        """Every input ended: the files close whole, and every frame held for them goes on."""
+        if not self.holding:
+            return []
+        with self._lock:
+            writers = list(self.writers.items())
+        for stream, w in writers:
+            self._finish(w)
+            with self._lock:
+                self.writers.pop(stream, None)
+        out = self.poll()
+        for stream in list(self.held):
+            out += self._written(stream)
+        return out
 
     def _create(self, frame: Frame, size: tuple[int, int]) -> Any:
         c = self.config
@@ -617,6 +677,13 @@ class VideoWriter(Node):
         if w is not None:
             self._finish(w)  # the stream's file is whole now, while the others go on
         self.stats["written"] = dict(self.written)
+        if self.holding:
+            done = self._written(stream)  # its file closed: every frame held for it is in it
+            with self._lock:
+                self.held.pop(stream, None)
+                self.ready += done
+            if done:
+                self.wake()
 
     def close(self) -> None:
         errors = []

@@ -78,7 +78,8 @@ def test_segments_h265_and_a_missing_hardware_encoder(tmp_path, caplog) -> None:
 @pytest.mark.skipif(FFPROBE is None, reason="ffprobe (scripts/setup.sh installs ffmpeg)")
 def test_a_recording_survives_sigkill_up_to_its_last_fragment(tmp_path) -> None:
     """kill -9 in the middle of a recording in 2 s segments: every closed segment is whole, the open one plays
-    up to its last fragment, and each JSONL record names the segment and frame that hold its picture."""
+    up to its last fragment, and each JSONL record names the segment and frame that hold its picture, a frame
+    that is in that file (a record waits for its fragment to be written)."""
     graph = tmp_path / "g.yaml"
     graph.write_text(f"""
 nodes:
@@ -112,8 +113,50 @@ nodes:
         assert got["codec_name"] == "h264" and got["width"] == 1366 and got["errors"] == ""
         if f != segments[-1]:  # closed segments: whole
             assert got["frames"] == len(frames) == 60
-        else:  # the open one: playable up to its last fragment (0.5 s at 30 fps)
-            assert 0 < got["frames"] <= len(frames) and got["frames"] >= len(frames) - 15
+        else:  # the open one: playable up to its last fragment, every record's frame in it
+            assert 0 < len(frames) <= got["frames"]
+    assert all(r["recording"]["in_file"] for r in records)
+
+
+@pytest.mark.skipif(FFPROBE is None, reason="ffprobe (scripts/setup.sh installs ffmpeg)")
+def test_the_main_job_s_records_never_name_a_frame_its_recording_lost(tmp_path) -> None:
+    """The face-blur job on a looping camera, killed with SIGKILL at random moments (from before its first
+    record to a few seconds in): every JSONL record that was written names a frame that ffprobe finds in the
+    recording, however early the kill came. (With ``records: encoded`` the first kill already finds records
+    of frames the file does not have.)"""
+    import random
+
+    import yaml
+
+    g = yaml.safe_load((ROOT / "graphs" / "face_blur.yaml").read_text())
+    g["nodes"][0]["config"].update(loop=-1, realtime=True)  # a camera: frames as they come, for ever
+    g["processes"] = 1
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(g, sort_keys=False))
+    rng = random.Random(7)
+    for k, delay in enumerate([0.0, rng.uniform(0.05, 1.0), rng.uniform(0.05, 1.0), rng.uniform(1.0, 3.0)]):
+        out, meta = tmp_path / f"v{k}.mp4", tmp_path / f"m{k}.jsonl"
+        p = subprocess.Popen([sys.executable, "-m", "flowpipe.cli", "run", str(tmp_path / "g.yaml"), "--set",
+                              f"output={out}", "--set", f"metadata={meta}", "--set", "device=CPU"],
+                             stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 60
+            while k and not (meta.exists() and meta.read_bytes().count(b"\n")):  # the first record ...
+                assert time.monotonic() < deadline and p.poll() is None
+                time.sleep(0.02)
+            time.sleep(delay if k else 1.5)  # ... then a random moment (the first run: at 1.5 s, any record or none)
+            os.kill(p.pid, signal.SIGKILL)
+            p.wait(10)
+        finally:
+            if p.poll() is None:
+                p.kill()
+        lines = meta.read_bytes().split(b"\n") if meta.exists() else []
+        records = [json.loads(x) for x in lines[:-1]]  # whole lines only: a kill may cut the last
+        if k:
+            assert records, f"kill {k}: no record"
+        playable = probe(out)["frames"] if out.exists() and out.stat().st_size else 0
+        for r in records:
+            assert r["recording"]["file"] == str(out) and r["recording"]["in_file"]
+            assert r["recording"]["frame"] < playable, (k, delay, r["frame"], playable)
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/setup.sh installs it)")

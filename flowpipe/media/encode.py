@@ -50,6 +50,8 @@ class Recorder:
         self._container: Any = None
         self._stream: Any = None
         self._n = 0  # frames in the open file
+        self._muxed = 0  # packets of the open file handed to the muxer
+        self._in_file = 0  # frames at the start of the open file that are in it for good (fragments written)
         self._sized = ""  # after a size change: the files' name says the size
         import av
 
@@ -108,6 +110,7 @@ class Recorder:
                 log.warning("encoder %s is not available here (%s): using %s", failures[0].split(":")[0],
                             failures[0].split(": ", 1)[-1], name)
             self._container, self._stream, self.used, self._n = container, stream, name, 0
+            self._muxed = self._in_file = 0
             self.files.append(str(path))
             return
         raise RuntimeError(f"no encoder for {self.codec} opens here: {'; '.join(failures)}")
@@ -130,7 +133,7 @@ class Recorder:
             frame = self._frame(image, format="bgr24")
         frame.pts = self._n
         for packet in self._stream.encode(frame):
-            self._container.mux(packet)
+            self._mux(packet)
         self._n += 1
         self.frames += 1
         return self.files[-1], self._n - 1
@@ -140,10 +143,26 @@ class Recorder:
             return
         try:
             for packet in self._stream.encode(None):  # what the encoder still holds
-                self._container.mux(packet)
+                self._mux(packet)
         finally:
             self._container.close()
             self._container = self._stream = None
+
+    def _mux(self, packet: Any) -> None:
+        """One packet into the file. A fragmented file's muxer writes the fragment before a keyframe's
+        packet (``frag_keyframe``) and flushes it to the file (``flush_packets``): the frames before it are
+        in the file for good, whatever happens to this process next."""
+        if packet.is_keyframe and self.fragmented and self._muxed:
+            self._in_file = self._muxed
+        self._container.mux(packet)
+        self._muxed += 1
+
+    def in_file(self, path: str) -> int:
+        """How many frames at the start of ``path`` (one of ``files``) are in it for good: all of a closed
+        file's; the open one's up to its last written fragment (none of an unfragmented one's)."""
+        if self._container is None or path != self.files[-1]:
+            return 1 << 62
+        return self._in_file
 
     def close(self) -> None:
         self._close_file()
