@@ -553,8 +553,12 @@ class VideoWriter(Node):
         self.threads = max(1, usable_cores() // max(ctx.streams, 1))  # encoder threads: the stream's share of cores
         self.holding = self.declared.holds_frames  # each frame waits here until its fragment is in the file
         self.held: dict[str, deque[Frame]] = {}  # per stream, in order
+        self.since: dict[int, float] = {}  # when each held frame came (id of the frame)
         self.ready: list[Frame] = []  # frames whose file closed (a stream that ended): out at the next poll
         self.wake = ctx.wake
+        self.timer: threading.Timer | None = None
+        # a stream that stalls writes no next fragment: its held frames go on after this long, saying so
+        self.max_wait = self.config.gop_seconds + 1.0
         if self.config.fourcc is None and not available():
             raise RuntimeError("video_writer needs PyAV (pip install av) for codec " + self.config.codec +
                                "; or set fourcc to write through OpenCV")
@@ -597,26 +601,47 @@ class VideoWriter(Node):
             return [*self._written(frame.stream, every=True), frame]
         with self._lock:
             self.held.setdefault(frame.stream, deque()).append(frame)
-        return self._written(frame.stream)
+            self.since[id(frame)] = time.monotonic()
+        out = self._written(frame.stream)
+        self._arm()
+        return out
 
-    def _written(self, stream: str, every: bool = False) -> list[Frame]:
-        """The stream's held frames that are in their file for good now, in order (``every``: all of them,
-        those not in it yet saying so)."""
+    def _written(self, stream: str, every: bool = False, before: float | None = None) -> list[Frame]:
+        """The stream's held frames that are in their file for good now, in order (``every``: all of them;
+        ``before``: also those that came before this time; those not in the file yet saying so)."""
         out: list[Frame] = []
         with self._lock:
             q, w = self.held.get(stream), self.writers.get(stream)
             while q:
                 rec = q[0].meta["recording"]
                 rec["in_file"] = w is None or rec["frame"] < w.in_file(rec["file"])
-                if not (rec["in_file"] or every):
+                if not (rec["in_file"] or every or (before is not None and self.since[id(q[0])] <= before)):
                     break
+                self.since.pop(id(q[0]), None)
                 out.append(q.popleft())
         return out
 
     def poll(self) -> list[Frame]:
+        """Frames of streams that ended, and those that waited ``max_wait`` (a stream that stalls: no next
+        fragment comes) with ``in_file`` saying whether their fragment is written."""
         with self._lock:
             out, self.ready = self.ready, []
+            self.timer = None
+        due = time.monotonic() - self.max_wait
+        for stream in list(self.held):
+            out += self._written(stream, before=due)
+        self._arm()
         return out
+
+    def _arm(self) -> None:
+        """A wake when the oldest held frame is due (one timer at a time)."""
+        with self._lock:
+            if self.timer is not None or not self.since:
+                return
+            delay = min(self.since.values()) + self.max_wait - time.monotonic()
+            self.timer = threading.Timer(max(0.0, delay) + 1e-3, self.wake)
+            self.timer.daemon = True
+            self.timer.start()
 
     def flush(self) -> list[Frame]:
         """Every input ended: the files close whole, and every frame held for them goes on."""
@@ -686,6 +711,9 @@ class VideoWriter(Node):
                 self.wake()
 
     def close(self) -> None:
+        timer = getattr(self, "timer", None)
+        if timer is not None:
+            timer.cancel()
         errors = []
         for w in list(self.writers.values()):
             try:

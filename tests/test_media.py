@@ -479,3 +479,31 @@ def test_overlay_draws_on_yuv_converting_only_what_it_touches(fmt: str) -> None:
     assert np.array_equal(got[~regions], ref[~regions])  # untouched outside every drawing's region
     trip = np.abs(got[far & regions].astype(int) - ref[far & regions].astype(int))
     assert trip.mean() < 1.0 and trip.max() <= 16, (trip.mean(), trip.max())  # YUV->BGR->YUV rounding only
+
+
+def test_a_writer_lets_held_frames_go_when_their_stream_stalls(tmp_path) -> None:
+    """A stream that stops sending writes no next fragment: the frames the writer held for theirs go on after
+    ``gop_seconds`` + 1 s, saying they are not in the file yet; a steady stream's go on as fragments are
+    written, saying they are."""
+    import numpy as np
+    from flowpipe.nodes.video import VideoWriter
+
+    from flowpipe.frame import Frame, FrameRef
+    from flowpipe.testing import Harness
+
+    node = VideoWriter("rec", VideoWriter.Config(path=str(tmp_path / "v.mp4"), gop_seconds=0.2, fps=10))
+    with Harness(node):
+        assert node.declared.holds_frames
+        out = []
+        for i in range(5):  # a keyframe every 2 frames: the fragments before frame 4 are written
+            f = Frame("cam", i, i / 10, np.full((64, 64, 3), 40 * i, np.uint8))
+            f.ref = FrameRef("cam", i)
+            out += node.process(f, "frame")
+        assert [f.index for f in out] and all(f.meta["recording"]["in_file"] for f in out)
+        assert all(f.data is None for f in out)  # their pixels went back while they waited
+        assert node.poll() == []  # not due yet
+        time.sleep(1.3)
+        late = node.poll()
+        assert [f.index for f in out + late] == list(range(5))
+        assert late and not any(f.meta["recording"]["in_file"] for f in late)
+        assert node.flush() == []
