@@ -4,15 +4,24 @@ sampled every few seconds, and a line fitted through them after the warm-up: a l
 
     python benchmarks/soak_streams.py --minutes 8 --streams 16 --processes 16 --device GPU --json soak.json
     python benchmarks/soak_streams.py --minutes 4 --streams 4 --processes 2 --device CPU   # 2 cores
+    python benchmarks/soak_streams.py --minutes 8 --streams 16 --processes 16 --device GPU --kill-every 30
 
 Reports, per process and for the whole run: PSS at the end of the warm-up and at the end, the slope in MB
 per hour and as a share of the level per hour, open fds the same way, and the frames' account.
+
+With ``--kill-every S`` (chaos): a random shard is killed (SIGKILL) every S seconds and the device owner once,
+half way; every source and the owner restart (``on_error: restart``). Reported and checked then: every frame
+that entered accounted (out, dropped or failed), no JSONL record twice and one for every frame out, every
+recording playable (decoded to its end without an error), and per fault the seconds until the rate over 2 s
+is back to 80% of the rate over the 10 s before it.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import random
+import signal
 import sys
 import tempfile
 import threading
@@ -87,6 +96,7 @@ def main() -> None:
     ap.add_argument("--processes", default="16")
     ap.add_argument("--device", default="AUTO")
     ap.add_argument("--set", action="append", default=[], dest="sets", help="graph params NAME=VALUE")
+    ap.add_argument("--kill-every", type=float, default=0, help="seconds between shard kills (0: none)")
     ap.add_argument("--json")
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="flowpipe-soak-"))
@@ -96,9 +106,43 @@ def main() -> None:
     for s in spec.sources():
         s.config.loop = -1  # type: ignore[attr-defined]
     spec = replicate_sources(spec, a.streams)
+    if a.kill_every:  # every part restarts after a kill
+        for s in spec.nodes:
+            if s in spec.sources() or s.contract.serves_streams:
+                s.on_error, s.restarts = "restart", 1000
     run = executor(spec, int(a.processes) if a.processes.isdigit() else a.processes)
     samples: list[dict[str, Any]] = []
     done = threading.Event()
+    rate: list[tuple[float, int]] = []  # (seconds, frames out) every 0.5 s
+    faults: list[dict[str, Any]] = []
+    t_start = time.monotonic()
+
+    def count() -> None:
+        while not done.wait(0.5):
+            rate.append((time.monotonic() - t_start, run.snapshot()["out"]))
+
+    def chaos() -> None:
+        rng = random.Random(1)  # noqa: S311 - which shard dies, repeatably
+        owner_at, next_kill = a.minutes * 30, a.warmup / 2 + a.kill_every
+        while not done.wait(0.2):
+            now = time.monotonic() - t_start
+            shards = getattr(run, "shards", [])
+            owner = getattr(run, "owner", None)
+            if owner_at is not None and now >= owner_at and owner is not None and owner.pid:
+                faults.append({"t_s": round(now, 1), "killed": "device owner", "pid": owner.pid})
+                os.kill(owner.pid, signal.SIGKILL)
+                owner_at = None
+            elif now >= next_kill:
+                live = [sh for sh in shards if sh.opened and sh.pid and not sh.restarted and sh.proc.is_alive()]
+                if live:
+                    sh = rng.choice(live)
+                    faults.append({"t_s": round(now, 1), "killed": f"shard {sh.index}", "pid": sh.pid})
+                    os.kill(sh.pid, signal.SIGKILL)
+                next_kill = now + a.kill_every
+
+    threading.Thread(target=count, daemon=True).start()
+    if a.kill_every:
+        threading.Thread(target=chaos, daemon=True).start()
 
     def sample() -> None:
         t0 = time.monotonic()
@@ -119,9 +163,58 @@ def main() -> None:
     out = summarize(samples, a.warmup)
     out.update(graph=a.graph, streams=a.streams, processes=a.processes, device=a.device, minutes=a.minutes,
                warmup_s=a.warmup, frames=res.frames, error=str(res.error) if res.error else None, samples=samples)
+    if a.kill_every:
+        out["chaos"] = chaos_report(work, res.frames, faults, rate)
     print(json.dumps({k: v for k, v in out.items() if k not in ("samples", "per_process")}, indent=1))
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1))
+
+
+def chaos_report(work: Path, frames: dict[str, int], faults: list[dict[str, Any]],
+                 rate: list[tuple[float, int]]) -> dict[str, Any]:
+    """What the faults left: the account, the JSONL records against the frames out, every recording decoded
+    to its end, and the seconds each fault took the rate down for."""
+    import av
+
+    seen: dict[tuple[str, int], int] = {}
+    for f in work.glob("*.jsonl"):
+        for line in f.read_bytes().splitlines():
+            r = json.loads(line)
+            seen[(r["stream"], r["frame"])] = seen.get((r["stream"], r["frame"]), 0) + 1
+    files: dict[str, dict[str, Any]] = {}
+    for f in sorted(work.glob("*.mp4")):
+        try:
+            with av.open(str(f)) as c:
+                files[f.name] = {"frames": sum(1 for _ in c.decode(video=0)), "error": None}
+        except Exception as e:  # noqa: BLE001 - a file that does not play is what this reports
+            files[f.name] = {"frames": None, "error": f"{type(e).__name__}: {e}"}
+    for fault in faults:
+        fault["recovery_s"] = recovery(rate, fault["t_s"])
+    return {"faults": faults, "accounted": frames["in"] == frames["out"] + frames["dropped"] + frames["failed"],
+            "records": sum(seen.values()), "records_twice": sum(1 for n in seen.values() if n > 1),
+            "records_vs_out": sum(seen.values()) - frames["out"], "recordings": len(files),
+            "unplayable": {k: v["error"] for k, v in files.items() if v["error"]},
+            "worst_recovery_s": max((f["recovery_s"] for f in faults if f["recovery_s"] is not None), default=None),
+            "not_recovered": sum(1 for f in faults if f["recovery_s"] is None)}
+
+
+def recovery(rate: list[tuple[float, int]], t: float, before: float = 10.0, window: float = 2.0,
+             share: float = 0.8) -> float | None:
+    """Seconds from ``t`` until the rate over ``window`` seconds is ``share`` of the rate over the ``before``
+    seconds before ``t`` again (None: never, in the run)."""
+    def over(t0: float, t1: float) -> float | None:
+        pts = [(s, n) for s, n in rate if t0 <= s <= t1]
+        return (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0]) if len(pts) > 1 and pts[-1][0] > pts[0][0] else None
+
+    base = over(t - before, t)
+    if not base:
+        return None
+    for s, _ in rate:
+        if s >= t + window:
+            r = over(s - window, s)
+            if r is not None and r >= share * base:
+                return round(s - t, 1)
+    return None
 
 
 def summarize(samples: list[dict[str, Any]], warmup: float) -> dict[str, Any]:

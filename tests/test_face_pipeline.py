@@ -52,7 +52,8 @@ def test_every_frame_accounted_and_nothing_copied(face_run) -> None:
     assert res.frames == {"in": FRAMES, "out": FRAMES, "dropped": 0, "failed": 0}
     for edge, e in res.edges.items():
         assert e["copies"] == 0 and e["bytes_copied"] == 0, edge
-        assert e["memory"] in ("memfd", "dma-heap"), edge
+        # after the writer a frame is its metadata: its memory went back while it waited for its fragment
+        assert e["memory"] in (("none",) if edge.startswith("write->") else ("memfd", "dma-heap")), edge
 
 
 def test_near_and_distant_faces_found_at_the_right_place(face_run) -> None:

@@ -170,7 +170,8 @@ ISOLATED = {  # the node under test (id n) with isolation: process, after src ->
     "passthrough": "{id: n, type: passthrough, isolation: process, inputs: src.frame}",
     "null_sink": "{id: n, type: null_sink, isolation: process, inputs: src.frame}",
     "jsonl": "{id: n, type: jsonl, isolation: process, config: {path: OUT/m.jsonl}, inputs: faces.detections}",
-    "video_writer": "{id: n, type: video_writer, isolation: process, config: {path: OUT/v.mp4}, inputs: src.frame}",
+    "video_writer": "{id: n, type: video_writer, isolation: process, config: {path: OUT/v.mp4, records: encoded}, "
+                    "inputs: src.frame}",
     "mjpeg_preview": "{id: n, type: mjpeg_preview, isolation: process, config: {port: 0}, inputs: src.frame}",
     "mqtt": None,  # needs a broker: tests/test_mqtt.py::test_mqtt_runs_in_a_worker_process
 }

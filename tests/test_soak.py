@@ -1,0 +1,30 @@
+"""The soak under faults, short: the shipped face-blur graph on looping streams over two processes and the
+device owner, a shard killed (SIGKILL) and then the owner, for half a minute (``benchmarks/soak_streams.py
+--kill-every``, which runs for 8 minutes with 16 streams on the GPU machine)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_main_job_under_kills_accounts_every_frame_records_each_once_and_keeps_its_rate(tmp_path) -> None:
+    out = tmp_path / "soak.json"
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "soak_streams.py"), "--minutes", "0.5",
+                        "--streams", "2", "--processes", "2", "--device", "CPU", "--warmup", "6", "--every", "2",
+                        "--kill-every", "9", "--json", str(out)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    r = json.loads(out.read_text())
+    chaos = r["chaos"]
+    killed = [f["killed"] for f in chaos["faults"]]
+    assert "device owner" in killed and any(k.startswith("shard") for k in killed), chaos["faults"]
+    assert r["error"] is None, r["error"]
+    assert chaos["accounted"] and r["frames"]["out"] > 0
+    # only what was in flight where a process died (a shard's pools and the writer's second of frames)
+    assert r["frames"]["failed"] <= 80 * len(killed)
+    assert chaos["records_twice"] == 0 and chaos["records_vs_out"] == 0, chaos
+    assert chaos["recordings"] >= 2 and chaos["unplayable"] == {}, chaos
+    assert chaos["not_recovered"] == 0 and chaos["worst_recovery_s"] <= 8, chaos["faults"]
