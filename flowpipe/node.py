@@ -229,6 +229,11 @@ class Node:
         """End of stream on every input: return what is still held (same forms as ``process``)."""
         return None
 
+    def stream_stopping(self, stream: str) -> None:
+        """A stream being removed from a running graph: its source has stopped, no frame of it comes after
+        those on their way. A node that holds frames of it for one to come lets them go (it is polled next).
+        Called from another thread than ``process``, before the stream's frames are all accounted."""
+
     def end_stream(self, stream: str) -> None:
         """A stream removed from a running graph: every frame of it is accounted; close what belongs to it
         (its file, its tracks). Called from another thread than ``process``, never for a stream whose

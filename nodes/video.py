@@ -557,6 +557,7 @@ class VideoWriter(Node):
         self.ready: list[Frame] = []  # frames whose file closed (a stream that ended): out at the next poll
         self.wake = ctx.wake
         self.timer: threading.Timer | None = None
+        self.stopping: set[str] = set()  # streams being removed: their frames go on at once
         # a stream that stalls writes no next fragment: its held frames go on after this long, saying so
         self.max_wait = self.config.gop_seconds + 1.0
         if self.config.fourcc is None and not available():
@@ -593,7 +594,7 @@ class VideoWriter(Node):
         if not self.holding:
             where["in_file"] = False  # the record says its frame may not be in the file yet
             return frame
-        if isinstance(w, cv2.VideoWriter) or not frame.release_memory():
+        if isinstance(w, cv2.VideoWriter) or frame.stream in self.stopping or not frame.release_memory():
             # another packet still reads the frame (a branch beside the writer): it cannot wait here without
             # its memory; it goes on at once, after the stream's held frames (in order), saying it may not
             # be in the file yet
@@ -694,8 +695,20 @@ class VideoWriter(Node):
             if w.per_segment:
                 self.stats.setdefault("segments", {})[str(w.path)] = len(w.files)
 
+    def stream_stopping(self, stream: str) -> None:
+        """A stream being removed: no next fragment is sure to come before its file closes, so its held frames
+        go on now (saying whether they are in the file yet), and those still on their way pass at once."""
+        if not self.holding:
+            return
+        done = self._written(stream, every=True)
+        with self._lock:
+            self.stopping.add(stream)
+            self.ready += done
+        self.wake()
+
     def end_stream(self, stream: str) -> None:
         with self._lock:
+            self.stopping.discard(stream)
             w = self.writers.pop(stream, None)
             self.sizes.pop(stream, None)
             self.paths.pop(stream, None)

@@ -169,7 +169,13 @@ class Runner:
         self.account.open_stream(stream)
 
     def settle(self, stream: str, timeout: float) -> None:
-        """Wait until every frame of ``stream`` that entered has a fate (or ``timeout`` passes)."""
+        """Wait until every frame of ``stream`` that entered has a fate (or ``timeout`` passes); the nodes that
+        hold frames let those of ``stream`` go first (its source has stopped: no next frame comes)."""
+        for nid, node in list(self.nodes.items()):
+            try:
+                node.stream_stopping(stream)
+            except Exception as e:  # noqa: BLE001 - the stream's frames still settle, by the node's own time
+                log.error("%s", NodeError(nid, self.spec.node(nid).type, f"stream {stream} stopping: {e}"))
         self.account.settle(stream, timeout)
 
     def detach(self, stream: str, like: str) -> tuple[dict[str, int], float | None, list[NodeError]]:
