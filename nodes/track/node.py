@@ -124,13 +124,22 @@ class Tracker(Node):
         self.max_held = self.config.lookahead * max(1, ctx.streams)
         self.stats = ctx.stats
         self.board = ctx.board(self.id)  # this tracker's word to a detector interval, per stream
+        self.stopping: set[str] = set()  # streams being removed: their waiting frames go without waiting
         self.last: dict[str, Frame] = {}  # each stream's last frame the detector ran on
         self.gap: dict[str, list[Frame]] = {}  # and the frames after it its interval passed over
         if self.config.lookahead:
             self.stats["lookahead"] = f"{self.config.lookahead} frames"
             self.stats["backfilled"] = 0  # candidates that became a track's detections in earlier frames
 
+    def stream_stopping(self, stream: str) -> None:
+        """A stream being removed: no next frame of it comes to wait for; its frames go at the next poll."""
+        with self.lock:
+            self.stopping.add(stream)
+        self.wake()
+
     def end_stream(self, stream: str) -> None:
+        with self.lock:
+            self.stopping.discard(stream)
         self.streams.pop(stream, None)
         self.last.pop(stream, None)
         self.gap.pop(stream, None)
@@ -195,8 +204,8 @@ class Tracker(Node):
         with self.lock:
             if now >= self.timer_due:
                 self.timer = None  # it has woken this poll (or is about to: one more wake is harmless)
-            for q in self.waiting.values():
-                while q and q[0][1] <= due:
+            for stream, q in self.waiting.items():
+                while q and (q[0][1] <= due or stream in self.stopping):
                     out.append(q.popleft()[0])
         self._arm()
         return out
