@@ -47,7 +47,8 @@ CONFIGS: list[tuple[str, str, list[str], str]] = [
 ]
 
 
-def run(name: str, device: str, extra: list[str], args: argparse.Namespace, work: Path) -> dict[str, Any]:
+def run(name: str, device: str, extra: list[str], about: str, args: argparse.Namespace,
+        work: Path) -> dict[str, Any]:
     tag = "".join(ch if ch.isalnum() else "_" for ch in name)
     out = work / f"{tag}.json"
     cmd = [sys.executable, "-m", "flowpipe.cli", "bench", str(ROOT / "graphs" / "face_blur.yaml"),
@@ -65,7 +66,7 @@ def run(name: str, device: str, extra: list[str], args: argparse.Namespace, work
     files = glob.glob(f"{work / tag}*.mp4")
     written = d["frames"]["out"]
     size = sum(os.path.getsize(f) for f in files)
-    return {"config": name, "device": device, "about": next(c[3] for c in CONFIGS if c[0] == name),
+    return {"config": name, "device": device, "about": about,
             "streams": d["streams"], "processes": d["processes"], "fps": d["fps"],
             "slowest_stream_fps": min(together) if together else None,
             "cpu_ms_per_frame": d["cpu_ms_per_frame"], "cores_busy": d["cpu_util_cores"],
@@ -89,10 +90,10 @@ def main() -> int:
     args = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="flowpipe-16-") as tmp:
-        for name, device, extra, _ in CONFIGS:
+        for name, device, extra, about in CONFIGS:
             if args.only and not any(w.lower() in name.lower() for w in args.only):
                 continue
-            row = run(name, device.replace("GPU", args.accelerator), extra, args, Path(tmp))
+            row = run(name, device.replace("GPU", args.accelerator), extra, about, args, Path(tmp))
             print(json.dumps(row), flush=True)
             rows.append(row)
     alone = next((r for r in rows if r["config"] == "1 stream" and "fps" in r), None)

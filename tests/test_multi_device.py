@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 from flowpipe.nodes.inference import Entries, InferenceConfig, MultiEngine
+from test_inference import _graph  # the same small graph: preprocess, inference, collect
 
 from flowpipe import Frame
 from flowpipe.accel import OpenVino, devices
@@ -39,17 +40,6 @@ def test_plus_joins_devices_used_together_in_the_order_given() -> None:
 
 
 # -- a graph ---------------------------------------------------------------------------------------------
-def _graph(feed_name: str, into: str, infer_cfg: str) -> str:
-    return f"""
-    nodes:
-      - {{id: src, type: list_source, config: {{feed: {feed_name}}}}}
-      - {{id: pre, type: preprocess, config: {{size: [128, 128], color: RGB, layout: NHWC, mean: [127.5, 127.5, 127.5],
-          scale: [127.5, 127.5, 127.5], resize: letterbox, backend: cpu}}, inputs: src.frame}}
-      - {{id: det, type: inference, config: {{{infer_cfg}}}, inputs: pre.tensor}}
-      - {{id: out, type: collect, config: {{into: {into}}}, inputs: det.tensors}}
-    """
-
-
 def _frames(n: int) -> list[Frame]:
     rng = np.random.default_rng(5)
     return [Frame(s, i, i / 30, rng.integers(0, 255, (96, 128, 3), np.uint8)) for i in range(n) for s in ("a", "b")]

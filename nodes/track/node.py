@@ -156,14 +156,15 @@ class Tracker(Node):
                 d.track_id = nid
                 f.detections.append(d)
                 self.stats["backfilled"] += 1
-        if self.gap or any(f.skipped for f, _ in self.waiting.get(stream, ())):
-            self._fill_track(stream, nid)
+        self._fill_track(stream, nid)
 
     def _fill_track(self, stream: str, nid: int) -> None:
         """Track ``nid``, backfilled into earlier frames the detector ran on, into the frames between them its
         interval passed over (still waiting here): at its interpolated box, and back from its first box."""
         with self.lock:
             frames = [f for f, _ in self.waiting.get(stream, ())]
+        if not any(f.skipped for f in frames):
+            return
         before: Detection | None = None
         passed: list[Frame] = []
         for f in frames:
