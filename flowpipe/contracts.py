@@ -24,8 +24,10 @@ from .memory import BatchSlots, BufferPool, available_kinds
 
 #: ``host``: shared host memory (memfd / DMA-BUF heap where present); ``opencl``: device buffers in an
 #: OpenVINO device's OpenCL context; ``dma-buf``: DMA-BUF host memory a device imports by fd;
-#: ``pinned``: page-locked host memory of an OpenCL context (a discrete GPU uploads it by DMA).
-Placement = Literal["any", "host", "opencl", "dma-buf", "pinned"]
+#: ``pinned``: page-locked host memory of an OpenCL context (a discrete GPU uploads it by DMA);
+#: ``owner``: the device owner writes the tensor next to its consumer, from the frame, which crosses
+#: processes by fd (the producer in the shard only decides which frames and where their entries lie).
+Placement = Literal["any", "host", "opencl", "dma-buf", "pinned", "owner"]
 
 
 @dataclass(frozen=True)
@@ -57,8 +59,9 @@ class Offer:
     writes: frozenset[str] = frozenset({"host"})
     #: preprocessing the consumer folds into its model instead (OpenVINO PrePostProcessor parameters)
     model_preprocessing: dict[str, Any] | None = None
-    #: the picture size (width, height) of the frames on this port, where it is known before any open (a
-    #: video file's header); None: not known (a camera, a network stream, a generated source)
+    #: the picture size (width, height) of the frames on this port (of a tensor: of the frames it is made
+    #: from), where it is known before any open (a video file's header); None: not known (a camera, a
+    #: network stream, a generated source)
     picture: tuple[int, int] | None = None
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
@@ -107,6 +107,16 @@ class StreamServer(Protocol):
 
 
 @runtime_checkable
+class OwnerSide(Protocol):
+    """A node whose contract says ``owner_side``, as the device owner runs it ahead of the node it feeds: for
+    frames its instance in the shard already passed (which frames go on, and where their entries lie, were
+    decided there)."""
+
+    def for_owner(self) -> Node:
+        """This node as the device owner runs it: its work on each frame, without deciding which go on."""
+
+
+@runtime_checkable
 class PictureSource(Protocol):
     """A node that keeps each stream's newest picture (the console's preview): what a running graph's
     ``live.picture(stream)`` answers with."""
@@ -153,7 +163,10 @@ class NodeContract:
     Lines, one record per frame), ``video`` (recordings), ``model_cache`` (a folder of compiled models, where
     a host may set its own): a service confines them to its output folder, a cluster reads records back.
     ``final_picture``: what it gets on its ``frame`` input is the graph's finished picture (a recording, a
-    preview), which a console shows too."""
+    preview), which a console shows too. ``owner_side``: over several processes, where the device owner
+    serves the one node it feeds, it may run in the owner ahead of that node, its frames crossing instead
+    of what it writes: ``device`` where that node's input is device memory, which cannot cross processes
+    (OpenCL buffers on a GPU); ``always``; None: never."""
 
     inputs: Mapping[str, str] = field(default_factory=dict)
     outputs: Mapping[str, str] = field(default_factory=dict)
@@ -168,6 +181,7 @@ class NodeContract:
     live: bool = False
     files: Mapping[str, str] = field(default_factory=dict)
     final_picture: bool = False
+    owner_side: Literal["device", "always"] | None = None
 
     @property
     def isolation_refused(self) -> str | None:

@@ -17,7 +17,7 @@ FACES = Path(__file__).resolve().parent
 
 
 def _graph(tmp_path: Path, name: str = "g.yaml", every: tuple[int, ...] = (4, 5, 8), fps: float | None = None,
-           detect: str = "", owner: bool = True, source: str = ""):
+           detect: str = "", owner: bool = True, source: str = "", pre: str = ""):
     """The 150-frame 1366x768 sample once per stream (every Nth frame), through BlazeFace on the CPU."""
     rate = f", max_fps: {fps}" if fps else ""
     sources = "\n".join(f"  - {{id: s{i}, type: video_source, config: {{uri: sample, every: {n}{rate}}}{source}}}"
@@ -31,7 +31,7 @@ nodes:
   - id: pre
     type: preprocess
     config: {{size: [128, 128], resize: letterbox, color: RGB, layout: NHWC, dtype: f32,
-             mean: [127.5, 127.5, 127.5], scale: [127.5, 127.5, 127.5]}}
+             mean: [127.5, 127.5, 127.5], scale: [127.5, 127.5, 127.5]{pre}}}
     inputs: {{frame: [{ins}]}}
   - {{id: detect, type: inference, config: {{model: blazeface_short, device: CPU, cache_dir: {tmp_path}/ov}},
      inputs: {{tensor: pre.tensor}}{detect}}}
@@ -95,6 +95,37 @@ def test_one_owner_serves_every_shard_without_copies(tmp_path) -> None:
     fds = _open_fds()
     again = ShardedRun(_graph(tmp_path, "again.yaml")[0], 2).run()
     assert again.ok and _open_fds() <= fds
+
+
+def test_the_owner_writes_the_tensor_from_the_frame_that_crossed(tmp_path) -> None:
+    """``owner: always`` (on a GPU, ``auto`` does this where the detector binds OpenCL buffers): the shards'
+    preprocess only decides which frames go on and where their entries lie; the frame's picture crosses by
+    fd and the owner writes the tensor next to the inference. Same detections as the shards writing it."""
+    interval = ", interval: {every: 2}"
+    spec, out = _graph(tmp_path, "lead.yaml", pre=f", owner: always{interval}")
+    res = ShardedRun(spec, 2).run()
+    assert res.ok, res.error
+    assert res.frames == {"in": 87, "out": 87, "dropped": 0, "failed": 0}
+    stats = res.to_json()
+    pre = stats["nodes"]["pre"]
+    assert pre["device_owner"]["ahead_of"] == "detect"
+    assert pre["device_owner"]["backend"] in ("cpu", "opencl")
+    ran = pre["device_owner"]["frames"]
+    assert ran == stats["nodes"]["detect"]["device_owner"]["frames"]
+    assert 87 // 2 <= ran < 87  # the interval passed over the others in the shards: they never crossed
+    assert {sh["backend"] for sh in pre["shards"].values()} == {"owner"}
+    assert stats["memory_contracts"]["pre.tensor"]["placement"] == "owner"
+    for name in ("pre->detect", "detect->faces"):  # the picture and the results crossed by fd
+        assert stats["edges"][name]["copies"] == 0, (name, stats["edges"][name])
+    assert sum(e["bytes_copied"] for e in stats["edges"].values()) == 0
+
+    spec2, out2 = _graph(tmp_path, "here.yaml", pre=f", owner: never{interval}")
+    res2 = ShardedRun(spec2, 2).run()
+    assert res2.ok, res2.error
+    assert "device_owner" not in res2.to_json()["nodes"]["pre"]
+    mine, theirs = _records(out), _records(out2)
+    assert len(mine) == 87 and mine == theirs
+    assert sum(r["count"] for r in mine.values()) > 0
 
 
 def test_a_killed_owner_is_restarted_and_its_frames_are_accounted(tmp_path, capfd) -> None:

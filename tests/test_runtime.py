@@ -283,3 +283,25 @@ def test_decoders_run_in_a_worker_process(ntype: str) -> None:
     if ntype == "blazeface_check":  # the first detection was the second crop (objects [1, 0])
         assert [round(d[2]["face"], 3) for d in got["thread"][0][0]] == [round(1 / (1 + np.exp(-3.0)), 3),
                                                                           round(1 / (1 + np.exp(4.0)), 3)]
+
+
+def test_processes_of_a_run_get_the_environment_python_has_not_what_libraries_set_behind_it() -> None:
+    """PoCL sets OCL_ICD_FILENAMES to itself when OpenCL platforms are listed (in the C environment, behind
+    os.environ): a shard or device owner started after must not inherit it, or it sees no GPU."""
+    import ctypes
+    import subprocess
+
+    from flowpipe.runtime.settings import environment_for_children
+
+    libc = ctypes.CDLL(None)
+    libc.setenv(b"FLOWPIPE_TEST_SET_BEHIND", b"pocl", 1)
+    home = os.environ.get("HOME", "")
+    libc.setenv(b"HOME", b"/elsewhere", 1)
+
+    def seen() -> str:
+        return subprocess.run(["sh", "-c", 'echo "$FLOWPIPE_TEST_SET_BEHIND|$HOME"'], capture_output=True,
+                              text=True, check=True).stdout.strip()
+
+    assert seen() == "pocl|/elsewhere"  # what a child inherited before
+    environment_for_children()
+    assert seen() == f"|{home}"

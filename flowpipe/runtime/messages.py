@@ -222,11 +222,13 @@ class OwnerClosed(Message):
 # -- device owner, per-shard socket (runtime/owner.py) ----------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class OwnerHello(Message):
-    """Shard to owner: open ``node_id`` for this shard, whose input is ``offer``."""
+    """Shard to owner: open ``node_id`` for this shard, whose input is ``offer``; ``shards``: how many
+    processes feed the owner (what it may hold at once of them all)."""
 
     node_id: str
     offer: Any
     in_flight: int
+    shards: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,7 +255,8 @@ class OwnerOpenFailed(Message):
 class OwnerFrame(Message):
     """Shard to owner: frame ``key`` (the shard's count) for ``node_id``. ``new``: (bid, kind) of buffers
     the owner has not seen, whose fds ride along, in order; ``bids``: every buffer the frame's arrays live
-    in; ``meta``: only what the node reads of the frame's metadata."""
+    in; ``meta``: only what the node reads of the frame's metadata; ``picture``: the input is the frame's
+    picture in this pixel format (the owner writes the node's tensor from it), None: the tensor itself."""
 
     node_id: str
     key: int
@@ -266,6 +269,7 @@ class OwnerFrame(Message):
     bids: list[int]
     input: ArrayRef
     outputs: list[ArrayRef]
+    picture: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -79,7 +79,7 @@ def resolve(spec: GraphSpec, nodes: dict[str, Node], devices: Devices,
             req = merged[(s.id, port)] = _merge([requests[c] for c in consumers])
             if port in node.declared.forwards:
                 continue  # the producer upstream allocates what this node passes on
-            alloc = _allocate(out.offers[(s.id, port)], req, devices, in_flight)
+            alloc = allocate(out.offers[(s.id, port)], req, devices, in_flight)
             alloc.consumers = [v for v, _ in consumers]
             out.allocations[(s.id, port)] = outputs[port] = alloc
         for port, refs in s.inputs.items():
@@ -173,7 +173,7 @@ def _merge(reqs: list[Request]) -> Request:
     return Request("host", by=by)
 
 
-def _allocate(offer: Offer, req: Request, devices: Devices, in_flight: Callable[[str], int]) -> Allocation:
+def allocate(offer: Offer, req: Request, devices: Devices, in_flight: Callable[[str], int]) -> Allocation:
     placement = req.placement if req.placement != "any" else "host"
     why = ""
     cl = req.cl

@@ -10,6 +10,11 @@ those nodes once; in each shard an ``OwnerClient`` takes the node's place and se
   offset, shape and dtype. The owner binds the input as it would in one process (a host tensor over the
   pages; a SHARED_BUF remote tensor on the NPU) and the request writes its results straight into the
   shard's output buffers, so nothing is copied either way;
+- where the node's device binds device memory, which cannot cross processes (OpenCL buffers in a GPU's
+  context), the node that writes its input (a preprocess declaring ``owner_side``) runs here too, ahead
+  of it: the shard's instance only decides which frames go and where their entries lie, the frame's
+  picture crosses by fd, and the owner uploads it once and writes the tensor on the device, as one
+  process would;
 - the owner batches across every stream of every shard (``batch: N``), answers in each shard's order,
   and says which frames a failed request took;
 - a shard's client counts the frames it sent and has not had back; when the owner dies those are failed
@@ -43,7 +48,8 @@ from ..frame import Frame
 from ..graph import NodeSpec
 from ..memory import BufferPool, SharedBuffer, available_kinds, best_kind
 from ..memory import ledger as ledgers
-from ..node import Node, RunContext, StreamServer
+from ..memory.ledger import CopyLedger
+from ..node import Node, OwnerSide, RunContext, StreamServer
 from ..registry import import_plugin
 from .messages import (
     BufferRef,
@@ -63,7 +69,9 @@ from .messages import (
     RemoteError,
     StatsWanted,
 )
+from .negotiate import allocate
 from .process import OutsideContext
+from .settings import environment_for_children
 from .wire import Codec, recv, send
 
 log = logging.getLogger("flowpipe.owner")
@@ -97,13 +105,18 @@ class _OwnerContext(OutsideContext):
 
     where = "the device owner"
 
-    def __init__(self, node_id: str, devs: Any, contract: InputContract, in_flight: int, wake: Callable[[], None]):
+    def __init__(self, node_id: str, devs: Any, contract: InputContract, in_flight: int, wake: Callable[[], None],
+                 output: Allocation | None = None):
         super().__init__(node_id, in_flight, devices_=devs)
         self.wake = wake  # type: ignore[method-assign]
         self._contract = contract
+        self._output = output
 
     def input(self, port: str) -> InputContract | None:
         return self._contract
+
+    def allocation(self, port: str) -> Allocation:
+        return self._output or Allocation("host")
 
 
 @dataclass
@@ -120,24 +133,62 @@ class _Client:
 
 
 @dataclass
+class _Lead:
+    """A node the owner runs ahead of an owned one (``owner_side``): the frames cross, not what it writes."""
+
+    spec: NodeSpec
+    node: Node
+    in_port: str
+    out_port: str
+    edge: str  # its input edge, where the copies it makes count (the frame's upload)
+    ctx: _OwnerContext | None = None
+    frames: int = 0
+    busy_s: float = 0.0
+
+    @classmethod
+    def of(cls, spec: NodeSpec) -> _Lead:
+        node = spec.make()
+        node = node.for_owner() if isinstance(node, OwnerSide) else node
+        (in_port, refs), = spec.inputs.items()
+        edge = f"{refs[0][0]}->{spec.id}" if len(refs) == 1 else f"{spec.id} (in the device owner)"
+        return cls(spec, node, in_port, next(iter(spec.contract.outputs)), edge)
+
+    def takes_over(self, node: Node, devs: Devices) -> bool:
+        """Whether it runs here ahead of ``node``: always, or (``device``) where what it writes for ``node``
+        on this machine's devices is device memory, which cannot cross processes."""
+        side = self.spec.contract.owner_side
+        if side != "device":
+            return side == "always"
+        offer = self.node.offer(self.out_port, {}, devs)
+        req = replace(node.request(next(iter(node.inputs)), offer, {}, devs), batch=1)
+        return req.placement == "opencl" and allocate(offer, req, devs, lambda _: 1).placement == "opencl"
+
+
+@dataclass
 class _Owned:
     spec: NodeSpec
     node: Node
     placement: str
     offer: Offer | None = None
     ctx: _OwnerContext | None = None
+    lead: _Lead | None = None
+    edge: str = ""
     frames: int = 0
     failed: int = 0
     busy_s: float = 0.0
 
 
 class _Owner:
-    def __init__(self, control: Connection, path: str, specs: list[NodeSpec]):
+    def __init__(self, control: Connection, path: str, specs: list[NodeSpec], leads: dict[str, NodeSpec]):
         self.control, self.path = control, path
         self.devs = devices()
+        self.ledger = CopyLedger()  # the copies made here (a frame's upload), added to the run's
         self.owned = {s.id: _Owned(s, s.make(), "host") for s in specs}
         for o in self.owned.values():
             o.placement = owned_placement(o.node, self.devs)
+            lead = _Lead.of(leads[o.spec.id]) if o.spec.id in leads and o.placement == "host" else None
+            if lead is not None and lead.takes_over(o.node, self.devs):
+                o.lead, o.placement = lead, "owner"
         self.routes: dict[int, tuple[_Client, str, int, Frame]] = {}
         self.sel = selectors.DefaultSelector()
         self.wake_r, self.wake_w = os.pipe()
@@ -155,6 +206,7 @@ class _Owner:
             os.write(self.wake_w, b"x")
 
     def serve(self) -> None:
+        ledgers.bind(self.ledger)
         self.sel.register(self.listener, selectors.EVENT_READ, "accept")
         self.sel.register(self.wake_r, selectors.EVENT_READ, "wake")
         self.sel.register(self.control, selectors.EVENT_READ, "control")
@@ -199,34 +251,66 @@ class _Owner:
                 for (bid, kind), fd in zip(msg.new, fds):
                     c.codec.buffers[bid] = SharedBuffer(os.fstat(fd).st_size, kind, _fd=fd)
                 self._frame(c, msg)
-            case OwnerHello(nid, offer, in_flight):
-                send(c.sock, self._open(nid, offer, in_flight))
+            case OwnerHello(nid, offer, in_flight, shards):
+                send(c.sock, self._open(nid, offer, in_flight, shards))
             case Bye():
                 self._drop(c)
 
-    def _open(self, nid: str, offer: Offer, in_flight: int) -> OwnerReady | OwnerOpenFailed:
+    def _open(self, nid: str, offer: Offer, in_flight: int, shards: int) -> OwnerReady | OwnerOpenFailed:
         o = self.owned.get(nid)
         if o is None:
             return OwnerOpenFailed(RemoteError.of(f"node '{nid}' is not served by this device owner"))
         if o.ctx is None:
             try:
-                contract = InputContract(offer, Allocation(o.placement), f"{nid}:in")  # type: ignore[arg-type]
+                if o.lead is not None:
+                    contract = self._open_lead(o, o.lead, offer, shards)
+                else:
+                    contract = InputContract(offer, Allocation(o.placement), f"{nid}:in")  # type: ignore[arg-type]
+                o.edge = contract.edge
                 o.ctx = _OwnerContext(nid, self.devs, contract, in_flight, self.wake)
                 o.node.open(o.ctx)
                 o.offer = offer
             except Exception as e:  # noqa: BLE001 - reported to the shard, which names the node
                 o.ctx = None
+                if o.lead is not None and o.lead.ctx is not None:
+                    o.lead.node.close()
+                    o.lead.ctx = None
                 return OwnerOpenFailed(RemoteError.of(e, f"in the device owner, pid {os.getpid()}"))
         elif offer != o.offer:
             return OwnerOpenFailed(RemoteError.of(f"shards disagree on what node '{nid}' gets: {offer} vs {o.offer}"))
         return _ready_info(o.node, o.ctx)
 
+    def _open_lead(self, o: _Owned, lead: _Lead, offer: Offer, shards: int) -> InputContract:
+        """``lead`` opened to write ``o``'s input as the shards' instances declare it (``offer``), into the
+        memory ``o`` binds on this machine's device; the contract ``o`` then opens with."""
+        frame = Offer(picture=offer.picture)  # the picture the shards sized the tensor by
+        mine = lead.node.offer(lead.out_port, {lead.in_port: frame}, self.devs)
+        if offer.tensor is None or mine.tensor is None or \
+                (mine.tensor.shape, mine.tensor.dtype) != (offer.tensor.shape, offer.tensor.dtype):
+            raise RuntimeError(f"node '{lead.spec.id}' would write {mine.tensor} here; the shards declare "
+                               f"{offer.tensor}")
+        offer = replace(offer, writes=mine.writes)
+        req = o.node.request(next(iter(o.node.inputs)), offer, {}, self.devs)
+        # every shard's frames at once: each keeps up to its window here (the lead's pool never runs dry,
+        # since this thread also gives its buffers back)
+        held = max(OwnerClient.WINDOW[0] * shards, min(64, OwnerClient.WINDOW[1] * shards))
+        alloc = allocate(offer, req, self.devs, lambda _: held)
+        alloc.consumers = [o.spec.id]
+        lead.ctx = _OwnerContext(lead.spec.id, self.devs, InputContract(frame, Allocation("host"), lead.edge),
+                                 held, self.wake, output=alloc)
+        lead.node.open(lead.ctx)
+        return InputContract(offer, alloc, f"{lead.spec.id}->{o.spec.id}")
+
     def _frame(self, c: _Client, msg: OwnerFrame) -> None:
         o = self.owned[msg.node_id]
-        f = Frame(msg.stream, msg.index, msg.pts, None, "TENSOR", msg.meta, layout=msg.layout)
+        data = c.codec.decode(msg.input)
+        if msg.picture is not None:
+            f = Frame(msg.stream, msg.index, msg.pts, data, msg.picture, msg.meta)
+        else:
+            f = Frame(msg.stream, msg.index, msg.pts, None, "TENSOR", msg.meta, layout=msg.layout)
+            f.tensors["input"] = data
         for bid in msg.bids:
             f.hold(_Mapped(c.codec.buffers[bid]))
-        f.tensors["input"] = c.codec.decode(msg.input)
         outs = [c.codec.decode(r) for r in msg.outputs]
         if isinstance(o.node, StreamServer):
             o.node.provide_outputs(f, outs)
@@ -234,7 +318,15 @@ class _Owner:
         c.in_flight += 1
         t = time.perf_counter()
         try:
-            self._deliver(o, o.node.process(f, "tensor"))
+            if o.lead is not None and msg.picture is not None:
+                with self.ledger.on_edge(o.lead.edge):
+                    f = o.lead.node.process(f, o.lead.in_port)
+                o.lead.frames += 1
+                t_lead = time.perf_counter()
+                o.lead.busy_s += t_lead - t
+                t = t_lead
+            with self.ledger.on_edge(o.edge):
+                self._deliver(o, o.node.process(f, "tensor"))
         except Exception as e:  # noqa: BLE001 - a frame's failure goes back to its shard
             self._failed(o, e if isinstance(e, FrameError) else FrameError(f, e))
         o.busy_s += time.perf_counter() - t
@@ -244,7 +336,8 @@ class _Owner:
             if o.ctx is None:
                 continue
             try:
-                self._deliver(o, o.node.poll())
+                with self.ledger.on_edge(o.edge):
+                    self._deliver(o, o.node.poll())
             except Exception as e:  # noqa: BLE001
                 self._failed(o, e if isinstance(e, FrameError) else FrameError([], e))
 
@@ -299,6 +392,12 @@ class _Owner:
                                  "placement": o.placement}
             if o.ctx is not None:
                 out["sections"].update(o.ctx.sections)
+            if o.lead is not None:  # the node it runs ahead of this one, for every shard
+                out["nodes"][o.lead.spec.id] = {"frames": o.lead.frames, "busy_s": round(o.lead.busy_s, 4),
+                                                "ahead_of": nid,
+                                                **(o.lead.ctx.stats if o.lead.ctx is not None else {})}
+        out["edges"] = {name: {"copies": e.copies, "bytes_copied": e.bytes_copied}
+                        for name, e in self.ledger.edges.items() if e.copies}
         return out
 
     def _close(self) -> None:
@@ -309,6 +408,11 @@ class _Owner:
                     o.node.close()
                 except Exception as e:  # noqa: BLE001
                     log.error("device owner: closing node '%s': %s", o.spec.id, e)
+            if o.lead is not None and o.lead.ctx is not None:
+                try:
+                    o.lead.node.close()
+                except Exception as e:  # noqa: BLE001
+                    log.error("device owner: closing node '%s': %s", o.lead.spec.id, e)
         with contextlib.suppress(OSError):
             self.control.send(OwnerClosed(self._stats()))
         self.listener.close()
@@ -346,9 +450,9 @@ def owner_main(control: Connection, path: str, payload: bytes, plugins: list[str
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides what an interrupt means
     for mod in plugins:
         import_plugin(mod, plugin_dir)
-    specs: list[NodeSpec] = pickle.loads(payload)  # noqa: S301 - from the supervisor that started us
+    specs, leads = pickle.loads(payload)  # noqa: S301 - from the supervisor that started us
     try:
-        owner = _Owner(control, path, specs)
+        owner = _Owner(control, path, specs, leads)
     except Exception as e:  # noqa: BLE001
         control.send(OwnerCrashed(RemoteError.of(e)))
         return
@@ -358,8 +462,10 @@ def owner_main(control: Connection, path: str, payload: bytes, plugins: list[str
 class OwnerProcess:
     """The supervisor's handle on the device owner: start, watch, restart, close."""
 
-    def __init__(self, specs: list[NodeSpec], plugins: list[str], plugin_dir: str | None, path: str):
+    def __init__(self, specs: list[NodeSpec], plugins: list[str], plugin_dir: str | None, path: str,
+                 leads: dict[str, NodeSpec] | None = None):
         self.specs, self.plugins, self.plugin_dir, self.path = specs, plugins, plugin_dir, path
+        self.leads = leads or {}  # per owned node, the node that may run ahead of it here (``owner_side``)
         self.restarts = 0
         self.pids: list[int] = []
         self.final: dict[str, Any] | None = None
@@ -369,9 +475,11 @@ class OwnerProcess:
 
     def _start(self) -> None:
         ctx = mp.get_context("spawn")
+        environment_for_children()
         self.conn, child = ctx.Pipe(duplex=True)
         self.proc = ctx.Process(target=owner_main, name="flowpipe:device-owner", daemon=True,
-                                args=(child, self.path, pickle.dumps(self.specs), self.plugins, self.plugin_dir))
+                                args=(child, self.path, pickle.dumps((self.specs, self.leads)), self.plugins,
+                                      self.plugin_dir))
         self.proc.start()
         child.close()
         if not self.conn.poll(120):
@@ -440,6 +548,8 @@ class OwnerClient(Node):
         super().__init__(spec.id, spec.config)
         self.spec, self.link = spec, link
         self.in_port = next(iter(spec.contract.inputs))
+        # the owner writes the node's input itself, from the frame's picture (its producer runs there too)
+        self.picture = link.placements.get(spec.id) == "owner"
         self.max_held = self.window = self.WINDOW[1]  # until the owner says what keeps it busy (open)
         # the owned node's contract, holding frames (they are at the owner until they come back): a shard
         # decodes as it would with the node in it (an inference node takes any pixel format, so the sources
@@ -470,7 +580,7 @@ class OwnerClient(Node):
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 sock.connect(self.link.path)
-                send(sock, OwnerHello(self.id, self.in_offer, self.in_flight_cap))
+                send(sock, OwnerHello(self.id, self.in_offer, self.in_flight_cap, self.ctx.shard[1]))
                 msg, _ = recv(sock)
                 break
             except (FileNotFoundError, ConnectionError, EOFError):
@@ -571,10 +681,15 @@ class OwnerClient(Node):
             view = lease.buffer.array(tuple(shape), np.dtype(dt))
             frame.tensors[name] = view
             outs.append(self._ref(frame, view, new, fds, bids))
-        t = frame.tensors.get("input")
-        if t is None:
-            raise ValueError("no input tensor on the frame: expected a preprocess node upstream")
-        inp = self._ref(frame, t, new, fds, bids)
+        if self.picture:  # the owner writes the tensor from the frame's picture
+            if frame.data is None:
+                raise ValueError("no picture on the frame for the device owner to write the tensor from")
+            inp = self._ref(frame, frame.data, new, fds, bids)
+        else:
+            t = frame.tensors.get("input")
+            if t is None:
+                raise ValueError("no input tensor on the frame: expected a preprocess node upstream")
+            inp = self._ref(frame, t, new, fds, bids)
         meta = {k: frame.meta[k] for k in ("reset_state",) if k in frame.meta}
         lay = frame.layout  # how many entries of an up_to tensor this frame filled (objects); not where they lie
         layout = replace(lay, places=(), objects=None) if lay is not None and lay.filled is not None else None
@@ -584,7 +699,7 @@ class OwnerClient(Node):
             self.order.append(key)
         try:
             send(sock, OwnerFrame(self.id, key, new, frame.stream, frame.index, frame.pts, meta, layout, bids, inp,
-                                        outs), fds)
+                                  outs, frame.format if self.picture else None), fds)
         except OSError:
             pass  # the reader sees the owner gone and fails what it held, this frame included
         self.sent.update(b for b, _ in new)

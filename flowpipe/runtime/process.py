@@ -36,6 +36,7 @@ from .messages import (
     WorkerOpenFailed,
     WorkerReady,
 )
+from .settings import environment_for_children
 from .wire import Codec, recv, send
 
 log = logging.getLogger("flowpipe.process")
@@ -200,6 +201,7 @@ class ProcessNode(Node):
                 "shard": list(self.ctx.shard), "streams": self.ctx.streams,
                 "generation": self.ctx.generation}
         mpc = mp.get_context("spawn")
+        environment_for_children()
         self.proc = mpc.Process(target=_worker_main, args=(child, info), name=f"flowpipe:{self.id}", daemon=True)
         self.proc.start()
         child.close()

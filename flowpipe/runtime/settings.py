@@ -3,6 +3,7 @@ of OpenCV's own thread pool."""
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -40,6 +41,33 @@ def interrupts_stop(runner: Interruptible) -> Iterator[None]:
             # once interrupted, the run is over and the process on its way out: a second Ctrl-C that comes
             # now must not cut the account short with a traceback
             signal.signal(sig, signal.SIG_IGN if got else handler)
+
+
+def environment_for_children() -> None:
+    """The C environment a process started now inherits made what ``os.environ`` says again. Native
+    libraries change it behind Python's back: PoCL, once OpenCL platforms are listed, sets
+    OCL_ICD_FILENAMES to itself alone (and HWLOC_PLUGINS_PATH), so a shard or device owner started after
+    would see PoCL as the only OpenCL platform, and OpenVINO no GPU (seen with NVIDIA's driver)."""
+    if os.name != "posix":
+        return
+    import ctypes
+
+    environ = ctypes.POINTER(ctypes.c_char_p).in_dll(ctypes.CDLL(None), "environ")
+    ours = os.environb
+    changed = []
+    i = 0
+    while environ[i] is not None:
+        key, _, value = environ[i].partition(b"=")
+        if ours.get(key) != value:
+            changed.append(key)
+        i += 1
+    for key in changed:
+        if key in ours:
+            os.putenv(key, ours[key])
+        else:
+            os.unsetenv(key)
+    if changed:
+        log.debug("environment of processes started from here: %s restored", b", ".join(changed).decode())
 
 
 def share_library_threads(processes: int) -> None:

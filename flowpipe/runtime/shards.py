@@ -57,7 +57,7 @@ from .messages import (
 )
 from .owner import OwnerClient, OwnerLink, OwnerProcess
 from .runner import Runner
-from .settings import share_library_threads
+from .settings import environment_for_children, share_library_threads
 from .stats import RunSummary, frame_list, merge_nodes
 
 log = logging.getLogger("flowpipe.shards")
@@ -99,6 +99,24 @@ def plan(spec: GraphSpec, processes: int) -> list[list[str]]:
     if spec.templates():  # every process can take streams added at run time, even with none of its own
         return shards
     return [s for s in shards if s]
+
+
+def owner_leads(spec: GraphSpec, owned: list[NodeSpec]) -> dict[str, NodeSpec]:
+    """Per node the device owner serves, the node that may run ahead of it there (``owner_side``): its only
+    producer, fed by one input, feeding nothing else."""
+    ids = {s.id for s in owned}
+    by_id = {s.id: s for s in spec.nodes}
+    leads = {}
+    for s in owned:
+        refs = [r for rs in s.inputs.values() for r in rs]
+        if len(refs) != 1:
+            continue
+        p = by_id[refs[0][0]]
+        if p.contract.owner_side is None or p.id in ids or len(p.inputs) != 1 or len(p.contract.outputs) != 1:
+            continue
+        if all(v == s.id for _, v, _ in spec.consumers(p.id)):
+            leads[s.id] = p
+    return leads
 
 
 def subgraph(spec: GraphSpec, sources: list[str]) -> GraphSpec:
@@ -297,12 +315,13 @@ class ShardedRun:
     def run(self) -> ShardedResult:
         t0 = time.perf_counter()
         owned = [s for s in self.spec.nodes if s.contract.serves_streams] if self.spec.device_owner else []
+        leads = owner_leads(self.spec, owned)
         workdir = tempfile.mkdtemp(prefix="flowpipe-run-")
         try:
             if owned:
                 try:
                     self.owner = OwnerProcess(owned, self.spec.plugins, self.spec.plugin_dir,
-                                              os.path.join(workdir, "owner.sock"))
+                                              os.path.join(workdir, "owner.sock"), leads)
                 except RuntimeError as e:
                     self.error = str(e)
                     return ShardedResult(self, time.perf_counter() - t0)
@@ -346,6 +365,7 @@ class ShardedRun:
 
     def _spawn(self, index: int, sources: list[str], resume: Resume) -> _Shard:
         ctx = mp.get_context("spawn")
+        environment_for_children()
         parent, child = ctx.Pipe(duplex=True)
         cap = None
         if self.max_frames is not None:  # the run's frame limit, shared by the streams' weight
@@ -636,6 +656,11 @@ class ShardedResult(RunSummary):
             for nid, st in final["nodes"].items():
                 if nid in self.nodes:
                     self.nodes[nid]["device_owner"] = st
+            for name, e in final.get("edges", {}).items():  # copies the owner made (a frame's upload)
+                m = self.edges.setdefault(name, {"frames": 0, "copies": 0, "bytes_copied": 0, "memory": "none",
+                                                 "crosses_process": False})
+                m["copies"] += e["copies"]
+                m["bytes_copied"] += e["bytes_copied"]
         self.owner = None if owner is None else {
             "pids": owner.pids, "restarts": owner.restarts, "nodes": sorted(owned), "error": owner.error}
         self.collected: dict[str, Any] = {}

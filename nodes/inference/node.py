@@ -207,6 +207,8 @@ class Inference(Node):
             self.states.switch(req, frames[0])
         if self.batcher is not None:
             how = self.batcher.bind(req, frames, slots)
+            if engine.device == "GPU" and how.startswith("host tensor"):  # the plugin uploads it: a copy
+                ledgers.record(req.get_input_tensor().byte_size)
         else:
             how = engine.bind_input(req, frames[0])
         engine.section["input_binding"] = how

@@ -43,6 +43,11 @@ class PreprocessConfig(NodeConfig):
         "(an OpenCL device that is the CPU itself, as PoCL, would run the same work on the same cores, with "
         "its own threads and launches on top)")
     opencl_device: str = Field("auto", description="auto, gpu, cpu, or a platform/device name substring")
+    owner: Literal["auto", "always", "never"] = Field(
+        "auto", description="over several processes, where a device owner serves the inference this node "
+        "feeds: auto: the owner writes the tensor, on its device, when that inference binds device memory "
+        "(OpenCL buffers on a GPU, which cannot cross processes): the frame crosses by fd and is uploaded "
+        "once; always: the owner writes it whatever the device; never: each process writes its own")
 
     @model_validator(mode="after")
     def _check(self) -> PreprocessConfig:

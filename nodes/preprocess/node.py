@@ -47,8 +47,12 @@ class Preprocess(Node):
 
     @classmethod
     def contract(cls, config: NodeConfig) -> NodeContract:
-        # reads every pixel format itself (the kernel converts); its state is per stream
-        return cls.declare(pixels=PIXELS_ALL, one_worker=None,
+        # reads every pixel format itself (the kernel converts); its state is per stream; a whole-frame
+        # tensor may be written in the device owner, next to the inference on its device
+        assert isinstance(config, cls.Config)
+        whole = config.objects is None and config.backend != "openvino"
+        side = {"auto": "device", "always": "always", "never": None}[config.owner] if whole else None
+        return cls.declare(pixels=PIXELS_ALL, one_worker=None, owner_side=side,
                            isolation="it writes into memory resolved with its consumer in the runner's process "
                                      "(batch slots, device buffers)")
 
@@ -56,12 +60,17 @@ class Preprocess(Node):
 
     config: PreprocessConfig
     # decided in open() from the run's contracts (the same decisions offer() and request() return)
-    backend: str | None = None  # opencl, cpu or openvino
+    backend: str | None = None  # opencl, cpu, openvino, or owner (the device owner writes the tensor)
     why: str = ""  # why auto chose the CPU, where it did
     cl: ClDevice | None = None
     size: tuple[int, int] | None = None  # the tensor's width, height: config.size, or fitted to the picture
     _writer: CpuBackend | OpenClBackend | None = None  # None: openvino, the frame itself is the input
     gate: Gate | None = None  # the detector's interval
+
+    def for_owner(self) -> Preprocess:
+        """As the device owner runs it (``owner_side``): the shard's instance decided which frames the
+        detector's interval passes over; the owner writes the tensor of every frame it gets."""
+        return Preprocess(self.id, self.config.model_copy(update={"interval": None}))
 
     def tensor_size(self) -> tuple[int, int]:
         """The tensor's width and height: the one it writes once open, before that ``config.size``."""
@@ -82,11 +91,12 @@ class Preprocess(Node):
         if c.backend == "openvino":  # nothing written here: the consumer folds this into its model
             return Offer(self.id, port, model_preprocessing={"color": c.color, "mean": c.mean, "scale": c.scale,
                                                              "layout": c.layout})
-        size = size_for(c, frame.picture if frame is not None else None)
+        picture = frame.picture if frame is not None else None
+        size = size_for(c, picture)
         return Offer(self.id, port, TensorSpec(shape_for(c, size), np.dtype(DTYPES[c.dtype][1]).name,
                                                up_to=c.objects is not None,
                                                every=c.interval.every if c.interval is not None else 1),
-                     writes(c, devices))
+                     writes(c, devices), picture=picture)
 
     def request(self, port: str, offer: Offer, outputs: Mapping[str, Allocation], devices: Devices) -> Request:
         """Asks the source for page-locked frames where the backend ``choose`` takes runs on a discrete GPU."""
@@ -118,11 +128,12 @@ class Preprocess(Node):
             stats["opencl_device"] = self.cl.name
             stats["opencl_memory"] = "unified" if self.cl.unified_memory else "discrete (frames uploaded)"
         self.shape = self.tensor_shape()
-        self.slots: BatchSlots | None = alloc.slots if self.backend != "openvino" else None
+        self.slots: BatchSlots | None = alloc.slots if self.backend not in ("openvino", "owner") else None
         self.memory = TensorMemory(self.shape, DTYPES[c.dtype][1], self.slots.size if self.slots else 1)
-        stats["writes"] = f"slots of a batch of {self.slots.size}" if self.slots else "own pool"
+        stats["writes"] = "in the device owner" if self.backend == "owner" else \
+            f"slots of a batch of {self.slots.size}" if self.slots else "own pool"
         self.pool: BufferPool | None = None
-        if self.backend != "openvino" and self.slots is None:
+        if self.backend in ("opencl", "cpu") and self.slots is None:
             self.pool = alloc.pool(self.memory.nbytes, min(ctx.frames_in_flight(), 64))
         c_int = c.interval
         self.gate = Gate(c_int, ctx.board(c_int.follow) if c_int.follow else None, stats) \
@@ -183,6 +194,8 @@ class Preprocess(Node):
 
     def _write(self, frame: Frame, geos: list[Geometry]) -> Frame:
         """The tensor's entries for ``geos`` written into pooled memory (a batch slot or our own buffer)."""
+        if self.backend == "owner":  # the device owner writes them, from the frame (its layout goes on here)
+            return frame
         if self._writer is None:  # openvino: the model takes the frame itself
             data = frame.image
             frame.tensors["input"] = data[None] if data.ndim == 3 else data
@@ -263,6 +276,9 @@ def choose(c: PreprocessConfig, alloc: Allocation, devices: Devices) -> Choice:
     own; OpenCV where the only OpenCL device is the CPU or none is there (``backend: auto``)."""
     if c.backend == "openvino":
         return Choice("openvino")
+    if alloc.placement == "owner":
+        return Choice("owner", why="written in the device owner next to the inference it feeds: the frame "
+                                   "crosses processes by fd, the tensor does not")
     cpu = only_the_cpu(c, devices)
     if alloc.placement == "opencl" and alloc.cl is not None:
         return Choice("opencl", alloc.cl)
