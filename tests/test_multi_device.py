@@ -298,3 +298,24 @@ def test_the_node_on_two_devices_serves_a_device_owners_clients(affine, monkeypa
             np.testing.assert_allclose(arr, np.full((1, 4), 2 * i + 1, np.float32))
         sec = h.context.sections["inference.det"]
         assert sec["device"] == "CPU+CPU" and sum(d["frames"] for d in sec["devices"].values()) == 16
+
+
+def test_a_frame_goes_where_it_would_be_done_first(affine) -> None:
+    """Once each device has been timed, a device much slower than the other's wait for a free request gets no
+    more frames (a stream whose frame waits on it would wait); devices alike share them."""
+    multi, _ = _engine(affine, (0.01, 0.25))
+    try:
+        out = _run(multi, [_frame(i) for i in range(40)])
+        assert out.index == list(range(40))
+        slow = multi.engines[1].section
+        assert slow["frames"] <= 2  # only while it had not yet been timed (its two requests)
+    finally:
+        multi.close()
+    multi, _ = _engine(affine, (0.03, 0.04))
+    try:
+        out = _run(multi, [_frame(i) for i in range(40)])
+        assert out.index == list(range(40))
+        shares = [multi.engines[k].section["share"] for k in (0, 1)]
+        assert min(shares) > 0.25, shares
+    finally:
+        multi.close()

@@ -299,7 +299,7 @@ def test_processes_of_a_run_get_the_environment_python_has_not_what_libraries_se
     libc.setenv(b"HOME", b"/elsewhere", 1)
 
     def seen() -> str:
-        return subprocess.run(["sh", "-c", 'echo "$FLOWPIPE_TEST_SET_BEHIND|$HOME"'], capture_output=True,
+        return subprocess.run(["/bin/sh", "-c", 'echo "$FLOWPIPE_TEST_SET_BEHIND|$HOME"'], capture_output=True,
                               text=True, check=True).stdout.strip()
 
     assert seen() == "pocl|/elsewhere"  # what a child inherited before

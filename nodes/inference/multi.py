@@ -1,8 +1,9 @@
 """Several devices used together (``device: GPU+CPU``): one ``Engine`` per device, each with its own compiled
 model and pool of requests, frames sent to whichever device has a request free, results in frame order.
 
-Each device is fed at its own rate: a frame goes to the first device (in the order the config lists them,
-the faster first) with an idle request, after the finished frames of every device are collected. Every
+Each device is fed at its own rate: a frame goes to the device that would have it done first (its measured
+request latency, after a wait for a request where none is idle; the first listed on a tie) once that device
+has a request idle, after the finished frames of every device are collected. Every
 device's requests are recycled as soon as its own frames finish, so a slower device's frame at the head
 does not stop the faster one; finished frames wait here until every frame submitted before them is done.
 How many frames may be here at once (``window``) bounds how far the faster device runs ahead."""
@@ -171,9 +172,16 @@ class MultiEngine:
         return ready + self.collect()
 
     def _free_engine(self) -> Engine | None:
+        """The device that would have a frame submitted now done first (its idle request's latency, or a
+        busy device's wait for one plus its latency), when it has a request idle; None: wait for one. A
+        device without a finished request yet is tried as soon as it has one idle."""
         if len(self._groups) >= self.window:
             return None
-        return next((e for e in self.engines if e.free), None)
+        known = [e for e in self.engines if e.free or e.latency is not None]  # a busy one not yet timed: no
+        if not any(e.free for e in known):
+            return None
+        best = min(known, key=lambda e: e.finish_in())  # first listed wins a tie
+        return best if best.free else None
 
     def run_inline(self, frame: Frame, bind: Callable[[Any], None]) -> list[Frame]:
         """``requests: inline``: on the first device, in the calling thread."""
