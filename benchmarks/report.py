@@ -238,13 +238,18 @@ def _summary16() -> list[str]:
             "graph's: 8 processes on 16 cores) gives 668, the slowest stream at 29.8. With the detector on the "
             "CPU alone: 389 fps (every frame: 185), the slowest stream at 14.9. CPU per frame at 16 streams is "
             "0.43x one stream's (each shard's decoder and encoder threads are its stream's share of the cores; "
-            "one stream alone spreads them over every core). The GPU and the CPU together (`device: GPU+CPU`: a "
-            "request pool on each, frames to whichever has a request free) pay where the detector is the ceiling "
-            "(307 against 285 fps with it on every frame; the CPU ran 30% of the detections) and not where it "
-            "no longer is (577 against 723 with the interval, the slowest stream at 15.5: CPU inference takes "
-            "cores the shards' decoders and encoders need, a CPU request takes longer than a GPU one and the "
-            "stream whose frame waits on it waits, and a CPU request cannot read the GPU's buffers, so the "
-            "tensor is written in the shards again), so the default stays the best single device. INT8 "
+            "one stream alone spreads them over every core). The GPU and the CPU together (`device: GPU+CPU`), as the "
+            "first table has them, sent each frame to whichever device had a request free: that paid where the "
+            "detector is the ceiling (307 against 285 fps with it on every frame; the CPU ran 30% of the "
+            "detections) and not where it no longer is (577 against 723 with the interval, the slowest stream "
+            "at 15.5: a CPU request takes longer than a GPU one and the stream whose frame waits on it waits; "
+            "CPU inference takes cores the shards' decoders and encoders need; and a CPU request cannot read "
+            "the GPU's buffers, so the tensor is written in the shards again). Now a frame goes to the device "
+            "that would have it done first, by each device's measured request time (the second table, "
+            "`sixteen_cameras_h100_gpu_cpu`, one later call): 582 fps with the slowest stream at 26.4, and the "
+            "CPU gets almost no frame (8 of 976, before it was timed), also at the ceiling (256 fps, every "
+            "frame): on this machine a CPU request takes longer than waiting for the GPU. So the default stays "
+            "the best single device. INT8 "
             "CenterFace (NNCF, `model: centerface_int8`): 799 against 723 fps on the GPU, 476 against 389 on the "
             "CPU here; earlier calls gave 618 against 554 and 365 against 329, then 556 against 562 and 277 "
             "against 304: one configuration varies up to 15% between calls on this machine (the defaults gave "
@@ -282,14 +287,15 @@ def plot_sixteen(results: Path) -> None:
     runs = sorted(results.glob("sixteen_cameras_*.json"))
     if not runs:
         return
-    rows = [x for x in json.loads(runs[-1].read_text())["rows"] if x.get("fps") and x["streams"] > 1]
+    run = max(runs, key=lambda f: len(json.loads(f.read_text())["rows"]))  # the run of every configuration
+    rows = [x for x in json.loads(run.read_text())["rows"] if x.get("fps") and x["streams"] > 1]
     fig, ax = plt.subplots(figsize=(9, 4))
     ax.bar(range(len(rows)), [x["fps"] for x in rows], color="#4c72b0")
     ax.set_xticks(range(len(rows)), [x["config"] for x in rows], rotation=30, ha="right", fontsize=8)
     ax.axhline(400, color="#c44e52", linestyle="--", label="16 cameras at 25 fps")
     ax.legend()
     ax.set_ylabel("fps, all streams")
-    ax.set_title(f"Face blur, {rows[0]['streams'] if rows else 16} streams ({runs[-1].stem})")
+    ax.set_title(f"Face blur, {rows[0]['streams'] if rows else 16} streams ({run.stem})")
     fig.tight_layout()
     fig.savefig(results / "sixteen_cameras.png", dpi=110)
 
