@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
+RECOVER_S = 8.0  # a fault this near the end of the run would leave no time to see the rate come back
 
 
 def pss_mb(pid: int) -> float:
@@ -122,6 +123,8 @@ def main() -> None:
             rate.append((time.monotonic() - t_start, run.snapshot()["out"]))
 
     def chaos() -> None:
+        """A random shard killed every ``kill_every`` s (none in the run's last RECOVER_S), the device owner
+        once at half time."""
         rng = random.Random(1)  # noqa: S311 - which shard dies, repeatably
         owner_at, next_kill = a.minutes * 30, a.warmup / 2 + a.kill_every
         while not done.wait(0.2):
@@ -132,7 +135,7 @@ def main() -> None:
                 faults.append({"t_s": round(now, 1), "killed": "device owner", "pid": owner.pid})
                 os.kill(owner.pid, signal.SIGKILL)
                 owner_at = None
-            elif now >= next_kill:
+            elif now >= next_kill and now < a.minutes * 60 - RECOVER_S:  # time left to see it recover
                 live = [sh for sh in shards if sh.opened and sh.pid and not sh.restarted and sh.proc.is_alive()]
                 if live:
                     sh = rng.choice(live)

@@ -44,6 +44,9 @@ class RunContext(Protocol):
     shard: tuple[int, int]  # (index, count): this process's share of the run's streams; (0, 1) unsharded
     streams: int  # streams in the whole run (every process): what shares of the machine are sized by
     generation: int  # 0; n when this part of the run restarted n times (outputs go to new files)
+    #: a device owner: the shard processes it serves, whose decoders and encoders share the cores with its
+    #: nodes' threads; 0 elsewhere
+    serves_processes: int
     stats: dict[str, Any]  # this node's block of ``--stats``
 
     @property

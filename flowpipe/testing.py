@@ -94,6 +94,7 @@ class StandaloneContext:
         self.shard = (0, 1)
         self.streams = 1
         self.generation = 0
+        self.serves_processes = 0
         self.devices = devices_
         self.stats: dict[str, Any] = {}
         self.sections: dict[str, dict[str, Any]] = {}

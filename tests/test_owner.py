@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from flowpipe import load_graph
+from flowpipe.accel.host import usable_cores
 from flowpipe.runtime.shards import ShardedRun
 
 FACES = Path(__file__).resolve().parent
@@ -64,6 +65,8 @@ def test_one_owner_serves_every_shard_without_copies(tmp_path) -> None:
     assert len(owner["pids"]) == 1 and owner["pids"][0] not in shard_pids | {os.getpid()}
     section = stats["inference.detect"]
     assert section["owner_pid"] == owner["pids"][0] and section["input_binding"] == "host tensor, shared memory"
+    # its CPU requests take half the cores: the shards decode and encode on the rest (the graph may say)
+    assert section["config"]["INFERENCE_NUM_THREADS"] == str(max(1, usable_cores() // 2))
     assert stats["nodes"]["detect"]["device_owner"]["frames"] == 87  # one model served all three streams
     for name in ("pre->detect", "detect->faces"):  # frames and results crossed by fd, nothing copied
         edge = stats["edges"][name]
@@ -75,6 +78,7 @@ def test_one_owner_serves_every_shard_without_copies(tmp_path) -> None:
     fds = _open_fds()  # (libraries the first run loaded keep theirs)
     res2 = ShardedRun(spec2, 2).run()
     assert res2.ok and res2.to_json()["device_owner"] is None
+    assert "INFERENCE_NUM_THREADS" not in res2.to_json()["inference.detect"]["config"]  # OpenVINO's choice
     mine, theirs = _records(out), _records(out2)
     assert len(mine) == 87 and mine == theirs
     assert sum(r["count"] for r in mine.values()) > 0

@@ -81,6 +81,7 @@ class NodeContext:
         self.like = like or node_id  # a stream added at run time: the template whose place it takes
         self.shard = (share.index, share.count)
         self.streams = share.streams or 1
+        self.serves_processes = 0
         self.generation = share.resume.generation
         self.devices = devices
         self.stats = stats

@@ -268,6 +268,7 @@ class _Owner:
                     contract = InputContract(offer, Allocation(o.placement), f"{nid}:in")  # type: ignore[arg-type]
                 o.edge = contract.edge
                 o.ctx = _OwnerContext(nid, self.devs, contract, in_flight, self.wake)
+                o.ctx.serves_processes = shards
                 o.node.open(o.ctx)
                 o.offer = offer
             except Exception as e:  # noqa: BLE001 - reported to the shard, which names the node

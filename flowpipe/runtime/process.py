@@ -80,6 +80,7 @@ class OutsideContext:
         self.shard = shard
         self.streams = streams
         self.generation = generation
+        self.serves_processes = 0
         self.devices = devices_ if devices_ is not None else devices()
         self.stats: dict[str, Any] = {}
         self.sections: dict[str, dict[str, Any]] = {}

@@ -56,15 +56,20 @@ class Engine:
         self._into: dict[int, list[np.ndarray]] = {}  # a client's own memory for a frame's results
         self._first: float | None = None
         self._t_first_submit: float | None = None
+        #: on the CPU, the threads its requests take (None: OpenVINO's choice, every core)
+        self.cpu_threads: int | None = None
 
     # loading ----------------------------------------------------------------------------------------
     def load(self, ov_owner: OpenVino, offer: Offer, alloc: Allocation, entries: Entries, edge: str | None,
              frames_in_flight: int) -> None:
         c = self.config
         self.entries, self.edge = entries, edge
+        properties = c.properties
+        if self.device == "CPU" and self.cpu_threads and "INFERENCE_NUM_THREADS" not in properties:
+            properties = {**properties, "INFERENCE_NUM_THREADS": self.cpu_threads}
         config = ov_owner.build_config(self.device, hint=c.performance_hint, num_requests=c.num_requests,
                                        priority=c.priority, cache_dir=_expand(c.cache_dir),
-                                       npu=c.npu.model_dump(), properties=c.properties)
+                                       npu=c.npu.model_dump(), properties=properties)
         if alloc.placement == "opencl":  # remote OCL_BUFFER inputs
             ovx.no_auto_batching(config)
         comp = self._compile(ov_owner, offer, config)

@@ -12,6 +12,7 @@ import numpy as np
 
 from flowpipe import models
 from flowpipe.accel import Devices
+from flowpipe.accel.host import usable_cores
 from flowpipe.accel.openvino import DeviceChoice
 from flowpipe.contracts import Allocation, Offer, Request
 from flowpipe.frame import Frame
@@ -137,8 +138,11 @@ class Inference(Node):
         self.engine, self.batcher, self.states = None, None, None
         self.entries = Entries.of(offer, c.batch, choices[0].device, alloc.placement)
         edge = contract.edge if contract else None
+        threads = cpu_threads(ctx.serves_processes)
         if len(choices) > 1:  # every device at once, each frame on whichever has a request free
             multi = self.engine = MultiEngine(self.id, c, choices, self.wake, self._label, t_open)
+            for e in multi.engines:
+                e.cpu_threads = threads
             multi.load(ctx.devices.openvino, offer, alloc, self.entries, edge, ctx.frames_in_flight())
             self.entries = multi.entries
             self.max_held = multi.window * _every(offer) if c.requests == "async" else 0
@@ -147,6 +151,7 @@ class Inference(Node):
             multi.warm()
             return
         self.engine = engine = Engine(self.id, c, choices[0], self.wake, self._label, t_open)
+        engine.cpu_threads = threads
         engine.load(ctx.devices.openvino, offer, alloc, self.entries, edge, ctx.frames_in_flight())
         self.states = StreamStates(c.reset_state) if engine.stateful else None
         if c.batch > 1:
@@ -257,6 +262,14 @@ class Inference(Node):
             self.engine.close()
         if self.batcher is not None:
             self.batcher.close()
+
+
+def cpu_threads(serves_processes: int) -> int | None:
+    """The threads CPU inference takes (``INFERENCE_NUM_THREADS``, where the graph's ``properties`` do not
+    say): in a device owner serving several processes, half the cores, the shards' decoders and encoders the
+    other half (16 cores, 16 shards, CenterFace on the CPU: 8 threads 446 fps, 12: 371, every core: 369;
+    benchmarks/sixteen_cameras.py); elsewhere every core (None: OpenVINO's choice)."""
+    return max(1, usable_cores() // 2) if serves_processes > 1 else None
 
 
 def _every(offer: Offer) -> int:
