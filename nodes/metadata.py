@@ -1,6 +1,7 @@
 """Metadata sinks: JSON Lines files and MQTT, one record per frame."""
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -35,6 +36,9 @@ def frame_record(frame: Frame) -> dict[str, Any]:
 class JsonLines(Node):
     """Writes one JSON line per frame, each with one append (an interrupted run leaves whole lines; the
     shard processes of one run append to the same file, the first of them truncating it before any frame).
+    A line the file cannot take (a full disk, a quota) is not left half written: the part that went in is
+    cut off again, the records that could not be written are counted (``records_not_written``, and named
+    in the log), and writing goes on once the file takes lines again (tried once a second).
 
     YAML:
         - id: meta
@@ -66,6 +70,10 @@ class JsonLines(Node):
         # appends after the lines its streams' earlier process wrote
         truncate = os.O_TRUNC if ctx.shard[0] == 0 and ctx.generation == 0 else 0
         self.fd = os.open(self.config.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | truncate, 0o644)
+        self.stats = ctx.stats
+        self.lost = 0  # records the file could not take
+        self.lost_since: tuple[str, int] | None = None  # the first of the records being lost now
+        self.retry_at = 0.0
 
     def process(self, frame: Frame, port: str) -> None:
         line = json.dumps(frame_record(frame), separators=(",", ":")) + "\n"
@@ -73,14 +81,60 @@ class JsonLines(Node):
             sys.stdout.write(line)
             sys.stdout.flush()
             return
-        view = memoryview(line.encode())
-        while view:  # one write per line unless the kernel takes it in parts (it does not for files)
-            view = view[os.write(self.fd, view):]
+        if self.lost_since is not None and time.monotonic() < self.retry_at:
+            self._not_written(frame)
+            return
+        try:
+            self._append(line.encode())
+        except OSError as e:
+            if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            self.retry_at = time.monotonic() + 1.0
+            if self.lost_since is None:
+                log.error("node '%s': %s: %s: records are not written from stream %s frame %d on; writing "
+                          "goes on when the file takes lines again", self.id, self.config.path,
+                          os.strerror(e.errno), frame.stream, frame.index)
+                self.lost_since = (frame.stream, frame.index)
+            self._not_written(frame)
+            return
+        if self.lost_since is not None:
+            log.warning("node '%s': %s takes lines again (stream %s frame %d); %d records were not written",
+                        self.id, self.config.path, frame.stream, frame.index, self.lost)
+            self.lost_since = None
+
+    def _append(self, data: bytes) -> None:
+        """One whole line at the end of the file, or none of it (under the file's lock: the shards of a run
+        append to the same file, and a part cut off must be this line's)."""
+        assert self.fd is not None
+        _lock(self.fd, True)
+        try:
+            end = os.fstat(self.fd).st_size
+            view = memoryview(data)
+            try:
+                while view:  # one write per line unless the kernel takes it in parts (a disk filling up)
+                    view = view[os.write(self.fd, view):]
+            except OSError:
+                os.ftruncate(self.fd, end)
+                raise
+        finally:
+            _lock(self.fd, False)
+
+    def _not_written(self, frame: Frame) -> None:
+        self.lost += 1
+        self.stats["records_not_written"] = self.lost
 
     def close(self) -> None:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+
+
+def _lock(fd: int, take: bool) -> None:
+    """The file's advisory lock taken or given back (POSIX; elsewhere none: one process writes it)."""
+    if os.name == "posix":
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_EX if take else fcntl.LOCK_UN)
 
 
 @register("mqtt")

@@ -5,9 +5,11 @@ every later stage sees is the memory the decoder filled.
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
+import shutil
 import threading
 import time
 from collections import deque
@@ -521,6 +523,9 @@ class VideoWriter(Node):
             "(a record after the writer never names a frame a crash could still lose; up to gop_seconds later, "
             "the frame's memory given back meanwhile); encoded: as soon as the encoder has it "
             "(recording.in_file false)")
+        min_free_mb: float = Field(64.0, ge=0, description="a stream whose file cannot be written for lack of "
+                                   "space (the disk, a quota) pauses its recording, its frames going on saying "
+                                   "so, and resumes in a new file (NAME.resume1.mp4, ...) once this much is free")
 
     config: Config
 
@@ -558,6 +563,9 @@ class VideoWriter(Node):
         self.wake = ctx.wake
         self.timer: threading.Timer | None = None
         self.stopping: set[str] = set()  # streams being removed: their frames go on at once
+        self.paused: dict[str, dict[str, Any]] = {}  # streams whose disk is full: their file and frames missed
+        self.resumes: dict[str, int] = {}  # per stream, the files begun again after a full disk
+        self.check_at: dict[str, float] = {}  # per paused stream, when free space is looked at next
         # a stream that stalls writes no next fragment: its held frames go on after this long, saying so
         self.max_wait = self.config.gop_seconds + 1.0
         if self.config.fourcc is None and not available():
@@ -575,6 +583,8 @@ class VideoWriter(Node):
                              f"got {frame.format}")
         w = self.writers.get(frame.stream)
         size = (frame.width, frame.height)
+        if w is None and frame.stream in self.paused and not self._space_again(frame.stream):
+            return self._not_recorded(frame)
         if w is None:
             w = self._create(frame, size)
         elif size != self.sizes[frame.stream]:
@@ -587,7 +597,12 @@ class VideoWriter(Node):
             w.write(frame.image)
             where = {"file": self.paths[frame.stream], "frame": self.written[frame.stream]}
         else:
-            file, index = w.write(frame.data, frame.format) if yuv else w.write(frame.image)
+            try:
+                file, index = w.write(frame.data, frame.format) if yuv else w.write(frame.image)
+            except OSError as e:
+                if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    raise
+                return self._out_of_space(frame, w, e)
             where = {"file": file, "frame": index}
         self.written[frame.stream] += 1
         frame.meta["recording"] = where
@@ -606,6 +621,48 @@ class VideoWriter(Node):
         out = self._written(frame.stream)
         self._arm()
         return out
+
+    def _out_of_space(self, frame: Frame, w: Recorder, err: OSError) -> list[Frame]:
+        """The stream's file cannot take more (a full disk, a quota): the file is let go as it is (playable
+        up to its last whole fragment), the frames held for it go on saying whether they are in it, and the
+        stream's recording pauses until ``min_free_mb`` is free again (the other streams go on)."""
+        stream, path = frame.stream, self.paths[frame.stream]
+        held = self._written(stream, every=True)  # in_file from the fragments written before the failure
+        w.abandon()
+        with self._lock:
+            self.writers.pop(stream, None)
+            self.paused[stream] = {"file": path, "from_frame": frame.index, "not_recorded": 0}
+            self.check_at[stream] = time.monotonic() + 1.0
+            self.stats.setdefault("out_of_space", {}).setdefault(stream, []).append(self.paused[stream])
+        log.error("node '%s': %s: %s (stream %s, frame %d): its recording pauses and resumes in a new file once "
+                  "%.0f MB are free", self.id, path, os.strerror(err.errno or errno.ENOSPC), stream, frame.index,
+                  self.config.min_free_mb)
+        return [*held, self._not_recorded(frame)]
+
+    def _not_recorded(self, frame: Frame) -> Frame:
+        """A frame of a paused stream: on at once, its record saying it is in no file."""
+        info = self.paused[frame.stream]
+        info["not_recorded"] += 1
+        frame.meta["recording"] = {"file": None, "in_file": False, "why": "no space left for " + info["file"]}
+        return frame
+
+    def _space_again(self, stream: str) -> bool:
+        """Whether a paused stream records again (free space looked at once a second): its next file begins."""
+        info = self.paused[stream]
+        now = time.monotonic()
+        if now < self.check_at[stream]:
+            return False
+        self.check_at[stream] = now + 1.0
+        folder = Path(info["file"]).parent
+        if shutil.disk_usage(folder).free < self.config.min_free_mb * 1e6:
+            return False
+        with self._lock:
+            self.paused.pop(stream)
+            self.resumes[stream] = self.resumes.get(stream, 0) + 1
+            info["resumed"] = self.resumes[stream]
+        log.warning("node '%s': space again beside %s: stream %s records again (%d frames were not recorded)",
+                    self.id, info["file"], stream, info["not_recorded"])
+        return True
 
     def _written(self, stream: str, every: bool = False, before: float | None = None) -> list[Frame]:
         """The stream's held frames that are in their file for good now, in order (``every``: all of them;
@@ -669,6 +726,9 @@ class VideoWriter(Node):
             if self.generation:
                 p = Path(path)
                 path = str(p.with_name(f"{p.stem}.restart{self.generation}{p.suffix}"))
+            if self.resumes.get(frame.stream):  # begun again after a full disk: beside the file it left
+                p = Path(path)
+                path = str(p.with_name(f"{p.stem}.resume{self.resumes[frame.stream]}{p.suffix}"))
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             if c.fourcc is not None:
                 w: Any = cv2.VideoWriter(path, cv2.VideoWriter.fourcc(*c.fourcc), self._fps(frame), size)

@@ -507,3 +507,80 @@ def test_a_writer_lets_held_frames_go_when_their_stream_stalls(tmp_path) -> None
         assert [f.index for f in out + late] == list(range(5))
         assert late and not any(f.meta["recording"]["in_file"] for f in late)
         assert node.flush() == []
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 2 MB tmpfs (root only: skipped where it cannot be mounted)."""
+    where = tmp_path / "small"
+    where.mkdir()
+    mount, umount = shutil.which("mount"), shutil.which("umount")
+    if mount is None or umount is None:
+        pytest.skip("no mount here")
+    r = subprocess.run([mount, "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(where)], capture_output=True, text=True,
+                       check=False)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    yield where
+    subprocess.run([umount, "-l", str(where)], check=False)
+
+
+@pytest.mark.skipif(FFPROBE is None, reason="ffprobe (scripts/setup.sh installs ffmpeg)")
+def test_a_full_disk_pauses_that_streams_recording_and_records_then_resumes_in_a_new_file(tmp_path, small_disk,
+                                                                                          caplog) -> None:
+    """A stream's recording and records on a disk that fills mid-run: one line names the file, the stream
+    that writes elsewhere goes on, what was written stays playable and whole, every frame goes out with a
+    record saying where it is (or that it is in no file), and when space returns recording goes on in a new
+    file and records are written again."""
+    filler = small_disk / "filler"
+    filler.write_bytes(b"\0" * (2 * 1024 * 1024 - 200 * 1024))  # 200 kB left
+    text = f"""
+nodes:
+  - {{id: full, type: video_source, config: {{uri: sample, max_fps: 40}}}}
+  - {{id: fine, type: video_source, config: {{uri: sample, max_fps: 40}}}}
+  - {{id: rec_full, type: video_writer, config: {{path: "{small_disk}/v.mp4", crf: 18, preset: ultrafast,
+     gop_seconds: 0.2, min_free_mb: 0.5}}, inputs: {{frame: full}}}}
+  - {{id: rec_fine, type: video_writer, config: {{path: "{tmp_path}/fine.mp4", gop_seconds: 0.2}}, inputs: {{frame: fine}}}}
+  - {{id: meta_full, type: jsonl, config: {{path: "{small_disk}/full.jsonl"}}, inputs: {{detections: rec_full}}}}
+  - {{id: meta_fine, type: jsonl, config: {{path: "{tmp_path}/fine.jsonl"}}, inputs: {{detections: rec_fine}}}}
+"""
+    freed = threading.Event()
+
+    def free_when_full() -> None:  # the disk fills; a second later space comes back
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and shutil.disk_usage(small_disk).free > 64 * 1024:
+            time.sleep(0.05)
+        time.sleep(1.0)
+        filler.unlink()
+        freed.set()
+
+    threading.Thread(target=free_when_full, daemon=True).start()
+    with caplog.at_level(logging.WARNING):
+        res = run_yaml(text)
+    assert res.ok, res.error
+    assert freed.is_set()
+    assert res.frames == {"in": 300, "out": 300, "dropped": 0, "failed": 0}
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert any(f"{small_disk}/v.mp4: No space left on device (stream full" in m for m in said), said
+    paused = res.nodes["rec_full"]["out_of_space"]["full"][0]
+    assert paused["not_recorded"] > 0 and paused["resumed"] == 1
+
+    # the stream that writes elsewhere went on: every frame recorded, every record written
+    assert probe(tmp_path / "fine.mp4")["frames"] == 150
+    assert len((tmp_path / "fine.jsonl").read_text().splitlines()) == 150
+
+    # every line on the full disk whole; each record's claim holds against the file it names
+    lines = (small_disk / "full.jsonl").read_text().splitlines()
+    records = [json.loads(ln) for ln in lines]
+    lost = res.nodes["meta_full"].get("records_not_written", 0)
+    assert len(records) + lost == 150 and len(records) > 0
+    playable = {str(p): probe(p)["frames"] for p in (small_disk / "v.mp4", small_disk / "v.resume1.mp4")}
+    assert playable[str(small_disk / "v.resume1.mp4")] > 0
+    for r in records:
+        rec = r["recording"]
+        if rec["in_file"]:
+            assert rec["frame"] < playable[rec["file"]], (r, playable)
+        elif rec["file"] is None:
+            assert "no space left" in rec["why"]
+    assert any(r["recording"]["file"] is None for r in records)  # the pause is on record too
+    assert any(r["recording"]["file"] == str(small_disk / "v.resume1.mp4") for r in records)

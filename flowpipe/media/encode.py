@@ -8,6 +8,7 @@ or an FFmpeg encoder name); one that does not open here falls back to software w
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 from fractions import Fraction
 from pathlib import Path
@@ -53,6 +54,7 @@ class Recorder:
         self._muxed = 0  # packets of the open file handed to the muxer
         self._in_file = 0  # frames at the start of the open file that are in it for good (fragments written)
         self._sized = ""  # after a size change: the files' name says the size
+        self._abandoned: dict[str, int] = {}  # files let go after a failed write: frames in each for good
         import av
 
         self._frame = av.VideoFrame.from_ndarray  # looked up once, not per picture
@@ -152,20 +154,32 @@ class Recorder:
         """One packet into the file. A fragmented file's muxer writes the fragment before a keyframe's
         packet (``frag_keyframe``) and flushes it to the file (``flush_packets``): the frames before it are
         in the file for good, whatever happens to this process next."""
-        if packet.is_keyframe and self.fragmented and self._muxed:
+        flushes = packet.is_keyframe and self.fragmented and self._muxed
+        self._container.mux(packet)  # a full disk raises here (OSError, ENOSPC): the fragment is not in it
+        if flushes:
             self._in_file = self._muxed
-        self._container.mux(packet)
         self._muxed += 1
 
     def in_file(self, path: str) -> int:
         """How many frames at the start of ``path`` (one of ``files``) are in it for good: all of a closed
         file's; the open one's up to its last written fragment (none of an unfragmented one's)."""
+        if path in self._abandoned:
+            return self._abandoned[path]
         if self._container is None or path != self.files[-1]:
             return 1 << 62
         return self._in_file
 
     def close(self) -> None:
         self._close_file()
+
+    def abandon(self) -> None:
+        """After a write failed (a full disk): the open file is let go without writing to it again (what is
+        in it stays as it is: every fragment before the failed one, playable)."""
+        container, self._container, self._stream = self._container, None, None
+        if container is not None:
+            self._abandoned[self.files[-1]] = self._in_file
+            with contextlib.suppress(Exception):
+                container.close()
 
 
 def _bits(text: str) -> int:
