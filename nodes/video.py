@@ -160,6 +160,7 @@ class VideoSource(Source):
         self._bad_run = 0
         self.failures = 0
         self.reconnects = 0
+        self.t_open = time.monotonic()
         if not self.is_net and not _is_camera(c.uri):
             path = Path(os.path.expanduser(c.uri))
             if path.is_dir():
@@ -323,8 +324,17 @@ class VideoSource(Source):
             cap = self._open_capture()
             if cap is not None:
                 self.reconnects += 1
+                took = time.monotonic() - lost
                 self.stats["reconnects"] = self.reconnects
-                self.stats["last_outage_s"] = round(time.monotonic() - lost, 3)
+                self.stats["last_outage_s"] = round(took, 3)
+                self.stats["outage_total_s"] = round(self.stats.get("outage_total_s", 0.0) + took, 3)
+                # every outage of a camera that comes and goes, from the run's start (the last 100 of them)
+                outages = self.stats.setdefault("outages", [])
+                outages.append({"at_s": round(lost - self.t_open, 3), "lasted_s": round(took, 3),
+                                "after_frame": self.decoded - 1})
+                del outages[:-100]
+                log.warning("node '%s': stream %s back after %.1fs (outage %d)", self.id, _redact(c.uri), took,
+                            self.reconnects)
                 return cap
             delay = min(delay * 2, 8.0)
         raise RuntimeError(f"stream {_redact(c.uri)} did not come back after {c.reconnect_attempts} attempts")

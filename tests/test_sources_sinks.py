@@ -126,6 +126,54 @@ nodes:
         srv.kill()
 
 
+@pytest.mark.skipif(not _have_rtsp_server(), reason="gst-rtsp-server (scripts/setup.sh installs it) is missing")
+def test_a_camera_that_flaps_keeps_its_stream_reports_every_outage_and_stalls_no_other() -> None:
+    """An RTSP camera up ~2.5 s, down ~1.5 s, three times over, beside a steady stream: the camera's stream
+    lives through every outage and each one is reported (when, how long, after which frame); the other
+    stream's frames keep coming while the camera is away."""
+    port = _free_port()
+
+    def server() -> subprocess.Popen:
+        p = subprocess.Popen([SYS_PY, str(HERE / "rtsp_server.py"), str(port)], stdout=subprocess.PIPE, text=True)
+        assert p.stdout.readline().strip() == "ready"
+        return p
+
+    srv = server()
+    try:
+        r, t, box = _start(f"""
+nodes:
+  - {{id: cam, type: video_source, config: {{uri: "rtsp://127.0.0.1:{port}/live", reconnect_attempts: 6,
+      reconnect_backoff_s: 0.3, timeout_s: 2, decoder: pyav}}}}
+  - {{id: steady, type: synthetic_source, config: {{count: 100000, width: 64, height: 48, fps: 30, realtime: true}}}}
+  - {{id: s, type: null_sink, inputs: {{in: [cam.frame, steady.frame]}}}}
+""")
+        during = []
+        for _ in range(3):
+            time.sleep(2.5)
+            srv.kill()
+            srv.wait()
+            steady0 = r.per_stream.get("steady", 0)
+            time.sleep(1.5)
+            during.append(r.per_stream.get("steady", 0) - steady0)
+            srv = server()
+        time.sleep(2.5)
+        r.stop()
+        t.join(60)
+        res = box["result"]
+        assert res.ok, res.error
+        cam = res.nodes["cam"]
+        assert cam["reconnects"] == 3, cam
+        outages = cam["outages"]
+        assert len(outages) == 3 and all(0 < o["lasted_s"] < 8 for o in outages), outages
+        assert [o["after_frame"] for o in outages] == sorted(o["after_frame"] for o in outages)
+        assert cam["outage_total_s"] >= sum(o["lasted_s"] for o in outages) - 0.01
+        assert res.per_stream["cam"] > 60  # it came back each time
+        assert min(during) >= 20, during  # 1.5 s of the steady stream's 30 fps while the camera was away
+        assert res.frames["in"] == res.frames["out"] + res.frames["dropped"] + res.frames["failed"]
+    finally:
+        srv.kill()
+
+
 def test_rtsp_source_that_never_comes_back_ends_with_a_clear_error() -> None:
     port = _free_port()
     res = run_yaml(f"""
