@@ -38,6 +38,12 @@ def registry() -> dict[str, dict[str, Any]]:
         return yaml.safe_load(f)
 
 
+def compiled_cache() -> str:
+    """Where this host keeps compiled models (OpenVINO's model cache) for inference nodes that name no cache of
+    their own where starting again fast matters: a run over several hosts, a device owner that restarts."""
+    return str(cache_dir().parent / "ov")
+
+
 def cache_dir() -> Path:
     root = os.environ.get("FLOWPIPE_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "flowpipe")

@@ -63,7 +63,7 @@ def make_sample(path: str | Path, frames: int = 150, fps: float = 30.0,
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     astro, bg = _photos()
-    tmp = path.with_name(path.stem + ".part" + path.suffix)
+    tmp = path.with_name(f"{path.stem}.{os.getpid()}.part{path.suffix}")  # processes making it at once
     out_w, out_h = size or (W, H)
     writer = cv2.VideoWriter(str(tmp), cv2.VideoWriter.fourcc(*"mp4v"), fps, (out_w, out_h))
     if not writer.isOpened():
@@ -82,9 +82,11 @@ def make_sample(path: str | Path, frames: int = 150, fps: float = 30.0,
         writer.write(canvas)
         truth.append({"frame": i, "faces": [{"box": near, "size": "near"}, {"box": far, "size": "far"}]})
     writer.release()
-    os.replace(tmp, path)
     gt = {"video": path.name, "width": out_w, "height": out_h, "fps": fps, "frames": truth}
-    Path(str(path) + ".json").write_text(json.dumps(gt))
+    truth_tmp = Path(f"{path}.{os.getpid()}.json")
+    truth_tmp.write_text(json.dumps(gt))
+    os.replace(truth_tmp, str(path) + ".json")  # the truth first: whoever sees the clip finds its truth
+    os.replace(tmp, path)
     return gt
 
 
@@ -101,7 +103,7 @@ def make_text_sample(path: str | Path, frames: int = 60, fps: float = 30.0) -> P
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     _, bg = _photos()
-    tmp = path.with_name(path.stem + ".part" + path.suffix)
+    tmp = path.with_name(f"{path.stem}.{os.getpid()}.part{path.suffix}")  # processes making it at once
     writer = cv2.VideoWriter(str(tmp), cv2.VideoWriter.fourcc(*"mp4v"), fps, (W, H))
     words = ["FLOWPIPE", "OPEN VINO", "ZERO COPY", "EXIT 12", "NO PARKING", "GATE B"]
     for i in range(frames):

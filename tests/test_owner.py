@@ -132,6 +132,22 @@ def test_the_owner_writes_the_tensor_from_the_frame_that_crossed(tmp_path) -> No
     assert sum(r["count"] for r in mine.values()) > 0
 
 
+def test_the_owner_keeps_compiled_models_in_the_hosts_cache_when_the_graph_names_none(tmp_path, monkeypatch) -> None:
+    """A device owner that restarts loads its models from this host's model cache instead of compiling them
+    again (the graph names no cache_dir): the second run's owner finds the first's."""
+    monkeypatch.setenv("FLOWPIPE_CACHE", str(tmp_path / "cache"))
+    text = _graph(tmp_path, every=(8, 8))[0].file
+    plain = Path(text).read_text().replace(f", cache_dir: {tmp_path}/ov", "")
+    Path(text).write_text(plain)
+    seen = []
+    for _ in range(2):
+        res = ShardedRun(load_graph(text), 2).run()
+        assert res.ok, res.error
+        seen.append(res.to_json()["inference.detect"]["cache"])
+    assert seen == ["miss", "hit"]
+    assert any((tmp_path / "cache" / "ov").iterdir())  # this host's model cache (FLOWPIPE_CACHE/ov)
+
+
 def test_a_killed_owner_is_restarted_and_its_frames_are_accounted(tmp_path, capfd) -> None:
     spec, out = _graph(tmp_path, every=(1, 1), fps=60, detect=", on_error: restart")
     run = ShardedRun(spec, 2)

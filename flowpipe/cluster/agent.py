@@ -18,7 +18,7 @@ from typing import Any
 
 from ..graph import GraphSpec
 from ..metrics import Collector, run_metrics
-from ..models import cache_dir
+from ..models import compiled_cache
 from ..runtime.context import Resume, RunHooks, Share
 from ..runtime.executor import Executor, executor
 
@@ -27,7 +27,7 @@ log = logging.getLogger("flowpipe.cluster")
 
 def model_cache() -> str:
     """Where a host keeps compiled models for inference nodes that name no cache of their own."""
-    return str(cache_dir().parent / "ov")
+    return compiled_cache()
 
 
 class HostAgent:

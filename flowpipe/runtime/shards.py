@@ -36,6 +36,7 @@ from typing import Any
 from ..accel.host import usable_cores
 from ..errors import GraphError
 from ..graph import GraphSpec, NodeSpec
+from ..models import compiled_cache
 from ..node import Node
 from ..registry import import_plugin
 from .board import StreamBoard
@@ -99,6 +100,16 @@ def plan(spec: GraphSpec, processes: int) -> list[list[str]]:
     if spec.templates():  # every process can take streams added at run time, even with none of its own
         return shards
     return [s for s in shards if s]
+
+
+def with_model_cache(s: NodeSpec) -> NodeSpec:
+    """``s`` with this host's model cache where its config names none (``files`` kind ``model_cache``)."""
+    unset = [key for key, kind in s.contract.files.items() if kind == "model_cache" and getattr(s.config, key) is None]
+    if not unset:
+        return s
+    c = copy.copy(s)
+    c.config = s.config.model_copy(update={key: compiled_cache() for key in unset})
+    return c
 
 
 def owner_leads(spec: GraphSpec, owned: list[NodeSpec]) -> dict[str, NodeSpec]:
@@ -316,6 +327,7 @@ class ShardedRun:
         t0 = time.perf_counter()
         owned = [s for s in self.spec.nodes if s.contract.serves_streams] if self.spec.device_owner else []
         leads = owner_leads(self.spec, owned)
+        owned = [with_model_cache(s) for s in owned]  # a restarted owner loads its models, not compiles them
         workdir = tempfile.mkdtemp(prefix="flowpipe-run-")
         try:
             if owned:
