@@ -187,8 +187,8 @@ def _chaos(results: Path) -> list[str]:
                  f"{faults} |")
     return [*L, "", "The failed frames are those in flight in a process when it died, each named in the log "
             "(`shard 5 (pid 648, streams decode-5) died (signal 9); 31 frames in flight counted as failed: decode-5 "
-            "3120-3150`). A shard's restart takes the rate back in 2.2-2.9 s; the device owner's in 6.6 s, over the 5 s "
-            "asked for (5.5 s in the run before, when it compiled its models again; they now come from the host's "
+            "3120-3150`). A shard's restart takes the rate back in 2.2-2.9 s; the device owner's in 6.6 s, over the "
+            "5 s asked for (5.5 s in the run before, when it compiled its models again; they now come from the host's "
             "model cache, and the owner also sets up again the OpenCL preprocess it runs for the detector: where "
             "the 6.6 s go is not yet measured).", ""]
 

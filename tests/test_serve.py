@@ -116,6 +116,9 @@ def test_bad_input_is_one_line_and_the_service_stays_up(service) -> None:
     err(client.post("/pipelines/cams", json={"parameters": {"metadata": "/var/x.jsonl"}}), 403,
         "leaves the output folder")
     err(client.post("/pipelines/cams", json={"surprise": 1}), 422, "surprise: Extra inputs are not permitted")
+    r = client.post("/pipelines/cams", json={"parameters": {"output": 5}})  # a bad type, found in the graph
+    err(r, 400, "cams.yaml:")
+    assert str(_tmp) not in r.json()["error"]  # named by the template's file, never by the server's path
     iid = client.post("/pipelines/cams", json={}).json()["id"]  # the graph's own source runs
     add = f"/pipelines/{iid}/streams"
     err(client.post(add, json={"id": "a b", "uri": "sample"}), 422, "id: String should match pattern")
@@ -161,6 +164,20 @@ def _fds() -> int:
 def _rss_mb() -> float:
     with open("/proc/self/status") as f:
         return next(int(x.split()[1]) for x in f if x.startswith("VmRSS:")) / 1024
+
+
+def test_streams_named_in_the_request_each_record_a_file_with_their_name(service) -> None:
+    """An output that names no ``{stream}``: with the streams given in the request, every stream's file carries
+    its name (the first one's too), none the plain name."""
+    client, _instances, tmp = service
+    r = client.post("/pipelines/cams", json={"parameters": {"output": "rec.mp4"},
+                                            "streams": [{"id": "cam1", "uri": "clip.mp4"},
+                                                        {"id": "cam2", "uri": "clip.mp4"}]})
+    assert r.status_code == 201, r.text
+    iid = r.json()["id"]
+    _wait(lambda: [s["out"] > 5 for s in client.get(f"/pipelines/{iid}/streams").json()] == [True, True])
+    client.delete(f"/pipelines/{iid}")
+    assert sorted(p.name for p in (tmp / "out" / iid).glob("*.mp4")) == ["rec-cam1.mp4", "rec-cam2.mp4"]
 
 
 def test_a_hundred_streams_come_and_go_without_leaking(service) -> None:

@@ -33,8 +33,12 @@ class RequestError(ValueError):
         self.status = status
 
 
-def graph_error(e: GraphError) -> str:
-    return "; ".join(str(d) for d in e.diagnostics[:3])
+def graph_error(e: GraphError, template: Template) -> str:
+    """The first problems, the template named by its file's name (a client never learns the server's paths)."""
+    text = "; ".join(str(d) for d in e.diagnostics[:3])
+    for shown in {str(template.path.resolve()), str(template.path)}:
+        text = text.replace(shown, template.path.name)
+    return text
 
 
 @dataclass
@@ -183,10 +187,10 @@ class Instances:
         try:
             spec = load_graph(str(template.path), parameters)
         except GraphError as e:
-            raise RequestError(f"pipeline {name!r}: {graph_error(e)}") from None
+            raise RequestError(f"pipeline {name!r}: {graph_error(e, template)}") from None
         iid = secrets.token_hex(4)
         folder = self.output_dir / iid
-        self._confine(spec, folder)
+        self._confine(spec, folder, per_stream=bool(streams))
         if streams:
             for s in spec.sources():
                 s.template = True  # the request names the streams: the graph's own sources are their pattern
@@ -194,7 +198,7 @@ class Instances:
         try:
             spec.processes = resolve_processes(spec, processes)
         except GraphError as e:
-            raise RequestError(graph_error(e)) from None
+            raise RequestError(graph_error(e, template)) from None
         runner = executor(spec, spec.processes, cluster=self.cluster, name=f"serve-{iid}")
         inst = Instance(iid, name, spec, runner, folder)
         inst.thread = threading.Thread(target=self._run, args=(inst,), name=f"flowpipe:serve:{iid}", daemon=True)
@@ -271,9 +275,10 @@ class Instances:
             raise RequestError(f"no file {uri!r} in the media folder", 404)
         return str(path)
 
-    def _confine(self, spec: GraphSpec, folder: Path) -> None:
+    def _confine(self, spec: GraphSpec, folder: Path, per_stream: bool = False) -> None:
         """Every output path of the graph goes inside the instance's folder; one that would leave it is an
-        error, not a write elsewhere."""
+        error, not a write elsewhere. ``per_stream`` (the request names the streams): every stream's video
+        carries its name (``NAME-{stream}.mp4``), the first one's too."""
         for node in spec.nodes:
             for key, kind in node.contract.files.items():
                 path = getattr(node.config, key)
@@ -283,6 +288,8 @@ class Instances:
                 if p.is_absolute() or ".." in p.parts:
                     raise RequestError(f"node {node.id!r}: output path {path!r} leaves the output folder; expected "
                                        "a relative path", 403)
+                if per_stream and kind == "video" and "{stream}" not in path:
+                    p = p.with_name(f"{p.stem}-{{stream}}{p.suffix}")
                 setattr(node.config, key, str(folder / p))
 
 
