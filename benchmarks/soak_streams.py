@@ -168,6 +168,12 @@ def main() -> None:
                warmup_s=a.warmup, frames=res.frames, error=str(res.error) if res.error else None, samples=samples)
     if a.kill_every:
         out["chaos"] = chaos_report(work, res.frames, faults, rate)
+        stats = res.to_json()  # the last device owner's: how long it took to start, and to open each node
+        out["device_owner"] = dict(stats.get("device_owner") or {}, opened={
+            nid: {k: n["device_owner"].get(k) for k in ("open_s", "frames")}
+            for nid, n in stats.get("nodes", {}).items() if isinstance(n.get("device_owner"), dict)})
+        out["owner_models"] = {k: {f: v.get(f) for f in ("cache", "compile_ms", "fil_ms", "feil_ms")}
+                               for k, v in stats.items() if k.startswith("inference.")}
     print(json.dumps({k: v for k, v in out.items() if k not in ("samples", "per_process")}, indent=1))
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1))

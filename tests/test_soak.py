@@ -28,3 +28,9 @@ def test_the_main_job_under_kills_accounts_every_frame_records_each_once_and_kee
     assert chaos["records_twice"] == 0 and chaos["records_vs_out"] == 0, chaos
     assert chaos["recordings"] >= 2 and chaos["unplayable"] == {}, chaos
     assert chaos["not_recovered"] == 0 and chaos["worst_recovery_s"] <= 8, chaos["faults"]
+    # the restarted owner says how long it took to start and to open each node, and whether its models were
+    # loaded from the host's model cache rather than compiled again
+    owner = r["device_owner"]
+    assert owner["restarts"] == 1 and len(owner["starts_s"]) == 2 and all(s > 0 for s in owner["starts_s"])
+    assert owner["opened"]["detect"]["open_s"] > 0
+    assert r["owner_models"]["inference.detect"]["cache"] == "hit", r["owner_models"]

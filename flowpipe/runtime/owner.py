@@ -144,6 +144,7 @@ class _Lead:
     ctx: _OwnerContext | None = None
     frames: int = 0
     busy_s: float = 0.0
+    open_s: float = 0.0
 
     @classmethod
     def of(cls, spec: NodeSpec) -> _Lead:
@@ -176,6 +177,7 @@ class _Owned:
     frames: int = 0
     failed: int = 0
     busy_s: float = 0.0
+    open_s: float = 0.0  # opening it for the first shard that asked (a model compiled or loaded from a cache)
 
 
 class _Owner:
@@ -261,6 +263,7 @@ class _Owner:
         if o is None:
             return OwnerOpenFailed(RemoteError.of(f"node '{nid}' is not served by this device owner"))
         if o.ctx is None:
+            t = time.perf_counter()
             try:
                 if o.lead is not None:
                     contract = self._open_lead(o, o.lead, offer, shards)
@@ -271,6 +274,7 @@ class _Owner:
                 o.ctx.serves_processes = shards
                 o.node.open(o.ctx)
                 o.offer = offer
+                o.open_s = time.perf_counter() - t
             except Exception as e:  # noqa: BLE001 - reported to the shard, which names the node
                 o.ctx = None
                 if o.lead is not None and o.lead.ctx is not None:
@@ -299,7 +303,9 @@ class _Owner:
         alloc.consumers = [o.spec.id]
         lead.ctx = _OwnerContext(lead.spec.id, self.devs, InputContract(frame, Allocation("host"), lead.edge),
                                  held, self.wake, output=alloc)
+        t = time.perf_counter()
         lead.node.open(lead.ctx)
+        lead.open_s = time.perf_counter() - t
         return InputContract(offer, alloc, f"{lead.spec.id}->{o.spec.id}")
 
     def _frame(self, c: _Client, msg: OwnerFrame) -> None:
@@ -390,12 +396,12 @@ class _Owner:
         out: dict[str, Any] = {"pid": os.getpid(), "nodes": {}, "sections": {}}
         for nid, o in self.owned.items():
             out["nodes"][nid] = {"frames": o.frames, "failed": o.failed, "busy_s": round(o.busy_s, 4),
-                                 "placement": o.placement}
+                                 "placement": o.placement, "open_s": round(o.open_s, 3)}
             if o.ctx is not None:
                 out["sections"].update(o.ctx.sections)
             if o.lead is not None:  # the node it runs ahead of this one, for every shard
                 out["nodes"][o.lead.spec.id] = {"frames": o.lead.frames, "busy_s": round(o.lead.busy_s, 4),
-                                                "ahead_of": nid,
+                                                "ahead_of": nid, "open_s": round(o.lead.open_s, 3),
                                                 **(o.lead.ctx.stats if o.lead.ctx is not None else {})}
         out["edges"] = {name: {"copies": e.copies, "bytes_copied": e.bytes_copied}
                         for name, e in self.ledger.edges.items() if e.copies}
@@ -469,6 +475,7 @@ class OwnerProcess:
         self.leads = leads or {}  # per owned node, the node that may run ahead of it here (``owner_side``)
         self.restarts = 0
         self.pids: list[int] = []
+        self.starts_s: list[float] = []  # each start: from the process's launch to its socket listening
         self.final: dict[str, Any] | None = None
         self.error: str | None = None
         self.link: OwnerLink | None = None
@@ -477,6 +484,7 @@ class OwnerProcess:
     def _start(self) -> None:
         ctx = mp.get_context("spawn")
         environment_for_children()
+        t0 = time.monotonic()
         self.conn, child = ctx.Pipe(duplex=True)
         self.proc = ctx.Process(target=owner_main, name="flowpipe:device-owner", daemon=True,
                                 args=(child, self.path, pickle.dumps((self.specs, self.leads)), self.plugins,
@@ -493,6 +501,7 @@ class OwnerProcess:
             case OwnerListening(pid, placements):
                 self.pids.append(pid)
                 self.link = OwnerLink(self.path, placements)
+                self.starts_s.append(round(time.monotonic() - t0, 3))
             case OwnerCrashed(error):
                 raise error.exception("the device owner failed to start: ")
             case _:

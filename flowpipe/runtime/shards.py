@@ -674,7 +674,8 @@ class ShardedResult(RunSummary):
                 m["copies"] += e["copies"]
                 m["bytes_copied"] += e["bytes_copied"]
         self.owner = None if owner is None else {
-            "pids": owner.pids, "restarts": owner.restarts, "nodes": sorted(owned), "error": owner.error}
+            "pids": owner.pids, "restarts": owner.restarts, "nodes": sorted(owned), "error": owner.error,
+            "starts_s": owner.starts_s}
         self.collected: dict[str, Any] = {}
         self.elapsed_s = elapsed
         self.interrupted = run.interrupted or any(r["exit"] == 130 for _, r in done)
