@@ -187,10 +187,13 @@ def _chaos(results: Path) -> list[str]:
                  f"{faults} |")
     return [*L, "", "The failed frames are those in flight in a process when it died, each named in the log "
             "(`shard 5 (pid 648, streams decode-5) died (signal 9); 31 frames in flight counted as failed: decode-5 "
-            "3120-3150`). A shard's restart takes the rate back in 2.2-2.9 s; the device owner's in 6.6 s, over the "
-            "5 s asked for (5.5 s in the run before, when it compiled its models again; they now come from the host's "
-            "model cache, and the owner also sets up again the OpenCL preprocess it runs for the detector: where "
-            "the 6.6 s go is not yet measured).", ""]
+            "3120-3150`). A shard's restart takes the rate back in 2.1-3.4 s; the device owner's in 6.0 s, over the "
+            "5 s asked for (5.5 s in an earlier run, when it compiled its models again). Where it goes, from the "
+            "run's own figures: 3.5 s for the new process to listen (Python, OpenVINO, the GPU plugin and its "
+            "OpenCL context; the first start took 6.4 s), then opening its nodes for the shards that reconnect: "
+            "CenterFace 0.21 s (loaded from the host's model cache: 268 ms to the first result), the second looks "
+            "0.42 s and 1.31 s (each dynamic input size run once). A spare owner started ahead, its libraries "
+            "loaded, is what would take the first part off.", ""]
 
 
 def _sixteen(results: Path) -> list[str]:
