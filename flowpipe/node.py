@@ -169,7 +169,8 @@ class NodeContract:
     preview), which a console shows too. ``owner_side``: over several processes, where the device owner
     serves the one node it feeds, it may run in the owner ahead of that node, its frames crossing instead
     of what it writes: ``device`` where that node's input is device memory, which cannot cross processes
-    (OpenCL buffers on a GPU); ``always``; None: never."""
+    (OpenCL buffers on a GPU); ``always``; None: never. ``refers``: config fields that name another node of
+    the graph (field -> node id), which validation finds there."""
 
     inputs: Mapping[str, str] = field(default_factory=dict)
     outputs: Mapping[str, str] = field(default_factory=dict)
@@ -185,6 +186,7 @@ class NodeContract:
     files: Mapping[str, str] = field(default_factory=dict)
     final_picture: bool = False
     owner_side: Literal["device", "always"] | None = None
+    refers: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def isolation_refused(self) -> str | None:

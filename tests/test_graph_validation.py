@@ -36,6 +36,10 @@ def errors_of(text: str, **kw) -> list[str]:
         (OK_HEAD + "  - id: s\n    type: null_sink\n    inputs: {in: nope.frame}\n",
          r"node 's' \(null_sink\): inputs\.in: no node 'nope' in this graph"),
         (OK_HEAD + "  - id: s\n    type: null_sink\n", r"^g\.yaml:3: node 's' \(null_sink\): input port 'in' \(any\) is not connected"),
+        (OK_HEAD + "  - id: pre\n    type: preprocess\n    config: {interval: {every: 3, follow: trak}}\n"
+                   "    inputs: src\n",
+         r"^g\.yaml:5: node 'pre' \(preprocess\): config\.interval\.follow: no node 'trak' in this graph; "
+         r"expected one of: src$"),
         (OK_HEAD + "  - {id: s, type: null_sink, inputs: src, on_error: ignore}\n",
          r"on_error: expected one of fail\|drop\|restart, got 'ignore'"),
         (OK_HEAD + "  - {id: s, type: null_sink, inputs: src, queue: 0}\n", r"queue: expected an integer 1\.\.4096, got 0"),

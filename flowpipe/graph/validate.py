@@ -360,6 +360,11 @@ def _wiring(specs: list[NodeSpec], raw_inputs: dict[str, Any], fname: str) -> nx
             if port not in s.inputs and not any(e.node_id == s.id for e in errors):
                 errors.append(Diagnostic(f"input port '{port}' ({s.contract.inputs[port]}) is not connected",
                                          *where, *node))
+        for key, target in s.contract.refers.items():  # config fields naming another node of the graph
+            if target not in by_id:
+                errors.append(Diagnostic(f"config.{key}: no node '{target}' in this graph; expected one of: "
+                                         f"{', '.join(x for x in by_id if x != s.id)}",
+                                         fname, line_of(raw, "config") if "config" in raw else s.line, *node))
     _raise_if(errors)
     return dag
 
