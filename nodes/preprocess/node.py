@@ -52,7 +52,7 @@ class Preprocess(Node):
         assert isinstance(config, cls.Config)
         whole = config.objects is None and config.backend != "openvino"
         side = {"auto": "device", "always": "always", "never": None}[config.owner] if whole else None
-        follow = config.interval.follow if config.interval is not None else None
+        follow = config.interval.follow if config.interval is not None and config.interval.every > 1 else None
         return cls.declare(pixels=PIXELS_ALL, one_worker=None, owner_side=side,
                            refers={"interval.follow": follow} if follow else {},
                            isolation="it writes into memory resolved with its consumer in the runner's process "
