@@ -88,17 +88,18 @@ def _have_rtsp_server() -> bool:
     return r.returncode == 0
 
 
+def _rtsp_server(port: int) -> subprocess.Popen:
+    """A real RTSP server on loopback (tests/rtsp_server.py), serving once it says so."""
+    p = subprocess.Popen([SYS_PY, str(HERE / "rtsp_server.py"), str(port)], stdout=subprocess.PIPE, text=True)
+    assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+    return p
+
+
 @pytest.mark.skipif(not _have_rtsp_server(), reason="gst-rtsp-server (scripts/setup.sh installs it) is missing")
 @pytest.mark.parametrize("decoder", ["opencv", "pyav"])
 def test_rtsp_source_reconnects_when_the_server_comes_back(decoder: str) -> None:
     port = _free_port()
-
-    def server() -> subprocess.Popen:
-        p = subprocess.Popen([SYS_PY, str(HERE / "rtsp_server.py"), str(port)], stdout=subprocess.PIPE, text=True)
-        assert p.stdout.readline().strip() == "ready"
-        return p
-
-    srv = server()
+    srv = _rtsp_server(port)
     try:
         r, t, box = _start(f"""
 nodes:
@@ -114,7 +115,7 @@ nodes:
         srv.kill()
         srv.wait()
         time.sleep(1.5)
-        srv = server()
+        srv = _rtsp_server(port)
         t.join(60)
         res = box["result"]
         assert res.ok, res.error
@@ -132,13 +133,7 @@ def test_a_camera_that_flaps_keeps_its_stream_reports_every_outage_and_stalls_no
     lives through every outage and each one is reported (when, how long, after which frame); the other
     stream's frames keep coming while the camera is away."""
     port = _free_port()
-
-    def server() -> subprocess.Popen:
-        p = subprocess.Popen([SYS_PY, str(HERE / "rtsp_server.py"), str(port)], stdout=subprocess.PIPE, text=True)
-        assert p.stdout.readline().strip() == "ready"
-        return p
-
-    srv = server()
+    srv = _rtsp_server(port)
     try:
         r, t, box = _start(f"""
 nodes:
@@ -155,7 +150,7 @@ nodes:
             steady0 = r.per_stream.get("steady", 0)
             time.sleep(1.5)
             during.append(r.per_stream.get("steady", 0) - steady0)
-            srv = server()
+            srv = _rtsp_server(port)
         time.sleep(2.5)
         r.stop()
         t.join(60)

@@ -18,16 +18,10 @@ from typing import Any
 
 from ..graph import GraphSpec
 from ..metrics import Collector, run_metrics
-from ..models import compiled_cache
 from ..runtime.context import Resume, RunHooks, Share
 from ..runtime.executor import Executor, executor
 
 log = logging.getLogger("flowpipe.cluster")
-
-
-def model_cache() -> str:
-    """Where a host keeps compiled models for inference nodes that name no cache of their own."""
-    return compiled_cache()
 
 
 class HostAgent:
@@ -36,15 +30,12 @@ class HostAgent:
 
     def __init__(self, payload: bytes, sources: list[str], shard_base: int, resume: dict[str, int] | None = None,
                  generation: int = 0, max_frames: int | None = None, metrics_port: int | None = None):
-        from ..runtime.shards import subgraph
+        from ..runtime.shards import subgraph, with_model_cache
 
         full: GraphSpec = pickle.loads(payload)  # noqa: S301 - from the controller of this run
         self.spec = subgraph(full, sources + [t.id for t in full.templates()])  # templates: streams to come
-        cache = (full.cluster.model_cache if full.cluster else None) or model_cache()
-        for node in self.spec.nodes:  # a model cache left unset: this host's
-            for key, kind in node.contract.files.items():
-                if kind == "model_cache" and getattr(node.config, key) is None:
-                    setattr(node.config, key, os.path.expanduser(cache))
+        cache = full.cluster.model_cache if full.cluster else None  # unset: this host's
+        self.spec.nodes = [with_model_cache(node, cache) for node in self.spec.nodes]
         self.metrics_port = metrics_port
         self.metrics_url: str | None = None
         self.streams = len(full.sources())

@@ -102,13 +102,14 @@ def plan(spec: GraphSpec, processes: int) -> list[list[str]]:
     return [s for s in shards if s]
 
 
-def with_model_cache(s: NodeSpec) -> NodeSpec:
-    """``s`` with this host's model cache where its config names none (``files`` kind ``model_cache``)."""
+def with_model_cache(s: NodeSpec, cache: str | None = None) -> NodeSpec:
+    """``s`` with a model cache where its config names none (``files`` kind ``model_cache``): ``cache``, else
+    this host's."""
     unset = [key for key, kind in s.contract.files.items() if kind == "model_cache" and getattr(s.config, key) is None]
     if not unset:
         return s
     c = copy.copy(s)
-    c.config = s.config.model_copy(update={key: compiled_cache() for key in unset})
+    c.config = s.config.model_copy(update={key: os.path.expanduser(cache or compiled_cache()) for key in unset})
     return c
 
 
