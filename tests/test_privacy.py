@@ -383,6 +383,9 @@ def test_the_scorer_counts_masked_faces_false_masks_and_leak_runs() -> None:
     s = score(clip, masks, 1.0, "x")
     assert (s.face_frames, s.masked, s.longest_leak) == (5, 0.4, 2)  # frames 1, 2 unmasked; 4 half-covered
     assert s.false_per_frame == pytest.approx(2 / 6, abs=1e-4)  # the mask off the face in frame 3 and the one in 5
+    assert s.longest_false == 1  # not in consecutive frames
+    lingering = score(clip, [[face]] * 5 + [[face]], 1.0, "x")  # the mask stays a frame after the face left
+    assert (lingering.masked, lingering.longest_false) == (1.0, 1)
 
 
 def test_a_turned_face_is_judged_on_its_outline_and_a_face_at_the_edge_is_no_false_mask() -> None:
@@ -454,17 +457,19 @@ nodes:
 
 def test_the_shipped_graph_masks_small_and_masked_real_faces(tmp_path) -> None:
     """graphs/face_blur.yaml on six real faces of 15-30 px in a street scene (the BlazeFace graph masks under a
-    fifth of them) and on the six faces behind surgical masks, which score under the start threshold for their
-    first frames: persistent candidates start their tracks, the lookahead masks them from the first frame."""
+    fifth of them), on the six faces behind surgical masks, which score under the start threshold for their
+    first frames (persistent candidates start their tracks, the lookahead masks them from the first frame),
+    and close up with the camera panning across them: the masks leave through the edge with the faces."""
     pytest.importorskip("av")
     from flowpipe.eval.clips import clip
     from flowpipe.eval.score import flowpipe_masks
 
-    for name in ("table_far", "table_masked"):
+    for name in ("table_far", "table_masked", "table_pan"):
         c = clip(name)
         masks, seconds = flowpipe_masks(c, ROOT / "graphs" / "face_blur.yaml", {"device": "CPU"}, tmp_path)
         s = score(c, masks, seconds, "flowpipe")
         assert s.masked >= 0.99 and s.false_per_frame <= 0.02 and s.longest_leak <= 2, s
+        assert s.longest_false <= 2, s
 
 
 def _plain_video(path: Path, w: int, h: int, frames: int) -> str:

@@ -156,14 +156,16 @@ def test_a_missed_track_moves_with_the_camera(camera_motion: bool, x1: float) ->
 
 
 @pytest.mark.parametrize(("picture", "right_sides"), [
-    (PICTURE, [35.625, 31.25, 26.875, 22.5]),  # 4.375 px a frame, not slowing, until under 20 px are inside
+    (PICTURE, [30.625, 21.25]),  # 9.375 px a frame (its far side's speed as measured), not slowing, until under
+    # 20 px are inside
     (None, [35.3125]),  # no edge: ``coast`` frames, at a slowing velocity
 ])
 def test_a_track_leaving_through_the_edge_coasts_until_half_of_it_is_out(picture: tuple[float, float] | None,
                                                                           right_sides: list[float]) -> None:
     """A face 40 px wide walks out through the left edge at 10 px a frame (its box clipped by the edge) and is
-    missed: it keeps moving out, masked past ``coast: 1`` while at least half of it is inside; without a
-    picture there is no edge and it coasts ``coast`` frames."""
+    missed: it keeps moving out at the speed of its box's far side (the centre of a clipped box moves at half
+    the face's speed), masked past ``coast: 1`` while at least half of it is inside; without a picture there is
+    no edge and it coasts ``coast`` frames."""
     t = tracker(coast=1, confirm=3)
     for i in range(5):
         u = step(t, ((max(0.0, 40.0 - 10 * i), 100.0, 80.0 - 10 * i, 140.0), 0.9), picture=picture)
@@ -171,6 +173,23 @@ def test_a_track_leaving_through_the_edge_coasts_until_half_of_it_is_out(picture
     boxes = [c.box for _ in range(6) for c in step(t, picture=picture).coasting]
     assert [b[2] for b in boxes] == pytest.approx(right_sides)
     assert [b[2] - b[0] for b in boxes] == pytest.approx([40.0] * len(boxes))  # the face's size, not the clip's
+
+
+def test_a_face_cut_by_the_edge_leaves_with_its_mask() -> None:
+    """A face 150 px wide leaves through the left edge at 24 px a frame; the detector clips its box a few px
+    inside the edge (its grid's rounding, not at 0), then loses it. The mask goes on out with the face and
+    is gone once under half of it is inside: it does not stay at the edge (the clipped box's centre moves
+    the wrong way, its size shrinks with the clip)."""
+    t = tracker(coast=15, confirm=3)
+    picture = (1280.0, 720.0)
+    for i in range(8):
+        x1, x2 = 160.0 - 24 * i, 310.0 - 24 * i
+        u = step(t, ((max(3.0, x1), 100.0, x2, 280.0), 0.9), picture=picture)
+        assert u.ids.tolist() == [1]
+    coasting = [[c.box for c in step(t, picture=picture).coasting] for _ in range(20)]
+    right = [b[0][2] for b in coasting if b]
+    assert right == sorted(right, reverse=True) and right[0] < 142.0  # going out, at about its speed
+    assert len(right) <= 3 and not any(coasting[3:])  # gone once under 75 px of it are inside
 
 
 @pytest.mark.parametrize(("smooth", "boxes"), [

@@ -178,10 +178,11 @@ def _boxes_through(m: np.ndarray, boxes: dict[int, Box], size: tuple[int, int]) 
 
 
 def _move(img: np.ndarray, boxes: dict[int, Box], n: int, size: tuple[int, int], scale: tuple[float, float],
-          tilt: float = 0.0, background: np.ndarray | None = None
+          tilt: float = 0.0, background: np.ndarray | None = None, pan: tuple[float, float] | None = None
           ) -> tuple[list[np.ndarray], list[dict[int, Box]], list[Corners], list[list[Box]]]:
     """``n`` frames of a camera moving over ``img``: scale from ``scale[0]`` to ``scale[1]`` of the frame's
-    fit, the centre drifting, rolling by up to ``tilt`` degrees."""
+    fit, the centre drifting (with ``pan``: going across from ``pan[0]`` to ``pan[1]`` of the picture's width,
+    so faces leave through one edge and come in through the other), rolling by up to ``tilt`` degrees."""
     w, h = size
     ih, iw = img.shape[:2]
     fit = min(w / iw, h / ih)
@@ -194,6 +195,8 @@ def _move(img: np.ndarray, boxes: dict[int, Box], n: int, size: tuple[int, int],
         s = fit * (scale[0] + (scale[1] - scale[0]) * t)
         angle = tilt * np.sin(2 * np.pi * t)
         cx, cy = iw / 2 + 0.05 * iw * np.sin(np.pi * t), ih / 2
+        if pan is not None:
+            cx = iw * (pan[0] + (pan[1] - pan[0]) * t)
         m = cv2.getRotationMatrix2D((cx, cy), angle, s)
         m[:, 2] += (w / 2 - cx, h / 2 - cy)
         border = cv2.BORDER_CONSTANT if background is None else cv2.BORDER_TRANSPARENT  # no mirrored faces
@@ -261,7 +264,8 @@ def _clips() -> dict[str, Callable[[dict], Clip]]:
 
     def photo(src: str, name: str, about: str, crf: int = 23, scale: tuple[float, float] = (1.0, 1.15),
               tilt: float = 0.0, fx: Callable[[list[np.ndarray]], list[np.ndarray]] | None = None,
-              n: int = 90, masked: bool = False, sunglasses: bool = False) -> Callable[[dict], Clip]:
+              n: int = 90, masked: bool = False, sunglasses: bool = False,
+              pan: tuple[float, float] | None = None) -> Callable[[dict], Clip]:
         def make(t: dict) -> Clip:
             background = None
             if scale[1] < 0.5:  # small faces: the picture far away in a street scene
@@ -269,7 +273,7 @@ def _clips() -> dict[str, Callable[[dict], Clip]]:
             picture = _masked(_photo(src), _photo_faces(t, src)) if masked else _photo(src)
             if sunglasses:
                 picture = _sunglasses(picture, _photo_faces(t, src))
-            frames, faces, corners, edges = _move(picture, _photo_faces(t, src), n, hd, scale, tilt, background)
+            frames, faces, corners, edges = _move(picture, _photo_faces(t, src), n, hd, scale, tilt, background, pan)
             return Clip(name, about, fx(frames) if fx else frames, faces, crf,
                         corners=corners if tilt else None, edges=edges)
         return make
@@ -305,6 +309,8 @@ def _clips() -> dict[str, Callable[[dict], Clip]]:
                               "compressed", crf=32, masked=True),
         "table_sunglasses": photo("table", "table_sunglasses", "the six faces in dark sunglasses, compressed",
                                   crf=32, sunglasses=True),
+        "table_pan": photo("table", "table_pan", "close up (1.8x), the camera panning across: faces leave through "
+                           "one edge and come in through the other", scale=(1.8, 1.8), pan=(0.3, 0.7)),
         "hopper_dark": photo("hopper", "hopper_dark", "a portrait in low light, compressed", crf=32, fx=_dark),
         "astronaut_tilt": photo("astronaut", "astronaut_tilt", "a portrait, camera rolling by up to 40 degrees",
                                 tilt=40.0),

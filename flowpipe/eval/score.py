@@ -3,6 +3,8 @@
 - ``masked``: the share of face-frames (a true face in a frame) whose box the masks cover by >= 70%;
 - ``false_per_frame``: masks that lie mostly off every true face (under 20% of the mask on a face), per frame;
 - ``longest_leak``: the longest run of consecutive frames in which one face is left unmasked;
+- ``longest_false``: the longest run of consecutive frames with a false mask (one that stays where a face
+  left, or sits on a face-like thing);
 - ``fps``: frames per second from the first frame decoded to the last written (decode, detect, mask, encode).
 
 Masks are what the masker blurred: for flowpipe the JSONL boxes grown as its ``blur`` node grows them; for
@@ -43,6 +45,7 @@ class Score:
     false_per_frame: float
     longest_leak: int  # frames
     fps: float
+    longest_false: int = 0  # frames in a row with a false mask
 
     def row(self) -> dict[str, Any]:
         return asdict(self)
@@ -91,7 +94,7 @@ def score(clip: Clip, masks: Sequence[Sequence[Sequence[float]]], seconds: float
         raise ValueError(f"{masker} on {clip.name}: {len(masks)} frames of masks, expected {len(clip.frames)}")
     face_frames = masked = false = 0
     run: dict[int, int] = {}
-    longest = 0
+    longest = false_run = longest_false = 0
     turned = clip.corners or [{} for _ in clip.faces]
     for i, (faces, corners, frame_masks) in enumerate(zip(clip.faces, turned, masks, strict=True)):
         for fid, box in faces.items():
@@ -106,10 +109,13 @@ def score(clip: Clip, masks: Sequence[Sequence[Sequence[float]]], seconds: float
             if fid not in faces:
                 run[fid] = 0
         near = [*faces.values(), *(clip.edges[i] if clip.edges else [])]  # faces at the edge count as faces
-        false += sum(1 for m in frame_masks if on_face(m, near) < OFF_FACE)
+        wrong = sum(1 for m in frame_masks if on_face(m, near) < OFF_FACE)
+        false += wrong
+        false_run = false_run + 1 if wrong else 0
+        longest_false = max(longest_false, false_run)
     n = len(clip.frames)
     return Score(clip.name, masker, n, face_frames, round(masked / face_frames, 4) if face_frames else 1.0,
-                 round(false / n, 4), longest, round(n / seconds, 1) if seconds > 0 else 0.0)
+                 round(false / n, 4), longest, round(n / seconds, 1) if seconds > 0 else 0.0, longest_false)
 
 
 def flowpipe_masks(clip: Clip, graph: str | Path, sets: dict[str, Any] | None = None,

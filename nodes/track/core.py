@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .geometry import Picture, greedy, inside, iou_matrix, leaving, moved, outward, scene_motion, whole
+from .geometry import Picture, greedy, inside, iou_matrix, leaving, moved, outward, scene_motion, shift, whole
 
 
 @dataclass(frozen=True)
@@ -202,13 +202,12 @@ class TrackerCore:
         """A track found at detection ``di``: its motion, box, size and confirmation."""
         s = self.settings
         step = boxes[di] - t.box
-        # the face's own motion, from its centre (a coasting face keeps its size) while its box is clear
-        # of the edges: a box the edge clips moves as the detector sees part of a face, not as the face
-        if whole(t.box, picture) and whole(boxes[di], picture):
-            carried = moved(t.box, camera) - t.box if camera is not None else np.zeros(4)
-            t.own = 0.5 * t.own + 0.5 * np.tile((step - carried).reshape(2, 2).mean(0), 2)
-        else:
-            t.own = 0.5 * t.own  # no measure: it slows as in a miss
+        # the face's own motion in the scene (a coasting face keeps its size), the camera's taken out: from
+        # its centre while its box is clear of the edges; at an edge, from the box's far side (the side at
+        # the edge stays there as the face goes out)
+        carried = moved(t.box, camera) - t.box if camera is not None else np.zeros(4)
+        cut = boxes[di] if not whole(boxes[di], picture) else t.box
+        t.own = 0.5 * t.own + 0.5 * np.tile(shift(step - carried, cut, picture), 2)
         t.velocity = 0.5 * t.velocity + 0.5 * step
         if s.smooth:
             out.boxes[di] = self._smoothed(t, boxes[di])

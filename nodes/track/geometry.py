@@ -49,32 +49,49 @@ def inside(box: np.ndarray, size: np.ndarray, picture: Picture) -> bool:
     return bool(w >= 0.5 * size[0] and h >= 0.5 * size[1] and w > 0 and h > 0)
 
 
+def margin(picture: Picture) -> float:
+    """How near an edge a box's side is at it: a detection the edge cuts is clipped to the picture, and
+    the detector's grid and the letterbox's rounding leave its side a few pixels in (CenterFace's stride of 4
+    at 960x544 is 5 px of a 1280x720 picture)."""
+    return 2.0 if picture is None else max(2.0, 0.006 * max(picture))
+
+
+def touching(box: np.ndarray, picture: Picture) -> np.ndarray:
+    """Which edges the box is at: left, top, right, bottom (all False where there are no edges)."""
+    if picture is None:
+        return np.zeros(4, bool)
+    width, height = picture
+    m = margin(picture)
+    return np.array([box[0] <= m, box[1] <= m, box[2] >= width - m, box[3] >= height - m])
+
+
 def whole(box: np.ndarray, picture: Picture) -> bool:
     """Whether a box is clear of the picture's edges (its size is the face's, not what the edge leaves)."""
-    if picture is None:
-        return True
-    width, height = picture
-    return bool(box[0] > 1 and box[1] > 1 and box[2] < width - 1 and box[3] < height - 1)
+    return not touching(box, picture).any()
 
 
 def leaving(box: np.ndarray, velocity: np.ndarray, picture: Picture) -> bool:
     """Whether a box at the picture's edge moves out through it (detections there are clipped to the
     picture, so the box's far side carries the motion)."""
-    if picture is None:
-        return False
-    width, height = picture
-    return bool((box[0] <= 1 and velocity[2] < 0) or (box[1] <= 1 and velocity[3] < 0)
-                or (box[2] >= width - 1 and velocity[0] > 0) or (box[3] >= height - 1 and velocity[1] > 0))
+    left, top, right, bottom = touching(box, picture)
+    return bool((left and velocity[2] < 0) or (top and velocity[3] < 0)
+                or (right and velocity[0] > 0) or (bottom and velocity[1] > 0))
 
 
 def outward(box: np.ndarray, picture: Picture) -> np.ndarray:
     """Per coordinate, the direction out of the picture through the edges the box touches (0: none)."""
-    if picture is None:
-        return np.zeros(4)
-    width, height = picture
-    left, top = float(box[0] <= 1), float(box[1] <= 1)
-    right, bottom = float(box[2] >= width - 1), float(box[3] >= height - 1)
+    left, top, right, bottom = touching(box, picture).astype(float)
     return np.array([right - left, bottom - top, right - left, bottom - top])
+
+
+def shift(step: np.ndarray, box: np.ndarray, picture: Picture) -> np.ndarray:
+    """How far a face moved in one step (dx, dy), from the change of its box ``step``: the centre's motion
+    where the box is clear of the edges; where an edge cuts it, its far side's (the side at the edge stays
+    at the edge while the face goes out: the centre would move at half the face's speed, or the wrong way)."""
+    left, top, right, bottom = touching(box, picture)
+    dx = (step[0] + step[2]) / 2 if left == right else (step[2] if left else step[0])
+    dy = (step[1] + step[3]) / 2 if top == bottom else (step[3] if top else step[1])
+    return np.array([dx, dy])
 
 
 def scene_motion(before: np.ndarray, after: np.ndarray, least: int = 4) -> tuple[float, float, float] | None:
