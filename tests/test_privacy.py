@@ -207,14 +207,14 @@ def test_a_face_leaving_the_picture_is_not_masked_at_its_edge_after_it_left() ->
 
 
 def test_a_face_mostly_out_of_the_picture_does_not_coast() -> None:
-    """A face 40 px wide walks to the left edge and stops there with 15 px of it inside (the detector's box
-    is clipped by the edge), then is missed: under half of it is in the picture, so no predicted box stands
-    for it; one that stops with 30 px inside stays masked."""
+    """A face 40 px wide walks to the left edge and stops there with 10 px of it inside (the detector's box
+    is clipped by the edge), then is missed: under a third of it is in the picture, so no predicted box
+    stands for it; one that stops with 30 px inside stays masked."""
     def walk(last: float) -> list:
         xs = [(40.0, 80.0)] * 3 + [(20.0, 60.0), (5.0, 45.0), (0.0, 30.0)] + [(0.0, last)] * 3
         return [[((a, 100.0, b, 140.0), 0.9)] for a, b in xs] + [[]] * 2
 
-    out = run_node("type: tracker\nconfig: {coast: 5, confirm: 3}", _frames(walk(15.0)), port="detections")
+    out = run_node("type: tracker\nconfig: {coast: 5, confirm: 3}", _frames(walk(10.0)), port="detections")
     assert [len(f.detections) for f in out.frames] == [1] * 9 + [0, 0]
     kept = run_node("type: tracker\nconfig: {coast: 5, confirm: 3}", _frames(walk(30.0)), port="detections")
     assert [len(f.detections) for f in kept.frames] == [1] * 11

@@ -156,15 +156,15 @@ def test_a_missed_track_moves_with_the_camera(camera_motion: bool, x1: float) ->
 
 
 @pytest.mark.parametrize(("picture", "right_sides"), [
-    (PICTURE, [30.625, 21.25]),  # 9.375 px a frame (its far side's speed as measured), not slowing, until under
-    # 20 px are inside
+    (PICTURE, [31.25, 22.5, 13.75]),  # 8.75 px a frame (its speed measured before the edge cut it), not slowing,
+    # while at least 13.3 px are inside
     (None, [35.3125]),  # no edge: ``coast`` frames, at a slowing velocity
 ])
-def test_a_track_leaving_through_the_edge_coasts_until_half_of_it_is_out(picture: tuple[float, float] | None,
+def test_a_track_leaving_through_the_edge_coasts_until_under_a_third_is_in(picture: tuple[float, float] | None,
                                                                           right_sides: list[float]) -> None:
     """A face 40 px wide walks out through the left edge at 10 px a frame (its box clipped by the edge) and is
-    missed: it keeps moving out at the speed of its box's far side (the centre of a clipped box moves at half
-    the face's speed), masked past ``coast: 1`` while at least half of it is inside; without a picture there is
+    missed: it keeps moving out at the speed it came with (the centre of a clipped box moves at half the
+    face's speed), masked past ``coast: 1`` while at least a third of it is inside; without a picture there is
     no edge and it coasts ``coast`` frames."""
     t = tracker(coast=1, confirm=3)
     for i in range(5):
@@ -178,7 +178,7 @@ def test_a_track_leaving_through_the_edge_coasts_until_half_of_it_is_out(picture
 def test_a_face_cut_by_the_edge_leaves_with_its_mask() -> None:
     """A face 150 px wide leaves through the left edge at 24 px a frame; the detector clips its box a few px
     inside the edge (its grid's rounding, not at 0), then loses it. The mask goes on out with the face and
-    is gone once under half of it is inside: it does not stay at the edge (the clipped box's centre moves
+    is gone once under a third of it is inside: it does not stay at the edge (the clipped box's centre moves
     the wrong way, its size shrinks with the clip)."""
     t = tracker(coast=15, confirm=3)
     picture = (1280.0, 720.0)

@@ -14,7 +14,22 @@ from typing import Any
 
 import numpy as np
 
-from .geometry import Picture, greedy, inside, iou_matrix, leaving, moved, outward, scene_motion, shift, whole
+from .geometry import (
+    Picture,
+    clear_axes,
+    far_side,
+    greedy,
+    inside,
+    iou_matrix,
+    leaving,
+    moved,
+    outward,
+    scene_motion,
+    whole,
+)
+
+EXIT_SPEED = 0.05  # of its size a frame: the least motion out of the picture a missed face keeps
+CAMERA_KEPT = 3  # frames the camera's last measured motion stands in where it cannot be measured
 
 
 @dataclass(frozen=True)
@@ -117,6 +132,8 @@ class TrackerCore:
         self.tracks: list[Track] = []
         self.tentative: list[Tentative] = []  # unmatched candidates
         self.next_id = 1
+        self.camera: tuple[float, float, float] | None = None  # the camera's motion last measured
+        self.camera_age = 0  # frames since
 
     def update(self, boxes: np.ndarray, scores: np.ndarray, *, looks: Mapping[str, np.ndarray] | None = None,
                labels: Sequence[tuple[str, int]] | None = None, refs: Sequence[Any] | None = None,
@@ -135,6 +152,11 @@ class TrackerCore:
         assign = self._associate(pred, boxes, judged)
         matched = set(assign.values())
         camera = self._camera(assign, boxes, picture) if s.camera_motion and old else None
+        if camera is not None:
+            self.camera, self.camera_age = camera, 0
+        elif s.camera_motion and self.camera is not None and self.camera_age < CAMERA_KEPT:
+            # too few faces to measure it in this frame (they are leaving): a camera does not stop at once
+            camera, self.camera_age = self.camera, self.camera_age + 1
         for di, ti in assign.items():
             self._follow(self.tracks[ti], di, boxes, judged, camera, picture, out)
         starts = self._starts([h for h in judged.high.tolist() if h not in assign],
@@ -202,12 +224,19 @@ class TrackerCore:
         """A track found at detection ``di``: its motion, box, size and confirmation."""
         s = self.settings
         step = boxes[di] - t.box
-        # the face's own motion in the scene (a coasting face keeps its size), the camera's taken out: from
-        # its centre while its box is clear of the edges; at an edge, from the box's far side (the side at
-        # the edge stays there as the face goes out)
+        # the face's own motion in the scene (a coasting face keeps its size), the camera's taken out, from
+        # its centre, along each axis on which its box is clear of the edges; across an edge it keeps the
+        # motion it came with, or slows to its box's far side's: a box the edge cuts moves as the detector
+        # sees part of a face, not as the face (its centre stays behind, a small face's box shrinks from its
+        # far side too), but a face that stops at the edge stops its far side
         carried = moved(t.box, camera) - t.box if camera is not None else np.zeros(4)
-        cut = boxes[di] if not whole(boxes[di], picture) else t.box
-        t.own = 0.5 * t.own + 0.5 * np.tile(shift(step - carried, cut, picture), 2)
+        rel = step - carried
+        seen = np.tile(rel.reshape(2, 2).mean(0), 2)
+        far = np.tile(far_side(rel, boxes[di], picture), 2)
+        free = np.tile(clear_axes(t.box, picture) & clear_axes(boxes[di], picture), 2)
+        slower = ~np.isnan(far) & (np.abs(np.nan_to_num(far)) < np.abs(t.own))
+        t.own = np.where(free, 0.5 * t.own + 0.5 * seen,
+                         np.where(slower, 0.5 * t.own + 0.5 * np.nan_to_num(far), t.own))
         t.velocity = 0.5 * t.velocity + 0.5 * step
         if s.smooth:
             out.boxes[di] = self._smoothed(t, boxes[di])
@@ -269,9 +298,11 @@ class TrackerCore:
         t.since_high += 1
         # the camera's motion (with ``camera_motion``, where the tracks found agree on one) and the face's own
         # in the scene (measured while its box was clear of the edges): a face leaving the picture keeps
-        # leaving it; otherwise a miss is no time to extrapolate far, its motion slows
+        # leaving it; otherwise a miss is no time to extrapolate far, its motion slows (as does a motion out
+        # of under a twentieth of its size a frame: what the detector's jitter makes of a still face)
         out = not t.gone and leaving(t.box, t.velocity, picture)
-        t.own = np.where(outward(t.box, picture) * t.own > 0, t.own, 0.5 * t.own) if out else 0.5 * t.own
+        going = (outward(t.box, picture) * t.own > 0) & (np.abs(t.own) >= EXIT_SPEED * np.tile(t.size, 2))
+        t.own = np.where(going, t.own, 0.5 * t.own) if out else 0.5 * t.own
         t.velocity = t.own + (moved(t.box, camera) - t.box if camera is not None else 0.0)
         t.box = t.box + t.velocity
         if camera is not None:
@@ -281,7 +312,9 @@ class TrackerCore:
             t.gone, t.missed = 0, 1
         elif not within:
             t.gone += 1
-        # a face leaving through the picture's edge is masked until half of it is out (the detector loses a
-        # face it sees only part of long before that), others for ``coast`` frames; not where a box already is
-        return bool((t.missed <= s.coast or out) and t.confirmed >= s.confirm and within
+        # a face leaving through the picture's edge is masked until under a third of it is in, one coming in
+        # through it from a third in (the detector finds a face it sees only part of late, and loses it
+        # early), others for ``coast`` frames; not where a box already is
+        entering = bool((outward(t.box, picture) * t.velocity < 0).any())
+        return bool((t.missed <= s.coast or out or entering) and t.confirmed >= s.confirm and within
                     and not (iou_matrix(t.box[None], shown) > 0.1).any())

@@ -38,15 +38,19 @@ def greedy(iou: np.ndarray, thr: float) -> list[tuple[int, int]]:
     return pairs
 
 
+INSIDE = 1 / 3  # of a face's width and height in the picture: less is not masked at the edge
+
+
 def inside(box: np.ndarray, size: np.ndarray, picture: Picture) -> bool:
-    """Whether at least half of a predicted box's face is still in the picture (``size``: the face's width
-    and height where it was last seen whole; a face mostly gone is not masked at the edge)."""
+    """Whether at least a third of a predicted box's face is still in the picture (``size``: the face's width
+    and height where it was last seen whole; a face mostly gone is not masked at the edge, a face the edge
+    cuts in half still is: its box is no more than the face's own size, so no mask lingers past it)."""
     if picture is None:
         return True
     width, height = picture
     w = min(box[2], width) - max(box[0], 0.0)
     h = min(box[3], height) - max(box[1], 0.0)
-    return bool(w >= 0.5 * size[0] and h >= 0.5 * size[1] and w > 0 and h > 0)
+    return bool(w >= INSIDE * size[0] and h >= INSIDE * size[1] and w > 0 and h > 0)
 
 
 def margin(picture: Picture) -> float:
@@ -70,6 +74,22 @@ def whole(box: np.ndarray, picture: Picture) -> bool:
     return not touching(box, picture).any()
 
 
+def clear_axes(box: np.ndarray, picture: Picture) -> np.ndarray:
+    """Whether the box is clear of the left and right edges (x) and of the top and bottom ones (y): along
+    such an axis its centre moves as the face does."""
+    left, top, right, bottom = touching(box, picture)
+    return np.array([not (left or right), not (top or bottom)])
+
+
+def far_side(step: np.ndarray, box: np.ndarray, picture: Picture) -> np.ndarray:
+    """dx, dy of the side away from the edge the box is cut by, along each axis cut by one edge (NaN along
+    an axis clear of the edges or cut by both)."""
+    left, top, right, bottom = touching(box, picture)
+    dx = step[2] if left and not right else step[0] if right and not left else np.nan
+    dy = step[3] if top and not bottom else step[1] if bottom and not top else np.nan
+    return np.array([dx, dy])
+
+
 def leaving(box: np.ndarray, velocity: np.ndarray, picture: Picture) -> bool:
     """Whether a box at the picture's edge moves out through it (detections there are clipped to the
     picture, so the box's far side carries the motion)."""
@@ -82,16 +102,6 @@ def outward(box: np.ndarray, picture: Picture) -> np.ndarray:
     """Per coordinate, the direction out of the picture through the edges the box touches (0: none)."""
     left, top, right, bottom = touching(box, picture).astype(float)
     return np.array([right - left, bottom - top, right - left, bottom - top])
-
-
-def shift(step: np.ndarray, box: np.ndarray, picture: Picture) -> np.ndarray:
-    """How far a face moved in one step (dx, dy), from the change of its box ``step``: the centre's motion
-    where the box is clear of the edges; where an edge cuts it, its far side's (the side at the edge stays
-    at the edge while the face goes out: the centre would move at half the face's speed, or the wrong way)."""
-    left, top, right, bottom = touching(box, picture)
-    dx = (step[0] + step[2]) / 2 if left == right else (step[2] if left else step[0])
-    dy = (step[1] + step[3]) / 2 if top == bottom else (step[3] if top else step[1])
-    return np.array([dx, dy])
 
 
 def scene_motion(before: np.ndarray, after: np.ndarray, least: int = 4) -> tuple[float, float, float] | None:

@@ -60,7 +60,8 @@ class Tracker(Node):
         min_hits: int = Field(1, ge=1, description="frames before an id is reported")
         coast: int = Field(0, ge=0, description="frames a confirmed track the detector misses is still put "
                                                 "in the frame, at its predicted box (0: never); one leaving "
-                                                "through the picture's edge stays until half of it is out "
+                                                "through the picture's edge stays until under a third of it "
+                                                "is in "
                                                 "(max_age at most)")
         confirm: int = Field(3, ge=1, description="frames a track must have been found in at a high score "
                                                   "(or with a look that passed its reject) before it coasts")
