@@ -269,6 +269,92 @@ class CenterFaceDecode(_Decoder):
         return frame
 
 
+@register("retinaface_decode")
+class RetinaFaceDecode(_Decoder):
+    """Decodes RetinaFace outputs ([N, 16] per image: x1, y1, x2, y2, five landmarks as x, y, a landmark flag
+    and the score, coordinates a fraction of the input's size, suppression done in the model) into faces.
+
+    A face turned towards profile (its nose off the middle of its box) gets its box widened on the side away
+    from the nose by ``profile_grow`` of its width at full profile (the model boxes the face from the nose to
+    the cheek; the ear and the side of the head are as much the person's).
+
+    With ``merge``, the faces a detector before it found stay: a face this one finds where one of them is
+    (IoU >= ``merge_iou``) is that one, with the extent of both boxes and the higher score; others are added. Two detectors on one frame:
+    CenterFace finds small and frontal faces, RetinaFace faces turned to profile.
+
+    YAML:
+        - id: faces_b
+          type: retinaface_decode
+          config: {score_threshold: 0.9, merge: true}
+          inputs: {tensors: detect_b.tensors}
+    """
+
+    class Config(_FaceConfig):
+        merge: bool = Field(False, description="keep the frame's detections and add these to them")
+        merge_iou: float = Field(0.3, ge=0, le=1, description="overlap at which a face found is one already "
+                                 "there (its score raised) rather than another")
+        alone_max: float = Field(1.0, ge=0, le=1, description="with merge: a face only this detector found "
+                                 "enters at this score at most (under the graph's `sure`, the second looks see it)")
+        profile_grow: float = Field(0.3, ge=0, le=1, description="a face in full profile: its box widened by "
+                                    "this share of its width on the side away from the nose (less as it turns "
+                                    "to the front)")
+
+    config: Config
+
+    def process(self, frame: Frame, port: str) -> Frame:
+        if frame.skipped:  # the detector's interval passed over it: nothing was sought
+            return frame
+        c = self.config
+        outs = [np.asarray(v) for k, v in frame.tensors.items() if k != "input"]
+        rows = [o.reshape(-1, o.shape[-1]) for o in outs if o.shape and o.shape[-1] == 16]
+        if len(rows) != 1 or frame.layout is None:
+            raise ValueError("expected one RetinaFace output [N, 16] (box, five landmarks, flag, score) and the "
+                             f"preprocess's layout, got {[list(o.shape) for o in outs]}")
+        r = rows[0][rows[0][:, 15] >= c.score_threshold]
+        w_in, h_in = frame.layout.tensor
+        scale = np.array([w_in, h_in] * 7, np.float64)
+        pts = r[:, :14].astype(np.float64) * scale
+        if len(r) and c.profile_grow:  # turned towards profile: the side of the head away from the nose
+            w = pts[:, 2] - pts[:, 0]
+            yaw = np.clip((pts[:, 8] - (pts[:, 0] + pts[:, 2]) / 2) / np.maximum(w / 2, 1e-6), -1, 1)
+            more = c.profile_grow * np.abs(yaw) * w
+            pts[:, 0] -= np.where(yaw > 0, more, 0)
+            pts[:, 2] += np.where(yaw < 0, more, 0)
+        boxes = to_source(frame, pts[:, :4]) if len(r) else np.zeros((0, 4))
+        kps = to_source(frame, np.concatenate([pts[:, 4:14].reshape(-1, 2)] * 2, 1))[:, :2].reshape(-1, 5, 2) \
+            if len(r) else np.zeros((0, 5, 2))
+        found = _faces([boxes], [r[:, 15]], [kps] if c.keypoints else [], c)
+        if not c.merge:
+            frame.detections = found
+            return frame
+        there = frame.detections
+        have = np.array([d.box for d in there], np.float64).reshape(-1, 4)
+        for d in found:
+            iou = _iou(np.array(d.box), have)
+            k = int(iou.argmax()) if len(iou) else -1
+            if k >= 0 and iou[k] >= c.merge_iou:  # one face: both boxes' extent, the higher score
+                b = there[k].box
+                there[k].box = (min(b[0], d.box[0]), min(b[1], d.box[1]), max(b[2], d.box[2]), max(b[3], d.box[3]))
+                there[k].score = max(there[k].score, d.score)
+                there[k].attributes["retinaface"] = round(d.score, 4)
+            else:
+                d.attributes["retinaface"] = round(d.score, 4)
+                d.score = min(d.score, c.alone_max)
+                there.append(d)
+        frame.detections = there
+        return frame
+
+
+def _iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
+    if not len(boxes):
+        return np.zeros(0)
+    x1, y1 = np.maximum(box[0], boxes[:, 0]), np.maximum(box[1], boxes[:, 1])
+    x2, y2 = np.minimum(box[2], boxes[:, 2]), np.minimum(box[3], boxes[:, 3])
+    inter = np.clip(x2 - x1, 0, None) * np.clip(y2 - y1, 0, None)
+    area = (box[2] - box[0]) * (box[3] - box[1]) + (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+    return inter / np.maximum(area - inter, 1e-9)
+
+
 @register("yolov8_decode")
 class YoloV8Decode(_Decoder):
     """Decodes YOLOv8-style outputs [1, 4+classes, N] (cx, cy, w, h, class scores) with per-class NMS."""

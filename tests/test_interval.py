@@ -93,6 +93,25 @@ def _gate_run(config: str, pictures: list[np.ndarray], board: dict | None = None
     return ran
 
 
+def test_a_second_detector_along_the_first_runs_on_the_frames_it_runs_on() -> None:
+    """A preprocess ``along`` another keeps its interval: the frames the first passed over get no tensor from
+    the second either (and stay passed over, under the first's name); the others get one each."""
+    first = Preprocess("pre", Preprocess.Config.model_validate(
+        {"size": [64, 64], "color": "RGB", "interval": {"every": 3, "change": 0}}))
+    second = Preprocess("pre_b", Preprocess.Config.model_validate(
+        {"size": [32, 32], "color": "RGB", "layout": "NHWC", "along": "pre"}))
+    with Harness(first) as h1, Harness(second) as h2:
+        ran = []
+        for i in range(7):
+            f = second.process(first.process(Frame("cam", i, i / 30, np.full((120, 160, 3), 90, np.uint8)),
+                                             "frame"), "frame")
+            ran.append(f.tensors["input"].shape[0])
+            assert f.skipped == (None if i % 3 == 0 else "pre")
+        assert ran == [1, 0, 0, 1, 0, 0, 1]
+        assert h1.context.stats["detector_runs"]["skipped"] == 4 and "detector_runs" not in h2.context.stats
+    assert Preprocess.contract(second.config).refers == {"along": "pre"}
+
+
 def test_the_interval_runs_the_detector_every_nth_frame_and_on_a_changed_picture() -> None:
     still = [np.full((120, 160, 3), 90, np.uint8)] * 7
     assert _gate_run('{"every": 3, "change": 0}', still) == [True, False, False, True, False, False, True]

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from flowpipe.nodes.detect import weighted_nms
+from flowpipe.nodes.draw import grow_box
 
 from flowpipe.eval.clips import Clip
 from flowpipe.eval.score import coverage, score
@@ -667,3 +668,80 @@ def test_the_second_look_over_two_processes_looks_as_in_one(tmp_path) -> None:
                                 for r in map(json.loads, out.read_text().splitlines()))
     assert len(got[1]) == 240 and got[2] == got[1]
     assert any("attributes" in o for _, _, objs in got[1] for o in json.loads(objs))  # some candidates were looked at
+
+
+def _retina_frame(rows: list[list[float]], there: list[Detection]) -> Frame:
+    """A 640x320 frame laid 1:1 into a 640x320 tensor, RetinaFace's output rows on it, ``there`` found before."""
+    from flowpipe.nodes.preprocess.geometry import geometry
+
+    from flowpipe.frame import TensorLayout
+
+    f = Frame("cam", 0, 0.0, np.zeros((320, 640, 3), np.uint8))
+    f.layout = TensorLayout("pre_b", (640, 320), (geometry(640, 320, 640, 320, "letterbox"),))
+    f.tensors = {"input": np.zeros((1, 320, 640, 3), np.float32), "Identity:0": np.array(rows, np.float32)}
+    f.detections = there
+    return f
+
+
+def _row(box: tuple[float, float, float, float], nose_x: float, score: float) -> list[float]:
+    x1, y1, x2, y2 = box
+    eyes_y, mouth_y, mid = y1 + 0.4 * (y2 - y1), y1 + 0.8 * (y2 - y1), (x1 + x2) / 2
+    pts = [mid - 8, eyes_y, mid + 8, eyes_y, nose_x, (eyes_y + mouth_y) / 2, mid - 6, mouth_y, mid + 6, mouth_y]
+    return [x1 / 640, y1 / 320, x2 / 640, y2 / 320, *(v / (640 if i % 2 == 0 else 320) for i, v in enumerate(pts)),
+            1.0, score]
+
+
+def test_retinaface_faces_join_the_ones_found_before_and_a_profile_covers_the_back_of_the_head() -> None:
+    """RetinaFace's rows ([N, 16], a fraction of the input's size): a frontal face where CenterFace found one
+    at 0.3 is that face (the extent of both boxes, RetinaFace's 0.95); a face in profile (its nose at the
+    right of its box) found by RetinaFace alone is added, widened on the left by 0.3 of its width at full
+    profile, its score capped at ``alone_max``; under the threshold nothing."""
+    from flowpipe.nodes.detect import RetinaFaceDecode
+
+    frontal, profile = (100.0, 100.0, 160.0, 180.0), (400.0, 100.0, 440.0, 160.0)
+    rows = [_row(frontal, 130.0, 0.95), _row(profile, 440.0, 0.8), _row((300.0, 20.0, 330.0, 60.0), 315.0, 0.2)]
+    def there() -> list[Detection]:
+        return [Detection((104.0, 96.0, 158.0, 176.0), 0.3, "face")]
+
+    node = RetinaFaceDecode("faces_b", RetinaFaceDecode.Config(score_threshold=0.5, merge=True))
+    got = node.process(_retina_frame(rows, there()), "tensors").detections
+    assert len(got) == 2
+    assert got[0].box == pytest.approx((100.0, 96.0, 160.0, 180.0), abs=0.01) and got[0].score == pytest.approx(0.95)
+    assert got[1].box == pytest.approx((388.0, 100.0, 440.0, 160.0), abs=0.01)  # 40 px wide, 12 px more
+    assert got[1].attributes == {"retinaface": pytest.approx(0.8)}
+    capped = RetinaFaceDecode("faces_b", RetinaFaceDecode.Config(score_threshold=0.5, merge=True, alone_max=0.69))
+    assert [round(d.score, 2) for d in capped.process(_retina_frame(rows, there()), "tensors").detections] == \
+        [0.95, 0.69]  # found by it alone: under `sure`, looked at again
+    alone = RetinaFaceDecode("faces_b", RetinaFaceDecode.Config(score_threshold=0.5, profile_grow=0.0))
+    assert [d.box for d in alone.process(_retina_frame(rows, there()), "tensors").detections] == \
+        [pytest.approx(frontal, abs=0.01), pytest.approx(profile, abs=0.01)]  # without merge: its own only
+
+
+def test_retinaface_from_its_wheel_finds_a_face_in_profile(tmp_path) -> None:
+    """The registry's RetinaFace (sha256-checked out of the retinaface wheel, reshaped to the preprocess's
+    static size) through preprocess, OpenVINO and retinaface_decode finds scikit-image's cameraman, a face in
+    near profile that the evaluation's truth boxes from his ear to his nose, and nothing on its cat."""
+    import cv2
+    from skimage import data
+
+    from flowpipe.eval.clips import truth
+    from flowpipe.testing import collected, run_yaml
+
+    (tmp_path / "in").mkdir()
+    cv2.imwrite(str(tmp_path / "in" / "a.png"), data.camera())
+    cv2.imwrite(str(tmp_path / "in" / "b.png"), cv2.cvtColor(data.chelsea(), cv2.COLOR_RGB2BGR))
+    res = run_yaml(f"""
+nodes:
+  - {{id: src, type: video_source, config: {{uri: "{tmp_path / 'in'}"}}}}
+  - {{id: pre, type: preprocess, config: {{size: [512, 512], resize: letterbox, color: RGB, layout: NHWC}},
+      inputs: {{frame: src}}}}
+  - {{id: det, type: inference, config: {{model: retinaface, device: CPU}}, inputs: {{tensor: pre.tensor}}}}
+  - {{id: faces, type: retinaface_decode, config: {{score_threshold: 0.5}}, inputs: {{tensors: det.tensors}}}}
+  - {{id: out, type: collect, config: {{into: rf}}, inputs: faces}}
+""")
+    assert res.ok, res.error
+    cameraman, cat = collected("rf")
+    assert len(cameraman.detections) == 1 and cat.detections == []
+    (face,) = truth()["photos"]["cameraman"]["boxes"]
+    mask = grow_box(cameraman.detections[0].box, 0.2, 512, 512)
+    assert coverage(tuple(face), [mask]) >= 0.7, (cameraman.detections[0].box, face)

@@ -33,6 +33,9 @@ class PreprocessConfig(NodeConfig):
                                     "around each), for a second model that looks at them")
     interval: Interval | None = Field(None, description="the detector's interval: the frames between the ones "
                                       "it runs on go on without a tensor, for a tracker to fill in")
+    along: str | None = Field(None, description="a preprocess before this one (its node id) whose interval this "
+                              "one keeps: the frames it passed over get no tensor here either (a second detector "
+                              "on the frames the first runs on)")
     color: Literal["BGR", "RGB", "GRAY"] = "BGR"
     mean: tuple[float, float, float] = (0.0, 0.0, 0.0)
     scale: tuple[float, float, float] = Field((1.0, 1.0, 1.0), description="divide by this after mean")
@@ -62,7 +65,11 @@ class PreprocessConfig(NodeConfig):
         if sum(x is not None for x in (self.roi, self.tiles, self.objects)) > 1:
             raise ValueError("roi, tiles and objects exclude each other: expected one of them, got "
                              + " and ".join(k for k in ("roi", "tiles", "objects") if getattr(self, k)))
-        if self.interval is not None and (self.objects is not None or self.backend == "openvino"):
+        if self.interval is not None and self.along is not None:
+            raise ValueError("interval and along exclude each other: expected an interval of its own or "
+                             "another preprocess's")
+        if (self.interval is not None or self.along is not None) and (self.objects is not None
+                                                                       or self.backend == "openvino"):
             raise ValueError("interval passes over whole frames: expected it without objects, on the opencl or "
                              "cpu backend")
         if self.objects is not None and self.backend == "openvino":

@@ -53,8 +53,10 @@ class Preprocess(Node):
         whole = config.objects is None and config.backend != "openvino"
         side = {"auto": "device", "always": "always", "never": None}[config.owner] if whole else None
         follow = config.interval.follow if config.interval is not None and config.interval.every > 1 else None
-        return cls.declare(pixels=PIXELS_ALL, one_worker=None, owner_side=side,
-                           refers={"interval.follow": follow} if follow else {},
+        refers = {"interval.follow": follow} if follow else {}
+        if config.along is not None:
+            refers["along"] = config.along
+        return cls.declare(pixels=PIXELS_ALL, one_worker=None, owner_side=side, refers=refers,
                            isolation="it writes into memory resolved with its consumer in the runner's process "
                                      "(batch slots, device buffers)")
 
@@ -72,7 +74,7 @@ class Preprocess(Node):
     def for_owner(self) -> Preprocess:
         """As the device owner runs it (``owner_side``): the shard's instance decided which frames the
         detector's interval passes over; the owner writes the tensor of every frame it gets."""
-        return Preprocess(self.id, self.config.model_copy(update={"interval": None}))
+        return Preprocess(self.id, self.config.model_copy(update={"interval": None, "along": None}))
 
     def tensor_size(self) -> tuple[int, int]:
         """The tensor's width and height: the one it writes once open, before that ``config.size``."""
@@ -169,8 +171,9 @@ class Preprocess(Node):
         tw, th = self.tensor_size()
         if c.objects is not None:
             return self._objects(frame, c.objects, tw, th)
-        if self.gate is not None and not self.gate.run(frame):  # the interval passes over it: no tensor
-            frame.skipped = self.id
+        passed = c.along is not None and frame.skipped == c.along  # the interval it keeps passed over it
+        if passed or (self.gate is not None and not self.gate.run(frame)):  # the interval passes over it
+            frame.skipped = frame.skipped or self.id
             frame.layout = TensorLayout(self.id, (tw, th), (), filled=0)
             frame.tensors["input"] = np.empty((0, *self.shape[1:]), self.memory.dtype)
             return frame
