@@ -36,6 +36,8 @@ CONFIGS: list[tuple[str, str, list[str], str]] = [
     ("shards, every frame", "GPU", EVERY, "shards + device owner, detector on every frame, x264 veryfast"),
     ("shards, interval only", "GPU", ["--set", "preset=veryfast"], "the interval without the encoder preset"),
     ("shards, defaults", "GPU", [], "the shipped defaults: interval 3, x264 superfast"),
+    ("shards, defaults, CenterFace alone", "GPU", ["--set", "profile=false"],
+     "the defaults without the second detector for faces in profile (RetinaFace)"),
     ("shards, tensor written in the shards", "GPU", ["+pre.owner=never"],
      "the defaults with each shard writing the detector's tensor (read back for the device owner)"),
     ("processes auto, defaults", "GPU", ["--processes", "auto"], "the defaults with processes: auto (the graph's)"),

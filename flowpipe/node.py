@@ -267,8 +267,14 @@ class Node:
         return []
 
     def offer(self, port: str, inputs: Mapping[str, Offer], devices: Devices) -> Offer:
-        """What this node writes on output ``port``, given what its inputs offer (before any open)."""
-        return Offer(self.id, port)
+        """What this node writes on output ``port``, given what its inputs offer (before any open). By
+        default the frames it reads go on: their picture size (the largest where several inputs feed it,
+        unknown where one does not say) is the picture of what it writes, so a preprocess after a decoder
+        sizes its tensor to the source as one after the decode does."""
+        pictures = [o.picture for o in inputs.values()]
+        known = bool(pictures) and all(p is not None for p in pictures)
+        picture = (max(p[0] for p in pictures if p), max(p[1] for p in pictures if p)) if known else None
+        return Offer(self.id, port, picture=picture)
 
     def request(self, port: str, offer: Offer, outputs: Mapping[str, Allocation], devices: Devices) -> Request:
         """What this node asks of the memory on input ``port``, given the offer there and the allocations

@@ -279,8 +279,9 @@ class RetinaFaceDecode(_Decoder):
     the cheek; the ear and the side of the head are as much the person's).
 
     With ``merge``, the faces a detector before it found stay: a face this one finds where one of them is
-    (IoU >= ``merge_iou``) is that one, with the extent of both boxes and the higher score; others are added. Two detectors on one frame:
-    CenterFace finds small and frontal faces, RetinaFace faces turned to profile.
+    (IoU >= ``merge_iou``) is that one, with the extent of both boxes and the higher score; others are added
+    (at ``alone_max`` at most). Two detectors on one frame: CenterFace finds small and frontal faces,
+    RetinaFace faces turned to profile.
 
     YAML:
         - id: faces_b

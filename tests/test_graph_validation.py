@@ -99,6 +99,23 @@ def test_params_env_and_set_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "--set nope: no such parameter; known params: h, n, name, w" in errors_of(text, overrides={"nope": 1})[0]
 
 
+def test_a_node_left_out_feeds_its_consumers_what_fed_it() -> None:
+    """``enabled: false`` (a parameter's value here): the node is not in the graph and its consumer is fed by
+    its producer, through two left out in a row; a node of two inputs cannot be left out."""
+    text = ("params:\n  keep: true\nnodes:\n  - {id: src, type: synthetic_source, config: {count: 3}}\n"
+            "  - {id: a, type: passthrough, inputs: src, enabled: '${params.keep}'}\n"
+            "  - {id: b, type: passthrough, inputs: a.out, enabled: '${params.keep}'}\n"
+            "  - {id: s, type: null_sink, inputs: {in: b.out}}\n")
+    assert [n.id for n in load_graph("g.yaml", text=text).nodes] == ["src", "a", "b", "s"]
+    spec = load_graph("g.yaml", text=text, overrides=parse_sets(["keep=false"]))
+    assert [n.id for n in spec.nodes] == ["src", "s"] and spec.node("s").inputs == {"in": [("src", "frame")]}
+    two = ("nodes:\n  - {id: src, type: synthetic_source}\n  - {id: t, type: synthetic_source}\n"
+           "  - id: a\n    type: test_fault\n    enabled: false\n    inputs: {in: [src.frame, t.frame]}\n"
+           "  - {id: s, type: null_sink, inputs: a.out}\n")
+    assert errors_of(two) == ["g.yaml:6: node 'a' (test_fault): enabled: false feeds the node's consumers what "
+                              "feeds it: expected one input, got 2"]
+
+
 def test_parse_sets_rejects_missing_equals() -> None:
     with pytest.raises(GraphError, match="expected NAME=VALUE"):
         parse_sets(["novalue"])

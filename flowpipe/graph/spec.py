@@ -49,6 +49,8 @@ class EngineKeys(BaseModel):
     restarts: int = Field(3, description="with on_error: restart, how many times, 0..1000")
     template: bool = Field(False, description="a source that is not run: the pattern of the streams added to "
                                               "the running graph (flowpipe serve)")
+    enabled: bool = Field(True, description="false: the node is left out and what feeds it feeds its consumers "
+                                            "(a node of one input; DeepStream's enable=0)")
 
     _on_error = _choice("on_error", ON_ERROR)
     _isolation = _choice("isolation", ISOLATION)
@@ -95,6 +97,7 @@ class NodeSpec:
     workers: int = 1
     template: bool = False  # a source not run: the pattern of streams added at run time
     thread: str = "auto"  # auto: in its producer's thread where it can (Runner._runs_in); own: its own
+    enabled: bool = True  # false: left out of the graph (validation feeds its consumers what fed it)
 
     def make(self) -> Node:
         return self.cls(self.id, self.config)

@@ -57,6 +57,7 @@ def validate(doc: Any, fname: str, overrides: dict[str, Any]) -> GraphSpec:
     nodes_raw = _params(top, doc, fname)
     plugin_dir = _plugins(top.plugins, doc, fname)
     specs, raw_inputs = _nodes(nodes_raw, fname)
+    specs = _left_out(specs, raw_inputs, fname)
     dag = _wiring(specs, raw_inputs, fname)
     _acyclic(dag, specs, fname)
     spec = GraphSpec(fname, specs, top.params, list(top.plugins), plugin_dir, dag, top.processes, top.device_owner,
@@ -190,7 +191,8 @@ def _nodes(nodes_raw: Any, fname: str) -> tuple[list[NodeSpec], dict[str, Any]]:
         phase([d for d in drafts if not d.stopped], fname)
     _raise_if([e for d in drafts for e in d.errors])
     specs = [NodeSpec(d.nid, d.ntype, d.cls, d.config, {}, d.eng.on_error, d.eng.queue, d.eng.isolation,
-                      d.eng.restarts, d.line, d.eng.overflow, d.workers, d.eng.template, d.eng.thread)
+                      d.eng.restarts, d.line, d.eng.overflow, d.workers, d.eng.template, d.eng.thread,
+                      d.eng.enabled)
              for d in drafts]
     return specs, {d.nid: (d.raw.get("inputs"), d.raw) for d in drafts}
 
@@ -322,6 +324,43 @@ def _node_templates(drafts: list[_Draft], fname: str) -> None:
 
 
 # 6. wiring ----------------------------------------------------------------------------------------------------
+
+def _left_out(specs: list[NodeSpec], raw_inputs: dict[str, Any], fname: str) -> list[NodeSpec]:
+    """Phase 5e, nodes left out (``enabled: false``): each has one input, and whatever names one of its
+    outputs is fed what feeds it instead (through several left out in a row). Returns the nodes that stay;
+    rewrites ``raw_inputs`` in place."""
+    off = {s.id: s for s in specs if not s.enabled}
+    if not off:
+        return specs
+    feed: dict[str, str] = {}
+    errors: list[Diagnostic] = []
+    for nid, s in off.items():
+        inputs, raw = raw_inputs[nid]
+        refs = list(inputs.values()) if isinstance(inputs, dict) else [inputs]
+        flat = [r for x in refs for r in (x if isinstance(x, list) else [x])]
+        if len(flat) != 1 or not isinstance(flat[0], str):
+            errors.append(Diagnostic(f"enabled: false feeds the node's consumers what feeds it: expected one "
+                                     f"input, got {len(flat)}", fname, line_of(raw, "enabled"), nid, s.type))
+        else:
+            feed[nid] = flat[0]
+    _raise_if(errors)
+
+    def through(ref: Any) -> Any:
+        for _ in range(len(feed) + 1):
+            if not isinstance(ref, str) or ref.partition(".")[0] not in feed:
+                break
+            ref = feed[ref.partition(".")[0]]
+        return ref
+
+    for s in specs:
+        inputs, raw = raw_inputs[s.id]
+        if isinstance(inputs, dict):
+            for port, refs in inputs.items():
+                inputs[port] = [through(r) for r in refs] if isinstance(refs, list) else through(refs)
+        else:
+            raw_inputs[s.id] = ([through(r) for r in inputs] if isinstance(inputs, list) else through(inputs), raw)
+    return [s for s in specs if s.id not in off]
+
 
 def _wiring(specs: list[NodeSpec], raw_inputs: dict[str, Any], fname: str) -> nx.MultiDiGraph:
     """Phase 6a, wiring: each node's ``inputs`` name input ports it has, fed by output ports of nodes in this
