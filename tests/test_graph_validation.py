@@ -41,7 +41,7 @@ def errors_of(text: str, **kw) -> list[str]:
          r"^g\.yaml:5: node 'pre' \(preprocess\): config\.interval\.follow: no node 'trak' in this graph; "
          r"expected one of: src$"),
         (OK_HEAD + "  - id: pre_b\n    type: preprocess\n    config: {along: pre}\n    inputs: src\n",
-         r"^g\.yaml:5: node 'pre_b' \(preprocess\): config\.along: no node 'pre' in this graph; "
+         r"^g\.yaml:5: node 'pre_b' \(preprocess\): config\.along\.node: no node 'pre' in this graph; "
          r"expected one of: src$"),
         (OK_HEAD + "  - {id: s, type: null_sink, inputs: src, on_error: ignore}\n",
          r"on_error: expected one of fail\|drop\|restart, got 'ignore'"),

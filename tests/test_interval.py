@@ -109,7 +109,29 @@ def test_a_second_detector_along_the_first_runs_on_the_frames_it_runs_on() -> No
             assert f.skipped == (None if i % 3 == 0 else "pre")
         assert ran == [1, 0, 0, 1, 0, 0, 1]
         assert h1.context.stats["detector_runs"]["skipped"] == 4 and "detector_runs" not in h2.context.stats
-    assert Preprocess.contract(second.config).refers == {"along": "pre"}
+    assert Preprocess.contract(second.config).refers == {"along.node": "pre"}
+
+
+def test_a_second_detector_runs_on_one_in_every_of_the_first_s_frames_and_on_each_while_it_finds_faces() -> None:
+    """``along: {every: 3, follow: dec}``: of the frames the first detector runs on, one in three get a
+    tensor (the first, the fourth ...), and each of them while the decoder it follows says its last run on the
+    stream found a face the first had not made sure of; a frame it passes over keeps the first detector's
+    results (it is not marked passed over), with an empty tensor no request runs on."""
+    second = Preprocess("pre_b", Preprocess.Config.model_validate(
+        {"size": [32, 32], "color": "RGB", "layout": "NHWC", "along": {"node": "pre", "every": 3, "follow": "dec"}}))
+    with Harness(second) as h:
+        board = h.context.board("dec")
+        ran = []
+        for i in range(8):
+            board["cam"] = {"found": 1 if 4 <= i <= 5 else 0}
+            f = second.process(Frame("cam", i, i / 30, np.full((120, 160, 3), 90, np.uint8)), "frame")
+            assert f.skipped is None
+            ran.append(f.tensors["input"].shape[0])
+            assert (f.layout is not None and f.layout.filled == 0) == (ran[-1] == 0)
+            f.release_memory()
+        assert ran == [1, 0, 0, 1, 1, 1, 1, 0]  # 0 first, 3 and 6 by count, 4 and 5 while it found faces
+        assert h.context.stats["detector_runs"] == {"first": 1, "count": 2, "found": 2, "skipped": 3}
+    assert Preprocess.contract(second.config).refers == {"along.node": "pre", "along.follow": "dec"}
 
 
 def test_the_interval_runs_the_detector_every_nth_frame_and_on_a_changed_picture() -> None:

@@ -1,14 +1,14 @@
 """A ``preprocess`` node's settings (read by the node and by both backends)."""
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from flowpipe.node import NodeConfig
 
 from .geometry import Objects, Tiles
-from .interval import Interval
+from .interval import Along, Interval
 
 
 class PreprocessConfig(NodeConfig):
@@ -33,9 +33,9 @@ class PreprocessConfig(NodeConfig):
                                     "around each), for a second model that looks at them")
     interval: Interval | None = Field(None, description="the detector's interval: the frames between the ones "
                                       "it runs on go on without a tensor, for a tracker to fill in")
-    along: str | None = Field(None, description="a preprocess before this one (its node id) whose interval this "
-                              "one keeps: the frames it passed over get no tensor here either (a second detector "
-                              "on the frames the first runs on)")
+    along: Along | None = Field(None, description="a second detector on the frames a first one runs on: "
+                                "{node: its preprocess, every, follow} (or the node id alone); the frames that one "
+                                "passes over get no tensor here either")
     color: Literal["BGR", "RGB", "GRAY"] = "BGR"
     mean: tuple[float, float, float] = (0.0, 0.0, 0.0)
     scale: tuple[float, float, float] = Field((1.0, 1.0, 1.0), description="divide by this after mean")
@@ -51,6 +51,11 @@ class PreprocessConfig(NodeConfig):
         "feeds: auto: the owner writes the tensor, on its device, when that inference binds device memory "
         "(OpenCL buffers on a GPU, which cannot cross processes): the frame crosses by fd and is uploaded "
         "once; always: the owner writes it whatever the device; never: each process writes its own")
+
+    @field_validator("along", mode="before")
+    @classmethod
+    def _along_by_name(cls, v: Any) -> Any:
+        return {"node": v} if isinstance(v, str) else v
 
     @model_validator(mode="after")
     def _check(self) -> PreprocessConfig:

@@ -37,6 +37,52 @@ class Interval(NodeConfig):
                           "detected whatever the count: a cut, a fast pan, the lights (0: never measured)")
 
 
+class Along(NodeConfig):
+    """A second detector on the frames a first one runs on: ``node``, the first one's preprocess (the frames
+    its interval passes over get no tensor here either); ``every``: one in this many of those; ``follow``:
+    a decoder of this detector (its node id) whose word counts: on each of them while its last run on the
+    stream found a face the first detector had not made sure of."""
+
+    node: str = Field(description="the preprocess (its node id) whose interval this one keeps")
+    every: int = Field(1, ge=1, le=30, description="one in this many of the frames that one runs on")
+    follow: str | None = Field(None, description="the decoder whose word counts (while its last run on a "
+                               "stream found a face the first detector had not made sure of: every frame)")
+
+
+class AlongGate:
+    """Per stream: whether a second detector runs on a frame the first one runs on, and why."""
+
+    def __init__(self, config: Along, board: dict[str, Any] | None, stats: dict[str, Any]):
+        self.config, self.board, self.stats = config, board, stats
+        self.seen: Counter[str] = Counter()  # per stream: frames the first detector ran on
+        self.why: Counter[str] = Counter()
+        self.lock = threading.Lock()
+        stats["along"] = f"on the frames '{config.node}' runs on" + (
+            f", one in {config.every}" + (f", each while '{config.follow}' finds faces it alone sees"
+                                          if config.follow else "") if config.every > 1 else "")
+
+    def run(self, frame: Frame) -> bool:
+        c = self.config
+        if frame.skipped == c.node:  # the first one's interval passed over it
+            return False
+        if c.every <= 1:
+            return True
+        with self.lock:
+            n = self.seen[frame.stream]
+            self.seen[frame.stream] += 1
+        word = self.board.get(frame.stream) if self.board is not None else None
+        why = "first" if n == 0 else "count" if n % c.every == 0 else \
+            "found" if word is not None and word.get("found") else ""
+        with self.lock:
+            self.why[why or "skipped"] += 1
+            self.stats["detector_runs"] = dict(self.why)
+        return bool(why)
+
+    def forget(self, stream: str) -> None:
+        with self.lock:
+            self.seen.pop(stream, None)
+
+
 @dataclass
 class _Stream:
     started: bool = False

@@ -23,7 +23,7 @@ from flowpipe.registry import register
 from .config import PreprocessConfig
 from .cpu import CpuBackend
 from .geometry import Geometry, Objects, fitted, geometry
-from .interval import Gate
+from .interval import AlongGate, Gate
 from .opencl import OpenClBackend
 from .tensor import DTYPES, SRC_FMT, TensorMemory
 
@@ -55,7 +55,9 @@ class Preprocess(Node):
         follow = config.interval.follow if config.interval is not None and config.interval.every > 1 else None
         refers = {"interval.follow": follow} if follow else {}
         if config.along is not None:
-            refers["along"] = config.along
+            refers["along.node"] = config.along.node
+            if config.along.follow is not None:
+                refers["along.follow"] = config.along.follow
         return cls.declare(pixels=PIXELS_ALL, one_worker=None, owner_side=side, refers=refers,
                            isolation="it writes into memory resolved with its consumer in the runner's process "
                                      "(batch slots, device buffers)")
@@ -70,6 +72,7 @@ class Preprocess(Node):
     size: tuple[int, int] | None = None  # the tensor's width, height: config.size, or fitted to the picture
     _writer: CpuBackend | OpenClBackend | None = None  # None: openvino, the frame itself is the input
     gate: Gate | None = None  # the detector's interval
+    along: AlongGate | None = None  # a second detector's share of the frames a first one runs on
 
     def for_owner(self) -> Preprocess:
         """As the device owner runs it (``owner_side``): the shard's instance decided which frames the
@@ -142,6 +145,8 @@ class Preprocess(Node):
         c_int = c.interval
         self.gate = Gate(c_int, ctx.board(c_int.follow) if c_int.follow else None, stats) \
             if c_int is not None and c_int.every > 1 else None
+        self.along = AlongGate(c.along, ctx.board(c.along.follow) if c.along.follow else None, stats) \
+            if c.along is not None else None
         self._writer = None
         if self.backend == "opencl":
             assert self.cl is not None, "the opencl backend runs with a device"
@@ -171,9 +176,12 @@ class Preprocess(Node):
         tw, th = self.tensor_size()
         if c.objects is not None:
             return self._objects(frame, c.objects, tw, th)
-        passed = c.along is not None and frame.skipped == c.along  # the interval it keeps passed over it
-        if passed or (self.gate is not None and not self.gate.run(frame)):  # the interval passes over it
-            frame.skipped = frame.skipped or self.id
+        if self.along is not None and not self.along.run(frame):  # no tensor; the first detector's own
+            frame.layout = TensorLayout(self.id, (tw, th), (), filled=0)  # results stand (not skipped)
+            frame.tensors["input"] = np.empty((0, *self.shape[1:]), self.memory.dtype)
+            return frame
+        if self.gate is not None and not self.gate.run(frame):  # the interval passes over it: no tensor
+            frame.skipped = self.id
             frame.layout = TensorLayout(self.id, (tw, th), (), filled=0)
             frame.tensors["input"] = np.empty((0, *self.shape[1:]), self.memory.dtype)
             return frame
@@ -219,6 +227,8 @@ class Preprocess(Node):
     def end_stream(self, stream: str) -> None:
         if self.gate is not None:
             self.gate.forget(stream)
+        if self.along is not None:
+            self.along.forget(stream)
 
     def close(self) -> None:
         if self._writer is not None:
