@@ -279,9 +279,10 @@ class RetinaFaceDecode(_Decoder):
     the cheek; the ear and the side of the head are as much the person's).
 
     With ``merge``, the faces a detector before it found stay: a face this one finds where one of them is
-    (IoU >= ``merge_iou``) is that one, with the extent of both boxes and the higher score; others are added
-    (at ``alone_max`` at most). Two detectors on one frame: CenterFace finds small and frontal faces,
-    RetinaFace faces turned to profile.
+    (IoU >= ``merge_iou``) is that one, with the extent of both boxes and the higher score; a box over twice
+    the size of one already there, around most of it, is that face seen larger and dropped; others are added
+    from ``alone_min`` up (at ``alone_max`` at most). Two detectors on one frame: CenterFace finds small and
+    frontal faces, RetinaFace faces turned to profile.
 
     YAML:
         - id: faces_b
@@ -296,6 +297,9 @@ class RetinaFaceDecode(_Decoder):
         merge: bool = Field(False, description="keep the frame's detections and add these to them")
         merge_iou: float = Field(0.3, ge=0, le=1, description="overlap at which a face found is one already "
                                  "there (its score raised) rather than another")
+        alone_min: float = Field(0.0, ge=0, le=1, description="with merge: a face only this detector found is "
+                                 "added from this score up (one where the detector before found one, from "
+                                 "score_threshold)")
         alone_max: float = Field(1.0, ge=0, le=1, description="with merge: a face only this detector found "
                                  "enters at this score at most (under the graph's `sure`, the second looks see it)")
         profile_grow: float = Field(0.3, ge=0, le=1, description="a face in full profile: its box widened by "
@@ -346,6 +350,9 @@ class RetinaFaceDecode(_Decoder):
                 needed += there[k].score < c.alone_max or there[k].box[2] - there[k].box[0] > 1.2 * (b[2] - b[0])
                 there[k].score = max(there[k].score, d.score)
                 there[k].attributes["retinaface"] = round(d.score, 4)
+            elif d.score < c.alone_min or (k >= 0 and _inside(have[k], np.array(d.box)) >= 0.7
+                                           and _area(d.box) > 2 * _area(have[k])):
+                continue  # not sure enough alone; or a box twice as large around a face already found
             else:
                 d.attributes["retinaface"] = round(d.score, 4)
                 d.score = min(d.score, c.alone_max)
@@ -367,6 +374,16 @@ class RetinaFaceDecode(_Decoder):
     def end_stream(self, stream: str) -> None:
         if self.board is not None:
             self.board.pop(stream, None)
+
+
+def _area(b: np.ndarray | tuple[float, ...]) -> float:
+    return float(max(0.0, b[2] - b[0]) * max(0.0, b[3] - b[1]))
+
+
+def _inside(a: np.ndarray, b: np.ndarray) -> float:
+    """The share of box ``a`` inside box ``b``."""
+    inter = _area((max(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]), min(a[3], b[3])))
+    return inter / max(_area(a), 1e-9)
 
 
 def _iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:

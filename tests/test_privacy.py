@@ -652,9 +652,11 @@ def test_the_second_look_over_two_processes_looks_as_in_one(tmp_path) -> None:
         g.update(processes=processes, nodes=[*sources, *keep, {"id": "out", "type": "jsonl", "config": {"path": str(out)},
                                                                "inputs": {"detections": "track.detections"}}])
         g["params"]["device"] = "CPU"
-        # every frame detected: the interval follows the tracker's word as it arrives, so which frames it
-        # passes over depends on timing, and the looks are compared frame for frame here
+        # every frame detected, by both detectors: the interval follows the tracker's word as it arrives, the
+        # profile detector its decoder's, so which frames they pass over depends on timing, and the looks are
+        # compared frame for frame here
         g["params"]["interval"] = 1
+        g["params"]["profile_every"] = 1
         (tmp_path / "g.yaml").write_text(yaml.safe_dump(g, sort_keys=False))
         spec = load_graph(str(tmp_path / "g.yaml"))
         res = ShardedRun(spec, 2).run() if processes == 2 else Runner(spec).run()
