@@ -164,6 +164,7 @@ ISOLATED = {  # the node under test (id n) with isolation: process, after src ->
     # decoders of models no wheel ships: hand-made tensors, in test_decoders_run_in_a_worker_process
     "classify_topk": None, "db_decode": None, "ssd_decode": None, "yolov8_decode": None,
     "centerface_decode": None, "blazeface_check": None, "centerface_check": None,  # the same, hand-made maps
+    "retinaface_decode": None,
     "blur": "{id: n, type: blur, isolation: process, inputs: faces.detections}",
     "overlay": "{id: n, type: overlay, isolation: process, inputs: faces.detections}",
     "tracker": "{id: n, type: tracker, isolation: process, inputs: faces.detections}",
@@ -243,6 +244,10 @@ def _decoder_cases() -> dict[str, tuple[dict[str, np.ndarray], TensorLayout | No
         "blazeface_check": ({"classificators": looks}, TensorLayout("look", (128, 128), (), (1, 0), 2), "{}"),
         "centerface_check": ({"heat": heat2}, TensorLayout("look", (128, 128), crops, (1, 0), 2), "{}"),
         "centerface_decode": (centerface, letterbox, "{}"),
+        # one face, nose at the right of its box (turned: widened on the left), one under the threshold
+        "retinaface_decode": ({"out": np.array([[0.1, 0.2, 0.5, 0.6, 0.2, 0.3, 0.4, 0.3, 0.45, 0.4, 0.25, 0.5,
+                                                 0.4, 0.5, 1.0, 0.95], [0.6, 0.6, 0.7, 0.7, *[0.65] * 10, 1.0, 0.1]],
+                                               np.float32)}, letterbox, "{}"),
         "ssd_decode": ({"out": ssd}, letterbox, "{labels: [bg, person]}"),
         "yolov8_decode": ({"out": yolo}, letterbox, "{labels: [car, bus]}"),
         "db_decode": ({"out": prob}, letterbox, "{}"),
@@ -251,7 +256,7 @@ def _decoder_cases() -> dict[str, tuple[dict[str, np.ndarray], TensorLayout | No
 
 
 @pytest.mark.parametrize("ntype", ["blazeface_check", "centerface_check", "centerface_decode", "classify_topk",
-                                   "db_decode", "ssd_decode", "yolov8_decode"])
+                                   "db_decode", "ssd_decode", "yolov8_decode", "retinaface_decode"])
 def test_decoders_run_in_a_worker_process(ntype: str) -> None:
     """The same hand-made tensors decode to the same result in a worker process as in a thread."""
     tensors, layout, config = _decoder_cases()[ntype]
