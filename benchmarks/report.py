@@ -263,7 +263,15 @@ def _summary16() -> list[str]:
             "CPU here; earlier calls gave 618 against 554 and 365 against 329, then 556 against 562 and 277 "
             "against 304: one configuration varies up to 15% between calls on this machine (the defaults gave "
             "475, 501, 520, 554 and 562 fps in five calls before the owner wrote the tensor), so FP32 stays the "
-            "default until a run of several calls shows the gain holds.", ""]
+            "default until a run of several calls shows the gain holds.", "",
+            "The second detector for faces in profile (RetinaFace at up to 640x384 on one in three of the frames "
+            "CenterFace runs on, and on each while it finds faces CenterFace was not sure of; section 12) costs "
+            "a share of the GPU's detector time: `sixteen_cameras_h100_profile` (one call) has the defaults at "
+            "433 fps, the slowest stream at 17.2, against 532 and 20.4 with CenterFace alone (`--set "
+            "profile=false`), and `processes: auto` at 407; an earlier call of the same build gave 506 against 607 "
+            "(slowest 20.4 against 23.4), so -17 to -19%. This call's CenterFace alone (532) is itself under the "
+            "723 of the first table's call: the spread between calls, above. Its tensor is written in the shards "
+            "(0.88 against 0.66 MB copied a frame): the owner writes the first detector's only.", ""]
 
 
 def _two_cores(results: Path) -> list[str]:
