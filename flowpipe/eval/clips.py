@@ -218,6 +218,19 @@ def _move(img: np.ndarray, boxes: dict[int, Box], n: int, size: tuple[int, int],
     return frames, faces, corners, edges
 
 
+def _in_street(frames: list[np.ndarray], faces: list[dict[int, Box]], m: np.ndarray, size: tuple[int, int]
+               ) -> tuple[list[np.ndarray], list[dict[int, Box]]]:
+    """A clip put into a street picture of ``size`` through the 2x3 affine ``m`` (smaller: faces further off),
+    its faces' boxes with it."""
+    street = cv2.resize(_video("bikes")[150], size, interpolation=cv2.INTER_AREA)
+    moved = []
+    for img in frames:
+        canvas = street.copy()
+        cv2.warpAffine(img, m, size, dst=canvas, flags=cv2.INTER_AREA, borderMode=cv2.BORDER_TRANSPARENT)
+        moved.append(canvas)
+    return moved, [_boxes_through(m, f, size) for f in faces]
+
+
 def _dark(frames: list[np.ndarray], seed: int = 1) -> list[np.ndarray]:
     """Low light: a tenth of the light (gamma 2.2 kept), and the sensor noise that comes with the gain."""
     rnd = np.random.default_rng(seed)
@@ -266,14 +279,7 @@ def _clips() -> dict[str, Callable[[dict], Clip]]:
         def make(t: dict) -> Clip:
             frames, faces = _carphone(t)
             if small:  # the car's window seen from further away: the clip at 1/2 inside a street picture
-                street = cv2.resize(_video("bikes")[150], hd, interpolation=cv2.INTER_AREA)
-                m = np.array([[0.5, 0, 700], [0, 0.5, 420]], np.float64)
-                moved = []
-                for img in frames:
-                    canvas = street.copy()
-                    cv2.warpAffine(img, m, hd, dst=canvas, flags=cv2.INTER_AREA, borderMode=cv2.BORDER_TRANSPARENT)
-                    moved.append(canvas)
-                frames, faces = moved, [_boxes_through(m, f, hd) for f in faces]
+                frames, faces = _in_street(frames, faces, np.array([[0.5, 0, 700], [0, 0.5, 420]], np.float64), hd)
             return Clip(name, about, fx(frames) if fx else frames, faces, crf, 30000 / 1001)
         return make
 
@@ -308,17 +314,9 @@ def _clips() -> dict[str, Callable[[dict], Clip]]:
             first, n = truth["first"], truth["frames"]
             frames = _video("woman")[first:first + n]
             faces: list[dict[int, Box]] = [{0: tuple(b)} for b in truth["boxes"]]  # type: ignore[misc]
-            edges: list[list[Box]] | None = None
             if far:  # the clip smaller, in a street picture
-                street = cv2.resize(_video("bikes")[150], hd, interpolation=cv2.INTER_AREA)
-                m = np.array([[far, 0, 640], [0, far, 300]], np.float64)
-                moved = []
-                for img in frames:
-                    canvas = street.copy()
-                    cv2.warpAffine(img, m, hd, dst=canvas, flags=cv2.INTER_AREA, borderMode=cv2.BORDER_TRANSPARENT)
-                    moved.append(canvas)
-                frames, faces = moved, [_boxes_through(m, f, hd) for f in faces]
-            return Clip(name, about, fx(frames) if fx else frames, faces, crf, 24000 / 1001, edges=edges)
+                frames, faces = _in_street(frames, faces, np.array([[far, 0, 640], [0, far, 300]], np.float64), hd)
+            return Clip(name, about, fx(frames) if fx else frames, faces, crf, 24000 / 1001)
         return make
 
     def street(crf: int, name: str, about: str) -> Callable[[dict], Clip]:
