@@ -379,6 +379,9 @@ def _clips() -> dict[str, Callable[[dict], Clip]]:
                                "scene", crf=28, scale=(0.3, 0.35)),
         "cameraman_mid": photo("cameraman", "cameraman_mid", "the face in profile at ~45-55 px in a street scene, "
                                "compressed", crf=32, scale=(0.45, 0.5)),
+        "cameraman_pan": photo("cameraman", "cameraman_pan", "the face in profile panned out through the edge "
+                               "(added after the held-out part's run: its head stays found as it leaves)",
+                               pan=(0.5, 1.5)),
         "hand_forehead": photo("hand_forehead", "hand_forehead", "a hand over the forehead and one eye", crf=28),
         "hopper_dark": photo("hopper", "hopper_dark", "a portrait in low light, compressed", crf=32, fx=_dark),
         "astronaut_tilt": photo("astronaut", "astronaut_tilt", "a portrait, camera rolling by up to 40 degrees",

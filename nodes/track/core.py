@@ -203,7 +203,8 @@ class TrackerCore:
         assign: dict[int, int] = {}
         matched: set[int] = set()
         high = judged.high
-        for group, thr in ((high, s.iou_threshold), (judged.low, s.candidate_iou)):
+        low = judged.low[~judged.rejected[judged.low]]  # where every look saw no face, it continues nothing
+        for group, thr in ((high, s.iou_threshold), (low, s.candidate_iou)):
             free_t = [i for i in range(len(pred)) if i not in matched
                       and (group is high or self.tracks[i].since_high < s.hold)]
             for ti, di in greedy(iou_matrix(pred[free_t], boxes[group]), thr):
