@@ -176,15 +176,11 @@ class Preprocess(Node):
         tw, th = self.tensor_size()
         if c.objects is not None:
             return self._objects(frame, c.objects, tw, th)
-        if self.along is not None and not self.along.run(frame):  # no tensor; the first detector's own
-            frame.layout = TensorLayout(self.id, (tw, th), (), filled=0)  # results stand (not skipped)
-            frame.tensors["input"] = np.empty((0, *self.shape[1:]), self.memory.dtype)
-            return frame
-        if self.gate is not None and not self.gate.run(frame):  # the interval passes over it: no tensor
+        if self.along is not None and not self.along.run(frame):  # the first detector's results stand
+            return self._no_tensor(frame, TensorLayout(self.id, (tw, th), (), filled=0))
+        if self.gate is not None and not self.gate.run(frame):  # the interval passes over it
             frame.skipped = self.id
-            frame.layout = TensorLayout(self.id, (tw, th), (), filled=0)
-            frame.tensors["input"] = np.empty((0, *self.shape[1:]), self.memory.dtype)
-            return frame
+            return self._no_tensor(frame, TensorLayout(self.id, (tw, th), (), filled=0))
         rois = c.tiles.rois(w, h) if c.tiles else [roi]
         geos = [geometry(w, h, tw, th, c.resize, r, c.upscale) for r in rois]
         frame.layout = TensorLayout(self.id, (tw, th), tuple(geos))
@@ -198,12 +194,18 @@ class Preprocess(Node):
             geo = objects.geometry(frame.detections[i].box, frame.width, frame.height, tw, th)
             if geo is not None:
                 picked.append((i, geo))
-        frame.layout = TensorLayout(self.id, (tw, th), tuple(g for _, g in picked),
-                                    objects=tuple(i for i, _ in picked), filled=len(picked))
+        layout = TensorLayout(self.id, (tw, th), tuple(g for _, g in picked), objects=tuple(i for i, _ in picked),
+                              filled=len(picked))
         if not picked:
-            frame.tensors["input"] = np.empty((0, *self.shape[1:]), self.memory.dtype)
-            return frame
+            return self._no_tensor(frame, layout)
+        frame.layout = layout
         return self._write(frame, [g for _, g in picked])
+
+    def _no_tensor(self, frame: Frame, layout: TensorLayout) -> Frame:
+        """``frame`` with no entry of the tensor (``layout`` says none is filled): no memory, no request."""
+        frame.layout = layout
+        frame.tensors["input"] = np.empty((0, *self.shape[1:]), self.memory.dtype)
+        return frame
 
     def _write(self, frame: Frame, geos: list[Geometry]) -> Frame:
         """The tensor's entries for ``geos`` written into pooled memory (a batch slot or our own buffer)."""

@@ -92,8 +92,8 @@ class Tracker(Node):
                                                         "reject up confirms the track it continues and lets it "
                                                         "start one by persistence; a detection whose every look "
                                                         "(with a reject over 0) is under its reject is no face, "
-                                                        "whatever the detector scored: it continues a track and "
-                                                        "starts or confirms none")
+                                                        "whatever the detector scored: it starts, continues and "
+                                                        "confirms no track")
         offscreen: int = Field(0, ge=0, description="with camera_motion: frames a confirmed face the camera "
                                "took out of the picture is remembered, moving with the camera; when the camera "
                                "brings it back it is masked as it comes in, for coast frames or until found "
