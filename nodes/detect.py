@@ -17,6 +17,8 @@ from flowpipe.frame import Detection, Frame
 from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
 from flowpipe.registry import register
 
+from .track.geometry import iou_matrix
+
 
 def to_source(frame: Frame, boxes: np.ndarray, tile: int = 0) -> np.ndarray:
     """(N, 4) x1y1x2y2 in tensor pixels (of batch entry ``tile``) -> source-frame pixels, clipped."""
@@ -323,15 +325,11 @@ class RetinaFaceDecode(_Decoder):
         w_in, h_in = frame.layout.tensor
         scale = np.array([w_in, h_in] * 7, np.float64)
         pts = r[:, :14].astype(np.float64) * scale
-        if len(r) and c.profile_grow:  # turned towards profile: the side of the head away from the nose
-            w = pts[:, 2] - pts[:, 0]
-            yaw = np.clip((pts[:, 8] - (pts[:, 0] + pts[:, 2]) / 2) / np.maximum(w / 2, 1e-6), -1, 1)
-            more = c.profile_grow * np.abs(yaw) * w
-            pts[:, 0] -= np.where(yaw > 0, more, 0)
-            pts[:, 2] += np.where(yaw < 0, more, 0)
         boxes = to_source(frame, pts[:, :4]) if len(r) else np.zeros((0, 4))
         kps = to_source(frame, np.concatenate([pts[:, 4:14].reshape(-1, 2)] * 2, 1))[:, :2].reshape(-1, 5, 2) \
             if len(r) else np.zeros((0, 5, 2))
+        if len(r) and c.profile_grow:
+            boxes = _widened(boxes, kps[:, 2, 0], c.profile_grow, frame.width if frame.data is not None else None)
         found = _faces([boxes], [r[:, 15]], [kps] if c.keypoints else [], c)
         if not c.merge:
             frame.detections = found
@@ -341,7 +339,7 @@ class RetinaFaceDecode(_Decoder):
         needed = 0
         have = np.array([d.box for d in there], np.float64).reshape(-1, 4)
         for d in found:
-            iou = _iou(np.array(d.box), have)
+            iou = iou_matrix(np.array([d.box]), have)[0]
             k = int(iou.argmax()) if len(iou) else -1
             if k >= 0 and iou[k] >= c.merge_iou:  # one face: both boxes' extent, the higher score
                 b = there[k].box
@@ -376,6 +374,22 @@ class RetinaFaceDecode(_Decoder):
             self.board.pop(stream, None)
 
 
+def _widened(boxes: np.ndarray, nose_x: np.ndarray, grow: float, width: int | None) -> np.ndarray:
+    """Faces turned towards profile (the nose off the middle of the box) widened on the side away from the
+    nose by ``grow`` of their width at full profile; not a face the picture's left or right edge cuts (its
+    nose is off the middle of what is left of it, whatever way it is turned)."""
+    w = boxes[:, 2] - boxes[:, 0]
+    yaw = np.clip((nose_x - (boxes[:, 0] + boxes[:, 2]) / 2) / np.maximum(w / 2, 1e-6), -1, 1)
+    if width is not None:
+        edge = max(2.0, 0.006 * width)
+        yaw = np.where((boxes[:, 0] <= edge) | (boxes[:, 2] >= width - edge), 0.0, yaw)
+    more = grow * np.abs(yaw) * w
+    out = boxes.copy()
+    out[:, 0] -= np.where(yaw > 0, more, 0)
+    out[:, 2] += np.where(yaw < 0, more, 0)
+    return out
+
+
 def _area(b: np.ndarray | tuple[float, ...]) -> float:
     return float(max(0.0, b[2] - b[0]) * max(0.0, b[3] - b[1]))
 
@@ -384,16 +398,6 @@ def _inside(a: np.ndarray, b: np.ndarray) -> float:
     """The share of box ``a`` inside box ``b``."""
     inter = _area((max(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]), min(a[3], b[3])))
     return inter / max(_area(a), 1e-9)
-
-
-def _iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
-    if not len(boxes):
-        return np.zeros(0)
-    x1, y1 = np.maximum(box[0], boxes[:, 0]), np.maximum(box[1], boxes[:, 1])
-    x2, y2 = np.minimum(box[2], boxes[:, 2]), np.minimum(box[3], boxes[:, 3])
-    inter = np.clip(x2 - x1, 0, None) * np.clip(y2 - y1, 0, None)
-    area = (box[2] - box[0]) * (box[3] - box[1]) + (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
-    return inter / np.maximum(area - inter, 1e-9)
 
 
 @register("yolov8_decode")
