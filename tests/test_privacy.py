@@ -459,15 +459,14 @@ nodes:
 def test_the_shipped_graph_masks_small_and_masked_real_faces(tmp_path) -> None:
     """graphs/face_blur.yaml on six real faces of 15-30 px in a street scene (the BlazeFace graph masks under a
     fifth of them) and on the six faces behind surgical masks, which score under the start threshold for their
-    first frames: persistent candidates start their tracks, the lookahead masks them from the first frame.
-    (The close-up pan, table_pan, is not here: which frames the interval detects follows the tracker's word as
-    it arrives, and on it that decides whether a mask stays at the edge after its face has left; the tracker's
-    rule for it is tested frame by frame in test_tracker_algorithm.py.)"""
+    first frames: persistent candidates start their tracks, the lookahead masks them from the first frame; and
+    on the close-up pan, where faces leave through one edge (one cut by two edges) and the masks must leave
+    with them whichever frames the interval detects."""
     pytest.importorskip("av")
     from flowpipe.eval.clips import clip
     from flowpipe.eval.score import flowpipe_masks
 
-    for name in ("table_far", "table_masked"):
+    for name in ("table_far", "table_masked", "table_pan"):
         c = clip(name)
         masks, seconds = flowpipe_masks(c, ROOT / "graphs" / "face_blur.yaml", {"device": "CPU"}, tmp_path)
         s = score(c, masks, seconds, "flowpipe")

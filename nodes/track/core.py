@@ -17,19 +17,23 @@ import numpy as np
 from .geometry import (
     Picture,
     clear_axes,
-    far_side,
     greedy,
     inside,
     iou_matrix,
-    leaving,
     moved,
     outward,
     scene_motion,
+    touching,
     whole,
 )
 
-EXIT_SPEED = 0.05  # of its size a frame: the least motion out of the picture a missed face keeps
-CAMERA_KEPT = 3  # frames the camera's last measured motion stands in where it cannot be measured
+EXIT_SPEED = 0.05  # of its size a frame: the least motion out of the picture a missed face keeps when its
+# motion was measured on two frames only (no spread to tell the detector's jitter from a motion by)
+LEAST_SPEED = 0.01  # of its size a frame: slower is not a motion out of the picture (a third of a face at
+# the edge would take over 30 frames to leave)
+TRAIL = 5  # the last updates a face's own motion is fitted over, along each axis its box was clear of the edges
+CAMERA_KEPT = 3  # updates the camera's last measured motion stands in where it cannot be measured and no face
+# found contradicts it
 
 
 @dataclass(frozen=True)
@@ -58,7 +62,12 @@ class Track:
     id: int
     box: np.ndarray
     velocity: np.ndarray = field(default_factory=lambda: np.zeros(4))
-    own: np.ndarray = field(default_factory=lambda: np.zeros(4))  # its motion in the scene (camera's out)
+    own: np.ndarray = field(default_factory=lambda: np.zeros(4))  # its motion in the scene a frame (camera's out)
+    spread: np.ndarray = field(default_factory=lambda: np.full(2, np.inf))  # the standard error of ``own``
+    # along x and y (inf: measured on fewer than three updates)
+    trail: list[tuple[float, ...]] = field(default_factory=list)  # per update: frame, centre x, y (NaN along
+    # an axis an edge cuts), far side x, y (along an axis one edge cuts, else NaN), where the camera's motion
+    # since has carried them
     size: np.ndarray = field(default_factory=lambda: np.zeros(2))  # width, height where last seen whole
     smoothed: np.ndarray | None = None  # with ``smooth``: the box over time
     hits: int = 1
@@ -133,16 +142,21 @@ class TrackerCore:
         self.tentative: list[Tentative] = []  # unmatched candidates
         self.next_id = 1
         self.camera: tuple[float, float, float] | None = None  # the camera's motion last measured
-        self.camera_age = 0  # frames since
+        self.camera_age = 0  # updates since
+        self.frame = 0  # the last update's frame number
 
     def update(self, boxes: np.ndarray, scores: np.ndarray, *, looks: Mapping[str, np.ndarray] | None = None,
                labels: Sequence[tuple[str, int]] | None = None, refs: Sequence[Any] | None = None,
-               picture: Picture = None) -> TrackUpdate:
+               picture: Picture = None, frame: int | None = None) -> TrackUpdate:
         """One frame: ``boxes`` (n, 4) x1, y1, x2, y2 in pixels, ``scores`` (n,); ``looks``: per check
         name, each detection's second look (NaN: not looked at); ``labels``: each detection's (label,
         label_id), which a track it starts keeps; ``refs``: the caller's handle on each detection, given back
-        in ``backfill``; ``picture``: width, height (None: no edges)."""
+        in ``backfill``; ``picture``: width, height (None: no edges); ``frame``: its number in the stream
+        (None: the one after the last update's; a detector interval updates the tracker every few frames, and
+        motions are of a frame)."""
         s = self.settings
+        now = self.frame + 1 if frame is None else frame
+        dt, self.frame = max(1, now - self.frame), now
         boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
         n = len(boxes)
         judged = self._judge(np.asarray(scores, np.float64).reshape(-1), looks or {}, n)
@@ -153,12 +167,21 @@ class TrackerCore:
         matched = set(assign.values())
         camera = self._camera(assign, boxes, picture) if s.camera_motion and old else None
         if camera is not None:
-            self.camera, self.camera_age = camera, 0
-        elif s.camera_motion and self.camera is not None and self.camera_age < CAMERA_KEPT:
-            # too few faces to measure it in this frame (they are leaving): a camera does not stop at once
-            camera, self.camera_age = self.camera, self.camera_age + 1
+            self.camera, self.camera_age = _per_frame(camera, dt), 0
+        elif s.camera_motion and self.camera is not None:
+            # too few faces to measure it in this frame (they are leaving): a camera does not stop at once; it
+            # goes on as long as the faces found whole move with it, for CAMERA_KEPT updates where none is
+            agree = self._agree(assign, boxes, picture, _over(self.camera, dt))
+            self.camera_age = 0 if agree else self.camera_age + 1
+            if agree is False or self.camera_age > CAMERA_KEPT:
+                self.camera = None
+            else:
+                camera = _over(self.camera, dt)
+        if camera is not None:
+            for t in self.tracks:
+                t.trail = [_carried(p, camera) for p in t.trail]
         for di, ti in assign.items():
-            self._follow(self.tracks[ti], di, boxes, judged, camera, picture, out)
+            self._follow(self.tracks[ti], di, boxes, judged, camera, picture, out, dt)
         starts = self._starts([h for h in judged.high.tolist() if h not in assign],
                               [i for i in judged.low.tolist() if i not in assign and not judged.rejected[i]],
                               boxes, np.asarray(scores, np.float64).reshape(-1), refs)
@@ -166,6 +189,7 @@ class TrackerCore:
             label, label_id = labels[h] if labels is not None else ("object", 0)
             # a track started by candidates alone (not sure in this frame) is not confirmed yet
             self.tracks.append(Track(self.next_id, boxes[h], size=boxes[h][2:] - boxes[h][:2],
+                                     trail=[_point(now, boxes[h], picture)],
                                      confirmed=int(judged.sure[h]), label=label, label_id=label_id))
             assign[h] = len(self.tracks) - 1
             if s.min_hits <= 1:
@@ -175,7 +199,7 @@ class TrackerCore:
         out.keep = np.array([i in assign or judged.sure[i] for i in range(n)], bool)  # unmatched candidates go
         shown = out.boxes[out.keep]
         for i, t in enumerate(self.tracks[:old]):
-            if i not in matched and self._missed(t, camera, picture, shown):
+            if i not in matched and self._missed(t, camera, picture, shown, dt):
                 out.coasting.append(Coasting(t.id, t.box.copy(), t.label, t.label_id))
         self.tracks = [t for t in self.tracks if t.missed <= s.max_age or (
             s.camera_motion and 0 < t.gone <= s.offscreen and t.confirmed >= s.confirm)]
@@ -220,24 +244,36 @@ class TrackerCore:
         return scene_motion(np.array([self.tracks[ti].box for ti, _ in both]).reshape(-1, 4),
                             boxes[[di for _, di in both]])
 
+    def _agree(self, assign: dict[int, int], boxes: np.ndarray, picture: Picture,
+               camera: tuple[float, float, float]) -> bool | None:
+        """Whether the tracks found in the last frame and this one, whole in both, moved as ``camera`` says
+        (within 2 px or a tenth of their size, as ``scene_motion`` judges); None where there are none."""
+        both = [(self.tracks[ti].box, boxes[di]) for di, ti in assign.items() if not self.tracks[ti].missed
+                and whole(self.tracks[ti].box, picture) and whole(boxes[di], picture)]
+        if not both:
+            return None
+        return all(np.abs(moved(a, camera) - b).max() <= max(2.0, 0.1 * float((b[2:] - b[:2]).max()))
+                   for a, b in both)
+
     def _follow(self, t: Track, di: int, boxes: np.ndarray, judged: _Judged,
-                camera: tuple[float, float, float] | None, picture: Picture, out: TrackUpdate) -> None:
+                camera: tuple[float, float, float] | None, picture: Picture, out: TrackUpdate, dt: int) -> None:
         """A track found at detection ``di``: its motion, box, size and confirmation."""
         s = self.settings
         step = boxes[di] - t.box
-        # the face's own motion in the scene (a coasting face keeps its size), the camera's taken out, from
-        # its centre, along each axis on which its box is clear of the edges; across an edge it keeps the
-        # motion it came with, or slows to its box's far side's: a box the edge cuts moves as the detector
-        # sees part of a face, not as the face (its centre stays behind, a small face's box shrinks from its
-        # far side too), but a face that stops at the edge stops its far side
-        carried = moved(t.box, camera) - t.box if camera is not None else np.zeros(4)
-        rel = step - carried
-        seen = np.tile(rel.reshape(2, 2).mean(0), 2)
-        far = np.tile(far_side(rel, boxes[di], picture), 2)
-        free = np.tile(clear_axes(t.box, picture) & clear_axes(boxes[di], picture), 2)
-        slower = ~np.isnan(far) & (np.abs(np.nan_to_num(far)) < np.abs(t.own))
-        t.own = np.where(free, 0.5 * t.own + 0.5 * seen,
-                         np.where(slower, 0.5 * t.own + 0.5 * np.nan_to_num(far), t.own))
+        # the face's own motion in the scene a frame (a coasting face keeps its size), the camera's taken out,
+        # a straight line fitted over the last TRAIL updates (one detection's jitter does not turn a face
+        # leaving into a still one): along each axis on which its box is clear of the edges, to its centre;
+        # across an edge it keeps the motion it came with, or slows to its box's far side's: a box the edge
+        # cuts moves as the detector sees part of a face, not as the face (its centre stays behind, a small
+        # face's box shrinks from its far side too), but a face that stops at the edge stops its far side
+        t.trail = [*t.trail, _point(self.frame, boxes[di], picture)][-TRAIL:]
+        (cx, cy, fx, fy), (ex, ey, gx, gy) = _fit(t.trail)
+        centre, far = np.array([cx, cy]), np.array([fx, fy])
+        own, spread = t.own[:2], t.spread
+        free = clear_axes(boxes[di], picture) & ~np.isnan(centre)
+        slower = ~free & np.isfinite([gx, gy]) & (np.abs(np.nan_to_num(far)) < np.abs(own))  # on 3 updates
+        t.own = np.tile(np.where(free, centre, np.where(slower, far, own)), 2)
+        t.spread = np.where(free, [ex, ey], np.where(slower, [gx, gy], spread))
         t.velocity = 0.5 * t.velocity + 0.5 * step
         if s.smooth:
             out.boxes[di] = self._smoothed(t, boxes[di])
@@ -292,7 +328,7 @@ class TrackerCore:
         return starts
 
     def _missed(self, t: Track, camera: tuple[float, float, float] | None, picture: Picture,
-                shown: np.ndarray) -> bool:
+                shown: np.ndarray, dt: int) -> bool:
         """A track the detector missed in this frame moves on; whether it coasts (is reported at its box)."""
         s = self.settings
         t.missed += 1
@@ -300,11 +336,19 @@ class TrackerCore:
         # the camera's motion (with ``camera_motion``, where the tracks found agree on one) and the face's own
         # in the scene (measured while its box was clear of the edges): a face leaving the picture keeps
         # leaving it; otherwise a miss is no time to extrapolate far, its motion slows (as does a motion out
-        # of under a twentieth of its size a frame: what the detector's jitter makes of a still face)
-        out = not t.gone and leaving(t.box, t.velocity, picture)
-        going = (outward(t.box, picture) * t.own > 0) & (np.abs(t.own) >= EXIT_SPEED * np.tile(t.size, 2))
-        t.own = np.where(going, t.own, 0.5 * t.own) if out else 0.5 * t.own
-        t.velocity = t.own + (moved(t.box, camera) - t.box if camera is not None else 0.0)
+        # that the detector's jitter could make of a still face: under twice its standard error, or a
+        # twentieth of its size a frame where it was measured on two updates only)
+        carried = moved(t.box, camera) - t.box if camera is not None else np.zeros(4)
+        size = np.tile(t.size, 2)
+        least = np.maximum(np.where(np.isinf(t.spread), EXIT_SPEED * t.size, 2 * t.spread), LEAST_SPEED * t.size)
+        way = outward(t.box, picture)
+        moving = np.abs(t.own) >= np.tile(least, 2)
+        going, coming = (way * t.own > 0) & moving, (way * t.own < 0) & moving
+        swept = np.abs(carried) >= LEAST_SPEED * size * dt
+        out = not t.gone and bool(going.any() or (swept & (way * carried > 0)).any())
+        entering = bool(coming.any() or (swept & (way * carried < 0)).any())
+        t.own = np.where(going, t.own, 0.5 * t.own)
+        t.velocity = t.own * dt + carried
         t.box = t.box + t.velocity
         if camera is not None:
             t.size = t.size * camera[0]
@@ -316,6 +360,56 @@ class TrackerCore:
         # a face leaving through the picture's edge is masked until under a third of it is in, one coming in
         # through it from a third in (the detector finds a face it sees only part of late, and loses it
         # early), others for ``coast`` frames; not where a box already is
-        entering = bool((outward(t.box, picture) * t.velocity < 0).any())
         return bool((t.missed <= s.coast or out or entering) and t.confirmed >= s.confirm and within
                     and not (iou_matrix(t.box[None], shown) > 0.1).any())
+
+
+def _point(frame: int, box: np.ndarray, picture: Picture) -> tuple[float, ...]:
+    """A trail's point: the frame, the box's centre along the axes it is clear of the edges on, its far side
+    along those one edge cuts (NaN elsewhere)."""
+    centre = np.where(clear_axes(box, picture), (box[:2] + box[2:]) / 2, np.nan)
+    left, top, right, bottom = touching(box, picture)
+    fx = box[2] if left and not right else box[0] if right and not left else np.nan
+    fy = box[3] if top and not bottom else box[1] if bottom and not top else np.nan
+    return float(frame), float(centre[0]), float(centre[1]), float(fx), float(fy)
+
+
+def _fit(trail: list[tuple[float, ...]]) -> tuple[np.ndarray, np.ndarray]:
+    """Per column after the frame, the slope of a straight line through the trail's points (a frame) and its
+    standard error: NaN where the column has fewer than two points (the last run of them: a far side is of
+    one edge), inf where two (no spread to measure)."""
+    pts = np.array(trail, np.float64).reshape(len(trail), -1)
+    slope, err = np.full(pts.shape[1] - 1, np.nan), np.full(pts.shape[1] - 1, np.inf)
+    for k in range(len(slope)):
+        ok = ~np.isnan(pts[:, k + 1])
+        if k >= 2:  # a far side: its last run only (before it, the box was clear or cut by another edge)
+            gap = np.nonzero(~ok)[0]
+            ok[:gap[-1] + 1 if len(gap) else 0] = False
+        f, v = pts[ok, 0], pts[ok, k + 1]
+        if len(f) < 2 or np.ptp(f) == 0:
+            continue
+        fc = f - f.mean()
+        slope[k] = float((fc * (v - v.mean())).sum() / (fc * fc).sum())
+        if len(f) > 2:
+            res = v - v.mean() - slope[k] * fc
+            err[k] = float(np.sqrt((res * res).sum() / (len(f) - 2) / (fc * fc).sum()))
+    return slope, err
+
+
+def _per_frame(camera: tuple[float, float, float], dt: int) -> tuple[float, float, float]:
+    """The camera's motion over ``dt`` frames as a frame's (its zoom the dt-th root, its pan a dt-th)."""
+    s, tx, ty = camera
+    return float(s ** (1.0 / dt)), tx / dt, ty / dt
+
+
+def _over(camera: tuple[float, float, float], dt: int) -> tuple[float, float, float]:
+    """A frame's camera motion over ``dt`` frames."""
+    s, tx, ty = camera
+    return float(s ** dt), tx * dt, ty * dt
+
+
+def _carried(point: tuple[float, ...], camera: tuple[float, float, float]) -> tuple[float, ...]:
+    """A trail's point where the camera's motion carried it."""
+    s, tx, ty = camera
+    f, *xy = point
+    return (f, *(s * v + (tx, ty)[i % 2] for i, v in enumerate(xy)))

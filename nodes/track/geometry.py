@@ -81,23 +81,6 @@ def clear_axes(box: np.ndarray, picture: Picture) -> np.ndarray:
     return np.array([not (left or right), not (top or bottom)])
 
 
-def far_side(step: np.ndarray, box: np.ndarray, picture: Picture) -> np.ndarray:
-    """dx, dy of the side away from the edge the box is cut by, along each axis cut by one edge (NaN along
-    an axis clear of the edges or cut by both)."""
-    left, top, right, bottom = touching(box, picture)
-    dx = step[2] if left and not right else step[0] if right and not left else np.nan
-    dy = step[3] if top and not bottom else step[1] if bottom and not top else np.nan
-    return np.array([dx, dy])
-
-
-def leaving(box: np.ndarray, velocity: np.ndarray, picture: Picture) -> bool:
-    """Whether a box at the picture's edge moves out through it (detections there are clipped to the
-    picture, so the box's far side carries the motion)."""
-    left, top, right, bottom = touching(box, picture)
-    return bool((left and velocity[2] < 0) or (top and velocity[3] < 0)
-                or (right and velocity[0] > 0) or (bottom and velocity[1] > 0))
-
-
 def outward(box: np.ndarray, picture: Picture) -> np.ndarray:
     """Per coordinate, the direction out of the picture through the edges the box touches (0: none)."""
     left, top, right, bottom = touching(box, picture).astype(float)

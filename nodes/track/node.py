@@ -279,7 +279,8 @@ class Tracker(Node):
                           looks={name: np.array([d.attributes.get(name, np.nan) for d in dets], np.float64)
                                  for name in self.settings.checks},
                           labels=[(d.label, d.label_id) for d in dets], refs=[(frame, d) for d in dets],
-                          picture=None if frame.data is None else (frame.width, frame.height))
+                          picture=None if frame.data is None else (frame.width, frame.height),
+                          frame=frame.index)
         for i, d in enumerate(dets):
             if got.smoothed[i]:
                 d.box = (float(got.boxes[i, 0]), float(got.boxes[i, 1]), float(got.boxes[i, 2]),
