@@ -27,6 +27,8 @@ def frame_record(frame: Frame) -> dict[str, Any]:
                            "objects": [d.to_json() for d in frame.detections], "count": len(frame.detections)}
     if "classes" in frame.meta:
         rec["classes"] = frame.meta["classes"]
+    if "analytics" in frame.meta:  # after an ``analytics`` node: zone counts, line totals, crossings, events
+        rec["analytics"] = frame.meta["analytics"]
     if "recording" in frame.meta:  # after a video_writer: the file (segment) and the frame in it
         rec["recording"] = frame.meta["recording"]
     return rec

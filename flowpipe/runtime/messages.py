@@ -274,10 +274,13 @@ class OwnerFrame(Message):
 
 @dataclass(frozen=True, slots=True)
 class OwnerDone(Message):
-    """Owner to shard: these frames' results are in the shard's output buffers."""
+    """Owner to shard: these frames' results are in the shard's output buffers; ``shapes``: per key, the
+    shapes of its outputs where a dynamic dimension came out smaller than their buffers (only that part
+    holds this frame's results)."""
 
     node_id: str
     keys: list[int]
+    shapes: dict[int, list[tuple[int, ...]]]
 
 
 @dataclass(frozen=True, slots=True)

@@ -349,25 +349,32 @@ class _Owner:
                 self._failed(o, e if isinstance(e, FrameError) else FrameError([], e))
 
     def _deliver(self, o: _Owned, out: Any) -> None:
-        for c, keys in self._settle(_frames_of(out), "out").values():
+        frames = _frames_of(out)
+        specs = o.node.output_specs() if frames and isinstance(o.node, StreamServer) else []
+        cut = {id(f): [tuple(np.shape(f.tensors[n])) for n, _, _ in specs] for f in frames
+               if any(n in f.tensors and tuple(np.shape(f.tensors[n])) != tuple(shape) for n, shape, _ in specs)}
+        for c, keys, ids in self._settle(frames, "out").values():
             o.frames += len(keys)
-            self._reply(c, OwnerDone(o.spec.id, keys))
+            self._reply(c, OwnerDone(o.spec.id, keys, {k: cut[i] for k, i in zip(keys, ids) if i in cut}))
 
     def _failed(self, o: _Owned, err: FrameError) -> None:
         why = RemoteError.of(err.cause)
-        for c, keys in self._settle(err.frames, "failed").values():
+        for c, keys, _ in self._settle(err.frames, "failed").values():
             o.failed += len(keys)
             self._reply(c, OwnerFailed(o.spec.id, keys, why))
 
-    def _settle(self, frames: list[Frame], fate: str) -> dict[int, tuple[_Client, list[int]]]:
-        """The clients' keys of ``frames``, per client; each frame's hold on mapped memory ends."""
-        groups: dict[int, tuple[_Client, list[int]]] = {}
+    def _settle(self, frames: list[Frame], fate: str) -> dict[int, tuple[_Client, list[int], list[int]]]:
+        """The clients' keys of ``frames`` (and the frames' ids), per client; each frame's hold on mapped
+        memory ends."""
+        groups: dict[int, tuple[_Client, list[int], list[int]]] = {}
         for f in frames:
             route = self.routes.pop(id(f), None)
             if route is None:
                 continue
             c, _, key, _ = route
-            groups.setdefault(id(c), (c, []))[1].append(key)
+            g = groups.setdefault(id(c), (c, [], []))
+            g[1].append(key)
+            g[2].append(id(f))
             f.end(fate)
             c.in_flight -= 1
             if c.gone and c.in_flight == 0:
@@ -637,7 +644,12 @@ class OwnerClient(Node):
                 break
             with self.cond:
                 match msg:
-                    case OwnerDone(_, keys):
+                    case OwnerDone(_, keys, shapes):
+                        for k, cut in shapes.items():  # a dynamic output: only its first part is this frame's
+                            f = self.pending.get(k)
+                            for (name, _, _), shape in zip(self.info.outputs, cut):
+                                if f is not None and name in f.tensors:
+                                    f.tensors[name] = f.tensors[name].reshape(-1)[:int(np.prod(shape))].reshape(shape)
                         self.ready.update(keys)
                     case OwnerFailed(_, keys, error):
                         frames = [self.pending.pop(k) for k in keys if k in self.pending]

@@ -285,6 +285,7 @@ class Engine:
         except Exception as e:  # whatever binding or running raised fails this frame
             self._into.pop(id(frame), None)
             raise FrameError(frame, e) from e
+        self._written(self.requests[0], [frame])
         return self._finished([frame])
 
     def pass_through(self, frame: Frame) -> None:
@@ -312,8 +313,27 @@ class Engine:
             except Exception as e:  # noqa: BLE001
                 self.fail_later(FrameError(frames, e))
                 continue
+            self._written(self.requests[slot], frames)
             out += self._finished(frames)
         return out
+
+    def _written(self, req: Any, frames: list[Frame]) -> None:
+        """A frame's results cut to what ``req`` wrote, along an output's dynamic dimensions (RetinaFace's
+        faces: [N, 16] for the N it found): the memory bound is the output's largest shape, and what lies past
+        the request's own shape there is an earlier frame's (its faces found again, a frame later)."""
+        if self.batch != 1:
+            return
+        for i, name in enumerate(self.out_names):
+            if not self._dynamic_dims[i]:
+                continue
+            shape = tuple(req.get_output_tensor(i).shape)
+            arr = frames[0].tensors.get(name)
+            if isinstance(arr, np.ndarray) and arr.shape != shape:
+                n = int(np.prod(shape))
+                if n > arr.size:
+                    raise FrameError(frames, RuntimeError(
+                        f"output '{name}' of shape {list(shape)} is larger than its memory {list(arr.shape)}"))
+                frames[0].tensors[name] = arr.reshape(-1)[:n].reshape(shape)
 
     def drain(self) -> list[Frame]:
         """Every frame in flight, once its request is done."""

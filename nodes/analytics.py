@@ -1,0 +1,344 @@
+"""Zones, lines and the events they raise, over tracked objects (DeepStream's nvdsanalytics, Frigate's zones).
+
+Per stream and frame the ``analytics`` node places each tracked object by one point of its box (its feet by
+default): which zones hold it and since when, which lines it crossed and which way. Rules turn that into
+events that begin and end: a zone holding ``occupancy`` objects or more for ``for`` seconds, an object
+dwelling in a zone ``dwell`` seconds, a line crossed. What it found goes on the frame
+(``frame.meta["analytics"]``), so the JSONL and MQTT sinks after it carry zone counts, line totals and events
+with the frame's detections.
+
+Geometry is in fractions of the picture (0-1, a polygon or line drawn once fits every resolution) unless
+``units: pixels``. A line from A to B is crossed ``in`` when an object goes from its left to its right as seen
+looking from A to B (in image coordinates, y down: for a line drawn left to right, from above it to below), and
+``out`` the other way; an object is on a side only once its point is ``margin`` of its box's height past the
+line, so a box jittering on the line crosses nothing, and each track is counted once a line and direction.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import cv2
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from flowpipe.frame import Detection, Frame
+from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
+from flowpipe.registry import register
+
+log = logging.getLogger("flowpipe.analytics")
+
+Point = tuple[float, float]
+
+
+class Zone(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    polygon: list[Point] = Field(min_length=3, description="corners, in order")
+
+
+class Line(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    points: tuple[Point, Point] = Field(description="A, B: crossing it from its left to its right (looking from A "
+                                                    "to B) is 'in'")
+
+
+class Rule(BaseModel):
+    """One of: ``zone`` + ``occupancy`` (+ ``for``), ``zone`` + ``dwell``, ``line`` (+ ``direction``)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    name: str
+    zone: str | None = None
+    line: str | None = None
+    occupancy: int | None = Field(None, ge=1, description="objects in the zone at once")
+    for_s: float = Field(0.0, alias="for", ge=0, description="occupancy: seconds it must hold before the event "
+                                                             "begins (and be under for before it ends)")
+    dwell: float | None = Field(None, gt=0, description="seconds one object stays in the zone")
+    direction: Literal["in", "out", "any"] = "any"
+    labels: list[str] | None = Field(None, description="objects it counts (default: the node's labels)")
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Rule:
+        kinds = [self.occupancy is not None, self.dwell is not None, self.line is not None]
+        if sum(kinds) != 1:
+            raise ValueError(f"rule '{self.name}': expected one of occupancy, dwell (both with a zone) or line")
+        if (self.occupancy is not None or self.dwell is not None) and self.zone is None:
+            raise ValueError(f"rule '{self.name}': occupancy and dwell need a zone")
+        if self.line is not None and self.zone is not None:
+            raise ValueError(f"rule '{self.name}': a line rule has no zone")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return "occupancy" if self.occupancy is not None else "dwell" if self.dwell is not None else "crossing"
+
+
+@dataclass
+class _Open:
+    """An event that began and has not ended."""
+
+    id: str
+    begun: float
+    frame: int
+    tracks: set[int]
+    below_since: float | None = None  # occupancy: when the count fell under the rule's
+
+
+@dataclass
+class _StreamState:
+    """One stream's analytics: where each track was, the zones it is in since when, what it crossed, the open
+    events, the running totals."""
+
+    last: dict[int, Point] = field(default_factory=dict)  # track -> its point in the last frame it was in
+    side: dict[tuple[str, int], int] = field(default_factory=dict)  # (line, track) -> -1 left, +1 right
+    counted: set[tuple[str, int, str]] = field(default_factory=set)  # (line, track, direction) counted
+    entered: dict[tuple[str, int], float] = field(default_factory=dict)  # (zone, track) -> since (s)
+    seen: dict[int, int] = field(default_factory=dict)  # track -> the last frame it was in
+    totals: dict[str, dict[str, int]] = field(default_factory=dict)  # line -> {"in": n, "out": n}
+    over_since: dict[str, float] = field(default_factory=dict)  # occupancy rule -> since when it holds
+    open: dict[tuple[str, Any], _Open] = field(default_factory=dict)  # (rule, key) -> event
+    seq: int = 0
+
+
+@register("analytics")
+class Analytics(Node):
+    """Zones, lines and rules over a tracker's objects; events on the frame (``meta["analytics"]``).
+
+    YAML:
+        - id: analytics
+          type: analytics
+          config:
+            labels: [person]
+            zones: {door: {polygon: [[0.1, 0.5], [0.4, 0.5], [0.4, 1.0], [0.1, 1.0]]}}
+            lines: {entrance: {points: [[0.5, 0.0], [0.5, 1.0]]}}
+            rules:
+              - {name: crowded, zone: door, occupancy: 3, for: 2.0}
+              - {name: loitering, zone: door, dwell: 30}
+              - {name: came_in, line: entrance, direction: in}
+            snapshots: out/events
+          inputs: {detections: track.detections}
+    """
+
+    inputs = {"detections": "detections"}
+    outputs = {"frame": "detections"}
+
+    class Config(NodeConfig):
+        zones: dict[str, Zone] = Field(default_factory=dict)
+        lines: dict[str, Line] = Field(default_factory=dict)
+        rules: list[Rule] = Field(default_factory=list)
+        labels: list[str] | None = Field(None, description="the labels counted (default: every tracked object)")
+        units: Literal["fraction", "pixels"] = Field("fraction", description="of the zones' and lines' points")
+        anchor: Literal["bottom", "center"] = Field("bottom", description="the point of a box that is placed: "
+                                                                          "its bottom centre (feet) or centre")
+        margin: float = Field(0.1, ge=0, le=1, description="of a box's height: how far past a line its point "
+                                                           "must be to be on that side")
+        forget: int = Field(30, ge=1, description="frames a track not seen keeps its time in a zone (its dwell "
+                                                  "goes on if it comes back in them; the tracker's max_age)")
+        snapshots: str | None = Field(None, description="folder for a JPEG of the frame each event begins on")
+
+        @model_validator(mode="after")
+        def _names(self) -> Analytics.Config:
+            for r in self.rules:
+                if r.zone is not None and r.zone not in self.zones:
+                    raise ValueError(f"rule '{r.name}': no zone '{r.zone}' (zones: {', '.join(self.zones) or 'none'})")
+                if r.line is not None and r.line not in self.lines:
+                    raise ValueError(f"rule '{r.name}': no line '{r.line}' (lines: {', '.join(self.lines) or 'none'})")
+            names = [r.name for r in self.rules]
+            if len(set(names)) != len(names):
+                raise ValueError("rules: each needs its own name")
+            if self.units == "fraction":
+                pts = [p for z in self.zones.values() for p in z.polygon] + [p for ln in self.lines.values()
+                                                                            for p in ln.points]
+                if any(not (-0.5 <= v <= 1.5) for p in pts for v in p):
+                    raise ValueError("zones and lines are in fractions of the picture (0-1); for pixels set "
+                                     "units: pixels")
+            return self
+
+    config: Config
+
+    @classmethod
+    def contract(cls, config: NodeConfig) -> NodeContract:
+        c: Any = config
+        return cls.declare(pixels=frozenset({"BGR"}) if c.snapshots else PIXELS_ALL,
+                           one_worker="analytics keeps each stream's tracks, zones and events in frame order")
+
+    def resources(self) -> list[str]:
+        return [f"writes {self.config.snapshots}/"] if self.config.snapshots else []
+
+    def open(self, ctx: RunContext) -> None:
+        self.streams: dict[str, _StreamState] = {}
+        self.stats = ctx.stats
+        self.stats.update({"events": 0, "crossings": 0})
+        if self.config.snapshots:
+            Path(self.config.snapshots).mkdir(parents=True, exist_ok=True)
+
+    def end_stream(self, stream: str) -> None:
+        self.streams.pop(stream, None)
+
+    def process(self, frame: Frame, port: str) -> Frame:
+        c = self.config
+        st = self.streams.setdefault(frame.stream, _StreamState())
+        scale = (1.0, 1.0) if c.units == "pixels" else (float(frame.width or 1), float(frame.height or 1))
+        objs = [d for d in frame.detections if d.track_id is not None and (c.labels is None or d.label in c.labels)]
+        points = {d.track_id: self._point(d) for d in objs if d.track_id is not None}
+        labels = {d.track_id: d.label for d in objs if d.track_id is not None}
+        t = float(frame.pts)
+        events: list[dict[str, Any]] = []
+        for tid in points:
+            st.seen[tid] = frame.index
+        # zones: who is in, since when; tracks not seen for ``forget`` frames leave
+        zones: dict[str, dict[str, Any]] = {}
+        for name, z in c.zones.items():
+            poly = np.array([(x * scale[0], y * scale[1]) for x, y in z.polygon], np.float32)
+            inside = {tid for tid, p in points.items() if cv2.pointPolygonTest(poly, p, False) >= 0}
+            for tid in inside:
+                st.entered.setdefault((name, tid), t)
+            for key in [k for k in st.entered if k[0] == name and k[1] not in inside]:
+                if key[1] in points or frame.index - st.seen.get(key[1], -10**9) > c.forget:
+                    del st.entered[key]  # seen outside, or gone
+            held = sorted(inside)
+            by_label: dict[str, int] = {}
+            for tid in held:
+                lab = labels.get(tid)
+                if lab is not None:
+                    by_label[lab] = by_label.get(lab, 0) + 1
+            zones[name] = {"count": len(held), "labels": by_label, "tracks": held}
+        # lines: crossings, each track once a line and direction
+        crossed: list[tuple[str, int, str]] = []
+        for name, ln in c.lines.items():
+            a = np.array(ln.points[0]) * scale
+            b = np.array(ln.points[1]) * scale
+            tot = st.totals.setdefault(name, {"in": 0, "out": 0})
+            for d in objs:
+                if d.track_id is None:
+                    continue
+                tid = d.track_id
+                p = np.array(points[tid])
+                side = _side(a, b, p, c.margin * (d.box[3] - d.box[1]))
+                was = st.side.get((name, tid))
+                if side == 0:
+                    continue
+                st.side[(name, tid)] = side
+                if was is None or was == side or not _within(a, b, np.array(st.last.get(tid, points[tid])), p):
+                    continue
+                direction = "in" if side > 0 else "out"
+                if (name, tid, direction) in st.counted:
+                    continue
+                st.counted.add((name, tid, direction))
+                tot[direction] += 1
+                crossed.append((name, tid, direction))
+                self.stats["crossings"] += 1
+        st.last.update(points)
+        for tid in [k for k, f in st.seen.items() if frame.index - f > c.forget]:
+            st.seen.pop(tid)
+            st.last.pop(tid, None)
+            for key in [k for k in st.side if k[1] == tid]:
+                del st.side[key]
+        # rules
+        for r in c.rules:
+            events += self._rule(r, st, frame, t, zones, crossed, labels)
+        if events:
+            self.stats["events"] += sum(e["state"] != "end" for e in events)
+            if c.snapshots and any(e["state"] != "end" for e in events):
+                snap = self._snapshot(frame)
+                for e in events:
+                    if e["state"] != "end" and snap:
+                        e["snapshot"] = snap
+        frame.meta["analytics"] = {"zones": zones, "lines": {k: dict(v) for k, v in st.totals.items()},
+                                   "crossings": [{"line": n, "track": tid, "direction": dr} for n, tid, dr in crossed],
+                                   "events": events}
+        return frame
+
+    def _point(self, d: Detection) -> Point:
+        x1, y1, x2, y2 = d.box
+        return ((x1 + x2) / 2, y2 if self.config.anchor == "bottom" else (y1 + y2) / 2)
+
+    def _rule(self, r: Rule, st: _StreamState, frame: Frame, t: float, zones: dict[str, dict[str, Any]],
+              crossed: list[tuple[str, int, str]], labels: dict[int, str]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        wanted = set(r.labels) if r.labels else None
+        if r.kind == "crossing":
+            for name, tid, direction in crossed:
+                if name == r.line and r.direction in ("any", direction) and (wanted is None or labels[tid] in wanted):
+                    once = self._begin(st, r, frame, t, {tid}, key=("x", tid, direction))
+                    st.open.pop((r.name, ("x", tid, direction)))
+                    out.append(self._record(r, frame, once, "instant", t) | {"direction": direction})
+            return out
+        assert r.zone is not None
+        held = [tid for tid in zones[r.zone]["tracks"] if wanted is None or labels.get(tid) in wanted]
+        if r.kind == "dwell":
+            assert r.dwell is not None
+            for tid in held:
+                since = st.entered[(r.zone, tid)]
+                if t - since >= r.dwell and (r.name, tid) not in st.open:
+                    out.append(self._record(r, frame, self._begin(st, r, frame, since, {tid}, key=tid), "begin", t))
+            staying = {k[1] for k in st.entered if k[0] == r.zone}  # in it, or unseen in it for under forget
+            for key, open_ev in list(st.open.items()):
+                if key[0] == r.name and key[1] not in staying:
+                    del st.open[key]
+                    out.append(self._record(r, frame, open_ev, "end", t))
+            return out
+        assert r.occupancy is not None
+        ev: _Open | None = st.open.get((r.name, None))
+        if len(held) >= r.occupancy:
+            since = st.over_since.setdefault(r.name, t)
+            if ev is None and t - since >= r.for_s:
+                ev = self._begin(st, r, frame, since, set(held), key=None)
+                out.append(self._record(r, frame, ev, "begin", t))
+            elif ev is not None:
+                ev.tracks |= set(held)
+                ev.below_since = None
+        else:
+            st.over_since.pop(r.name, None)
+            if ev is not None:
+                ev.below_since = t if ev.below_since is None else ev.below_since
+                if t - ev.below_since >= r.for_s:
+                    del st.open[(r.name, None)]
+                    out.append(self._record(r, frame, ev, "end", t))
+        return out
+
+    def _begin(self, st: _StreamState, r: Rule, frame: Frame, since: float, tracks: set[int], key: Any) -> _Open:
+        st.seq += 1
+        ev = _Open(f"{frame.stream}-{r.name}-{st.seq}", since, frame.index, set(tracks))
+        st.open[(r.name, key)] = ev
+        return ev
+
+    def _record(self, r: Rule, frame: Frame, ev: _Open, state: str, t: float) -> dict[str, Any]:
+        rec: dict[str, Any] = {"id": ev.id, "rule": r.name, "kind": r.kind, "state": state, "stream": frame.stream,
+                               "tracks": sorted(ev.tracks), "start": round(ev.begun, 4), "frame": frame.index}
+        rec["zone" if r.zone is not None else "line"] = r.zone if r.zone is not None else r.line
+        if state in ("end", "instant"):
+            rec["end"] = round(t, 4)
+        return rec
+
+    def _snapshot(self, frame: Frame) -> str | None:
+        """The frame as a JPEG in ``snapshots`` (its path), where it has BGR pixels."""
+        if frame.data is None or frame.format != "BGR":
+            return None
+        path = Path(self.config.snapshots or ".") / f"{frame.stream}-{frame.index:08d}.jpg"
+        if not path.exists():
+            ok, buf = cv2.imencode(".jpg", frame.image, [cv2.IMWRITE_JPEG_QUALITY, 85])
+            if not ok:
+                log.warning("node '%s': could not encode a snapshot of stream %s frame %d", self.id,
+                            frame.stream, frame.index)
+                return None
+            path.write_bytes(buf.tobytes())
+        return str(path)
+
+
+def _side(a: np.ndarray, b: np.ndarray, p: np.ndarray, margin: float) -> int:
+    """+1 where ``p`` is right of the line A->B by more than ``margin`` pixels (image coordinates: y down), -1
+    left of it, 0 within it."""
+    ab = b - a
+    dist = float(ab[0] * (p[1] - a[1]) - ab[1] * (p[0] - a[0])) / max(float(np.hypot(*ab)), 1e-9)
+    return 1 if dist > margin else -1 if dist < -margin else 0
+
+
+def _within(a: np.ndarray, b: np.ndarray, p0: np.ndarray, p1: np.ndarray) -> bool:
+    """Whether the move from ``p0`` to ``p1`` passes the line between A and B, not beyond its ends (where the
+    object goes round it)."""
+    ab = b - a
+    n2 = float(ab @ ab) or 1e-9
+    u0, u1 = float((p0 - a) @ ab) / n2, float((p1 - a) @ ab) / n2
+    return not ((u0 < 0 and u1 < 0) or (u0 > 1 and u1 > 1))

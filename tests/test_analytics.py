@@ -1,0 +1,155 @@
+"""The analytics node: zones (who is in, counts, dwell), lines (crossings with direction, each track once) and
+the events its rules raise, on tracked objects; what reaches the JSONL record."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from flowpipe.errors import GraphError
+from flowpipe.frame import Detection, Frame
+from flowpipe.graph import load_graph
+from flowpipe.testing import run_node
+
+W, H = 320, 240
+
+
+def _frames(tracks: list[dict[int, tuple[float, float]]], fps: float = 10.0,
+            label: str = "person") -> list[Frame]:
+    """Per frame: track id -> the object's feet (x, y) in pixels; each a 20x40 box standing on them."""
+    out = []
+    for i, objs in enumerate(tracks):
+        f = Frame("cam", i, i / fps, np.zeros((H, W, 3), np.uint8))
+        f.detections = [Detection((x - 10, y - 40, x + 10, y), 0.9, label, track_id=tid) for tid, (x, y) in objs.items()]
+        out.append(f)
+    return out
+
+
+LINE = "lines: {gate: {points: [[0.5, 0.0], [0.5, 1.0]]}}"  # a vertical line: left to right is 'out'
+
+
+def _walk(x0: float, x1: float, n: int, y: float = 150.0) -> list[tuple[float, float]]:
+    return [(x0 + (x1 - x0) * i / (n - 1), y) for i in range(n)]
+
+
+def test_a_line_counts_each_track_once_with_its_direction() -> None:
+    """Track 1 walks left to right across a vertical line drawn top to bottom (its left, looking from A to B,
+    is the picture's right: 'out'), track 2 right to left ('in'), track 3 stands on the line jittering 4 px
+    either way (inside the margin: no side, no crossing), track 4 crosses, comes back and crosses again (one
+    'out', one 'in', each once)."""
+    a, b = _walk(100, 220, 13), _walk(220, 100, 13)
+    jitter = [(160 + (4 if i % 2 else -4), 150.0) for i in range(13)]
+    back = _walk(130, 190, 5) + _walk(190, 130, 4)[1:] + _walk(130, 190, 5)[1:]
+    seq = [{1: a[i], 2: b[i], 3: jitter[i], 4: back[i] if i < len(back) else back[-1]} for i in range(13)]
+    out = run_node(f"type: analytics\nconfig: {{{LINE}}}", _frames(seq), port="detections")
+    per = [f.meta["analytics"] for f in out.frames]
+    crossings = [(c["track"], c["direction"]) for p in per for c in p["crossings"]]
+    assert sorted(crossings) == [(1, "out"), (2, "in"), (4, "in"), (4, "out")]
+    assert per[-1]["lines"] == {"gate": {"in": 2, "out": 2}}
+
+
+def test_a_line_is_not_crossed_round_its_end() -> None:
+    """A line across the left half only: an object walking across its extension (the right half) crosses
+    nothing."""
+    seq = [{1: p} for p in _walk(250, 250, 2)] + [{1: (250.0, y)} for y in (60.0, 100.0, 140.0, 180.0)]
+    out = run_node("type: analytics\nconfig: {lines: {half: {points: [[0.0, 0.5], [0.5, 0.5]]}}}", _frames(seq),
+                   port="detections")
+    assert all(not f.meta["analytics"]["crossings"] for f in out.frames)
+    seq = [{1: (100.0, y)} for y in (60.0, 100.0, 140.0, 180.0)]
+    out = run_node("type: analytics\nconfig: {lines: {half: {points: [[0.0, 0.5], [0.5, 0.5]]}}}", _frames(seq),
+                   port="detections")
+    # drawn left to right: from above it to below is 'in'
+    assert [c["direction"] for f in out.frames for c in f.meta["analytics"]["crossings"]] == ["in"]
+
+
+ZONE = "zones: {door: {polygon: [[0.0, 0.5], [0.5, 0.5], [0.5, 1.0], [0.0, 1.0]]}}"  # the bottom-left quarter
+
+
+def test_a_zone_counts_who_stands_in_it_by_their_feet() -> None:
+    """Two people in the bottom-left quarter (feet in it), one whose head is in it but feet are not, a car
+    in it that the node's labels leave out."""
+    f = Frame("cam", 0, 0.0, np.zeros((H, W, 3), np.uint8))
+    f.detections = [Detection((40, 140, 60, 180), 0.9, "person", track_id=1),
+                    Detection((100, 150, 120, 200), 0.9, "person", track_id=2),
+                    Detection((200, 100, 220, 200), 0.9, "person", track_id=3),  # feet right of the zone
+                    Detection((10, 90, 40, 118), 0.9, "person", track_id=4),  # feet above it
+                    Detection((60, 160, 120, 200), 0.9, "car", track_id=5)]
+    out = run_node(f"type: analytics\nconfig: {{labels: [person], {ZONE}}}", [f], port="detections")
+    z = out.frames[0].meta["analytics"]["zones"]["door"]
+    assert z == {"count": 2, "labels": {"person": 2}, "tracks": [1, 2]}
+
+
+def test_occupancy_begins_after_its_time_and_ends_after_it_is_under_for_as_long() -> None:
+    """Rule: 2 or more in the zone for 1 s (10 frames at 10 fps). Two people stand in it from frame 5 to 29,
+    then one leaves: the event begins at frame 15 (dated from frame 5) and ends at frame 40 (1 s under),
+    with both tracks; one event, not one a frame."""
+    seq = [{1: (50.0, 200.0)} for _ in range(5)] + [{1: (50.0, 200.0), 2: (80.0, 200.0)} for _ in range(25)] \
+        + [{1: (50.0, 200.0)} for _ in range(20)]
+    rules = "rules: [{name: crowd, zone: door, occupancy: 2, for: 1.0}]"
+    out = run_node(f"type: analytics\nconfig: {{{ZONE}, {rules}}}", _frames(seq), port="detections")
+    events = [(f.index, e) for f in out.frames for e in f.meta["analytics"]["events"]]
+    assert [(i, e["state"]) for i, e in events] == [(15, "begin"), (40, "end")]
+    begin, end = events[0][1], events[1][1]
+    assert begin["id"] == end["id"] and begin["start"] == pytest.approx(0.5) and end["end"] == pytest.approx(4.0)
+    assert end["tracks"] == [1, 2] and begin["zone"] == "door" and begin["stream"] == "cam"
+
+
+def test_dwell_is_per_track_and_ends_when_it_leaves(tmp_path: Path) -> None:
+    """Rule: in the zone 2 s. Track 1 stays 3 s then walks out, track 2 passes through in 1 s: one event, for
+    track 1, begun at 2 s after it entered (dated from its entry), ended when it left; the frame it began on is
+    kept as a JPEG, named in the record."""
+    seq = [{1: (50.0, 200.0), 2: (10.0 + 10 * i, 200.0)} for i in range(10)] \
+        + [{1: (50.0, 200.0)} for _ in range(20)] + [{1: (250.0, 200.0)} for _ in range(3)]
+    rules = "rules: [{name: loiter, zone: door, dwell: 2.0}]"
+    snaps = tmp_path / "snaps"
+    out = run_node(f"type: analytics\nconfig: {{{ZONE}, {rules}, snapshots: '{snaps}'}}", _frames(seq),
+                   port="detections")
+    events = [(f.index, e) for f in out.frames for e in f.meta["analytics"]["events"]]
+    assert [(i, e["state"], e["tracks"]) for i, e in events] == [(20, "begin", [1]), (30, "end", [1])]
+    assert events[0][1]["start"] == 0.0 and Path(events[0][1]["snapshot"]).is_file()
+    assert out.result.nodes["node"]["events"] == 1
+
+
+def test_a_crossing_rule_raises_an_instant_event_per_direction_it_names() -> None:
+    seq = [{1: a, 2: b} for a, b in zip(_walk(100, 220, 7), _walk(220, 100, 7))]
+    rules = "rules: [{name: came_in, line: gate, direction: in}]"
+    out = run_node(f"type: analytics\nconfig: {{{LINE}, {rules}}}", _frames(seq), port="detections")
+    events = [e for f in out.frames for e in f.meta["analytics"]["events"]]
+    assert [(e["rule"], e["state"], e["tracks"], e["direction"], e["line"]) for e in events] == [
+        ("came_in", "instant", [2], "in", "gate")]
+
+
+def test_the_jsonl_record_carries_the_analytics(tmp_path: Path) -> None:
+    from flowpipe.testing import run_yaml
+
+    seq = [{1: a} for a in _walk(100, 220, 7)]
+    path = tmp_path / "out.jsonl"
+    res = run_yaml(f"""
+        nodes:
+          - {{id: src, type: list_source, config: {{feed: items}}}}
+          - id: an
+            type: analytics
+            config: {{{LINE}}}
+            inputs: {{detections: src.frame}}
+          - {{id: meta, type: jsonl, config: {{path: '{path}'}}, inputs: {{detections: an}}}}
+        """, feeds={"items": _frames(seq)})
+    assert res.ok, res.error
+    recs = [json.loads(line) for line in path.read_text().splitlines()]
+    assert recs[-1]["analytics"]["lines"] == {"gate": {"in": 0, "out": 1}}
+    assert sum(len(r["analytics"]["crossings"]) for r in recs) == 1
+
+
+@pytest.mark.parametrize(("config", "message"), [
+    ("{rules: [{name: r, zone: nowhere, occupancy: 2}]}", "rule 'r': no zone 'nowhere'"),
+    ("{zones: {z: {polygon: [[0, 0], [1, 0], [1, 1]]}}, rules: [{name: r, zone: z}]}", "expected one of occupancy"),
+    ("{zones: {z: {polygon: [[0, 0], [320, 0], [320, 240]]}}}", "fractions of the picture"),
+    ("{lines: {l: {points: [[0, 0]]}}}", "points"),
+])
+def test_a_bad_analytics_config_names_what_was_expected(config: str, message: str) -> None:
+    text = ("nodes:\n  - {id: src, type: list_source, config: {feed: items}}\n"
+            f"  - id: an\n    type: analytics\n    config: {config}\n    inputs: {{detections: src.frame}}\n")
+    with pytest.raises(GraphError, match=message) as e:
+        load_graph("g.yaml", text=text)
+    assert "an" in str(e.value)
