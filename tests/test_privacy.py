@@ -723,7 +723,9 @@ def test_retinaface_faces_join_the_ones_found_before_and_a_profile_covers_the_ba
 def test_retinaface_from_its_wheel_finds_a_face_in_profile(tmp_path) -> None:
     """The registry's RetinaFace (sha256-checked out of the retinaface wheel, reshaped to the preprocess's
     static size) through preprocess, OpenVINO and retinaface_decode finds scikit-image's cameraman, a face in
-    near profile that the evaluation's truth boxes from his ear to his nose, and nothing on its cat."""
+    near profile that the evaluation's truth boxes from his ear to his nose, and nothing on its cat or on a grey
+    picture. Its output's first dimension is the faces it found: the frame's tensor is what the request wrote
+    (the memory bound to it is 10080 rows, and rows past the found ones held an earlier frame's faces)."""
     import cv2
     from skimage import data
 
@@ -733,6 +735,7 @@ def test_retinaface_from_its_wheel_finds_a_face_in_profile(tmp_path) -> None:
     (tmp_path / "in").mkdir()
     cv2.imwrite(str(tmp_path / "in" / "a.png"), data.camera())
     cv2.imwrite(str(tmp_path / "in" / "b.png"), cv2.cvtColor(data.chelsea(), cv2.COLOR_RGB2BGR))
+    cv2.imwrite(str(tmp_path / "in" / "c.png"), np.full((512, 512, 3), 128, np.uint8))
     res = run_yaml(f"""
 nodes:
   - {{id: src, type: video_source, config: {{uri: "{tmp_path / 'in'}"}}}}
@@ -743,8 +746,9 @@ nodes:
   - {{id: out, type: collect, config: {{into: rf}}, inputs: faces}}
 """)
     assert res.ok, res.error
-    cameraman, cat = collected("rf")
-    assert len(cameraman.detections) == 1 and cat.detections == []
+    cameraman, cat, grey = collected("rf")
+    assert len(cameraman.detections) == 1 and cat.detections == [] and grey.detections == []
+    assert [next(iter(v.shape[0] for k, v in f.tensors.items() if k != "input")) for f in (cameraman, grey)] == [1, 0]
     (face,) = truth()["photos"]["cameraman"]["boxes"]
     mask = grow_box(cameraman.detections[0].box, 0.2, 512, 512)
     assert coverage(tuple(face), [mask]) >= 0.7, (cameraman.detections[0].box, face)
