@@ -435,17 +435,21 @@ def _privacy(results: Path) -> list[str]:
         bad = [f"{x['clip']} ({x['false_per_frame']:.3f} false a frame, {x['longest_false']} in a row)"
                for x in s3["rows"] if x["clip"] in missed]
         L += ["", f"A third look ({s3['date']}, `privacy_eval_edge_exit.json`, the shipped graph alone, one run, no "
-              "timing), after the tracker's exit rule was reworked on the tuning clips' pans (`table_pan`, "
-              "`cameraman_pan`): a face's motion is a straight line fitted over its last 5 updates, a frame's "
-              "(not a running mean of each update's step, which one jittering box could bring under the old "
-              "5%-a-frame bar: `table_pan` left a mask at the edge for 26 frames at `interval=1`), a face that "
+              "timing), after two changes. The tracker's exit rule was reworked on the tuning clips' pans "
+              "(`table_pan`, `cameraman_pan`): a face's motion is a straight line fitted over its last 5 updates, "
+              "a frame's (not a running mean of each update's step, which one jittering box could bring under the "
+              "old 5%-a-frame bar: `table_pan` left a mask at the edge for 26 frames at `interval=1`), a face that "
               "stops at the edge no longer coasts for ever on a motion halving towards nothing, and the camera's "
-              "pan goes on while the faces found whole move with it. The four masking targets hold on "
+              "pan goes on while the faces found whole move with it. And a bug was found on the way: RetinaFace's "
+              "output is [N, 16] for the N faces it found, bound to memory of its largest shape (10080 rows), and "
+              "the rows past N, an earlier frame's faces, were decoded too: a face found again frames after it "
+              "had moved on (the box `bangs_pan` kept at the edge was one of them). The frame's tensor is now what "
+              "the request wrote. The four masking targets hold on "
               f"{m['tuning']['held_on']} of {m['tuning']['clips']} tuning clips and {m['held_out']['held_on']} of "
-              f"{m['held_out']['clips']} held-out ones (not on: {', '.join(bad) or 'none'}). On `bangs_pan` the "
-              "detectors' box of the half-gone head keeps its far side still (RetinaFace boxes the hair), so the "
-              "tracker sees a face that stopped at the edge; on the raccoon RetinaFace alone scores its face "
-              "0.86-0.93. Neither was tuned on: both stay failures of the held-out part."]
+              f"{m['held_out']['clips']} held-out ones (not on: {', '.join(bad) or 'none'}: RetinaFace alone scores "
+              "the raccoon's face 0.86-0.93, and no look rejects it). The raccoon was not tuned on: it stays a "
+              "failure of the held-out part. Every figure above this paragraph with the shipped graph was taken "
+              "with the stale rows in."]
     gpu = results / "privacy_gpu_h100.json"
     if gpu.exists():
         g = json.loads(gpu.read_text())

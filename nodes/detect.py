@@ -435,10 +435,15 @@ class YoloV8Decode(_Decoder):
 
 @register("ssd_decode")
 class SsdDecode(_Decoder):
-    """Decodes SSD-style DetectionOutput [1,1,N,7] rows (image_id, label, conf, x1, y1, x2, y2 normalized)."""
+    """Decodes SSD detections, suppression done in the model, in either of its two usual forms:
+    DetectionOutput rows [1,1,N,7] (image_id, label, conf, x1, y1, x2, y2 normalized: OpenVINO's and Caffe's),
+    or the TensorFlow Object Detection API's four outputs (``detection_boxes`` [1,N,4] as y1, x1, y2, x2
+    normalized, ``detection_scores``, ``detection_classes``, ``num_detections``: its frozen graphs, such as
+    the registry's ``ssd_mobilenet_v2_coco``). ``classes``: the labels kept (a people counter needs no ties)."""
 
     class Config(_DecoderConfig):
         output: str | None = None
+        classes: list[str] | None = Field(None, description="labels kept (default: all)")
 
     config: Config
 
@@ -446,14 +451,25 @@ class SsdDecode(_Decoder):
         if frame.skipped:  # the detector's interval passed over it: nothing was sought
             return frame
         c = self.config
-        out = _output(frame, c.output, 0)
-        if out.shape[-1] != 7:
-            raise ValueError(f"expected SSD output [1,1,N,7], got {list(out.shape)}")
-        rows = out.reshape(-1, 7)
-        rows = rows[(rows[:, 0] >= 0) & (rows[:, 2] >= c.score_threshold)][: c.max_detections]
+        tf = {k.split(":")[0].rsplit("/", 1)[-1]: v for k, v in frame.tensors.items() if k != "input"}
+        if {"detection_boxes", "detection_scores", "detection_classes"} <= tf.keys():
+            n = int(np.asarray(tf["num_detections"]).reshape(-1)[0]) if "num_detections" in tf else None
+            yx = np.asarray(tf["detection_boxes"], np.float32).reshape(-1, 4)[:n]
+            rows = np.column_stack([np.zeros(len(yx), np.float32),
+                                    np.asarray(tf["detection_classes"], np.float32).reshape(-1)[:n],
+                                    np.asarray(tf["detection_scores"], np.float32).reshape(-1)[:n],
+                                    yx[:, [1, 0, 3, 2]]])
+        else:
+            out = _output(frame, c.output, 0)
+            if out.shape[-1] != 7:
+                raise ValueError("expected SSD output [1,1,N,7] or detection_boxes, detection_scores and "
+                                 f"detection_classes, got {[list(np.shape(v)) for v in tf.values()]}")
+            rows = out.reshape(-1, 7)
+        rows = rows[(rows[:, 0] >= 0) & (rows[:, 2] >= c.score_threshold)]
         tw, th = frame.layout.tensor if frame.layout is not None else (1, 1)
         boxes = rows[:, 3:7] * np.array([tw, th, tw, th], np.float32)
-        frame.detections = _detections(frame, boxes, rows[:, 2], rows[:, 1].astype(np.int64), c.labels)
+        found = _detections(frame, boxes, rows[:, 2], rows[:, 1].astype(np.int64), c.labels)
+        frame.detections = [d for d in found if c.classes is None or d.label in c.classes][: c.max_detections]
         return frame
 
 
