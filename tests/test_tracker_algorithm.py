@@ -253,6 +253,19 @@ def test_motions_are_a_frame_s_where_the_detector_runs_every_few_frames() -> Non
     assert right == pytest.approx([18.0])  # then under a third of it is in
 
 
+def test_a_detection_continues_only_a_track_of_its_label() -> None:
+    """A bicycle tracked for two frames; then a person is found where it was (its rider, the bicycle missed):
+    the person starts a track of its own instead of taking the bicycle's id; the bicycle found again goes on
+    with its own."""
+    t = tracker()
+    bike = (100.0, 100.0, 160.0, 160.0)
+    for _ in range(2):
+        assert t.update(np.array([bike]), np.array([0.9]), labels=[("bicycle", 2)]).ids.tolist() == [1]
+    assert t.update(np.array([bike]), np.array([0.9]), labels=[("person", 1)]).ids.tolist() == [2]
+    both = t.update(np.array([bike, bike]), np.array([0.9, 0.9]), labels=[("person", 1), ("bicycle", 2)])
+    assert both.ids.tolist() == [2, 1]
+
+
 @pytest.mark.parametrize(("smooth", "boxes"), [
     (0.5, [(102, 102, 138, 138), (103, 103, 137, 137), (100, 100, 140, 140)]),
     (0.0, [(102, 102, 138, 138), (104, 104, 136, 136), (100, 100, 140, 140)]),

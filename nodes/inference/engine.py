@@ -154,7 +154,7 @@ class Engine:
         outputs = self.compiled.outputs
         shapes = [tuple(o.get_partial_shape().get_max_shape()) for o in outputs]
         self.out_pools = [BufferPool(int(np.prod(sh)) * o.get_element_type().size, n) for sh, o in zip(shapes, outputs)]
-        self.out_names = [o.get_any_name() for o in outputs]
+        self.out_names = [_output_name(o) for o in outputs]
         self.out_specs = [(sh, o.get_element_type().to_dtype()) for sh, o in zip(shapes, outputs)]
         self._dynamic_dims = [[i for i, d in enumerate(o.get_partial_shape()) if d.is_dynamic] for o in outputs]
 
@@ -423,3 +423,10 @@ def _noop(_userdata: Any) -> None:
 
 def _expand(p: str | None) -> str | None:
     return str(Path(p).expanduser()) if p else None
+
+
+def _output_name(output: Any) -> str:
+    """The name a result goes under in ``frame.tensors``: of an output's names, the longest without a scope
+    ('/'): a frozen graph's own alias (``detection_boxes:0``) rather than the op that made it (``add:0``);
+    the only one, for most models."""
+    return min(output.get_names() or {output.get_any_name()}, key=lambda n: ("/" in n, -len(n), n))

@@ -163,7 +163,7 @@ class TrackerCore:
         out = TrackUpdate(np.full(n, -1, np.int64), boxes.copy(), np.zeros(n, bool), np.ones(n, bool))
         old = len(self.tracks)  # tracks that existed before this frame
         pred = np.array([t.box + t.velocity for t in self.tracks]).reshape(-1, 4)
-        assign = self._associate(pred, boxes, judged)
+        assign = self._associate(pred, boxes, judged, [lab for lab, _ in labels] if labels is not None else None)
         matched = set(assign.values())
         camera = self._camera(assign, boxes, picture) if s.camera_motion and old else None
         if camera is not None:
@@ -220,9 +220,11 @@ class TrackerCore:
         sure &= ~rejected
         return _Judged(sure, sure | passed, rejected)
 
-    def _associate(self, pred: np.ndarray, boxes: np.ndarray, judged: _Judged) -> dict[int, int]:
+    def _associate(self, pred: np.ndarray, boxes: np.ndarray, judged: _Judged,
+                   labels: list[str] | None) -> dict[int, int]:
         """Detection -> track: the high ones by ``iou_threshold`` first, then the candidates by
-        ``candidate_iou`` with the tracks left that had a high one in the last ``hold`` frames."""
+        ``candidate_iou`` with the tracks left that had a high one in the last ``hold`` frames; a detection
+        continues only a track of its own label (a person does not take over the bicycle under them)."""
         s = self.settings
         assign: dict[int, int] = {}
         matched: set[int] = set()
@@ -231,7 +233,10 @@ class TrackerCore:
         for group, thr in ((high, s.iou_threshold), (low, s.candidate_iou)):
             free_t = [i for i in range(len(pred)) if i not in matched
                       and (group is high or self.tracks[i].since_high < s.hold)]
-            for ti, di in greedy(iou_matrix(pred[free_t], boxes[group]), thr):
+            iou = iou_matrix(pred[free_t], boxes[group])
+            if labels is not None:
+                iou *= np.array([[self.tracks[t].label == labels[d] for d in group] for t in free_t]).reshape(iou.shape)
+            for ti, di in greedy(iou, thr):
                 assign[int(group[di])] = free_t[ti]
                 matched.add(free_t[ti])
         return assign
