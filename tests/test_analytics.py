@@ -207,3 +207,20 @@ def test_people_count_on_the_street_clip_counts_each_crossing_once(tmp_path: Pat
     assert [e["rule"] for e in events] == ["crossing", "crossing"]
     assert all(Path(e["snapshot"]).is_file() for e in events)
     assert recs[-1]["analytics"]["lines"] == {"line": {"in": 0, "out": 2}}
+
+
+def test_the_crossing_score_counts_found_missed_false_and_twice() -> None:
+    """bus_pan's truth: two crossings 'in' in frames 12-38 and 34-60, optional people in 0-20 and 90-119. One
+    report in each window is two found; a third in the second window is 'twice'; one at frame 70 is false; one
+    at 100 falls on an optional person; a crossing the other way is false."""
+    from flowpipe.eval.crossings import score
+
+    got = score("bus_pan", [{"frame": 25, "direction": "in"}, {"frame": 47, "direction": "in"}]).row()
+    assert (got["found"], got["missed"], got["false"], got["twice"]) == (2, [], 0, 0)
+    got = score("bus_pan", [{"frame": 25, "direction": "in"}, {"frame": 47, "direction": "in"},
+                            {"frame": 50, "direction": "in"}, {"frame": 70, "direction": "in"},
+                            {"frame": 100, "direction": "in"}, {"frame": 30, "direction": "out"}]).row()
+    assert (got["found"], got["false"], got["twice"]) == (2, 2, 1)
+    assert [f["frame"] for f in got["false_at"]] == [30, 70]
+    got = score("bus_pan", [{"frame": 36, "direction": "in"}]).row()  # in both windows: the first takes it
+    assert got["found"] == 1 and len(got["missed"]) == 1
