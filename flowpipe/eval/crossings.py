@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-
 from ..sample import sample_path
 from .clips import Clip, _dark, _move, _photo, _video
 
