@@ -20,13 +20,14 @@ from typing import Any, Literal
 
 import cv2
 import numpy as np
-from pydantic import Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from flowpipe import memory
 from flowpipe.accel import Devices
 from flowpipe.accel.host import usable_cores
 from flowpipe.contracts import Offer
 from flowpipe.frame import Frame, FrameRef
+from flowpipe.media.clips import ClipKeeper
 from flowpipe.media.decode import Demuxer
 from flowpipe.media.encode import Recorder, available
 from flowpipe.memory import BufferPool
@@ -493,6 +494,18 @@ def is_live(uri: str) -> bool:
     return bool(_NET.match(uri)) or _is_camera(uri)
 
 
+class EventClips(BaseModel):
+    """Where an event's clip goes and how much of the stream around it (DeepStream's Smart Record)."""
+
+    model_config = ConfigDict(extra="forbid")
+    path: str = Field(description="folder; clips are STREAM-FRAME.mp4 (the frame their first event began on)")
+    pre_s: float = Field(5.0, ge=0, le=60, description="seconds before the event (from the keyframe before)")
+    post_s: float = Field(5.0, ge=0, le=600, description="seconds after it ends")
+    keep_s: float | None = Field(None, gt=0, description="clips older than this are deleted")
+    keep_mb: float | None = Field(None, gt=0, description="a stream's clips beyond this many MB are deleted, "
+                                                           "oldest first")
+
+
 @register("video_writer")
 class VideoWriter(Node):
     """Writes each stream to a video file: H.264 in fragmented MP4 by default (browsers play it; a crash
@@ -534,6 +547,9 @@ class VideoWriter(Node):
             "(a record after the writer never names a frame a crash could still lose; up to gop_seconds later, "
             "the frame's memory given back meanwhile); encoded: as soon as the encoder has it "
             "(recording.in_file false)")
+        clips: EventClips | None = Field(None, description="event clips: for each event an analytics node "
+                                         "upstream raises, a clip of the recording's own packets (no encoding "
+                                         "again) from pre_s before it to post_s after, named in the event")
         min_free_mb: float = Field(64.0, ge=0, description="a stream whose file cannot be written for lack of "
                                    "space (the disk, a quota) pauses its recording, its frames going on saying "
                                    "so, and resumes in a new file (NAME.resume1.mp4, ...) once this much is free")
@@ -566,6 +582,7 @@ class VideoWriter(Node):
         self.paths: dict[str, str] = {}
         self.stats = ctx.stats
         self.written: dict[str, int] = {}
+        self.clip_paths: set[str] = set()  # event clips begun
         self.threads = max(1, usable_cores() // max(ctx.streams, 1))  # encoder threads: the stream's share of cores
         self.holding = self.declared.holds_frames  # each frame waits here until its fragment is in the file
         self.held: dict[str, deque[Frame]] = {}  # per stream, in order
@@ -617,6 +634,8 @@ class VideoWriter(Node):
             where = {"file": file, "frame": index}
         self.written[frame.stream] += 1
         frame.meta["recording"] = where
+        if not isinstance(w, cv2.VideoWriter) and w.tap is not None:
+            self._clips(w.tap, frame)
         if not self.holding:
             where["in_file"] = False  # the record says its frame may not be in the file yet
             return frame
@@ -632,6 +651,23 @@ class VideoWriter(Node):
         out = self._written(frame.stream)
         self._arm()
         return out
+
+    def _clips(self, keeper: ClipKeeper, frame: Frame) -> None:
+        """The events an analytics node raised on this frame: each begins, extends or ends the stream's clip,
+        and names it (``clip``)."""
+        n = self.written[frame.stream] - 1  # the stream's frame count, as the keeper counts packets
+        for e in frame.meta.get("analytics", {}).get("events", []):
+            if e["state"] == "begin":
+                clip = keeper.start(e["id"], n)
+            elif e["state"] == "instant":
+                clip = keeper.start(e["id"], n, until=n)
+            else:
+                clip = keeper.stop(e["id"], n)
+            if clip is not None:
+                e["clip"] = clip
+                with self._lock:
+                    self.clip_paths.add(clip)
+                    self.stats["event_clips"] = len(self.clip_paths)
 
     def _out_of_space(self, frame: Frame, w: Recorder, err: OSError) -> list[Frame]:
         """The stream's file cannot take more (a full disk, a quota): the file is let go as it is (playable
@@ -748,6 +784,9 @@ class VideoWriter(Node):
             else:
                 w = Recorder(path, self._fps(frame), size, c.codec, c.encoder, c.crf, c.bitrate, c.preset,
                              c.gop_seconds, c.fragmented, c.segment_seconds, self.threads)
+                if c.clips is not None:
+                    k = c.clips
+                    w.tap = ClipKeeper(frame.stream, k.path, self._fps(frame), k.pre_s, k.post_s, k.keep_s, k.keep_mb)
             self.sizes[frame.stream] = size
             self.written[frame.stream] = 0
             self.paths[frame.stream] = path

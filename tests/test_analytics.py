@@ -194,7 +194,7 @@ def test_people_count_on_the_street_clip_counts_each_crossing_once(tmp_path: Pat
     out = tmp_path / "pc"
     spec = load_graph(str(Path(__file__).resolve().parent.parent / "graphs" / "people_count.yaml"),
                       {"output": str(out / "pc.mp4"), "metadata": str(out / "pc.jsonl"), "events": str(out / "ev"),
-                       "device": "CPU"})
+                       "clips": str(out / "clips"), "device": "CPU"})
     res = Runner(spec).run()
     assert res.ok, res.error
     assert res.frames == {"in": 250, "out": 250, "dropped": 0, "failed": 0}
@@ -207,6 +207,11 @@ def test_people_count_on_the_street_clip_counts_each_crossing_once(tmp_path: Pat
     assert [e["rule"] for e in events] == ["crossing", "crossing"]
     assert all(Path(e["snapshot"]).is_file() for e in events)
     assert recs[-1]["analytics"]["lines"] == {"line": {"in": 0, "out": 2}}
+    # each crossing's clip: 3 s before (from the recording's keyframe before that) to 3 s after, or the end
+    keys = _keyframes(str(out / "pc.mp4"))
+    starts = [max([k for k in keys if k <= f - 75] or [0]) for f, _ in crossed]
+    assert [len(_clip_frames(e["clip"])) for e in events] == [min(f + 75, 249) - s + 1
+                                                             for (f, _), s in zip(crossed, starts)]
 
 
 def test_the_crossing_score_counts_found_missed_false_and_twice() -> None:
@@ -224,3 +229,75 @@ def test_the_crossing_score_counts_found_missed_false_and_twice() -> None:
     assert [f["frame"] for f in got["false_at"]] == [30, 70]
     got = score("bus_pan", [{"frame": 36, "direction": "in"}]).row()  # in both windows: the first takes it
     assert got["found"] == 1 and len(got["missed"]) == 1
+
+
+def _clip_frames(path: str) -> list[int]:
+    """The recording's frames a clip holds, by their grey level (frame i is painted i * 2)."""
+    import av
+
+    with av.open(path) as c:
+        return [round(float(f.to_ndarray(format="gray").mean()) / 2) for f in c.decode(video=0)]
+
+
+def _keyframes(path: str) -> list[int]:
+    import av
+
+    with av.open(path) as c:
+        return [i for i, p in enumerate(c.demux(video=0)) if p.size and p.is_keyframe]
+
+
+def test_event_clips_run_from_the_keyframe_before_the_pre_roll_to_the_post_roll(tmp_path: Path) -> None:
+    """One person crosses the line at about frame 40 of 100 (30 fps, a keyframe every 15 frames): the crossing's
+    clip holds the recording's own packets from the last keyframe at or before 15 frames earlier (frame 15) to
+    15 frames after (frame 55 or so), plays, and is named in the event; a second crossing 10 frames later joins
+    the clip still open and extends it. With ``keep_mb`` under one clip's size, only the newest is kept."""
+    from flowpipe.testing import run_yaml
+
+    walk = _walk(20, 300, 100)
+    seq = [{1: walk[i], **({2: (300 - 2.8 * (i - 10), 150.0)} if i >= 10 else {})} for i in range(100)]
+    frames = _frames(seq, fps=30.0)
+    for f in frames:  # something to encode: a picture that changes, frame i grey level i * 2
+        f.data[:] = f.index * 2
+    clips = tmp_path / "clips"
+    res = run_yaml(f"""
+        nodes:
+          - {{id: src, type: list_source, config: {{feed: items}}}}
+          - id: an
+            type: analytics
+            config: {{{LINE}, rules: [{{name: x, line: gate}}]}}
+            inputs: {{detections: src.frame}}
+          - id: write
+            type: video_writer
+            config: {{path: '{tmp_path / "rec.mp4"}', fps: 30, gop_seconds: 0.5,
+                      clips: {{path: '{clips}', pre_s: 0.5, post_s: 0.5}}}}
+            inputs: {{frame: an.frame}}
+          - {{id: meta, type: jsonl, config: {{path: '{tmp_path / "m.jsonl"}'}}, inputs: {{detections: write.frame}}}}
+        """, feeds={"items": frames})
+    assert res.ok, res.error
+    recs = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
+    events = [(r["frame"], e) for r in recs for e in r["analytics"]["events"]]
+    assert len(events) == 2 and events[1][0] - events[0][0] < 15, events
+    (first, e1), (second, e2) = events
+    assert e1["clip"] == e2["clip"]  # the second joined the clip still open
+    held = _clip_frames(e1["clip"])
+    start = max(k for k in _keyframes(str(tmp_path / "rec.mp4")) if k <= first - 15)  # the keyframe before
+    assert len(held) == second + 15 - start + 1 and abs(held[0] - start) <= 1 and abs(held[-1] - second - 15) <= 1, \
+        (start, held)
+    assert sorted(p.name for p in clips.iterdir()) == [f"cam-{first:08d}.mp4"]
+    assert res.nodes["write"]["event_clips"] == 1
+
+
+def test_old_event_clips_go_by_size(tmp_path: Path) -> None:
+    """Three events far apart make three clips; with ``keep_mb`` under one clip's size only the newest stays."""
+    from flowpipe.media.clips import ClipKeeper
+    from flowpipe.media.encode import Recorder
+
+    rec = Recorder(str(tmp_path / "rec.mp4"), 30.0, (64, 48), gop_seconds=0.2)
+    keeper = rec.tap = ClipKeeper("cam", tmp_path / "clips", 30.0, pre_s=0.1, post_s=0.1, keep_mb=0.000001)
+    for i in range(60):
+        rec.write(np.full((48, 64, 3), i * 4, np.uint8))
+        if i in (10, 30, 50):
+            keeper.start(f"e{i}", i, until=i)
+    rec.close()
+    assert len(keeper.written) == 3
+    assert [p.name for p in (tmp_path / "clips").glob("cam-*.mp4")] == ["cam-00000050.mp4"]

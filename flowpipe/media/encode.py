@@ -55,6 +55,7 @@ class Recorder:
         self._in_file = 0  # frames at the start of the open file that are in it for good (fragments written)
         self._sized = ""  # after a size change: the files' name says the size
         self._abandoned: dict[str, int] = {}  # files let go after a failed write: frames in each for good
+        self.tap: Any = None  # a ``ClipKeeper`` (media/clips.py): every packet, before the muxer takes it
         import av
 
         self._frame = av.VideoFrame.from_ndarray  # looked up once, not per picture
@@ -114,6 +115,8 @@ class Recorder:
             self._container, self._stream, self.used, self._n = container, stream, name, 0
             self._muxed = self._in_file = 0
             self.files.append(str(path))
+            if self.tap is not None:
+                self.tap.opened(stream)
             return
         raise RuntimeError(f"no encoder for {self.codec} opens here: {'; '.join(failures)}")
 
@@ -155,6 +158,8 @@ class Recorder:
         packet (``frag_keyframe``) and flushes it to the file (``flush_packets``): the frames before it are
         in the file for good, whatever happens to this process next."""
         flushes = packet.is_keyframe and self.fragmented and self._muxed
+        if self.tap is not None:  # an event clip's copy: the muxer takes the packet's data
+            self.tap.packet(packet, self.frames)
         self._container.mux(packet)  # a full disk raises here (OSError, ENOSPC): the fragment is not in it
         if flushes:
             self._in_file = self._muxed
@@ -171,6 +176,8 @@ class Recorder:
 
     def close(self) -> None:
         self._close_file()
+        if self.tap is not None:
+            self.tap.close()
 
     def abandon(self) -> None:
         """After a write failed (a full disk): the open file is let go without writing to it again (what is
