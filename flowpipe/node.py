@@ -128,6 +128,16 @@ class PictureSource(Protocol):
         """The stream's newest picture, encoded (JPEG), or None before the first."""
 
 
+@runtime_checkable
+class LiveVideoSource(Protocol):
+    """A node that keeps a live view of each stream someone watches (the console's live video): what a running
+    graph's ``live.video(stream, seq)`` answers with."""
+
+    def live_since(self, stream: str, seq: int) -> tuple[bytes | None, list[tuple[int, bytes]]]:
+        """The stream's live fragmented MP4: its initialization segment (None before the first picture) and
+        its fragments after ``seq`` (the newest alone for seq < 0); asking keeps the view being made."""
+
+
 class NodeConfig(BaseModel):
     """Base for node config schemas: unknown keys are errors."""
 

@@ -13,6 +13,7 @@ import cv2
 from pydantic import Field
 
 from flowpipe.frame import Frame
+from flowpipe.media.live import LiveEncoder
 from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
 from flowpipe.registry import register
 
@@ -167,8 +168,10 @@ class MjpegPreview(Node):
 @register("preview")
 class Preview(Node):
     """Keeps each stream's newest picture as a JPEG for ``flowpipe serve``'s console: encoded at most
-    ``max_fps`` times a second for streams someone asked for in the last seconds (one picture otherwise).
-    Never fails a frame: a picture that cannot be encoded is skipped."""
+    ``max_fps`` times a second for streams someone asked for in the last seconds (one picture otherwise);
+    and, for a stream someone watches live, its live view (H.264 in fragmented MP4, ``media/live.py``) at up
+    to ``live_fps``, made only while watched (none 10 s after the last viewer asked). Never fails a frame: a
+    picture that cannot be encoded is skipped."""
 
     inputs = {"frame": "frame"}
 
@@ -181,6 +184,7 @@ class Preview(Node):
         max_fps: float = Field(5.0, gt=0, le=60)
         width: int = Field(640, ge=16, le=4096, description="pictures wider than this are scaled down")
         quality: int = Field(75, ge=10, le=100)
+        live_fps: float = Field(30.0, gt=0, le=60, description="the live view's rate at most")
 
     config: Config
 
@@ -188,6 +192,34 @@ class Preview(Node):
         self.latest = _Latest()
         self._last: dict[str, float] = {}
         self._asked: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self.live: dict[str, LiveEncoder] = {}  # streams watched live
+        self._watched: dict[str, float] = {}
+        self._live_last: dict[str, float] = {}
+
+    def live_since(self, stream: str, seq: int) -> tuple[bytes | None, list[tuple[int, bytes]]]:
+        """The stream's live view after fragment ``seq``: a ``LiveVideoSource`` (asking keeps it made)."""
+        with self._lock:
+            self._watched[stream] = time.monotonic()
+            enc = self.live.get(stream)
+            if enc is None:
+                enc = self.live[stream] = LiveEncoder(self.config.width)
+        return enc.since(seq)
+
+    def _live(self, frame: Frame, now: float) -> None:
+        with self._lock:
+            enc = self.live.get(frame.stream)
+            if enc is not None and now - self._watched.get(frame.stream, -1e9) > 10.0:  # nobody watches
+                del self.live[frame.stream]
+                enc.close()
+                return
+        if enc is None or now - self._live_last.get(frame.stream, -1e9) < 1.0 / self.config.live_fps:
+            return
+        self._live_last[frame.stream] = now
+        try:
+            enc.add(frame.bgr(), now)
+        except Exception as e:  # noqa: BLE001 - a live view never fails the frame it looks at
+            log.debug("live view of %s skipped a picture: %s", frame.stream, e)
 
     def newest_picture(self, stream: str) -> bytes | None:
         """The stream's newest picture (and more of them for a while): a ``PictureSource``."""
@@ -198,6 +230,7 @@ class Preview(Node):
 
     def process(self, frame: Frame, port: str) -> None:
         now = time.monotonic()
+        self._live(frame, now)
         if now - self._last.get(frame.stream, 0.0) < 1.0 / self.config.max_fps:
             return
         if now - self._asked.get(frame.stream, -1e9) > 5.0 and frame.stream in self.latest.jpeg:
@@ -218,5 +251,15 @@ class Preview(Node):
     def end_stream(self, stream: str) -> None:
         self._last.pop(stream, None)
         self._asked.pop(stream, None)
+        with self._lock:
+            enc = self.live.pop(stream, None)
+        if enc is not None:
+            enc.close()
         with self.latest.cond:
             self.latest.jpeg.pop(stream, None)
+
+    def close(self) -> None:
+        with self._lock:
+            live, self.live = list(self.live.values()), {}
+        for enc in live:
+            enc.close()

@@ -1,5 +1,6 @@
 """The web console of ``flowpipe serve`` in headless Chromium, for real: a click starts a graph, a form adds a
-camera, its row shows frames moving and its picture arrives, a click removes it and another stops the graph.
+camera, its row shows frames moving, its picture arrives and it plays live (fragmented MP4), a click removes it
+and another stops the graph.
 A screenshot is kept in tests/artifacts/console.png."""
 from __future__ import annotations
 
@@ -62,6 +63,12 @@ def test_console_starts_a_graph_adds_and_removes_a_camera(tmp_path) -> None:
             page.click("#streams tbody tr[data-stream=door]")
             page.wait_for_function("document.getElementById('preview').dataset.stream === 'door' && "
                                    "document.getElementById('preview').naturalWidth > 0")
+            # and it plays live: H.264 in fragmented MP4 through Media Source Extensions, its clock moving
+            page.wait_for_function("(() => { const v = document.getElementById('live'); return !v.hidden && "
+                                   "v.dataset.stream === 'door' && v.videoWidth === 640 && v.currentTime > 1.0; })()",
+                                   timeout=20_000)
+            played = page.evaluate("document.getElementById('live').currentTime")
+            page.wait_for_function(f"document.getElementById('live').currentTime > {played} + 0.5")
             ARTIFACTS.mkdir(exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / "console.png"), full_page=True)
             page.click("#streams tbody tr[data-stream=door] button")

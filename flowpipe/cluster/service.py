@@ -221,6 +221,10 @@ class ClusterStreams:
     def picture(self, stream: str) -> bytes | None:
         return None if self.closed else self._ask("picture", stream)  # type: ignore[no-any-return]
 
+    def video(self, stream: str, seq: int) -> tuple[bytes | None, list[tuple[int, bytes]]] | None:
+        """No live view from a cluster's hosts yet (the console shows their pictures)."""
+        return None
+
 
 class ClusterInstance:
     """A run on the cluster as an executor (``flowpipe.runtime.executor``): ``run()`` waits for its result,

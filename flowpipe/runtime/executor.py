@@ -37,6 +37,9 @@ class LiveControl(Protocol):
     def picture(self, stream: str) -> bytes | None:
         """The stream's newest picture, where the graph keeps them."""
 
+    def video(self, stream: str, seq: int) -> tuple[bytes | None, list[tuple[int, bytes]]] | None:
+        """The stream's live view (fragmented MP4) after fragment ``seq``, where the graph makes one."""
+
 
 class Executor(Protocol):
     """A graph being run: ``run()`` blocks until it ends; the other calls come from other threads (a

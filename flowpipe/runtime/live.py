@@ -26,7 +26,7 @@ from pydantic import ValidationError
 
 from ..errors import NodeError
 from ..graph import GraphSpec, NodeSpec
-from ..node import Node, PictureSource, Source
+from ..node import LiveVideoSource, Node, PictureSource, Source
 from .stats import NodeStats
 
 log = logging.getLogger("flowpipe.runtime")
@@ -244,6 +244,11 @@ class LiveStreams:
         """The stream's newest picture, where the graph keeps them (``flowpipe serve``'s preview node)."""
         keeper = next((n for n in list(self.runner.nodes.values()) if isinstance(n, PictureSource)), None)
         return keeper.newest_picture(stream) if keeper is not None else None
+
+    def video(self, stream: str, seq: int) -> tuple[bytes | None, list[tuple[int, bytes]]] | None:
+        """The stream's live view after fragment ``seq`` (``flowpipe serve``'s preview node makes it)."""
+        keeper = next((n for n in list(self.runner.nodes.values()) if isinstance(n, LiveVideoSource)), None)
+        return keeper.live_since(stream, seq) if keeper is not None else None
 
     def threads_alive(self) -> bool:
         return any(not rec.done.is_set() for rec in list(self.added.values()))

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import hmac
 import re
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -153,4 +155,39 @@ def _routes(instances: Instances) -> APIRouter:
             raise RequestError(f"no picture of stream {sid!r} yet", 404)
         return Response(jpeg, media_type="image/jpeg", headers={"Cache-Control": "no-store"})
 
+    @api.get("/pipelines/{iid}/streams/{sid}/live.mp4", summary="the stream live: H.264 in fragmented MP4",
+             response_class=StreamingResponse, responses={200: {"content": {"video/mp4": {}}}})
+    def live(iid: str, sid: str) -> StreamingResponse:
+        inst = instances.get(iid)
+        if not re.match(NAME, sid):
+            raise RequestError(f"no stream {sid!r}", 404)
+        if inst.runner.live.video(sid, -1) is None:
+            raise RequestError("this graph makes no live view (it has no preview node)", 404)
+        return StreamingResponse(_live_chunks(inst, sid), media_type="video/mp4",
+                                 headers={"Cache-Control": "no-store"})
+
     return api
+
+
+def _live_chunks(inst: Any, sid: str, stall_s: float = 10.0) -> Iterator[bytes]:
+    """A viewer's live MP4: the initialization segment, the newest fragment (each begins with a keyframe),
+    then each new one as it comes; it ends with the instance, or after ``stall_s`` without a fragment."""
+    seq, sent_init, last = -1, False, time.monotonic()
+    while inst.result is None and not inst.stopping:
+        got = inst.runner.live.video(sid, seq)
+        if got is None:
+            return
+        init, frags = got
+        if init is not None and frags and not sent_init:
+            yield init
+            sent_init = True
+        if sent_init and frags:
+            for s, data in frags:
+                yield data
+                seq = s
+            last = time.monotonic()
+        elif time.monotonic() - last > stall_s:
+            return
+        else:
+            time.sleep(0.05)
+
