@@ -138,6 +138,31 @@ class LiveVideoSource(Protocol):
         its fragments after ``seq`` (the newest alone for seq < 0); asking keeps the view being made."""
 
 
+@runtime_checkable
+class EventSource(Protocol):
+    """A node that raises events (an analytics node): what a running graph's ``live.events()`` answers with."""
+
+    def recent_events(self) -> list[dict[str, Any]]:
+        """Its newest events' records (begin, end, instant), oldest first, each as it stands now (a clip a
+        writer after it named is in it)."""
+
+
+def setting(config: Any, key: str) -> Any:
+    """A config's field ``key`` (``a.b``: field b of field a; None where a is None)."""
+    for part in key.split("."):
+        if config is None:
+            return None
+        config = getattr(config, part, None)
+    return config
+
+
+def set_setting(config: Any, key: str, value: Any) -> None:
+    *path, last = key.split(".")
+    for part in path:
+        config = getattr(config, part)
+    setattr(config, last, value)
+
+
 class NodeConfig(BaseModel):
     """Base for node config schemas: unknown keys are errors."""
 
@@ -173,8 +198,10 @@ class NodeContract:
     instance serves every stream of a run (over several processes it runs once, in the device owner).
     ``live``: a source whose frames come in real time (a camera, a network stream): what it sends while
     nobody reads it is gone. ``files``: config fields that name what it writes, by kind: ``records`` (JSON
-    Lines, one record per frame), ``video`` (recordings), ``model_cache`` (a folder of compiled models, where
-    a host may set its own): a service confines them to its output folder, a cluster reads records back.
+    Lines, one record per frame), ``video`` (recordings), ``folder`` (a folder of files it writes: event
+    snapshots, event clips), ``model_cache`` (a folder of compiled models, where a host may set its own): a
+    service confines them to its output folder, a cluster reads records back. A field inside another is named
+    with a dot (``clips.path``): ``setting``/``set_setting`` reach it.
     ``final_picture``: what it gets on its ``frame`` input is the graph's finished picture (a recording, a
     preview), which a console shows too. ``owner_side``: over several processes, where the device owner
     serves the one node it feeds, it may run in the owner ahead of that node, its frames crossing instead

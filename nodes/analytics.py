@@ -16,6 +16,9 @@ line, so a box jittering on the line crosses nothing, and each track is counted 
 from __future__ import annotations
 
 import logging
+import threading
+import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -31,6 +34,7 @@ from flowpipe.registry import register
 log = logging.getLogger("flowpipe.analytics")
 
 Point = tuple[float, float]
+RECENT = 200  # events kept for a console
 
 
 class Zone(BaseModel):
@@ -161,13 +165,16 @@ class Analytics(Node):
     def contract(cls, config: NodeConfig) -> NodeContract:
         c: Any = config
         return cls.declare(pixels=frozenset({"BGR"}) if c.snapshots else PIXELS_ALL,
-                           one_worker="analytics keeps each stream's tracks, zones and events in frame order")
+                           one_worker="analytics keeps each stream's tracks, zones and events in frame order",
+                           files={"snapshots": "folder"})
 
     def resources(self) -> list[str]:
         return [f"writes {self.config.snapshots}/"] if self.config.snapshots else []
 
     def open(self, ctx: RunContext) -> None:
         self.streams: dict[str, _StreamState] = {}
+        self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT)  # for flowpipe serve's console
+        self.lock = threading.Lock()
         self.stats = ctx.stats
         self.stats.update({"events": 0, "crossings": 0})
         if self.config.snapshots:
@@ -240,6 +247,10 @@ class Analytics(Node):
             events += self._rule(r, st, frame, t, zones, crossed, labels)
         if events:
             self.stats["events"] += sum(e["state"] != "end" for e in events)
+            with self.lock:
+                for e in events:
+                    e["at"] = round(time.time(), 3)  # wall clock: when it was raised
+                    self.recent.append(e)
             if c.snapshots and any(e["state"] != "end" for e in events):
                 snap = self._snapshot(frame)
                 for e in events:
@@ -252,6 +263,11 @@ class Analytics(Node):
                                    "crossings": [{"line": n, "track": tid, "direction": dr} for n, tid, dr in crossed],
                                    "events": events}
         return frame
+
+    def recent_events(self) -> list[dict[str, Any]]:
+        """The newest events, oldest first, as they stand now: an ``EventSource`` (``flowpipe serve``)."""
+        with self.lock:
+            return [dict(e) for e in self.recent]
 
     def _point(self, d: Detection) -> Point:
         x1, y1, x2, y2 = d.box

@@ -560,13 +560,14 @@ class VideoWriter(Node):
     def contract(cls, config: NodeConfig) -> NodeContract:
         assert isinstance(config, cls.Config)
         pixels = frozenset({"BGR"}) if config.fourcc else frozenset({"BGR", "NV12", "I420"})
+        files = {"path": "video", "clips.path": "folder"} if config.clips is not None else {"path": "video"}
         if config.records == "written" and config.fourcc is None and config.fragmented:
-            return cls.declare(pixels=pixels, one_worker=None, files={"path": "video"}, final_picture=True,
+            return cls.declare(pixels=pixels, one_worker=None, files=files, final_picture=True,
                                holds_frames=True,
                                isolation="a writer that holds each frame until its file has it keeps frames past "
                                          "process() (records: encoded passes them on at once)")
         return cls.declare(pixels=pixels, one_worker=None,  # its writers are per stream, under a lock
-                           files={"path": "video"}, final_picture=True)
+                           files=files, final_picture=True)
 
     def resources(self) -> list[str]:
         c = self.config

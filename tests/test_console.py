@@ -88,3 +88,48 @@ def test_console_starts_a_graph_adds_and_removes_a_camera(tmp_path) -> None:
         t.join(10)
         for inst in list(instances.instances.values()):
             instances.stop(inst)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/setup.sh installs it)")
+def test_console_lists_events_with_their_snapshot_and_plays_their_clip(tmp_path) -> None:
+    """A graph whose analytics raise an event a lap (tests/test_serve.py's COUNTING): the console's events table
+    fills with them, each with its snapshot, and a click plays the event's clip."""
+    import uvicorn
+    from test_serve import COUNTING
+    from test_sources_sinks import _free_port
+
+    from flowpipe.serve.api import create_app
+    from flowpipe.serve.instances import Instances
+
+    graphs = tmp_path / "graphs"
+    graphs.mkdir()
+    (graphs / "counting.yaml").write_text(COUNTING)
+    instances = Instances([graphs], tmp_path / "out")
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(instances), host="127.0.0.1", port=port, log_level="warning"))
+    t = threading.Thread(target=server.run, daemon=True)
+    t.start()
+    while not server.started:
+        time.sleep(0.05)
+    try:
+        with playwright.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.goto(f"http://127.0.0.1:{port}/")
+            page.wait_for_selector("#template option[value=counting]", state="attached")
+            page.click("#start")
+            page.wait_for_selector("#instances tbody tr[data-id]")
+            page.wait_for_function("[...document.querySelectorAll('#events tbody img')].some(i => i.naturalWidth > 0)"
+                                   " && document.querySelectorAll('#events tbody button').length >= 2",
+                                   timeout=30_000)
+            assert page.text_content("#events tbody tr td:nth-child(3)") == "crossed"
+            page.locator("#events tbody button").first.click()
+            page.wait_for_function("(() => { const v = document.getElementById('clip'); return !v.hidden && "
+                                   "v.readyState >= 2 && v.videoWidth > 0; })()", timeout=20_000)
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "console_events.png"), full_page=True)
+            browser.close()
+    finally:
+        server.should_exit = True
+        for inst in list(instances.instances.values()):
+            instances.stop(inst)

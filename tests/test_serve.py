@@ -234,3 +234,46 @@ def test_an_instance_over_several_processes_takes_and_gives_back_streams(service
     assert client.post(f"/pipelines/{iid}/streams", json={"id": "a", "uri": "sample"}).status_code == 409
     final = client.delete(f"/pipelines/{iid}").json()
     assert final["frames"]["in"] == final["frames"]["out"] > 30
+
+
+COUNTING = """# A face stand-in walking right, 1 px a frame, over and over: it crosses the line at x = 25 once a lap.
+plugins: [fp_testnodes]
+params:
+  input: sample
+nodes:
+  - {id: cam, type: video_source, config: {uri: "${params.input}", max_fps: 60, loop: -1}}
+  - {id: det, type: test_one_face, inputs: {frame: cam}}
+  - {id: track, type: tracker, inputs: {detections: det.detections}}
+  - id: an
+    type: analytics
+    config: {units: pixels, lines: {gate: {points: [[25, 0], [25, 200]]}}, rules: [{name: crossed, line: gate}],
+             snapshots: events}
+    inputs: {detections: track.detections}
+  - id: rec
+    type: video_writer
+    config: {path: "cams/{stream}.mp4", gop_seconds: 0.2, clips: {path: clips, pre_s: 0.2, post_s: 0.2}}
+    inputs: {frame: an.frame}
+"""
+
+
+def test_events_with_their_snapshot_and_clip_are_served_from_the_instance_folder(service) -> None:
+    """An instance whose analytics raise an event a lap: ``/events`` lists them newest first, each with its
+    snapshot and clip as paths this API serves (the files written inside the instance's folder, where the
+    template's relative folders were confined); a path out of the folder is not served."""
+    client, instances, tmp = service
+    (tmp / "graphs" / "counting.yaml").write_text(COUNTING)
+    assert "counting" in [t["name"] for t in client.get("/pipelines").json()]  # templates are read again
+    iid = client.post("/pipelines/counting", json={}).json()["id"]
+    _wait(lambda: len([e for e in client.get(f"/pipelines/{iid}/events").json() if e.get("clip")]) >= 2)
+    events = client.get(f"/pipelines/{iid}/events").json()
+    assert [e["rule"] for e in events][:2] == ["crossed", "crossed"] and events[0]["at"] >= events[1]["at"]
+    e = next(e for e in events if e.get("clip"))
+    assert e["snapshot"].startswith(f"/pipelines/{iid}/files/") and e["clip"].startswith(f"/pipelines/{iid}/files/")
+    snap = client.get(e["snapshot"])
+    assert snap.status_code == 200 and snap.headers["content-type"] == "image/jpeg" and snap.content[:2] == b"\xff\xd8"
+    clip = client.get(e["clip"])
+    assert clip.status_code == 200 and clip.headers["content-type"] == "video/mp4" and b"ftyp" in clip.content[:16]
+    folder = instances.get(iid).folder
+    assert (folder / "events").is_dir() and (folder / "clips").is_dir()
+    for bad in ("../../graphs/counting.yaml", "cams/../../x.mp4", "%2e%2e/%2e%2e/etc/passwd"):
+        assert client.get(f"/pipelines/{iid}/files/{bad}").status_code == 404

@@ -225,6 +225,10 @@ class ClusterStreams:
         """No live view from a cluster's hosts yet (the console shows their pictures)."""
         return None
 
+    def events(self) -> list[dict[str, Any]]:
+        """No events from a cluster's hosts here yet (they are in the hosts' JSON lines and MQTT)."""
+        return []
+
 
 class ClusterInstance:
     """A run on the cluster as an executor (``flowpipe.runtime.executor``): ``run()`` waits for its result,

@@ -9,7 +9,7 @@ from typing import Any
 import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..node import Node, NodeConfig, NodeContract, Source, kinds_compatible
+from ..node import Node, NodeConfig, NodeContract, Source, kinds_compatible, setting
 
 TOP_KEYS = {"flowpipe", "description", "params", "plugins", "processes", "device_owner", "prefetch", "cluster",
             "nodes"}
@@ -158,7 +158,7 @@ class GraphSpec:
     def files(self, kind: str) -> list[str]:
         """The paths the graph's nodes write of ``kind`` (``NodeContract.files``: records, video, ...)."""
         return [path for s in self.nodes for key, k in s.contract.files.items()
-                if k == kind and isinstance(path := getattr(s.config, key, None), str)]
+                if k == kind and isinstance(path := setting(s.config, key), str)]
 
     def node(self, node_id: str) -> NodeSpec:
         return next(n for n in self.nodes if n.id == node_id)

@@ -40,6 +40,9 @@ class LiveControl(Protocol):
     def video(self, stream: str, seq: int) -> tuple[bytes | None, list[tuple[int, bytes]]] | None:
         """The stream's live view (fragmented MP4) after fragment ``seq``, where the graph makes one."""
 
+    def events(self) -> list[dict[str, Any]]:
+        """The newest events the graph's analytics raised, oldest first."""
+
 
 class Executor(Protocol):
     """A graph being run: ``run()`` blocks until it ends; the other calls come from other threads (a

@@ -26,7 +26,7 @@ from pydantic import ValidationError
 
 from ..errors import NodeError
 from ..graph import GraphSpec, NodeSpec
-from ..node import LiveVideoSource, Node, PictureSource, Source
+from ..node import EventSource, LiveVideoSource, Node, PictureSource, Source
 from .stats import NodeStats
 
 log = logging.getLogger("flowpipe.runtime")
@@ -249,6 +249,11 @@ class LiveStreams:
         """The stream's live view after fragment ``seq`` (``flowpipe serve``'s preview node makes it)."""
         keeper = next((n for n in list(self.runner.nodes.values()) if isinstance(n, LiveVideoSource)), None)
         return keeper.live_since(stream, seq) if keeper is not None else None
+
+    def events(self) -> list[dict[str, Any]]:
+        """The newest events of the graph's event sources (analytics nodes), oldest first."""
+        got = [e for n in list(self.runner.nodes.values()) if isinstance(n, EventSource) for e in n.recent_events()]
+        return sorted(got, key=lambda e: e.get("at", 0.0))
 
     def threads_alive(self) -> bool:
         return any(not rec.done.is_set() for rec in list(self.added.values()))

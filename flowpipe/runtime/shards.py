@@ -215,6 +215,8 @@ def _shard_main(conn: Connection, payload: bytes, plugins: list[str], plugin_dir
                     value = live.picture(*call.args)
                 case "video":
                     value = live.video(*call.args)
+                case "events":
+                    value = live.events()
             send(StreamReply(call.rid, value))
         except Exception as e:  # noqa: BLE001 - the caller gets it
             send(StreamReply(call.rid, error=RemoteError(type(e).__name__, str(e.args[0]) if e.args else str(e))))
@@ -634,6 +636,10 @@ class ShardedStreams:
     def video(self, stream: str, seq: int) -> tuple[bytes | None, list[tuple[int, bytes]]] | None:
         sh = self.where.get(stream) or next((x for x in self._live() if stream in x.sources), None)
         return self.run.call(sh, "video", stream, seq) if sh is not None else None  # type: ignore[no-any-return]
+
+    def events(self) -> list[dict[str, Any]]:
+        got = [e for sh in self._live() for e in self.run.call(sh, "events")]
+        return sorted(got, key=lambda e: e.get("at", 0.0))
 
 
 

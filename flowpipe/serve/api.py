@@ -17,7 +17,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -155,6 +155,29 @@ def _routes(instances: Instances) -> APIRouter:
             raise RequestError(f"no picture of stream {sid!r} yet", 404)
         return Response(jpeg, media_type="image/jpeg", headers={"Cache-Control": "no-store"})
 
+    @api.get("/pipelines/{iid}/events", summary="the newest events of an instance's analytics, newest first")
+    async def events(iid: str, limit: int = 50) -> list[dict[str, Any]]:
+        inst = instances.get(iid)
+        out = []
+        for e in reversed(inst.runner.live.events()[-max(1, min(limit, 200)):]):
+            for key in ("snapshot", "clip"):  # files inside the instance's folder, as this API serves them
+                if isinstance(e.get(key), str):
+                    rel = _inside(inst.folder, e[key])
+                    e[key] = f"/pipelines/{iid}/files/{rel}" if rel is not None else None
+            out.append(e)
+        return out
+
+    @api.get("/pipelines/{iid}/files/{path:path}", summary="an event's snapshot or clip",
+             response_class=FileResponse, responses={200: {"content": {"image/jpeg": {}, "video/mp4": {}}}})
+    def files(iid: str, path: str) -> FileResponse:
+        inst = instances.get(iid)
+        rel = _inside(inst.folder, str(inst.folder / path))
+        kinds = {".jpg": "image/jpeg", ".mp4": "video/mp4"}
+        target = inst.folder / path
+        if rel is None or target.suffix.lower() not in kinds or not target.is_file():
+            raise RequestError(f"no file {path!r} of this instance", 404)
+        return FileResponse(target, media_type=kinds[target.suffix.lower()], headers={"Cache-Control": "no-store"})
+
     @api.get("/pipelines/{iid}/streams/{sid}/live.mp4", summary="the stream live: H.264 in fragmented MP4",
              response_class=StreamingResponse, responses={200: {"content": {"video/mp4": {}}}})
     def live(iid: str, sid: str) -> StreamingResponse:
@@ -167,6 +190,14 @@ def _routes(instances: Instances) -> APIRouter:
                                  headers={"Cache-Control": "no-store"})
 
     return api
+
+
+def _inside(folder: Path, path: str) -> str | None:
+    """``path`` relative to ``folder`` where it lies inside it (links and '..' resolved), else None."""
+    try:
+        return Path(path).resolve().relative_to(folder.resolve()).as_posix()
+    except (ValueError, OSError):
+        return None
 
 
 def _live_chunks(inst: Any, sid: str, stall_s: float = 10.0) -> Iterator[bytes]:

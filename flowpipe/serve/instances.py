@@ -17,6 +17,7 @@ from typing import Any
 
 from ..errors import GraphError
 from ..graph import GraphSpec, NodeSpec, load_graph
+from ..node import set_setting, setting
 from ..registry import lookup
 from ..runtime.executor import Executor, executor
 from ..runtime.shards import resolve_processes
@@ -281,8 +282,8 @@ class Instances:
         carries its name (``NAME-{stream}.mp4``), the first one's too."""
         for node in spec.nodes:
             for key, kind in node.contract.files.items():
-                path = getattr(node.config, key)
-                if kind not in ("records", "video") or not isinstance(path, str) or path == "-":
+                path = setting(node.config, key)
+                if kind not in ("records", "video", "folder") or not isinstance(path, str) or path == "-":
                     continue
                 p = Path(path)
                 if p.is_absolute() or ".." in p.parts:
@@ -290,7 +291,7 @@ class Instances:
                                        "a relative path", 403)
                 if per_stream and kind == "video" and "{stream}" not in path:
                     p = p.with_name(f"{p.stem}-{{stream}}{p.suffix}")
-                setattr(node.config, key, str(folder / p))
+                set_setting(node.config, key, str(folder / p))
 
 
 def _add_preview(spec: GraphSpec) -> None:
