@@ -9,6 +9,7 @@ import subprocess
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from flowpipe import Frame
@@ -165,3 +166,31 @@ nodes:
     frames = [m["frame"] for m in msgs]
     assert frames and frames == sorted(frames) and frames[-1] == 59
     assert time.monotonic() - t_down < 60
+
+
+def test_analytics_events_reach_the_broker_with_their_frame(broker) -> None:
+    """A person crossing a line: the frame's MQTT message carries the crossing and its event, as the JSON line
+    does (one record per frame, the analytics in it)."""
+    from flowpipe import Detection
+
+    frames = []
+    for i in range(10):
+        x = 100.0 + 15 * i
+        frames.append(Frame("door", i, i / 10, np.zeros((240, 320, 3), np.uint8), meta={},
+                            detections=[Detection((x - 10, 110, x + 10, 150), 0.9, "person", 0, 7)]))
+    sub = Subscriber(broker.port, "flowpipe/#")
+    res = run_yaml(f"""
+        nodes:
+          - {{id: src, type: list_source, config: {{feed: {feed(frames)}}}}}
+          - id: an
+            type: analytics
+            config: {{lines: {{gate: {{points: [[0.5, 0.0], [0.5, 1.0]]}}}}, rules: [{{name: crossed, line: gate}}]}}
+            inputs: {{detections: src.frame}}
+          - {{id: pub, type: mqtt, config: {{port: {broker.port}, topic: "flowpipe/{{stream}}"}}, inputs: an}}
+    """)
+    assert res.ok, res.error
+    msgs = sub.wait_for(10)
+    sub.close()
+    events = [(m["frame"], e["rule"], e["direction"], e["tracks"]) for m in msgs for e in m["analytics"]["events"]]
+    assert len(events) == 1 and events[0][1:] == ("crossed", "out", [7]), events
+    assert max(m["analytics"]["lines"]["gate"]["out"] for m in msgs) == 1
