@@ -14,6 +14,12 @@ half way; every source and the owner restart (``on_error: restart``). Reported a
 that entered accounted (out, dropped or failed), no JSONL record twice and one for every frame out, every
 recording playable (decoded to its end without an error), and per fault the seconds until the rate over 2 s
 is back to 80% of the rate over the 10 s before it.
+
+With ``--rtsp`` one more stream comes from a live RTSP server on loopback (GStreamer's, tests/rtsp_server.py),
+which the chaos stops for ``--outage`` seconds and starts again a third of the way in; with ``--mqtt`` every
+record also goes to a Mosquitto broker, which the chaos pauses (SIGSTOP, SIGCONT) for ``--outage`` seconds two
+thirds of the way in. Reported then: the camera's outages and reconnects, and the records published against
+the frames out (the client queues them while the broker is away).
 """
 from __future__ import annotations
 
@@ -21,7 +27,10 @@ import argparse
 import json
 import os
 import random
+import shutil
 import signal
+import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -98,6 +107,9 @@ def main() -> None:
     ap.add_argument("--device", default="AUTO")
     ap.add_argument("--set", action="append", default=[], dest="sets", help="graph params NAME=VALUE")
     ap.add_argument("--kill-every", type=float, default=0, help="seconds between shard kills (0: none)")
+    ap.add_argument("--rtsp", action="store_true", help="one more stream from an RTSP server the chaos stops")
+    ap.add_argument("--mqtt", action="store_true", help="records to an MQTT broker the chaos pauses")
+    ap.add_argument("--outage", type=float, default=4.0, help="seconds the RTSP server and the broker are away")
     ap.add_argument("--json")
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="flowpipe-soak-"))
@@ -107,6 +119,13 @@ def main() -> None:
     for s in spec.sources():
         s.config.loop = -1  # type: ignore[attr-defined]
     spec = replicate_sources(spec, a.streams)
+    camera = Service.rtsp(work) if a.rtsp else None
+    broker = Service.mosquitto(work) if a.mqtt else None
+    if camera is not None:
+        add_camera(spec, f"rtsp://127.0.0.1:{camera.port}/live")
+    if broker is not None:
+        add_mqtt(spec, broker.port)
+    heard = Listener(broker.port) if broker is not None else None
     if a.kill_every:  # every part restarts after a kill
         for s in spec.nodes:
             if s in spec.sources() or s.contract.serves_streams:
@@ -142,6 +161,11 @@ def main() -> None:
                     faults.append({"t_s": round(now, 1), "killed": f"shard {sh.index}", "pid": sh.pid})
                     os.kill(sh.pid, signal.SIGKILL)
                 next_kill = now + a.kill_every
+            for service, at in ((camera, a.minutes * 20), (broker, a.minutes * 40)):
+                if service is not None and not service.faulted and now >= at:
+                    faults.append({"t_s": round(now, 1), "away": service.name, "for_s": a.outage})
+                    service.faulted = True
+                    threading.Thread(target=service.outage, args=(a.outage,), daemon=True).start()
 
     threading.Thread(target=count, daemon=True).start()
     if a.kill_every:
@@ -161,8 +185,13 @@ def main() -> None:
                 return
 
     threading.Thread(target=sample, daemon=True).start()
-    res = run.run()
-    done.set()
+    try:
+        res = run.run()
+    finally:
+        done.set()
+        for service in (camera, broker):
+            if service is not None:
+                service.stop()
     out = summarize(samples, a.warmup)
     out.update(graph=a.graph, streams=a.streams, processes=a.processes, device=a.device, minutes=a.minutes,
                warmup_s=a.warmup, frames=res.frames, error=str(res.error) if res.error else None, samples=samples)
@@ -174,9 +203,143 @@ def main() -> None:
             for nid, n in stats.get("nodes", {}).items() if isinstance(n.get("device_owner"), dict)})
         out["owner_models"] = {k: {f: v.get(f) for f in ("cache", "compile_ms", "fil_ms", "feil_ms")}
                                for k, v in stats.items() if k.startswith("inference.")}
+        nodes = stats.get("nodes", {})
+
+        def parts(nid: str) -> list[dict[str, Any]]:  # a node's stats in each process that ran it
+            n = nodes.get(nid, {})
+            return list(n.get("shards", {}).values()) or [n]
+
+        if camera is not None:
+            out["camera"] = {"frames": sum(p.get("frames") or 0 for p in parts("camera")),
+                             "reconnects": sum(p.get("reconnects") or 0 for p in parts("camera")),
+                             "outages": [o for p in parts("camera") for o in p.get("outages") or []]}
+        if heard is not None:
+            time.sleep(2.0)  # the last messages on their way
+            heard.close()
+            records = {(r["stream"], r["frame"]) for r in map(json.loads, (work / "m.jsonl").read_text().splitlines())}
+            got = heard.frames
+            out["mqtt"] = {"records": len(records), "received": len(got), "missing": len(records - set(got)),
+                           "twice": len(got) - len(set(got)), "not_recorded": len(set(got) - records),
+                           "queue_dropped": sum(p.get("queue_dropped") or 0 for p in parts("mqtt"))}
     print(json.dumps({k: v for k, v in out.items() if k not in ("samples", "per_process")}, indent=1))
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1))
+
+
+class Service:
+    """A process the chaos takes away for a while: the RTSP server (stopped, started again on its port) or the
+    MQTT broker (paused with SIGSTOP, then SIGCONT)."""
+
+    def __init__(self, name: str, argv: list[str], port: int, pause: bool):
+        self.name, self.argv, self.port, self.pause = name, argv, port, pause
+        self.faulted = False
+        self.proc = self._start()
+
+    @classmethod
+    def rtsp(cls, work: Path) -> Service:
+        py = "/usr/bin/python3"  # GStreamer's Python bindings are the system Python's
+        return cls("rtsp server", [py, str(ROOT / "tests" / "rtsp_server.py"), str(_free_port())], 0, pause=False)
+
+    @classmethod
+    def mosquitto(cls, work: Path) -> Service:
+        port = _free_port()
+        conf = work / "mosquitto.conf"
+        conf.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n")
+        exe = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+        return cls("mqtt broker", [exe, "-c", str(conf)], port, pause=True)
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        if not self.port:
+            self.port = int(self.argv[-1])
+        proc = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
+                return proc
+            except OSError:
+                time.sleep(0.05)
+        proc.kill()
+        raise RuntimeError(f"{self.name} ({self.argv[0]}) did not start")
+
+    def outage(self, seconds: float) -> None:
+        if self.pause:
+            self.proc.send_signal(signal.SIGSTOP)
+            time.sleep(seconds)
+            self.proc.send_signal(signal.SIGCONT)
+        else:
+            self.proc.terminate()
+            self.proc.wait(10)
+            time.sleep(seconds)
+            self.proc = self._start()
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGCONT)
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+class Listener:
+    """An MQTT subscriber to every record (QoS 1), on a session of its own: which frames' records arrived."""
+
+    def __init__(self, port: int):
+        import paho.mqtt.client as mqtt
+
+        self.frames: list[tuple[str, int]] = []
+        ready = threading.Event()
+        self.c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2)
+        self.c.on_connect = lambda c, u, f, rc, p=None: c.subscribe("flowpipe/#", qos=1)
+        self.c.on_subscribe = lambda c, u, mid, rcs, p=None: ready.set()
+        self.c.on_message = lambda c, u, m: self.frames.append(self._key(m.payload))
+        self.c.connect("127.0.0.1", port)
+        self.c.loop_start()
+        if not ready.wait(10):
+            raise RuntimeError("could not subscribe to the broker")
+
+    @staticmethod
+    def _key(payload: bytes) -> tuple[str, int]:
+        r = json.loads(payload)
+        return r["stream"], r["frame"]
+
+    def close(self) -> None:
+        self.c.loop_stop()
+        self.c.disconnect()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def add_camera(spec: Any, uri: str) -> None:
+    """One more stream, ``camera``: a copy of the graph's source reading ``uri`` live, reconnecting for ever."""
+    import copy
+
+    src = spec.sources()[0]
+    cam = copy.copy(src)
+    cam.id = "camera"
+    cam.config = src.config.model_copy(update={"uri": uri, "stream": "camera", "loop": 0, "reconnect_attempts": 1000,
+                                               "reconnect_backoff_s": 0.2})
+    spec.nodes.append(cam)
+    spec.dag.add_node(cam.id)
+    for out_port, cons, in_port in spec.consumers(src.id):
+        spec.node(cons).inputs[in_port].append((cam.id, out_port))
+        spec.dag.add_edge(cam.id, cons, src_port=out_port, dst_port=in_port)
+
+
+def add_mqtt(spec: Any, port: int) -> None:
+    """Every frame's record to the broker too, from where the JSON lines get theirs."""
+    from flowpipe.graph import NodeSpec
+    from flowpipe.registry import lookup
+
+    meta = next(n for n in spec.nodes if n.type == "jsonl")
+    cls = lookup("mqtt")
+    spec.add(NodeSpec("mqtt", "mqtt", cls, cls.Config(port=port, topic="flowpipe/{stream}", max_queued=100000),
+                      {"detections": list(meta.inputs["detections"])}))
 
 
 def chaos_report(work: Path, frames: dict[str, int], faults: list[dict[str, Any]],
