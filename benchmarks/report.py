@@ -182,7 +182,7 @@ def _chaos(results: Path) -> list[str]:
     for f in runs:
         r = json.loads(f.read_text())
         c, fr = r["chaos"], r["frames"]
-        faults = ", ".join(f"{x['killed']} {x['recovery_s']}" for x in c["faults"])
+        faults = ", ".join(f"{x.get('killed') or x.get('away')} {x['recovery_s']}" for x in c["faults"])
         L.append(f"| {f.stem} | {fr['in']} / {fr['out']} / {fr['failed']} | {c['accounted']} | {c['records']} / "
                  f"{c['records_twice']} / {c['records_vs_out']:+d} | {c['recordings']} / {len(c['unplayable'])} | "
                  f"{faults} |")

@@ -300,7 +300,7 @@ class Listener:
             raise RuntimeError("could not subscribe to the broker")
 
     @staticmethod
-    def _key(payload: bytes) -> tuple[str, int]:
+    def _key(payload: bytes | bytearray) -> tuple[str, int]:
         r = json.loads(payload)
         return r["stream"], r["frame"]
 
@@ -338,8 +338,8 @@ def add_mqtt(spec: Any, port: int) -> None:
 
     meta = next(n for n in spec.nodes if n.type == "jsonl")
     cls = lookup("mqtt")
-    spec.add(NodeSpec("mqtt", "mqtt", cls, cls.Config(port=port, topic="flowpipe/{stream}", max_queued=100000),
-                      {"detections": list(meta.inputs["detections"])}))
+    config = cls.Config.model_validate({"port": port, "topic": "flowpipe/{stream}", "max_queued": 100000})
+    spec.add(NodeSpec("mqtt", "mqtt", cls, config, {"detections": list(meta.inputs["detections"])}))
 
 
 def chaos_report(work: Path, frames: dict[str, int], faults: list[dict[str, Any]],
