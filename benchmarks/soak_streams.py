@@ -110,6 +110,8 @@ def main() -> None:
     ap.add_argument("--rtsp", action="store_true", help="one more stream from an RTSP server the chaos stops")
     ap.add_argument("--mqtt", action="store_true", help="records to an MQTT broker the chaos pauses")
     ap.add_argument("--outage", type=float, default=4.0, help="seconds the RTSP server and the broker are away")
+    ap.add_argument("--flap", help="UP,DOWN: the RTSP camera flaps for the whole run (up UP s, down DOWN s) "
+                                   "instead of one outage")
     ap.add_argument("--json")
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="flowpipe-soak-"))
@@ -141,9 +143,13 @@ def main() -> None:
         while not done.wait(0.5):
             rate.append((time.monotonic() - t_start, run.snapshot()["out"]))
 
+    flap = tuple(float(x) for x in a.flap.split(",")) if a.flap else None
+    camera_at, camera_down = (flap[0], flap[1]) if flap else (a.minutes * 20, a.outage)
+
     def chaos() -> None:
         """A random shard killed every ``kill_every`` s (none in the run's last RECOVER_S), the device owner
         once at half time."""
+        nonlocal camera_at
         rng = random.Random(1)  # noqa: S311 - which shard dies, repeatably
         owner_at, next_kill = a.minutes * 30, a.warmup / 2 + a.kill_every
         while not done.wait(0.2):
@@ -161,11 +167,14 @@ def main() -> None:
                     faults.append({"t_s": round(now, 1), "killed": f"shard {sh.index}", "pid": sh.pid})
                     os.kill(sh.pid, signal.SIGKILL)
                 next_kill = now + a.kill_every
-            for service, at in ((camera, a.minutes * 20), (broker, a.minutes * 40)):
+            for service, at, down in ((camera, camera_at, camera_down), (broker, a.minutes * 40, a.outage)):
                 if service is not None and not service.faulted and now >= at:
-                    faults.append({"t_s": round(now, 1), "away": service.name, "for_s": a.outage})
+                    faults.append({"t_s": round(now, 1), "away": service.name, "for_s": down})
                     service.faulted = True
-                    threading.Thread(target=service.outage, args=(a.outage,), daemon=True).start()
+                    threading.Thread(target=service.outage, args=(down,), daemon=True).start()
+            if flap and camera is not None and camera.faulted and now >= camera_at + sum(flap) \
+                    and now < a.minutes * 60 - RECOVER_S:
+                camera_at, camera.faulted = camera_at + sum(flap), False  # the next time it goes down
 
     threading.Thread(target=count, daemon=True).start()
     if a.kill_every:
