@@ -23,6 +23,12 @@ def truth() -> dict[str, Any]:
     return dict(json.loads(TRUTH.read_text())["clips"])
 
 
+def part(name: str) -> str:
+    """``seen`` (looked at while the graph was made; nothing was chosen on them either) or ``held_out`` (added
+    after the graph and its margin were fixed and the others' figures reported)."""
+    return str(truth()[name].get("part", "seen"))
+
+
 def clip_file(name: str, workdir: Path | None = None) -> Path:
     """The clip ``name`` of ``crossings.json`` as a file (the street clip itself, or made into ``workdir``)."""
     work = Path(workdir or tempfile.mkdtemp(prefix="flowpipe-crossings-"))
@@ -31,6 +37,9 @@ def clip_file(name: str, workdir: Path | None = None) -> Path:
     if name == "street_low":
         frames = _video("bikes")
         return Clip(name, "", frames, [{}] * len(frames), 40, 25.0).write(work / f"{name}.mp4")
+    if name in ("sideline_pan", "group_pan"):  # held out
+        frames = _move(_photo(name.split("_")[0]), {}, 120, (640, 360), (1.6, 1.6), pan=(0.0, 1.0))[0]
+        return Clip(name, "", frames, [{}] * len(frames), 28, 25.0).write(work / f"{name}.mp4")
     if name in ("bus_pan", "bus_pan_dark"):
         frames = _move(_photo("bus"), {}, 120, (640, 360), (2.4, 2.4), pan=(0.0, 1.0))[0]
         if name == "bus_pan_dark":
