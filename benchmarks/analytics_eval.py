@@ -26,20 +26,14 @@ GRAPH = ROOT / "graphs" / "people_count.yaml"
 
 
 def run_once(src: Path, analytics: bool, work: Path, sets: dict[str, Any]) -> dict[str, Any]:
+    from flowpipe.eval.score import run_timed
     from flowpipe.graph import load_graph
-    from flowpipe.runtime import Runner
 
     tag = "with" if analytics else "without"
     spec = load_graph(str(GRAPH), {"input": str(src), "output": str(work / f"{tag}.mp4"),
                                    "metadata": str(work / f"{tag}.jsonl"), "events": str(work / f"{tag}_events"),
                                    "analytics": analytics, **sets})
-    runner = Runner(spec)
-    res = runner.run()
-    if not res.ok:
-        raise RuntimeError(f"people_count on {src}: {res.error}")
-    order = spec.topo_order()
-    first, last = runner.stats[order[0].id].first, runner.stats[order[-1].id].last
-    seconds = last - first if first is not None and last is not None else res.elapsed_s
+    res, seconds = run_timed(spec, f"people_count on {src}")
     frames = res.frames["out"]
     busy = {k: float(v.get("busy_s", 0.0)) for k, v in res.nodes.items()}
     crossings = []

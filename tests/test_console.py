@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,14 +18,34 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ARTIFACTS = Path(__file__).parent / "artifacts"
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/setup.sh installs it)")
-def test_console_starts_a_graph_adds_and_removes_a_camera(tmp_path) -> None:
+def _serve(instances: object) -> tuple[Callable[[], None], int]:
+    """``flowpipe serve``'s app over ``instances`` on a free loopback port, in a thread: how to stop it, its
+    port."""
     import uvicorn
-    from test_serve import TEMPLATE
     from test_sources_sinks import _free_port
 
-    from flowpipe.sample import sample_path
     from flowpipe.serve.api import create_app
+
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(instances), host="127.0.0.1", port=port,  # type: ignore[arg-type]
+                                           log_level="warning"))
+    t = threading.Thread(target=server.run, daemon=True)
+    t.start()
+    while not server.started:
+        time.sleep(0.05)
+
+    def stop() -> None:
+        server.should_exit = True
+        t.join(10)
+
+    return stop, port
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/setup.sh installs it)")
+def test_console_starts_a_graph_adds_and_removes_a_camera(tmp_path) -> None:
+    from test_serve import TEMPLATE
+
+    from flowpipe.sample import sample_path
     from flowpipe.serve.instances import Instances
 
     graphs, media = tmp_path / "graphs", tmp_path / "media"
@@ -33,12 +54,7 @@ def test_console_starts_a_graph_adds_and_removes_a_camera(tmp_path) -> None:
     (graphs / "cams.yaml").write_text(TEMPLATE)
     (media / "clip.mp4").symlink_to(sample_path("sample"))
     instances = Instances([graphs], tmp_path / "out", media)
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(instances), host="127.0.0.1", port=port, log_level="warning"))
-    t = threading.Thread(target=server.run, daemon=True)
-    t.start()
-    while not server.started:
-        time.sleep(0.05)
+    stop, port = _serve(instances)
     try:
         with playwright.sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
@@ -84,8 +100,7 @@ def test_console_starts_a_graph_adds_and_removes_a_camera(tmp_path) -> None:
         assert iid not in instances.instances
         assert (ARTIFACTS / "console.png").stat().st_size > 10_000
     finally:
-        server.should_exit = True
-        t.join(10)
+        stop()
         for inst in list(instances.instances.values()):
             instances.stop(inst)
 
@@ -94,23 +109,15 @@ def test_console_starts_a_graph_adds_and_removes_a_camera(tmp_path) -> None:
 def test_console_lists_events_with_their_snapshot_and_plays_their_clip(tmp_path) -> None:
     """A graph whose analytics raise an event a lap (tests/test_serve.py's COUNTING): the console's events table
     fills with them, each with its snapshot, and a click plays the event's clip."""
-    import uvicorn
     from test_serve import COUNTING
-    from test_sources_sinks import _free_port
 
-    from flowpipe.serve.api import create_app
     from flowpipe.serve.instances import Instances
 
     graphs = tmp_path / "graphs"
     graphs.mkdir()
     (graphs / "counting.yaml").write_text(COUNTING)
     instances = Instances([graphs], tmp_path / "out")
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(instances), host="127.0.0.1", port=port, log_level="warning"))
-    t = threading.Thread(target=server.run, daemon=True)
-    t.start()
-    while not server.started:
-        time.sleep(0.05)
+    stop, port = _serve(instances)
     try:
         with playwright.sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
@@ -130,6 +137,6 @@ def test_console_lists_events_with_their_snapshot_and_plays_their_clip(tmp_path)
             page.screenshot(path=str(ARTIFACTS / "console_events.png"), full_page=True)
             browser.close()
     finally:
-        server.should_exit = True
+        stop()
         for inst in list(instances.instances.values()):
             instances.stop(inst)

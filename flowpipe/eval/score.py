@@ -118,6 +118,18 @@ def score(clip: Clip, masks: Sequence[Sequence[Sequence[float]]], seconds: float
                  round(false / n, 4), longest, round(n / seconds, 1) if seconds > 0 else 0.0, longest_false)
 
 
+def run_timed(spec: Any, what: str) -> tuple[Any, float]:
+    """Runs ``spec``: its result and the seconds from the source's first frame to the last node's last (model
+    loading left out); a failed run is an error naming ``what``."""
+    runner = Runner(spec)
+    res = runner.run()
+    if not res.ok:
+        raise RuntimeError(f"flowpipe on {what}: {res.error}")
+    order = spec.topo_order()
+    first, last = runner.stats[order[0].id].first, runner.stats[order[-1].id].last
+    return res, (last - first if first is not None and last is not None else res.elapsed_s)
+
+
 def flowpipe_masks(clip: Clip, graph: str | Path, sets: dict[str, Any] | None = None,
                    workdir: Path | None = None) -> tuple[list[list[tuple[float, ...]]], float]:
     """Runs ``graph`` (a face-blur graph with ``input``, ``output`` and ``metadata`` parameters and a ``blur``
@@ -129,13 +141,7 @@ def flowpipe_masks(clip: Clip, graph: str | Path, sets: dict[str, Any] | None = 
     spec = load_graph(str(graph), {"input": str(src), "output": str(work / f"{clip.name}.blurred.mp4"),
                                    "metadata": str(meta), **(sets or {})})
     grow = next(float(n.config.grow) for n in spec.nodes if n.type == "blur")  # type: ignore[attr-defined]
-    runner = Runner(spec)
-    res = runner.run()
-    if not res.ok:
-        raise RuntimeError(f"flowpipe on {clip.name}: {res.error}")
-    order = spec.topo_order()
-    first, last = runner.stats[order[0].id].first, runner.stats[order[-1].id].last
-    seconds = last - first if first is not None and last is not None else res.elapsed_s
+    _, seconds = run_timed(spec, clip.name)
     h, w = clip.frames[0].shape[:2]
     out: list[list[tuple[float, ...]]] = [[] for _ in clip.frames]
     for line in meta.read_text().splitlines():
