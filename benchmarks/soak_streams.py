@@ -13,7 +13,7 @@ With ``--kill-every S`` (chaos): a random shard is killed (SIGKILL) every S seco
 half way; every source and the owner restart (``on_error: restart``). Reported and checked then: every frame
 that entered accounted (out, dropped or failed), no JSONL record twice and one for every frame out, every
 recording playable (decoded to its end without an error), and per fault the seconds until the rate over 2 s
-is back to 80% of the rate over the 10 s before it.
+is back to 80% of the rate over the 10 s before it (for a camera's server taken away: from its return).
 
 With ``--rtsp`` one more stream comes from a live RTSP server on loopback (GStreamer's, tests/rtsp_server.py),
 which the chaos stops for ``--outage`` seconds and starts again a third of the way in; with ``--mqtt`` every
@@ -370,8 +370,9 @@ def chaos_report(work: Path, frames: dict[str, int], faults: list[dict[str, Any]
                 files[f.name] = {"frames": sum(1 for _ in c.decode(video=0)), "error": None}
         except Exception as e:  # noqa: BLE001 - a file that does not play is what this reports
             files[f.name] = {"frames": None, "error": f"{type(e).__name__}: {e}"}
-    for fault in faults:
-        fault["recovery_s"] = recovery(rate, fault["t_s"])
+    for fault in faults:  # a camera's stream cannot come back before its server does: counted from its return
+        fault["recovery_s"] = recovery(rate, fault["t_s"], away=fault["for_s"] if fault.get("away") == "rtsp server"
+                                       else 0.0)
     return {"faults": faults, "accounted": frames["in"] == frames["out"] + frames["dropped"] + frames["failed"],
             "records": sum(seen.values()), "records_twice": sum(1 for n in seen.values() if n > 1),
             "records_vs_out": sum(seen.values()) - frames["out"], "recordings": len(files),
@@ -381,9 +382,10 @@ def chaos_report(work: Path, frames: dict[str, int], faults: list[dict[str, Any]
 
 
 def recovery(rate: list[tuple[float, int]], t: float, before: float = 10.0, window: float = 2.0,
-             share: float = 0.8) -> float | None:
-    """Seconds from ``t`` until the rate over ``window`` seconds is ``share`` of the rate over the ``before``
-    seconds before ``t`` again (None: never, in the run)."""
+             share: float = 0.8, away: float = 0.0) -> float | None:
+    """Seconds from ``t`` (or from ``t + away``: a service that was away for that long, from its return) until
+    the rate over ``window`` seconds is ``share`` of the rate over the ``before`` seconds before ``t`` again
+    (None: never, in the run)."""
     def over(t0: float, t1: float) -> float | None:
         pts = [(s, n) for s, n in rate if t0 <= s <= t1]
         return (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0]) if len(pts) > 1 and pts[-1][0] > pts[0][0] else None
@@ -391,11 +393,12 @@ def recovery(rate: list[tuple[float, int]], t: float, before: float = 10.0, wind
     base = over(t - before, t)
     if not base:
         return None
+    back = t + away
     for s, _ in rate:
-        if s >= t + window:
+        if s >= back + window:
             r = over(s - window, s)
             if r is not None and r >= share * base:
-                return round(s - t, 1)
+                return round(s - back, 1)
     return None
 
 

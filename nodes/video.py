@@ -591,6 +591,7 @@ class VideoWriter(Node):
         self.ready: list[Frame] = []  # frames whose file closed (a stream that ended): out at the next poll
         self.wake = ctx.wake
         self.timer: threading.Timer | None = None
+        self.timer_due = 0.0  # when the timer wakes the node
         self.stopping: set[str] = set()  # streams being removed: their frames go on at once
         self.paused: dict[str, dict[str, Any]] = {}  # streams whose disk is full: their file and frames missed
         self.resumes: dict[str, int] = {}  # per stream, the files begun again after a full disk
@@ -730,21 +731,25 @@ class VideoWriter(Node):
     def poll(self) -> list[Frame]:
         """Frames of streams that ended, and those that waited ``max_wait`` (a stream that stalls: no next
         fragment comes) with ``in_file`` saying whether their fragment is written."""
+        now = time.monotonic()
         with self._lock:
             out, self.ready = self.ready, []
-            self.timer = None
-        due = time.monotonic() - self.max_wait
+            if now >= self.timer_due:  # it has woken this poll (or is about to: one more wake is harmless)
+                self.timer = None
+        due = now - self.max_wait
         for stream in list(self.held):
             out += self._written(stream, before=due)
         self._arm()
         return out
 
     def _arm(self) -> None:
-        """A wake when the oldest held frame is due (one timer at a time)."""
+        """A wake when the oldest held frame is due: one timer at a time, so a steady stream starts one every
+        ``max_wait``, not one a poll (a thread each)."""
         with self._lock:
             if self.timer is not None or not self.since:
                 return
-            delay = min(self.since.values()) + self.max_wait - time.monotonic()
+            self.timer_due = min(self.since.values()) + self.max_wait
+            delay = self.timer_due - time.monotonic()
             self.timer = threading.Timer(max(0.0, delay) + 1e-3, self.wake)
             self.timer.daemon = True
             self.timer.start()
