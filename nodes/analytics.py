@@ -128,9 +128,10 @@ class Analytics(Node):
     outputs = {"frame": "detections"}
 
     class Config(NodeConfig):
-        zones: dict[str, Zone] = Field(default_factory=dict)
-        lines: dict[str, Line] = Field(default_factory=dict)
-        rules: list[Rule] = Field(default_factory=list)
+        zones: dict[str, Zone] = Field(default_factory=dict, description="name -> {polygon: [[x, y], ...]}")
+        lines: dict[str, Line] = Field(default_factory=dict, description="name -> {points: [A, B]}")
+        rules: list[Rule] = Field(default_factory=list, description="{name, zone, occupancy, for} | {name, zone, "
+                                  "dwell} | {name, line, direction}: each raises events")
         labels: list[str] | None = Field(None, description="the labels counted (default: every tracked object)")
         units: Literal["fraction", "pixels"] = Field("fraction", description="of the zones' and lines' points")
         anchor: Literal["bottom", "center"] = Field("bottom", description="the point of a box that is placed: "

@@ -170,7 +170,8 @@ def cmd_nodes(args: argparse.Namespace) -> int:
     print("outputs: " + (", ".join(f"{p} ({k})" for p, k in cls.outputs.items()) or "none"))
     print("config:")
     for name, field in cls.Config.model_fields.items():
-        default = "required" if field.is_required() else f"default {field.default!r}"
+        value = field.default_factory() if field.default_factory is not None else field.default  # type: ignore[call-arg]
+        default = "required" if field.is_required() else f"default {value!r}"
         ann = getattr(field.annotation, "__name__", None) or str(field.annotation).replace("typing.", "")
         desc = f"  {field.description}" if field.description else ""
         print(f"  {name}: {ann} ({default}){desc}")
