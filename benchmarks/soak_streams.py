@@ -326,18 +326,10 @@ def _free_port() -> int:
 
 def add_camera(spec: Any, uri: str) -> None:
     """One more stream, ``camera``: a copy of the graph's source reading ``uri`` live, reconnecting for ever."""
-    import copy
+    from flowpipe.cli.bench import copy_source
 
-    src = spec.sources()[0]
-    cam = copy.copy(src)
-    cam.id = "camera"
-    cam.config = src.config.model_copy(update={"uri": uri, "stream": "camera", "loop": 0, "reconnect_attempts": 1000,
-                                               "reconnect_backoff_s": 0.2})
-    spec.nodes.append(cam)
-    spec.dag.add_node(cam.id)
-    for out_port, cons, in_port in spec.consumers(src.id):
-        spec.node(cons).inputs[in_port].append((cam.id, out_port))
-        spec.dag.add_edge(cam.id, cons, src_port=out_port, dst_port=in_port)
+    copy_source(spec, spec.sources()[0], "camera", {"uri": uri, "stream": "camera", "loop": 0,
+                                                   "reconnect_attempts": 1000, "reconnect_backoff_s": 0.2})
 
 
 def add_mqtt(spec: Any, port: int) -> None:

@@ -203,23 +203,22 @@ class Preview(Node):
             self._watched[stream] = time.monotonic()
             enc = self.live.get(stream)
             if enc is None:
-                enc = self.live[stream] = LiveEncoder(self.config.width)
+                enc = self.live[stream] = LiveEncoder()
         return enc.since(seq)
 
-    def _live(self, frame: Frame, now: float) -> None:
+    def _live(self, stream: str, now: float) -> LiveEncoder | None:
+        """The stream's live encoder where someone watches it and a picture is due (one not watched for 10 s
+        is closed)."""
         with self._lock:
-            enc = self.live.get(frame.stream)
-            if enc is not None and now - self._watched.get(frame.stream, -1e9) > 10.0:  # nobody watches
-                del self.live[frame.stream]
+            enc = self.live.get(stream)
+            if enc is not None and now - self._watched.get(stream, -1e9) > 10.0:  # nobody watches
+                del self.live[stream]
                 enc.close()
-                return
-        if enc is None or now - self._live_last.get(frame.stream, -1e9) < 1.0 / self.config.live_fps:
-            return
-        self._live_last[frame.stream] = now
-        try:
-            enc.add(frame.bgr(), now)
-        except Exception as e:  # noqa: BLE001 - a live view never fails the frame it looks at
-            log.debug("live view of %s skipped a picture: %s", frame.stream, e)
+                return None
+        if enc is None or now - self._live_last.get(stream, -1e9) < 1.0 / self.config.live_fps:
+            return None
+        self._live_last[stream] = now
+        return enc
 
     def newest_picture(self, stream: str) -> bytes | None:
         """The stream's newest picture (and more of them for a while): a ``PictureSource``."""
@@ -230,23 +229,33 @@ class Preview(Node):
 
     def process(self, frame: Frame, port: str) -> None:
         now = time.monotonic()
-        self._live(frame, now)
-        if now - self._last.get(frame.stream, 0.0) < 1.0 / self.config.max_fps:
+        live = self._live(frame.stream, now)
+        jpeg = now - self._last.get(frame.stream, 0.0) >= 1.0 / self.config.max_fps and (
+            now - self._asked.get(frame.stream, -1e9) <= 5.0 or frame.stream not in self.latest.jpeg)
+        if not (live or jpeg):  # nothing due, or nobody looks at it now
             return
-        if now - self._asked.get(frame.stream, -1e9) > 5.0 and frame.stream in self.latest.jpeg:
-            return  # nobody looks at it now
-        self._last[frame.stream] = now
-        try:
+        try:  # one picture, scaled once, for both
             img = frame.bgr()
             if img.shape[1] > self.config.width:
                 h = round(img.shape[0] * self.config.width / img.shape[1])
                 img = cv2.resize(img, (self.config.width, h), interpolation=cv2.INTER_AREA)
-            ok, jpg = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, self.config.quality])
         except Exception as e:  # noqa: BLE001 - a preview never fails the frame it looks at
             log.debug("preview of %s skipped: %s", frame.stream, e)
             return
-        if ok:
-            self.latest.put(frame.stream, jpg.tobytes())
+        if live is not None:
+            try:
+                live.add(img, now)
+            except Exception as e:  # noqa: BLE001 - a live view never fails the frame it looks at
+                log.debug("live view of %s skipped a picture: %s", frame.stream, e)
+        if jpeg:
+            self._last[frame.stream] = now
+            try:
+                ok, jpg = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, self.config.quality])
+            except Exception as e:  # noqa: BLE001
+                log.debug("preview of %s skipped: %s", frame.stream, e)
+                return
+            if ok:
+                self.latest.put(frame.stream, jpg.tobytes())
 
     def end_stream(self, stream: str) -> None:
         self._last.pop(stream, None)

@@ -28,19 +28,23 @@ def replicate_sources(spec: GraphSpec, streams: int) -> GraphSpec:
     if streams <= 1:
         return spec
     for src in [s for s in spec.nodes if issubclass(s.cls, Source)]:
-        consumers = spec.consumers(src.id)
         for i in range(1, streams):
-            dup = copy.copy(src)
-            dup.id = f"{src.id}-{i}"
             base = getattr(src.config, "stream", None) or src.id
-            if "stream" in type(src.config).model_fields:
-                dup.config = src.config.model_copy(update={"stream": f"{base}-{i}"})
-            spec.nodes.append(dup)
-            spec.dag.add_node(dup.id)
-            for out_port, cons, in_port in consumers:
-                spec.node(cons).inputs[in_port].append((dup.id, out_port))
-                spec.dag.add_edge(dup.id, cons, src_port=out_port, dst_port=in_port)
+            update = {"stream": f"{base}-{i}"} if "stream" in type(src.config).model_fields else {}
+            copy_source(spec, src, f"{src.id}-{i}", update)
     return spec
+
+
+def copy_source(spec: GraphSpec, src: Any, node_id: str, update: dict[str, Any]) -> None:
+    """One more source ``node_id``: a copy of ``src`` with ``update`` over its config, feeding its consumers."""
+    dup = copy.copy(src)
+    dup.id = node_id
+    dup.config = src.config.model_copy(update=update)
+    spec.nodes.append(dup)
+    spec.dag.add_node(dup.id)
+    for out_port, cons, in_port in spec.consumers(src.id):
+        spec.node(cons).inputs[in_port].append((dup.id, out_port))
+        spec.dag.add_edge(dup.id, cons, src_port=out_port, dst_port=in_port)
 
 
 def _window_fps(times: list[float], warmup: int) -> float | None:

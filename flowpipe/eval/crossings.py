@@ -29,23 +29,25 @@ def part(name: str) -> str:
     return str(truth()[name].get("part", "seen"))
 
 
+PANS = {"bus_pan": ("bus", 2.4), "bus_pan_dark": ("bus", 2.4),  # photograph, scale of its fit in 640x360
+        "sideline_pan": ("sideline", 1.6), "group_pan": ("group", 1.6)}  # (the last two held out)
+
+
 def clip_file(name: str, workdir: Path | None = None) -> Path:
     """The clip ``name`` of ``crossings.json`` as a file (the street clip itself, or made into ``workdir``)."""
-    work = Path(workdir or tempfile.mkdtemp(prefix="flowpipe-crossings-"))
     if name == "street":
         return sample_path("sample-street")
     if name == "street_low":
-        frames = _video("bikes")
-        return Clip(name, "", frames, [{}] * len(frames), 40, 25.0).write(work / f"{name}.mp4")
-    if name in ("sideline_pan", "group_pan"):  # held out
-        frames = _move(_photo(name.split("_")[0]), {}, 120, (640, 360), (1.6, 1.6), pan=(0.0, 1.0))[0]
-        return Clip(name, "", frames, [{}] * len(frames), 28, 25.0).write(work / f"{name}.mp4")
-    if name in ("bus_pan", "bus_pan_dark"):
-        frames = _move(_photo("bus"), {}, 120, (640, 360), (2.4, 2.4), pan=(0.0, 1.0))[0]
-        if name == "bus_pan_dark":
+        frames, crf = _video("bikes"), 40
+    elif name in PANS:
+        photo, scale = PANS[name]
+        frames, crf = _move(_photo(photo), {}, 120, (640, 360), (scale, scale), pan=(0.0, 1.0))[0], 28
+        if name.endswith("_dark"):
             frames = _dark(frames)
-        return Clip(name, "", frames, [{}] * len(frames), 28, 25.0).write(work / f"{name}.mp4")
-    raise ValueError(f"unknown crossing clip {name!r}: expected one of {', '.join(truth())}")
+    else:
+        raise ValueError(f"unknown crossing clip {name!r}: expected one of {', '.join(truth())}")
+    work = Path(workdir or tempfile.mkdtemp(prefix="flowpipe-crossings-"))
+    return Clip(name, "", frames, [{}] * len(frames), crf, 25.0).write(work / f"{name}.mp4")
 
 
 @dataclass
@@ -68,11 +70,9 @@ def score(name: str, reported: Sequence[dict[str, Any]]) -> CrossingScore:
     hits = [0] * len(t["crossings"])
     false = []
     for r in sorted(reported, key=lambda r: r["frame"]):
-        k = next((i for i, c in enumerate(t["crossings"]) if c["frames"][0] <= r["frame"] <= c["frames"][1]
-                  and c["direction"] == r["direction"] and hits[i] == 0), None)
-        if k is None:
-            k = next((i for i, c in enumerate(t["crossings"]) if c["frames"][0] <= r["frame"] <= c["frames"][1]
-                      and c["direction"] == r["direction"]), None)
+        fits = [i for i, c in enumerate(t["crossings"]) if c["frames"][0] <= r["frame"] <= c["frames"][1]
+                and c["direction"] == r["direction"]]
+        k = next((i for i in fits if hits[i] == 0), fits[0] if fits else None)  # a true one not counted yet first
         if k is not None:
             hits[k] += 1
         elif not any(o["frames"][0] <= r["frame"] <= o["frames"][1] for o in t["optional"]):

@@ -52,15 +52,16 @@ class ClipKeeper:
 
     def __init__(self, stream: str, folder: str | Path, fps: float, pre_s: float, post_s: float,
                  keep_s: float | None = None, keep_mb: float | None = None):
-        self.stream, self.folder, self.fps = stream, Path(folder), fps
+        self.stream, self.folder = stream, Path(folder)
         self.pre = max(0, round(pre_s * fps))
         self.post = max(0, round(post_s * fps))
         self.keep_s, self.keep_mb = keep_s, keep_mb
-        self.ring: deque[_Packet] = deque()
+        # the newest packets, a group of pictures each (from a keyframe to the packet before the next; the first
+        # may begin without one): from the last keyframe at or before ``pre`` frames ago on
+        self.ring: deque[list[_Packet]] = deque()
         self.template: Any = None  # the recording's stream: codec, its parameters (SPS/PPS), time base
         self.clip: _Open | None = None
         self.written: list[str] = []  # clips closed
-        self.frame = 0  # frames of the stream packets came for
 
     # fed by the recorder ------------------------------------------------------------------------------
     def opened(self, stream: Any) -> None:
@@ -74,16 +75,14 @@ class ClipKeeper:
 
     def packet(self, packet: Any, frame: int) -> None:
         """One encoded packet (before the recording's muxer takes it), of the stream's ``frame``."""
-        self.frame = frame
         p = _Packet(bytes(packet), packet.pts, packet.dts, bool(packet.is_keyframe), frame, packet.time_base)
-        self.ring.append(p)
+        if p.key or not self.ring:
+            self.ring.append([p])
+        else:
+            self.ring[-1].append(p)
         # keep from the last keyframe at or before ``pre`` frames ago: a clip starting now can begin there
-        while len(self.ring) > 1:
-            keys = [i for i, q in enumerate(self.ring) if q.key and q.frame <= frame - self.pre]
-            if len(keys) < 1 or keys[-1] == 0:
-                break
-            for _ in range(keys[-1]):
-                self.ring.popleft()
+        while len(self.ring) > 1 and self.ring[1][0].frame <= frame - self.pre:
+            self.ring.popleft()
         if self.clip is not None:
             self._mux(p)
             if self.clip.until is not None and frame >= self.clip.until:
@@ -101,24 +100,21 @@ class ClipKeeper:
             if c.until is not None:
                 c.until = None if end is None else max(c.until, end)
             return str(c.path)
-        if self.template is None or not self.ring:
+        gops = [g for g in self.ring if g[0].key]
+        if self.template is None or not gops:
             return None
-        start = next((i for i in range(len(self.ring) - 1, -1, -1) if self.ring[i].key
-                      and self.ring[i].frame <= frame - self.pre), None)
-        if start is None:
-            start = next((i for i, q in enumerate(self.ring) if q.key), None)
-        if start is None:
-            return None
+        # from the last keyframe at or before the pre-roll, else the oldest there is
+        start = next((i for i in range(len(gops) - 1, -1, -1) if gops[i][0].frame <= frame - self.pre), 0)
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / f"{self.stream}-{frame:08d}.mp4"
         import av
 
         container = av.open(str(path), "w", options={"movflags": FRAGMENTED, "flush_packets": "1"})
         stream = container.add_stream_from_template(self.template)
-        first = self.ring[start]
+        first = gops[start][0]
         self.clip = _Open(path, container, stream, first.pts or 0, first.dts if first.dts is not None else 0, end,
                           {event})
-        for p in list(self.ring)[start:]:
+        for p in (q for g in gops[start:] for q in g):
             if self.clip is None:  # a packet it could not take ended it
                 break
             self._mux(p)

@@ -3,7 +3,7 @@ segment and its newest fragments, each beginning with a keyframe, so a viewer th
 with the initialization segment and the newest fragment and then follows (what a ``<video>`` element plays as
 a progressive download, without a plugin or a JPEG refresh).
 
-Small and cheap on purpose: the picture scaled to ``width``, x264 ``ultrafast`` with ``zerolatency``, a
+Small and cheap on purpose: the picture as the caller scaled it, x264 ``ultrafast`` with ``zerolatency``, a
 keyframe (and so a fragment) every ``fragment_s``.
 """
 from __future__ import annotations
@@ -14,7 +14,6 @@ from collections import deque
 from fractions import Fraction
 from typing import Any
 
-import cv2
 import numpy as np
 
 FRAGMENTS = "+frag_keyframe+empty_moov+default_base_moof"
@@ -54,19 +53,18 @@ class LiveEncoder:
     """One stream's live fragmented MP4. ``add`` a picture (BGR) at a time; ``since(seq)`` gives the
     initialization segment and the fragments after ``seq`` (the newest alone for a viewer joining, seq -1)."""
 
-    def __init__(self, width: int = 640, fragment_s: float = 0.5, keep: int = 8):
-        self.width, self.fragment_s = width, fragment_s
+    def __init__(self, fragment_s: float = 0.5, keep: int = 8):
+        self.fragment_s = fragment_s
         self.init: bytes | None = None
         self.fragments: deque[tuple[int, bytes]] = deque(maxlen=keep)
         self.seq = 0
-        self.cond = threading.Condition()
+        self.lock = threading.Lock()  # the encoder's thread appends fragments, viewers' threads read them
         self._pending = bytearray()  # boxes of the fragment being completed (moof, then mdat)
         self._container: Any = None
         self._stream: Any = None
         self._size: tuple[int, int] | None = None
         self._t0: float | None = None
         self._last_key = -1e9
-        self.closed = False
 
     def _open(self, size: tuple[int, int]) -> None:
         import av
@@ -88,26 +86,22 @@ class LiveEncoder:
             return
         self._pending += box
         if kind == "mdat":  # a fragment is moof + mdat
-            with self.cond:
+            with self.lock:
                 self.seq += 1
                 self.fragments.append((self.seq, bytes(self._pending)))
-                self.cond.notify_all()
             self._pending = bytearray()
 
     def add(self, image: np.ndarray, now: float | None = None) -> None:
-        """One picture (BGR), timed by the clock (the viewer sees it at the pace it came)."""
+        """One picture (BGR, cropped to even sides), timed by the clock (the viewer sees it at the pace it
+        came)."""
         import av
 
         now = time.monotonic() if now is None else now
-        h, w = image.shape[:2]
-        if w > self.width:
-            image = cv2.resize(image, (self.width, round(h * self.width / w)), interpolation=cv2.INTER_AREA)
         h, w = image.shape[:2]
         image = image[:h - h % 2, :w - w % 2]
         size = (image.shape[1], image.shape[0])
         if self._container is not None and size != self._size:
             self.close()  # a new size: a new initialization segment
-            self.closed = False
             self.init = None
         if self._container is None:
             self._open(size)
@@ -124,16 +118,11 @@ class LiveEncoder:
 
     def since(self, seq: int) -> tuple[bytes | None, list[tuple[int, bytes]]]:
         """The initialization segment and the fragments after ``seq`` (seq < 0: the newest one only)."""
-        with self.cond:
+        with self.lock:
             frags = list(self.fragments)
         if seq < 0:
             return self.init, frags[-1:]
         return self.init, [f for f in frags if f[0] > seq]
-
-    def wait(self, seq: int, timeout: float) -> None:
-        """Until a fragment after ``seq`` is there, the encoder closes, or ``timeout``."""
-        with self.cond:
-            self.cond.wait_for(lambda: self.seq > seq or self.closed, timeout=timeout)
 
     def close(self) -> None:
         if self._container is not None:
@@ -142,6 +131,3 @@ class LiveEncoder:
             except Exception:  # noqa: BLE001, S110 - a live view closing on its way out
                 pass
             self._container = self._stream = None
-        with self.cond:
-            self.closed = True
-            self.cond.notify_all()

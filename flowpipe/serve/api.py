@@ -171,10 +171,9 @@ def _routes(instances: Instances) -> APIRouter:
              response_class=FileResponse, responses={200: {"content": {"image/jpeg": {}, "video/mp4": {}}}})
     def files(iid: str, path: str) -> FileResponse:
         inst = instances.get(iid)
-        rel = _inside(inst.folder, str(inst.folder / path))
         kinds = {".jpg": "image/jpeg", ".mp4": "video/mp4"}
         target = inst.folder / path
-        if rel is None or target.suffix.lower() not in kinds or not target.is_file():
+        if _inside(inst.folder, str(target)) is None or target.suffix.lower() not in kinds or not target.is_file():
             raise RequestError(f"no file {path!r} of this instance", 404)
         return FileResponse(target, media_type=kinds[target.suffix.lower()], headers={"Cache-Control": "no-store"})
 

@@ -310,10 +310,10 @@ class Engine:
             self._idle.append(slot)
             try:
                 self.requests[slot].wait()  # re-raises an inference error here, on the engine's thread
+                self._written(self.requests[slot], frames)
             except Exception as e:  # noqa: BLE001
-                self.fail_later(FrameError(frames, e))
+                self.fail_later(e if isinstance(e, FrameError) else FrameError(frames, e))
                 continue
-            self._written(self.requests[slot], frames)
             out += self._finished(frames)
         return out
 

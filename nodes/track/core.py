@@ -241,20 +241,24 @@ class TrackerCore:
                 matched.add(free_t[ti])
         return assign
 
+    def _whole(self, assign: dict[int, int], boxes: np.ndarray,
+               picture: Picture) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The boxes, in the last frame and this one, of the tracks found in both and whole in both."""
+        return [(self.tracks[ti].box, boxes[di]) for di, ti in assign.items() if not self.tracks[ti].missed
+                and whole(self.tracks[ti].box, picture) and whole(boxes[di], picture)]
+
     def _camera(self, assign: dict[int, int], boxes: np.ndarray,
                 picture: Picture) -> tuple[float, float, float] | None:
         """The camera's motion, from the tracks found in the last frame and this one, whole in both."""
-        both = [(ti, di) for di, ti in assign.items() if not self.tracks[ti].missed
-                and whole(self.tracks[ti].box, picture) and whole(boxes[di], picture)]
-        return scene_motion(np.array([self.tracks[ti].box for ti, _ in both]).reshape(-1, 4),
-                            boxes[[di for _, di in both]])
+        both = self._whole(assign, boxes, picture)
+        return scene_motion(np.array([a for a, _ in both]).reshape(-1, 4),
+                            np.array([b for _, b in both]).reshape(-1, 4))
 
     def _agree(self, assign: dict[int, int], boxes: np.ndarray, picture: Picture,
                camera: tuple[float, float, float]) -> bool | None:
         """Whether the tracks found in the last frame and this one, whole in both, moved as ``camera`` says
         (within 2 px or a tenth of their size, as ``scene_motion`` judges); None where there are none."""
-        both = [(self.tracks[ti].box, boxes[di]) for di, ti in assign.items() if not self.tracks[ti].missed
-                and whole(self.tracks[ti].box, picture) and whole(boxes[di], picture)]
+        both = self._whole(assign, boxes, picture)
         if not both:
             return None
         return all(np.abs(moved(a, camera) - b).max() <= max(2.0, 0.1 * float((b[2:] - b[:2]).max()))
