@@ -1,8 +1,9 @@
-"""Counting on real footage: graphs/people_count.yaml's line crossings against crossings checked by eye
-(flowpipe/eval/crossings.json), and what the zones, lines and events cost beside the plain detect-and-track graph
-(the same graph with ``analytics=false``), run side by side in turns.
+"""Counting on real footage: graphs/people_count.yaml's (or graphs/vehicle_count.yaml's) line crossings against
+crossings checked by eye (flowpipe/eval/crossings.json), and what the zones, lines and events cost beside the plain
+detect-and-track graph (the same graph with ``analytics=false``), run side by side in turns.
 
     python benchmarks/analytics_eval.py --out benchmarks/results/analytics_eval.json
+    python benchmarks/analytics_eval.py --what vehicles --out benchmarks/results/analytics_eval_vehicles.json
 
 The clips are in two parts, reported apart: the ones seen while the graph was made, and held-out ones added after
 it and its line's margin were fixed. Per clip: true crossings, found (reported once, in their frames and
@@ -22,18 +23,18 @@ from typing import Any
 from bench_results import publish
 
 ROOT = Path(__file__).resolve().parent.parent
-GRAPH = ROOT / "graphs" / "people_count.yaml"
+GRAPHS = {"people": ROOT / "graphs" / "people_count.yaml", "vehicles": ROOT / "graphs" / "vehicle_count.yaml"}
 
 
-def run_once(src: Path, analytics: bool, work: Path, sets: dict[str, Any]) -> dict[str, Any]:
+def run_once(graph: Path, src: Path, analytics: bool, work: Path, sets: dict[str, Any]) -> dict[str, Any]:
     from flowpipe.eval.score import run_timed
     from flowpipe.graph import load_graph
 
     tag = "with" if analytics else "without"
-    spec = load_graph(str(GRAPH), {"input": str(src), "output": str(work / f"{tag}.mp4"),
+    spec = load_graph(str(graph), {"input": str(src), "output": str(work / f"{tag}.mp4"),
                                    "metadata": str(work / f"{tag}.jsonl"), "events": str(work / f"{tag}_events"),
-                                   "analytics": analytics, **sets})
-    res, seconds = run_timed(spec, f"people_count on {src}")
+                                   "clips": str(work / f"{tag}_clips"), "analytics": analytics, **sets})
+    res, seconds = run_timed(spec, f"{graph.stem} on {src}")
     frames = res.frames["out"]
     busy = {k: float(v.get("busy_s", 0.0)) for k, v in res.nodes.items()}
     crossings = []
@@ -55,7 +56,8 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--clips", nargs="*", help="default: all")
+    ap.add_argument("--what", choices=sorted(GRAPHS), default="people", help="what is counted, and so the graph")
+    ap.add_argument("--clips", nargs="*", help="default: all that have crossings of --what")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--device", default="CPU")
     ap.add_argument("--out")
@@ -63,29 +65,30 @@ def main() -> int:
     from flowpipe.eval.crossings import clip_file, part, score, truth
 
     rows = []
-    for name in args.clips or list(truth()):
+    graph = GRAPHS[args.what]
+    for name in args.clips or list(truth(args.what)):
         work = Path(tempfile.mkdtemp(prefix=f"flowpipe-count-{name}-"))
         src = clip_file(name, work)
         runs: dict[bool, list[dict[str, Any]]] = {True: [], False: []}
         for _ in range(args.repeats):  # side by side, in turns
             for analytics in (True, False):
-                runs[analytics].append(run_once(src, analytics, work, {"device": args.device}))
+                runs[analytics].append(run_once(graph, src, analytics, work, {"device": args.device}))
         with_ = runs[True]
-        s = score(name, with_[0]["crossings"])
-        counts = [score(name, r["crossings"]).row() for r in with_]
+        s = score(name, with_[0]["crossings"], args.what)
+        counts = [score(name, r["crossings"], args.what).row() for r in with_]
         share = statistics.median(r["busy"].get("analytics", 0.0) / max(sum(r["busy"].values()), 1e-9) for r in with_)
         fps_with = statistics.median(r["fps"] for r in with_)
         fps_without = statistics.median(r["fps"] for r in runs[False])
         row = s.row() | {"same_in_every_run": all(c == counts[0] for c in counts), "frames": with_[0]["frames"],
                          "fps_with": round(fps_with, 1), "fps_without": round(fps_without, 1),
                          "fps_ratio": round(fps_with / fps_without, 3), "analytics_busy_share": round(share, 4),
-                         "about": truth()[name]["about"], "part": part(name)}
+                         "about": truth(args.what)[name]["about"], "part": part(name)}
         rows.append(row)
         print(row, flush=True)
     summary = {which: _summary([r for r in rows if r["part"] == which]) for which in ("seen", "held_out")
                if any(r["part"] == which for r in rows)}
-    publish({"graph": "graphs/people_count.yaml", "device": args.device, "repeats": args.repeats, "rows": rows,
-             "summary": summary}, args.out)
+    publish({"graph": str(graph.relative_to(ROOT)), "what": args.what, "device": args.device,
+             "repeats": args.repeats, "rows": rows, "summary": summary}, args.out)
     return 0
 
 

@@ -100,6 +100,7 @@ class _StreamState:
     entered: dict[tuple[str, int], float] = field(default_factory=dict)  # (zone, track) -> since (s)
     seen: dict[int, int] = field(default_factory=dict)  # track -> the last frame it was in
     totals: dict[str, dict[str, int]] = field(default_factory=dict)  # line -> {"in": n, "out": n}
+    by_label: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # line -> label -> {"in", "out"}
     over_since: dict[str, float] = field(default_factory=dict)  # occupancy rule -> since when it holds
     open: dict[tuple[str, Any], _Open] = field(default_factory=dict)  # (rule, key) -> event
     seq: int = 0
@@ -235,6 +236,8 @@ class Analytics(Node):
                     continue
                 st.counted.add((name, tid, direction))
                 tot[direction] += 1
+                per = st.by_label.setdefault(name, {}).setdefault(d.label, {"in": 0, "out": 0})
+                per[direction] += 1
                 crossed.append((name, tid, direction))
                 self.stats["crossings"] += 1
         st.last.update(points)
@@ -260,8 +263,11 @@ class Analytics(Node):
         frame.meta["analytics_shapes"] = {  # in pixels, for an overlay to draw (not in the records)
             "zones": {n: [(x * scale[0], y * scale[1]) for x, y in z.polygon] for n, z in c.zones.items()},
             "lines": {n: [(x * scale[0], y * scale[1]) for x, y in ln.points] for n, ln in c.lines.items()}}
-        frame.meta["analytics"] = {"zones": zones, "lines": {k: dict(v) for k, v in st.totals.items()},
-                                   "crossings": [{"line": n, "track": tid, "direction": dr} for n, tid, dr in crossed],
+        lines = {k: {**v, "labels": {lab: dict(n) for lab, n in st.by_label.get(k, {}).items()}}
+                 for k, v in st.totals.items()}
+        frame.meta["analytics"] = {"zones": zones, "lines": lines,
+                                   "crossings": [{"line": n, "track": tid, "label": labels[tid], "direction": dr}
+                                                 for n, tid, dr in crossed],
                                    "events": events}
         return frame
 

