@@ -111,6 +111,13 @@ def test_a_killed_shard_restarts_its_streams_where_they_stopped(tmp_path) -> Non
     assert 40 not in b  # the frame that killed the process never came back
     assert (tmp_path / "v-b.restart1.mp4").stat().st_size > 0 and (tmp_path / "v-b.mp4").exists()
     assert not any(p.is_alive() for p in (sh.proc for sh in run.shards))
+    # the dead process's source left its stats as last reported (a camera's outages would be there), beside
+    # its successor's: the frames it read before the kill, to within a report's lag
+    blocks = res.nodes["b"]["shards"]
+    died = [k for k in blocks if k.endswith("died")]
+    assert sorted(blocks) == ["1", *died] and len(died) == 1 and str(dead[0]["pid"]) in died[0], blocks
+    assert 0 < blocks[died[0]]["frames"] <= 41 and blocks["1"]["frames"] <= 90 - 40
+    assert res.nodes["b"]["frames"] == blocks[died[0]]["frames"] + blocks["1"]["frames"]
 
 
 def test_an_open_failure_in_one_shard_stops_every_shard_before_any_frame(tmp_path) -> None:

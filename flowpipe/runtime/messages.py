@@ -19,7 +19,7 @@ Every message is a ``@dataclass(frozen=True, slots=True)`` subclass of ``Message
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from operator import attrgetter
 from typing import Any, ClassVar, Literal, cast
 
@@ -330,10 +330,12 @@ class Halt(Message):
 
 @dataclass(frozen=True, slots=True)
 class ShardProgress(Message):
-    """Shard to supervisor, a few times a second: frames by fate, and frames accounted per stream."""
+    """Shard to supervisor, a few times a second: frames by fate, frames accounted per stream, and the sources'
+    own stats as they stand (a camera's outages and reconnects): what is kept of a shard that dies."""
 
     frames: dict[str, int]
     streams: dict[str, int]
+    sources: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -171,7 +171,8 @@ def _shard_main(conn: Connection, payload: bytes, plugins: list[str], plugin_dir
             conn.send(msg)
 
     def progress(snap: dict[str, Any]) -> None:
-        send(ShardProgress({k: snap[k] for k in ("in", "out", "dropped", "failed")}, dict(runner.per_stream)))
+        send(ShardProgress({k: snap[k] for k in ("in", "out", "dropped", "failed")}, dict(runner.per_stream),
+                           _sources_now(runner)))
 
     def on_opened() -> bool:  # every node is open: wait for the supervisor's word, then listen for more
         send(ShardOpened(os.getpid()))
@@ -260,6 +261,7 @@ class _Shard:
     resume: Resume = field(default_factory=Resume)
     pid: int | None = None
     opened: bool = False
+    sources_seen: dict[str, dict[str, Any]] = field(default_factory=dict)  # its sources' stats, last reported
     counts: dict[str, int] = field(default_factory=lambda: {"in": 0, "out": 0, "dropped": 0, "failed": 0})
     streams: dict[str, int] = field(default_factory=dict)
     result: dict[str, Any] | None = None
@@ -479,8 +481,9 @@ class ShardedRun:
 
     def _take(self, sh: _Shard, msg: FromShard) -> None:
         match msg:
-            case ShardProgress(frames, streams):
+            case ShardProgress(frames, streams, sources):
                 sh.counts, sh.streams = dict(frames), dict(streams)
+                sh.sources_seen.update(sources)
             case ShardResult(summary):
                 sh.result = summary
                 sh.counts = dict(summary["frames"])
@@ -643,6 +646,20 @@ class ShardedStreams:
 
 
 
+def _sources_now(runner: Runner) -> dict[str, dict[str, Any]]:
+    """This process's sources' stats as they stand, each a copy (their threads go on changing them)."""
+    out = {}
+    for s in runner.spec.sources():
+        st = runner.stats.get(s.id)
+        if st is None:
+            continue
+        try:
+            out[s.id] = copy.deepcopy(st.summary(None))
+        except RuntimeError:  # its thread changed it while it was copied: the next report has it
+            continue
+    return out
+
+
 def stream_of(source: NodeSpec) -> str:
     """The stream a source node emits: its ``stream`` setting, else its id."""
     return getattr(source.config, "stream", None) or source.id
@@ -656,13 +673,19 @@ class ShardedResult(RunSummary):
     """What a sharded run did, in the shape of ``RunResult`` (``to_json`` adds ``shards``)."""
 
     def __init__(self, run: ShardedRun, elapsed: float):
-        done = [(sh.index, sh.result) for sh in run.shards if sh.result is not None]
+        done: list[tuple[int | str, dict[str, Any]]] = [(sh.index, sh.result) for sh in run.shards
+                                                         if sh.result is not None]
+        # a shard that died leaves its sources' stats as it last reported them (a camera's outages and
+        # reconnects, frames decoded), beside its successor's
+        dead: list[tuple[int | str, dict[str, Any]]] = [
+            (f"{sh.index}, pid {sh.pid}, died", {"nodes": sh.sources_seen}) for sh in run.shards
+            if sh.result is None and sh.sources_seen]
         self.frames = {k: sum(sh.counts[k] for sh in run.shards) for k in ("in", "out", "dropped", "failed")}
         lost = self.frames["in"] - self.frames["out"] - self.frames["dropped"] - self.frames["failed"]
         self.frames["failed"] += max(0, lost)  # frames in flight in shards that died
         self.per_stream = run.per_stream
         self.done_times = sorted(t for _, r in done for t in r.get("done_times", []))
-        self.nodes = merge_nodes(done)
+        self.nodes = merge_nodes(done + dead)
         owner = run.owner
         owned = {s.id for s in owner.specs} if owner is not None else set()
         self.edges: dict[str, dict[str, Any]] = {}

@@ -120,7 +120,7 @@ class RunSummary:
         return {}
 
 
-def merge_nodes(results: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
+def merge_nodes(results: list[tuple[int | str, dict[str, Any]]]) -> dict[str, Any]:
     """Per node: counts and busy time summed over the shards that ran it; each shard's block kept."""
     merged: dict[str, Any] = {}
     cpu_ms: dict[str, float] = {}  # CPU ms summed over the frames of every shard, per node
