@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import multiprocessing as mp
 import os
 import re
 import signal
@@ -168,6 +169,9 @@ def test_a_killed_owner_is_restarted_and_its_frames_are_accounted(tmp_path, capf
     stats = res.to_json()
     owner = stats["device_owner"]
     assert owner["restarts"] == 1 and owner["pids"][0] == first and len(owner["pids"]) == 2
+    # the standby took over (started, its modules imported, waiting), and a new one stood by until the end
+    assert owner["took_over"] == [False, True]
+    assert not [p for p in mp.active_children() if p.name.startswith("flowpipe:device-owner")]
     assert stats["nodes"]["detect"]["failed"] == f["failed"]
     assert stats["inference.detect"]["cache"] == "hit"  # the new owner loaded the model from the cache
     assert "fil_ms" in stats["inference.detect"]

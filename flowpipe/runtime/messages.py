@@ -194,6 +194,11 @@ class OwnerListening(Message):
 
 
 @dataclass(frozen=True, slots=True)
+class OwnerTakeOver(Message):
+    """Supervisor to the standby device owner: the owner died; open the nodes and serve at the socket."""
+
+
+@dataclass(frozen=True, slots=True)
 class OwnerCrashed(Message):
     """Owner to supervisor: it could not start."""
 

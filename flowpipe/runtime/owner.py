@@ -18,8 +18,10 @@ those nodes once; in each shard an ``OwnerClient`` takes the node's place and se
 - the owner batches across every stream of every shard (``batch: N``), answers in each shard's order,
   and says which frames a failed request took;
 - a shard's client counts the frames it sent and has not had back; when the owner dies those are failed
-  by the shard's ``on_error`` (named by stream and frame), the supervisor starts a new owner (its model
-  from the OpenVINO cache) and clients reconnect.
+  by the shard's ``on_error`` (named by stream and frame), the supervisor hands the socket to a new owner
+  (its model from the OpenVINO cache) and clients reconnect. Where the owned nodes may restart, a standby
+  owner waits beside the serving one, its interpreter started, its modules imported and its devices
+  listed (nothing opened on them), so a takeover costs only opening the nodes; a new standby follows.
 """
 from __future__ import annotations
 
@@ -66,6 +68,7 @@ from .messages import (
     OwnerOpenFailed,
     OwnerReady,
     OwnerStats,
+    OwnerTakeOver,
     RemoteError,
     StatsWanted,
 )
@@ -183,7 +186,7 @@ class _Owned:
 class _Owner:
     def __init__(self, control: Connection, path: str, specs: list[NodeSpec], leads: dict[str, NodeSpec]):
         self.control, self.path = control, path
-        self.devs = devices()
+        self.devs = devices()  # listed already in a standby
         self.ledger = CopyLedger()  # the copies made here (a frame's upload), added to the run's
         self.owned = {s.id: _Owned(s, s.make(), "host") for s in specs}
         for o in self.owned.values():
@@ -460,11 +463,23 @@ def owned_placement(node: Node, devs: Devices) -> str:
     return node.owned_input(devs) if isinstance(node, StreamServer) else "host"
 
 
-def owner_main(control: Connection, path: str, payload: bytes, plugins: list[str], plugin_dir: str | None) -> None:
+def owner_main(control: Connection, path: str, payload: bytes, plugins: list[str], plugin_dir: str | None,
+               standby: bool = False) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides what an interrupt means
     for mod in plugins:
         import_plugin(mod, plugin_dir)
     specs, leads = pickle.loads(payload)  # noqa: S301 - from the supervisor that started us
+    if standby:  # ready to take over: the nodes' modules imported, the devices listed, nothing opened
+        for s in specs:
+            s.make()
+        with contextlib.suppress(Exception):  # no OpenVINO here: the nodes say so when they open
+            devices().openvino.available()
+        try:
+            msg = control.recv()
+        except (EOFError, OSError):  # the supervisor closed us, or is gone
+            return
+        if not isinstance(msg, OwnerTakeOver):
+            return
     try:
         owner = _Owner(control, path, specs, leads)
     except Exception as e:  # noqa: BLE001
@@ -477,27 +492,42 @@ class OwnerProcess:
     """The supervisor's handle on the device owner: start, watch, restart, close."""
 
     def __init__(self, specs: list[NodeSpec], plugins: list[str], plugin_dir: str | None, path: str,
-                 leads: dict[str, NodeSpec] | None = None):
+                 leads: dict[str, NodeSpec] | None = None, standby: bool = False):
         self.specs, self.plugins, self.plugin_dir, self.path = specs, plugins, plugin_dir, path
         self.leads = leads or {}  # per owned node, the node that may run ahead of it here (``owner_side``)
+        self.standby = standby  # keep a standby owner to take over (when the owned nodes may restart)
         self.restarts = 0
         self.pids: list[int] = []
-        self.starts_s: list[float] = []  # each start: from the process's launch to its socket listening
+        self.starts_s: list[float] = []  # each start: from the launch (or takeover) to its socket listening
+        self.took_over: list[bool] = []  # each start: by a standby that was ready
         self.final: dict[str, Any] | None = None
         self.error: str | None = None
         self.link: OwnerLink | None = None
+        self._spare: tuple[Any, Connection] | None = None
         self._start()
 
-    def _start(self) -> None:
+    def _launch(self, standby: bool) -> tuple[Any, Connection]:
         ctx = mp.get_context("spawn")
         environment_for_children()
-        t0 = time.monotonic()
-        self.conn, child = ctx.Pipe(duplex=True)
-        self.proc = ctx.Process(target=owner_main, name="flowpipe:device-owner", daemon=True,
-                                args=(child, self.path, pickle.dumps((self.specs, self.leads)), self.plugins,
-                                      self.plugin_dir))
-        self.proc.start()
+        conn, child = ctx.Pipe(duplex=True)
+        proc = ctx.Process(target=owner_main, name="flowpipe:device-owner" + (" (standby)" if standby else ""),
+                           daemon=True, args=(child, self.path, pickle.dumps((self.specs, self.leads)),
+                                              self.plugins, self.plugin_dir, standby))
+        proc.start()
         child.close()
+        return proc, conn
+
+    def _start(self) -> None:
+        t0 = time.monotonic()
+        spare, self._spare = self._spare, None
+        if spare is not None and spare[0].is_alive():
+            self.proc, self.conn = spare
+            self.conn.send(OwnerTakeOver())
+        else:
+            if spare is not None:
+                spare[1].close()
+            self.proc, self.conn = self._launch(standby=False)
+        self.took_over.append(spare is not None and self.proc is spare[0])
         if not self.conn.poll(120):
             raise RuntimeError("the device owner did not start within 120 s")
         try:
@@ -509,6 +539,8 @@ class OwnerProcess:
                 self.pids.append(pid)
                 self.link = OwnerLink(self.path, placements)
                 self.starts_s.append(round(time.monotonic() - t0, 3))
+                if self.standby:  # the next one: it imports while this one serves
+                    self._spare = self._launch(standby=True)
             case OwnerCrashed(error):
                 raise error.exception("the device owner failed to start: ")
             case _:
@@ -537,6 +569,14 @@ class OwnerProcess:
         return f"device owner died ({how}); restarted as pid {self.pid} (restart {self.restarts})"
 
     def close(self) -> None:
+        if self._spare is not None:  # the standby ends when its pipe closes
+            proc, conn = self._spare
+            conn.close()
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=5)
+            self._spare = None
         if self.proc.is_alive():
             try:
                 self.conn.send(Close())

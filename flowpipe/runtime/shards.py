@@ -340,7 +340,8 @@ class ShardedRun:
             if owned:
                 try:
                     self.owner = OwnerProcess(owned, self.spec.plugins, self.spec.plugin_dir,
-                                              os.path.join(workdir, "owner.sock"), leads)
+                                              os.path.join(workdir, "owner.sock"), leads,
+                                              standby=max(s.restarts for s in owned) > 0)
                 except RuntimeError as e:
                     self.error = str(e)
                     return ShardedResult(self, time.perf_counter() - t0)
@@ -711,7 +712,7 @@ class ShardedResult(RunSummary):
                 m["bytes_copied"] += e["bytes_copied"]
         self.owner = None if owner is None else {
             "pids": owner.pids, "restarts": owner.restarts, "nodes": sorted(owned), "error": owner.error,
-            "starts_s": owner.starts_s}
+            "starts_s": owner.starts_s, "took_over": owner.took_over}
         self.collected: dict[str, Any] = {}
         self.elapsed_s = elapsed
         self.interrupted = run.interrupted or any(r["exit"] == 130 for _, r in done)
