@@ -1,5 +1,6 @@
 """Soak at scale: N looping streams of the shipped face-blur graph over several processes (shards and the
-device owner) for M minutes; the proportional set size (PSS) and open fds of every process of the run,
+device owner) for M minutes from the first frame out (the start-up, such as compiling a GPU model into an empty
+cache, is not the soak); the proportional set size (PSS) and open fds of every process of the run,
 sampled every few seconds, and a line fitted through them after the warm-up: a leak is a slope.
 
     python benchmarks/soak_streams.py --minutes 8 --streams 16 --processes 16 --device GPU --json soak.json
@@ -138,6 +139,14 @@ def main() -> None:
     rate: list[tuple[float, int]] = []  # (seconds, frames out) every 0.5 s
     faults: list[dict[str, Any]] = []
     t_start = time.monotonic()
+    begun: list[float] = []  # when the first frame came out: the soak's clock (the start-up is not the soak)
+
+    def since_first() -> float | None:
+        if not begun:
+            if run.snapshot()["out"] == 0:
+                return None
+            begun.append(time.monotonic())
+        return time.monotonic() - begun[0]
 
     def count() -> None:
         while not done.wait(0.5):
@@ -148,32 +157,35 @@ def main() -> None:
 
     def chaos() -> None:
         """A random shard killed every ``kill_every`` s (none in the run's last RECOVER_S), the device owner
-        once at half time."""
+        once at half time; times from the first frame out (faults are reported from the run's start, as the
+        rate is)."""
         nonlocal camera_at
         rng = random.Random(1)  # noqa: S311 - which shard dies, repeatably
         owner_at, next_kill = a.minutes * 30, a.warmup / 2 + a.kill_every
         while not done.wait(0.2):
-            now = time.monotonic() - t_start
+            now, soak = time.monotonic() - t_start, since_first()
+            if soak is None:
+                continue
             shards = getattr(run, "shards", [])
             owner = getattr(run, "owner", None)
-            if owner_at is not None and now >= owner_at and owner is not None and owner.pid:
+            if owner_at is not None and soak >= owner_at and owner is not None and owner.pid:
                 faults.append({"t_s": round(now, 1), "killed": "device owner", "pid": owner.pid})
                 os.kill(owner.pid, signal.SIGKILL)
                 owner_at = None
-            elif now >= next_kill and now < a.minutes * 60 - RECOVER_S:  # time left to see it recover
+            elif next_kill <= soak < a.minutes * 60 - RECOVER_S:  # time left to see it recover
                 live = [sh for sh in shards if sh.opened and sh.pid and not sh.restarted and sh.proc.is_alive()]
                 if live:
                     sh = rng.choice(live)
                     faults.append({"t_s": round(now, 1), "killed": f"shard {sh.index}", "pid": sh.pid})
                     os.kill(sh.pid, signal.SIGKILL)
-                next_kill = now + a.kill_every
+                next_kill = soak + a.kill_every
             for service, at, down in ((camera, camera_at, camera_down), (broker, a.minutes * 40, a.outage)):
-                if service is not None and not service.faulted and now >= at:
+                if service is not None and not service.faulted and soak >= at:
                     faults.append({"t_s": round(now, 1), "away": service.name, "for_s": down})
                     service.faulted = True
                     threading.Thread(target=service.outage, args=(down,), daemon=True).start()
-            if flap and camera is not None and camera.faulted and now >= camera_at + sum(flap) \
-                    and now < a.minutes * 60 - RECOVER_S:
+            if flap and camera is not None and camera.faulted and soak >= camera_at + sum(flap) \
+                    and soak < a.minutes * 60 - RECOVER_S:
                 camera_at, camera.faulted = camera_at + sum(flap), False  # the next time it goes down
 
     threading.Thread(target=count, daemon=True).start()
@@ -181,6 +193,8 @@ def main() -> None:
         threading.Thread(target=chaos, daemon=True).start()
 
     def sample() -> None:
+        while since_first() is None and not done.wait(0.2):
+            pass
         t0 = time.monotonic()
         while not done.wait(a.every):
             pids = process_tree(os.getpid())
