@@ -162,22 +162,26 @@ def main() -> None:
         nonlocal camera_at
         rng = random.Random(1)  # noqa: S311 - which shard dies, repeatably
         owner_at, next_kill = a.minutes * 30, a.warmup / 2 + a.kill_every
+        last_kill = -RECOVER_S  # faults RECOVER_S apart at least: each one's recovery is its own
         while not done.wait(0.2):
             now, soak = time.monotonic() - t_start, since_first()
             if soak is None:
                 continue
             shards = getattr(run, "shards", [])
             owner = getattr(run, "owner", None)
-            if owner_at is not None and soak >= owner_at and owner is not None and owner.pid:
+            if owner_at is not None and soak >= owner_at and soak - last_kill >= RECOVER_S and owner is not None \
+                    and owner.pid:
                 faults.append({"t_s": round(now, 1), "killed": "device owner", "pid": owner.pid})
                 os.kill(owner.pid, signal.SIGKILL)
-                owner_at = None
+                owner_at, last_kill = None, soak
+                next_kill = max(next_kill, soak + RECOVER_S)
             elif next_kill <= soak < a.minutes * 60 - RECOVER_S:  # time left to see it recover
                 live = [sh for sh in shards if sh.opened and sh.pid and not sh.restarted and sh.proc.is_alive()]
                 if live:
                     sh = rng.choice(live)
                     faults.append({"t_s": round(now, 1), "killed": f"shard {sh.index}", "pid": sh.pid})
                     os.kill(sh.pid, signal.SIGKILL)
+                    last_kill = soak
                 next_kill = soak + a.kill_every
             for service, at, down in ((camera, camera_at, camera_down), (broker, a.minutes * 40, a.outage)):
                 if service is not None and not service.faulted and soak >= at:

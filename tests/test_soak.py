@@ -37,6 +37,7 @@ def test_the_main_job_under_kills_accounts_every_frame_records_each_once_and_kee
     # loaded from the host's model cache rather than compiled again
     owner = r["device_owner"]
     assert owner["restarts"] == 1 and len(owner["starts_s"]) == 2 and all(s > 0 for s in owner["starts_s"])
+    assert owner["took_over"] == [False, True]  # the standby, its modules imported, took over
     assert owner["opened"]["detect"]["open_s"] > 0
     if SERVICES:
         away = [f["away"] for f in chaos["faults"] if "away" in f]
