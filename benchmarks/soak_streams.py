@@ -115,6 +115,8 @@ def main() -> None:
                                    "instead of one outage")
     ap.add_argument("--json")
     a = ap.parse_args()
+    if a.kill_every and a.kill_every < RECOVER_S:
+        ap.error(f"--kill-every: at least {RECOVER_S:g} s, so that each fault's recovery is its own")
     work = Path(tempfile.mkdtemp(prefix="flowpipe-soak-"))
     params: dict[str, Any] = {"output": str(work / "o.mp4"), "metadata": str(work / "m.jsonl"), "device": a.device}
     params.update(dict(s.split("=", 1) for s in a.sets))

@@ -236,7 +236,7 @@ class Analytics(Node):
                     continue
                 st.counted.add((name, tid, direction))
                 tot[direction] += 1
-                per = st.by_label.setdefault(name, {}).setdefault(d.label, {"in": 0, "out": 0})
+                per = st.by_label.setdefault(name, {}).setdefault(labels[tid], {"in": 0, "out": 0})
                 per[direction] += 1
                 crossed.append((name, tid, direction))
                 self.stats["crossings"] += 1

@@ -185,6 +185,33 @@ def test_a_killed_owner_is_restarted_and_its_frames_are_accounted(tmp_path, capf
         assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
 
 
+def test_a_killed_owner_whose_standby_is_gone_is_restarted_in_a_new_process(tmp_path) -> None:
+    """The standby owner killed first, then the owner: the restart launches a new process instead (and a new
+    standby after it); every frame is accounted and nothing outlives the run."""
+    spec, _out = _graph(tmp_path, every=(1, 1), fps=60, detect=", on_error: restart")
+    run = ShardedRun(spec, 2)
+    box: dict = {}
+    t = threading.Thread(target=lambda: box.update(res=run.run()))
+    t.start()
+    deadline = time.monotonic() + 60
+    while (run.owner is None or run.snapshot()["out"] < 40) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    owner = run.owner
+    assert owner is not None and owner._spare is not None  # a standby waits beside the owner
+    standby = owner._spare[0]
+    os.kill(standby.pid, signal.SIGKILL)
+    standby.join(timeout=10)
+    os.kill(owner.pid, signal.SIGKILL)  # type: ignore[arg-type]
+    t.join(timeout=120)
+    res = box["res"]
+    assert res.ok, res.error
+    f = res.frames
+    assert f["in"] == 300 and f["in"] == f["out"] + f["failed"] + f["dropped"]
+    stats = res.to_json()["device_owner"]
+    assert stats["restarts"] == 1 and stats["took_over"] == [False, False] and standby.pid not in stats["pids"]
+    assert not [p for p in mp.active_children() if p.name.startswith("flowpipe:device-owner")]
+
+
 def test_a_killed_shard_resumes_its_streams_on_the_same_owner(tmp_path) -> None:
     """SIGKILL of a worker mid-run, sources under ``on_error: restart``: the frames it had in flight fail
     (named), a new worker resumes its stream after the last frame that entered the dead one, the owner

@@ -489,13 +489,14 @@ def owner_main(control: Connection, path: str, payload: bytes, plugins: list[str
 
 
 class OwnerProcess:
-    """The supervisor's handle on the device owner: start, watch, restart, close."""
+    """The supervisor's handle on the device owner: start, watch, restart, close. While a restart is left
+    (``restarts_allowed``), a standby owner waits to take over."""
 
     def __init__(self, specs: list[NodeSpec], plugins: list[str], plugin_dir: str | None, path: str,
-                 leads: dict[str, NodeSpec] | None = None, standby: bool = False):
+                 leads: dict[str, NodeSpec] | None = None, restarts_allowed: int = 0):
         self.specs, self.plugins, self.plugin_dir, self.path = specs, plugins, plugin_dir, path
         self.leads = leads or {}  # per owned node, the node that may run ahead of it here (``owner_side``)
-        self.standby = standby  # keep a standby owner to take over (when the owned nodes may restart)
+        self.restarts_allowed = restarts_allowed
         self.restarts = 0
         self.pids: list[int] = []
         self.starts_s: list[float] = []  # each start: from the launch (or takeover) to its socket listening
@@ -503,8 +504,14 @@ class OwnerProcess:
         self.final: dict[str, Any] | None = None
         self.error: str | None = None
         self.link: OwnerLink | None = None
+        self.proc: Any = None
+        self.conn: Connection | None = None
         self._spare: tuple[Any, Connection] | None = None
-        self._start()
+        try:
+            self._start()
+        except BaseException:
+            self.close()  # a process that did start, or a standby, does not outlive the failure
+            raise
 
     def _launch(self, standby: bool) -> tuple[Any, Connection]:
         ctx = mp.get_context("spawn")
@@ -513,34 +520,62 @@ class OwnerProcess:
         proc = ctx.Process(target=owner_main, name="flowpipe:device-owner" + (" (standby)" if standby else ""),
                            daemon=True, args=(child, self.path, pickle.dumps((self.specs, self.leads)),
                                               self.plugins, self.plugin_dir, standby))
-        proc.start()
-        child.close()
+        try:
+            proc.start()
+        finally:
+            child.close()
         return proc, conn
 
-    def _start(self) -> None:
-        t0 = time.monotonic()
+    def _take_over(self) -> bool:
+        """The standby becomes the owner, if it is there to."""
         spare, self._spare = self._spare, None
-        if spare is not None and spare[0].is_alive():
-            self.proc, self.conn = spare
-            self.conn.send(OwnerTakeOver())
-        else:
-            if spare is not None:
-                spare[1].close()
-            self.proc, self.conn = self._launch(standby=False)
-        self.took_over.append(spare is not None and self.proc is spare[0])
+        if spare is None:
+            return False
+        try:
+            if not spare[0].is_alive():
+                raise OSError("the standby owner is gone")
+            spare[1].send(OwnerTakeOver())
+        except OSError:
+            _end(*spare)
+            return False
+        self.proc, self.conn = spare
+        return True
+
+    def _first_word(self) -> Any:
+        assert self.conn is not None
         if not self.conn.poll(120):
             raise RuntimeError("the device owner did not start within 120 s")
         try:
-            msg = self.conn.recv()
+            return self.conn.recv()
         except EOFError:
             raise RuntimeError(f"the device owner exited while starting (exit code {self.proc.exitcode})") from None
+
+    def _start(self) -> None:
+        t0 = time.monotonic()
+        took_over = self._take_over()
+        if not took_over:
+            self.proc, self.conn = self._launch(standby=False)
+        try:
+            msg = self._first_word()
+        except RuntimeError:
+            if not took_over:
+                raise
+            assert self.conn is not None
+            _end(self.proc, self.conn)  # the standby failed to take over: a new process instead
+            took_over = False
+            self.proc, self.conn = self._launch(standby=False)
+            msg = self._first_word()
         match msg:
             case OwnerListening(pid, placements):
                 self.pids.append(pid)
                 self.link = OwnerLink(self.path, placements)
                 self.starts_s.append(round(time.monotonic() - t0, 3))
-                if self.standby:  # the next one: it imports while this one serves
-                    self._spare = self._launch(standby=True)
+                self.took_over.append(took_over)
+                if self.restarts < self.restarts_allowed:  # the next one: it imports while this one serves
+                    try:
+                        self._spare = self._launch(standby=True)
+                    except Exception as e:  # noqa: BLE001 - no standby: a restart starts a new process
+                        log.warning("no standby device owner: %s", e)
             case OwnerCrashed(error):
                 raise error.exception("the device owner failed to start: ")
             case _:
@@ -550,33 +585,31 @@ class OwnerProcess:
     def pid(self) -> int | None:
         return self.pids[-1] if self.pids else None
 
-    def check(self, restarts_allowed: int) -> str | None:
+    def check(self) -> str | None:
         """Restart a dead owner (returns what happened, for the log), or None when it is alive."""
         if self.proc.is_alive():
             return None
         code = self.proc.exitcode
         how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
-        if self.restarts >= restarts_allowed:
+        if self.restarts >= self.restarts_allowed:
             self.error = f"device owner (pid {self.pid}) died ({how}); no restarts left"
             return self.error
         self.restarts += 1
+        assert self.conn is not None
         self.conn.close()
         try:
             self._start()
-        except RuntimeError as e:
+        except (RuntimeError, OSError) as e:
             self.error = f"device owner died ({how}) and did not restart: {e}"
             return self.error
         return f"device owner died ({how}); restarted as pid {self.pid} (restart {self.restarts})"
 
     def close(self) -> None:
         if self._spare is not None:  # the standby ends when its pipe closes
-            proc, conn = self._spare
-            conn.close()
-            proc.join(timeout=5)
-            if proc.is_alive():
-                proc.kill()
-                proc.join(timeout=5)
+            _end(*self._spare)
             self._spare = None
+        if self.proc is None or self.conn is None:
+            return
         if self.proc.is_alive():
             try:
                 self.conn.send(Close())
@@ -593,6 +626,16 @@ class OwnerProcess:
         self.conn.close()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
+
+
+def _end(proc: Any, conn: Connection) -> None:
+    """An owner process that is not serving (a standby, or one that failed to take over): its pipe closed,
+    it ends (killed if it does not)."""
+    conn.close()
+    proc.join(timeout=5)
+    if proc.is_alive():
+        proc.kill()
+        proc.join(timeout=5)
 
 
 # -- shard side ----------------------------------------------------------------------------------------------

@@ -341,7 +341,7 @@ class ShardedRun:
                 try:
                     self.owner = OwnerProcess(owned, self.spec.plugins, self.spec.plugin_dir,
                                               os.path.join(workdir, "owner.sock"), leads,
-                                              standby=max(s.restarts for s in owned) > 0)
+                                              restarts_allowed=max(s.restarts for s in owned))
                 except RuntimeError as e:
                     self.error = str(e)
                     return ShardedResult(self, time.perf_counter() - t0)
@@ -532,10 +532,9 @@ class ShardedRun:
         live = {sh.conn: sh for sh in self.shards if sh.opened}
         told_stop = told_abort = False
         last_progress = 0.0
-        restarts = max([s.restarts for s in self.owner.specs] if self.owner is not None else [0])
         while live:
             if self.owner is not None and self.owner.error is None:
-                what = self.owner.check(restarts)
+                what = self.owner.check()
                 if what is not None:
                     log.error("%s", what)
                     self.pids.extend(p for p in self.owner.pids if p not in self.pids)
@@ -655,8 +654,9 @@ def _sources_now(runner: Runner) -> dict[str, dict[str, Any]]:
         if st is None:
             continue
         try:
-            out[s.id] = copy.deepcopy(st.summary(None))
-        except RuntimeError:  # its thread changed it while it was copied: the next report has it
+            with st.lock:
+                out[s.id] = copy.deepcopy(st.summary(None))
+        except RuntimeError:  # the node changed its own stats while they were copied: the next report has them
             continue
     return out
 
