@@ -585,6 +585,11 @@ class OwnerProcess:
     def pid(self) -> int | None:
         return self.pids[-1] if self.pids else None
 
+    @property
+    def standby_pid(self) -> int | None:
+        """The standby owner's process, while one waits."""
+        return self._spare[0].pid if self._spare is not None else None
+
     def check(self) -> str | None:
         """Restart a dead owner (returns what happened, for the log), or None when it is alive."""
         if self.proc.is_alive():
