@@ -477,6 +477,16 @@ nodes:
         while client.get(f"/pipelines/{iid}/streams/a/preview.jpg").status_code != 200:
             assert time.monotonic() < deadline
             time.sleep(0.1)
+        # the live view, from the host running the stream: H.264 in fragmented MP4 (init, then fragments)
+        got = b""
+        with client.stream("GET", f"/pipelines/{iid}/streams/b/live.mp4") as r:
+            assert r.status_code == 200 and r.headers["content-type"] == "video/mp4"
+            for chunk in r.iter_bytes():
+                got += chunk
+                if got.count(b"moof") >= 2:
+                    break
+        assert got[4:8] == b"ftyp" and b"avc1" in got[:2000] and got.count(b"mdat") >= 2
+        assert client.get(f"/pipelines/{iid}/events").json() == []  # the graph raises none; the hosts answer
         acct = client.delete(f"/pipelines/{iid}/streams/a").json()
         assert acct["state"] == "removed" and acct["in"] == acct["out"] > 10
         assert client.delete(f"/pipelines/{iid}/streams/a").status_code == 404

@@ -143,6 +143,12 @@ class HostAgent:
     def picture(self, stream: str) -> bytes | None:
         return self._started().live.picture(stream)
 
+    def video(self, stream: str, seq: int) -> tuple[bytes | None, list[tuple[int, bytes]]] | None:
+        return self._started().live.video(stream, seq)
+
+    def events(self) -> list[dict[str, Any]]:
+        return self._started().live.events()
+
     def stop(self, now: bool = False) -> None:
         if self.runner is not None:
             self.runner.abort() if now else self.runner.stop()

@@ -381,11 +381,26 @@ class ClusterRun:
             rows += [dict(r, host=a.address) for r in got]
         return rows
 
+    def _serving(self, stream: str) -> Any:
+        """The agent running ``stream`` now, or None."""
+        return next((a for a in self.agents if stream in a.sources + a.added and a.result is None
+                     and a.error is None), None)
+
     def picture(self, stream: str) -> bytes | None:
-        for a in self.agents:
-            if stream in a.sources + a.added and a.result is None and a.error is None:
-                return self._ray.get(a.handle.picture.remote(stream))  # type: ignore[no-any-return]
-        return None
+        a = self._serving(stream)
+        return None if a is None else self._ray.get(a.handle.picture.remote(stream))  # type: ignore[no-any-return]
+
+    def video(self, stream: str, seq: int) -> tuple[bytes | None, list[tuple[int, bytes]]] | None:
+        """The stream's live view after fragment ``seq``, from the host running it."""
+        a = self._serving(stream)
+        return None if a is None else self._ray.get(a.handle.video.remote(stream, seq))  # type: ignore[no-any-return]
+
+    def events(self) -> list[dict[str, Any]]:
+        """Every running host's newest events, oldest first; each names its host."""
+        live = [a for a in self.agents if a.result is None and a.error is None]
+        got = [dict(e, host=a.address) for a, evs in zip(live, self._ray.get([a.handle.events.remote() for a in live]))
+               for e in evs]
+        return sorted(got, key=lambda e: e.get("at", 0.0))
 
     def _wait(self) -> None:
         ray = self._ray

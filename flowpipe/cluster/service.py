@@ -73,6 +73,12 @@ class Controller:
     def picture(self, stream: str) -> bytes | None:
         return self.run.picture(stream)
 
+    def video(self, stream: str, seq: int) -> tuple[bytes | None, list[tuple[int, bytes]]] | None:
+        return self.run.video(stream, seq)
+
+    def events(self) -> list[dict[str, Any]]:
+        return self.run.events()
+
     def pid(self) -> int:
         import os
 
@@ -222,12 +228,12 @@ class ClusterStreams:
         return None if self.closed else self._ask("picture", stream)  # type: ignore[no-any-return]
 
     def video(self, stream: str, seq: int) -> tuple[bytes | None, list[tuple[int, bytes]]] | None:
-        """No live view from a cluster's hosts yet (the console shows their pictures)."""
-        return None
+        """The live view from the host running the stream (after fragment ``seq``)."""
+        return None if self.closed else self._ask("video", stream, seq)  # type: ignore[no-any-return]
 
     def events(self) -> list[dict[str, Any]]:
-        """No events from a cluster's hosts here yet (they are in the hosts' JSON lines and MQTT)."""
-        return []
+        """The hosts' newest events (their snapshots and clips are files on the host that raised them)."""
+        return [] if self.closed else self._ask("events")  # type: ignore[no-any-return]
 
 
 class ClusterInstance:
