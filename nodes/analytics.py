@@ -140,7 +140,8 @@ class Analytics(Node):
         margin: float = Field(0.1, ge=0, le=1, description="of a box's height: how far past a line its point "
                                                            "must be to be on that side")
         forget: int = Field(30, ge=1, description="frames a track not seen keeps its time in a zone (its dwell "
-                                                  "goes on if it comes back in them; the tracker's max_age)")
+                                                  "goes on if it comes back in them; the tracker's max_age) and "
+                                                  "the lines it crossed (counted again only after)")
         snapshots: str | None = Field(None, description="folder for a JPEG of the frame each event begins on")
 
         @model_validator(mode="after")
@@ -241,11 +242,13 @@ class Analytics(Node):
                 crossed.append((name, tid, direction))
                 self.stats["crossings"] += 1
         st.last.update(points)
-        for tid in [k for k, f in st.seen.items() if frame.index - f > c.forget]:
-            st.seen.pop(tid)
-            st.last.pop(tid, None)
-            for key in [k for k in st.side if k[1] == tid]:
-                del st.side[key]
+        gone = {k for k, f in st.seen.items() if frame.index - f > c.forget}
+        if gone:  # forgotten: a track that comes back after this is a new one (and what it crossed with it)
+            for tid in gone:
+                st.seen.pop(tid)
+                st.last.pop(tid, None)
+            st.side = {k: v for k, v in st.side.items() if k[1] not in gone}
+            st.counted = {k for k in st.counted if k[1] not in gone}
         # rules
         for r in c.rules:
             events += self._rule(r, st, frame, t, zones, crossed, labels)

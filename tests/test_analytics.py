@@ -124,6 +124,18 @@ def test_a_crossing_rule_raises_an_instant_event_per_direction_it_names() -> Non
         ("came_in", "instant", [2], "in", "gate")]
 
 
+@pytest.mark.parametrize(("away", "expected"), [(3, ["out", "in"]), (8, ["out", "out"])])
+def test_a_track_is_forgotten_after_forget_frames_and_its_crossings_with_it(away: int, expected: list[str]) -> None:
+    """Track 1 crosses left to right, is not seen for ``away`` frames and comes back on the left to cross
+    again. Back within ``forget`` (5) frames it is the same track: its jump back is an 'in', its second 'out' is
+    not counted again. Away longer, it was forgotten with what it crossed (so a server's memory does not grow
+    a crossing at a time): both are counted."""
+    walk = [{1: p} for p in _walk(100, 220, 7)]
+    seq = walk + [{}] * away + walk
+    out = run_node(f"type: analytics\nconfig: {{{LINE}, forget: 5}}", _frames(seq), port="detections")
+    assert [c["direction"] for f in out.frames for c in f.meta["analytics"]["crossings"]] == expected
+
+
 def test_the_jsonl_record_carries_the_analytics(tmp_path: Path) -> None:
     from flowpipe.testing import run_yaml
 
