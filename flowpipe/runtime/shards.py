@@ -647,9 +647,10 @@ class ShardedStreams:
 
 
 def _sources_now(runner: Runner) -> dict[str, dict[str, Any]]:
-    """This process's sources' stats as they stand, each a copy (their threads go on changing them)."""
+    """This process's sources' stats as they stand (the graph's and those added at run time), each a copy
+    (their threads go on changing them)."""
     out = {}
-    for s in runner.spec.sources():
+    for s in [*runner.spec.sources(), *(rec.spec for rec in list(runner.live.added.values()))]:
         st = runner.stats.get(s.id)
         if st is None:
             continue
