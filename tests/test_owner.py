@@ -9,7 +9,9 @@ import signal
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from flowpipe import load_graph
 from flowpipe.accel.host import usable_cores
@@ -149,7 +151,9 @@ def test_the_owner_keeps_compiled_models_in_the_hosts_cache_when_the_graph_names
     assert any((tmp_path / "cache" / "ov").iterdir())  # this host's model cache (FLOWPIPE_CACHE/ov)
 
 
-def test_a_killed_owner_is_restarted_and_its_frames_are_accounted(tmp_path, capfd) -> None:
+def _owner_run(tmp_path: Path) -> tuple[ShardedRun, Path, Callable[[], Any]]:
+    """Two streams over 2 shards and the device owner, its detector restarting, started in a thread and past
+    its first 40 frames out; the callable waits for the run's result."""
     spec, out = _graph(tmp_path, every=(1, 1), fps=60, detect=", on_error: restart")
     run = ShardedRun(spec, 2)
     box: dict = {}
@@ -158,10 +162,19 @@ def test_a_killed_owner_is_restarted_and_its_frames_are_accounted(tmp_path, capf
     deadline = time.monotonic() + 60
     while (run.owner is None or run.snapshot()["out"] < 40) and time.monotonic() < deadline:
         time.sleep(0.05)
+
+    def result() -> Any:
+        t.join(timeout=120)
+        return box["res"]
+
+    return run, out, result
+
+
+def test_a_killed_owner_is_restarted_and_its_frames_are_accounted(tmp_path, capfd) -> None:
+    run, out, result = _owner_run(tmp_path)
     first = run.owner.pid  # type: ignore[union-attr]
     os.kill(first, signal.SIGKILL)
-    t.join(timeout=120)
-    res = box["res"]
+    res = result()
     assert res.ok, res.error
     f = res.frames
     assert f["in"] == 300 and f["in"] == f["out"] + f["failed"] + f["dropped"]
@@ -195,14 +208,7 @@ def _gone(pid: int) -> bool:
 def test_a_killed_owner_whose_standby_is_gone_is_restarted_in_a_new_process(tmp_path) -> None:
     """The standby owner killed first, then the owner: the restart launches a new process instead (and a new
     standby after it); every frame is accounted and nothing outlives the run."""
-    spec, _out = _graph(tmp_path, every=(1, 1), fps=60, detect=", on_error: restart")
-    run = ShardedRun(spec, 2)
-    box: dict = {}
-    t = threading.Thread(target=lambda: box.update(res=run.run()))
-    t.start()
-    deadline = time.monotonic() + 60
-    while (run.owner is None or run.snapshot()["out"] < 40) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    run, _out, result = _owner_run(tmp_path)
     owner = run.owner
     assert owner is not None and owner.standby_pid is not None  # a standby waits beside the owner
     standby = owner.standby_pid
@@ -210,8 +216,7 @@ def test_a_killed_owner_whose_standby_is_gone_is_restarted_in_a_new_process(tmp_
     while not _gone(standby):
         time.sleep(0.05)
     os.kill(owner.pid, signal.SIGKILL)  # type: ignore[arg-type]
-    t.join(timeout=120)
-    res = box["res"]
+    res = result()
     assert res.ok, res.error
     f = res.frames
     assert f["in"] == 300 and f["in"] == f["out"] + f["failed"] + f["dropped"]
