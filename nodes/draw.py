@@ -201,11 +201,7 @@ def _shapes(frame: Frame, color: tuple[int, int, int], thickness: int) -> list[t
     for kind, items in (("zones", shapes["zones"]), ("lines", shapes["lines"])):
         for name, pts in items.items():
             p = np.array(pts, np.float64).round().astype(np.int32)
-            if kind == "zones":
-                text = f"{name}: {found.get('zones', {}).get(name, {}).get('count', 0)}"
-            else:
-                tot = found.get("lines", {}).get(name, {})
-                text = f"{name}: in {tot.get('in', 0)} out {tot.get('out', 0)}"
+            text = shape_text(kind, name, found)
             (tw, th), _ = cv2.getTextSize(text, font, 0.5, 1)
             tx, ty = int(p[:, 0].min()) + 4, int(p[:, 1].min()) + th + 4
             x1, y1 = min(int(p[:, 0].min()), tx), min(int(p[:, 1].min()), ty - th)
@@ -219,6 +215,19 @@ def _shapes(frame: Frame, color: tuple[int, int, int], thickness: int) -> list[t
 
             out.append(((x1 - pad, y1 - pad, x2 + pad, y2 + pad), draw))
     return out
+
+
+def shape_text(kind: str, name: str, found: dict[str, Any]) -> str:
+    """What is written by a zone (how many are in it) or a line (its totals in and out; per label where more
+    than one label crossed it, as a vehicle count wants them: ``car 3/1, bus 1/0``)."""
+    if kind == "zones":
+        return f"{name}: {found.get('zones', {}).get(name, {}).get('count', 0)}"
+    tot = found.get("lines", {}).get(name, {})
+    text = f"{name}: in {tot.get('in', 0)} out {tot.get('out', 0)}"
+    per = tot.get("labels") or {}
+    if len(per) > 1:
+        text += " (" + ", ".join(f"{lab} {n.get('in', 0)}/{n.get('out', 0)}" for lab, n in sorted(per.items())) + ")"
+    return text
 
 
 def _even(r: tuple[int, int, int, int], w: int, h: int) -> tuple[int, int, int, int]:

@@ -136,6 +136,19 @@ def test_a_track_is_forgotten_after_forget_frames_and_its_crossings_with_it(away
     assert [c["direction"] for f in out.frames for c in f.meta["analytics"]["crossings"]] == expected
 
 
+def test_the_overlay_writes_a_zone_s_count_and_a_line_s_totals_per_label() -> None:
+    """By a zone, how many are in it; by a line, its totals, and per label once more than one label crossed."""
+    from flowpipe.nodes.draw import shape_text
+
+    found = {"zones": {"z": {"count": 2}},
+             "lines": {"one": {"in": 1, "out": 0, "labels": {"person": {"in": 1, "out": 0}}},
+                       "two": {"in": 3, "out": 1, "labels": {"car": {"in": 2, "out": 1}, "bus": {"in": 1, "out": 0}}}}}
+    assert shape_text("zones", "z", found) == "z: 2"
+    assert shape_text("lines", "one", found) == "one: in 1 out 0"
+    assert shape_text("lines", "two", found) == "two: in 3 out 1 (bus 1/0, car 2/1)"
+    assert shape_text("lines", "none yet", {}) == "none yet: in 0 out 0"
+
+
 def test_the_jsonl_record_carries_the_analytics(tmp_path: Path) -> None:
     from flowpipe.testing import run_yaml
 
