@@ -309,12 +309,7 @@ def _counting(results: Path) -> list[str]:
           "time. Two parts: the clips seen while the graph was made (nothing was chosen on them: the detector's "
           "thresholds and the line's margin were set before any was run), and held-out clips added after this "
           "section's first figures, run once for it.", "",
-          "| part | clip | true crossings | found once | missed | false | twice | same in every run | FPS with / "
-          "without analytics | analytics' share of busy time |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for x in r["rows"]:
-        L.append(f"| {x.get('part', 'seen')} | {x['clip']} | {x['true']} | {x['found']} | {len(x['missed'])} | "
-                 f"{x['false']} | {x['twice']} | {'yes' if x['same_in_every_run'] else 'no'} | "
-                 f"{x['fps_with']} / {x['fps_without']} | {100 * x['analytics_busy_share']:.1f}% |")
+          *_crossing_table(r["rows"])]
     summary = r["summary"] if "seen" in r["summary"] or "held_out" in r["summary"] else {"seen": r["summary"]}
     for which, sm in summary.items():
         L += ["", f"{which.replace('_', '-').capitalize()} ({sm.get('clips', '')} clips): every true crossing "
@@ -335,6 +330,15 @@ def _counting(results: Path) -> list[str]:
     return L + _counting_vehicles(results)
 
 
+def _crossing_table(rows: list[dict[str, Any]]) -> list[str]:
+    """analytics_eval.py's rows, a line per clip: crossings found, missed, false, twice; FPS; the analytics' cost."""
+    return ["| part | clip | true crossings | found once | missed | false | twice | same in every run | FPS with / "
+            "without analytics | analytics' share of busy time |", "|---|---|---|---|---|---|---|---|---|---|",
+            *(f"| {x.get('part', 'seen')} | {x['clip']} | {x['true']} | {x['found']} | {len(x['missed'])} | "
+              f"{x['false']} | {x['twice']} | {'yes' if x['same_in_every_run'] else 'no'} | "
+              f"{x['fps_with']} / {x['fps_without']} | {100 * x['analytics_busy_share']:.1f}% |" for x in rows)]
+
+
 def _counting_vehicles(results: Path) -> list[str]:
     """Section 15, vehicles: graphs/vehicle_count.yaml (``analytics_eval.py --what vehicles``)."""
     f = results / "analytics_eval_vehicles.json"
@@ -350,13 +354,7 @@ def _counting_vehicles(results: Path) -> list[str]:
          "picture's edges or filmed from inside a traffic jam, where whether a box's foot crosses the middle is not "
          "for the eye to say: those windows are optional, and the one clear crossing is a saloon driving across "
          "behind railings. A cyclist standing with his bicycle and a parked bicycle are vehicles that must not "
-         "cross.", "",
-         "| part | clip | true crossings | found once | missed | false | twice | same in every run | FPS with / "
-         "without analytics | analytics' share of busy time |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for x in r["rows"]:
-        L.append(f"| {x.get('part', 'seen')} | {x['clip']} | {x['true']} | {x['found']} | {len(x['missed'])} | "
-                 f"{x['false']} | {x['twice']} | {'yes' if x['same_in_every_run'] else 'no'} | "
-                 f"{x['fps_with']} / {x['fps_without']} | {100 * x['analytics_busy_share']:.1f}% |")
+         "cross.", "", *_crossing_table(r["rows"])]
     true = sum(x["true"] for x in r["rows"])
     found = sum(x["found"] for x in r["rows"])
     false = sum(x["false"] for x in r["rows"])
