@@ -144,12 +144,17 @@ def _routes(instances: Instances) -> APIRouter:
     def remove_stream(iid: str, sid: str) -> dict[str, Any]:
         return instances.remove_stream(instances.get(iid), sid)
 
-    @api.get("/pipelines/{iid}/streams/{sid}/preview.jpg", summary="the stream's newest picture",
-             response_class=Response, responses={200: {"content": {"image/jpeg": {}}}})
-    def preview(iid: str, sid: str) -> Response:
+    def _stream_of(iid: str, sid: str) -> Any:
+        """The instance ``iid``, for its stream ``sid`` (a name the API takes, else 404)."""
         inst = instances.get(iid)
         if not re.match(NAME, sid):
             raise RequestError(f"no stream {sid!r}", 404)
+        return inst
+
+    @api.get("/pipelines/{iid}/streams/{sid}/preview.jpg", summary="the stream's newest picture",
+             response_class=Response, responses={200: {"content": {"image/jpeg": {}}}})
+    def preview(iid: str, sid: str) -> Response:
+        inst = _stream_of(iid, sid)
         jpeg = inst.runner.live.picture(sid)
         if jpeg is None:
             raise RequestError(f"no picture of stream {sid!r} yet", 404)
@@ -180,9 +185,7 @@ def _routes(instances: Instances) -> APIRouter:
     @api.get("/pipelines/{iid}/streams/{sid}/live.mp4", summary="the stream live: H.264 in fragmented MP4",
              response_class=StreamingResponse, responses={200: {"content": {"video/mp4": {}}}})
     def live(iid: str, sid: str) -> StreamingResponse:
-        inst = instances.get(iid)
-        if not re.match(NAME, sid):
-            raise RequestError(f"no stream {sid!r}", 404)
+        inst = _stream_of(iid, sid)
         if inst.runner.live.video(sid, -1) is None:
             raise RequestError("this graph makes no live view (it has no preview node)", 404)
         return StreamingResponse(_live_chunks(inst, sid), media_type="video/mp4",
