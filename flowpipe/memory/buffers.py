@@ -168,6 +168,12 @@ class SharedBuffer:
         return f"SharedBuffer(kind={self.kind!r}, size={self.size}, handle={self.handle})"
 
 
+def leading(arr: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """The first ``prod(shape)`` elements of ``arr``'s memory as ``shape``: what a request wrote of an output
+    bound to memory of its largest shape (a dynamic output), without a copy."""
+    return arr.reshape(-1)[:int(np.prod(shape))].reshape(shape)
+
+
 def cpu_write(buffer: SharedBuffer | None) -> Any:
     """Context for a CPU write into ``buffer``: DMA_BUF_IOCTL_SYNC on DMA-BUF memory, nothing otherwise."""
     from contextlib import nullcontext

@@ -48,7 +48,7 @@ from ..contracts import Allocation, InputContract, Offer, Request
 from ..errors import FrameError
 from ..frame import Frame
 from ..graph import NodeSpec
-from ..memory import BufferPool, SharedBuffer, available_kinds, best_kind
+from ..memory import BufferPool, SharedBuffer, available_kinds, best_kind, leading
 from ..memory import ledger as ledgers
 from ..memory.ledger import CopyLedger
 from ..node import Node, OwnerSide, RunContext, StreamServer
@@ -737,7 +737,7 @@ class OwnerClient(Node):
                             f = self.pending.get(k)
                             for (name, _, _), shape in zip(self.info.outputs, cut):
                                 if f is not None and name in f.tensors:
-                                    f.tensors[name] = f.tensors[name].reshape(-1)[:int(np.prod(shape))].reshape(shape)
+                                    f.tensors[name] = leading(f.tensors[name], tuple(shape))
                         self.ready.update(keys)
                     case OwnerFailed(_, keys, error):
                         frames = [self.pending.pop(k) for k in keys if k in self.pending]

@@ -22,7 +22,7 @@ from flowpipe.accel.openvino import Compiled, DeviceChoice, OpenVino
 from flowpipe.contracts import Allocation, Offer
 from flowpipe.errors import FrameError
 from flowpipe.frame import Frame
-from flowpipe.memory import BufferPool, SharedLease, Slot
+from flowpipe.memory import BufferPool, SharedLease, Slot, leading
 from flowpipe.memory import ledger as ledgers
 
 from .batching import Entries
@@ -333,7 +333,7 @@ class Engine:
                 if n > arr.size:
                     raise FrameError(frames, RuntimeError(
                         f"output '{name}' of shape {list(shape)} is larger than its memory {list(arr.shape)}"))
-                frames[0].tensors[name] = arr.reshape(-1)[:n].reshape(shape)
+                frames[0].tensors[name] = leading(arr, shape)
 
     def drain(self) -> list[Frame]:
         """Every frame in flight, once its request is done."""
