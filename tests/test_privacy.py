@@ -752,3 +752,37 @@ nodes:
     (face,) = truth()["photos"]["cameraman"]["boxes"]
     mask = grow_box(cameraman.detections[0].box, 0.2, 512, 512)
     assert coverage(tuple(face), [mask]) >= 0.7, (cameraman.detections[0].box, face)
+
+
+def test_retinaface_over_two_processes_gives_each_frame_only_its_own_faces(tmp_path) -> None:
+    """The same over two shards and the device owner: RetinaFace's output memory lives in the shard and is bound
+    at its largest shape, so the shard cuts each frame's tensor to the shape the owner's request wrote. Two
+    streams alternate the cameraman and a grey picture 12 times: every cameraman frame has his face, no grey one
+    has a face (a row left in reused memory by an earlier frame would be his face again)."""
+    import cv2
+    from skimage import data
+
+    from flowpipe import load_graph
+    from flowpipe.runtime.shards import ShardedRun
+
+    (tmp_path / "in").mkdir()
+    cv2.imwrite(str(tmp_path / "in" / "a.png"), data.camera())
+    cv2.imwrite(str(tmp_path / "in" / "b.png"), np.full((512, 512, 3), 128, np.uint8))
+    out = tmp_path / "rf.jsonl"
+    (tmp_path / "g.yaml").write_text(f"""
+processes: 2
+nodes:
+  - {{id: s0, type: video_source, config: {{uri: "{tmp_path / 'in'}", loop: 12}}}}
+  - {{id: s1, type: video_source, config: {{uri: "{tmp_path / 'in'}", loop: 12}}}}
+  - {{id: pre, type: preprocess, config: {{size: [512, 512], resize: letterbox, color: RGB, layout: NHWC}},
+      inputs: {{frame: [s0, s1]}}}}
+  - {{id: det, type: inference, config: {{model: retinaface, device: CPU}}, inputs: {{tensor: pre.tensor}}}}
+  - {{id: faces, type: retinaface_decode, config: {{score_threshold: 0.5}}, inputs: {{tensors: det.tensors}}}}
+  - {{id: out, type: jsonl, config: {{path: "{out}"}}, inputs: faces}}
+""")
+    res = ShardedRun(load_graph(str(tmp_path / "g.yaml")), 2).run()
+    assert res.ok, res.error
+    recs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(recs) == res.frames["out"] == res.frames["in"] >= 40
+    found = {(r["frame"] % 2, len(r["objects"])) for r in recs}  # frame 0, 2, ...: the cameraman
+    assert found == {(0, 1), (1, 0)}, sorted((r["stream"], r["frame"], len(r["objects"])) for r in recs)
