@@ -7,8 +7,10 @@ from __future__ import annotations
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,6 +43,29 @@ def _serve(instances: object) -> tuple[Callable[[], None], int]:
     return stop, port
 
 
+@contextmanager
+def _console(instances: Any, template: str, height: int) -> Iterator[tuple[Any, str]]:
+    """The console over ``instances`` in headless Chromium, an instance of ``template`` started with a click:
+    the page and the instance's id. The browser, the server and every instance stop after."""
+    stop, port = _serve(instances)
+    try:
+        with playwright.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            try:
+                page = browser.new_page(viewport={"width": 1280, "height": height})
+                page.goto(f"http://127.0.0.1:{port}/")
+                page.wait_for_selector(f"#template option[value={template}]", state="attached")
+                page.click("#start")
+                row = page.wait_for_selector("#instances tbody tr[data-id]")
+                yield page, str(row.get_attribute("data-id"))  # type: ignore[union-attr]
+            finally:
+                browser.close()
+    finally:
+        stop()
+        for inst in list(instances.instances.values()):
+            instances.stop(inst)
+
+
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/setup.sh installs it)")
 def test_console_starts_a_graph_adds_and_removes_a_camera(tmp_path) -> None:
     from test_serve import TEMPLATE
@@ -54,55 +79,41 @@ def test_console_starts_a_graph_adds_and_removes_a_camera(tmp_path) -> None:
     (graphs / "cams.yaml").write_text(TEMPLATE)
     (media / "clip.mp4").symlink_to(sample_path("sample"))
     instances = Instances([graphs], tmp_path / "out", media)
-    stop, port = _serve(instances)
-    try:
-        with playwright.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-            page = browser.new_page(viewport={"width": 1280, "height": 800})
-            page.goto(f"http://127.0.0.1:{port}/")
-            page.wait_for_selector("#template option[value=cams]", state="attached")
-            page.click("#start")
-            row = page.wait_for_selector("#instances tbody tr[data-id]")
-            iid = row.get_attribute("data-id")
-            assert iid in instances.instances
-            page.fill("#stream-id", "door")
-            page.fill("#stream-uri", "clip.mp4")
-            page.click("#add")
-            page.wait_for_selector("#streams tbody tr[data-stream=door]")
-            # frames move: the row's 'out' cell grows between two refreshes of the page
-            out = "#streams tbody tr[data-stream=door] td:nth-child(5)"
-            page.wait_for_function(f"Number(document.querySelector('{out}').textContent) > 10")
-            first = int(page.text_content(out) or 0)
-            page.wait_for_function(f"Number(document.querySelector('{out}').textContent) > {first}")
-            page.wait_for_function("document.querySelector('#streams tbody tr[data-stream=door] td:nth-child(3)')"
-                                   ".textContent > 0")
-            page.click("#streams tbody tr[data-stream=door]")
-            page.wait_for_function("document.getElementById('preview').dataset.stream === 'door' && "
-                                   "document.getElementById('preview').naturalWidth > 0")
-            # and it plays live: H.264 in fragmented MP4 through Media Source Extensions, its clock moving
-            page.wait_for_function("(() => { const v = document.getElementById('live'); return !v.hidden && "
-                                   "v.dataset.stream === 'door' && v.videoWidth === 640 && v.currentTime > 1.0; })()",
-                                   timeout=20_000)
-            played = page.evaluate("document.getElementById('live').currentTime")
-            page.wait_for_function(f"document.getElementById('live').currentTime > {played} + 0.5")
-            ARTIFACTS.mkdir(exist_ok=True)
-            page.screenshot(path=str(ARTIFACTS / "console.png"), full_page=True)
-            page.click("#streams tbody tr[data-stream=door] button")
-            page.wait_for_selector("#streams tbody tr[data-stream=door]", state="detached")
-            assert "door" not in instances.get(iid).runner.live.added
-            page.fill("#stream-id", "bad")
-            page.fill("#stream-uri", "ftp://camera/1")
-            page.click("#add")
-            page.wait_for_function("document.getElementById('message').textContent.includes('URI scheme not served')")
-            page.click(f"#instances tbody tr[data-id='{iid}'] button")
-            page.wait_for_selector(f"#instances tbody tr[data-id='{iid}']", state="detached")
-            browser.close()
+    with _console(instances, "cams", 800) as (page, iid):
+        assert iid in instances.instances
+        page.fill("#stream-id", "door")
+        page.fill("#stream-uri", "clip.mp4")
+        page.click("#add")
+        page.wait_for_selector("#streams tbody tr[data-stream=door]")
+        # frames move: the row's 'out' cell grows between two refreshes of the page
+        out = "#streams tbody tr[data-stream=door] td:nth-child(5)"
+        page.wait_for_function(f"Number(document.querySelector('{out}').textContent) > 10")
+        first = int(page.text_content(out) or 0)
+        page.wait_for_function(f"Number(document.querySelector('{out}').textContent) > {first}")
+        page.wait_for_function("document.querySelector('#streams tbody tr[data-stream=door] td:nth-child(3)')"
+                               ".textContent > 0")
+        page.click("#streams tbody tr[data-stream=door]")
+        page.wait_for_function("document.getElementById('preview').dataset.stream === 'door' && "
+                               "document.getElementById('preview').naturalWidth > 0")
+        # and it plays live: H.264 in fragmented MP4 through Media Source Extensions, its clock moving
+        page.wait_for_function("(() => { const v = document.getElementById('live'); return !v.hidden && "
+                               "v.dataset.stream === 'door' && v.videoWidth === 640 && v.currentTime > 1.0; })()",
+                               timeout=20_000)
+        played = page.evaluate("document.getElementById('live').currentTime")
+        page.wait_for_function(f"document.getElementById('live').currentTime > {played} + 0.5")
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "console.png"), full_page=True)
+        page.click("#streams tbody tr[data-stream=door] button")
+        page.wait_for_selector("#streams tbody tr[data-stream=door]", state="detached")
+        assert "door" not in instances.get(iid).runner.live.added
+        page.fill("#stream-id", "bad")
+        page.fill("#stream-uri", "ftp://camera/1")
+        page.click("#add")
+        page.wait_for_function("document.getElementById('message').textContent.includes('URI scheme not served')")
+        page.click(f"#instances tbody tr[data-id='{iid}'] button")
+        page.wait_for_selector(f"#instances tbody tr[data-id='{iid}']", state="detached")
         assert iid not in instances.instances
         assert (ARTIFACTS / "console.png").stat().st_size > 10_000
-    finally:
-        stop()
-        for inst in list(instances.instances.values()):
-            instances.stop(inst)
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/setup.sh installs it)")
@@ -117,26 +128,13 @@ def test_console_lists_events_with_their_snapshot_and_plays_their_clip(tmp_path)
     graphs.mkdir()
     (graphs / "counting.yaml").write_text(COUNTING)
     instances = Instances([graphs], tmp_path / "out")
-    stop, port = _serve(instances)
-    try:
-        with playwright.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.goto(f"http://127.0.0.1:{port}/")
-            page.wait_for_selector("#template option[value=counting]", state="attached")
-            page.click("#start")
-            page.wait_for_selector("#instances tbody tr[data-id]")
-            page.wait_for_function("[...document.querySelectorAll('#events tbody img')].some(i => i.naturalWidth > 0)"
-                                   " && document.querySelectorAll('#events tbody button').length >= 2",
-                                   timeout=30_000)
-            assert page.text_content("#events tbody tr td:nth-child(3)") == "crossed"
-            page.locator("#events tbody button").first.click()
-            page.wait_for_function("(() => { const v = document.getElementById('clip'); return !v.hidden && "
-                                   "v.readyState >= 2 && v.videoWidth > 0; })()", timeout=20_000)
-            ARTIFACTS.mkdir(exist_ok=True)
-            page.screenshot(path=str(ARTIFACTS / "console_events.png"), full_page=True)
-            browser.close()
-    finally:
-        stop()
-        for inst in list(instances.instances.values()):
-            instances.stop(inst)
+    with _console(instances, "counting", 900) as (page, _iid):
+        page.wait_for_function("[...document.querySelectorAll('#events tbody img')].some(i => i.naturalWidth > 0)"
+                               " && document.querySelectorAll('#events tbody button').length >= 2",
+                               timeout=30_000)
+        assert page.text_content("#events tbody tr td:nth-child(3)") == "crossed"
+        page.locator("#events tbody button").first.click()
+        page.wait_for_function("(() => { const v = document.getElementById('clip'); return !v.hidden && "
+                               "v.readyState >= 2 && v.videoWidth > 0; })()", timeout=20_000)
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "console_events.png"), full_page=True)
