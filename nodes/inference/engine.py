@@ -6,6 +6,8 @@ taken in submission order, and a request's error is re-raised on the caller's th
 for ``poll`` to report after the frames that finished alongside."""
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 import threading
 import time
@@ -46,6 +48,7 @@ class Engine:
         self.compiled: Any = None
         self.requests: list[Any] = []
         self.stateful = False
+        self.serial = False  # the model runs one entry at a time (its batch cannot change)
         self.out_pools: list[BufferPool] = []
         self.tensors: ovx.TensorBinder | None = None
         self.section: dict[str, Any] = {}
@@ -90,7 +93,8 @@ class Engine:
                         "config": {k: str(v) for k, v in config.items()}, "stateful": self.stateful,
                         "input_binding": None}
         if entries.up_to:
-            self.section["entries"] = entries.describe()
+            self.section["entries"] = entries.describe() if not self.serial else \
+                f"up to {entries.count} per frame, each run on its own (the model's batch cannot change)"
 
     def _compile(self, ov_owner: OpenVino, offer: Offer, config: dict[str, Any]) -> Compiled:
         """The precompiled blob, or the model fitted to the producer's tensor and compiled; with a batch
@@ -101,18 +105,39 @@ class Engine:
         path = models.resolve(c.model, sha256=c.model_sha256)
         model = ov_owner.read_model(path)
         batch_before = ovx.static_batch(model)
-        model = self._fit_model(model, offer)
-        batched = batch_before == 1 and ovx.static_batch(model) not in (None, 1)
         variable = self.entries.variable
+        serial_ok = variable and batch_before == 1 and c.requests == "inline"  # entries can run one by one
+        try:
+            model = self._fit_model(model, offer)
+        except ValueError:  # a batch the model's graph cannot take
+            if not serial_ok:
+                raise
+            return self._compile_serial(ov_owner, path, offer, config)
+        batched = batch_before == 1 and ovx.static_batch(model) not in (None, 1)
         if variable:  # each request runs the entries its frame has, up to the producer's bound
             if batched:  # each entry's results a block of their own: checked at the bound (static)
                 static = ov_owner.compile(model, self.device, config)
-                ovx.check_batch_layout(ov_owner, static.model, str(path), self.device, config)
+                try:
+                    ovx.check_batch_layout(ov_owner, static.model, str(path), self.device, config)
+                except ValueError:  # one that takes it but mixes the entries' results
+                    if not serial_ok:
+                        raise
+                    return self._compile_serial(ov_owner, path, offer, config)
             model = ovx.bounded_batch(model)
         comp = ov_owner.compile(model, self.device, config)
         if batched and not variable:
             ovx.check_batch_layout(ov_owner, comp.model, str(path), self.device, config)
         return comp
+
+    def _compile_serial(self, ov_owner: OpenVino, path: Path, offer: Offer, config: dict[str, Any]) -> Compiled:
+        """A model whose batch cannot be changed (MoveNet: its keypoints are picked for one person inside the
+        graph), under a producer that fills several entries a frame (objects): compiled at batch 1, each
+        entry a run of its own (``run_inline``), its results in its own block of the outputs."""
+        assert offer.tensor is not None
+        self.serial = True
+        self.entries.variable = False  # the request runs one entry at a time, not a batch of the frame's
+        one = dataclasses.replace(offer, tensor=dataclasses.replace(offer.tensor, shape=(1, *offer.tensor.shape[1:])))
+        return ov_owner.compile(self._fit_model(ov_owner.read_model(path), one), self.device, config)
 
     def _fit_model(self, model: Any, offer: Offer) -> Any:
         """Static shapes from the tensor the producer declares (times the batch), or the producer's
@@ -153,6 +178,8 @@ class Engine:
         n = min(frames_in_flight, 64) + len(self.requests)
         outputs = self.compiled.outputs
         shapes = [tuple(o.get_partial_shape().get_max_shape()) for o in outputs]
+        if self.serial:  # one block of results per entry
+            shapes = [(sh[0] * self.entries.count, *sh[1:]) for sh in shapes]
         self.out_pools = [BufferPool(int(np.prod(sh)) * o.get_element_type().size, n) for sh, o in zip(shapes, outputs)]
         self.out_names = [_output_name(o) for o in outputs]
         self.out_specs = [(sh, o.get_element_type().to_dtype()) for sh, o in zip(shapes, outputs)]
@@ -207,6 +234,11 @@ class Engine:
             raise ValueError("no input tensor on the frame: expected a preprocess node upstream")
         assert self.tensors is not None, "bound after load"
         cl_buffer = getattr(t, "buffer", None)  # a lease on device memory from the preprocess pool
+        if self.serial:  # each entry bound on its own when it runs (_run_entries)
+            if cl_buffer is not None:
+                raise ValueError("a model that runs one entry at a time reads them from host memory: expected "
+                                 "its preprocess on backend: cpu")
+            return "host tensor, shared memory, one entry a run"
         if cl_buffer is not None and hasattr(cl_buffer, "int_ptr"):  # OpenCL buffer in OpenVINO's GPU context
             t.wait_ready()  # the preprocess kernel that writes it may still be running on its own queue
             req.set_tensor(self.input.get_any_name(), self.tensors.ocl_buffer(cl_buffer))
@@ -238,7 +270,7 @@ class Engine:
         for i, pool in enumerate(self.out_pools):
             if into is not None:  # the client's own shared buffer: results land in place
                 mine = self.entries.view(into[i], self._dynamic_dims[i], frames[0])
-                req.set_output_tensor(i, self.tensors.host(mine))
+                req.set_output_tensor(i, self.tensors.host(mine[:1] if self.serial else mine))
                 frames[0].tensors[self.out_names[i]] = mine
                 continue
             lease = pool.acquire(timeout=30)
@@ -246,7 +278,7 @@ class Engine:
             for f in frames:
                 f.hold(shared)
             view = self.entries.view(lease.buffer.array(*self.out_specs[i]), self._dynamic_dims[i], frames[0])
-            req.set_output_tensor(i, self.tensors.host(view))
+            req.set_output_tensor(i, self.tensors.host(view[:1] if self.serial else view))
             for k, f in enumerate(frames):
                 at = slots[k].index if slots else k
                 f.tensors[self.out_names[i]] = view if self.batch == 1 else ovx.split_batch(view, at, self.batch)
@@ -281,12 +313,28 @@ class Engine:
             self._t_first_submit = time.perf_counter()
         try:
             bind(self.requests[0])
-            self.requests[0].infer()
+            if self.serial:
+                self._run_entries(self.requests[0], frame)
+            else:
+                self.requests[0].infer()
         except Exception as e:  # whatever binding or running raised fails this frame
             self._into.pop(id(frame), None)
             raise FrameError(frame, e) from e
         self._written(self.requests[0], [frame])
         return self._finished([frame])
+
+    def _run_entries(self, req: Any, frame: Frame) -> None:
+        """A serial model (``_compile_serial``): each entry ``frame`` filled run on its own, its input and
+        results slices of the frame's memory (no copy)."""
+        import openvino as ov
+
+        t = frame.tensors["input"]
+        outs = [frame.tensors[name] for name in self.out_names]
+        for k in range(self.entries.filled(frame)):
+            req.set_input_tensor(ov.Tensor(t[k:k + 1], shared_memory=True))
+            for i, out in enumerate(outs):
+                req.set_output_tensor(i, ov.Tensor(out[k:k + 1], shared_memory=True))
+            req.infer()
 
     def pass_through(self, frame: Frame) -> None:
         """A frame that runs no request goes on in its turn, after the frames submitted before it."""
