@@ -598,3 +598,23 @@ nodes:
             assert "no space left" in rec["why"]
     assert any(r["recording"]["file"] is None for r in records)  # the pause is on record too
     assert any(r["recording"]["file"] == str(small_disk / "v.resume1.mp4") for r in records)
+
+
+def test_an_odd_sized_picture_is_recorded_without_its_last_row_and_column(tmp_path) -> None:
+    """H.264 in 4:2:0 takes even sides only: an 801x533 picture (a photograph's size) is recorded at 800x532,
+    where it failed to open the encoder before, and every picture is in the file."""
+    import av
+    import numpy as np
+
+    from flowpipe.media.encode import Recorder
+
+    rec = Recorder(str(tmp_path / "odd.mp4"), 25.0, (801, 533))
+    picture = np.zeros((533, 801, 3), np.uint8)
+    picture[:, :400] = (0, 0, 255)
+    for _ in range(5):
+        rec.write(picture)
+    rec.close()
+    with av.open(str(tmp_path / "odd.mp4")) as c:
+        frames = [f.to_ndarray(format="bgr24") for f in c.decode(video=0)]
+    assert len(frames) == 5 and frames[0].shape == (532, 800, 3)
+    assert frames[0][266, 200, 2] > 200 and frames[0][266, 600, 2] < 50  # the picture, not a shifted one

