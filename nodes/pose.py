@@ -2,11 +2,13 @@
 too dark) still has the head found, where the nose, eyes and ears of the person's pose lie."""
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from pydantic import Field
 
 from flowpipe.frame import Detection, Frame
-from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract
+from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
 from flowpipe.registry import register
 
 #: MoveNet's (COCO's) keypoints, in its output's order
@@ -55,6 +57,7 @@ class MoveNetHeads(Node):
                              "the head that face's")
 
     config: Config
+    board: dict[str, Any] | None = None
 
     @classmethod
     def contract(cls, config: NodeConfig) -> NodeContract:
@@ -89,9 +92,18 @@ class MoveNetHeads(Node):
                 heads.append(head)
         faces = [d for d in frame.detections if d.label in c.faces]
         sure = [d.box for d in faces if d.score >= c.face_score]
-        frame.detections = [*(d for d in frame.detections if d.label != c.person),
-                            *(h for h in heads if not any(_inside(f, h.box) >= c.cover for f in sure))]
+        kept = [h for h in heads if not any(_inside(f, h.box) >= c.cover for f in sure)]
+        frame.detections = [*(d for d in frame.detections if d.label != c.person), *kept]
+        if self.board is not None and (layout.objects or frame.stream in self.board):
+            self.board[frame.stream] = {"found": len(kept)}  # a preprocess along the faces' runs on while heads are
         return frame
+
+    def open(self, ctx: RunContext) -> None:
+        self.board = ctx.board(self.id)
+
+    def end_stream(self, stream: str) -> None:
+        if self.board is not None:
+            self.board.pop(stream, None)
 
 
 def head_box(points: np.ndarray, scores: np.ndarray, threshold: float, min_points: int

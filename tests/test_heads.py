@@ -113,3 +113,19 @@ def test_the_head_box_comes_from_the_points_found() -> None:
     assert y2 - y1 == pytest.approx(50.0) and (x1 + x2) / 2 == pytest.approx(100.0) and y1 < 100 - 25
     sc[4] = 0.1
     assert head_box(pts, sc, 0.3, 2) is None
+
+
+def test_a_person_holding_a_sure_face_gets_no_look_for_the_head() -> None:
+    """``objects.not_holding``: the pose model looks only at people whose face was not found surely (a
+    crowd's faces cost it nothing); one holding a face candidate under the score is looked at."""
+    from flowpipe.nodes.preprocess.geometry import Objects
+
+    from flowpipe.frame import Detection, Frame
+
+    f = Frame("s", 0, 0.0, np.zeros((400, 600, 3), np.uint8))
+    f.detections = [Detection((40, 20, 80, 70), 0.9, "face", 0), Detection((300, 20, 340, 70), 0.3, "face", 0),
+                    Detection((0, 0, 150, 400), 0.8, "person", 1), Detection((250, 0, 400, 400), 0.7, "person", 1),
+                    Detection((450, 0, 600, 400), 0.6, "person", 1)]
+    pick = Objects(labels=["person"], not_holding={"face": 0.5}).pick
+    assert pick(f) == [3, 4]
+    assert Objects(labels=["person"]).pick(f) == [2, 3, 4]
