@@ -7,7 +7,6 @@ for ``poll`` to report after the frames that finished alongside."""
 from __future__ import annotations
 
 import dataclasses
-
 import logging
 import threading
 import time
