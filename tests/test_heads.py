@@ -129,3 +129,41 @@ def test_a_person_holding_a_sure_face_gets_no_look_for_the_head() -> None:
     pick = Objects(labels=["person"], not_holding={"face": 0.5}).pick
     assert pick(f) == [3, 4]
     assert Objects(labels=["person"]).pick(f) == [2, 3, 4]
+
+
+def test_heads_over_two_processes_are_each_frame_s_own(tmp_path) -> None:
+    """Over two shards and the device owner, which runs the pose model one crop at a time for both: two
+    streams alternate the two men and the hiker; every frame of the men has two heads on their faces, every
+    frame of the hiker one on his head."""
+    import json
+
+    from flowpipe import load_graph
+    from flowpipe.runtime.shards import ShardedRun
+
+    (tmp_path / "in").mkdir()
+    men, hiker = cv2.imread(str(footage_path("sideline"))), cv2.imread(str(footage_path("hiker")))
+    cv2.imwrite(str(tmp_path / "in" / "a.png"), men)
+    cv2.imwrite(str(tmp_path / "in" / "b.png"), cv2.resize(hiker, (men.shape[1], men.shape[0])))
+    out = tmp_path / "heads.jsonl"
+    sources = (f"  - {{id: s0, type: video_source, config: {{uri: \"{tmp_path / 'in'}\", loop: 3}}}}\n"
+               f"  - {{id: s1, type: video_source, config: {{uri: \"{tmp_path / 'in'}\", loop: 3}}}}\n")
+    body = HEADS.format(folder="", into="x").split("\n")
+    body = [line for line in body if "id: src" not in line]
+    graph = "processes: 2\n" + "\n".join(body).replace("nodes:\n", "nodes:\n" + sources, 1)
+    graph = graph.replace("inputs: {frame: src}}", "inputs: {frame: [s0, s1]}}").replace(
+        "type: collect, config: {into: x}", f"type: jsonl, config: {{path: \"{out}\"}}")
+    (tmp_path / "g.yaml").write_text(graph)
+    res = ShardedRun(load_graph(str(tmp_path / "g.yaml")), 2).run()
+    assert res.ok, res.error
+    recs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(recs) == res.frames["in"] == res.frames["out"] >= 12
+    faces = truth()["photos"]["sideline"]["boxes"]
+    sx, sy = men.shape[1] / hiker.shape[1], men.shape[0] / hiker.shape[0]
+    (h,) = truth()["photos"]["hiker"]["heads"]
+    head = [h[0] * sx, h[1] * sy, h[2] * sx, h[3] * sy]
+    for r in recs:
+        boxes = [o["box"] for o in r["objects"] if o["label"] == "head"]
+        want = faces if r["frame"] % 2 == 0 else [head]
+        assert len(boxes) == len(want), (r["stream"], r["frame"], boxes)
+        for w in want:
+            assert max(coverage(tuple(w), [grow_box(tuple(b), 0.2, men.shape[1], men.shape[0])]) for b in boxes) >= 0.7
