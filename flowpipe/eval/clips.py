@@ -351,7 +351,8 @@ def _clips() -> dict[str, Callable[[dict], Clip]]:
         "quokka": photo("quokka", "quokka", "no person: a quokka's face, compressed", crf=32),
         "hiker": photo("hiker", "hiker", "a hiker seen from behind, hat on (the head must be masked; no face "
                        "shows), a dog's face and a horse's face beside", crf=28),
-        "hiker_far": photo("hiker", "hiker_far", "the same far off in a street scene (head ~25x35 px)",
+        "hiker_far": photo("hiker", "hiker_far", "the same at half the size, the rest of the picture black "
+                           "(head ~25x35 px)",
                            crf=28, scale=(0.5, 0.55)),
         "cast_low": photo("cast", "cast_low", "five men in a room, one with his hand at his chin, at a low bit rate "
                           "(crf 40)", crf=40),

@@ -48,6 +48,7 @@ class Engine:
         self.requests: list[Any] = []
         self.stateful = False
         self.serial = False  # the model runs one entry at a time (its batch cannot change)
+        self.placement = "any"  # where the input's memory lives (the allocation's placement)
         self.out_pools: list[BufferPool] = []
         self.tensors: ovx.TensorBinder | None = None
         self.section: dict[str, Any] = {}
@@ -74,6 +75,7 @@ class Engine:
                                        npu=c.npu.model_dump(), properties=properties)
         if alloc.placement == "opencl":  # remote OCL_BUFFER inputs
             ovx.no_auto_batching(config)
+        self.placement = alloc.placement
         comp = self._compile(ov_owner, offer, config)
         self.compiled = comp.model
         self.input = self.compiled.inputs[0]
@@ -105,38 +107,46 @@ class Engine:
         model = ov_owner.read_model(path)
         batch_before = ovx.static_batch(model)
         variable = self.entries.variable
-        serial_ok = variable and batch_before == 1 and c.requests == "inline"  # entries can run one by one
         try:
             model = self._fit_model(model, offer)
-        except ValueError:  # a batch the model's graph cannot take
-            if not serial_ok:
-                raise
-            return self._compile_serial(ov_owner, path, offer, config)
-        batched = batch_before == 1 and ovx.static_batch(model) not in (None, 1)
-        if variable:  # each request runs the entries its frame has, up to the producer's bound
-            if batched:  # each entry's results a block of their own: checked at the bound (static)
-                static = ov_owner.compile(model, self.device, config)
-                try:
+            batched = batch_before == 1 and ovx.static_batch(model) not in (None, 1)
+            if variable:  # each request runs the entries its frame has, up to the producer's bound
+                if batched:  # each entry's results a block of their own: checked at the bound (static)
+                    static = ov_owner.compile(model, self.device, config)
                     ovx.check_batch_layout(ov_owner, static.model, str(path), self.device, config)
-                except ValueError:  # one that takes it but mixes the entries' results
-                    if not serial_ok:
-                        raise
-                    return self._compile_serial(ov_owner, path, offer, config)
-            model = ovx.bounded_batch(model)
-        comp = ov_owner.compile(model, self.device, config)
-        if batched and not variable:
-            ovx.check_batch_layout(ov_owner, comp.model, str(path), self.device, config)
-        return comp
+                model = ovx.bounded_batch(model)
+            comp = ov_owner.compile(model, self.device, config)
+            if batched and not variable:
+                ovx.check_batch_layout(ov_owner, comp.model, str(path), self.device, config)
+            return comp
+        except ValueError as e:  # a batch its graph cannot take, or one it takes but mixes the entries' results
+            if not (self.entries.up_to and batch_before == 1):  # not entries that could run one at a time
+                raise
+            return self._compile_serial(ov_owner, path, offer, config, e)
 
-    def _compile_serial(self, ov_owner: OpenVino, path: Path, offer: Offer, config: dict[str, Any]) -> Compiled:
-        """A model whose batch cannot be changed (MoveNet: its keypoints are picked for one person inside the
-        graph), under a producer that fills several entries a frame (objects): compiled at batch 1, each
-        entry a run of its own (``run_inline``), its results in its own block of the outputs."""
+    def _compile_serial(self, ov_owner: OpenVino, path: Path, offer: Offer, config: dict[str, Any],
+                        why: ValueError) -> Compiled:
+        """A model whose batch cannot change (MoveNet: its graph picks one person's keypoints), under a
+        producer that fills several entries a frame (objects): compiled at batch 1, each entry a run of its
+        own (``run_inline``) from host memory, its results in its own block of the outputs."""
         assert offer.tensor is not None
+        name = self.config.model or self.config.blob
+        if self.config.requests != "inline":
+            raise ValueError(f"model {name}: its batch cannot change ({why}); expected requests: inline, which "
+                             "runs each entry on its own") from why
+        if self.placement == "opencl":
+            raise ValueError(f"model {name}: its batch cannot change, and each entry runs on its own from host "
+                             f"memory; expected its preprocess '{offer.producer}' on backend: cpu") from why
+        one = dataclasses.replace(offer, tensor=dataclasses.replace(offer.tensor, shape=(1, *offer.tensor.shape[1:])))
+        comp = ov_owner.compile(self._fit_model(ov_owner.read_model(path), one), self.device, config)
+        for o in comp.model.outputs:
+            if o.get_partial_shape().is_dynamic or o.get_partial_shape().to_shape()[0] != 1:
+                raise ValueError(f"model {name}: its batch cannot change ({why}), and output {o.get_any_name()} "
+                                 f"is {o.get_partial_shape()}, not one entry's block [1, ...]: its entries cannot "
+                                 "run one at a time either; expected objects: {max: 1}") from why
         self.serial = True
         self.entries.variable = False  # the request runs one entry at a time, not a batch of the frame's
-        one = dataclasses.replace(offer, tensor=dataclasses.replace(offer.tensor, shape=(1, *offer.tensor.shape[1:])))
-        return ov_owner.compile(self._fit_model(ov_owner.read_model(path), one), self.device, config)
+        return comp
 
     def _fit_model(self, model: Any, offer: Offer) -> Any:
         """Static shapes from the tensor the producer declares (times the batch), or the producer's
@@ -233,10 +243,10 @@ class Engine:
             raise ValueError("no input tensor on the frame: expected a preprocess node upstream")
         assert self.tensors is not None, "bound after load"
         cl_buffer = getattr(t, "buffer", None)  # a lease on device memory from the preprocess pool
-        if self.serial:  # each entry bound on its own when it runs (_run_entries)
-            if cl_buffer is not None:
-                raise ValueError("a model that runs one entry at a time reads them from host memory: expected "
-                                 "its preprocess on backend: cpu")
+        if self.serial:  # each entry bound on its own when it runs (_run_entries), from host memory
+            if tuple(t.shape[1:]) != tuple(self.in_shape or ())[1:]:
+                raise ValueError(f"input tensor entries {list(t.shape[1:])} do not match the model's "
+                                 f"{list((self.in_shape or ())[1:])}")
             return "host tensor, shared memory, one entry a run"
         if cl_buffer is not None and hasattr(cl_buffer, "int_ptr"):  # OpenCL buffer in OpenVINO's GPU context
             t.wait_ready()  # the preprocess kernel that writes it may still be running on its own queue

@@ -2,11 +2,15 @@
 Pure functions over numbers (and a frame's detections), shared by both backends and the decoders' tests."""
 from __future__ import annotations
 
+from typing import Annotated
+
 import numpy as np
 from pydantic import Field
 
 from flowpipe.frame import Frame, Placement
 from flowpipe.node import NodeConfig
+
+from ..track.geometry import share_inside
 
 #: where the (ROI of the) frame, a tile or a crop lands in an entry of the tensor
 Geometry = Placement
@@ -70,10 +74,9 @@ class Objects(NodeConfig):
                                                               "attributes, each from the first value up to (not "
                                                               "including) the second: a cascade, one look at what "
                                                               "an earlier one left in doubt")
-    not_holding: dict[str, float] | None = Field(None, description="objects holding (half or more of its box "
-                                                 "inside theirs) a detection of one of these labels at its score "
-                                                 "or more get no entry: a person whose face was found needs no "
-                                                 "look for the head")
+    not_holding: dict[str, Annotated[float, Field(ge=0, le=1)]] | None = Field(
+        None, description="objects holding (half or more of its box inside theirs) a detection of one of these "
+        "labels at its score or more get no entry: a person whose face was found needs no look for the head")
     max: int = Field(16, ge=1, le=256, description="entries at most (the highest scores first)")
     scale: float = Field(2.0, gt=0, le=8, description="the square's side, in the object's longer sides "
                                                       "(context around it: a face's look needs its head)")
@@ -89,8 +92,10 @@ class Objects(NodeConfig):
                   and all(a in d.attributes and v[0] <= d.attributes[a] < v[1]
                           for a, v in (self.attributes or {}).items())]
         if self.not_holding:
-            held = [d.box for d in frame.detections if d.score >= self.not_holding.get(d.label, 2.0)]
-            chosen = [i for i in chosen if not any(_half_inside(b, frame.detections[i].box) for b in held)]
+            held = [(j, d.box) for j, d in enumerate(frame.detections)
+                    if d.label in self.not_holding and d.score >= self.not_holding[d.label]]
+            chosen = [i for i in chosen
+                      if not any(j != i and share_inside(b, frame.detections[i].box) >= 0.5 for j, b in held)]
         return sorted(chosen, key=lambda i: -frame.detections[i].score)[: self.max]
 
     def geometry(self, box: tuple[float, float, float, float], src_w: int, src_h: int, out_w: int,
@@ -114,9 +119,3 @@ class Objects(NodeConfig):
         new_h = max(1, min(out_h - pad_y, round((y1 - y0) * k)))
         return Geometry((x0, y0, x1 - x0, y1 - y0), new_w, new_h, pad_x, pad_y)
 
-
-def _half_inside(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> bool:
-    """Whether half or more of box ``a`` lies inside box ``b``."""
-    w = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
-    h = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
-    return w * h >= 0.5 * max((a[2] - a[0]) * (a[3] - a[1]), 1e-9)

@@ -20,6 +20,17 @@ def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return inter / np.maximum(area(a)[:, None] + area(b)[None, :] - inter, 1e-9)
 
 
+def area(b: np.ndarray | tuple[float, ...]) -> float:
+    """A box's area (x1, y1, x2, y2); none for an empty or inverted one."""
+    return float(max(0.0, b[2] - b[0]) * max(0.0, b[3] - b[1]))
+
+
+def share_inside(a: np.ndarray | tuple[float, ...], b: np.ndarray | tuple[float, ...]) -> float:
+    """The share of box ``a`` that lies inside box ``b``."""
+    inter = area((max(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]), min(a[3], b[3])))
+    return inter / max(area(a), 1e-9)
+
+
 def greedy(iou: np.ndarray, thr: float) -> list[tuple[int, int]]:
     """Row, column pairs by falling overlap, each row and column once, down to ``thr``."""
     pairs: list[tuple[int, int]] = []
