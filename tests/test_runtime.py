@@ -164,7 +164,7 @@ ISOLATED = {  # the node under test (id n) with isolation: process, after src ->
     # decoders of models no wheel ships: hand-made tensors, in test_decoders_run_in_a_worker_process
     "classify_topk": None, "db_decode": None, "ssd_decode": None, "yolov8_decode": None,
     "centerface_decode": None, "blazeface_check": None, "centerface_check": None,  # the same, hand-made maps
-    "retinaface_decode": None,
+    "retinaface_decode": None, "movenet_heads": None,
     "blur": "{id: n, type: blur, isolation: process, inputs: faces.detections}",
     "overlay": "{id: n, type: overlay, isolation: process, inputs: faces.detections}",
     "tracker": "{id: n, type: tracker, isolation: process, inputs: faces.detections}",
@@ -241,7 +241,11 @@ def _decoder_cases() -> dict[str, tuple[dict[str, np.ndarray], TensorLayout | No
     heat2 = np.full((2, 1, 32, 32), 0.05, np.float32)
     heat2[0, 0, 8, 8], heat2[0, 0, 16, 16] = 0.9, 0.3
     crops = (Placement((0, 0, 40, 40), 128, 128, 0, 0), Placement((40, 0, 40, 40), 128, 128, 0, 0))
+    pose = np.zeros((1, 1, 17, 3), np.float32)  # one person's crop: nose, eyes and ears near its top middle
+    pose[0, 0, :5] = [[0.3, 0.5, 0.8], [0.25, 0.45, 0.8], [0.25, 0.55, 0.8], [0.27, 0.4, 0.8], [0.27, 0.6, 0.8]]
     return {
+        "movenet_heads": ({"kp": pose}, TensorLayout("pose_pre", (192, 192), (Placement((30, 0, 100, 100), 192, 192,
+                                                                                            0, 0),), (0,), 1), "{}"),
         # no crops recorded: each object's place is the middle of its entry
         "blazeface_check": ({"classificators": looks}, TensorLayout("look", (128, 128), (), (1, 0), 2), "{}"),
         "centerface_check": ({"heat": heat2}, TensorLayout("look", (128, 128), crops, (1, 0), 2), "{}"),
@@ -258,7 +262,8 @@ def _decoder_cases() -> dict[str, tuple[dict[str, np.ndarray], TensorLayout | No
 
 
 @pytest.mark.parametrize("ntype", ["blazeface_check", "centerface_check", "centerface_decode", "classify_topk",
-                                   "db_decode", "ssd_decode", "yolov8_decode", "retinaface_decode"])
+                                   "db_decode", "ssd_decode", "yolov8_decode", "retinaface_decode",
+                                   "movenet_heads"])
 def test_decoders_run_in_a_worker_process(ntype: str) -> None:
     """The same hand-made tensors decode to the same result in a worker process as in a thread."""
     tensors, layout, config = _decoder_cases()[ntype]
@@ -268,7 +273,8 @@ def test_decoders_run_in_a_worker_process(ntype: str) -> None:
                         detections=[Detection((10, 10, 30, 30), 0.4, "face"), Detection((50, 10, 70, 30), 0.3, "face")]
                         if ntype == "blazeface_check" else
                         [Detection((50, 10, 70, 30), 0.4, "face"), Detection((0, 0, 20, 20), 0.3, "face")]
-                        if ntype == "centerface_check" else [])
+                        if ntype == "centerface_check" else [Detection((40, 0, 120, 100), 0.9, "person")]
+                        if ntype == "movenet_heads" else [])
                   for i in range(6)]
         res = run_yaml(f"""
             nodes:
