@@ -280,30 +280,6 @@ def no_auto_batching(config: dict[str, Any]) -> None:
     config["ALLOW_AUTO_BATCHING"] = "NO"
 
 
-def for_gpu(model: Any) -> int:
-    """Rewrites what OpenVINO's GPU plugin cannot compile into what it can, with the same results; returns
-    how many ops it changed. NonZero over booleans (TensorFlow's ``Where`` on a comparison, as in the SSD
-    postprocessor's per-class score filter, 180 of them in its loop): the plugin has no kernel for a boolean
-    input ("Could not find a suitable kernel for nonzero ... UINT8", OpenVINO 2026.4 on NVIDIA's OpenCL),
-    so the booleans go to i32 first."""
-    import openvino as ov
-    import openvino.opset13 as ops
-
-    changed = 0
-    for op in model.get_ordered_ops():
-        kind = op.get_type_name()
-        if kind in ("Loop", "TensorIterator"):
-            changed += for_gpu(op.get_function())
-        elif kind == "If":
-            changed += for_gpu(op.get_then_body()) + for_gpu(op.get_else_body())
-        elif kind == "NonZero" and op.input(0).get_element_type() == ov.Type.boolean:
-            op.input(0).replace_source_output(ops.convert(op.input_value(0), "i32").output(0))
-            changed += 1
-    if changed:
-        model.validate_nodes_and_infer_types()
-    return changed
-
-
 def model_hash(path: str | Path) -> str:
     h = hashlib.sha256()
     p = Path(path)

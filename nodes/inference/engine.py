@@ -49,7 +49,6 @@ class Engine:
         self.stateful = False
         self.serial = False  # the model runs one entry at a time (its batch cannot change)
         self.placement = "any"  # where the input's memory lives (the allocation's placement)
-        self.section_notes: list[str] = []  # what was done to the model on the way (``--stats`` ``model_notes``)
         self.out_pools: list[BufferPool] = []
         self.tensors: ovx.TensorBinder | None = None
         self.section: dict[str, Any] = {}
@@ -94,8 +93,6 @@ class Engine:
                         "input_memory": alloc.placement,
                         "config": {k: str(v) for k, v in config.items()}, "stateful": self.stateful,
                         "input_binding": None}
-        if self.section_notes:
-            self.section["model_notes"] = self.section_notes
         if entries.up_to:
             self.section["entries"] = entries.describe() if not self.serial else \
                 f"up to {entries.count} per frame, each run on its own (the model's batch cannot change)"
@@ -107,7 +104,7 @@ class Engine:
         if c.blob:
             return ov_owner.import_blob(Path(c.blob).expanduser(), self.device, config)
         path = models.resolve(c.model, sha256=c.model_sha256)
-        model = self._read(ov_owner, path)
+        model = ov_owner.read_model(path)
         batch_before = ovx.static_batch(model)
         variable = self.entries.variable
         try:
@@ -127,13 +124,6 @@ class Engine:
                 raise
             return self._compile_serial(ov_owner, path, offer, config, e)
 
-    def _read(self, ov_owner: OpenVino, path: Path) -> Any:
-        """The model as read, with what the GPU plugin cannot compile rewritten for it (the same results)."""
-        model = ov_owner.read_model(path)
-        if self.device == "GPU" and ovx.for_gpu(model):
-            self.section_notes.append("ops the GPU plugin has no kernel for rewritten (NonZero over booleans)")
-        return model
-
     def _compile_serial(self, ov_owner: OpenVino, path: Path, offer: Offer, config: dict[str, Any],
                         why: ValueError) -> Compiled:
         """A model whose batch cannot change (MoveNet: its graph picks one person's keypoints), under a
@@ -148,7 +138,7 @@ class Engine:
             raise ValueError(f"model {name}: its batch cannot change, and each entry runs on its own from host "
                              f"memory; expected its preprocess '{offer.producer}' on backend: cpu") from why
         one = dataclasses.replace(offer, tensor=dataclasses.replace(offer.tensor, shape=(1, *offer.tensor.shape[1:])))
-        comp = ov_owner.compile(self._fit_model(self._read(ov_owner, path), one), self.device, config)
+        comp = ov_owner.compile(self._fit_model(ov_owner.read_model(path), one), self.device, config)
         for o in comp.model.outputs:
             if o.get_partial_shape().is_dynamic or o.get_partial_shape().to_shape()[0] != 1:
                 raise ValueError(f"model {name}: its batch cannot change ({why}), and output {o.get_any_name()} "
