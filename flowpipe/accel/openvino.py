@@ -17,7 +17,7 @@ import logging
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,14 +66,31 @@ def choose_device(wanted: str | list[str], available: list[str]) -> DeviceChoice
     return choose_devices(wanted, available)[0]
 
 
-def choose_devices(wanted: str | list[str], available: list[str]) -> list[DeviceChoice]:
+def choose_devices(wanted: str | list[str], available: list[str],
+                   refused: Mapping[str, str] | None = None) -> list[DeviceChoice]:
     """The devices to run on: ``,`` (or a list) separates alternatives, the first with a device present
     wins; ``+`` joins devices used together (``GPU+CPU``: each present one runs frames), in the order
-    given, the faster first. ``AUTO`` means NPU -> GPU -> CPU, one of them.
+    given, the faster first. ``AUTO`` means NPU -> GPU -> CPU, one of them. ``refused``: devices the model
+    cannot run on (device -> why), passed over as if absent; where every wanted one is refused, the first
+    other present one of NPU -> GPU -> CPU runs it, and the reason says why.
 
     >>> [c.device for c in choose_devices("NPU+GPU+CPU", ["CPU", "GPU"])]
     ['GPU', 'CPU']
+    >>> choose_devices("GPU", ["CPU", "GPU"], {"GPU": "no kernel"})[0].reason
+    'GPU refused by the model (no kernel); NPU not present; CPU is present (available: CPU, GPU)'
     """
+    refused = {k.upper(): v for k, v in (refused or {}).items()}
+    if refused:
+        usable = [a for a in available if a.split(".")[0] not in refused]
+        why = "; ".join(f"{d} refused by the model ({v})" for d, v in refused.items()
+                        if d in {a.split(".")[0] for a in available})
+        alternatives = [[d for d in alt if d not in refused] for alt in _alternatives(wanted)]
+        alternatives = [alt for alt in alternatives if alt]
+        if not any(d in usable or d in {a.split(".")[0] for a in usable} for alt in alternatives for d in alt):
+            alternatives = [[d] for d in DEVICE_ORDER if d not in refused]
+        chosen = choose_devices(["+".join(alt) for alt in alternatives], usable)
+        return [DeviceChoice(c.device, (why + "; " if why else "") + c.reason.replace(
+            f"(available: {', '.join(usable)})", f"(available: {', '.join(available)})"), c.tried) for c in chosen]
     seen: list[str] = []
     tried: list[str] = []
     base_available = {a.split(".")[0] for a in available}
@@ -136,9 +153,10 @@ class OpenVino:
     def choose(self, wanted: str | list[str]) -> DeviceChoice:
         return choose_device(wanted, self.available())
 
-    def choose_all(self, wanted: str | list[str]) -> list[DeviceChoice]:
-        """Every device of the first wanted alternative that has one present (``GPU+CPU``: both here)."""
-        return choose_devices(wanted, self.available())
+    def choose_all(self, wanted: str | list[str], refused: Mapping[str, str] | None = None) -> list[DeviceChoice]:
+        """Every device of the first wanted alternative that has one present (``GPU+CPU``: both here), of
+        those the model is not ``refused`` on."""
+        return choose_devices(wanted, self.available(), refused)
 
     def supported_properties(self, device: str) -> set[str]:
         try:

@@ -70,11 +70,14 @@ class Inference(Node):
     def choose(self, devices: Devices) -> DeviceChoice:
         """The device this node runs on (the same answer every time on one machine); of several used
         together, the first."""
-        return devices.openvino.choose(self.config.device)
+        return self.choose_all(devices)[0]
 
     def choose_all(self, devices: Devices) -> list[DeviceChoice]:
-        """The devices this node runs on: one, or every present one of those joined with ``+``."""
-        return devices.openvino.choose_all(self.config.device)
+        """The devices this node runs on: one, or every present one of those joined with ``+``; not one the
+        registry says the model cannot run on (``refuses``), whose place the next present one takes."""
+        c = self.config
+        refused = models.entry(c.model).get("refuses") if c.model and models.is_registry_name(c.model) else None
+        return devices.openvino.choose_all(c.device, refused)
 
     # memory contract ----------------------------------------------------------------------------------
     def request(self, port: str, offer: Offer, outputs: Mapping[str, Allocation], devices: Devices) -> Request:
