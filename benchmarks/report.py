@@ -501,6 +501,19 @@ def _heads(results: Path, main: dict) -> list[str]:
               "of the held-out part, left as they are."
               + (f" With heads on, `hiker_far` (the head ~25x35 px) leaks for {far['longest_leak']} frames where "
                  "the person detector loses the small hiker." if far and far["longest_leak"] else "")]
+    gpu = results / "heads_gpu_h100.json"
+    if gpu.exists():
+        g = json.loads(gpu.read_text())
+        run = g["runs"]["GPU"]
+        L += ["", f"Heads on the GPU machine ({g['machine']}; {g['date']}, `heads_gpu_h100.json`, {g['graph']} on "
+              f"the {g['clip']} clip): CenterFace on {run['detect']['device']}, MoveNet on {run['pose']['device']} "
+              f"({run['pose']['entries']}), SSD MobileNet v2 on {run['people']['device']}: the registry says the "
+              "model refuses the GPU (OpenVINO's GPU plugin on NVIDIA's OpenCL has no NonZero kernel over u8, "
+              "which its postprocessing needs: it failed to open there, and `people_count.yaml` with it), so "
+              "`device: GPU` and AUTO run it on the next present device and say why. A head on "
+              f"{g['frames_with_a_head']['GPU']} of {run['frames']['out']} frames on the GPU and "
+              f"{g['frames_with_a_head']['CPU']} on the CPU; the GPU's head boxes within "
+              f"{g['head_box_difference_px']['max']} px of the CPU's (median {g['head_box_difference_px']['median']})."]
     every = results / "privacy_eval_heads_all.json"
     if every.exists():
         a = json.loads(every.read_text())

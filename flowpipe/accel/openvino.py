@@ -82,8 +82,9 @@ def choose_devices(wanted: str | list[str], available: list[str],
     refused = {k.upper(): v for k, v in (refused or {}).items()}
     if refused:
         usable = [a for a in available if a.split(".")[0] not in refused]
+        asked = {d for alt in _alternatives(wanted) for d in alt}
         why = "; ".join(f"{d} refused by the model ({v})" for d, v in refused.items()
-                        if d in {a.split(".")[0] for a in available})
+                        if d in asked and d in {a.split(".")[0] for a in available})
         alternatives = [[d for d in alt if d not in refused] for alt in _alternatives(wanted)]
         alternatives = [alt for alt in alternatives if alt]
         if not any(d in usable or d in {a.split(".")[0] for a in usable} for alt in alternatives for d in alt):
