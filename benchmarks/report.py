@@ -515,6 +515,12 @@ def _heads(results: Path, main: dict) -> list[str]:
               f"{g['frames_with_a_head']['GPU']} of {run['frames']['out']} frames on the GPU and "
               f"{g['frames_with_a_head']['CPU']} on the CPU; the GPU's head boxes within "
               f"{g['head_box_difference_px']['max']} px of the CPU's (median {g['head_box_difference_px']['median']})."]
+        pc = g.get("people_count")
+        if pc:
+            a, c = pc["runs"]["AUTO"], pc["runs"]["CPU"]
+            L[-1] += (f" `{pc['graph']}`: with AUTO the detector ran on {a['detector_device']} (the GPU refused), "
+                      f"{a['frames']['out']} of {a['frames']['in']} frames out, the line's totals in {a['line']['in']} "
+                      f"out {a['line']['out']}; with CPU in {c['line']['in']} out {c['line']['out']}.")
     every = results / "privacy_eval_heads_all.json"
     if every.exists():
         a = json.loads(every.read_text())
