@@ -333,7 +333,8 @@ def _counting(results: Path) -> list[str]:
         a, c = pc["runs"]["AUTO"], pc["runs"]["CPU"]
         L += [f"On the GPU machine (`heads_gpu_h100.json`), `{pc['graph']}`: SSD MobileNet v2 refuses the GPU "
               "(OpenVINO's GPU plugin on NVIDIA's OpenCL lacks a NonZero kernel over u8 its postprocessing needs; "
-              f"before, AUTO chose the GPU there and the graph failed to open); with AUTO it ran on "
+              f"before, AUTO chose the GPU there, where the model failed to open in the face-blur graph with heads); "
+              f"with AUTO it ran on "
               f"{a['detector_device']}, {a['frames']['out']} of {a['frames']['in']} frames out, the line's totals in "
               f"{a['line']['in']} out {a['line']['out']}; with CPU in {c['line']['in']} out {c['line']['out']}.", ""]
     return L + _counting_vehicles(results)
