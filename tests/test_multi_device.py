@@ -59,9 +59,9 @@ def test_gpu_plus_cpu_without_a_gpu_runs_on_the_cpu_alone() -> None:
 
 def _two_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
     """Devices joined with '+' resolve to two CPU engines: the scheduler on real requests, on this machine."""
-    def choose_all(self: OpenVino, wanted: str | list[str]) -> list[DeviceChoice]:
+    def choose_all(self: OpenVino, wanted: str | list[str], refused: dict[str, str] | None = None) -> list[DeviceChoice]:
         if "+" not in str(wanted):
-            return choose_devices(wanted, self.available())
+            return choose_devices(wanted, self.available(), refused)
         return [DeviceChoice("CPU", "two CPU engines (test)", ["CPU"]) for _ in range(2)]
 
     monkeypatch.setattr(OpenVino, "choose_all", choose_all)
