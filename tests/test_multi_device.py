@@ -323,22 +323,18 @@ def test_a_frame_goes_where_it_would_be_done_first(affine) -> None:
 
 def test_a_model_the_registry_says_cannot_run_on_the_gpu_runs_on_the_next_device(monkeypatch) -> None:
     """SSD MobileNet v2 ``refuses`` the GPU (the plugin lacks a kernel its postprocessing needs): on a machine
-    with a GPU, ``device: GPU`` runs it on the CPU, and the reason in ``--stats`` says why."""
-    import numpy as np
-
-    from flowpipe.frame import Frame
-    from flowpipe.testing import feed
+    with a GPU, ``device: GPU`` and AUTO choose the CPU for it, and the reason (``--stats`` ``device_reason``)
+    says why; its input memory is then asked for on the host, not in the GPU's OpenCL context. A model that
+    refuses nothing still gets the GPU."""
+    from flowpipe.nodes.inference import Inference
 
     monkeypatch.setattr(OpenVino, "available", lambda self: ["CPU", "GPU"])
-    frames = [Frame("s", i, i / 25, np.zeros((120, 160, 3), np.uint8)) for i in range(3)]
-    res = run_yaml(f"""
-nodes:
-  - {{id: src, type: list_source, config: {{feed: {feed(frames)}}}}}
-  - {{id: pre, type: preprocess, config: {{size: [300, 300], resize: stretch, color: RGB, layout: NHWC, dtype: u8,
-      backend: cpu}}, inputs: {{frame: src}}}}
-  - {{id: det, type: inference, config: {{model: ssd_mobilenet_v2_coco, device: GPU}}, inputs: {{tensor: pre.tensor}}}}
-  - {{id: out, type: ssd_decode, inputs: {{tensors: det.tensors}}}}
-""")
-    assert res.ok, res.error
-    sec = res.inference["inference.det"]
-    assert sec["device"] == "CPU" and sec["device_reason"].startswith("GPU refused by the model (the GPU plugin"), sec
+    offer = Offer(producer="pre", port="tensor", writes=frozenset({"host", "opencl"}))
+    for wanted in ("GPU", "AUTO", "GPU+CPU"):
+        node = Inference("det", InferenceConfig(model="ssd_mobilenet_v2_coco", device=wanted))
+        (choice,) = node.choose_all(devices())
+        assert choice.device == "CPU" and choice.reason.startswith("GPU refused by the model (the GPU plugin"), choice
+        assert node.request("tensor", offer, {}, devices()).placement == "host"
+    other = Inference("det", InferenceConfig(model="blazeface_short", device="GPU"))
+    assert [c.device for c in other.choose_all(devices())] == ["GPU"]
+    assert other.request("tensor", offer, {}, devices()).placement == "opencl"
