@@ -18,6 +18,8 @@ KEYPOINTS = ("nose", "left_eye", "right_eye", "left_ear", "right_ear", "left_sho
              "left_elbow", "right_elbow", "left_wrist", "right_wrist", "left_hip", "right_hip", "left_knee",
              "right_knee", "left_ankle", "right_ankle")
 _HEAD = slice(0, 5)  # nose, eyes, ears
+_EYES, _EARS, _SHOULDERS = [tuple(KEYPOINTS.index(f"{side}_{part}") for side in ("left", "right"))
+                            for part in ("eye", "ear", "shoulder")]
 
 
 @register("movenet_heads")
@@ -117,10 +119,11 @@ def head_box(points: np.ndarray, scores: np.ndarray, threshold: float, min_point
     if len(head) < min_points:
         return None
 
-    def apart(a: int, b: int) -> float:
+    def apart(pair: tuple[int, ...]) -> float:
+        a, b = pair
         return float(np.hypot(*(points[a] - points[b]))) if ok[a] and ok[b] else 0.0
 
-    width = max(1.2 * apart(3, 4), 2.2 * apart(1, 2), 0.5 * apart(5, 6))
+    width = max(1.2 * apart(_EARS), 2.2 * apart(_EYES), 0.5 * apart(_SHOULDERS))
     if width <= 0:  # the points found are a nose with one eye or ear: their spread is the face's half
         spread = points[head].max(0) - points[head].min(0)
         width = 2.0 * float(max(spread.max(), 1.0))
@@ -128,4 +131,3 @@ def head_box(points: np.ndarray, scores: np.ndarray, threshold: float, min_point
     height = 1.25 * width
     cy -= 0.1 * height  # the eyes and ears lie a little under the middle of the head, the nose further
     return (float(cx - width / 2), float(cy - height / 2), float(cx + width / 2), float(cy + height / 2))
-

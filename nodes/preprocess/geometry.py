@@ -118,4 +118,3 @@ class Objects(NodeConfig):
         new_w = max(1, min(out_w - pad_x, round((x1 - x0) * k)))
         new_h = max(1, min(out_h - pad_y, round((y1 - y0) * k)))
         return Geometry((x0, y0, x1 - x0, y1 - y0), new_w, new_h, pad_x, pad_y)
-
