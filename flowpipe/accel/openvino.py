@@ -82,12 +82,11 @@ def choose_devices(wanted: str | list[str], available: list[str],
     refused = {k.upper(): v for k, v in (refused or {}).items()}
     if refused:
         usable = [a for a in available if a.split(".")[0] not in refused]
-        asked = {d for alt in _alternatives(wanted) for d in alt}
-        why = "; ".join(f"{d} refused by the model ({v})" for d, v in refused.items()
-                        if d in asked and d in {a.split(".")[0] for a in available})
-        alternatives = [[d for d in alt if d not in refused] for alt in _alternatives(wanted)]
-        alternatives = [alt for alt in alternatives if alt]
-        if not any(d in usable or d in {a.split(".")[0] for a in usable} for alt in alternatives for d in alt):
+        wanted_alts = _alternatives(wanted)
+        asked, present = {d for alt in wanted_alts for d in alt}, {a.split(".")[0] for a in available}
+        why = "; ".join(f"{d} refused by the model ({v})" for d, v in refused.items() if d in asked and d in present)
+        alternatives = [kept for alt in wanted_alts if (kept := [d for d in alt if d not in refused])]
+        if not any(d in present for alt in alternatives for d in alt):  # every wanted one present is refused
             alternatives = [[d] for d in DEVICE_ORDER if d not in refused]
         chosen = choose_devices(["+".join(alt) for alt in alternatives], usable)
         return [DeviceChoice(c.device, (why + "; " if why else "") + c.reason.replace(
