@@ -13,6 +13,8 @@ from flowpipe.cluster import Host, PlacementError, StreamNeed, place
 
 ray = pytest.importorskip("ray")
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+# the hosts' workers import the test-only nodes (fp_testnodes) as a graph's plugins
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).parent), os.environ.get("PYTHONPATH")) if p)
 
 
 @pytest.fixture(scope="module")
@@ -495,3 +497,47 @@ nodes:
     from flowpipe.cluster.service import runs
 
     assert runs(c.address) == []
+
+
+def test_serve_on_the_cluster_serves_each_event_s_snapshot_and_clip_from_the_host_that_raised_it(
+        cluster, tmp_path) -> None:
+    """Events of a cluster instance name their host; their snapshot and clip links read the files there (the
+    host agent answers for the files its events name, and no other: a picture beside them in the same folder,
+    which the server itself could read, is not served through a host)."""
+    pytest.importorskip("fastapi")
+    import time
+
+    from fastapi.testclient import TestClient
+    from test_serve import COUNTING
+
+    from flowpipe.serve.api import create_app
+    from flowpipe.serve.instances import Instances
+
+    c, _ = cluster
+    graphs = tmp_path / "graphs"
+    graphs.mkdir()
+    (graphs / "counting.yaml").write_text(
+        COUNTING.replace("plugins: [fp_testnodes]", "plugins: [fp_testnodes]\ncluster: {per_stream: {intel_gpu: 0.4}}")
+        .replace("type: video_source,", "type: video_source, template: true,"))
+    instances = Instances([graphs], tmp_path / "out", cluster=c.address)
+    with TestClient(create_app(instances)) as client:
+        iid = client.post("/pipelines/counting", json={}).json()["id"]
+        assert client.post(f"/pipelines/{iid}/streams", json={"id": "gate", "uri": "sample"}).status_code == 201
+        deadline = time.monotonic() + 90
+        while not [e for e in client.get(f"/pipelines/{iid}/events").json() if e.get("clip") and e.get("snapshot")]:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        e = next(e for e in client.get(f"/pipelines/{iid}/events").json() if e.get("clip") and e.get("snapshot"))
+        assert e["rule"] == "crossed" and "?host=" in e["snapshot"] and "?host=" in e["clip"]
+        snap = client.get(e["snapshot"])
+        assert snap.status_code == 200 and snap.headers["content-type"] == "image/jpeg"
+        on_disk = instances.get(iid).folder / e["snapshot"].split("/files/")[1].split("?")[0]
+        assert snap.content == on_disk.read_bytes() and snap.content[:2] == b"\xff\xd8"
+        clip = client.get(e["clip"])
+        assert clip.status_code == 200 and clip.headers["content-type"] == "video/mp4" and clip.content[4:8] == b"ftyp"
+        (on_disk.parent / "beside.jpg").write_bytes(snap.content)  # in the folder, named by no event
+        beside = e["snapshot"].replace(on_disk.name, "beside.jpg")
+        assert client.get(beside).status_code == 404 and "on host" in client.get(beside).json()["error"]
+        assert client.get(beside.split("?")[0]).status_code == 200  # the server's own folder: served as before
+        assert client.get(e["snapshot"].split("?")[0] + "?host=nowhere").status_code == 404
+        client.delete(f"/pipelines/{iid}")

@@ -14,6 +14,7 @@ import os
 import pickle
 import socket
 import threading
+from pathlib import Path
 from typing import Any
 
 from ..graph import GraphSpec
@@ -148,6 +149,13 @@ class HostAgent:
 
     def events(self) -> list[dict[str, Any]]:
         return self._started().live.events()
+
+    def file(self, path: str) -> bytes | None:
+        """The bytes of a snapshot or clip one of this host's newest events names (None for any other path)."""
+        want = Path(path).resolve()
+        named = {Path(e[k]).resolve() for e in self._started().live.events() for k in ("snapshot", "clip")
+                 if isinstance(e.get(k), str)}
+        return want.read_bytes() if want in named and want.is_file() else None
 
     def stop(self, now: bool = False) -> None:
         if self.runner is not None:

@@ -402,6 +402,16 @@ class ClusterRun:
                for e in evs]
         return sorted(got, key=lambda e: e.get("at", 0.0))
 
+    def file(self, host: str, path: str) -> bytes | None:
+        """An event's snapshot or clip from the running host agent at ``host`` that raised it (None: no such
+        agent, or no event of its names ``path``)."""
+        for a in self.agents:
+            if a.address == host and a.result is None and a.error is None:
+                got = self._ray.get(a.handle.file.remote(path))
+                if got is not None:
+                    return got  # type: ignore[no-any-return]
+        return None
+
     def _wait(self) -> None:
         ray = self._ray
         told_stop = told_now = False

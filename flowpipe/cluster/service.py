@@ -79,6 +79,9 @@ class Controller:
     def events(self) -> list[dict[str, Any]]:
         return self.run.events()
 
+    def file(self, host: str, path: str) -> bytes | None:
+        return self.run.file(host, path)
+
     def pid(self) -> int:
         import os
 
@@ -234,6 +237,10 @@ class ClusterStreams:
     def events(self) -> list[dict[str, Any]]:
         """The hosts' newest events (their snapshots and clips are files on the host that raised them)."""
         return [] if self.closed else self._ask("events")  # type: ignore[no-any-return]
+
+    def file(self, host: str, path: str) -> bytes | None:
+        """An event's snapshot or clip, read on ``host`` (the address its events name) while the run goes."""
+        return None if self.closed else self._ask("file", host, path)  # type: ignore[no-any-return]
 
 
 class ClusterInstance:

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -165,22 +166,34 @@ def _routes(instances: Instances) -> APIRouter:
         inst = instances.get(iid)
         out = []
         for e in reversed(inst.runner.live.events()[-max(1, min(limit, 200)):]):
-            for key in ("snapshot", "clip"):  # files inside the instance's folder, as this API serves them
+            # files inside the instance's folder, as this API serves them; on a cluster, read on the host that
+            # raised the event (its address in the query)
+            where = f"?{urlencode({'host': e['host']})}" if isinstance(e.get("host"), str) else ""
+            for key in ("snapshot", "clip"):
                 if isinstance(e.get(key), str):
                     rel = _inside(inst.folder, e[key])
-                    e[key] = f"/pipelines/{iid}/files/{rel}" if rel is not None else None
+                    e[key] = f"/pipelines/{iid}/files/{rel}{where}" if rel is not None else None
             out.append(e)
         return out
 
     @api.get("/pipelines/{iid}/files/{path:path}", summary="an event's snapshot or clip",
-             response_class=FileResponse, responses={200: {"content": {"image/jpeg": {}, "video/mp4": {}}}})
-    def files(iid: str, path: str) -> FileResponse:
+             response_class=Response, responses={200: {"content": {"image/jpeg": {}, "video/mp4": {}}}})
+    def files(iid: str, path: str, host: str | None = None) -> Response:
         inst = instances.get(iid)
         kinds = {".jpg": "image/jpeg", ".mp4": "video/mp4"}
         target = inst.folder / path
-        if _inside(inst.folder, str(target)) is None or target.suffix.lower() not in kinds or not target.is_file():
+        if _inside(inst.folder, str(target)) is None or target.suffix.lower() not in kinds:
             raise RequestError(f"no file {path!r} of this instance", 404)
-        return FileResponse(target, media_type=kinds[target.suffix.lower()], headers={"Cache-Control": "no-store"})
+        kind, fresh = kinds[target.suffix.lower()], {"Cache-Control": "no-store"}
+        if host is not None:  # a cluster's host wrote it: read there, if one of that host's events names it
+            read = getattr(inst.runner.live, "file", None)
+            data = read(host, str(target)) if read is not None else None
+            if data is None:
+                raise RequestError(f"no file {path!r} of this instance on host {host!r}", 404)
+            return Response(data, media_type=kind, headers=fresh)
+        if not target.is_file():
+            raise RequestError(f"no file {path!r} of this instance", 404)
+        return FileResponse(target, media_type=kind, headers=fresh)
 
     @api.get("/pipelines/{iid}/streams/{sid}/live.mp4", summary="the stream live: H.264 in fragmented MP4",
              response_class=StreamingResponse, responses={200: {"content": {"video/mp4": {}}}})
