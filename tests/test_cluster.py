@@ -161,6 +161,61 @@ def test_a_lost_host_s_streams_resume_on_the_others_with_every_frame_accounted(c
         assert got == list(range(n)), (f"s{i}", len(got))
 
 
+def test_a_stream_added_at_run_time_goes_on_elsewhere_when_its_host_is_lost(cluster, tmp_path) -> None:
+    """``flowpipe serve --cluster``'s cameras: a stream added to the running graph lands on one of two hosts
+    that joined; that host is removed mid-run; the stream is placed again on the other, as it was added,
+    after the frames its lost host had accounted, and runs to its end: every record once, the account exact."""
+    import threading
+    import time
+
+    from flowpipe.cluster.controller import ClusterRun
+
+    c, _ = cluster
+    joined = [c.add_node(num_cpus=1, resources={"cams": 1}) for _ in range(2)]
+    c.wait_for_nodes()
+    path = tmp_path / "cams.yaml"
+    path.write_text(f"""cluster: {{per_stream: {{cams: 0.6}}}}
+nodes:
+  - {{id: cam, type: synthetic_source, template: true, config: {{count: 300, width: 64, height: 48, realtime: true,
+      fps: 60}}}}
+  - {{id: hop, type: passthrough, inputs: {{in: cam}}}}
+  - {{id: meta, type: jsonl, config: {{path: {tmp_path}/m.jsonl}}, inputs: hop}}
+""")
+    run = ClusterRun(load_graph(str(path)), poll_s=0.2)
+    box: dict = {}
+    t = threading.Thread(target=lambda: box.update(res=run.run()))
+    t.start()
+    deadline = time.monotonic() + 90
+    while run.phase != "running":
+        assert time.monotonic() < deadline and t.is_alive()
+        time.sleep(0.05)
+    run.add_stream("x", "cam")
+    (first,) = [a for a in run.agents if "x" in a.added]
+    while first.progress.get("out", 0) < 30:
+        assert time.monotonic() < deadline, "the stream never got going"
+        time.sleep(0.05)
+    lost = next(n for n in joined if n.node_id == first.host_id)
+    c.remove_node(lost)
+    while sum(run.per_stream().values()) < 300 or not any(
+            "x" in a.added and a is not first and a.result is None for a in run.agents):
+        assert time.monotonic() < deadline, run.per_stream()
+        time.sleep(0.1)
+    (again,) = [a for a in run.agents if "x" in a.added and a is not first]
+    assert again.host_id != first.host_id and again.host_id in {n.node_id for n in joined}
+    run.interrupt()
+    t.join(timeout=60)
+    for n in joined:
+        if n is not lost:
+            c.remove_node(n)
+    res = box["res"]
+    assert res.per_stream == {"x": 300}
+    f = res.frames
+    assert f["in"] == f["out"] + f["dropped"] + f["failed"] and f["out"] == 300
+    (moved,) = res.to_json()["replacements"]
+    assert moved["streams"] == ["x"] and moved["added"] and 30 <= moved["resume_at"]["x"] < 300
+    assert sorted(k for s, k in _lines(tmp_path / "m.jsonl") if s == "x") == list(range(300))
+
+
 def test_devices_of_every_host(cluster, capsys) -> None:
     """``flowpipe devices --cluster``: each host's devices as flowpipe sees them there, with what it declared."""
     from flowpipe.cluster.controller import cluster_devices

@@ -120,6 +120,85 @@ def test_a_killed_shard_restarts_its_streams_where_they_stopped(tmp_path) -> Non
     assert res.nodes["b"]["frames"] == blocks[died[0]]["frames"] + blocks["1"]["frames"]
 
 
+def test_streams_added_at_run_time_go_on_in_the_process_that_replaces_a_killed_one(tmp_path) -> None:
+    """Streams added while the graph runs (``flowpipe serve``'s cameras), over two processes: SIGKILL at
+    stream x's frame 40 costs its frames in flight, counted from the dead process's board (the rows added
+    streams take); a new process adds x again, going on after the last frame that entered, as it does for
+    the graph's own streams; y, in the other process, never stops."""
+    run, worker, results = _started_with_a_template(tmp_path, "on_error: restart, restarts: 2")
+    deadline = time.monotonic() + 60
+    run.live.add("x", "cam")
+    run.live.add("y", "cam")
+    first = run.live.where["x"]
+    assert run.live.where["y"] is not first  # one a process
+    # both run to their last frame (x after its restart), then the run is stopped
+    while sorted(r["stream"] for r in run.live.states() if r["state"] == "ended") != ["x", "y"]:
+        assert time.monotonic() < deadline, run.live.states()
+        time.sleep(0.1)
+    again = run.live.where["x"]
+    assert again is not first and again.again == ["x"] and first.restarted
+    run.stop()
+    worker.join(60)
+    (res,) = results
+    assert res.ok, res.error
+    f = res.frames
+    assert f["in"] == f["out"] + f["dropped"] + f["failed"]
+    assert res.per_stream == {"x": 90, "y": 90}  # every frame of both accounted once, the dead process's too
+    dead = [sh for sh in res.shards if sh["restarted"]]
+    assert len(dead) == 1 and "signal 9" in dead[0]["error"]
+    assert 1 <= f["failed"] < 40 and re.search(r"frames in flight counted as failed: x \d", dead[0]["error"])
+    lines = _lines(tmp_path / "m.jsonl")
+    x = [i for s, i in lines if s == "x"]
+    assert len(x) == len(set(x)) and max(x) == 89 and 40 not in x  # resumed after frame 40, never twice
+    assert len(set(range(90)) - set(x)) <= f["failed"]
+    assert {i for s, i in lines if s == "y"} == set(range(90))
+
+
+def test_a_stream_added_at_run_time_whose_process_is_not_restarted_is_listed_failed_with_its_account(
+        tmp_path) -> None:
+    """The template without ``on_error: restart``: the stream ends with its process, listed as failed with
+    the dead process's account of it (the frame in flight failed); the other process's stream goes on."""
+    run, worker, results = _started_with_a_template(tmp_path, "on_error: fail")
+    deadline = time.monotonic() + 60
+    run.live.add("x", "cam")
+    run.live.add("y", "cam")
+    while {r["stream"]: r["state"] for r in run.live.states()} != {"x": "failed", "y": "ended"}:
+        assert time.monotonic() < deadline, run.live.states()
+        time.sleep(0.1)
+    (x,) = [r for r in run.live.states() if r["stream"] == "x"]
+    assert "signal 9" in x["error"] and x["in"] >= 41 and x["failed"] >= 1
+    assert x["in"] == x["out"] + x["dropped"] + x["failed"] and "x" not in run.live.where
+    run.stop()
+    worker.join(60)
+    (res,) = results
+    assert res.per_stream == {"x": x["in"], "y": 90} and res.frames["failed"] == x["failed"]
+
+
+def _started_with_a_template(tmp_path: Path, on_error: str) -> tuple:
+    """A graph of one template source over two processes, running (in a thread); frame 40 of a stream named
+    x kills its process."""
+    import threading
+
+    spec, _ = _graph(f"""
+        plugins: [fp_testnodes]
+        processes: 2
+        nodes:
+          - {{id: cam, type: synthetic_source, template: true, {on_error},
+              config: {{count: 90, width: 64, height: 48, realtime: true, fps: 100}}}}
+          - {{id: hop, type: test_crash, config: {{crash_on: [40], streams: [x]}}, inputs: {{in: cam}}}}
+          - {{id: meta, type: jsonl, config: {{path: {tmp_path}/m.jsonl}}, inputs: hop}}
+    """, tmp_path)
+    run = ShardedRun(spec, 2)
+    results: list = []
+    worker = threading.Thread(target=lambda: results.append(run.run()))
+    worker.start()
+    deadline = time.monotonic() + 60
+    while not run.running:
+        assert time.monotonic() < deadline and worker.is_alive()
+        time.sleep(0.05)
+    return run, worker, results
+
+
 def test_an_open_failure_in_one_shard_stops_every_shard_before_any_frame(tmp_path) -> None:
     text = _three_streams(tmp_path).replace(
         "{id: b, type: synthetic_source, config: {count: 90, width: 64, height: 48}}",

@@ -147,6 +147,7 @@ class AgentRecord:
     start: dict[str, int]  # per stream: the first frame it runs
     handle: Any = None  # the Ray actor
     added: list[str] = field(default_factory=list)  # streams added to the running graph on it
+    recipes: dict[str, dict[str, Any]] = field(default_factory=dict)  # each added stream's like and config
     progress: dict[str, Any] = field(default_factory=dict)  # its last report: frames by fate, per stream
     result: dict[str, Any] | None = None  # its statistics once its part of the run ended
     error: str | None = None
@@ -308,11 +309,13 @@ class ClusterRun:
         names = {h.host_id: h.name for h in hosts_of(ray)}
         base = 1000 * len(self.agents)  # shard 0 of the first host's first start alone truncates outputs
         name = f"{self.name}/agent{len(self.agents)}"
+        # where its streams resume (an agent with no sources of its own: the stream added to it)
+        resume = {s: n for s, n in start.items() if s in sources or not sources}
         handle = ray.remote(HostAgent).options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(host_id, soft=False), max_concurrency=4,
             num_cpus=need.pop("CPU", 0.0), num_gpus=need.pop("GPU", 0.0), resources=need,
             name=name, namespace=NAMESPACE, lifetime="detached" if self.detached else None,
-        ).remote(self._payload, sources, base, {s: start[s] for s in sources if s in start}, generation, cap,
+        ).remote(self._payload, sources, base, resume, generation, cap,
                  self.spec.cluster.metrics_port if self.spec.cluster else None)
         info = ray.get(handle.start.remote())
         log.info("host %s (%s): streams %s in %d process(es)%s", names.get(host_id), info["host"],
@@ -324,20 +327,22 @@ class ClusterRun:
         return agent
 
     # streams added at run time (flowpipe serve --cluster) ------------------------------------------------
-    def add_stream(self, stream: str, like: str | None = None, config: dict[str, Any] | None = None) -> None:
+    def add_stream(self, stream: str, like: str | None = None, config: dict[str, Any] | None = None,
+                   start: int = 0, generation: int = 0, without: str | None = None) -> None:
         """Places a new stream like source ``like`` on a host with room for it and starts it there, in an
-        agent of its own (its resources reserved in Ray's accounting)."""
+        agent of its own (its resources reserved in Ray's accounting). A stream of a lost host is added
+        again the same way (``start``: its first frame there; ``without``: the host lost)."""
         from ..runtime.live import template_of
 
         if self.phase != "running" or self._stop:
             raise RuntimeError("the run is not running")
-        if any(stream in a.sources + a.added for a in self.agents) or \
+        if any(stream in a.sources + a.added for a in self.agents if a.result is None and a.error is None) or \
                 any(n.id == stream for n in self.spec.nodes):
             raise ValueError(f"a stream or node named {stream!r} is already in the graph")
         like = template_of(self.spec, like).id
         keys = self.spec.cluster
         need = StreamNeed(stream, dict(keys.per_stream) if keys else {"CPU": 1.0}, dict(keys.labels) if keys else {})
-        hosts = {h.host_id: h for h in hosts_of(self._ray)}
+        hosts = {h.host_id: h for h in hosts_of(self._ray) if h.host_id != without}
         needs = {n.stream: n for n in self.needs()}
         for other in self.agents:
             if other.result is None and other.error is None and other.host_id in hosts:
@@ -349,7 +354,7 @@ class ClusterRun:
             where = place([need], list(hosts.values()))
         except PlacementError as e:
             raise ValueError(str(e)) from None
-        agent = self._agent(where[stream], [], need.resources, {}, 0, None)
+        agent = self._agent(where[stream], [], need.resources, {stream: start}, generation, None)
         self._ray.get(agent.handle.begin.remote(agent.info["opened"]))
         from ray.exceptions import RayTaskError
 
@@ -359,6 +364,8 @@ class ClusterRun:
             agent.handle.stop.remote(now=True)
             raise cause_of(e) from None
         agent.added.append(stream)
+        agent.start[stream] = start
+        agent.recipes[stream] = {"like": like, "config": config}
         self._save()
 
     def _holding(self, stream: str) -> AgentRecord:
@@ -486,13 +493,13 @@ class ClusterRun:
                 self._ray.kill(a.handle, no_restart=True)
             except Exception:  # noqa: BLE001, S110 - already gone with its host
                 pass
-        a.error = f"host {a.address} (streams {', '.join(a.sources)}) lost: {type(err).__name__}"
+        a.error = f"host {a.address} (streams {', '.join(a.sources + a.added)}) lost: {type(err).__name__}"
         accounted = dict(a.progress.get("streams", {}))
-        start = {s: a.start.get(s, 0) + accounted.get(s, 0) for s in a.sources}
+        start = {s: a.start.get(s, 0) + accounted.get(s, 0) for s in a.sources + a.added}
         kept = {k: a.progress.get(k, 0) for k in ("out", "dropped", "failed")}
         # results it wrote after its last report, where the controller can read them (shared storage): those
         # frames are done (out), and their streams resume after them, so no result is written twice
-        for s, last in written(self.spec, a.sources).items():
+        for s, last in written(self.spec, a.sources + a.added).items():
             extra = last + 1 - start[s]
             if extra > 0:
                 start[s] += extra
@@ -508,11 +515,20 @@ class ClusterRun:
                                      "fps": round(rates.get(src.id, 0.0), 2), "resumed_after_s": None,
                                      "frames_lost": None, "resumed_at_frame": start[src.id],
                                      "generation": a.generation})
-        if a.added:
-            log.error("host %s: streams added at run time %s lost with it (add them again)", a.address,
-                      ", ".join(a.added))
         if a.sources:
             self._replace(a, start, why="lost", without=a.host_id)
+        for s in a.added:  # a stream added at run time is placed again as it was added, after its last frame
+            t0, noticed = time.perf_counter(), time.time()
+            recipe = a.recipes.get(s, {})
+            try:
+                self.add_stream(s, recipe.get("like"), recipe.get("config"), start=start[s],
+                                generation=a.generation + 1, without=a.host_id)
+            except Exception as e:  # noqa: BLE001 - the others go on
+                log.error("host %s: stream %s added at run time not placed again: %s", a.address, s, e)
+                continue
+            self.replacements.append({"host": a.address, "streams": [s], "resume_at": {s: start[s]}, "why": "lost",
+                                      "added": True, "noticed_at": round(noticed, 3),
+                                      "replaced_in_s": round(time.perf_counter() - t0, 3)})
 
     def _resumed(self) -> None:
         """Live streams of a lost host that send frames again on their new host: the outage is over; what

@@ -25,9 +25,9 @@ class StreamBoard:
     in-flight flags, in a memfd. Made by the supervisor (who closes it), handed to the shard process at its
     start (spawn passes the fd)."""
 
-    def __init__(self, streams: list[str], _buffer: SharedBuffer | None = None):
+    def __init__(self, streams: list[str], spare: int = 0, _buffer: SharedBuffer | None = None):
         self.streams = list(streams)
-        n = len(self.streams)
+        self.rows = n = len(self.streams) + spare  # spare rows: streams added while the shard runs (``bind``)
         size = n * (8 * (2 + len(FATES)) + WINDOW)
         self._buf = _buffer or SharedBuffer(max(size, 1), "memfd")
         buf = self._buf.array((size,))
@@ -39,7 +39,18 @@ class StreamBoard:
         from multiprocessing import reduction
 
         assert self._buf.handle is not None  # a memfd always has its fd
-        return (_attach, (self.streams, reduction.DupFd(self._buf.handle), self._buf.size))  # type: ignore[attr-defined]
+        return (_attach, (self.streams, self.rows - len(self.streams), reduction.DupFd(self._buf.handle),  # type: ignore[attr-defined]
+                          self._buf.size))
+
+    def bind(self, stream: str, row: int | None = None) -> int | None:
+        """A row for a stream added at run time: the supervisor picks the next free one (None: none is left,
+        the stream goes without, as its progress reports tell), the shard binds the row it was told."""
+        if row is None:
+            used = set(self.slot.values())
+            row = next((i for i in range(len(self.streams), self.rows) if i not in used), None)
+        if row is not None:
+            self.slot[stream] = row
+        return row
 
     def close(self) -> None:
         self.counts = self.flags = np.zeros((0, 0), np.int64)  # (views go before the mapping)
@@ -73,6 +84,16 @@ class StreamBoard:
         """Frames per stream, every one of them ended now (those in flight by the process's death)."""
         return {s: int(self.counts[i, _IN]) for s, i in self.slot.items() if self.counts[i, _IN]}
 
+    def account(self, stream: str) -> dict[str, int]:
+        """One stream's frames by fate, those in flight by the process's death failed (zeros: not on the
+        board)."""
+        i = self.slot.get(stream)
+        if i is None:
+            return {"in": 0, "out": 0, "dropped": 0, "failed": 0}
+        row = [int(v) for v in self.counts[i]]
+        fates = dict(zip(FATES, row[2:]))
+        return {"in": row[_IN], **fates, "failed": row[_IN] - fates["out"] - fates["dropped"]}
+
     def in_flight(self) -> list[tuple[str, int]]:
         """(stream, index) of the frames that entered and had not ended."""
         out = []
@@ -84,6 +105,6 @@ class StreamBoard:
         return out
 
 
-def _attach(streams: list[str], fd: Any, size: int) -> StreamBoard:
+def _attach(streams: list[str], spare: int, fd: Any, size: int) -> StreamBoard:
     """In the shard process: the supervisor's board, from the fd spawn passed."""
-    return StreamBoard(streams, SharedBuffer(size, "memfd", _fd=fd.detach()))
+    return StreamBoard(streams, spare, SharedBuffer(size, "memfd", _fd=fd.detach()))

@@ -29,6 +29,7 @@ import tempfile
 import threading
 import time
 import weakref
+from collections import deque
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
@@ -41,7 +42,7 @@ from ..node import Node
 from ..registry import import_plugin
 from .board import StreamBoard
 from .context import Resume, RunHooks, Share
-from .live import template_of
+from .live import LiveStreams, template_of
 from .messages import (
     Begin,
     FromShard,
@@ -63,6 +64,9 @@ from .stats import RunSummary, frame_list, merge_nodes
 
 log = logging.getLogger("flowpipe.shards")
 REPORT_EVERY_S = 0.2
+
+
+ADDED_ROWS = 256  # streams one process can take at run time with an exact account at its death (1 MB)
 
 
 def auto_processes(spec: GraphSpec, cores: int | None = None) -> int:
@@ -204,10 +208,16 @@ def _shard_main(conn: Connection, payload: bytes, plugins: list[str], plugin_dir
     def answer(call: StreamCall) -> None:  # streams added, removed, looked at
         live = runner.live
         value: Any = None
+        until = time.monotonic() + 10  # a call sent at once after Begin (streams added again) waits for the start
+        while not runner.running and not runner.stop_event.is_set() and time.monotonic() < until:
+            time.sleep(0.01)
         try:
             match call.method:
                 case "add":
-                    live.add(*call.args)
+                    stream, like, config, row = call.args
+                    if board is not None and row is not None:
+                        board.bind(stream, row)  # its frames' entries and fates, exact at a death
+                    live.add(stream, like, config)
                 case "remove":
                     value = live.remove(*call.args)
                 case "states":
@@ -267,6 +277,7 @@ class _Shard:
     result: dict[str, Any] | None = None
     error: str | None = None
     restarted: bool = False  # a new process took its streams over
+    again: list[str] = field(default_factory=list)  # streams added to the process it replaced, to add again
     send_lock: threading.Lock = field(default_factory=threading.Lock)  # the supervisor's and callers' sends
 
 
@@ -390,10 +401,12 @@ class ShardedRun:
         cap = None
         if self.max_frames is not None:  # the run's frame limit, shared by the streams' weight
             cap = max(1, round(self.max_frames * len(sources) / max(1, len(self.spec.sources()))))
-            cap = max(1, cap - sum(resume.start.values()))
+            own = {stream_of(self.spec.node(s)) for s in sources}
+            cap = max(1, cap - sum(v for k, v in resume.start.items() if k in own))
         link = self.owner.link if self.owner is not None else None
         count = len(plan(self.spec, self.processes))
-        board = StreamBoard([stream_of(self.spec.node(s)) for s in sources])
+        board = StreamBoard([stream_of(self.spec.node(s)) for s in sources],
+                            spare=ADDED_ROWS if self.spec.templates() else 0)
         proc = ctx.Process(target=_shard_main, name=f"flowpipe:shard-{index}", daemon=True,
                            args=(child, self._payload, self.spec.plugins, self.spec.plugin_dir,
                                  self.shard_base + index, count,
@@ -496,6 +509,9 @@ class ShardedRun:
                 sh.pid, sh.opened = pid, True
                 self.pids.append(pid)
                 self._send(sh, Begin(self._stop_at is None))
+                if sh.again:  # (calls wait on replies this loop takes: from a thread of their own)
+                    threading.Thread(target=self.live.add_again, args=(sh,), name="flowpipe:streams-again",
+                                     daemon=True).start()
 
     def _died(self, sh: _Shard) -> _Shard | None:
         """A shard process ended without its result: its frames in flight are failed, named; under the
@@ -513,18 +529,22 @@ class ShardedRun:
         streams = ", ".join(sh.sources)
         sh.error = (f"shard {sh.index} (pid {sh.pid}, streams {streams}) died ({how}); {lost} frames in flight "
                     f"counted as failed" + (f": {named}" if named else ""))
-        specs = [self.spec.node(s) for s in sh.sources]
+        added = self.live.on(sh)
+        specs = [self.spec.node(s) for s in sh.sources] + [self.live.template(self.live.like[s]) for s in added]
         generation = sh.resume.generation + 1
         if self._stop_at is not None or not all(
                 s.on_error == "restart" and generation <= s.restarts for s in specs):
             log.error("%s", sh.error)
+            self.live.lost(added, sh.error, sh.board)
             return None
         log.warning("%s; restarting its streams in a new process (restart %d/%d)", sh.error, generation,
-                    min(s.restarts for s in specs))
+                    min((s.restarts for s in specs), default=generation))
         start = dict(sh.resume.start)
-        start.update(sh.board.next_index())
+        start.update(sh.board.next_index())  # the streams added to it too: each goes on after its last frame
         sh.restarted = True
         new = self._spawn(sh.index, sh.sources, Resume(generation, start))
+        new.again = added
+        self.live.moved(added, new)
         self.shards.append(new)
         return new
 
@@ -583,11 +603,15 @@ class ShardedRun:
 class ShardedStreams:
     """Streams added to and removed from a run over several processes: each new stream goes to the process
     with the fewest streams, and its calls go there (``ShardedRun.call``). A process restarted after a
-    crash takes the graph's own streams over, not those added to it."""
+    crash takes them over with the graph's own (each stream's template's ``on_error: restart`` and
+    ``restarts``), every one going on after the last frame that entered the process that died."""
 
     def __init__(self, run: ShardedRun):
         self.run = weakref.proxy(run)  # no cycle: a finished run's pipes and processes go with it
         self.where: dict[str, Any] = {}  # added stream -> its shard
+        self.like: dict[str, str | None] = {}  # added stream -> the source it copies, and its settings
+        self.config: dict[str, dict[str, Any] | None] = {}
+        self.failed: deque[dict[str, Any]] = deque(maxlen=LiveStreams.KEEP_ENDED)  # ended with their process
 
     def template(self, like: str | None) -> NodeSpec:
         return template_of(self.run.spec, like)
@@ -607,12 +631,43 @@ class ShardedStreams:
             raise RuntimeError("no process of the run is running")
         sh = min(shards, key=lambda x: len(x.sources) + sum(1 for v in self.where.values() if v is x))
         self.where[stream] = sh
+        row = sh.board.bind(stream)
         try:
-            run.call(sh, "add", stream, like, config)
+            run.call(sh, "add", stream, like, config, row)
         except BaseException:
             del self.where[stream]
             raise
+        self.like[stream], self.config[stream] = like, config
         log.info("stream %s added in shard %d", stream, sh.index)
+
+    def on(self, sh: Any) -> list[str]:
+        """The streams added to shard ``sh`` and not removed."""
+        return [s for s, x in self.where.items() if x is sh and s in self.like]
+
+    def moved(self, streams: list[str], sh: Any) -> None:
+        """``streams`` go to shard ``sh`` (a restarted process), added again once it is open."""
+        for s in streams:
+            self.where[s] = sh
+
+    def lost(self, streams: list[str], why: str | None, board: StreamBoard | None = None) -> None:
+        """``streams`` ended with their process (not restarted): the run goes on without them; each is listed
+        as failed, with its account from the dead process's board."""
+        for s in streams:
+            self.where.pop(s, None)
+            self.config.pop(s, None)
+            account = board.account(s) if board is not None else {"in": 0, "out": 0, "dropped": 0, "failed": 0}
+            self.failed.append({"stream": s, "like": self.like.pop(s, None), "state": "failed", "error": why,
+                                **account})
+            log.error("stream %s ended with its process: %s", s, why)
+
+    def add_again(self, sh: Any) -> None:
+        """Adds the streams of the process ``sh`` replaced to it, each as it was added."""
+        for stream in sh.again:
+            try:
+                self.run.call(sh, "add", stream, self.like[stream], self.config[stream], sh.board.bind(stream))
+                log.warning("stream %s goes on in shard %d (pid %s)", stream, sh.index, sh.pid)
+            except Exception as e:  # noqa: BLE001 - the others go on
+                self.lost([stream], f"{type(e).__name__}: {e}")
 
     def remove(self, stream: str, timeout: float = 30.0) -> dict[str, Any]:
         sh = self.where.get(stream)
@@ -622,6 +677,8 @@ class ShardedStreams:
             account: dict[str, Any] = self.run.call(sh, "remove", stream, timeout, timeout=timeout + 10)
         finally:
             self.where.pop(stream, None)
+            self.like.pop(stream, None)
+            self.config.pop(stream, None)
         account["shard"] = sh.index
         return account
 
@@ -630,7 +687,7 @@ class ShardedStreams:
         for sh in self._live():
             for row in self.run.call(sh, "states"):
                 rows.append(dict(row, shard=sh.index))
-        return rows
+        return rows + [dict(r) for r in self.failed]
 
     def picture(self, stream: str) -> bytes | None:
         sh = self.where.get(stream) or next((x for x in self._live() if stream in x.sources), None)
