@@ -20,7 +20,8 @@ With ``--rtsp`` one more stream comes from a live RTSP server on loopback (GStre
 which the chaos stops for ``--outage`` seconds and starts again a third of the way in; with ``--mqtt`` every
 record also goes to a Mosquitto broker, which the chaos pauses (SIGSTOP, SIGCONT) for ``--outage`` seconds two
 thirds of the way in. Reported then: the camera's outages and reconnects, and the records published against
-the frames out (the client queues them while the broker is away).
+the frames out (the client queues them while the broker is away; each stream's outbox keeps them until the
+broker has them, so what a killed shard had queued is sent by its successor: at least once).
 """
 from __future__ import annotations
 
@@ -129,7 +130,7 @@ def main() -> None:
     if camera is not None:
         add_camera(spec, f"rtsp://127.0.0.1:{camera.port}/live")
     if broker is not None:
-        add_mqtt(spec, broker.port)
+        add_mqtt(spec, broker.port, work / "outbox")
     heard = Listener(broker.port) if broker is not None else None
     if a.kill_every:  # every part restarts after a kill
         for s in spec.nodes:
@@ -352,14 +353,16 @@ def add_camera(spec: Any, uri: str) -> None:
                                                    "reconnect_attempts": 1000, "reconnect_backoff_s": 0.2})
 
 
-def add_mqtt(spec: Any, port: int) -> None:
-    """Every frame's record to the broker too, from where the JSON lines get theirs."""
+def add_mqtt(spec: Any, port: int, outbox: Path) -> None:
+    """Every frame's record to the broker too, from where the JSON lines get theirs, kept in ``outbox`` until
+    the broker has it (what a killed shard had queued is sent by the process that takes its streams over)."""
     from flowpipe.graph import NodeSpec
     from flowpipe.registry import lookup
 
     meta = next(n for n in spec.nodes if n.type == "jsonl")
     cls = lookup("mqtt")
-    config = cls.Config.model_validate({"port": port, "topic": "flowpipe/{stream}", "max_queued": 100000})
+    config = cls.Config.model_validate({"port": port, "topic": "flowpipe/{stream}", "max_queued": 100000,
+                                        "outbox": str(outbox)})
     spec.add(NodeSpec("mqtt", "mqtt", cls, config, {"detections": list(meta.inputs["detections"])}))
 
 

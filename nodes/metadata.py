@@ -144,7 +144,11 @@ class Mqtt(Node):
     """Publishes per-frame records to an MQTT broker (paho-mqtt), reconnecting with backoff.
 
     Messages published while the broker is away are queued by the client (bounded) and sent on
-    reconnect; ``max_queued`` beyond that are dropped and counted.
+    reconnect; ``max_queued`` beyond that are dropped and counted. With ``outbox`` (a folder), each stream's
+    messages are also kept in a file there until the broker has them (QoS 1 and 2: acknowledged; QoS 0:
+    sent): what an outage longer than the run, a full queue or a killed process left undelivered is sent
+    first the next time the stream runs, in order (at least once: a message may arrive twice; ``stream`` and
+    ``frame`` tell).
 
     YAML:
         - id: mqtt
@@ -169,11 +173,18 @@ class Mqtt(Node):
         max_queued: int = Field(10000, ge=1)
         min_backoff_s: float = Field(0.5, gt=0)
         max_backoff_s: float = Field(30.0, gt=0)
+        outbox: str | None = Field(None, description="a folder keeping each stream's messages until the broker "
+                                   "has them (one file a stream): left ones are sent the next time it runs")
 
     config: Config
 
+    @classmethod
+    def contract(cls, config: NodeConfig) -> NodeContract:
+        return cls.declare(files={"outbox": "folder"})
+
     def resources(self) -> list[str]:
-        return [f"connects to mqtt://{self.config.host}:{self.config.port}"]
+        out = [f"connects to mqtt://{self.config.host}:{self.config.port}"]
+        return out + ([f"writes {self.config.outbox}"] if self.config.outbox else [])
 
     def open(self, ctx: RunContext) -> None:
         import paho.mqtt.client as mqtt
@@ -184,9 +195,12 @@ class Mqtt(Node):
         self.published = 0
         self.dropped = 0
         self.reconnects = -1
-        self.pending: set[int] = set()  # mids of QoS>0 messages the broker has not acknowledged
+        self.pending: set[int] = set()  # mids the broker has not acknowledged (QoS 0: not yet sent)
         self._early: set[int] = set()  # acks that arrived before publish() returned the mid
         self._plock = threading.Lock()
+        self.outboxes: dict[str, Outbox] = {}  # per stream, with ``outbox``
+        self._kept: dict[int, tuple[Outbox, int]] = {}  # mid -> the outbox entry it delivers
+        self.resent = 0
         cl = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=c.client_id)
         if c.username:
             cl.username_pw_set(c.username, c.password)
@@ -219,31 +233,51 @@ class Mqtt(Node):
         with self._plock:
             if mid in self.pending:
                 self.pending.discard(mid)
+                kept = self._kept.pop(mid, None)
             else:
                 self._early.add(mid)
+                kept = None
+        if kept is not None:
+            kept[0].delivered(kept[1])
 
     def _on_disconnect(self, client: Any, userdata: Any, flags: Any, reason: Any, props: Any = None) -> None:
         self.connected.clear()
         log.warning("node '%s': MQTT disconnected (%s); reconnecting", self.id, reason)
 
     def process(self, frame: Frame, port: str) -> None:
-        import paho.mqtt.client as mqtt
-
         c = self.config
         rec = frame_record(frame)
         payload = json.dumps(rec if c.payload == "record" else
                              {"stream": rec["stream"], "frame": rec["frame"], "pts": rec["pts"], "count": rec["count"]})
-        info = self.client.publish(c.topic.replace("{stream}", frame.stream), payload, qos=c.qos)
+        topic = c.topic.replace("{stream}", frame.stream)
+        box = None
+        if c.outbox is not None:
+            box = self.outboxes.get(frame.stream)
+            if box is None:  # the stream's first frame here: what an earlier run left goes first
+                box = self.outboxes[frame.stream] = Outbox(Path(c.outbox) / f"{frame.stream}.jsonl")
+                for seq, (t, p, q) in box.left():
+                    self._publish(t, p, q, box, seq)
+                    self.resent += 1
+        self._publish(topic, payload, c.qos, box, box.keep(topic, payload, c.qos) if box is not None else -1)
+
+    def _publish(self, topic: str, payload: str, qos: int, box: Outbox | None, seq: int) -> None:
+        import paho.mqtt.client as mqtt
+
+        info = self.client.publish(topic, payload, qos=qos)  # (queued while disconnected: sent on reconnect)
         if info.rc == mqtt.MQTT_ERR_QUEUE_SIZE:
-            self.dropped += 1
+            self.dropped += 1  # (kept in the outbox, if there is one: sent the next time)
             return
         self.published += 1
-        if c.qos:  # queued while disconnected (MQTT_ERR_NO_CONN) is resent on reconnect
-            with self._plock:
-                if info.mid in self._early:  # acknowledged before publish() returned
-                    self._early.discard(info.mid)
-                else:
-                    self.pending.add(info.mid)
+        with self._plock:
+            acked = info.mid in self._early  # acknowledged (QoS 0: sent) before publish() returned
+            if acked:
+                self._early.discard(info.mid)
+            else:
+                self.pending.add(info.mid)
+                if box is not None:
+                    self._kept[info.mid] = (box, seq)
+        if box is not None and acked:
+            box.delivered(seq)
 
     def close(self) -> None:
         # deliver what is queued (bounded): acknowledged QoS>0 messages, flushed QoS 0 ones
@@ -257,5 +291,78 @@ class Mqtt(Node):
         self.client.loop_stop()
         self.stats.update(published=self.published, queue_dropped=self.dropped, unacknowledged=unacked,
                           reconnects=max(0, self.reconnects))
+        if self.config.outbox is not None:
+            self.stats.update(outbox_resent=self.resent,
+                              outbox_left=sum(box.close() for box in self.outboxes.values()))
         if unacked:
             log.warning("node '%s': %d MQTT messages were not acknowledged by the broker", self.id, unacked)
+
+
+class Outbox:
+    """One stream's MQTT messages until the broker has them, in an append-only file of JSON lines: ``{"m":
+    seq, "t": topic, "p": payload, "q": qos}`` for a message, ``{"a": seq}`` once it was delivered. Each line
+    is one write (a killed process leaves whole lines, or a last one cut, skipped on reading). At its next
+    start the messages never delivered are written to a new file first and sent again; the file is emptied
+    whenever every message in it was delivered and it has grown past ``COMPACT`` lines."""
+
+    COMPACT = 10_000
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.lock = threading.Lock()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        left: dict[int, tuple[str, str, int]] = {}
+        if path.exists():
+            for line in path.read_bytes().splitlines():
+                try:
+                    r = json.loads(line)
+                except ValueError:
+                    continue  # a line cut by a kill
+                if "m" in r:
+                    left[r["m"]] = (r["t"], r["p"], r["q"])
+                elif "a" in r:
+                    left.pop(r["a"], None)
+        self._left = list(left.values())
+        part = path.with_name(path.name + ".part")
+        with open(part, "w") as f:  # the undelivered ones, numbered again from 0: the file holds them alone
+            for i, (t, p, q) in enumerate(self._left):
+                f.write(json.dumps({"m": i, "t": t, "p": p, "q": q}) + "\n")
+        os.replace(part, path)
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        self.seq = len(self._left)
+        self.open: set[int] = set(range(self.seq))  # kept and not yet delivered
+        self.lines = self.seq
+
+    def left(self) -> list[tuple[int, tuple[str, str, int]]]:
+        """What an earlier run left undelivered, in order, with its number here (to send first)."""
+        out, self._left = list(enumerate(self._left)), []
+        return out
+
+    def keep(self, topic: str, payload: str, qos: int) -> int:
+        with self.lock:
+            seq, self.seq = self.seq, self.seq + 1
+            self.open.add(seq)
+            self._write({"m": seq, "t": topic, "p": payload, "q": qos})
+            return seq
+
+    def delivered(self, seq: int) -> None:
+        with self.lock:
+            if seq not in self.open:
+                return
+            self.open.discard(seq)
+            if not self.open and self.lines >= self.COMPACT:
+                os.ftruncate(self.fd, 0)  # every message in it delivered: start it over
+                self.lines = 0
+                return
+            self._write({"a": seq})
+
+    def _write(self, rec: dict[str, Any]) -> None:
+        os.write(self.fd, (json.dumps(rec) + "\n").encode())
+        self.lines += 1
+
+    def close(self) -> int:
+        """Closes the file; the messages left in it undelivered."""
+        with self.lock:
+            os.close(self.fd)
+            return len(self.open)
+

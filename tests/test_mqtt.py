@@ -194,3 +194,78 @@ def test_analytics_events_reach_the_broker_with_their_frame(broker) -> None:
     events = [(m["frame"], e["rule"], e["direction"], e["tracks"]) for m in msgs for e in m["analytics"]["events"]]
     assert len(events) == 1 and events[0][1:] == ("crossed", "out", [7]), events
     assert max(m["analytics"]["lines"]["gate"]["out"] for m in msgs) == 1
+
+
+def test_an_outbox_keeps_what_the_broker_never_got_and_sends_it_first_next_time(tmp_path) -> None:
+    """``outbox``: a run while the broker is away keeps its 25 messages in the stream's file (the client's
+    queue dies with the run); the next run of the stream, with the broker back, sends those first, in order,
+    then its own, and leaves the outbox with nothing undelivered."""
+    port = _free_port()
+    box = tmp_path / "outbox"
+
+    def run(frames: list[Frame]):
+        return run_yaml(f"""
+        nodes:
+          - {{id: src, type: list_source, config: {{feed: {feed(frames)}}}}}
+          - {{id: pub, type: mqtt, config: {{port: {port}, topic: "o/{{stream}}", connect_timeout_s: 0.5,
+              require_connection: false, outbox: {box}}}, inputs: src.frame}}
+        """)
+
+    res = run(_frames(25))
+    assert res.ok, res.error
+    assert res.nodes["pub"]["outbox_left"] == 25 and res.nodes["pub"]["unacknowledged"] == 25
+    kept = [json.loads(line) for line in (box / "door.jsonl").read_text().splitlines()]
+    assert [json.loads(r["p"])["frame"] for r in kept] == list(range(25)) and not any("a" in r for r in kept)
+    broker = Broker(tmp_path, port)
+    broker.start()
+    try:
+        sub = Subscriber(port, "o/#")
+        later = [Frame("door", 100 + i, (100 + i) / 30, None, meta={}, detections=[]) for i in range(5)]
+        res = run(later)
+        assert res.ok, res.error
+        msgs = sub.wait_for(30)
+        sub.close()
+    finally:
+        broker.stop()
+    assert [m["frame"] for m in msgs] == [*range(25), *range(100, 105)]  # the kept ones first, in order
+    assert res.nodes["pub"]["outbox_resent"] == 25 and res.nodes["pub"]["outbox_left"] == 0
+    left = {}
+    for r in map(json.loads, (box / "door.jsonl").read_text().splitlines()):
+        left.pop(r["a"], None) if "a" in r else left.setdefault(r["m"], r)
+    assert left == {}  # every message in it delivered
+
+
+def test_messages_a_killed_process_had_queued_are_sent_by_the_next_run_of_the_stream(tmp_path) -> None:
+    """The process dies (SIGKILL at frame 40) while the broker is away, messages in its client's queue:
+    those that reached the sink were in the outbox, and the next run of the stream, the broker back, sends them
+    before its own."""
+    import sys
+    from pathlib import Path
+
+    port = _free_port()
+    graph = f"""
+nodes:
+  - {{id: cam, type: synthetic_source, config: {{count: 60, width: 32, height: 24}}}}
+  - {{id: hop, type: test_crash, config: {{crash_on: [40]}}, inputs: {{in: cam}}}}
+  - {{id: pub, type: mqtt, config: {{port: {port}, topic: "k/{{stream}}", connect_timeout_s: 0.5,
+      require_connection: false, outbox: {tmp_path / "outbox"}}}, inputs: {{detections: hop.out}}}}
+"""
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import fp_testnodes; from flowpipe import Runner, load_graph; "
+            "Runner(load_graph('<t>', text=sys.argv[2])).run()")
+    p = subprocess.run([sys.executable, "-c", code, str(Path(__file__).parent), graph], capture_output=True,
+                       timeout=60)
+    assert p.returncode == -9, p.stderr[-2000:]
+    broker = Broker(tmp_path, port)
+    broker.start()
+    try:
+        sub = Subscriber(port, "k/#")
+        res = run_yaml(graph.replace("crash_on: [40]", "crash_on: []"))
+        assert res.ok, res.error
+        msgs = sub.wait_for(100)
+        sub.close()
+    finally:
+        broker.stop()
+    kept = res.nodes["pub"]["outbox_resent"]  # what had reached the sink before the kill (frames 0 to 39 at most)
+    assert 0 < kept <= 40 and res.nodes["pub"]["outbox_left"] == 0
+    assert [m["frame"] for m in msgs] == [*range(kept), *range(60)]  # the dead run's first, then this one's
+

@@ -45,9 +45,9 @@ def test_the_main_job_under_kills_accounts_every_frame_records_each_once_and_kee
         # the camera came back (its outage reported) and gave frames; the other streams never stalled (every
         # fault's recovery is checked above, the camera's and the broker's too)
         assert r["camera"]["reconnects"] >= 1 and r["camera"]["outages"] and r["camera"]["frames"] > 0, r["camera"]
-        # every record reached the broker but those queued in a shard killed while the broker was away, none
-        # twice, none for a frame without a record
+        # every record reached the broker, those queued in a shard killed while the broker was away too (its
+        # outbox kept them for its successor: at least once, so a few may come twice), none for a frame
+        # without a record
         m = r["mqtt"]
-        assert m["received"] > 0 and m["twice"] == 0 and m["not_recorded"] == 0, m
-        assert m["missing"] <= 80 * len(killed), m
+        assert m["received"] > 0 and m["missing"] == 0 and m["not_recorded"] == 0, m
     assert r["owner_models"]["inference.detect"]["cache"] == "hit", r["owner_models"]
