@@ -361,7 +361,7 @@ def add_mqtt(spec: Any, port: int, outbox: Path) -> None:
 
     meta = next(n for n in spec.nodes if n.type == "jsonl")
     cls = lookup("mqtt")
-    config = cls.Config.model_validate({"port": port, "topic": "flowpipe/{stream}", "max_queued": 100000,
+    config = cls.Config.model_validate({"port": port, "topic": "flowpipe/{stream}", "max_queued": 60000,
                                         "outbox": str(outbox)})
     spec.add(NodeSpec("mqtt", "mqtt", cls, config, {"detections": list(meta.inputs["detections"])}))
 

@@ -170,11 +170,13 @@ class Mqtt(Node):
         password: str | None = None
         connect_timeout_s: float = Field(5.0, gt=0)
         require_connection: bool = Field(True, description="fail at start if the broker is unreachable")
-        max_queued: int = Field(10000, ge=1)
+        max_queued: int = Field(10000, ge=1, le=65535, description="messages the client holds while the broker "
+                                "is away (at most as many as MQTT's message ids)")
         min_backoff_s: float = Field(0.5, gt=0)
         max_backoff_s: float = Field(30.0, gt=0)
         outbox: str | None = Field(None, description="a folder keeping each stream's messages until the broker "
-                                   "has them (one file a stream): left ones are sent the next time it runs")
+                                   "has them (a file per node and stream): left ones are sent the next time the "
+                                   "stream runs")
 
     config: Config
 
@@ -200,7 +202,7 @@ class Mqtt(Node):
         self._plock = threading.Lock()
         self.outboxes: dict[str, Outbox] = {}  # per stream, with ``outbox``
         self._kept: dict[int, tuple[Outbox, int]] = {}  # mid -> the outbox entry it delivers
-        self.resent = 0
+        self.resent = self.outbox_left = 0
         cl = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=c.client_id)
         if c.username:
             cl.username_pw_set(c.username, c.password)
@@ -254,19 +256,21 @@ class Mqtt(Node):
         if c.outbox is not None:
             box = self.outboxes.get(frame.stream)
             if box is None:  # the stream's first frame here: what an earlier run left goes first
-                box = self.outboxes[frame.stream] = Outbox(Path(c.outbox) / f"{frame.stream}.jsonl")
+                box = self.outboxes[frame.stream] = Outbox(Path(c.outbox) / f"{self.id}.{frame.stream}.jsonl")
                 for seq, (t, p, q) in box.left():
-                    self._publish(t, p, q, box, seq)
-                    self.resent += 1
+                    self.resent += self._publish(t, p, q, box, seq)
         self._publish(topic, payload, c.qos, box, box.keep(topic, payload, c.qos) if box is not None else -1)
 
-    def _publish(self, topic: str, payload: str, qos: int, box: Outbox | None, seq: int) -> None:
+    def _publish(self, topic: str, payload: str, qos: int, box: Outbox | None, seq: int) -> bool:
+        """Hands one message to the client; False where it could not take it (counted as dropped; in the
+        outbox, if there is one, it waits for the stream's next run)."""
         import paho.mqtt.client as mqtt
 
-        info = self.client.publish(topic, payload, qos=qos)  # (queued while disconnected: sent on reconnect)
-        if info.rc == mqtt.MQTT_ERR_QUEUE_SIZE:
-            self.dropped += 1  # (kept in the outbox, if there is one: sent the next time)
-            return
+        info = self.client.publish(topic, payload, qos=qos)
+        # QoS 1 and 2 are queued while the broker is away and sent on reconnect; QoS 0 is not sent then
+        if info.rc == mqtt.MQTT_ERR_QUEUE_SIZE or (qos == 0 and info.rc != mqtt.MQTT_ERR_SUCCESS):
+            self.dropped += 1
+            return False
         self.published += 1
         with self._plock:
             acked = info.mid in self._early  # acknowledged (QoS 0: sent) before publish() returned
@@ -274,10 +278,16 @@ class Mqtt(Node):
                 self._early.discard(info.mid)
             else:
                 self.pending.add(info.mid)
-                if box is not None:
+                if box is not None:  # (an id used again: the message it was, never acknowledged, stays kept)
                     self._kept[info.mid] = (box, seq)
         if box is not None and acked:
             box.delivered(seq)
+        return True
+
+    def end_stream(self, stream: str) -> None:
+        box = self.outboxes.pop(stream, None)
+        if box is not None:  # what it holds undelivered waits for the stream's next run
+            self.outbox_left += box.close()
 
     def close(self) -> None:
         # deliver what is queued (bounded): acknowledged QoS>0 messages, flushed QoS 0 ones
@@ -292,8 +302,8 @@ class Mqtt(Node):
         self.stats.update(published=self.published, queue_dropped=self.dropped, unacknowledged=unacked,
                           reconnects=max(0, self.reconnects))
         if self.config.outbox is not None:
-            self.stats.update(outbox_resent=self.resent,
-                              outbox_left=sum(box.close() for box in self.outboxes.values()))
+            self.outbox_left += sum(box.close() for box in self.outboxes.values())
+            self.stats.update(outbox_resent=self.resent, outbox_left=self.outbox_left)
         if unacked:
             log.warning("node '%s': %d MQTT messages were not acknowledged by the broker", self.id, unacked)
 
@@ -302,8 +312,9 @@ class Outbox:
     """One stream's MQTT messages until the broker has them, in an append-only file of JSON lines: ``{"m":
     seq, "t": topic, "p": payload, "q": qos}`` for a message, ``{"a": seq}`` once it was delivered. Each line
     is one write (a killed process leaves whole lines, or a last one cut, skipped on reading). At its next
-    start the messages never delivered are written to a new file first and sent again; the file is emptied
-    whenever every message in it was delivered and it has grown past ``COMPACT`` lines."""
+    start the messages never delivered are written to a new file first (synced, then put in the old one's
+    place) and sent again; past ``COMPACT`` lines the file is written again with the undelivered ones alone.
+    One process holds the file at a time (an exclusive lock, gone with the process): another is refused."""
 
     COMPACT = 10_000
 
@@ -311,58 +322,81 @@ class Outbox:
         self.path = path
         self.lock = threading.Lock()
         path.parent.mkdir(parents=True, exist_ok=True)
+        self.closed = False
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            _hold(self.fd)
+        except OSError:
+            os.close(self.fd)
+            raise RuntimeError(f"MQTT outbox {path} is held by another process (the stream runs twice?)") from None
         left: dict[int, tuple[str, str, int]] = {}
-        if path.exists():
-            for line in path.read_bytes().splitlines():
-                try:
-                    r = json.loads(line)
-                except ValueError:
-                    continue  # a line cut by a kill
-                if "m" in r:
-                    left[r["m"]] = (r["t"], r["p"], r["q"])
-                elif "a" in r:
-                    left.pop(r["a"], None)
-        self._left = list(left.values())
-        part = path.with_name(path.name + ".part")
-        with open(part, "w") as f:  # the undelivered ones, numbered again from 0: the file holds them alone
-            for i, (t, p, q) in enumerate(self._left):
-                f.write(json.dumps({"m": i, "t": t, "p": p, "q": q}) + "\n")
-        os.replace(part, path)
-        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-        self.seq = len(self._left)
-        self.open: set[int] = set(range(self.seq))  # kept and not yet delivered
-        self.lines = self.seq
+        for line in path.read_bytes().splitlines():
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue  # a line cut by a kill
+            if "m" in r:
+                left[r["m"]] = (r["t"], r["p"], r["q"])
+            elif "a" in r:
+                left.pop(r["a"], None)
+        self.open: dict[int, tuple[str, str, int]] = dict(enumerate(left.values()))  # kept, not yet delivered
+        self._left = list(self.open.items())
+        self.seq = len(self.open)
+        self._rewrite()
+
+    def _rewrite(self) -> None:
+        """The file holds the undelivered messages alone (a new file synced, then renamed over it)."""
+        part = self.path.with_name(self.path.name + ".part")
+        with open(part, "w") as f:
+            for seq, (t, p, q) in self.open.items():
+                f.write(json.dumps({"m": seq, "t": t, "p": p, "q": q}) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        fd = os.open(part, os.O_RDWR | os.O_APPEND)
+        _hold(fd)  # a new file: nobody else holds it
+        os.replace(part, self.path)
+        os.close(self.fd)
+        self.fd, self.lines = fd, len(self.open)
 
     def left(self) -> list[tuple[int, tuple[str, str, int]]]:
         """What an earlier run left undelivered, in order, with its number here (to send first)."""
-        out, self._left = list(enumerate(self._left)), []
+        out, self._left = self._left, []
         return out
 
     def keep(self, topic: str, payload: str, qos: int) -> int:
         with self.lock:
             seq, self.seq = self.seq, self.seq + 1
-            self.open.add(seq)
+            self.open[seq] = (topic, payload, qos)
             self._write({"m": seq, "t": topic, "p": payload, "q": qos})
             return seq
 
     def delivered(self, seq: int) -> None:
         with self.lock:
-            if seq not in self.open:
-                return
-            self.open.discard(seq)
-            if not self.open and self.lines >= self.COMPACT:
-                os.ftruncate(self.fd, 0)  # every message in it delivered: start it over
-                self.lines = 0
-                return
-            self._write({"a": seq})
+            if self.closed or self.open.pop(seq, None) is None:
+                return  # (closed: the stream's next run sends it again)
+            if self.lines >= self.COMPACT and len(self.open) * 4 <= self.lines:
+                self._rewrite()
+            else:
+                self._write({"a": seq})
 
     def _write(self, rec: dict[str, Any]) -> None:
         os.write(self.fd, (json.dumps(rec) + "\n").encode())
         self.lines += 1
 
     def close(self) -> int:
-        """Closes the file; the messages left in it undelivered."""
+        """Closes the file (its lock goes with it); the messages left in it undelivered."""
         with self.lock:
-            os.close(self.fd)
+            if not self.closed:
+                self.closed = True
+                os.close(self.fd)
             return len(self.open)
 
+
+def _hold(fd: int) -> None:
+    """An exclusive lock on the open file ``fd`` (OSError: another process holds it); none where the system
+    has no ``flock``."""
+    try:
+        import fcntl
+    except ImportError:
+        return
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -196,10 +196,12 @@ def test_analytics_events_reach_the_broker_with_their_frame(broker) -> None:
     assert max(m["analytics"]["lines"]["gate"]["out"] for m in msgs) == 1
 
 
-def test_an_outbox_keeps_what_the_broker_never_got_and_sends_it_first_next_time(tmp_path) -> None:
-    """``outbox``: a run while the broker is away keeps its 25 messages in the stream's file (the client's
-    queue dies with the run); the next run of the stream, with the broker back, sends those first, in order,
-    then its own, and leaves the outbox with nothing undelivered."""
+@pytest.mark.parametrize("qos", [1, 0])
+def test_an_outbox_keeps_what_the_broker_never_got_and_sends_it_first_next_time(tmp_path, qos) -> None:
+    """``outbox``: a run while the broker is away keeps its 25 messages in the stream's file (QoS 1: the
+    client's queue dies with the run; QoS 0: the client sends nothing while away, each counted as dropped);
+    the next run of the stream, with the broker back, sends those first, in order, then its own, and leaves
+    the outbox with nothing undelivered."""
     port = _free_port()
     box = tmp_path / "outbox"
 
@@ -207,14 +209,15 @@ def test_an_outbox_keeps_what_the_broker_never_got_and_sends_it_first_next_time(
         return run_yaml(f"""
         nodes:
           - {{id: src, type: list_source, config: {{feed: {feed(frames)}}}}}
-          - {{id: pub, type: mqtt, config: {{port: {port}, topic: "o/{{stream}}", connect_timeout_s: 0.5,
+          - {{id: pub, type: mqtt, config: {{port: {port}, topic: "o/{{stream}}", connect_timeout_s: 0.5, qos: {qos},
               require_connection: false, outbox: {box}}}, inputs: src.frame}}
         """)
 
     res = run(_frames(25))
     assert res.ok, res.error
-    assert res.nodes["pub"]["outbox_left"] == 25 and res.nodes["pub"]["unacknowledged"] == 25
-    kept = [json.loads(line) for line in (box / "door.jsonl").read_text().splitlines()]
+    assert res.nodes["pub"]["outbox_left"] == 25
+    assert (res.nodes["pub"]["unacknowledged"], res.nodes["pub"]["queue_dropped"]) == ((25, 0) if qos else (0, 25))
+    kept = [json.loads(line) for line in (box / "pub.door.jsonl").read_text().splitlines()]
     assert [json.loads(r["p"])["frame"] for r in kept] == list(range(25)) and not any("a" in r for r in kept)
     broker = Broker(tmp_path, port)
     broker.start()
@@ -230,7 +233,7 @@ def test_an_outbox_keeps_what_the_broker_never_got_and_sends_it_first_next_time(
     assert [m["frame"] for m in msgs] == [*range(25), *range(100, 105)]  # the kept ones first, in order
     assert res.nodes["pub"]["outbox_resent"] == 25 and res.nodes["pub"]["outbox_left"] == 0
     left = {}
-    for r in map(json.loads, (box / "door.jsonl").read_text().splitlines()):
+    for r in map(json.loads, (box / "pub.door.jsonl").read_text().splitlines()):
         left.pop(r["a"], None) if "a" in r else left.setdefault(r["m"], r)
     assert left == {}  # every message in it delivered
 
@@ -268,4 +271,24 @@ nodes:
     kept = res.nodes["pub"]["outbox_resent"]  # what had reached the sink before the kill (frames 0 to 39 at most)
     assert 0 < kept <= 40 and res.nodes["pub"]["outbox_left"] == 0
     assert [m["frame"] for m in msgs] == [*range(kept), *range(60)]  # the dead run's first, then this one's
+
+
+def test_an_outbox_is_one_process_s_and_is_written_again_with_what_is_left(tmp_path, monkeypatch) -> None:
+    """A second holder of a stream's outbox is refused with one line; past ``COMPACT`` lines the file is
+    written again with the undelivered messages alone, which the next holder gets back in order."""
+    from flowpipe.nodes.metadata import Outbox
+
+    path = tmp_path / "pub.door.jsonl"
+    box = Outbox(path)
+    with pytest.raises(RuntimeError, match="held by another process"):
+        Outbox(path)
+    monkeypatch.setattr(Outbox, "COMPACT", 10)
+    seqs = [box.keep("t", f"m{i}", 1) for i in range(20)]
+    for seq in seqs[:-2]:
+        box.delivered(seq)
+    assert len(path.read_text().splitlines()) < 20  # written again on the way
+    assert box.close() == 2
+    again = Outbox(path)
+    assert [p for _, (_, p, _) in again.left()] == ["m18", "m19"]
+    again.close()
 

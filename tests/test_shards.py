@@ -174,6 +174,27 @@ def test_a_stream_added_at_run_time_whose_process_is_not_restarted_is_listed_fai
     assert res.per_stream == {"x": x["in"], "y": 90} and res.frames["failed"] == x["failed"]
 
 
+def test_a_removed_stream_s_board_row_is_freed_and_its_account_kept() -> None:
+    """The rows of streams added at run time: one removed gives its row to the next stream added, its account
+    kept apart (a stream added later on its old row starts from nothing); the same name added again goes on
+    after its last frame."""
+    from flowpipe.runtime.board import StreamBoard
+
+    board = StreamBoard(["a"], spare=1)
+    assert board.bind("x") == 1 and board.bind("y") is None  # one spare row: held by x
+    for i in range(50):
+        board.entered("x", i)
+        board.ended("x", i, "out")
+    board.retire("x")
+    assert board.bind("z") == 1  # x's row, cleared
+    board.entered("z", 0)  # z's first frame, in flight
+    assert board.per_stream() == {"x": 50, "z": 1} and board.next_index() == {"x": 50, "z": 1}
+    assert board.totals() == {"in": 51, "out": 50, "dropped": 0, "failed": 0}
+    assert board.account("z") == {"in": 1, "out": 0, "dropped": 0, "failed": 1}
+    assert board.in_flight() == [("z", 0)]
+    board.close()
+
+
 def _started_with_a_template(tmp_path: Path, on_error: str) -> tuple:
     """A graph of one template source over two processes, running (in a thread); frame 40 of a stream named
     x kills its process."""

@@ -50,4 +50,5 @@ def test_the_main_job_under_kills_accounts_every_frame_records_each_once_and_kee
         # without a record
         m = r["mqtt"]
         assert m["received"] > 0 and m["missing"] == 0 and m["not_recorded"] == 0, m
+        assert m["twice"] <= 80 * len(killed), m  # only what a killed shard had sent and not seen acknowledged
     assert r["owner_models"]["inference.detect"]["cache"] == "hit", r["owner_models"]

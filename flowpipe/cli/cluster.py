@@ -65,8 +65,9 @@ def show_run(r: dict[str, Any]) -> str:
     for s, st in r["streams"].items():
         lines.append(f"    stream {s}: {st['frames']} frames, {st['fps']:.1f} fps on {st['host'] or '-'}")
     for m in r.get("replacements", []):
-        lines.append(f"  {m['why']}: streams {', '.join(m['streams'])} of host {m['host']} placed again in "
-                     f"{m['replaced_in_s']} s")
+        done = f"placed again in {m['replaced_in_s']} s" if m.get("error") is None else \
+            f"not placed again: {m['error']}"
+        lines.append(f"  {m['why']}: streams {', '.join(m['streams'])} of host {m['host']} {done}")
     return "\n".join(lines)
 
 

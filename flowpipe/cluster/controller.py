@@ -16,6 +16,7 @@ import logging
 import os
 import pickle
 import secrets
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field, replace
@@ -182,6 +183,7 @@ class ClusterRun:
         self._saved = 0.0
         self._seen: deque[tuple[float, dict[str, int]]] = deque()  # (time, frames per stream): rates
         self.outages: list[dict[str, Any]] = []  # live streams of lost hosts: from last seen to resumed
+        self._placing = threading.RLock()  # streams added (the API's threads) and placed again (a host lost)
 
     def stop(self) -> None:
         self._stop = True
@@ -332,6 +334,11 @@ class ClusterRun:
         """Places a new stream like source ``like`` on a host with room for it and starts it there, in an
         agent of its own (its resources reserved in Ray's accounting). A stream of a lost host is added
         again the same way (``start``: its first frame there; ``without``: the host lost)."""
+        with self._placing:
+            self._add_stream(stream, like, config, start, generation, without)
+
+    def _add_stream(self, stream: str, like: str | None, config: dict[str, Any] | None, start: int,
+                    generation: int, without: str | None) -> None:
         from ..runtime.live import template_of
 
         if self.phase != "running" or self._stop:
@@ -414,7 +421,10 @@ class ClusterRun:
         agent, or no event of its names ``path``)."""
         for a in self.agents:
             if a.address == host and a.result is None and a.error is None:
-                got = self._ray.get(a.handle.file.remote(path))
+                try:
+                    got = self._ray.get(a.handle.file.remote(path))
+                except Exception:  # noqa: BLE001, S112 - an agent going away: it has no file to give
+                    continue
                 if got is not None:
                     return got  # type: ignore[no-any-return]
         return None
@@ -487,6 +497,10 @@ class ClusterRun:
         """A host (or its agent) is gone: its streams resume on the hosts left, each after the frames it had
         accounted or written (frames it had in flight run again there; what it had done stays in the
         account)."""
+        with self._placing:  # (a stream of it added again meanwhile by a user would run twice)
+            self._lose(a, err)
+
+    def _lose(self, a: AgentRecord, err: BaseException) -> None:
         a.lost = True
         if a.handle is not None:
             try:  # an agent that no longer answers stops holding its streams and resources
@@ -525,6 +539,9 @@ class ClusterRun:
                                 generation=a.generation + 1, without=a.host_id)
             except Exception as e:  # noqa: BLE001 - the others go on
                 log.error("host %s: stream %s added at run time not placed again: %s", a.address, s, e)
+                self.replacements.append({"host": a.address, "streams": [s], "resume_at": {s: start[s]},
+                                          "why": "lost", "added": True, "error": f"{type(e).__name__}: {e}",
+                                          "noticed_at": round(noticed, 3), "replaced_in_s": None})
                 continue
             self.replacements.append({"host": a.address, "streams": [s], "resume_at": {s: start[s]}, "why": "lost",
                                       "added": True, "noticed_at": round(noticed, 3),

@@ -34,6 +34,10 @@ class StreamBoard:
         self.counts = buf[: n * 8 * (2 + len(FATES))].view(np.int64).reshape(n, 2 + len(FATES))
         self.flags = buf[self.counts.nbytes:].reshape(n, WINDOW)
         self.slot = {s: i for i, s in enumerate(self.streams)}
+        # the supervisor's account of added streams removed, their rows freed (``retire``)
+        self.retired = np.zeros(2 + len(FATES), np.int64)
+        self.retired_in: dict[str, int] = {}
+        self.retired_next: dict[str, int] = {}
 
     def __reduce__(self) -> tuple[Any, ...]:
         from multiprocessing import reduction
@@ -43,14 +47,28 @@ class StreamBoard:
                           self._buf.size))
 
     def bind(self, stream: str, row: int | None = None) -> int | None:
-        """A row for a stream added at run time: the supervisor picks the next free one (None: none is left,
-        the stream goes without, as its progress reports tell), the shard binds the row it was told."""
+        """A row for a stream added at run time: the supervisor picks a free one (None: all are held by
+        streams added and not removed; the stream goes without, its account then as its progress reports tell),
+        the shard binds the row it was told."""
         if row is None:
             used = set(self.slot.values())
             row = next((i for i in range(len(self.streams), self.rows) if i not in used), None)
         if row is not None:
             self.slot[stream] = row
         return row
+
+    def retire(self, stream: str) -> None:
+        """The supervisor, once an added stream is removed (every frame of it ended) or was never started: its
+        account moves off the board, its row is free for another."""
+        i = self.slot.pop(stream, None)
+        if i is None or i < len(self.streams):
+            return
+        row = self.counts[i].copy()
+        self.retired += row
+        self.retired_in[stream] = self.retired_in.get(stream, 0) + int(row[_IN])
+        self.retired_next[stream] = max(self.retired_next.get(stream, 0), int(row[_ENTERED]))
+        self.counts[i] = 0
+        self.flags[i] = 0
 
     def close(self) -> None:
         self.counts = self.flags = np.zeros((0, 0), np.int64)  # (views go before the mapping)
@@ -74,15 +92,23 @@ class StreamBoard:
     # the supervisor, once the shard is gone ---------------------------------------------------------------
     def next_index(self) -> dict[str, int]:
         """Per stream that had frames: the index to resume at."""
-        return {s: int(self.counts[i, _ENTERED]) for s, i in self.slot.items() if self.counts[i, _IN]}
+        out = dict(self.retired_next)
+        for s, i in list(self.slot.items()):
+            if self.counts[i, _IN]:
+                out[s] = max(out.get(s, 0), int(self.counts[i, _ENTERED]))
+        return out
 
     def totals(self) -> dict[str, int]:
-        c = self.counts.sum(axis=0)
+        c = self.counts.sum(axis=0) + self.retired
         return {"in": int(c[_IN]), **{f: int(c[2 + k]) for k, f in enumerate(FATES)}}
 
     def per_stream(self) -> dict[str, int]:
         """Frames per stream, every one of them ended now (those in flight by the process's death)."""
-        return {s: int(self.counts[i, _IN]) for s, i in self.slot.items() if self.counts[i, _IN]}
+        out = dict(self.retired_in)
+        for s, i in list(self.slot.items()):
+            if self.counts[i, _IN]:
+                out[s] = out.get(s, 0) + int(self.counts[i, _IN])
+        return out
 
     def account(self, stream: str) -> dict[str, int]:
         """One stream's frames by fate, those in flight by the process's death failed (zeros: not on the
@@ -97,7 +123,7 @@ class StreamBoard:
     def in_flight(self) -> list[tuple[str, int]]:
         """(stream, index) of the frames that entered and had not ended."""
         out = []
-        for s, i in self.slot.items():
+        for s, i in list(self.slot.items()):
             end = int(self.counts[i, _ENTERED])
             for index in range(max(0, end - WINDOW), end):
                 if self.flags[i, index % WINDOW]:

@@ -208,8 +208,9 @@ def _shard_main(conn: Connection, payload: bytes, plugins: list[str], plugin_dir
     def answer(call: StreamCall) -> None:  # streams added, removed, looked at
         live = runner.live
         value: Any = None
-        until = time.monotonic() + 10  # a call sent at once after Begin (streams added again) waits for the start
-        while not runner.running and not runner.stop_event.is_set() and time.monotonic() < until:
+        until = time.monotonic() + 10  # streams added again, sent at once after Begin, wait for the start
+        while call.method == "add" and not runner.running and not runner.stop_event.is_set() \
+                and time.monotonic() < until:
             time.sleep(0.01)
         try:
             match call.method:
@@ -424,6 +425,8 @@ class ShardedRun:
 
     def call(self, sh: _Shard, method: StreamMethod, *args: Any, timeout: float = 60.0) -> Any:
         """``runner.live.METHOD(*args)`` in shard ``sh``'s process (from any thread); its errors raised here."""
+        if sh.error is not None or sh.restarted:
+            raise RuntimeError(f"shard {sh.index} is gone")
         with self._call_lock:
             self._rid += 1
             pending = self._calls[self._rid] = _Pending(sh)
@@ -526,10 +529,10 @@ class ShardedRun:
         in_flight = sh.board.in_flight()
         lost = sh.counts["in"] - sh.counts["out"] - sh.counts["dropped"] - sh.counts["failed"]
         named = frame_list(in_flight)
-        streams = ", ".join(sh.sources)
+        added = self.live.on(sh)
+        streams = ", ".join(sh.sources + added)
         sh.error = (f"shard {sh.index} (pid {sh.pid}, streams {streams}) died ({how}); {lost} frames in flight "
                     f"counted as failed" + (f": {named}" if named else ""))
-        added = self.live.on(sh)
         specs = [self.spec.node(s) for s in sh.sources] + [self.live.template(self.live.like[s]) for s in added]
         generation = sh.resume.generation + 1
         if self._stop_at is not None or not all(
@@ -630,21 +633,22 @@ class ShardedStreams:
         if not shards:
             raise RuntimeError("no process of the run is running")
         sh = min(shards, key=lambda x: len(x.sources) + sum(1 for v in self.where.values() if v is x))
-        self.where[stream] = sh
+        self.where[stream], self.like[stream], self.config[stream] = sh, like, config
         row = sh.board.bind(stream)
         try:
             run.call(sh, "add", stream, like, config, row)
         except BaseException:
-            del self.where[stream]
+            for d in (self.where, self.like, self.config):
+                d.pop(stream, None)
+            sh.board.retire(stream)  # never started: its row is free again
             raise
-        self.like[stream], self.config[stream] = like, config
         log.info("stream %s added in shard %d", stream, sh.index)
 
-    def on(self, sh: Any) -> list[str]:
+    def on(self, sh: _Shard) -> list[str]:
         """The streams added to shard ``sh`` and not removed."""
         return [s for s, x in self.where.items() if x is sh and s in self.like]
 
-    def moved(self, streams: list[str], sh: Any) -> None:
+    def moved(self, streams: list[str], sh: _Shard) -> None:
         """``streams`` go to shard ``sh`` (a restarted process), added again once it is open."""
         for s in streams:
             self.where[s] = sh
@@ -660,14 +664,18 @@ class ShardedStreams:
                                 **account})
             log.error("stream %s ended with its process: %s", s, why)
 
-    def add_again(self, sh: Any) -> None:
-        """Adds the streams of the process ``sh`` replaced to it, each as it was added."""
+    def add_again(self, sh: _Shard) -> None:
+        """Adds the streams of the process ``sh`` replaced to it, each as it was added (until ``sh`` itself
+        is gone: then its own replacement, if any, has them)."""
         for stream in sh.again:
+            if sh.error is not None or sh.restarted or self.where.get(stream) is not sh:
+                return
             try:
                 self.run.call(sh, "add", stream, self.like[stream], self.config[stream], sh.board.bind(stream))
                 log.warning("stream %s goes on in shard %d (pid %s)", stream, sh.index, sh.pid)
             except Exception as e:  # noqa: BLE001 - the others go on
-                self.lost([stream], f"{type(e).__name__}: {e}")
+                if self.where.get(stream) is sh and sh.error is None and not sh.restarted:
+                    self.lost([stream], f"{type(e).__name__}: {e}")
 
     def remove(self, stream: str, timeout: float = 30.0) -> dict[str, Any]:
         sh = self.where.get(stream)
@@ -676,9 +684,9 @@ class ShardedStreams:
         try:
             account: dict[str, Any] = self.run.call(sh, "remove", stream, timeout, timeout=timeout + 10)
         finally:
-            self.where.pop(stream, None)
-            self.like.pop(stream, None)
-            self.config.pop(stream, None)
+            for d in (self.where, self.like, self.config):
+                d.pop(stream, None)
+        sh.board.retire(stream)  # every frame of it ended: its account leaves the board, its row is free
         account["shard"] = sh.index
         return account
 

@@ -185,8 +185,11 @@ def _routes(instances: Instances) -> APIRouter:
         if _inside(inst.folder, str(target)) is None or target.suffix.lower() not in kinds:
             raise RequestError(f"no file {path!r} of this instance", 404)
         kind, fresh = kinds[target.suffix.lower()], {"Cache-Control": "no-store"}
-        if host is not None:  # a cluster's host wrote it: read there, if one of that host's events names it
-            read = getattr(inst.runner.live, "file", None)
+        live = inst.runner.live
+        if host is not None and not getattr(live, "closed", False):
+            # a cluster's host wrote it: read there while the run goes, if one of that host's events names it
+            # (once it ended, the server's folder, where it is when that is storage the hosts share)
+            read = getattr(live, "file", None)
             data = read(host, str(target)) if read is not None else None
             if data is None:
                 raise RequestError(f"no file {path!r} of this instance on host {host!r}", 404)
