@@ -286,8 +286,15 @@ class Mqtt(Node):
 
     def end_stream(self, stream: str) -> None:
         box = self.outboxes.pop(stream, None)
-        if box is not None:  # what it holds undelivered waits for the stream's next run
-            self.outbox_left += box.close()
+        if box is None:
+            return
+        deadline = time.monotonic() + self.config.connect_timeout_s  # its messages on their way: their acks
+        while time.monotonic() < deadline:
+            with self._plock:
+                if not any(b is box for b, _ in self._kept.values()):
+                    break
+            time.sleep(0.01)
+        self.outbox_left += box.close()  # what it holds undelivered waits for the stream's next run
 
     def close(self) -> None:
         # deliver what is queued (bounded): acknowledged QoS>0 messages, flushed QoS 0 ones
@@ -323,12 +330,17 @@ class Outbox:
         self.lock = threading.Lock()
         path.parent.mkdir(parents=True, exist_ok=True)
         self.closed = False
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        try:
-            _hold(self.fd)
-        except OSError:
-            os.close(self.fd)
-            raise RuntimeError(f"MQTT outbox {path} is held by another process (the stream runs twice?)") from None
+        while True:
+            self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            try:
+                _hold(self.fd)
+            except OSError:
+                os.close(self.fd)
+                raise RuntimeError(f"MQTT outbox {path} is held by another process (the stream runs twice?)") \
+                    from None
+            if os.fstat(self.fd).st_ino == os.stat(path).st_ino:
+                break
+            os.close(self.fd)  # the file was written again and replaced while it was being opened: again
         left: dict[int, tuple[str, str, int]] = {}
         for line in path.read_bytes().splitlines():
             try:
@@ -365,6 +377,8 @@ class Outbox:
 
     def keep(self, topic: str, payload: str, qos: int) -> int:
         with self.lock:
+            if self.closed:  # a late frame of a stream just removed: sent, not kept
+                return -1
             seq, self.seq = self.seq, self.seq + 1
             self.open[seq] = (topic, payload, qos)
             self._write({"m": seq, "t": topic, "p": payload, "q": qos})

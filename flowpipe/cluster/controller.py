@@ -149,6 +149,7 @@ class AgentRecord:
     handle: Any = None  # the Ray actor
     added: list[str] = field(default_factory=list)  # streams added to the running graph on it
     recipes: dict[str, dict[str, Any]] = field(default_factory=dict)  # each added stream's like and config
+    removed: list[str] = field(default_factory=list)  # added streams being removed (not to be placed again)
     progress: dict[str, Any] = field(default_factory=dict)  # its last report: frames by fate, per stream
     result: dict[str, Any] | None = None  # its statistics once its part of the run ended
     error: str | None = None
@@ -334,8 +335,12 @@ class ClusterRun:
         """Places a new stream like source ``like`` on a host with room for it and starts it there, in an
         agent of its own (its resources reserved in Ray's accounting). A stream of a lost host is added
         again the same way (``start``: its first frame there; ``without``: the host lost)."""
-        with self._placing:
+        if not self._placing.acquire(timeout=30):
+            raise RuntimeError("streams of a lost host are being placed again: try again")
+        try:
             self._add_stream(stream, like, config, start, generation, without)
+        finally:
+            self._placing.release()
 
     def _add_stream(self, stream: str, like: str | None, config: dict[str, Any] | None, start: int,
                     generation: int, without: str | None) -> None:
@@ -377,12 +382,14 @@ class ClusterRun:
 
     def _holding(self, stream: str) -> AgentRecord:
         for a in self.agents:
-            if stream in a.added and a.result is None and a.error is None:
+            if stream in a.added and stream not in a.removed and a.result is None and a.error is None:
                 return a
         raise KeyError(f"no stream named {stream!r} was added to this graph")
 
     def remove_stream(self, stream: str, timeout: float = 30.0) -> dict[str, Any]:
-        a = self._holding(stream)
+        with self._placing:  # (not placed again by a host lost while it drains)
+            a = self._holding(stream)
+            a.removed.append(stream)
         account: dict[str, Any] = self._ray.get(a.handle.remove_stream.remote(stream, timeout))
         account["host"] = a.address
         a.handle.stop.remote(now=False)  # its agent had this stream alone: it ends, its account kept
@@ -531,7 +538,7 @@ class ClusterRun:
                                      "generation": a.generation})
         if a.sources:
             self._replace(a, start, why="lost", without=a.host_id)
-        for s in a.added:  # a stream added at run time is placed again as it was added, after its last frame
+        for s in (s for s in a.added if s not in a.removed):  # placed again as it was added, after its last frame
             t0, noticed = time.perf_counter(), time.time()
             recipe = a.recipes.get(s, {})
             try:

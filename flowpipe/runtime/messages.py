@@ -358,7 +358,7 @@ class ShardCrashed(Message):
     error: RemoteError
 
 
-StreamMethod = Literal["add", "remove", "states", "picture"]
+StreamMethod = Literal["add", "remove", "states", "picture", "video", "events"]
 
 
 @dataclass(frozen=True, slots=True)

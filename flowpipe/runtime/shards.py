@@ -221,6 +221,8 @@ def _shard_main(conn: Connection, payload: bytes, plugins: list[str], plugin_dir
                     live.add(stream, like, config)
                 case "remove":
                     value = live.remove(*call.args)
+                    if board is not None and not value.get("in_flight"):
+                        board.slot.pop(call.args[0], None)  # its row goes to the supervisor to give again
                 case "states":
                     value = live.states()
                 case "picture":
@@ -533,7 +535,7 @@ class ShardedRun:
         streams = ", ".join(sh.sources + added)
         sh.error = (f"shard {sh.index} (pid {sh.pid}, streams {streams}) died ({how}); {lost} frames in flight "
                     f"counted as failed" + (f": {named}" if named else ""))
-        specs = [self.spec.node(s) for s in sh.sources] + [self.live.template(self.live.like[s]) for s in added]
+        specs = [self.spec.node(s) for s in sh.sources] + [self.live.template(self.live.like.get(s)) for s in added]
         generation = sh.resume.generation + 1
         if self._stop_at is not None or not all(
                 s.on_error == "restart" and generation <= s.restarts for s in specs):
@@ -632,15 +634,16 @@ class ShardedStreams:
         shards = self._live()
         if not shards:
             raise RuntimeError("no process of the run is running")
-        sh = min(shards, key=lambda x: len(x.sources) + sum(1 for v in self.where.values() if v is x))
+        sh: _Shard = min(shards, key=lambda x: len(x.sources) + sum(1 for v in self.where.values() if v is x))
         self.where[stream], self.like[stream], self.config[stream] = sh, like, config
         row = sh.board.bind(stream)
         try:
             run.call(sh, "add", stream, like, config, row)
         except BaseException:
-            for d in (self.where, self.like, self.config):
-                d.pop(stream, None)
-            sh.board.retire(stream)  # never started: its row is free again
+            if self.where.get(stream) is sh:
+                for d in (self.where, self.like, self.config):
+                    d.pop(stream, None)
+                sh.board.retire(stream)  # never started: its row is free again
             raise
         log.info("stream %s added in shard %d", stream, sh.index)
 
@@ -668,8 +671,10 @@ class ShardedStreams:
         """Adds the streams of the process ``sh`` replaced to it, each as it was added (until ``sh`` itself
         is gone: then its own replacement, if any, has them)."""
         for stream in sh.again:
-            if sh.error is not None or sh.restarted or self.where.get(stream) is not sh:
+            if sh.error is not None or sh.restarted:
                 return
+            if self.where.get(stream) is not sh:
+                continue  # removed meanwhile
             try:
                 self.run.call(sh, "add", stream, self.like[stream], self.config[stream], sh.board.bind(stream))
                 log.warning("stream %s goes on in shard %d (pid %s)", stream, sh.index, sh.pid)
@@ -686,15 +691,24 @@ class ShardedStreams:
         finally:
             for d in (self.where, self.like, self.config):
                 d.pop(stream, None)
-        sh.board.retire(stream)  # every frame of it ended: its account leaves the board, its row is free
+        if not account.get("in_flight"):  # every frame of it ended: its account leaves the board, its row is free
+            sh.board.retire(stream)
         account["shard"] = sh.index
         return account
 
-    def states(self) -> list[dict[str, Any]]:
-        rows: list[dict[str, Any]] = []
+    def _each(self, method: StreamMethod) -> list[tuple[_Shard, Any]]:
+        """``method`` answered by every running shard (one that dies meanwhile is passed over)."""
+        out = []
         for sh in self._live():
-            for row in self.run.call(sh, "states"):
-                rows.append(dict(row, shard=sh.index))
+            try:
+                out.append((sh, self.run.call(sh, method)))
+            except RuntimeError:
+                if sh.error is None and not sh.restarted and sh.proc.is_alive():
+                    raise
+        return out
+
+    def states(self) -> list[dict[str, Any]]:
+        rows = [dict(row, shard=sh.index) for sh, got in self._each("states") for row in got]
         return rows + [dict(r) for r in self.failed]
 
     def picture(self, stream: str) -> bytes | None:
@@ -706,7 +720,7 @@ class ShardedStreams:
         return self.run.call(sh, "video", stream, seq) if sh is not None else None  # type: ignore[no-any-return]
 
     def events(self) -> list[dict[str, Any]]:
-        got = [e for sh in self._live() for e in self.run.call(sh, "events")]
+        got = [e for _, evs in self._each("events") for e in evs]
         return sorted(got, key=lambda e: e.get("at", 0.0))
 
 
