@@ -535,7 +535,7 @@ class ShardedRun:
         streams = ", ".join(sh.sources + added)
         sh.error = (f"shard {sh.index} (pid {sh.pid}, streams {streams}) died ({how}); {lost} frames in flight "
                     f"counted as failed" + (f": {named}" if named else ""))
-        specs = [self.spec.node(s) for s in sh.sources] + [self.live.template(self.live.like.get(s)) for s in added]
+        specs = [self.spec.node(s) for s in sh.sources] + [self.live.template(self.live.recipe[s][0]) for s in added]
         generation = sh.resume.generation + 1
         if self._stop_at is not None or not all(
                 s.on_error == "restart" and generation <= s.restarts for s in specs):
@@ -614,8 +614,7 @@ class ShardedStreams:
     def __init__(self, run: ShardedRun):
         self.run = weakref.proxy(run)  # no cycle: a finished run's pipes and processes go with it
         self.where: dict[str, Any] = {}  # added stream -> its shard
-        self.like: dict[str, str | None] = {}  # added stream -> the source it copies, and its settings
-        self.config: dict[str, dict[str, Any] | None] = {}
+        self.recipe: dict[str, tuple[str | None, dict[str, Any] | None]] = {}  # -> the source it copies, settings
         self.failed: deque[dict[str, Any]] = deque(maxlen=LiveStreams.KEEP_ENDED)  # ended with their process
 
     def template(self, like: str | None) -> NodeSpec:
@@ -635,37 +634,38 @@ class ShardedStreams:
         if not shards:
             raise RuntimeError("no process of the run is running")
         sh: _Shard = min(shards, key=lambda x: len(x.sources) + sum(1 for v in self.where.values() if v is x))
-        self.where[stream], self.like[stream], self.config[stream] = sh, like, config
+        self.where[stream], self.recipe[stream] = sh, (like, config)
         row = sh.board.bind(stream)
         try:
             run.call(sh, "add", stream, like, config, row)
         except BaseException:
             if self.where.get(stream) is sh:
-                for d in (self.where, self.like, self.config):
-                    d.pop(stream, None)
+                self._forget(stream)
                 sh.board.retire(stream)  # never started: its row is free again
             raise
         log.info("stream %s added in shard %d", stream, sh.index)
 
     def on(self, sh: _Shard) -> list[str]:
         """The streams added to shard ``sh`` and not removed."""
-        return [s for s, x in self.where.items() if x is sh and s in self.like]
+        return [s for s, x in self.where.items() if x is sh]
 
     def moved(self, streams: list[str], sh: _Shard) -> None:
         """``streams`` go to shard ``sh`` (a restarted process), added again once it is open."""
         for s in streams:
             self.where[s] = sh
 
-    def lost(self, streams: list[str], why: str | None, board: StreamBoard | None = None) -> None:
+    def lost(self, streams: list[str], why: str | None, board: StreamBoard) -> None:
         """``streams`` ended with their process (not restarted): the run goes on without them; each is listed
-        as failed, with its account from the dead process's board."""
+        as failed, with its account from that process's board."""
         for s in streams:
-            self.where.pop(s, None)
-            self.config.pop(s, None)
-            account = board.account(s) if board is not None else {"in": 0, "out": 0, "dropped": 0, "failed": 0}
-            self.failed.append({"stream": s, "like": self.like.pop(s, None), "state": "failed", "error": why,
-                                **account})
+            like = self.recipe[s][0]
+            self._forget(s)
+            self.failed.append({"stream": s, "like": like, "state": "failed", "error": why, **board.account(s)})
             log.error("stream %s ended with its process: %s", s, why)
+
+    def _forget(self, stream: str) -> None:
+        self.where.pop(stream, None)
+        self.recipe.pop(stream, None)
 
     def add_again(self, sh: _Shard) -> None:
         """Adds the streams of the process ``sh`` replaced to it, each as it was added (until ``sh`` itself
@@ -676,11 +676,11 @@ class ShardedStreams:
             if self.where.get(stream) is not sh:
                 continue  # removed meanwhile
             try:
-                self.run.call(sh, "add", stream, self.like[stream], self.config[stream], sh.board.bind(stream))
+                self.run.call(sh, "add", stream, *self.recipe[stream], sh.board.bind(stream))
                 log.warning("stream %s goes on in shard %d (pid %s)", stream, sh.index, sh.pid)
             except Exception as e:  # noqa: BLE001 - the others go on
                 if self.where.get(stream) is sh and sh.error is None and not sh.restarted:
-                    self.lost([stream], f"{type(e).__name__}: {e}")
+                    self.lost([stream], f"{type(e).__name__}: {e}", sh.board)
 
     def remove(self, stream: str, timeout: float = 30.0) -> dict[str, Any]:
         sh = self.where.get(stream)
@@ -689,8 +689,7 @@ class ShardedStreams:
         try:
             account: dict[str, Any] = self.run.call(sh, "remove", stream, timeout, timeout=timeout + 10)
         finally:
-            for d in (self.where, self.like, self.config):
-                d.pop(stream, None)
+            self._forget(stream)
         if not account.get("in_flight"):  # every frame of it ended: its account leaves the board, its row is free
             sh.board.retire(stream)
         account["shard"] = sh.index
