@@ -541,18 +541,16 @@ class ClusterRun:
         for s in (s for s in a.added if s not in a.removed):  # placed again as it was added, after its last frame
             t0, noticed = time.perf_counter(), time.time()
             recipe = a.recipes.get(s, {})
+            moved: dict[str, Any] = {"host": a.address, "streams": [s], "resume_at": {s: start[s]}, "why": "lost",
+                                     "added": True, "noticed_at": round(noticed, 3), "replaced_in_s": None}
             try:
                 self.add_stream(s, recipe.get("like"), recipe.get("config"), start=start[s],
                                 generation=a.generation + 1, without=a.host_id)
+                moved["replaced_in_s"] = round(time.perf_counter() - t0, 3)
             except Exception as e:  # noqa: BLE001 - the others go on
                 log.error("host %s: stream %s added at run time not placed again: %s", a.address, s, e)
-                self.replacements.append({"host": a.address, "streams": [s], "resume_at": {s: start[s]},
-                                          "why": "lost", "added": True, "error": f"{type(e).__name__}: {e}",
-                                          "noticed_at": round(noticed, 3), "replaced_in_s": None})
-                continue
-            self.replacements.append({"host": a.address, "streams": [s], "resume_at": {s: start[s]}, "why": "lost",
-                                      "added": True, "noticed_at": round(noticed, 3),
-                                      "replaced_in_s": round(time.perf_counter() - t0, 3)})
+                moved["error"] = f"{type(e).__name__}: {e}"
+            self.replacements.append(moved)
 
     def _resumed(self) -> None:
         """Live streams of a lost host that send frames again on their new host: the outage is over; what
