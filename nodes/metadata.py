@@ -360,8 +360,8 @@ class Outbox:
         """The file holds the undelivered messages alone (a new file synced, then renamed over it)."""
         part = self.path.with_name(self.path.name + ".part")
         with open(part, "w") as f:
-            for seq, (t, p, q) in self.open.items():
-                f.write(json.dumps({"m": seq, "t": t, "p": p, "q": q}) + "\n")
+            for seq, message in self.open.items():
+                f.write(_kept_line(seq, *message))
             f.flush()
             os.fsync(f.fileno())
         fd = os.open(part, os.O_RDWR | os.O_APPEND)
@@ -381,7 +381,7 @@ class Outbox:
                 return -1
             seq, self.seq = self.seq, self.seq + 1
             self.open[seq] = (topic, payload, qos)
-            self._write({"m": seq, "t": topic, "p": payload, "q": qos})
+            self._write(_kept_line(seq, topic, payload, qos))
             return seq
 
     def delivered(self, seq: int) -> None:
@@ -391,10 +391,10 @@ class Outbox:
             if self.lines >= self.COMPACT and len(self.open) * 4 <= self.lines:
                 self._rewrite()
             else:
-                self._write({"a": seq})
+                self._write(json.dumps({"a": seq}) + "\n")
 
-    def _write(self, rec: dict[str, Any]) -> None:
-        os.write(self.fd, (json.dumps(rec) + "\n").encode())
+    def _write(self, line: str) -> None:
+        os.write(self.fd, line.encode())
         self.lines += 1
 
     def close(self) -> int:
@@ -404,6 +404,11 @@ class Outbox:
                 self.closed = True
                 os.close(self.fd)
             return len(self.open)
+
+
+def _kept_line(seq: int, topic: str, payload: str, qos: int) -> str:
+    """An outbox's line for a message kept (read back in ``Outbox.__init__``)."""
+    return json.dumps({"m": seq, "t": topic, "p": payload, "q": qos}) + "\n"
 
 
 def _hold(fd: int) -> None:
