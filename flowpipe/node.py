@@ -207,7 +207,9 @@ class NodeContract:
     serves the one node it feeds, it may run in the owner ahead of that node, its frames crossing instead
     of what it writes: ``device`` where that node's input is device memory, which cannot cross processes
     (OpenCL buffers on a GPU); ``always``; None: never. ``refers``: config fields that name another node of
-    the graph (field -> node id), which validation finds there."""
+    the graph (field -> node id), which validation finds there. ``tunable``: config fields a running graph
+    may change (``flowpipe serve``'s parameters): ``Node.retune`` takes them between frames; every other
+    field is fixed while it runs."""
 
     inputs: Mapping[str, str] = field(default_factory=dict)
     outputs: Mapping[str, str] = field(default_factory=dict)
@@ -224,6 +226,7 @@ class NodeContract:
     final_picture: bool = False
     owner_side: Literal["device", "always"] | None = None
     refers: Mapping[str, str] = field(default_factory=dict)
+    tunable: frozenset[str] = frozenset()
 
     @property
     def isolation_refused(self) -> str | None:
@@ -294,6 +297,13 @@ class Node:
         """A stream removed from a running graph: every frame of it is accounted; close what belongs to it
         (its file, its tracks). Called from another thread than ``process``, never for a stream whose
         frames are still in flight."""
+
+    def retune(self, config: NodeConfig) -> None:
+        """A running graph's new config for this node, differing from the old in ``contract.tunable`` fields
+        only. Called from another thread than ``process``: the default puts it in place whole, for the next
+        frame (``process`` reads ``self.config`` once a frame); a node that derives state from those fields
+        overrides it."""
+        self.config = config
 
     def close(self) -> None:
         """Release resources. Called once for every node whose ``open`` succeeded."""

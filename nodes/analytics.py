@@ -104,6 +104,11 @@ class _StreamState:
     over_since: dict[str, float] = field(default_factory=dict)  # occupancy rule -> since when it holds
     open: dict[tuple[str, Any], _Open] = field(default_factory=dict)  # (rule, key) -> event
     seq: int = 0
+    config: Any = None  # the config this state was kept under (a running graph's may change)
+
+
+#: What a running graph may change: zones, lines, rules and what they count (``Analytics.retune``).
+TUNABLE = frozenset({"zones", "lines", "rules", "labels", "anchor", "margin", "forget"})
 
 
 @register("analytics")
@@ -169,7 +174,7 @@ class Analytics(Node):
         c: Any = config
         return cls.declare(pixels=frozenset({"BGR"}) if c.snapshots else PIXELS_ALL,
                            one_worker="analytics keeps each stream's tracks, zones and events in frame order",
-                           files={"snapshots": "folder"})
+                           files={"snapshots": "folder"}, tunable=TUNABLE)
 
     def resources(self) -> list[str]:
         return [f"writes {self.config.snapshots}/"] if self.config.snapshots else []
@@ -188,13 +193,16 @@ class Analytics(Node):
 
     def process(self, frame: Frame, port: str) -> Frame:
         c = self.config
-        st = self.streams.setdefault(frame.stream, _StreamState())
+        st = self.streams.setdefault(frame.stream, _StreamState(config=c))
         scale = (1.0, 1.0) if c.units == "pixels" else (float(frame.width or 1), float(frame.height or 1))
+        t = float(frame.pts)
+        events: list[dict[str, Any]] = []
+        if st.config is not c:  # the running graph was retuned: what changed starts afresh
+            events += self._retuned(st, st.config, c, frame, t)
+            st.config = c
         objs = [d for d in frame.detections if d.track_id is not None and (c.labels is None or d.label in c.labels)]
         points = {d.track_id: self._point(d) for d in objs if d.track_id is not None}
         labels = {d.track_id: d.label for d in objs if d.track_id is not None}
-        t = float(frame.pts)
-        events: list[dict[str, Any]] = []
         for tid in points:
             st.seen[tid] = frame.index
         # zones: who is in, since when; tracks not seen for ``forget`` frames leave
@@ -273,6 +281,30 @@ class Analytics(Node):
                                                  for n, tid, dr in crossed],
                                    "events": events}
         return frame
+
+    def _retuned(self, st: _StreamState, old: Analytics.Config, new: Analytics.Config, frame: Frame,
+                 t: float) -> list[dict[str, Any]]:
+        """A stream's state carried over to a retuned config: a line moved, renamed or removed forgets which
+        side each track was on and what it crossed (its totals go on), so the move itself crosses nothing; a
+        zone removed forgets who was in it; an event of a rule removed or changed ends on this frame."""
+        moved = {n for n, ln in old.lines.items() if new.lines.get(n) != ln}
+        if moved:
+            st.side = {k: v for k, v in st.side.items() if k[0] not in moved}
+            st.counted = {k for k in st.counted if k[0] not in moved}
+            for n in moved - set(new.lines):
+                st.totals.pop(n, None)
+                st.by_label.pop(n, None)
+        gone = set(old.zones) - set(new.zones)
+        st.entered = {k: v for k, v in st.entered.items() if k[0] not in gone}
+        rules = {r.name: r for r in new.rules}
+        out = []
+        for r in old.rules:
+            if rules.get(r.name) == r:
+                continue
+            st.over_since.pop(r.name, None)
+            for key in [k for k in st.open if k[0] == r.name]:
+                out.append(self._record(r, frame, st.open.pop(key), "end", t) | {"retuned": True})
+        return out
 
     def recent_events(self) -> list[dict[str, Any]]:
         """The newest events, oldest first, as they stand now: an ``EventSource`` (``flowpipe serve``)."""

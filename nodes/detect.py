@@ -122,15 +122,20 @@ def blazeface_anchors(variant: str) -> np.ndarray:
     return np.concatenate(anchors).astype(np.float32)
 
 
+#: What a decoder reads afresh each frame, so a running graph may change it.
+DECODER_TUNABLE = frozenset({"score_threshold", "iou_threshold", "max_detections"})
+
+
 class _Decoder(Node):
     """Model outputs in, ``frame.detections`` out (written or annotated), one frame at a time."""
 
     inputs = {"tensors": "tensors"}
+    outputs = {"detections": "detections"}
 
     @classmethod
     def contract(cls, config: NodeConfig) -> NodeContract:
-        return cls.declare(pixels=PIXELS_ALL, one_worker=None)  # never reads the pixels; no state across frames
-    outputs = {"detections": "detections"}
+        return cls.declare(pixels=PIXELS_ALL, one_worker=None,  # never reads the pixels; no state across frames
+                           tunable=DECODER_TUNABLE & set(type(config).model_fields))
 
 
 class _DecoderConfig(NodeConfig):

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 
 from flowpipe.errors import GraphError
 from flowpipe.frame import Detection, Frame
@@ -353,3 +355,69 @@ def test_old_event_clips_go_by_size(tmp_path: Path) -> None:
     rec.close()
     assert len(keeper.written) == 3
     assert [p.name for p in (tmp_path / "clips").glob("cam-*.mp4")] == ["cam-00000050.mp4"]
+
+
+def _analytics(config: str) -> Any:
+    from flowpipe.registry import lookup
+
+    cls = lookup("analytics")
+    return cls("an", cls.Config.model_validate(yaml.safe_load(config)))
+
+
+def test_a_line_moved_while_it_runs_crosses_nothing_by_the_move_and_counts_after() -> None:
+    """A person stands right of a vertical line at x = 0.5 (seen there for 5 frames); the line is moved to
+    x = 0.9 while the graph runs, which puts the person on its other side without a step: no crossing. The
+    person then walks right across the moved line: one crossing, and the line's totals go on."""
+    from flowpipe.testing import Harness
+
+    node = _analytics("{lines: {gate: {points: [[0.5, 0.0], [0.5, 1.0]]}}}")
+    seq = [{1: (200.0, 150.0)} for _ in range(5)] + [{1: (200.0, 150.0)} for _ in range(3)] \
+        + [{1: p} for p in _walk(200, 310, 8)]
+    frames = _frames(seq)
+    crossings = []
+    with Harness(node) as h:
+        for f in frames:
+            if f.index == 5:
+                node.retune(node.Config.model_validate({"lines": {"gate": {"points": [[0.9, 0.0], [0.9, 1.0]]}}}))
+            out = h.node.process(f, "detections")
+            crossings += [(out.index, c["direction"]) for c in out.meta["analytics"]["crossings"]]
+    assert len(crossings) == 1 and crossings[0][0] > 8  # while walking, not at the move
+    assert out.meta["analytics"]["lines"]["gate"]["out"] == 1
+
+
+def test_an_event_of_a_rule_changed_while_it_runs_ends_on_the_next_frame() -> None:
+    """Two people hold the zone: the crowd event (2 for 0.5 s) begins. The rule is changed to 3 people while
+    the graph runs: its open event ends on the next frame, marked ``retuned``, and no new one begins with
+    only two there."""
+    from flowpipe.testing import Harness
+
+    rule = "{name: crowd, zone: door, occupancy: %d, for: 0.5}"
+    node = _analytics(f"{{{ZONE}, rules: [{rule % 2}]}}")
+    seq = [{1: (50.0, 200.0), 2: (80.0, 200.0)} for _ in range(30)]
+    events = []
+    with Harness(node) as h:
+        for f in _frames(seq):
+            if f.index == 15:
+                node.retune(node.Config.model_validate(yaml.safe_load(f"{{{ZONE}, rules: [{rule % 3}]}}")))
+            out = h.node.process(f, "detections")
+            events += [(out.index, e["state"], e.get("retuned", False)) for e in out.meta["analytics"]["events"]]
+    assert events == [(5, "begin", False), (15, "end", True)]
+
+
+def test_what_a_running_graph_may_change_is_in_each_node_s_contract() -> None:
+    """Zones, lines, rules and thresholds are tunable; a model, a device, a file path are not, and a change
+    to one is refused in one line that names the node and the fields that can change."""
+    from flowpipe.runtime.live import retuned
+
+    spec = load_graph(str(Path(__file__).resolve().parents[1] / "graphs" / "people_count.yaml"))
+    assert {"zones", "lines", "rules", "labels"} <= spec.node("analytics").contract.tunable
+    assert "score_threshold" in spec.node("objects").contract.tunable
+    assert "high_score" in spec.node("track").contract.tunable
+    cfg = retuned(spec.node("objects"), {"score_threshold": 0.7})
+    assert cfg.score_threshold == 0.7 and spec.node("objects").config.score_threshold == 0.3  # a new config
+    with pytest.raises(ValueError, match=r"node 'detect' \(inference\): model cannot change while the graph "
+                                         r"runs \(fields that can: none\)"):
+        retuned(spec.node("detect"), {"model": "centerface"})
+    with pytest.raises(ValueError, match=r"node 'objects' \(ssd_decode\): config.score_threshold: Input should "
+                                         r"be less than or equal to 1"):
+        retuned(spec.node("objects"), {"score_threshold": 7})

@@ -286,3 +286,77 @@ def test_events_with_their_snapshot_and_clip_are_served_from_the_instance_folder
     assert (folder / "events").is_dir() and (folder / "clips").is_dir()
     for bad in ("../../graphs/counting.yaml", "cams/../../x.mp4", "%2e%2e/%2e%2e/etc/passwd"):
         assert client.get(f"/pipelines/{iid}/files/{bad}").status_code == 404
+
+
+RETUNE = """# A face stand-in walking right, 1 px a frame, over and over: it crosses the gate at x = 25 once a lap.
+plugins: [fp_testnodes]
+params:
+  input: sample
+  gate: [[25, 0], [25, 200]]
+  metadata: cams/{stream}.jsonl
+nodes:
+  - {id: cam, type: video_source, on_error: restart, config: {uri: "${params.input}", max_fps: 60, loop: -1}}
+  - {id: det, type: test_one_face, inputs: {frame: cam}}
+  - {id: track, type: tracker, inputs: {detections: det.detections}}
+  - id: an
+    type: analytics
+    config: {units: pixels, lines: {gate: {points: "${params.gate}"}}, rules: [{name: crossed, line: gate}]}
+    inputs: {detections: track.detections}
+  - {id: meta, type: jsonl, config: {path: "${params.metadata}"}, inputs: an.frame}
+"""
+
+
+def test_a_running_instance_s_line_is_moved_in_every_process_and_in_the_one_that_replaces_a_killed_one(
+        service) -> None:
+    """An instance over two processes counts a crossing a lap on each stream. Its gate is moved (PATCH
+    parameters) where nothing walks: no stream crosses it after, in either process, nor in the process that
+    replaces one killed after the move (it starts from the graph as changed). A parameter that sets a file,
+    an unknown one and a bad value are refused in one line, and nothing changes."""
+    import signal
+
+    client, instances, tmp = service
+    (tmp / "graphs" / "retune.yaml").write_text(RETUNE)
+    client.get("/pipelines")
+    r = client.post("/pipelines/retune", json={"processes": 2, "streams": [{"id": "a", "uri": "sample"},
+                                                                         {"id": "b", "uri": "sample"}]})
+    assert r.status_code == 201, r.text
+    iid = r.json()["id"]
+
+    def crossings(since: float = 0.0) -> dict[str, int]:
+        got: dict[str, int] = {}
+        for e in client.get(f"/pipelines/{iid}/events?limit=200").json():
+            if e["at"] > since:
+                got[e["stream"]] = got.get(e["stream"], 0) + 1
+        return got
+
+    _wait(lambda: all(crossings().get(s, 0) >= 2 for s in ("a", "b")))
+    params = {p["name"]: p for p in client.get(f"/pipelines/{iid}/parameters").json()}
+    assert params["gate"]["tunable"] and params["gate"]["value"] == [[25, 0], [25, 200]]
+    assert not params["metadata"]["tunable"] and "node 'meta' (jsonl) config.path" in params["metadata"]["fixed"]
+    assert not params["input"]["tunable"]
+
+    for body, status, words in (({"metadata": "x.jsonl"}, 409, "parameter 'metadata' cannot change while the "
+                                  "instance runs: it sets node 'meta' (jsonl) config.path"),
+                                 ({"nope": 1}, 400, "has no parameter 'nope'"),
+                                 ({"gate": [[25, 0]]}, 400, "lines.gate.points")):
+        bad = client.patch(f"/pipelines/{iid}/parameters", json={"parameters": body})
+        assert bad.status_code == status and words in bad.json()["error"], bad.text
+        assert "\n" not in bad.json()["error"]
+    r = client.patch(f"/pipelines/{iid}/parameters", json={"parameters": {"gate": [[900, 0], [900, 200]]}})
+    assert r.status_code == 200, r.text
+    moved = time.time()
+    assert {p["name"]: p["value"] for p in r.json()}["gate"] == [[900, 0], [900, 200]]
+    inst = instances.get(iid)
+    victim = inst.runner.shards[0]  # type: ignore[attr-defined]
+    os.kill(victim.pid, signal.SIGKILL)
+
+    def running_again() -> bool:
+        states = {s["stream"]: s for s in client.get(f"/pipelines/{iid}/streams").json()}
+        return all(states.get(s, {}).get("state") == "running" for s in ("a", "b"))
+
+    _wait(lambda: len(inst.runner.shards) == 3 and running_again())  # type: ignore[attr-defined]
+    out_at_restart = {s["stream"]: s["out"] for s in client.get(f"/pipelines/{iid}/streams").json()}
+    _wait(lambda: all(s["out"] > out_at_restart[s["stream"]] + 120
+                      for s in client.get(f"/pipelines/{iid}/streams").json()))  # three laps each, at least
+    assert crossings(since=moved + 0.5) == {}
+    client.delete(f"/pipelines/{iid}")

@@ -150,6 +150,9 @@ class HostAgent:
     def events(self) -> list[dict[str, Any]]:
         return self._started().live.events()
 
+    def retune(self, changes: dict[str, dict[str, Any]]) -> None:
+        self._started().live.retune(changes)
+
     def file(self, path: str) -> bytes | None:
         """The bytes of a snapshot or clip one of this host's newest events names (None for any other path)."""
         want = Path(path).resolve()

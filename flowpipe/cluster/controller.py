@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..graph import GraphSpec
+from ..runtime.live import retune_specs
 from ..runtime.stats import RunSummary, merge_nodes
 from .agent import HostAgent
 from .placement import Host, PlacementError, StreamNeed, place
@@ -185,6 +186,7 @@ class ClusterRun:
         self._seen: deque[tuple[float, dict[str, int]]] = deque()  # (time, frames per stream): rates
         self.outages: list[dict[str, Any]] = []  # live streams of lost hosts: from last seen to resumed
         self._placing = threading.RLock()  # streams added (the API's threads) and placed again (a host lost)
+        self.retuned: dict[str, dict[str, Any]] = {}  # node -> fields changed while it runs (kept, as agents)
 
     def stop(self) -> None:
         self._stop = True
@@ -218,6 +220,7 @@ class ClusterRun:
             return state["result"]  # it had ended: the result waits for its client
         if state is not None:
             self._restore(state)
+            self._configure(retune_specs(self.spec, self.retuned))
             self._wait()
             return self._end()
         try:
@@ -247,7 +250,7 @@ class ClusterRun:
         save_state(self.name, {"agents": [replace(a, handle=None) for a in self.agents],
                                "replacements": self.replacements, "outages": self.outages, "error": self.error,
                                "interrupted": self.interrupted, "stop": self._stop, "now": self._now,
-                               "started_at": self.started_at, "result": result})
+                               "started_at": self.started_at, "retuned": self.retuned, "result": result})
 
     def _restore(self, state: dict[str, Any]) -> None:
         """A restarted controller: its agents found again by name (they never stopped), agents started after
@@ -256,7 +259,7 @@ class ClusterRun:
         self.agents, self.replacements, self.error = state["agents"], state["replacements"], state["error"]
         self.outages = state["outages"]
         self.interrupted, self._stop, self._now = state["interrupted"], state["stop"], state["now"]
-        self.started_at = state["started_at"]
+        self.started_at, self.retuned = state["started_at"], state.get("retuned", {})
         known = {a.name for a in self.agents}
         for found in ray.util.list_named_actors(all_namespaces=True):
             if found["namespace"] == NAMESPACE and found["name"].startswith(f"{self.name}/") \
@@ -401,6 +404,37 @@ class ClusterRun:
         for a, got in zip(live, self._ray.get([a.handle.stream_states.remote() for a in live])):
             rows += [dict(r, host=a.address) for r in got]
         return rows
+
+    def retune(self, changes: dict[str, dict[str, Any]]) -> None:
+        """Nodes' configs changed on every host (``LiveControl.retune``), and in the graph agents started from
+        now on get (a lost host's streams placed again); the first host's refusal leaves every one as it was."""
+        new = retune_specs(self.spec, changes)
+        if not self._placing.acquire(timeout=30):
+            raise RuntimeError("a lost host's streams are being placed again; try again")
+        try:
+            old = {nid: self.spec.node(nid).config for nid in new}
+            self._configure(new)
+            live = [a for a in self.agents if a.result is None and a.error is None and a.handle is not None]
+            for i, a in enumerate(live):
+                try:
+                    self._ray.get(a.handle.retune.remote(changes))
+                except Exception as e:  # noqa: BLE001 - the first host refuses for all; one going away is passed over
+                    err = cause_of(e)
+                    if i == 0 and isinstance(err, ValueError):
+                        self._configure(old)
+                        raise err from None
+                    log.warning("run %s: host agent %s did not take the new settings: %s", self.name, a.name, err)
+            for nid, fields in changes.items():
+                self.retuned.setdefault(nid, {}).update(fields)
+            self._save()
+        finally:
+            self._placing.release()
+
+    def _configure(self, configs: dict[str, Any]) -> None:
+        """The graph host agents start from, with ``configs`` (node id -> config) in place."""
+        for nid, cfg in configs.items():
+            self.spec.node(nid).config = cfg
+        self._payload = pickle.dumps(self.spec)
 
     def _serving(self, stream: str) -> Any:
         """The agent running ``stream`` now, or None."""

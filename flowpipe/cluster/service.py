@@ -15,7 +15,7 @@ import warnings
 from typing import Any
 
 from ..graph import GraphSpec, NodeSpec
-from ..runtime.live import template_of
+from ..runtime.live import retune_specs, template_of
 from .controller import NAMESPACE, ClusterResult, ClusterRun, cause_of, connect, drop_state
 
 log = logging.getLogger("flowpipe.cluster")
@@ -78,6 +78,9 @@ class Controller:
 
     def events(self) -> list[dict[str, Any]]:
         return self.run.events()
+
+    def retune(self, changes: dict[str, dict[str, Any]]) -> None:
+        self.run.retune(changes)
 
     def file(self, host: str, path: str) -> bytes | None:
         return self.run.file(host, path)
@@ -241,6 +244,14 @@ class ClusterStreams:
     def file(self, host: str, path: str) -> bytes | None:
         """An event's snapshot or clip, read on ``host`` (the address its events name) while the run goes."""
         return None if self.closed else self._ask("file", host, path)  # type: ignore[no-any-return]
+
+    def retune(self, changes: dict[str, dict[str, Any]]) -> None:
+        """Nodes' configs changed on every host, and for hosts that take over a lost one's streams."""
+        if self.closed:
+            raise RuntimeError("the run has ended")
+        self._ask("retune", changes)
+        for nid, cfg in retune_specs(self.spec, changes).items():
+            self.spec.node(nid).config = cfg
 
 
 class ClusterInstance:

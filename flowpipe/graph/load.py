@@ -172,3 +172,32 @@ def interpolate(value: Any, params: dict[str, Any], where: tuple[str, int | None
     if full:
         return resolve(full)
     return _VAR_RE.sub(lambda m: str(resolve(m)), value)
+
+
+def parameter_uses(doc: Any) -> dict[str, list[tuple[str | None, str]]]:
+    """Where each ``${params.X}`` of a parsed graph file lands: (node id, dotted key under the node, as
+    ``config.zones.door.polygon`` or ``enabled``), or (None, the graph's own dotted key)."""
+    uses: dict[str, list[tuple[str | None, str]]] = {}
+
+    def walk(value: Any, node: str | None, key: str) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, node, f"{key}.{k}" if key else str(k))
+        elif isinstance(value, list):
+            for v in value:
+                walk(v, node, key)
+        elif isinstance(value, str):
+            for m in _VAR_RE.finditer(value):
+                if m.group("param"):
+                    uses.setdefault(m.group("param"), []).append((node, key))
+
+    if not isinstance(doc, dict):
+        return uses
+    for k, v in doc.items():
+        if k == "nodes" and isinstance(v, list):
+            for n in v:
+                if isinstance(n, dict):
+                    walk(n, str(n.get("id")), "")
+        elif k != "params":
+            walk(v, None, str(k))
+    return uses

@@ -43,6 +43,10 @@ class LiveControl(Protocol):
     def events(self) -> list[dict[str, Any]]:
         """The newest events the graph's analytics raised, oldest first."""
 
+    def retune(self, changes: dict[str, dict[str, Any]]) -> None:
+        """Nodes' configs changed while the graph runs (node id -> {field: value}, tunable fields only), in
+        every process and host of the run, and in those that replace one later."""
+
 
 class Executor(Protocol):
     """A graph being run: ``run()`` blocks until it ends; the other calls come from other threads (a

@@ -26,7 +26,7 @@ from pydantic import ValidationError
 
 from ..errors import NodeError
 from ..graph import GraphSpec, NodeSpec
-from ..node import EventSource, LiveVideoSource, Node, PictureSource, Source
+from ..node import EventSource, LiveVideoSource, Node, NodeConfig, PictureSource, Source
 from .stats import NodeStats
 
 log = logging.getLogger("flowpipe.runtime")
@@ -63,6 +63,35 @@ def template_of(spec: GraphSpec, like: str | None) -> NodeSpec:
     if found not in spec.templates() + spec.sources():
         raise ValueError(f"node {like!r} is not a source")
     return found
+
+
+def retuned(spec: NodeSpec, fields: dict[str, Any]) -> NodeConfig:
+    """Node ``spec``'s config with ``fields`` over it, each a field its contract lets a running graph change
+    (``NodeContract.tunable``); a ValueError in one line otherwise, or where the new config would change what
+    the node declares (its contract), which the run was planned on."""
+    node = f"node {spec.id!r} ({spec.type})"
+    fixed = sorted(set(fields) - spec.contract.tunable)
+    if fixed:
+        may = ", ".join(sorted(spec.contract.tunable)) or "none"
+        raise ValueError(f"{node}: {', '.join(fixed)} cannot change while the graph runs (fields that can: {may})")
+    try:
+        cfg = type(spec.config).model_validate({**spec.config.model_dump(by_alias=True), **fields})
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(x) for x in err["loc"])
+        raise ValueError(f"{node}: config.{where}: {err['msg']}") from None
+    if spec.cls.contract(cfg) != spec.contract:
+        raise ValueError(f"{node}: the new config changes what the node declares; start the graph again with it")
+    return cfg
+
+
+def retune_specs(spec: GraphSpec, changes: dict[str, dict[str, Any]]) -> dict[str, NodeConfig]:
+    """Each node's new config (``retuned``), every node checked before any is changed."""
+    known = {s.id: s for s in spec.nodes}
+    missing = sorted(set(changes) - set(known))
+    if missing:
+        raise ValueError(f"no node {missing[0]!r} in the running graph")
+    return {nid: retuned(known[nid], fields) for nid, fields in changes.items()}
 
 
 class _StreamThreads:
@@ -239,6 +268,23 @@ class LiveStreams:
                         "latency_ms": round(latency[stream], 2) if stream in latency else None,
                         "reconnects": extra.get("reconnects", 0), "added_at": since})
         return out
+
+    def retune(self, changes: dict[str, dict[str, Any]]) -> None:
+        """Nodes' configs changed while the graph runs: ``changes`` node id -> {field: value}, fields their
+        contracts call tunable; every node is checked before any changes, each takes its new config between
+        frames (``Node.retune``)."""
+        r = self.runner
+        configs = retune_specs(r.spec, changes)
+        for nid in configs:
+            node = r.nodes.get(nid)
+            if node is None or type(node) is not r.spec.node(nid).cls:
+                raise ValueError(f"node {nid!r} runs in another process (isolation: process, or the device "
+                                 "owner of a run over several processes): its config cannot change while it runs")
+        with self._lock:
+            for nid, cfg in configs.items():
+                r.nodes[nid].retune(cfg)
+                r.spec.node(nid).config = cfg
+                log.info("node %s retuned: %s", nid, ", ".join(sorted(changes[nid])))
 
     def picture(self, stream: str) -> bytes | None:
         """The stream's newest picture, where the graph keeps them (``flowpipe serve``'s preview node)."""

@@ -358,7 +358,7 @@ class ShardCrashed(Message):
     error: RemoteError
 
 
-StreamMethod = Literal["add", "remove", "states", "picture", "video", "events"]
+StreamMethod = Literal["add", "remove", "states", "picture", "video", "events", "retune"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,7 +42,7 @@ from ..node import Node
 from ..registry import import_plugin
 from .board import StreamBoard
 from .context import Resume, RunHooks, Share
-from .live import LiveStreams, template_of
+from .live import LiveStreams, retune_specs, template_of
 from .messages import (
     Begin,
     FromShard,
@@ -231,6 +231,8 @@ def _shard_main(conn: Connection, payload: bytes, plugins: list[str], plugin_dir
                     value = live.video(*call.args)
                 case "events":
                     value = live.events()
+                case "retune":
+                    live.retune(*call.args)
             send(StreamReply(call.rid, value))
         except Exception as e:  # noqa: BLE001 - the caller gets it
             send(StreamReply(call.rid, error=RemoteError(type(e).__name__, str(e.args[0]) if e.args else str(e))))
@@ -417,6 +419,13 @@ class ShardedRun:
         proc.start()
         child.close()
         return _Shard(index, sources, proc, parent, board, resume)
+
+    def configure(self, configs: dict[str, Any]) -> None:
+        """The graph processes started from now on (replacements) get, with ``configs`` (node id -> config)
+        in place."""
+        for nid, cfg in configs.items():
+            self.spec.node(nid).config = cfg
+        self._payload = pickle.dumps(self.spec)
 
     def _send(self, sh: _Shard, msg: ToShard) -> None:
         try:
@@ -616,6 +625,7 @@ class ShardedStreams:
         self.where: dict[str, Any] = {}  # added stream -> its shard
         self.recipe: dict[str, tuple[str | None, dict[str, Any] | None]] = {}  # -> the source it copies, settings
         self.failed: deque[dict[str, Any]] = deque(maxlen=LiveStreams.KEEP_ENDED)  # ended with their process
+        self._retuning = threading.Lock()  # one change of configs at a time
 
     def template(self, like: str | None) -> NodeSpec:
         return template_of(self.run.spec, like)
@@ -695,12 +705,26 @@ class ShardedStreams:
         account["shard"] = sh.index
         return account
 
-    def _each(self, method: StreamMethod) -> list[tuple[_Shard, Any]]:
+    def retune(self, changes: dict[str, dict[str, Any]]) -> None:
+        """Nodes' configs changed in every process (``LiveStreams.retune``), and in the graph that processes
+        started from now on (replacements) are given; the first process's refusal leaves every one as it was."""
+        run = self.run
+        old = {nid: run.spec.node(nid).config for nid in changes}
+        new = retune_specs(run.spec, changes)
+        with self._retuning:
+            run.configure(new)
+            try:
+                self._each("retune", changes)
+            except ValueError:
+                run.configure(old)
+                raise
+
+    def _each(self, method: StreamMethod, *args: Any) -> list[tuple[_Shard, Any]]:
         """``method`` answered by every running shard (one that dies meanwhile is passed over)."""
         out = []
         for sh in self._live():
             try:
-                out.append((sh, self.run.call(sh, method)))
+                out.append((sh, self.run.call(sh, method, *args)))
             except RuntimeError:
                 if sh.error is None and not sh.restarted and sh.proc.is_alive():
                     raise

@@ -48,6 +48,12 @@ class StartRequest(BaseModel):
     processes: int = Field(1, ge=1, le=64, description="worker processes the streams are spread over")
 
 
+class RetuneRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    parameters: dict[str, Any] = Field(min_length=1, description="the template's params to change while it runs "
+                                                                 "(zones, lines, rules, thresholds)")
+
+
 def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message.splitlines()[0] if message else "error"}, status_code=status)
 
@@ -135,6 +141,14 @@ def _routes(instances: Instances) -> APIRouter:
     @api.get("/pipelines/{iid}/streams", summary="the streams of an instance")
     async def streams(iid: str) -> list[dict[str, Any]]:
         return instances.get(iid).status()["streams"]  # type: ignore[no-any-return]
+
+    @api.get("/pipelines/{iid}/parameters", summary="an instance's parameters, and which can change as it runs")
+    def parameters(iid: str) -> list[dict[str, Any]]:
+        return instances.parameters(instances.get(iid))
+
+    @api.patch("/pipelines/{iid}/parameters", summary="change parameters while it runs (from the next frame)")
+    def retune(iid: str, req: RetuneRequest) -> list[dict[str, Any]]:
+        return instances.retune(instances.get(iid), req.parameters)
 
     @api.post("/pipelines/{iid}/streams", status_code=201, summary="add a stream")
     def add_stream(iid: str, req: StreamRequest) -> dict[str, Any]:

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import GraphError
-from ..graph import GraphSpec, NodeSpec, load_graph
+from ..graph import GraphSpec, NodeSpec, load_graph, parse_yaml
+from ..graph.load import parameter_uses
 from ..node import set_setting, setting
 from ..registry import lookup
 from ..runtime.executor import Executor, executor
@@ -49,6 +50,7 @@ class Template:
     description: str
     params: dict[str, Any]
     sources: list[str]
+    uses: dict[str, list[tuple[str | None, str]]] = field(default_factory=dict)  # parameter -> where it lands
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description, "parameters": self.params,
@@ -69,7 +71,8 @@ def find_templates(folders: list[Path]) -> dict[str, Template]:
             text = path.read_text(encoding="utf-8")
             lines = [ln[1:].strip() for ln in text.splitlines()[:3] if ln.startswith("#")]
             out[path.stem] = Template(path.stem, path, " ".join(lines), dict(spec.params),
-                                      [s.id for s in spec.templates() + spec.sources()])
+                                      [s.id for s in spec.templates() + spec.sources()],
+                                      parameter_uses(parse_yaml(text, str(path))))
     return out
 
 
@@ -82,6 +85,7 @@ class Instance:
     spec: GraphSpec
     runner: Executor
     folder: Path
+    parameters: dict[str, Any] = field(default_factory=dict)  # every parameter's value now
     started_at: float = field(default_factory=time.time)
     result: Any = None
     thread: threading.Thread | None = None
@@ -201,7 +205,7 @@ class Instances:
         except GraphError as e:
             raise RequestError(graph_error(e, template)) from None
         runner = executor(spec, spec.processes, cluster=self.cluster, name=f"serve-{iid}")
-        inst = Instance(iid, name, spec, runner, folder)
+        inst = Instance(iid, name, spec, runner, folder, {**template.params, **parameters})
         inst.thread = threading.Thread(target=self._run, args=(inst,), name=f"flowpipe:serve:{iid}", daemon=True)
         with self._lock:
             self.instances[iid] = inst
@@ -257,6 +261,71 @@ class Instances:
         except KeyError:
             raise RequestError(f"instance {inst.id} has no added stream {sid!r}", 404) from None
 
+    def parameters(self, inst: Instance) -> list[dict[str, Any]]:
+        """Every parameter of the instance: its value now, whether it can change while the instance runs
+        (and why not), and the shape it draws over the picture (``line``, ``polygon``) where it is one."""
+        template = self.templates[inst.template]
+        out = []
+        for name, value in inst.parameters.items():
+            fixed = self._fixed(inst, template, name)
+            out.append({"name": name, "value": value, "tunable": fixed is None, "fixed": fixed,
+                        "shape": _shape(value)})
+        return out
+
+    def retune(self, inst: Instance, parameters: dict[str, Any]) -> list[dict[str, Any]]:
+        """Changes parameters of a running instance: each must land only on fields its nodes can change while
+        they run (zones, lines, rules, thresholds); the instance's every process and host takes them from its
+        next frame. The parameters as they are after."""
+        template = self.templates[inst.template]
+        unknown = sorted(set(parameters) - set(inst.parameters))
+        if unknown:
+            raise RequestError(f"pipeline {inst.template!r} has no parameter {unknown[0]!r}; parameters: "
+                               f"{', '.join(sorted(inst.parameters)) or 'none'}")
+        for name in parameters:
+            fixed = self._fixed(inst, template, name)
+            if fixed is not None:
+                raise RequestError(f"parameter {name!r} cannot change while the instance runs: {fixed}", 409)
+        try:
+            spec = load_graph(str(template.path), {**inst.parameters, **parameters})
+        except GraphError as e:
+            raise RequestError(f"pipeline {inst.template!r}: {graph_error(e, template)}") from None
+        changes: dict[str, dict[str, Any]] = {}
+        for name in parameters:
+            for node, key in template.uses.get(name, []):
+                assert node is not None
+                fld = key.split(".")[1]
+                changes.setdefault(node, {}).update(spec.node(node).config.model_dump(by_alias=True, include={fld}))
+        if inst.result is not None:
+            raise RequestError(f"instance {inst.id} has ended", 409)
+        try:
+            inst.runner.live.retune(changes)
+        except ValueError as e:
+            raise RequestError(f"instance {inst.id}: {e}", 409) from None
+        except RuntimeError as e:
+            raise RequestError(f"instance {inst.id}: {e}", 409) from None
+        inst.parameters.update(parameters)
+        return self.parameters(inst)
+
+    @staticmethod
+    def _fixed(inst: Instance, template: Template, name: str) -> str | None:
+        """Why parameter ``name`` cannot change while ``inst`` runs (None: it can)."""
+        uses = template.uses.get(name, [])
+        if not uses:
+            return "the graph does not use it"
+        for node, key in uses:
+            if node is None:
+                return f"it sets the graph's {key}"
+            spec = next((s for s in inst.spec.nodes if s.id == node), None)
+            head, _, rest = key.partition(".")
+            if spec is None or head != "config":
+                return f"it sets node {node!r}'s {key}" if spec is not None else f"it sets node {node!r}, not running"
+            fld = rest.split(".")[0]
+            if fld not in spec.contract.tunable:
+                return f"it sets node {node!r} ({spec.type}) config.{fld}; start a new instance with it"
+            if spec.isolation == "process":
+                return f"it sets node {node!r}, which runs in a process of its own (isolation: process)"
+        return None
+
     def source_uri(self, uri: str) -> str:
         """A URI a stream may read: a network stream, 'sample', or a file inside the media folder."""
         if uri.lower().startswith(URI_SCHEMES) or uri in ("sample", "sample-text"):
@@ -292,6 +361,17 @@ class Instances:
                 if per_stream and kind == "video" and "{stream}" not in path:
                     p = p.with_name(f"{p.stem}-{{stream}}{p.suffix}")
                 set_setting(node.config, key, str(folder / p))
+
+
+def _shape(value: Any) -> str | None:
+    """``line`` or ``polygon`` for a list of two or more points in fractions of the picture, the way zones and
+    lines are given (a console draws them over the picture), else None."""
+    if not isinstance(value, list) or len(value) < 2:
+        return None
+    if not all(isinstance(p, list | tuple) and len(p) == 2 and all(isinstance(v, int | float) and 0 <= v <= 1
+                                                                    for v in p) for p in value):
+        return None
+    return "line" if len(value) == 2 else "polygon"
 
 
 def _add_preview(spec: GraphSpec) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any
 
 import numpy as np
@@ -17,6 +17,10 @@ from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
 from flowpipe.registry import register
 
 from .core import TrackerCore, TrackerSettings
+
+#: The thresholds a running graph may change: each stream's tracker reads them afresh every frame.
+TUNABLE = frozenset({"iou_threshold", "high_score", "max_age", "min_hits", "coast", "confirm", "candidate_iou",
+                     "hold", "start_after", "start_score"})
 
 
 @register("tracker")
@@ -109,10 +113,10 @@ class Tracker(Node):
     def contract(cls, config: NodeConfig) -> NodeContract:
         assert isinstance(config, cls.Config)
         if not config.lookahead:  # every frame goes on from process; tracks are per stream
-            return cls.declare(pixels=PIXELS_ALL, one_worker=None)
+            return cls.declare(pixels=PIXELS_ALL, one_worker=None, tunable=TUNABLE)
         return cls.declare(pixels=PIXELS_ALL, holds_frames=True,
                            one_worker="a tracker with a lookahead keeps each stream's frames in order on one worker",
-                           isolation="a tracker with a lookahead holds frames past process()")
+                           isolation="a tracker with a lookahead holds frames past process()", tunable=TUNABLE)
 
     def open(self, ctx: RunContext) -> None:
         self.settings = TrackerSettings(**{f.name: getattr(self.config, f.name) for f in fields(TrackerSettings)})
@@ -131,6 +135,14 @@ class Tracker(Node):
         if self.config.lookahead:
             self.stats["lookahead"] = f"{self.config.lookahead} frames"
             self.stats["backfilled"] = 0  # candidates that became a track's detections in earlier frames
+
+    def retune(self, config: NodeConfig) -> None:
+        """New thresholds for every stream's tracks, from their next frame (the tracks go on)."""
+        assert isinstance(config, self.Config)
+        self.config = config
+        self.settings = replace(self.settings, **{f: getattr(config, f) for f in TUNABLE})
+        for core in list(self.streams.values()):
+            core.settings = self.settings
 
     def stream_stopping(self, stream: str) -> None:
         """A stream being removed: no next frame of it comes to wait for; its frames go at the next poll."""
