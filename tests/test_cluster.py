@@ -216,6 +216,71 @@ nodes:
     assert sorted(k for s, k in _lines(tmp_path / "m.jsonl") if s == "x") == list(range(300))
 
 
+def test_a_line_moved_while_it_runs_holds_on_every_host_and_where_a_lost_host_s_stream_goes(cluster,
+                                                                                             tmp_path) -> None:
+    """``flowpipe serve --cluster``'s parameters: two streams on two hosts each cross a gate once a lap; the
+    gate is moved where nothing walks (``retune``): neither host counts a crossing after, nor the host a lost
+    one's stream is placed on again (its agent starts from the graph as changed). A field that cannot change
+    is refused before any host changes."""
+    import threading
+    import time
+
+    from flowpipe.cluster.controller import ClusterRun
+
+    c, _ = cluster
+    joined = [c.add_node(num_cpus=1, resources={"cams": 1}) for _ in range(2)]
+    c.wait_for_nodes()
+    path = tmp_path / "gate.yaml"
+    path.write_text("""plugins: [fp_testnodes]
+cluster: {per_stream: {cams: 0.4}}
+nodes:
+  - {id: cam, type: synthetic_source, template: true, config: {count: 100000, width: 64, height: 48, realtime: true,
+      fps: 60}}
+  - {id: det, type: test_one_face, inputs: {frame: cam}}
+  - {id: track, type: tracker, inputs: {detections: det.detections}}
+  - id: an
+    type: analytics
+    config: {units: pixels, lines: {gate: {points: [[25, 0], [25, 200]]}}, rules: [{name: crossed, line: gate}]}
+    inputs: {detections: track.detections}
+""")
+    run = ClusterRun(load_graph(str(path)), poll_s=0.2)
+    t = threading.Thread(target=run.run)
+    t.start()
+    deadline = time.monotonic() + 90
+    try:
+        while run.phase != "running":
+            assert time.monotonic() < deadline and t.is_alive()
+            time.sleep(0.05)
+        run.add_stream("x", "cam")
+        run.add_stream("y", "cam")
+
+        def crossed(since: float = 0.0) -> set[str]:
+            return {e["stream"] for e in run.events() if e["at"] > since}
+
+        while crossed() != {"x", "y"}:
+            assert time.monotonic() < deadline, run.per_stream()
+            time.sleep(0.1)
+        assert len({a.host_id for a in run.agents if a.added}) == 2
+        with pytest.raises(ValueError, match=r"node 'det' \(test_one_face\): nope cannot change while"):
+            run.retune({"det": {"nope": 1}})
+        run.retune({"an": {"lines": {"gate": {"points": [[900, 0], [900, 200]]}}}})
+        moved = time.time()
+        first = next(a for a in run.agents if "x" in a.added)
+        c.remove_node(next(n for n in joined if n.node_id == first.host_id))
+        while not any("x" in a.added and a is not first and a.result is None and a.progress.get("out", 0) > 120
+                      for a in run.agents):  # two laps on its new host
+            assert time.monotonic() < deadline, run.per_stream()
+            time.sleep(0.1)
+        assert crossed(since=moved + 0.5) == set()
+        assert run.retuned == {"an": {"lines": {"gate": {"points": [[900, 0], [900, 200]]}}}}
+    finally:
+        run.abort()
+        t.join(timeout=60)
+        for n in joined:
+            if n in c.list_all_nodes():
+                c.remove_node(n)
+
+
 def test_devices_of_every_host(cluster, capsys) -> None:
     """``flowpipe devices --cluster``: each host's devices as flowpipe sees them there, with what it declared."""
     from flowpipe.cluster.controller import cluster_devices
@@ -573,7 +638,9 @@ def test_serve_on_the_cluster_serves_each_event_s_snapshot_and_clip_from_the_hos
     graphs.mkdir()
     (graphs / "counting.yaml").write_text(
         COUNTING.replace("plugins: [fp_testnodes]", "plugins: [fp_testnodes]\ncluster: {per_stream: {intel_gpu: 0.4}}")
-        .replace("type: video_source,", "type: video_source, template: true,"))
+        .replace("type: video_source,", "type: video_source, template: true,")
+        .replace("  input: sample\n", "  input: sample\n  gate: [[25, 0], [25, 200]]\n")
+        .replace("points: [[25, 0], [25, 200]]", 'points: "${params.gate}"'))
     instances = Instances([graphs], tmp_path / "out", cluster=c.address)
     with TestClient(create_app(instances)) as client:
         iid = client.post("/pipelines/counting", json={}).json()["id"]
@@ -595,4 +662,10 @@ def test_serve_on_the_cluster_serves_each_event_s_snapshot_and_clip_from_the_hos
         assert client.get(beside).status_code == 404 and "on host" in client.get(beside).json()["error"]
         assert client.get(beside.split("?")[0]).status_code == 200  # the server's own folder: served as before
         assert client.get(e["snapshot"].split("?")[0] + "?host=nowhere").status_code == 404
+        # the gate moved where nothing walks, on the host through the run's controller: no crossing after
+        r = client.patch(f"/pipelines/{iid}/parameters", json={"parameters": {"gate": [[900, 0], [900, 200]]}})
+        assert r.status_code == 200, r.text
+        moved = time.time()
+        time.sleep(2.5)  # over three laps
+        assert [e for e in client.get(f"/pipelines/{iid}/events").json() if e["at"] > moved + 0.5] == []
         client.delete(f"/pipelines/{iid}")
