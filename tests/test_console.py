@@ -138,3 +138,50 @@ def test_console_lists_events_with_their_snapshot_and_plays_their_clip(tmp_path)
                                "v.readyState >= 2 && v.videoWidth > 0; })()", timeout=20_000)
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "console_events.png"), full_page=True)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/setup.sh installs it)")
+def test_console_moves_a_running_instance_s_line_by_drawing_it_over_the_picture(tmp_path) -> None:
+    """A graph counting a crossing a lap at the picture's left edge: its gate drawn again with two clicks on
+    the right of the picture, while it runs. The instance takes it (its parameters say so, in fractions of the
+    picture where the clicks were), and no crossing is counted after; a parameter that cannot change is shown
+    with no field to edit."""
+    from test_serve import RETUNE
+
+    from flowpipe.serve.instances import Instances
+
+    graphs = tmp_path / "graphs"
+    graphs.mkdir()
+    (graphs / "gate.yaml").write_text(RETUNE.replace("units: pixels, ", "").replace(
+        "gate: [[25, 0], [25, 200]]", "gate: [[0.018, 0.0], [0.018, 1.0]]"))  # 25 px of the sample's 1366
+    instances = Instances([graphs], tmp_path / "out")
+    with _console(instances, "gate", 1000) as (page, iid):
+        live = instances.get(iid).runner.live
+        _until(lambda: len(live.events()) >= 2, "no crossing before the move")
+        page.wait_for_selector("#parameters tbody tr[data-param=gate] button:text('Draw')")
+        assert page.locator("#parameters tbody tr[data-param=metadata] input").count() == 0
+        page.wait_for_function("document.getElementById('preview').naturalWidth > 0 || "
+                               "document.getElementById('live').videoWidth > 0", timeout=20_000)
+        page.click("#parameters tbody tr[data-param=gate] button:text('Draw')")
+        box = page.evaluate("(() => { const r = pictureBox(); return [r.left, r.top, r.width, r.height]; })()")
+        x, y, w, h = box
+        page.mouse.click(x + 0.9 * w, y + 0.1 * h)
+        page.mouse.click(x + 0.9 * w, y + 0.9 * h)
+        _until(lambda: instances.get(iid).parameters["gate"] != [[0.018, 0.0], [0.018, 1.0]], "the line was not taken")
+        moved = time.time()
+        (a, b) = instances.get(iid).parameters["gate"]
+        assert a == pytest.approx([0.9, 0.1], abs=0.01) and b == pytest.approx([0.9, 0.9], abs=0.01)
+        page.wait_for_function("Math.abs(JSON.parse(document.querySelector("
+                               "'#parameters tbody tr[data-param=gate] input').value)[0][0] - 0.9) < 0.01",
+                               timeout=10_000)  # the table shows the value the instance took
+        time.sleep(2.5)  # over three laps
+        assert [e for e in live.events() if e["at"] > moved + 0.5] == []
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "console_parameters.png"), full_page=True)
+
+
+def _until(cond: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)

@@ -360,3 +360,22 @@ def test_a_running_instance_s_line_is_moved_in_every_process_and_in_the_one_that
                       for s in client.get(f"/pipelines/{iid}/streams").json()))  # three laps each, at least
     assert crossings(since=moved + 0.5) == {}
     client.delete(f"/pipelines/{iid}")
+
+
+def test_what_can_change_while_a_shipped_graph_runs() -> None:
+    """The people counter's zone, line, rules and thresholds can change while it runs, and say which shape
+    they draw; its model, device and files cannot, each saying which node's field it sets."""
+    from pathlib import Path
+
+    from flowpipe.graph import load_graph
+    from flowpipe.serve.instances import find_templates, shape_of, why_fixed
+
+    t = find_templates([Path(__file__).resolve().parents[1] / "graphs"])["people_count"]
+    spec = load_graph(str(t.path))
+    tunable = {p for p in t.params if why_fixed(spec, t, p) is None}
+    assert tunable == {"counted", "score", "candidates", "line", "zone", "crowd", "crowd_for", "dwell"}
+    assert why_fixed(spec, t, "model") == ("it sets node 'detect' (inference) config.model; start a new "
+                                                  "instance with it")
+    assert why_fixed(spec, t, "analytics") == "it sets 'enabled' of node 'analytics'"
+    assert (shape_of(t.params["line"]), shape_of(t.params["zone"]), shape_of(t.params["classes"])) == (
+        "line", "polygon", None)

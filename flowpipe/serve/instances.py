@@ -267,9 +267,9 @@ class Instances:
         template = self.templates[inst.template]
         out = []
         for name, value in inst.parameters.items():
-            fixed = self._fixed(inst, template, name)
+            fixed = why_fixed(inst.spec, template, name)
             out.append({"name": name, "value": value, "tunable": fixed is None, "fixed": fixed,
-                        "shape": _shape(value)})
+                        "shape": shape_of(value)})
         return out
 
     def retune(self, inst: Instance, parameters: dict[str, Any]) -> list[dict[str, Any]]:
@@ -282,7 +282,7 @@ class Instances:
             raise RequestError(f"pipeline {inst.template!r} has no parameter {unknown[0]!r}; parameters: "
                                f"{', '.join(sorted(inst.parameters)) or 'none'}")
         for name in parameters:
-            fixed = self._fixed(inst, template, name)
+            fixed = why_fixed(inst.spec, template, name)
             if fixed is not None:
                 raise RequestError(f"parameter {name!r} cannot change while the instance runs: {fixed}", 409)
         try:
@@ -305,26 +305,6 @@ class Instances:
             raise RequestError(f"instance {inst.id}: {e}", 409) from None
         inst.parameters.update(parameters)
         return self.parameters(inst)
-
-    @staticmethod
-    def _fixed(inst: Instance, template: Template, name: str) -> str | None:
-        """Why parameter ``name`` cannot change while ``inst`` runs (None: it can)."""
-        uses = template.uses.get(name, [])
-        if not uses:
-            return "the graph does not use it"
-        for node, key in uses:
-            if node is None:
-                return f"it sets the graph's {key}"
-            spec = next((s for s in inst.spec.nodes if s.id == node), None)
-            head, _, rest = key.partition(".")
-            if spec is None or head != "config":
-                return f"it sets node {node!r}'s {key}" if spec is not None else f"it sets node {node!r}, not running"
-            fld = rest.split(".")[0]
-            if fld not in spec.contract.tunable:
-                return f"it sets node {node!r} ({spec.type}) config.{fld}; start a new instance with it"
-            if spec.isolation == "process":
-                return f"it sets node {node!r}, which runs in a process of its own (isolation: process)"
-        return None
 
     def source_uri(self, uri: str) -> str:
         """A URI a stream may read: a network stream, 'sample', or a file inside the media folder."""
@@ -363,7 +343,30 @@ class Instances:
                 set_setting(node.config, key, str(folder / p))
 
 
-def _shape(value: Any) -> str | None:
+def why_fixed(spec: GraphSpec, template: Template, name: str) -> str | None:
+    """Why parameter ``name`` of ``template`` cannot change while ``spec`` (an instance of it) runs; None: it
+    lands only on fields their nodes declare tunable."""
+    uses = template.uses.get(name, [])
+    if not uses:
+        return "the graph does not use it"
+    for node, key in uses:
+        if node is None:
+            return f"it sets the graph's {key}"
+        found = next((s for s in spec.nodes if s.id == node), None)
+        if found is None:
+            return f"it sets node {node!r}, which is not running"
+        head, _, rest = key.partition(".")
+        if head != "config":
+            return f"it sets {key!r} of node {node!r}"
+        fld = rest.split(".")[0]
+        if fld not in found.contract.tunable:
+            return f"it sets node {node!r} ({found.type}) config.{fld}; start a new instance with it"
+        if found.isolation == "process":
+            return f"it sets node {node!r}, which runs in a process of its own (isolation: process)"
+    return None
+
+
+def shape_of(value: Any) -> str | None:
     """``line`` or ``polygon`` for a list of two or more points in fractions of the picture, the way zones and
     lines are given (a console draws them over the picture), else None."""
     if not isinstance(value, list) or len(value) < 2:
