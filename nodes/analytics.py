@@ -108,7 +108,7 @@ class _StreamState:
 
 
 #: What a running graph may change: zones, lines, rules and what they count (``Analytics.retune``).
-TUNABLE = frozenset({"zones", "lines", "rules", "labels", "anchor", "margin", "forget"})
+TUNABLE = frozenset({"zones", "lines", "rules", "labels", "margin", "forget"})
 
 
 @register("analytics")
@@ -201,7 +201,7 @@ class Analytics(Node):
             events += self._retuned(st, st.config, c, frame, t)
             st.config = c
         objs = [d for d in frame.detections if d.track_id is not None and (c.labels is None or d.label in c.labels)]
-        points = {d.track_id: self._point(d) for d in objs if d.track_id is not None}
+        points = {d.track_id: _point(d, c.anchor) for d in objs if d.track_id is not None}
         labels = {d.track_id: d.label for d in objs if d.track_id is not None}
         for tid in points:
             st.seen[tid] = frame.index
@@ -311,10 +311,6 @@ class Analytics(Node):
         with self.lock:
             return [dict(e) for e in self.recent]
 
-    def _point(self, d: Detection) -> Point:
-        x1, y1, x2, y2 = d.box
-        return ((x1 + x2) / 2, y2 if self.config.anchor == "bottom" else (y1 + y2) / 2)
-
     def _rule(self, r: Rule, st: _StreamState, frame: Frame, t: float, zones: dict[str, dict[str, Any]],
               crossed: list[tuple[str, int, str]], labels: dict[int, str]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -386,6 +382,11 @@ class Analytics(Node):
                 return None
             path.write_bytes(buf.tobytes())
         return str(path)
+
+
+def _point(d: Detection, anchor: str) -> Point:
+    x1, y1, x2, y2 = d.box
+    return ((x1 + x2) / 2, y2 if anchor == "bottom" else (y1 + y2) / 2)
 
 
 def _side(a: np.ndarray, b: np.ndarray, p: np.ndarray, margin: float) -> int:

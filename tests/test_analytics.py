@@ -421,3 +421,15 @@ def test_what_a_running_graph_may_change_is_in_each_node_s_contract() -> None:
     with pytest.raises(ValueError, match=r"node 'objects' \(ssd_decode\): config.score_threshold: Input should "
                                          r"be less than or equal to 1"):
         retuned(spec.node("objects"), {"score_threshold": 7})
+
+
+def test_a_rules_parameter_given_by_its_alias_reaches_the_running_graph() -> None:
+    """people_count's ``crowd_for`` lands in a rule's ``for`` (an alias): rendered from the template with a new
+    value and handed to the running node's config, the rule holds it."""
+    from flowpipe.runtime.live import retuned
+
+    path = str(Path(__file__).resolve().parents[1] / "graphs" / "people_count.yaml")
+    running, wanted = load_graph(path), load_graph(path, {"crowd_for": 7.5})
+    fields = wanted.node("analytics").config.model_dump(by_alias=True, include={"rules"})
+    cfg = retuned(running.node("analytics"), fields)
+    assert {r.name: r.for_s for r in cfg.rules}["crowded"] == 7.5

@@ -218,10 +218,11 @@ nodes:
 
 def test_a_line_moved_while_it_runs_holds_on_every_host_and_where_a_lost_host_s_stream_goes(cluster,
                                                                                              tmp_path) -> None:
-    """``flowpipe serve --cluster``'s parameters: two streams on two hosts each cross a gate once a lap; the
-    gate is moved where nothing walks (``retune``): neither host counts a crossing after, nor the host a lost
-    one's stream is placed on again (its agent starts from the graph as changed). A field that cannot change
-    is refused before any host changes."""
+    """``flowpipe serve --cluster``'s parameters: two streams on two hosts each cross a gate once a lap, as the
+    walker passes x = 25 (frame 18 of each lap of 40); the gate is moved to x = 40 (``retune``): every
+    crossing after is where the walker passes it (frame 33), on both hosts and on the host a lost one's stream
+    is placed on again (its agent starts from the graph as changed). A field that cannot change is refused
+    before any host changes."""
     import threading
     import time
 
@@ -254,16 +255,21 @@ nodes:
         run.add_stream("x", "cam")
         run.add_stream("y", "cam")
 
-        def crossed(since: float = 0.0) -> set[str]:
-            return {e["stream"] for e in run.events() if e["at"] > since}
+        def crossed(since: float = 0.0) -> dict[str, set[int]]:
+            got: dict[str, set[int]] = {}
+            for e in run.events():
+                if e["at"] > since:
+                    got.setdefault(e["stream"], set()).add(e["frame"] % 40)
+            return got
 
-        while crossed() != {"x", "y"}:
+        while set(crossed()) != {"x", "y"}:
             assert time.monotonic() < deadline, run.per_stream()
             time.sleep(0.1)
         assert len({a.host_id for a in run.agents if a.added}) == 2
         with pytest.raises(ValueError, match=r"node 'det' \(test_one_face\): nope cannot change while"):
             run.retune({"det": {"nope": 1}})
-        run.retune({"an": {"lines": {"gate": {"points": [[900, 0], [900, 200]]}}}})
+        assert crossed() == {"x": {18}, "y": {18}}
+        run.retune({"an": {"lines": {"gate": {"points": [[40, 0], [40, 200]]}}}})
         moved = time.time()
         first = next(a for a in run.agents if "x" in a.added)
         c.remove_node(next(n for n in joined if n.node_id == first.host_id))
@@ -271,8 +277,8 @@ nodes:
                       for a in run.agents):  # two laps on its new host
             assert time.monotonic() < deadline, run.per_stream()
             time.sleep(0.1)
-        assert crossed(since=moved + 0.5) == set()
-        assert run.retuned == {"an": {"lines": {"gate": {"points": [[900, 0], [900, 200]]}}}}
+        assert crossed(since=moved + 0.5) == {"x": {33}, "y": {33}}
+        assert run.retuned == {"an": {"lines": {"gate": {"points": [[40, 0], [40, 200]]}}}}
     finally:
         run.abort()
         t.join(timeout=60)

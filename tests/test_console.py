@@ -153,7 +153,8 @@ def test_console_moves_a_running_instance_s_line_by_drawing_it_over_the_picture(
     graphs = tmp_path / "graphs"
     graphs.mkdir()
     (graphs / "gate.yaml").write_text(RETUNE.replace("units: pixels, ", "").replace(
-        "gate: [[25, 0], [25, 200]]", "gate: [[0.018, 0.0], [0.018, 1.0]]"))  # 25 px of the sample's 1366
+        "gate: [[25, 0], [25, 200]]", "gate: [[0.018, 0.0], [0.018, 1.0]]\n  zone: [[0, 0], [0.5, 0], [0.5, 0.5]]")
+        .replace("rules: [", 'zones: {z: {polygon: "${params.zone}"}}, rules: ['))  # 25 px of the sample's 1366
     instances = Instances([graphs], tmp_path / "out")
     with _console(instances, "gate", 1000) as (page, iid):
         live = instances.get(iid).runner.live
@@ -163,8 +164,10 @@ def test_console_moves_a_running_instance_s_line_by_drawing_it_over_the_picture(
         page.wait_for_function("document.getElementById('preview').naturalWidth > 0 || "
                                "document.getElementById('live').videoWidth > 0", timeout=20_000)
         page.click("#parameters tbody tr[data-param=gate] button:text('Draw')")
-        box = page.evaluate("(() => { const r = pictureBox(); return [r.left, r.top, r.width, r.height]; })()")
-        x, y, w, h = box
+        # where the picture is, read from the page's own elements: the live video where it plays, else the JPEG
+        x, y, w, h = page.evaluate("""(() => { const v = document.getElementById('live');
+            const el = !v.hidden && v.videoWidth ? v : document.getElementById('preview');
+            const r = el.getBoundingClientRect(); return [r.left, r.top, r.width, r.height]; })()""")
         page.mouse.click(x + 0.9 * w, y + 0.1 * h)
         page.mouse.click(x + 0.9 * w, y + 0.9 * h)
         _until(lambda: instances.get(iid).parameters["gate"] != [[0.018, 0.0], [0.018, 1.0]], "the line was not taken")
@@ -176,6 +179,16 @@ def test_console_moves_a_running_instance_s_line_by_drawing_it_over_the_picture(
                                timeout=10_000)  # the table shows the value the instance took
         time.sleep(2.5)  # over three laps
         assert [e for e in live.events() if e["at"] > moved + 0.5] == []
+        # a zone: three corners clicked, the fourth double-clicked (its two clicks are one corner)
+        page.click("#parameters tbody tr[data-param=zone] button:text('Draw')")
+        corners = [(0.1, 0.1), (0.6, 0.1), (0.6, 0.7)]
+        for cx, cy in corners:
+            page.mouse.click(x + cx * w, y + cy * h)
+        page.mouse.dblclick(x + 0.1 * w, y + 0.7 * h)
+        _until(lambda: len(instances.get(iid).parameters["zone"]) == 4, "the zone was not taken")
+        zone = instances.get(iid).parameters["zone"]
+        for got, want in zip(zone, [*corners, (0.1, 0.7)]):
+            assert got == pytest.approx(list(want), abs=0.01)
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "console_parameters.png"), full_page=True)
 

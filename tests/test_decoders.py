@@ -32,3 +32,23 @@ def test_classification_top_k() -> None:
     assert [t["label"] for t in top] == ["b", "d"]
     p = np.exp(logits[0] - logits.max()) / np.exp(logits[0] - logits.max()).sum()
     assert abs(top[0]["score"] - round(float(p[1]), 5)) < 1e-6
+
+
+def test_a_decoder_retuned_while_it_runs_keeps_what_its_new_threshold_keeps() -> None:
+    """The SSD rows above at the default threshold keep the person only; retuned to 0.1 between frames, the
+    next frame keeps the car at 0.2 too."""
+    from flowpipe.registry import lookup
+    from flowpipe.testing import Harness
+
+    rows = np.array([[[[0, 1, 0.9, 0.1, 0.2, 0.5, 0.6], [0, 2, 0.2, 0.0, 0.0, 1.0, 1.0]]]], np.float32)
+    cls = lookup("ssd_decode")
+    node = cls("dec", cls.Config(labels=["bg", "person", "car"]))
+    got = []
+    with Harness(node) as h:
+        for i in range(2):
+            if i == 1:
+                node.retune(cls.Config(labels=["bg", "person", "car"], score_threshold=0.1))
+            f = Frame("s", i, 0.0, np.zeros((100, 200, 3), np.uint8), tensors={"out": rows}, layout=LETTERBOX)
+            got.append(sorted(d.label for d in h.node.process(f, "tensors").detections))
+    assert got == [["person"], ["car", "person"]]
+    assert "score_threshold" in node.declared.tunable and "labels" not in node.declared.tunable

@@ -308,8 +308,9 @@ nodes:
 
 def test_a_running_instance_s_line_is_moved_in_every_process_and_in_the_one_that_replaces_a_killed_one(
         service) -> None:
-    """An instance over two processes counts a crossing a lap on each stream. Its gate is moved (PATCH
-    parameters) where nothing walks: no stream crosses it after, in either process, nor in the process that
+    """An instance over two processes counts a crossing a lap on each stream, as the walker passes x = 25
+    (frame 18 of each lap of 40). Its gate is moved to x = 40 (PATCH parameters): every crossing after is
+    where the walker passes the moved gate (frame 33 of each lap), in either process and in the process that
     replaces one killed after the move (it starts from the graph as changed). A parameter that sets a file,
     an unknown one and a bad value are refused in one line, and nothing changes."""
     import signal
@@ -322,14 +323,16 @@ def test_a_running_instance_s_line_is_moved_in_every_process_and_in_the_one_that
     assert r.status_code == 201, r.text
     iid = r.json()["id"]
 
-    def crossings(since: float = 0.0) -> dict[str, int]:
-        got: dict[str, int] = {}
+    def crossings(since: float = 0.0) -> dict[str, set[int]]:
+        """Per stream, where in the walker's lap (its frame modulo 40) each crossing since ``since`` was."""
+        got: dict[str, set[int]] = {}
         for e in client.get(f"/pipelines/{iid}/events?limit=200").json():
             if e["at"] > since:
-                got[e["stream"]] = got.get(e["stream"], 0) + 1
+                got.setdefault(e["stream"], set()).add(e["frame"] % 40)
         return got
 
-    _wait(lambda: all(crossings().get(s, 0) >= 2 for s in ("a", "b")))
+    _wait(lambda: set(crossings()) == {"a", "b"})
+    assert crossings() == {"a": {18}, "b": {18}}
     params = {p["name"]: p for p in client.get(f"/pipelines/{iid}/parameters").json()}
     assert params["gate"]["tunable"] and params["gate"]["value"] == [[25, 0], [25, 200]]
     assert not params["metadata"]["tunable"] and "node 'meta' (jsonl) config.path" in params["metadata"]["fixed"]
@@ -342,10 +345,10 @@ def test_a_running_instance_s_line_is_moved_in_every_process_and_in_the_one_that
         bad = client.patch(f"/pipelines/{iid}/parameters", json={"parameters": body})
         assert bad.status_code == status and words in bad.json()["error"], bad.text
         assert "\n" not in bad.json()["error"]
-    r = client.patch(f"/pipelines/{iid}/parameters", json={"parameters": {"gate": [[900, 0], [900, 200]]}})
+    r = client.patch(f"/pipelines/{iid}/parameters", json={"parameters": {"gate": [[40, 0], [40, 200]]}})
     assert r.status_code == 200, r.text
     moved = time.time()
-    assert {p["name"]: p["value"] for p in r.json()}["gate"] == [[900, 0], [900, 200]]
+    assert {p["name"]: p["value"] for p in r.json()}["gate"] == [[40, 0], [40, 200]]
     inst = instances.get(iid)
     victim = inst.runner.shards[0]  # type: ignore[attr-defined]
     os.kill(victim.pid, signal.SIGKILL)
@@ -358,7 +361,7 @@ def test_a_running_instance_s_line_is_moved_in_every_process_and_in_the_one_that
     out_at_restart = {s["stream"]: s["out"] for s in client.get(f"/pipelines/{iid}/streams").json()}
     _wait(lambda: all(s["out"] > out_at_restart[s["stream"]] + 120
                       for s in client.get(f"/pipelines/{iid}/streams").json()))  # three laps each, at least
-    assert crossings(since=moved + 0.5) == {}
+    assert crossings(since=moved + 0.5) == {"a": {33}, "b": {33}}
     client.delete(f"/pipelines/{iid}")
 
 
@@ -372,10 +375,10 @@ def test_what_can_change_while_a_shipped_graph_runs() -> None:
 
     t = find_templates([Path(__file__).resolve().parents[1] / "graphs"])["people_count"]
     spec = load_graph(str(t.path))
-    tunable = {p for p in t.params if why_fixed(spec, t, p) is None}
+    tunable = {p for p in t.params if why_fixed(spec, t.uses, p) is None}
     assert tunable == {"counted", "score", "candidates", "line", "zone", "crowd", "crowd_for", "dwell"}
-    assert why_fixed(spec, t, "model") == ("it sets node 'detect' (inference) config.model; start a new "
+    assert why_fixed(spec, t.uses, "model") == ("it sets node 'detect' (inference) config.model; start a new "
                                                   "instance with it")
-    assert why_fixed(spec, t, "analytics") == "it sets 'enabled' of node 'analytics'"
+    assert why_fixed(spec, t.uses, "analytics") == "it sets 'enabled' of node 'analytics'"
     assert (shape_of(t.params["line"]), shape_of(t.params["zone"]), shape_of(t.params["classes"])) == (
         "line", "polygon", None)

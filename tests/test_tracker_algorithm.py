@@ -278,3 +278,37 @@ def test_smoothed_boxes_go_out_at_once_and_come_in_slowly(smooth: float, boxes: 
     got = [step(t, ((100.0 + d, 100.0 + d, 140.0 - d, 140.0 - d), 0.9)) for d in (2.0, 4.0, 0.0)]
     assert [tuple(u.boxes[0]) for u in got] == boxes
     assert [bool(u.smoothed[0]) for u in got] == [smooth > 0] * 3
+
+
+def test_a_tracker_retuned_while_it_runs_starts_tracks_at_its_new_score_and_keeps_its_tracks() -> None:
+    """A face at 0.6 is tracked (high_score 0.5). The tracker is retuned to 0.7 between two frames: that track
+    goes on at 0.6 (a candidate continues it), and a second face at 0.6 coming in never starts one."""
+    import numpy as np
+
+    from flowpipe.frame import Detection, Frame
+    from flowpipe.registry import lookup
+    from flowpipe.testing import Harness
+
+    cls = lookup("tracker")
+    node = cls("track", cls.Config(high_score=0.5))
+    ids: list[dict[str, int | None]] = []
+    with Harness(node) as h:
+        for i in range(12):
+            if i == 4:
+                node.retune(cls.Config(high_score=0.7))
+            f = Frame("cam", i, i / 25, np.zeros((240, 320, 3), np.uint8))
+            f.detections = [Detection((10.0 + i, 10.0, 50.0 + i, 50.0), 0.6, "face")]
+            if i >= 5:
+                f.detections.append(Detection((200.0, 100.0, 240.0, 140.0), 0.6, "face"))
+            out = h.node.process(f, "detections")
+            frame = out if isinstance(out, Frame) else out[0]
+            ids.append({"a" if d.box[0] < 150 else "b": d.track_id for d in frame.detections})
+    assert all(x.get("a") == ids[0]["a"] is not None for x in ids)
+    assert all(x.get("b") is None for x in ids[5:])
+    with pytest.raises(ValueError, match=r"node 'track' \(tracker\): lookahead cannot change while the graph runs"):
+        from flowpipe.graph import load_graph
+        from flowpipe.runtime.live import retuned
+
+        spec = load_graph("<t>", text="nodes:\n  - {id: src, type: list_source, config: {feed: x}}\n"
+                                      "  - {id: track, type: tracker, inputs: {detections: src.frame}}\n")
+        retuned(spec.node("track"), {"lookahead": 3})

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..graph import GraphSpec
-from ..runtime.live import retune_specs
+from ..runtime.live import PartlyRetunedError, retune_specs
 from ..runtime.stats import RunSummary, merge_nodes
 from .agent import HostAgent
 from .placement import Host, PlacementError, StreamNeed, place
@@ -159,6 +159,9 @@ class AgentRecord:
     seen: float | None = None  # when it last answered
 
 
+RETUNE_TIMEOUT_S = 30.0  # a host agent takes a change of configs within this, or is named as not having it
+
+
 class ClusterRun:
     """Runs ``spec`` over the hosts of the Ray cluster at ``address``; ``run()`` returns a ``ClusterResult``.
 
@@ -220,7 +223,6 @@ class ClusterRun:
             return state["result"]  # it had ended: the result waits for its client
         if state is not None:
             self._restore(state)
-            self._configure(retune_specs(self.spec, self.retuned))
             self._wait()
             return self._end()
         try:
@@ -260,6 +262,7 @@ class ClusterRun:
         self.outages = state["outages"]
         self.interrupted, self._stop, self._now = state["interrupted"], state["stop"], state["now"]
         self.started_at, self.retuned = state["started_at"], state.get("retuned", {})
+        self._configure(retune_specs(self.spec, self.retuned))  # before a lost host's streams are placed again
         known = {a.name for a in self.agents}
         for found in ray.util.list_named_actors(all_namespaces=True):
             if found["namespace"] == NAMESPACE and found["name"].startswith(f"{self.name}/") \
@@ -408,27 +411,34 @@ class ClusterRun:
     def retune(self, changes: dict[str, dict[str, Any]]) -> None:
         """Nodes' configs changed on every host (``LiveControl.retune``), and in the graph agents started from
         now on get (a lost host's streams placed again); the first host's refusal leaves every one as it was."""
-        new = retune_specs(self.spec, changes)
         if not self._placing.acquire(timeout=30):
             raise RuntimeError("a lost host's streams are being placed again; try again")
         try:
+            new = retune_specs(self.spec, changes)
             old = {nid: self.spec.node(nid).config for nid in new}
             self._configure(new)
-            live = [a for a in self.agents if a.result is None and a.error is None and a.handle is not None]
-            for i, a in enumerate(live):
+            took: list[str] = []
+            missed: list[str] = []
+            for a in [a for a in self.agents if a.result is None and a.error is None and a.handle is not None]:
                 try:
-                    self._ray.get(a.handle.retune.remote(changes))
-                except Exception as e:  # noqa: BLE001 - the first host refuses for all; one going away is passed over
+                    self._ray.get(a.handle.retune.remote(changes), timeout=RETUNE_TIMEOUT_S)
+                    took.append(a.address)
+                except self._ray.exceptions.RayActorError:
+                    continue  # the host is lost: its streams are placed again from the graph as changed
+                except Exception as e:  # noqa: BLE001 - the first host that answers decides for all
                     err = cause_of(e)
-                    if i == 0 and isinstance(err, ValueError):
+                    if not took:
                         self._configure(old)
                         raise err from None
-                    log.warning("run %s: host agent %s did not take the new settings: %s", self.name, a.name, err)
+                    missed.append(f"host {a.address}: {err}")
             for nid, fields in changes.items():
                 self.retuned.setdefault(nid, {}).update(fields)
             self._save()
         finally:
             self._placing.release()
+        if missed:
+            raise PartlyRetunedError(f"{'; '.join(missed)} (hosts {', '.join(took)} and those started from now "
+                                     "on have the change)")
 
     def _configure(self, configs: dict[str, Any]) -> None:
         """The graph host agents start from, with ``configs`` (node id -> config) in place."""

@@ -65,12 +65,17 @@ def template_of(spec: GraphSpec, like: str | None) -> NodeSpec:
     return found
 
 
+class PartlyRetunedError(RuntimeError):
+    """A change of configs that some processes or hosts of a run took and others, still running, did not:
+    the graph the run starts parts from has it (a replacement takes it)."""
+
+
 def retuned(spec: NodeSpec, fields: dict[str, Any]) -> NodeConfig:
     """Node ``spec``'s config with ``fields`` over it, each a field its contract lets a running graph change
-    (``NodeContract.tunable``); a ValueError in one line otherwise, or where the new config would change what
-    the node declares (its contract), which the run was planned on."""
+    (``NodeContract.tunable``, never a file it writes); a ValueError in one line otherwise, or where the new
+    config would change what the node declares (its contract), which the run was planned on."""
     node = f"node {spec.id!r} ({spec.type})"
-    fixed = sorted(set(fields) - spec.contract.tunable)
+    fixed = sorted(set(fields) - (spec.contract.tunable - set(spec.contract.files)))
     if fixed:
         may = ", ".join(sorted(spec.contract.tunable)) or "none"
         raise ValueError(f"{node}: {', '.join(fixed)} cannot change while the graph runs (fields that can: {may})")
@@ -274,17 +279,31 @@ class LiveStreams:
         contracts call tunable; every node is checked before any changes, each takes its new config between
         frames (``Node.retune``)."""
         r = self.runner
+        if r.stop_event.is_set():
+            raise RuntimeError("the graph is not running")
         configs = retune_specs(r.spec, changes)
         for nid in configs:
             node = r.nodes.get(nid)
-            if node is None or type(node) is not r.spec.node(nid).cls:
+            if node is None:
+                raise ValueError(f"node {nid!r} is not open in this process")
+            if type(node) is not r.spec.node(nid).cls:
                 raise ValueError(f"node {nid!r} runs in another process (isolation: process, or the device "
                                  "owner of a run over several processes): its config cannot change while it runs")
         with self._lock:
-            for nid, cfg in configs.items():
-                r.nodes[nid].retune(cfg)
-                r.spec.node(nid).config = cfg
-                log.info("node %s retuned: %s", nid, ", ".join(sorted(changes[nid])))
+            done: list[tuple[str, NodeConfig]] = []
+            try:
+                for nid, cfg in configs.items():
+                    old = r.spec.node(nid).config
+                    r.nodes[nid].retune(cfg)
+                    r.spec.node(nid).config = cfg
+                    done.append((nid, old))
+            except Exception:
+                for nid, old in reversed(done):  # every node as it was, or none changed
+                    r.nodes[nid].retune(old)
+                    r.spec.node(nid).config = old
+                raise
+        for nid in configs:
+            log.info("node %s retuned: %s", nid, ", ".join(sorted(changes[nid])))
 
     def picture(self, stream: str) -> bytes | None:
         """The stream's newest picture, where the graph keeps them (``flowpipe serve``'s preview node)."""

@@ -321,9 +321,11 @@ class ShardOpened(Message):
 @dataclass(frozen=True, slots=True)
 class Begin(Message):
     """Supervisor to shard, once every shard opened: start (``start``), or close unstarted (another part of
-    the run failed to open, or the run was stopped meanwhile)."""
+    the run failed to open, or the run was stopped meanwhile); ``retune``: node configs changed since the
+    graph it was started from was written (a replacement spawned while the run was being retuned)."""
 
     start: bool
+    retune: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

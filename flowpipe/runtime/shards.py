@@ -42,7 +42,7 @@ from ..node import Node
 from ..registry import import_plugin
 from .board import StreamBoard
 from .context import Resume, RunHooks, Share
-from .live import LiveStreams, retune_specs, template_of
+from .live import LiveStreams, PartlyRetunedError, retune_specs, template_of
 from .messages import (
     Begin,
     FromShard,
@@ -181,8 +181,10 @@ def _shard_main(conn: Connection, payload: bytes, plugins: list[str], plugin_dir
     def on_opened() -> bool:  # every node is open: wait for the supervisor's word, then listen for more
         send(ShardOpened(os.getpid()))
         match conn.recv():
-            case Begin(start):
+            case Begin(start, changes):
                 go = start
+                if changes:  # configs changed since the graph this process was given was written
+                    runner.live.retune(changes)
             case other:
                 raise RuntimeError(f"the supervisor sent {type(other).__name__} before Begin")
         threading.Thread(target=listen, name="flowpipe:shard-control", daemon=True).start()
@@ -282,6 +284,7 @@ class _Shard:
     result: dict[str, Any] | None = None
     error: str | None = None
     restarted: bool = False  # a new process took its streams over
+    version: int = 0  # the run's configs it was started with (``ShardedRun.configure``)
     again: list[str] = field(default_factory=list)  # streams added to the process it replaced, to add again
     send_lock: threading.Lock = field(default_factory=threading.Lock)  # the supervisor's and callers' sends
 
@@ -317,6 +320,9 @@ class ShardedRun:
         self._calls: dict[int, _Pending] = {}  # calls to shards waiting for their reply
         self._call_lock = threading.Lock()
         self._rid = 0
+        self.version = 0  # configs changed while it runs (``configure``), and the fields they changed
+        self.tuned: dict[str, set[str]] = {}
+        self._config_lock = threading.Lock()
         self.live = ShardedStreams(self)
 
     # control (thread- and signal-safe: flags, then messages from the supervisor loop) -------------------
@@ -412,20 +418,35 @@ class ShardedRun:
         count = len(plan(self.spec, self.processes))
         board = StreamBoard([stream_of(self.spec.node(s)) for s in sources],
                             spare=ADDED_ROWS if self.spec.templates() else 0)
+        with self._config_lock:
+            payload, version = self._payload, self.version
         proc = ctx.Process(target=_shard_main, name=f"flowpipe:shard-{index}", daemon=True,
-                           args=(child, self._payload, self.spec.plugins, self.spec.plugin_dir,
+                           args=(child, payload, self.spec.plugins, self.spec.plugin_dir,
                                  self.shard_base + index, count,
                                  sources, cap, self.record_times, link, resume, board))
         proc.start()
         child.close()
-        return _Shard(index, sources, proc, parent, board, resume)
+        return _Shard(index, sources, proc, parent, board, resume, version=version)
 
-    def configure(self, configs: dict[str, Any]) -> None:
+    def configure(self, configs: dict[str, Any], changed: dict[str, Any]) -> None:
         """The graph processes started from now on (replacements) get, with ``configs`` (node id -> config)
-        in place."""
-        for nid, cfg in configs.items():
-            self.spec.node(nid).config = cfg
-        self._payload = pickle.dumps(self.spec)
+        in place; ``changed``: node id -> the fields that changed (a process started before, still opening,
+        is given them as it starts)."""
+        with self._config_lock:
+            for nid, cfg in configs.items():
+                self.spec.node(nid).config = cfg
+                self.tuned.setdefault(nid, set()).update(changed.get(nid, ()))
+            self._payload = pickle.dumps(self.spec)
+            self.version += 1
+
+    def _catch_up(self, sh: _Shard) -> dict[str, dict[str, Any]]:
+        """What shard ``sh`` needs to run the configs as they are now: every field changed while the run
+        went, at its value now, unless it was started from the graph as it is."""
+        with self._config_lock:
+            if sh.version == self.version:
+                return {}
+            return {nid: self.spec.node(nid).config.model_dump(by_alias=True, include=f)
+                    for nid, f in self.tuned.items()}
 
     def _send(self, sh: _Shard, msg: ToShard) -> None:
         try:
@@ -522,7 +543,7 @@ class ShardedRun:
             case ShardOpened(pid):  # a restarted shard: it starts at once, beside the others
                 sh.pid, sh.opened = pid, True
                 self.pids.append(pid)
-                self._send(sh, Begin(self._stop_at is None))
+                self._send(sh, Begin(self._stop_at is None, self._catch_up(sh)))
                 if sh.again:  # (calls wait on replies this loop takes: from a thread of their own)
                     threading.Thread(target=self.live.add_again, args=(sh,), name="flowpipe:streams-again",
                                      daemon=True).start()
@@ -707,24 +728,37 @@ class ShardedStreams:
 
     def retune(self, changes: dict[str, dict[str, Any]]) -> None:
         """Nodes' configs changed in every process (``LiveStreams.retune``), and in the graph that processes
-        started from now on (replacements) are given; the first process's refusal leaves every one as it was."""
+        started from now on (replacements) are given. A refusal (ValueError), or any failure of the first
+        process that answers, leaves every one as it was; a later process that fails without dying
+        (``PartlyRetunedError``) leaves the change in the others and in the graph."""
         run = self.run
-        old = {nid: run.spec.node(nid).config for nid in changes}
-        new = retune_specs(run.spec, changes)
         with self._retuning:
-            run.configure(new)
-            try:
-                self._each("retune", changes)
-            except ValueError:
-                run.configure(old)
-                raise
+            new = retune_specs(run.spec, changes)
+            old = {nid: run.spec.node(nid).config for nid in new}
+            run.configure(new, changes)
+            took: list[int] = []
+            missed: list[str] = []
+            for sh in self._live():
+                try:
+                    run.call(sh, "retune", changes)
+                    took.append(sh.index)
+                except Exception as e:  # below: rolled back, or named
+                    if sh.error is not None or sh.restarted or not sh.proc.is_alive():
+                        continue  # it died: its replacement starts from the graph as changed
+                    if not took:
+                        run.configure(old, changes)
+                        raise
+                    missed.append(f"process {sh.index}: {e}")
+            if missed:
+                raise PartlyRetunedError(f"{'; '.join(missed)} (processes {', '.join(map(str, took))} and those "
+                                    "started from now on have the change)")
 
-    def _each(self, method: StreamMethod, *args: Any) -> list[tuple[_Shard, Any]]:
+    def _each(self, method: StreamMethod) -> list[tuple[_Shard, Any]]:
         """``method`` answered by every running shard (one that dies meanwhile is passed over)."""
         out = []
         for sh in self._live():
             try:
-                out.append((sh, self.run.call(sh, method, *args)))
+                out.append((sh, self.run.call(sh, method)))
             except RuntimeError:
                 if sh.error is None and not sh.restarted and sh.proc.is_alive():
                     raise

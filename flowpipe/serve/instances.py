@@ -21,6 +21,7 @@ from ..graph.load import parameter_uses
 from ..node import set_setting, setting
 from ..registry import lookup
 from ..runtime.executor import Executor, executor
+from ..runtime.live import PartlyRetunedError
 from ..runtime.shards import resolve_processes
 
 PREVIEW = "_preview"  # the node an instance adds that keeps each stream's newest picture for the console
@@ -51,6 +52,7 @@ class Template:
     params: dict[str, Any]
     sources: list[str]
     uses: dict[str, list[tuple[str | None, str]]] = field(default_factory=dict)  # parameter -> where it lands
+    text: str = ""  # the file as read (an instance keeps it: the file may change or go while it runs)
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description, "parameters": self.params,
@@ -72,7 +74,7 @@ def find_templates(folders: list[Path]) -> dict[str, Template]:
             lines = [ln[1:].strip() for ln in text.splitlines()[:3] if ln.startswith("#")]
             out[path.stem] = Template(path.stem, path, " ".join(lines), dict(spec.params),
                                       [s.id for s in spec.templates() + spec.sources()],
-                                      parameter_uses(parse_yaml(text, str(path))))
+                                      parameter_uses(parse_yaml(text, str(path))), text)
     return out
 
 
@@ -86,6 +88,7 @@ class Instance:
     runner: Executor
     folder: Path
     parameters: dict[str, Any] = field(default_factory=dict)  # every parameter's value now
+    source: Template | None = None  # the template as it was started (what its parameters are rendered from)
     started_at: float = field(default_factory=time.time)
     result: Any = None
     thread: threading.Thread | None = None
@@ -94,6 +97,7 @@ class Instance:
     _status_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _status: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
     _status_at: float = field(default=-1e9, init=False, repr=False)
+    retuning: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)  # one change at a time
 
     @property
     def state(self) -> str:
@@ -190,7 +194,7 @@ class Instances:
         if "input" in parameters and isinstance(parameters["input"], str):
             parameters = dict(parameters, input=self.source_uri(parameters["input"]))
         try:
-            spec = load_graph(str(template.path), parameters)
+            spec = load_graph(str(template.path), parameters, text=template.text or None)
         except GraphError as e:
             raise RequestError(f"pipeline {name!r}: {graph_error(e, template)}") from None
         iid = secrets.token_hex(4)
@@ -205,7 +209,7 @@ class Instances:
         except GraphError as e:
             raise RequestError(graph_error(e, template)) from None
         runner = executor(spec, spec.processes, cluster=self.cluster, name=f"serve-{iid}")
-        inst = Instance(iid, name, spec, runner, folder, {**template.params, **parameters})
+        inst = Instance(iid, name, spec, runner, folder, {**template.params, **parameters}, template)
         inst.thread = threading.Thread(target=self._run, args=(inst,), name=f"flowpipe:serve:{iid}", daemon=True)
         with self._lock:
             self.instances[iid] = inst
@@ -264,10 +268,10 @@ class Instances:
     def parameters(self, inst: Instance) -> list[dict[str, Any]]:
         """Every parameter of the instance: its value now, whether it can change while the instance runs
         (and why not), and the shape it draws over the picture (``line``, ``polygon``) where it is one."""
-        template = self.templates[inst.template]
+        assert inst.source is not None
         out = []
         for name, value in inst.parameters.items():
-            fixed = why_fixed(inst.spec, template, name)
+            fixed = why_fixed(inst.spec, inst.source.uses, name)
             out.append({"name": name, "value": value, "tunable": fixed is None, "fixed": fixed,
                         "shape": shape_of(value)})
         return out
@@ -275,18 +279,24 @@ class Instances:
     def retune(self, inst: Instance, parameters: dict[str, Any]) -> list[dict[str, Any]]:
         """Changes parameters of a running instance: each must land only on fields its nodes can change while
         they run (zones, lines, rules, thresholds); the instance's every process and host takes them from its
-        next frame. The parameters as they are after."""
-        template = self.templates[inst.template]
+        next frame. The parameters as they are after. One change at a time per instance: each is rendered
+        from the values the one before left."""
+        with inst.retuning:
+            return self._retune(inst, parameters)
+
+    def _retune(self, inst: Instance, parameters: dict[str, Any]) -> list[dict[str, Any]]:
+        template = inst.source
+        assert template is not None
         unknown = sorted(set(parameters) - set(inst.parameters))
         if unknown:
             raise RequestError(f"pipeline {inst.template!r} has no parameter {unknown[0]!r}; parameters: "
                                f"{', '.join(sorted(inst.parameters)) or 'none'}")
         for name in parameters:
-            fixed = why_fixed(inst.spec, template, name)
+            fixed = why_fixed(inst.spec, template.uses, name)
             if fixed is not None:
                 raise RequestError(f"parameter {name!r} cannot change while the instance runs: {fixed}", 409)
         try:
-            spec = load_graph(str(template.path), {**inst.parameters, **parameters})
+            spec = load_graph(str(template.path), {**inst.parameters, **parameters}, text=template.text or None)
         except GraphError as e:
             raise RequestError(f"pipeline {inst.template!r}: {graph_error(e, template)}") from None
         changes: dict[str, dict[str, Any]] = {}
@@ -299,10 +309,11 @@ class Instances:
             raise RequestError(f"instance {inst.id} has ended", 409)
         try:
             inst.runner.live.retune(changes)
-        except ValueError as e:
-            raise RequestError(f"instance {inst.id}: {e}", 409) from None
-        except RuntimeError as e:
-            raise RequestError(f"instance {inst.id}: {e}", 409) from None
+        except PartlyRetunedError as e:  # in the run's graph, and most of its parts: its parameters say so
+            inst.parameters.update(parameters)
+            raise RequestError(f"instance {inst.id}: not every part took the change: {e}", 503) from None
+        except (ValueError, KeyError, RuntimeError) as e:
+            raise RequestError(f"instance {inst.id}: {e.args[0] if e.args else e}", 409) from None
         inst.parameters.update(parameters)
         return self.parameters(inst)
 
@@ -343,10 +354,10 @@ class Instances:
                 set_setting(node.config, key, str(folder / p))
 
 
-def why_fixed(spec: GraphSpec, template: Template, name: str) -> str | None:
-    """Why parameter ``name`` of ``template`` cannot change while ``spec`` (an instance of it) runs; None: it
-    lands only on fields their nodes declare tunable."""
-    uses = template.uses.get(name, [])
+def why_fixed(spec: GraphSpec, uses_of: dict[str, list[tuple[str | None, str]]], name: str) -> str | None:
+    """Why parameter ``name`` cannot change while ``spec`` runs, given where each parameter of its template
+    lands (``uses_of``); None: it lands only on fields their nodes declare tunable (never a file they write)."""
+    uses = uses_of.get(name, [])
     if not uses:
         return "the graph does not use it"
     for node, key in uses:
@@ -359,7 +370,7 @@ def why_fixed(spec: GraphSpec, template: Template, name: str) -> str | None:
         if head != "config":
             return f"it sets {key!r} of node {node!r}"
         fld = rest.split(".")[0]
-        if fld not in found.contract.tunable:
+        if fld not in found.contract.tunable or fld in found.contract.files:
             return f"it sets node {node!r} ({found.type}) config.{fld}; start a new instance with it"
         if found.isolation == "process":
             return f"it sets node {node!r}, which runs in a process of its own (isolation: process)"

@@ -20,7 +20,7 @@ from .core import TrackerCore, TrackerSettings
 
 #: The thresholds a running graph may change: each stream's tracker reads them afresh every frame.
 TUNABLE = frozenset({"iou_threshold", "high_score", "max_age", "min_hits", "coast", "confirm", "candidate_iou",
-                     "hold", "start_after", "start_score"})
+                     "hold"})
 
 
 @register("tracker")
@@ -137,12 +137,10 @@ class Tracker(Node):
             self.stats["backfilled"] = 0  # candidates that became a track's detections in earlier frames
 
     def retune(self, config: NodeConfig) -> None:
-        """New thresholds for every stream's tracks, from their next frame (the tracks go on)."""
+        """New thresholds for every stream's tracks, each from its next frame (the tracks go on)."""
         assert isinstance(config, self.Config)
         self.config = config
         self.settings = replace(self.settings, **{f: getattr(config, f) for f in TUNABLE})
-        for core in list(self.streams.values()):
-            core.settings = self.settings
 
     def stream_stopping(self, stream: str) -> None:
         """A stream being removed: no next frame of it comes to wait for; its frames go at the next poll."""
@@ -285,6 +283,8 @@ class Tracker(Node):
         core = self.streams.get(frame.stream)
         if core is None:
             core = self.streams[frame.stream] = TrackerCore(self.settings)
+        elif core.settings is not self.settings:  # retuned: between two of its frames, never within one
+            core.settings = self.settings
         dets = frame.detections
         got = core.update(np.array([d.box for d in dets], np.float64).reshape(-1, 4),
                           np.array([d.score for d in dets], np.float64),
