@@ -382,3 +382,37 @@ def test_what_can_change_while_a_shipped_graph_runs() -> None:
     assert why_fixed(spec, t.uses, "analytics") == "it sets 'enabled' of node 'analytics'"
     assert (shape_of(t.params["line"]), shape_of(t.params["zone"]), shape_of(t.params["classes"])) == (
         "line", "polygon", None)
+
+
+def test_a_change_made_while_a_replacement_process_opens_reaches_it(service) -> None:
+    """A process of the instance is killed; while its replacement is still opening (started from the graph
+    as it was), the gate is moved: the replacement is given the change as it starts, so its stream's
+    crossings are at the moved gate too (frame 33 of each lap, not 18)."""
+    import signal
+
+    client, instances, tmp = service
+    (tmp / "graphs" / "retune.yaml").write_text(RETUNE)
+    client.get("/pipelines")
+    r = client.post("/pipelines/retune", json={"processes": 2, "streams": [{"id": "a", "uri": "sample"},
+                                                                         {"id": "b", "uri": "sample"}]})
+    iid = r.json()["id"]
+    inst = instances.get(iid)
+    run = inst.runner
+    _wait(lambda: len({e["stream"] for e in client.get(f"/pipelines/{iid}/events").json()}) == 2)
+    os.kill(run.shards[0].pid, signal.SIGKILL)  # type: ignore[attr-defined]
+    _wait(lambda: len(run.shards) == 3, timeout=30)  # type: ignore[attr-defined]
+    replacement = run.shards[2]  # type: ignore[attr-defined]
+    r = client.patch(f"/pipelines/{iid}/parameters", json={"parameters": {"gate": [[40, 0], [40, 200]]}})
+    assert r.status_code == 200, r.text
+    assert not replacement.opened and replacement.version < run.version  # type: ignore[attr-defined]
+    moved = time.time()
+    _wait(lambda: replacement.opened and all(  # type: ignore[attr-defined]
+        s["state"] == "running" for s in client.get(f"/pipelines/{iid}/streams").json()))
+    start = {s["stream"]: s["out"] for s in client.get(f"/pipelines/{iid}/streams").json()}
+    _wait(lambda: all(s["out"] > start[s["stream"]] + 120 for s in client.get(f"/pipelines/{iid}/streams").json()))
+    got: dict[str, set[int]] = {}
+    for e in client.get(f"/pipelines/{iid}/events?limit=200").json():
+        if e["at"] > moved + 0.5:
+            got.setdefault(e["stream"], set()).add(e["frame"] % 40)
+    assert got == {"a": {33}, "b": {33}}
+    client.delete(f"/pipelines/{iid}")
