@@ -244,6 +244,28 @@ def test_people_count_on_the_street_clip_counts_each_crossing_once(tmp_path: Pat
                                                              for (f, _), s in zip(crossed, starts)]
 
 
+def test_people_count_keeps_a_fast_crossing_found_every_few_frames_on_a_starved_stream(tmp_path: Path) -> None:
+    """The same street clip at crf 40: the detector finds the cyclist and the passer-by only once every few
+    frames, 20-30 px on each time. With the graph's ``reach`` each keeps one track through the gaps and both
+    crossings are counted, in their windows (with overlap alone, ``reach=0``, each got a new track past the
+    line, and none was: tests/test_tracker_algorithm.py has that case on plain arrays)."""
+    from flowpipe.eval.crossings import clip_file
+    from flowpipe.graph import load_graph
+    from flowpipe.runtime import Runner
+
+    out = tmp_path / "pc"
+    spec = load_graph(str(Path(__file__).resolve().parent.parent / "graphs" / "people_count.yaml"),
+                      {"input": str(clip_file("street_low", tmp_path)), "output": str(out / "pc.mp4"),
+                       "metadata": str(out / "pc.jsonl"), "events": str(out / "ev"), "clips": str(out / "clips"),
+                       "device": "CPU"})
+    res = Runner(spec).run()
+    assert res.ok, res.error
+    recs = [json.loads(line) for line in (out / "pc.jsonl").read_text().splitlines()]
+    crossed = [(r["frame"], c["direction"]) for r in recs for c in r["analytics"]["crossings"]]
+    assert [d for _, d in crossed] == ["out", "out"], crossed
+    assert 30 <= crossed[0][0] <= 49 and 187 <= crossed[1][0] <= 212, crossed
+
+
 def test_vehicle_count_counts_the_bus_once_and_tracks_only_vehicles(tmp_path: Path) -> None:
     """graphs/vehicle_count.yaml on ultralytics' bus photograph panned across (120 frames, 640x360): the bus, wider
     than the picture, goes right to left through the middle once (checked by eye: frames 40-100); the people in

@@ -20,7 +20,7 @@ from .core import TrackerCore, TrackerSettings
 
 #: The thresholds a running graph may change: each stream's tracker reads them afresh every frame.
 TUNABLE = frozenset({"iou_threshold", "high_score", "max_age", "min_hits", "coast", "confirm", "candidate_iou",
-                     "hold"})
+                     "hold", "reach"})
 
 
 @register("tracker")
@@ -89,6 +89,11 @@ class Tracker(Node):
                                      "and zoom, fitted to the tracks found in this frame and the last (at least "
                                      "4, three quarters agreeing), instead of on its own slowing velocity: a "
                                      "coasting mask stays on its face while a camera pans or zooms")
+        reach: float = Field(0.0, ge=0, description="a confirmed track that no detection overlaps takes one "
+                                                    "ahead of it on its way, within this many of its heights "
+                                                    "per frame since it was last found (0: overlap only): a "
+                                                    "person crossing fast, found once every few frames, keeps "
+                                                    "one id")
         checks: dict[str, tuple[float, float]] = Field({}, description="second looks written on detections "
                                                         "(attributes: a centerface_check's 'face'), each with "
                                                         "[reject, sure]: a look at sure or more makes a detection "
