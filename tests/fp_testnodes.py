@@ -176,6 +176,28 @@ class Reopen(Node):
         time.sleep(0.02)
 
 
+@register("test_slow_restart")
+class SlowRestart(Node):
+    """Passes every frame on; in a process that replaces one (generation > 0) it opens ``seconds`` late."""
+
+    inputs = {"in": "any"}
+    outputs = {"out": "any"}
+
+    class Config(NodeConfig):
+        seconds: float = 3.0
+
+    @classmethod
+    def contract(cls, config: NodeConfig) -> NodeContract:
+        return cls.declare(one_worker=None, forwards={"out": "in"})
+
+    def open(self, ctx: Any) -> None:
+        if ctx.generation > 0:
+            time.sleep(self.config.seconds)
+
+    def process(self, frame: Frame, port: str) -> Frame:
+        return frame
+
+
 @register("test_one_face")
 class OneFace(Node):
     """A detector stand-in: one face per frame, where the frame's index puts it (moving right)."""

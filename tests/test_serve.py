@@ -391,10 +391,14 @@ def test_a_change_made_while_a_replacement_process_opens_reaches_it(service) -> 
     import signal
 
     client, instances, tmp = service
-    (tmp / "graphs" / "retune.yaml").write_text(RETUNE)
+    (tmp / "graphs" / "retune.yaml").write_text(RETUNE.replace(  # a replacement opens 3 s late
+        "  - {id: det, type: test_one_face, inputs: {frame: cam}}",
+        "  - {id: slow, type: test_slow_restart, inputs: {in: cam}}\n"
+        "  - {id: det, type: test_one_face, inputs: {frame: slow}}"))
     client.get("/pipelines")
     r = client.post("/pipelines/retune", json={"processes": 2, "streams": [{"id": "a", "uri": "sample"},
                                                                          {"id": "b", "uri": "sample"}]})
+    assert r.status_code == 201, r.text
     iid = r.json()["id"]
     inst = instances.get(iid)
     run = inst.runner

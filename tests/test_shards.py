@@ -300,3 +300,19 @@ def test_pools_are_sized_by_the_frames_that_keep_stages_busy(tmp_path) -> None:
     (tmp_path / "bad.yaml").write_text("prefetch: -1\nnodes:\n  - {id: s, type: synthetic_source}\n")
     with pytest.raises(GraphError, match=r"bad\.yaml:1: prefetch: expected an integer 0\.\.64, got -1"):
         load_graph(str(tmp_path / "bad.yaml"))
+
+
+def test_a_graph_not_running_takes_no_change_of_configs(tmp_path) -> None:
+    """Before a run has begun (or after it ended), a change of configs is refused in one line, over one
+    process or several, and the graph the processes would start from is left as it was."""
+    from flowpipe.runtime import Runner
+
+    spec = load_graph("<g>", text="plugins: [fp_testnodes]\nnodes:\n"
+                                  "  - {id: s, type: synthetic_source, config: {count: 5}}\n"
+                                  "  - {id: d, type: test_one_face, inputs: {frame: s}}\n"
+                                  "  - {id: t, type: tracker, inputs: {detections: d.detections}}\n")
+    change = {"t": {"high_score": 0.9}}
+    for run in (Runner(spec), ShardedRun(spec, 2)):
+        with pytest.raises(RuntimeError, match=r"^the graph is not running$"):
+            run.live.retune(change)
+    assert spec.node("t").config.high_score == 0.5  # type: ignore[attr-defined]

@@ -317,24 +317,26 @@ def test_a_tracker_retuned_while_it_runs_starts_tracks_at_its_new_score_and_keep
 PERSON = (20.0, 100.0, 40.0, 160.0)  # 20 x 60: a walker seen from the side
 
 
-@pytest.mark.parametrize(("reach", "dx", "size", "same"), [
-    (0.5, 70.0, 1.0, True),    # found again 70 px on after 5 frames missed (10 px a frame, 60 px tall): one id
-    (0.0, 70.0, 1.0, False),   # overlap only: a new track past the gap
-    (0.5, -40.0, 1.0, False),  # behind it, the way it came: someone else
-    (0.5, 70.0, 2.0, False),   # twice its height: something else
-    (0.5, 250.0, 1.0, False),  # further than 0.5 of its height for each of the 6 frames: someone else
+@pytest.mark.parametrize(("reach", "misses", "dx", "size", "same"), [
+    (0.5, 5, 70.0, 1.0, True),     # found again 70 px on after 5 frames missed (10 px a frame, 60 px tall): one id
+    (0.0, 5, 70.0, 1.0, False),    # overlap only: a new track past the gap
+    (0.5, 5, -40.0, 1.0, False),   # behind it, the way it came: someone else
+    (0.5, 5, 70.0, 2.0, False),    # twice its height: something else
+    (0.5, 5, 250.0, 1.0, False),   # further than 0.5 of its height for each of the 6 frames: someone else
+    (0.5, 20, 200.0, 1.0, True),   # after 20 frames missed, within 8 frames' reach (240 px)
+    (0.5, 20, 300.0, 1.0, False),  # ... and not past it, however long it was missed
 ])
-def test_a_lost_track_is_found_again_ahead_on_its_way_within_its_reach(reach: float, dx: float, size: float,
-                                                                      same: bool) -> None:
-    """A walker found on 6 frames going right 10 px a frame, missed for 5, then found again ``dx`` on from
-    where they were last found: the track takes it within ``reach`` of its height a frame missed, ahead of
-    it and of its size; otherwise it starts a new track."""
+def test_a_lost_track_is_found_again_ahead_on_its_way_within_its_reach(reach: float, misses: int, dx: float,
+                                                                      size: float, same: bool) -> None:
+    """A walker found on 6 frames going right 10 px a frame, missed for ``misses``, then found again ``dx``
+    on from where they were last found: the track takes it within ``reach`` of its height a frame missed (8
+    frames' worth at most), ahead of it and of its size; otherwise it starts a new track."""
     t = tracker(reach=reach, confirm=3, max_age=30)
     for i in range(6):
-        (first,) = step(t, (shifted(PERSON, 10.0 * i), 0.9)).ids.tolist()
-    for _ in range(5):
-        step(t)
+        (first,) = step(t, (shifted(PERSON, 10.0 * i), 0.9), picture=(2000.0, 240.0)).ids.tolist()
+    for _ in range(misses):
+        step(t, picture=(2000.0, 240.0))
     x1, y1, x2, y2 = shifted(PERSON, 50.0 + dx)
     box = (x1, y2 - (y2 - y1) * size, x1 + (x2 - x1) * size, y2)
-    (again,) = step(t, (box, 0.9)).ids.tolist()
+    (again,) = step(t, (box, 0.9), picture=(2000.0, 240.0)).ids.tolist()
     assert (again == first) is same

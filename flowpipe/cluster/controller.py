@@ -159,7 +159,8 @@ class AgentRecord:
     seen: float | None = None  # when it last answered
 
 
-RETUNE_TIMEOUT_S = 30.0  # a host agent takes a change of configs within this, or is named as not having it
+RETUNE_TIMEOUT_S = 75.0  # a host agent takes a change of configs within this (its processes' 60 s and more), or
+# is named as not having it
 
 
 class ClusterRun:
@@ -410,35 +411,64 @@ class ClusterRun:
 
     def retune(self, changes: dict[str, dict[str, Any]]) -> None:
         """Nodes' configs changed on every host (``LiveControl.retune``), and in the graph agents started from
-        now on get (a lost host's streams placed again); the first host's refusal leaves every one as it was."""
+        now on get (a lost host's streams placed again, a rebalance). Hosts are asked at once, outside the
+        placing lock (a lost host is placed again meanwhile); if none took it and one refused, every one is as
+        it was; if some took it, the change stands, and the hosts that did not are named
+        (``PartlyRetunedError``)."""
+        if self.phase != "running":
+            raise RuntimeError("the run is not running")
         if not self._placing.acquire(timeout=30):
             raise RuntimeError("a lost host's streams are being placed again; try again")
         try:
             new = retune_specs(self.spec, changes)
             old = {nid: self.spec.node(nid).config for nid in new}
+            kept = {nid: dict(f) for nid, f in self.retuned.items()}
             self._configure(new)
-            took: list[str] = []
-            missed: list[str] = []
-            for a in [a for a in self.agents if a.result is None and a.error is None and a.handle is not None]:
-                try:
-                    self._ray.get(a.handle.retune.remote(changes), timeout=RETUNE_TIMEOUT_S)
-                    took.append(a.address)
-                except self._ray.exceptions.RayActorError:
-                    continue  # the host is lost: its streams are placed again from the graph as changed
-                except Exception as e:  # noqa: BLE001 - the first host that answers decides for all
-                    err = cause_of(e)
-                    if not took:
-                        self._configure(old)
-                        raise err from None
-                    missed.append(f"host {a.address}: {err}")
             for nid, fields in changes.items():
                 self.retuned.setdefault(nid, {}).update(fields)
-            self._save()
+            self._save()  # a controller that takes over has it, whatever the hosts answer
+            live = [a for a in self.agents if a.result is None and a.error is None and a.handle is not None]
         finally:
             self._placing.release()
-        if missed:
-            raise PartlyRetunedError(f"{'; '.join(missed)} (hosts {', '.join(took)} and those started from now "
-                                     "on have the change)")
+        took, refused, missed = self._ask_all(live, changes)
+        if not took and (refused or missed):
+            with self._placing:
+                self._configure(old)
+                self.retuned = kept
+                self._save()
+            raise refused[0] if refused else RuntimeError(f"no host took the change: {'; '.join(missed)}")
+        if missed or refused:
+            why = "; ".join(missed + [str(e) for e in refused])
+            raise PartlyRetunedError(f"{why} (hosts {', '.join(took)} and those started from now on have the change)")
+
+    def _ask_all(self, live: list[AgentRecord], changes: dict[str, dict[str, Any]]
+                 ) -> tuple[list[str], list[Exception], list[str]]:
+        """``retune`` on every agent in ``live`` at once, within one deadline: the hosts that took it (all or,
+        over several processes, some of theirs), the refusals, and the others (not answering, failing) by
+        name; a host lost or draining meanwhile is passed over (its streams start from the graph as changed)."""
+        ray = self._ray
+        refs = {a.handle.retune.remote(changes): a for a in live}
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=RETUNE_TIMEOUT_S)
+        took: list[str] = []
+        refused: list[Exception] = []
+        missed = [f"host {refs[r].address}: no answer in {RETUNE_TIMEOUT_S:.0f}s" for r in refs if r not in ready]
+        for ref in ready:
+            a = refs[ref]
+            try:
+                ray.get(ref)
+                took.append(a.address)
+            except ray.exceptions.RayActorError:
+                continue
+            except Exception as e:  # noqa: BLE001 - sorted below
+                err = cause_of(e)
+                if isinstance(err, PartlyRetunedError):
+                    took.append(a.address)
+                    missed.append(f"host {a.address}: {err}")
+                elif isinstance(err, ValueError):
+                    refused.append(err)
+                elif "not running" not in str(err):
+                    missed.append(f"host {a.address}: {err}")
+        return took, refused, missed
 
     def _configure(self, configs: dict[str, Any]) -> None:
         """The graph host agents start from, with ``configs`` (node id -> config) in place."""
@@ -542,7 +572,8 @@ class ClusterRun:
         it finished (an exact account: nothing was in flight)."""
         self._ray.kill(a.handle, no_restart=True)  # what it reserved is free for the streams' new places
         done = (a.result or {}).get("streams") or {}
-        self._replace(a, {s: a.start.get(s, 0) + done.get(s, 0) for s in a.sources}, why="rebalance")
+        with self._placing:  # (its new agents start from the graph as a change of configs left it)
+            self._replace(a, {s: a.start.get(s, 0) + done.get(s, 0) for s in a.sources}, why="rebalance")
 
     def _lost(self, a: AgentRecord, err: BaseException) -> None:
         """A host (or its agent) is gone: its streams resume on the hosts left, each after the frames it had

@@ -15,7 +15,7 @@ import warnings
 from typing import Any
 
 from ..graph import GraphSpec, NodeSpec
-from ..runtime.live import retune_specs, template_of
+from ..runtime.live import PartlyRetunedError, retune_specs, template_of
 from .controller import NAMESPACE, ClusterResult, ClusterRun, cause_of, connect, drop_state
 
 log = logging.getLogger("flowpipe.cluster")
@@ -249,8 +249,16 @@ class ClusterStreams:
         """Nodes' configs changed on every host, and for hosts that take over a lost one's streams."""
         if self.closed:
             raise RuntimeError("the run has ended")
-        self._ask("retune", changes)
-        for nid, cfg in retune_specs(self.spec, changes).items():
+        configs = retune_specs(self.spec, changes)
+        try:
+            self._ask("retune", changes)
+        except PartlyRetunedError:  # the run's graph has it: so does this copy
+            self._configure(configs)
+            raise
+        self._configure(configs)
+
+    def _configure(self, configs: dict[str, Any]) -> None:
+        for nid, cfg in configs.items():
             self.spec.node(nid).config = cfg
 
 

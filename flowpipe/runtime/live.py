@@ -274,12 +274,13 @@ class LiveStreams:
                         "reconnects": extra.get("reconnects", 0), "added_at": since})
         return out
 
-    def retune(self, changes: dict[str, dict[str, Any]]) -> None:
+    def retune(self, changes: dict[str, dict[str, Any]], opening: bool = False) -> None:
         """Nodes' configs changed while the graph runs: ``changes`` node id -> {field: value}, fields their
         contracts call tunable; every node is checked before any changes, each takes its new config between
-        frames (``Node.retune``)."""
+        frames (``Node.retune``). ``opening``: every node is open and no frame has gone yet (a process that
+        replaces one is given the changes made while it opened)."""
         r = self.runner
-        if r.stop_event.is_set():
+        if not (r.running or opening) or r.stop_event.is_set():
             raise RuntimeError("the graph is not running")
         configs = retune_specs(r.spec, changes)
         for nid in configs:

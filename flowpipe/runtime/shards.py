@@ -184,7 +184,10 @@ def _shard_main(conn: Connection, payload: bytes, plugins: list[str], plugin_dir
             case Begin(start, changes):
                 go = start
                 if changes:  # configs changed since the graph this process was given was written
-                    runner.live.retune(changes)
+                    try:
+                        runner.live.retune(changes, opening=True)
+                    except (ValueError, RuntimeError) as e:  # it runs on as it was given, said once
+                        log.error("shard %d could not take the changes made while it opened: %s", index, e)
             case other:
                 raise RuntimeError(f"the supervisor sent {type(other).__name__} before Begin")
         threading.Thread(target=listen, name="flowpipe:shard-control", daemon=True).start()
@@ -320,8 +323,8 @@ class ShardedRun:
         self._calls: dict[int, _Pending] = {}  # calls to shards waiting for their reply
         self._call_lock = threading.Lock()
         self._rid = 0
-        self.version = 0  # configs changed while it runs (``configure``), and the fields they changed
-        self.tuned: dict[str, set[str]] = {}
+        self.version = 0  # configs changed while it runs (``configure``): each version's changed fields
+        self.tuned: dict[int, dict[str, set[str]]] = {}
         self._config_lock = threading.Lock()
         self.live = ShardedStreams(self)
 
@@ -387,7 +390,7 @@ class ShardedRun:
         try:
             if self._open_all() and (self.on_opened is None or self.on_opened()):
                 for sh in self.shards:
-                    self._send(sh, Begin(True))
+                    self.begin(sh, True)
                 self.running = True
                 self._supervise()
             else:
@@ -428,25 +431,38 @@ class ShardedRun:
         child.close()
         return _Shard(index, sources, proc, parent, board, resume, version=version)
 
-    def configure(self, configs: dict[str, Any], changed: dict[str, Any]) -> None:
+    def configure(self, configs: dict[str, Any], changed: dict[str, Any], undo: int | None = None) -> int:
         """The graph processes started from now on (replacements) get, with ``configs`` (node id -> config)
         in place; ``changed``: node id -> the fields that changed (a process started before, still opening,
-        is given them as it starts)."""
+        is given them as it starts). ``undo``: the version whose change this takes back (its fields are no
+        more to give). Returns the new version."""
         with self._config_lock:
             for nid, cfg in configs.items():
                 self.spec.node(nid).config = cfg
-                self.tuned.setdefault(nid, set()).update(changed.get(nid, ()))
             self._payload = pickle.dumps(self.spec)
             self.version += 1
+            if undo is not None:
+                self.tuned.pop(undo, None)
+            else:
+                self.tuned[self.version] = {nid: set(f) for nid, f in changed.items()}
+            return self.version
 
     def _catch_up(self, sh: _Shard) -> dict[str, dict[str, Any]]:
-        """What shard ``sh`` needs to run the configs as they are now: every field changed while the run
-        went, at its value now, unless it was started from the graph as it is."""
+        """What shard ``sh`` needs to run the configs as they are now: the fields changed since the graph
+        it was started from was written, at their values now (held with ``_config_lock``)."""
+        fields: dict[str, set[str]] = {}
+        for version, changed in self.tuned.items():
+            if version > sh.version:
+                for nid, f in changed.items():
+                    fields.setdefault(nid, set()).update(f)
+        return {nid: self.spec.node(nid).config.model_dump(by_alias=True, include=f) for nid, f in fields.items()}
+
+    def begin(self, sh: _Shard, start: bool) -> None:
+        """``Begin`` to shard ``sh``, with the changes made since its graph was written; it counts as open
+        (calls go to it) from then on, so a change is either in its ``Begin`` or sent to it after."""
         with self._config_lock:
-            if sh.version == self.version:
-                return {}
-            return {nid: self.spec.node(nid).config.model_dump(by_alias=True, include=f)
-                    for nid, f in self.tuned.items()}
+            self._send(sh, Begin(start, self._catch_up(sh)))
+            sh.opened = True
 
     def _send(self, sh: _Shard, msg: ToShard) -> None:
         try:
@@ -541,9 +557,9 @@ class ShardedRun:
             case ShardCrashed(error):
                 sh.error = f"shard {sh.index} (pid {sh.pid}): {error}"
             case ShardOpened(pid):  # a restarted shard: it starts at once, beside the others
-                sh.pid, sh.opened = pid, True
+                sh.pid = pid
                 self.pids.append(pid)
-                self._send(sh, Begin(self._stop_at is None, self._catch_up(sh)))
+                self.begin(sh, self._stop_at is None)
                 if sh.again:  # (calls wait on replies this loop takes: from a thread of their own)
                     threading.Thread(target=self.live.add_again, args=(sh,), name="flowpipe:streams-again",
                                      daemon=True).start()
@@ -732,10 +748,12 @@ class ShardedStreams:
         process that answers, leaves every one as it was; a later process that fails without dying
         (``PartlyRetunedError``) leaves the change in the others and in the graph."""
         run = self.run
+        if not run.running or run.stopping:
+            raise RuntimeError("the graph is not running")
         with self._retuning:
             new = retune_specs(run.spec, changes)
             old = {nid: run.spec.node(nid).config for nid in new}
-            run.configure(new, changes)
+            version = run.configure(new, changes)
             took: list[int] = []
             missed: list[str] = []
             for sh in self._live():
@@ -746,7 +764,7 @@ class ShardedStreams:
                     if sh.error is not None or sh.restarted or not sh.proc.is_alive():
                         continue  # it died: its replacement starts from the graph as changed
                     if not took:
-                        run.configure(old, changes)
+                        run.configure(old, changes, undo=version)
                         raise
                     missed.append(f"process {sh.index}: {e}")
             if missed:

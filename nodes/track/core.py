@@ -29,6 +29,7 @@ from .geometry import (
 
 EXIT_SPEED = 0.05  # of its size a frame: the least motion out of the picture a missed face keeps when its
 # motion was measured on two frames only (no spread to tell the detector's jitter from a motion by)
+REACH_FRAMES = 8  # frames missed over which ``reach`` grows: a track is found again at most 8 * reach heights on
 LEAST_SPEED = 0.01  # of its size a frame: slower is not a motion out of the picture (a third of a face at
 # the edge would take over 30 frames to leave)
 TRAIL = 5  # the last updates a face's own motion is fitted over, along each axis its box was clear of the edges
@@ -146,6 +147,7 @@ class TrackerCore:
         self.camera: tuple[float, float, float] | None = None  # the camera's motion last measured
         self.camera_age = 0  # updates since
         self.frame = 0  # the last update's frame number
+        self.reached: set[int] = set()  # this update's detections that continued a track by ``reach``
 
     def update(self, boxes: np.ndarray, scores: np.ndarray, *, looks: Mapping[str, np.ndarray] | None = None,
                labels: Sequence[tuple[str, int]] | None = None, refs: Sequence[Any] | None = None,
@@ -241,20 +243,25 @@ class TrackerCore:
             for ti, di in greedy(iou, thr):
                 assign[int(group[di])] = free_t[ti]
                 matched.add(free_t[ti])
+        self.reached = set()
         if s.reach > 0:
             left = [int(d) for d in np.concatenate([high, low]) if int(d) not in assign]
-            for ti, di in self._reached([i for i in range(len(pred)) if i not in matched], left, boxes, labels):
+            sure = {int(d) for d in high}
+            for ti, di in self._reached([i for i in range(len(pred)) if i not in matched], left, sure, boxes,
+                                        labels):
                 assign[di] = ti
+                self.reached.add(di)
         return assign
 
-    def _reached(self, tracks: list[int], dets: list[int], boxes: np.ndarray,
+    def _reached(self, tracks: list[int], dets: list[int], high: set[int], boxes: np.ndarray,
                  labels: list[str] | None) -> list[tuple[int, int]]:
         """Tracks no detection overlapped, found again further along the way they were going (``reach``):
-        a confirmed track moving at least a tenth of its height a frame takes the nearest detection of its
+        a confirmed track moving at least a fiftieth of its height a frame takes the nearest detection of its
         label and of its size (within a factor of 1.6) that lies ahead of it, within 60 degrees of its
-        heading and ``reach`` of its height per frame since it was last found. A person crossing fast, whom
-        the detector finds once every few frames, keeps one id: overlap alone would start a new one past
-        the gap."""
+        heading and ``reach`` of its height per frame since it was last found (for REACH_FRAMES frames at
+        most); a candidate (under ``high_score``) only as the candidate stage takes one, within ``hold``
+        frames of its last high score. A person crossing fast, whom the detector finds once every few frames,
+        keeps one id: overlap alone would start a new one past the gap."""
         s = self.settings
         cost = np.full((len(tracks), len(dets)), np.inf)
         for a, ti in enumerate(tracks):
@@ -265,12 +272,12 @@ class TrackerCore:
                 continue
             centre = (t.box[:2] + t.box[2:]) / 2  # where its box coasted to while it was missed
             for b, di in enumerate(dets):
-                if labels is not None and labels[di] != t.label:
+                if (labels is not None and labels[di] != t.label) or (di not in high and t.since_high >= s.hold):
                     continue
                 dh = float(boxes[di][3] - boxes[di][1])
                 v = (boxes[di][:2] + boxes[di][2:]) / 2 - centre
                 dist = float(np.hypot(*v))
-                if not (h / 1.6 <= dh <= h * 1.6) or dist > s.reach * h * (t.missed + 1):
+                if not (h / 1.6 <= dh <= h * 1.6) or dist > s.reach * h * min(t.missed + 1, REACH_FRAMES):
                     continue
                 if dist > 0 and float(v @ t.heading) < 0.5 * dist * speed:
                     continue
@@ -306,6 +313,8 @@ class TrackerCore:
         """A track found at detection ``di``: its motion, box, size and confirmation."""
         s = self.settings
         step = boxes[di] - t.box
+        if di in self.reached:  # found again past a gap: its motion a frame, not the whole way at once
+            step = step / (t.missed + 1)
         # the face's own motion in the scene a frame (a coasting face keeps its size), the camera's taken out,
         # a straight line fitted over the last TRAIL updates (one detection's jitter does not turn a face
         # leaving into a still one): along each axis on which its box is clear of the edges, to its centre;
