@@ -8,7 +8,9 @@ detect-and-track graph (the same graph with ``analytics=false``), run side by si
 The clips are in two parts, reported apart: the ones seen while the graph was made, and held-out ones added after
 it and its line's margin were fixed. Per clip: true crossings, found (reported once, in their frames and
 direction), missed, false, twice; FPS with and without the analytics node (median of ``--repeats`` runs, from the
-first frame decoded to the last written); the analytics node's share of the graph's busy time. Targets: every true
+first frame decoded to the last written); the analytics node's CPU time a frame over the frame time (its thread's
+CPU time: a thread preempted on a busy machine costs nothing it did not spend), and its share of the graph's busy
+time (wall time inside its calls, preemption in). Targets: every true
 crossing counted once, no false crossing, analytics under 5% of the frame time.
 """
 from __future__ import annotations
@@ -37,12 +39,15 @@ def run_once(graph: Path, src: Path, analytics: bool, work: Path, sets: dict[str
     res, seconds = run_timed(spec, f"{graph.stem} on {src}")
     frames = res.frames["out"]
     busy = {k: float(v.get("busy_s", 0.0)) for k, v in res.nodes.items()}
+    cpu_ms = float(res.nodes.get("analytics", {}).get("cpu_ms_per_frame") or 0.0)
     crossings = []
     if analytics:
         for line in (work / f"{tag}.jsonl").read_text().splitlines():
             r = json.loads(line)
             crossings += [{"frame": r["frame"], **c} for c in r["analytics"]["crossings"]]
-    return {"fps": frames / seconds, "frames": frames, "busy": busy, "crossings": crossings}
+    # the analytics node's CPU time a frame (its thread's, waits and preemption left out) over the frame time
+    return {"fps": frames / seconds, "frames": frames, "busy": busy, "crossings": crossings,
+            "cpu_share": cpu_ms * frames / (1e3 * seconds)}
 
 
 def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -51,6 +56,7 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "every_true_crossing_once": all(r["found"] == r["true"] and not r["twice"] for r in rows),
             "no_false_crossing": all(r["false"] == 0 for r in rows),
             "analytics_busy_share_max": max(r["analytics_busy_share"] for r in rows),
+            "analytics_cpu_share_max": max(r["analytics_cpu_share"] for r in rows),
             "fps_ratio_median": round(statistics.median(r["fps_ratio"] for r in rows), 3)}
 
 
@@ -77,11 +83,13 @@ def main() -> int:
         s = score(name, with_[0]["crossings"], args.what)
         counts = [score(name, r["crossings"], args.what).row() for r in with_]
         share = statistics.median(r["busy"].get("analytics", 0.0) / max(sum(r["busy"].values()), 1e-9) for r in with_)
+        cpu_share = statistics.median(r["cpu_share"] for r in with_)
         fps_with = statistics.median(r["fps"] for r in with_)
         fps_without = statistics.median(r["fps"] for r in runs[False])
         row = s.row() | {"same_in_every_run": all(c == counts[0] for c in counts), "frames": with_[0]["frames"],
                          "fps_with": round(fps_with, 1), "fps_without": round(fps_without, 1),
                          "fps_ratio": round(fps_with / fps_without, 3), "analytics_busy_share": round(share, 4),
+                         "analytics_cpu_share": round(cpu_share, 4),
                          "about": truth(args.what)[name]["about"], "part": part(name)}
         rows.append(row)
         print(row, flush=True)
