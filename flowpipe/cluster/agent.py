@@ -14,6 +14,7 @@ import os
 import pickle
 import socket
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -97,8 +98,14 @@ class HostAgent:
         return self.started
 
     def begin(self, start: bool = True) -> None:
+        """The controller's word; once started, it returns when frames flow (within 10 s), so a stream added
+        right after finds the graph running."""
         self.started = start
         self.go.set()
+        until = time.monotonic() + 10
+        while start and self.runner is not None and not self.runner.running and not self.done.is_set() \
+                and time.monotonic() < until:
+            time.sleep(0.01)
 
     def _run(self) -> None:
         import resource
