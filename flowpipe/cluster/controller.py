@@ -472,8 +472,7 @@ class ClusterRun:
 
     def _configure(self, configs: dict[str, Any]) -> None:
         """The graph host agents start from, with ``configs`` (node id -> config) in place."""
-        for nid, cfg in configs.items():
-            self.spec.node(nid).config = cfg
+        self.spec.configure(configs)
         self._payload = pickle.dumps(self.spec)
 
     def _serving(self, stream: str) -> Any:

@@ -250,16 +250,14 @@ class ClusterStreams:
         if self.closed:
             raise RuntimeError("the run has ended")
         configs = retune_specs(self.spec, changes)
+        partly: PartlyRetunedError | None = None
         try:
             self._ask("retune", changes)
-        except PartlyRetunedError:  # the run's graph has it: so does this copy
-            self._configure(configs)
-            raise
-        self._configure(configs)
-
-    def _configure(self, configs: dict[str, Any]) -> None:
-        for nid, cfg in configs.items():
-            self.spec.node(nid).config = cfg
+        except PartlyRetunedError as e:  # the run's graph has it: so does this copy
+            partly = e
+        self.spec.configure(configs)
+        if partly is not None:
+            raise partly
 
 
 class ClusterInstance:

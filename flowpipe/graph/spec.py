@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import builtins
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -162,6 +163,11 @@ class GraphSpec:
 
     def node(self, node_id: str) -> NodeSpec:
         return next(n for n in self.nodes if n.id == node_id)
+
+    def configure(self, configs: Mapping[str, Any]) -> None:
+        """Nodes' configs replaced (node id -> config), as a running graph changes them."""
+        for nid, cfg in configs.items():
+            self.node(nid).config = cfg
 
     def consumers(self, node_id: str) -> list[tuple[str, str, str]]:
         """(out_port, consumer id, in_port) for every edge leaving ``node_id``."""

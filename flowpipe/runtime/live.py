@@ -82,12 +82,16 @@ def retuned(spec: NodeSpec, fields: dict[str, Any]) -> NodeConfig:
     try:
         cfg = type(spec.config).model_validate({**spec.config.model_dump(by_alias=True), **fields})
     except ValidationError as e:
-        err = e.errors()[0]
-        where = ".".join(str(x) for x in err["loc"])
-        raise ValueError(f"{node}: config.{where}: {err['msg']}") from None
+        raise ValueError(f"{node}: {_first_problem(e)}") from None
     if spec.cls.contract(cfg) != spec.contract:
         raise ValueError(f"{node}: the new config changes what the node declares; start the graph again with it")
     return cfg
+
+
+def _first_problem(e: ValidationError) -> str:
+    """A config's first validation error in one line: ``config.FIELD: what was expected``."""
+    err = e.errors()[0]
+    return f"config.{'.'.join(str(x) for x in err['loc'])}: {err['msg']}"
 
 
 def retune_specs(spec: GraphSpec, changes: dict[str, dict[str, Any]]) -> dict[str, NodeConfig]:
@@ -189,9 +193,7 @@ class LiveStreams:
             try:
                 cfg = schema.model_validate(merged)
             except ValidationError as e:
-                err = e.errors()[0]
-                where = ".".join(str(x) for x in err["loc"])
-                raise ValueError(f"stream {stream!r}: config.{where}: {err['msg']}") from None
+                raise ValueError(f"stream {stream!r}: {_first_problem(e)}") from None
             spec = dataclasses.replace(template, id=stream, config=cfg, template=False)
             node = spec.make()
             assert isinstance(node, Source)
@@ -296,12 +298,12 @@ class LiveStreams:
                 for nid, cfg in configs.items():
                     old = r.spec.node(nid).config
                     r.nodes[nid].retune(cfg)
-                    r.spec.node(nid).config = cfg
+                    r.spec.configure({nid: cfg})
                     done.append((nid, old))
             except Exception:
                 for nid, old in reversed(done):  # every node as it was, or none changed
                     r.nodes[nid].retune(old)
-                    r.spec.node(nid).config = old
+                    r.spec.configure({nid: old})
                 raise
         for nid in configs:
             log.info("node %s retuned: %s", nid, ", ".join(sorted(changes[nid])))

@@ -437,8 +437,7 @@ class ShardedRun:
         is given them as it starts). ``undo``: the version whose change this takes back (its fields are no
         more to give). Returns the new version."""
         with self._config_lock:
-            for nid, cfg in configs.items():
-                self.spec.node(nid).config = cfg
+            self.spec.configure(configs)
             self._payload = pickle.dumps(self.spec)
             self.version += 1
             if undo is not None:
