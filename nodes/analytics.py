@@ -94,6 +94,7 @@ class _StreamState:
     """One stream's analytics: where each track was, the zones it is in since when, what it crossed, the open
     events, the running totals."""
 
+    config: Analytics.Config  # the config this state was kept under (a running graph's may change)
     last: dict[int, Point] = field(default_factory=dict)  # track -> its point in the last frame it was in
     side: dict[tuple[str, int], int] = field(default_factory=dict)  # (line, track) -> -1 left, +1 right
     counted: set[tuple[str, int, str]] = field(default_factory=set)  # (line, track, direction) counted
@@ -104,7 +105,6 @@ class _StreamState:
     over_since: dict[str, float] = field(default_factory=dict)  # occupancy rule -> since when it holds
     open: dict[tuple[str, Any], _Open] = field(default_factory=dict)  # (rule, key) -> event
     seq: int = 0
-    config: Any = None  # the config this state was kept under (a running graph's may change)
 
 
 #: What a running graph may change: zones, lines, rules and what they count (``Analytics.retune``).

@@ -87,8 +87,8 @@ class Instance:
     spec: GraphSpec
     runner: Executor
     folder: Path
+    source: Template  # the template as it was started (what its parameters are rendered from)
     parameters: dict[str, Any] = field(default_factory=dict)  # every parameter's value now
-    source: Template | None = None  # the template as it was started (what its parameters are rendered from)
     started_at: float = field(default_factory=time.time)
     result: Any = None
     thread: threading.Thread | None = None
@@ -209,7 +209,7 @@ class Instances:
         except GraphError as e:
             raise RequestError(graph_error(e, template)) from None
         runner = executor(spec, spec.processes, cluster=self.cluster, name=f"serve-{iid}")
-        inst = Instance(iid, name, spec, runner, folder, {**template.params, **parameters}, template)
+        inst = Instance(iid, name, spec, runner, folder, template, {**template.params, **parameters})
         inst.thread = threading.Thread(target=self._run, args=(inst,), name=f"flowpipe:serve:{iid}", daemon=True)
         with self._lock:
             self.instances[iid] = inst
@@ -268,7 +268,6 @@ class Instances:
     def parameters(self, inst: Instance) -> list[dict[str, Any]]:
         """Every parameter of the instance: its value now, whether it can change while the instance runs
         (and why not), and the shape it draws over the picture (``line``, ``polygon``) where it is one."""
-        assert inst.source is not None
         out = []
         for name, value in inst.parameters.items():
             fixed = why_fixed(inst.spec, inst.source.uses, name)
@@ -286,7 +285,6 @@ class Instances:
 
     def _retune(self, inst: Instance, parameters: dict[str, Any]) -> list[dict[str, Any]]:
         template = inst.source
-        assert template is not None
         unknown = sorted(set(parameters) - set(inst.parameters))
         if unknown:
             raise RequestError(f"pipeline {inst.template!r} has no parameter {unknown[0]!r}; parameters: "

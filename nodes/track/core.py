@@ -147,7 +147,6 @@ class TrackerCore:
         self.camera: tuple[float, float, float] | None = None  # the camera's motion last measured
         self.camera_age = 0  # updates since
         self.frame = 0  # the last update's frame number
-        self.reached: set[int] = set()  # this update's detections that continued a track by ``reach``
 
     def update(self, boxes: np.ndarray, scores: np.ndarray, *, looks: Mapping[str, np.ndarray] | None = None,
                labels: Sequence[tuple[str, int]] | None = None, refs: Sequence[Any] | None = None,
@@ -167,7 +166,8 @@ class TrackerCore:
         out = TrackUpdate(np.full(n, -1, np.int64), boxes.copy(), np.zeros(n, bool), np.ones(n, bool))
         old = len(self.tracks)  # tracks that existed before this frame
         pred = np.array([t.box + t.velocity for t in self.tracks]).reshape(-1, 4)
-        assign = self._associate(pred, boxes, judged, [lab for lab, _ in labels] if labels is not None else None)
+        assign, reached = self._associate(pred, boxes, judged,
+                                          [lab for lab, _ in labels] if labels is not None else None)
         matched = set(assign.values())
         camera = self._camera(assign, boxes, picture) if s.camera_motion and old else None
         if camera is not None:
@@ -185,7 +185,7 @@ class TrackerCore:
             for t in self.tracks:
                 t.trail = [_carried(p, camera) for p in t.trail]
         for di, ti in assign.items():
-            self._follow(self.tracks[ti], di, boxes, judged, camera, picture, out, dt)
+            self._follow(self.tracks[ti], di, boxes, judged, camera, picture, out, dt, di in reached)
         starts = self._starts([h for h in judged.high.tolist() if h not in assign],
                               [i for i in judged.low.tolist() if i not in assign and not judged.rejected[i]],
                               boxes, np.asarray(scores, np.float64).reshape(-1), refs)
@@ -225,10 +225,11 @@ class TrackerCore:
         return _Judged(sure, sure | passed, rejected)
 
     def _associate(self, pred: np.ndarray, boxes: np.ndarray, judged: _Judged,
-                   labels: list[str] | None) -> dict[int, int]:
+                   labels: list[str] | None) -> tuple[dict[int, int], set[int]]:
         """Detection -> track: the high ones by ``iou_threshold`` first, then the candidates by
         ``candidate_iou`` with the tracks left that had a high one in the last ``hold`` frames; a detection
-        continues only a track of its own label (a person does not take over the bicycle under them)."""
+        continues only a track of its own label (a person does not take over the bicycle under them). With
+        ``reach``, the tracks left then take detections ahead of them; those detections come back apart."""
         s = self.settings
         assign: dict[int, int] = {}
         matched: set[int] = set()
@@ -243,15 +244,15 @@ class TrackerCore:
             for ti, di in greedy(iou, thr):
                 assign[int(group[di])] = free_t[ti]
                 matched.add(free_t[ti])
-        self.reached = set()
+        reached: set[int] = set()
         if s.reach > 0:
             left = [int(d) for d in np.concatenate([high, low]) if int(d) not in assign]
             sure = {int(d) for d in high}
             for ti, di in self._reached([i for i in range(len(pred)) if i not in matched], left, sure, boxes,
                                         labels):
                 assign[di] = ti
-                self.reached.add(di)
-        return assign
+                reached.add(di)
+        return assign, reached
 
     def _reached(self, tracks: list[int], dets: list[int], high: set[int], boxes: np.ndarray,
                  labels: list[str] | None) -> list[tuple[int, int]]:
@@ -309,11 +310,13 @@ class TrackerCore:
                    for a, b in both)
 
     def _follow(self, t: Track, di: int, boxes: np.ndarray, judged: _Judged,
-                camera: tuple[float, float, float] | None, picture: Picture, out: TrackUpdate, dt: int) -> None:
-        """A track found at detection ``di``: its motion, box, size and confirmation."""
+                camera: tuple[float, float, float] | None, picture: Picture, out: TrackUpdate, dt: int,
+                gap: bool = False) -> None:
+        """A track found at detection ``di`` (``gap``: by ``reach``, past frames it was missed): its motion,
+        box, size and confirmation."""
         s = self.settings
         step = boxes[di] - t.box
-        if di in self.reached:  # found again past a gap: its motion a frame, not the whole way at once
+        if gap:  # found again past a gap: its motion a frame, not the whole way at once
             step = step / (t.missed + 1)
         # the face's own motion in the scene a frame (a coasting face keeps its size), the camera's taken out,
         # a straight line fitted over the last TRAIL updates (one detection's jitter does not turn a face
