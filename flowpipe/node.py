@@ -229,6 +229,11 @@ class NodeContract:
     tunable: frozenset[str] = frozenset()
 
     @property
+    def retunable(self) -> frozenset[str]:
+        """The fields a running graph may change: the tunable ones, never one naming a file it writes."""
+        return self.tunable - set(self.files)
+
+    @property
     def isolation_refused(self) -> str | None:
         """Why the node cannot run in a worker process: its own reason, or that it holds frames (its pool of
         asynchronous requests, its lookahead) past ``process``."""

@@ -75,9 +75,9 @@ def retuned(spec: NodeSpec, fields: dict[str, Any]) -> NodeConfig:
     (``NodeContract.tunable``, never a file it writes); a ValueError in one line otherwise, or where the new
     config would change what the node declares (its contract), which the run was planned on."""
     node = f"node {spec.id!r} ({spec.type})"
-    fixed = sorted(set(fields) - (spec.contract.tunable - set(spec.contract.files)))
+    fixed = sorted(set(fields) - spec.contract.retunable)
     if fixed:
-        may = ", ".join(sorted(spec.contract.tunable)) or "none"
+        may = ", ".join(sorted(spec.contract.retunable)) or "none"
         raise ValueError(f"{node}: {', '.join(fixed)} cannot change while the graph runs (fields that can: {may})")
     try:
         cfg = type(spec.config).model_validate({**spec.config.model_dump(by_alias=True), **fields})

@@ -368,7 +368,7 @@ def why_fixed(spec: GraphSpec, uses_of: dict[str, list[tuple[str | None, str]]],
         if head != "config":
             return f"it sets {key!r} of node {node!r}"
         fld = rest.split(".")[0]
-        if fld not in found.contract.tunable or fld in found.contract.files:
+        if fld not in found.contract.retunable:
             return f"it sets node {node!r} ({found.type}) config.{fld}; start a new instance with it"
         if found.isolation == "process":
             return f"it sets node {node!r}, which runs in a process of its own (isolation: process)"
