@@ -11,7 +11,8 @@ Geometry is in fractions of the picture (0-1, a polygon or line drawn once fits 
 ``units: pixels``. A line from A to B is crossed ``in`` when an object goes from its left to its right as seen
 looking from A to B (in image coordinates, y down: for a line drawn left to right, from above it to below), and
 ``out`` the other way; an object is on a side only once its point is ``margin`` of its box's height past the
-line, so a box jittering on the line crosses nothing, and each track is counted once a line and direction.
+line, so a box jittering on the line crosses nothing; each track is counted once a line, the way it first
+crossed it (or, with ``count: each_way``, once each way).
 """
 from __future__ import annotations
 
@@ -46,6 +47,10 @@ class Line(BaseModel):
     model_config = ConfigDict(extra="forbid")
     points: tuple[Point, Point] = Field(description="A, B: crossing it from its left to its right (looking from A "
                                                     "to B) is 'in'")
+    count: Literal["first", "each_way"] = Field(
+        "first", description="first: a track is counted once, the way it first crossed (a box that grows or "
+        "jitters back over the line is no crossing back); each_way: once each way (a door one track walks in "
+        "and back out of)")
 
 
 class Rule(BaseModel):
@@ -222,7 +227,7 @@ class Analytics(Node):
                 if lab is not None:
                     by_label[lab] = by_label.get(lab, 0) + 1
             zones[name] = {"count": len(held), "labels": by_label, "tracks": held}
-        # lines: crossings, each track once a line and direction
+        # lines: crossings, each track once a line (or once each way)
         crossed: list[tuple[str, int, str]] = []
         for name, ln in c.lines.items():
             a = np.array(ln.points[0]) * scale
@@ -241,7 +246,8 @@ class Analytics(Node):
                 if was is None or was == side or not _within(a, b, np.array(st.last.get(tid, points[tid])), p):
                     continue
                 direction = "in" if side > 0 else "out"
-                if (name, tid, direction) in st.counted:
+                if (name, tid, direction) in st.counted or (
+                        ln.count == "first" and (name, tid, "out" if side > 0 else "in") in st.counted):
                     continue
                 st.counted.add((name, tid, direction))
                 tot[direction] += 1

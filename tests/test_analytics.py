@@ -38,21 +38,26 @@ def _walk(x0: float, x1: float, n: int, y: float = 150.0) -> list[tuple[float, f
     return [(x0 + (x1 - x0) * i / (n - 1), y) for i in range(n)]
 
 
-def test_a_line_counts_each_track_once_with_its_direction() -> None:
+@pytest.mark.parametrize("count", ["first", "each_way"])
+def test_a_line_counts_each_track_once_with_its_direction(count: str) -> None:
     """Track 1 walks left to right across a vertical line drawn top to bottom (its left, looking from A to B,
     is the picture's right: 'out'), track 2 right to left ('in'), track 3 stands on the line jittering 4 px
-    either way (inside the margin: no side, no crossing), track 4 crosses, comes back and crosses again (one
-    'out', one 'in', each once). Track 2 is a car: the line's totals are also kept per label."""
+    either way (inside the margin: no side, no crossing), track 4 crosses, comes back and crosses again: its
+    first crossing only ('out'; a person's box that grows back over the line is no crossing back) or, with
+    ``count: each_way``, one 'out' and one 'in'. Track 2 is a car: the line's totals are also kept per label."""
     a, b = _walk(100, 220, 13), _walk(220, 100, 13)
     jitter = [(160 + (4 if i % 2 else -4), 150.0) for i in range(13)]
     back = _walk(130, 190, 5) + _walk(190, 130, 4)[1:] + _walk(130, 190, 5)[1:]
     seq = [{1: a[i], 2: b[i], 3: jitter[i], 4: back[i] if i < len(back) else back[-1]} for i in range(13)]
-    out = run_node(f"type: analytics\nconfig: {{{LINE}}}", _frames(seq, labels={2: "car"}), port="detections")
+    line = f"lines: {{gate: {{points: [[0.5, 0.0], [0.5, 1.0]], count: {count}}}}}"
+    out = run_node(f"type: analytics\nconfig: {{{line}}}", _frames(seq, labels={2: "car"}), port="detections")
     per = [f.meta["analytics"] for f in out.frames]
     crossings = [(c["track"], c["label"], c["direction"]) for p in per for c in p["crossings"]]
-    assert sorted(crossings) == [(1, "person", "out"), (2, "car", "in"), (4, "person", "in"), (4, "person", "out")]
-    assert per[-1]["lines"] == {"gate": {"in": 2, "out": 2, "labels": {"person": {"in": 1, "out": 2},
-                                                                      "car": {"in": 1, "out": 0}}}}
+    back_in = [(4, "person", "in")] if count == "each_way" else []
+    assert sorted(crossings) == sorted([(1, "person", "out"), (2, "car", "in"), (4, "person", "out"), *back_in])
+    assert per[-1]["lines"] == {"gate": {"in": 1 + len(back_in), "out": 2,
+                                         "labels": {"person": {"in": len(back_in), "out": 2},
+                                                    "car": {"in": 1, "out": 0}}}}
 
 
 def test_a_line_is_not_crossed_round_its_end() -> None:
@@ -129,12 +134,13 @@ def test_a_crossing_rule_raises_an_instant_event_per_direction_it_names() -> Non
 @pytest.mark.parametrize(("away", "expected"), [(3, ["out", "in"]), (8, ["out", "out"])])
 def test_a_track_is_forgotten_after_forget_frames_and_its_crossings_with_it(away: int, expected: list[str]) -> None:
     """Track 1 crosses left to right, is not seen for ``away`` frames and comes back on the left to cross
-    again. Back within ``forget`` (5) frames it is the same track: its jump back is an 'in', its second 'out' is
-    not counted again. Away longer, it was forgotten with what it crossed (so a server's memory does not grow
-    a crossing at a time): both are counted."""
+    again (the line counts each way). Back within ``forget`` (5) frames it is the same track: its jump back is
+    an 'in', its second 'out' is not counted again. Away longer, it was forgotten with what it crossed (so a
+    server's memory does not grow a crossing at a time): both are counted."""
     walk = [{1: p} for p in _walk(100, 220, 7)]
     seq = walk + [{}] * away + walk
-    out = run_node(f"type: analytics\nconfig: {{{LINE}, forget: 5}}", _frames(seq), port="detections")
+    line = "lines: {gate: {points: [[0.5, 0.0], [0.5, 1.0]], count: each_way}}"
+    out = run_node(f"type: analytics\nconfig: {{{line}, forget: 5}}", _frames(seq), port="detections")
     assert [c["direction"] for f in out.frames for c in f.meta["analytics"]["crossings"]] == expected
 
 
