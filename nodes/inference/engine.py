@@ -78,17 +78,18 @@ class Engine:
         self.placement = alloc.placement
         comp = self._compile(ov_owner, offer, config)
         self.compiled = comp.model
-        self.input = self.compiled.inputs[0]
-        pshape = self.input.get_partial_shape()
+        port = self.compiled.inputs[0]  # not kept: a port holds its compiled model (close lets that go)
+        pshape = port.get_partial_shape()
+        self.input_name: str = port.get_any_name()
         self.in_shape = None if pshape.is_dynamic else tuple(pshape.to_shape())
-        self.in_type = self.input.get_element_type()
+        self.in_type = port.get_element_type()
         self._make_requests()
         self._make_outputs(frames_in_flight)
         remote_ctx = ov_owner.remote_context(self.device) if self.device in ("GPU", "NPU") else None
         self.tensors = ovx.TensorBinder(self.in_type, self.in_shape, remote_ctx)
         self.section = {"device": self.device, "device_reason": self.choice.reason, "requests": len(self.requests),
                         "compile_ms": round(comp.compile_ms, 2), "cache": comp.cache,
-                        "input": {"name": self.input.get_any_name(), "shape": str(pshape),
+                        "input": {"name": self.input_name, "shape": str(pshape),
                                   "type": str(self.in_type)},
                         "input_memory": alloc.placement,
                         "config": {k: str(v) for k, v in config.items()}, "stateful": self.stateful,
@@ -250,7 +251,7 @@ class Engine:
             return "host tensor, shared memory, one entry a run"
         if cl_buffer is not None and hasattr(cl_buffer, "int_ptr"):  # OpenCL buffer in OpenVINO's GPU context
             t.wait_ready()  # the preprocess kernel that writes it may still be running on its own queue
-            req.set_tensor(self.input.get_any_name(), self.tensors.ocl_buffer(cl_buffer))
+            req.set_tensor(self.input_name, self.tensors.ocl_buffer(cl_buffer))
             return "remote OCL_BUFFER"
         arr = t[:self.entries.run(frame)] if self.entries.variable else t
         if self.in_shape is not None and tuple(arr.shape) != self.in_shape:
@@ -258,7 +259,7 @@ class Engine:
         buf = frame.buffer_of(arr)
         if self.device == "NPU" and self.tensors.remote_context is not None and buf is not None \
                 and buf.kind == "dma-heap":
-            req.set_tensor(self.input.get_any_name(), self.tensors.shared_buf(buf, "NPU"))
+            req.set_tensor(self.input_name, self.tensors.shared_buf(buf, "NPU"))
             return "remote SHARED_BUF (DMA-BUF)"
         if buf is not None:
             tensor = self.tensors.host(arr)  # pooled memory: the same views come back, made once

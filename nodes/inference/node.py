@@ -163,7 +163,7 @@ class Inference(Node):
             assert engine.tensors is not None
             self.batcher = Batcher(c.batch, c.batch_timeout_ms, self.wake, self.entries.count, engine.in_shape,
                                    engine.in_type, alloc.slots, len(engine.requests), engine.tensors,
-                                   engine.input.get_any_name())
+                                   engine.input_name)
         # the frames its requests run, and those that run none waiting behind them (an interval's)
         self.max_held = len(engine.requests) * _every(offer) if c.requests == "async" else 0
         self.passed = 0  # frames without entries (up_to): no request
