@@ -8,10 +8,11 @@ dwelling in a zone ``dwell`` seconds, a line crossed. What it found goes on the 
 with the frame's detections.
 
 Geometry is in fractions of the picture (0-1, a polygon or line drawn once fits every resolution) unless
-``units: pixels``. A line from A to B is crossed ``in`` when an object goes from its left to its right as seen
-looking from A to B (in image coordinates, y down: for a line drawn left to right, from above it to below), and
-``out`` the other way; an object is on a side only once its point is ``margin`` of its box's height past the
-line, so a box jittering on the line crosses nothing; each track is counted once a line, the way it first
+``units: pixels``; a stream (a camera) may have zones and lines of its own (``streams``), over the node's by
+name. A line from A to B is crossed ``in`` when an object goes from its left to its right as seen looking from
+A to B (in image coordinates, y down: for a line drawn left to right, from above it to below), and ``out`` the
+other way; an object is on a side only once its point is ``margin`` of its box's height past the line, so a box
+jittering on the line crosses nothing; each track is counted once a line, the way it first
 crossed it (or, with ``count: each_way``, once each way).
 """
 from __future__ import annotations
@@ -51,6 +52,14 @@ class Line(BaseModel):
         "first", description="first: a track is counted once, the way it first crossed (a box that grows or "
         "jitters back over the line is no crossing back); each_way: once each way (a door one track walks in "
         "and back out of)")
+
+
+class Shapes(BaseModel):
+    """One stream's own zones and lines: each replaces the node's of its name, or adds one, for that stream."""
+
+    model_config = ConfigDict(extra="forbid")
+    zones: dict[str, Zone] = Field(default_factory=dict)
+    lines: dict[str, Line] = Field(default_factory=dict)
 
 
 class Rule(BaseModel):
@@ -113,7 +122,7 @@ class _StreamState:
 
 
 #: What a running graph may change: zones, lines, rules and what they count (``Analytics.retune``).
-TUNABLE = frozenset({"zones", "lines", "rules", "labels", "margin", "forget"})
+TUNABLE = frozenset({"zones", "lines", "streams", "rules", "labels", "margin", "forget"})
 
 
 @register("analytics")
@@ -127,6 +136,8 @@ class Analytics(Node):
             labels: [person]
             zones: {door: {polygon: [[0.1, 0.5], [0.4, 0.5], [0.4, 1.0], [0.1, 1.0]]}}
             lines: {entrance: {points: [[0.5, 0.0], [0.5, 1.0]]}}
+            streams:                      # a camera with a view of its own: its entrance lies elsewhere
+              cam2: {lines: {entrance: {points: [[0.2, 0.3], [0.9, 0.3]]}}}
             rules:
               - {name: crowded, zone: door, occupancy: 3, for: 2.0}
               - {name: loitering, zone: door, dwell: 30}
@@ -143,6 +154,9 @@ class Analytics(Node):
         lines: dict[str, Line] = Field(default_factory=dict, description="name -> {points: [A, B]}")
         rules: list[Rule] = Field(default_factory=list, description="{name, zone, occupancy, for} | {name, zone, "
                                   "dwell} | {name, line, direction}: each raises events")
+        streams: dict[str, Shapes] = Field(default_factory=dict, description="stream id -> {zones, lines} of its "
+                                           "own (a camera's view), each by name over the ones above; a rule on "
+                                           "a zone or line a stream lacks does not apply to it")
         labels: list[str] | None = Field(None, description="the labels counted (default: every tracked object)")
         units: Literal["fraction", "pixels"] = Field("fraction", description="of the zones' and lines' points")
         anchor: Literal["bottom", "center"] = Field("bottom", description="the point of a box that is placed: "
@@ -154,19 +168,31 @@ class Analytics(Node):
                                                   "the lines it crossed (counted again only after)")
         snapshots: str | None = Field(None, description="folder for a JPEG of the frame each event begins on")
 
+        def zones_of(self, stream: str) -> dict[str, Zone]:
+            """The zones of ``stream``: the node's, with its own (``streams``) over them."""
+            own = self.streams.get(stream)
+            return {**self.zones, **own.zones} if own is not None else self.zones
+
+        def lines_of(self, stream: str) -> dict[str, Line]:
+            own = self.streams.get(stream)
+            return {**self.lines, **own.lines} if own is not None else self.lines
+
         @model_validator(mode="after")
         def _names(self) -> Analytics.Config:
+            every: list[Shapes | Analytics.Config] = [self, *self.streams.values()]
+            zones = sorted({n for c in every for n in c.zones})
+            lines = sorted({n for c in every for n in c.lines})
             for r in self.rules:
-                if r.zone is not None and r.zone not in self.zones:
-                    raise ValueError(f"rule '{r.name}': no zone '{r.zone}' (zones: {', '.join(self.zones) or 'none'})")
-                if r.line is not None and r.line not in self.lines:
-                    raise ValueError(f"rule '{r.name}': no line '{r.line}' (lines: {', '.join(self.lines) or 'none'})")
+                if r.zone is not None and r.zone not in zones:
+                    raise ValueError(f"rule '{r.name}': no zone '{r.zone}' (zones: {', '.join(zones) or 'none'})")
+                if r.line is not None and r.line not in lines:
+                    raise ValueError(f"rule '{r.name}': no line '{r.line}' (lines: {', '.join(lines) or 'none'})")
             names = [r.name for r in self.rules]
             if len(set(names)) != len(names):
                 raise ValueError("rules: each needs its own name")
             if self.units == "fraction":
-                pts = [p for z in self.zones.values() for p in z.polygon] + [p for ln in self.lines.values()
-                                                                            for p in ln.points]
+                pts = [p for c in every for z in c.zones.values() for p in z.polygon] + [
+                    p for c in every for ln in c.lines.values() for p in ln.points]
                 if any(not (-0.5 <= v <= 1.5) for p in pts for v in p):
                     raise ValueError("zones and lines are in fractions of the picture (0-1); for pixels set "
                                      "units: pixels")
@@ -205,6 +231,7 @@ class Analytics(Node):
         if st.config is not c:  # the running graph was retuned: what changed starts afresh
             events += self._retuned(st, st.config, c, frame, t)
             st.config = c
+        own_zones, own_lines = c.zones_of(frame.stream), c.lines_of(frame.stream)
         objs = [d for d in frame.detections if d.track_id is not None and (c.labels is None or d.label in c.labels)]
         points = {d.track_id: _point(d, c.anchor) for d in objs if d.track_id is not None}
         labels = {d.track_id: d.label for d in objs if d.track_id is not None}
@@ -212,7 +239,7 @@ class Analytics(Node):
             st.seen[tid] = frame.index
         # zones: who is in, since when; tracks not seen for ``forget`` frames leave
         zones: dict[str, dict[str, Any]] = {}
-        for name, z in c.zones.items():
+        for name, z in own_zones.items():
             poly = np.array([(x * scale[0], y * scale[1]) for x, y in z.polygon], np.float32)
             inside = {tid for tid, p in points.items() if cv2.pointPolygonTest(poly, p, False) >= 0}
             for tid in inside:
@@ -229,7 +256,7 @@ class Analytics(Node):
             zones[name] = {"count": len(held), "labels": by_label, "tracks": held}
         # lines: crossings, each track once a line (or once each way)
         crossed: list[tuple[str, int, str]] = []
-        for name, ln in c.lines.items():
+        for name, ln in own_lines.items():
             a = np.array(ln.points[0]) * scale
             b = np.array(ln.points[1]) * scale
             tot = st.totals.setdefault(name, {"in": 0, "out": 0})
@@ -265,7 +292,8 @@ class Analytics(Node):
             st.counted = {k for k in st.counted if k[1] not in gone}
         # rules
         for r in c.rules:
-            events += self._rule(r, st, frame, t, zones, crossed, labels)
+            if r.zone is None or r.zone in zones:  # a zone this stream lacks: the rule is not this stream's
+                events += self._rule(r, st, frame, t, zones, crossed, labels)
         if events:
             self.stats["events"] += sum(e["state"] != "end" for e in events)
             with self.lock:
@@ -278,8 +306,8 @@ class Analytics(Node):
                     if e["state"] != "end" and snap:
                         e["snapshot"] = snap
         frame.meta["analytics_shapes"] = {  # in pixels, for an overlay to draw (not in the records)
-            "zones": {n: [(x * scale[0], y * scale[1]) for x, y in z.polygon] for n, z in c.zones.items()},
-            "lines": {n: [(x * scale[0], y * scale[1]) for x, y in ln.points] for n, ln in c.lines.items()}}
+            "zones": {n: [(x * scale[0], y * scale[1]) for x, y in z.polygon] for n, z in own_zones.items()},
+            "lines": {n: [(x * scale[0], y * scale[1]) for x, y in ln.points] for n, ln in own_lines.items()}}
         lines = {k: {**v, "labels": {lab: dict(n) for lab, n in st.by_label.get(k, {}).items()}}
                  for k, v in st.totals.items()}
         frame.meta["analytics"] = {"zones": zones, "lines": lines,
@@ -293,19 +321,21 @@ class Analytics(Node):
         """A stream's state carried over to a retuned config: a line moved, renamed or removed forgets which
         side each track was on and what it crossed (its totals go on), so the move itself crosses nothing; a
         zone removed forgets who was in it; an event of a rule removed or changed ends on this frame."""
-        moved = {n for n, ln in old.lines.items() if new.lines.get(n) != ln}
+        stream = frame.stream
+        old_lines, new_lines = old.lines_of(stream), new.lines_of(stream)
+        moved = {n for n, ln in old_lines.items() if new_lines.get(n) != ln}
         if moved:
             st.side = {k: v for k, v in st.side.items() if k[0] not in moved}
             st.counted = {k for k in st.counted if k[0] not in moved}
-            for n in moved - set(new.lines):
+            for n in moved - set(new_lines):
                 st.totals.pop(n, None)
                 st.by_label.pop(n, None)
-        gone = set(old.zones) - set(new.zones)
+        gone = set(old.zones_of(stream)) - set(new.zones_of(stream))
         st.entered = {k: v for k, v in st.entered.items() if k[0] not in gone}
         rules = {r.name: r for r in new.rules}
         out = []
         for r in old.rules:
-            if rules.get(r.name) == r:
+            if rules.get(r.name) == r and r.zone not in gone:  # (a zone this stream lost: its events end too)
                 continue
             st.over_since.pop(r.name, None)
             for key in [k for k in st.open if k[0] == r.name]:

@@ -432,6 +432,62 @@ def test_an_event_of_a_rule_changed_while_it_runs_ends_on_the_next_frame() -> No
     assert events == [(5, "begin", False), (15, "end", True)]
 
 
+def _for(stream: str, seq: list[dict[int, tuple[float, float]]]) -> list[Frame]:
+    frames = _frames(seq)
+    for f in frames:
+        f.stream = stream
+    return frames
+
+
+def test_each_camera_counts_on_its_own_zones_and_lines() -> None:
+    """Two cameras, one graph. cam1 counts on the node's vertical gate; cam2 has a view of its own: its gate
+    lies across the picture (horizontal) and only it has the zone 'door', with a dwell rule. The same walks
+    on both: walking right crosses cam1's gate only, walking down crosses cam2's only; standing in the bottom
+    left quarter 1.5 s is an event on cam2 alone (cam1 has no such zone)."""
+    from flowpipe.testing import Harness
+
+    node = _analytics(f"""{{{LINE}, streams: {{cam2: {{lines: {{gate: {{points: [[0.0, 0.5], [1.0, 0.5]]}}}},
+                          {ZONE}}}}}, rules: [{{name: stay, zone: door, dwell: 1.0}}]}}""")
+    seq = [{1: a, 2: (280.0, 60.0 + 10 * i), 3: (50.0, 200.0)} for i, a in enumerate(_walk(100, 220, 16, y=60.0))]
+    got: dict[str, list[tuple[int, str, str]]] = {"cam1": [], "cam2": []}
+    events: dict[str, list[str]] = {"cam1": [], "cam2": []}
+    with Harness(node) as h:
+        for f1, f2 in zip(_for("cam1", seq), _for("cam2", seq)):
+            for f in (f1, f2):
+                out = h.node.process(f, "detections")
+                a = out.meta["analytics"]
+                got[f.stream] += [(c["track"], c["line"], c["direction"]) for c in a["crossings"]]
+                events[f.stream] += [f"{e['rule']} {e['state']} {e['tracks']}" for e in a["events"]]
+                assert set(out.meta["analytics_shapes"]["zones"]) == ({"door"} if f.stream == "cam2" else set())
+    assert got == {"cam1": [(1, "gate", "out")], "cam2": [(2, "gate", "in")]}  # down over a line drawn rightwards
+    assert events == {"cam1": [], "cam2": ["stay begin [3]"]}
+    with pytest.raises(ValueError, match="rule 'stay': no zone 'exit' \\(zones: door\\)"):
+        _analytics(f"{{streams: {{cam2: {{{ZONE}}}}}, rules: [{{name: stay, zone: exit, dwell: 1.0}}]}}")
+
+
+def test_a_camera_s_own_line_moved_while_it_runs_leaves_the_other_cameras_as_they_were() -> None:
+    """Both cameras' people stand right of the gate (x = 0.5); cam2's own gate is moved to x = 0.9 while the
+    graph runs, which puts cam2's person on its other side without a step: no crossing there. Both then walk
+    right: cam2's person crosses the moved gate; cam1's gate stays where it was, behind its person."""
+    from flowpipe.testing import Harness
+
+    node = _analytics(f"{{{LINE}}}")
+    seq = [{1: (200.0, 150.0)} for _ in range(8)] + [{1: p} for p in _walk(200, 310, 8)]
+    got: dict[str, list[int]] = {"cam1": [], "cam2": []}
+    gates = {}
+    with Harness(node) as h:
+        for f1, f2 in zip(_for("cam1", seq), _for("cam2", seq)):
+            if f1.index == 5:
+                node.retune(node.Config.model_validate(yaml.safe_load(
+                    f"{{{LINE}, streams: {{cam2: {{lines: {{gate: {{points: [[0.9, 0.0], [0.9, 1.0]]}}}}}}}}}}")))
+            for f in (f1, f2):
+                out = h.node.process(f, "detections")
+                got[f.stream] += [out.index for _ in out.meta["analytics"]["crossings"]]
+                gates[f.stream] = out.meta["analytics_shapes"]["lines"]["gate"][0][0]
+    assert got["cam1"] == [] and len(got["cam2"]) == 1 and got["cam2"][0] > 8  # while walking, not at the move
+    assert gates == {"cam1": 160.0, "cam2": 288.0}
+
+
 def test_what_a_running_graph_may_change_is_in_each_node_s_contract() -> None:
     """Zones, lines, rules and thresholds are tunable; a model, a device, a file path are not, and a change
     to one is refused in one line that names the node and the fields that can change."""

@@ -663,6 +663,14 @@ def test_serve_on_the_cluster_serves_each_event_s_snapshot_and_clip_from_the_hos
         assert snap.content == on_disk.read_bytes() and snap.content[:2] == b"\xff\xd8"
         clip = client.get(e["clip"])
         assert clip.status_code == 200 and clip.headers["content-type"] == "video/mp4" and clip.content[4:8] == b"ftyp"
+        # read on the host in byte ranges, as a browser's video element asks (Safari asks for nothing else)
+        part = client.get(e["clip"], headers={"Range": "bytes=4-11"})
+        assert part.status_code == 206 and part.content == clip.content[4:12]
+        assert part.headers["content-range"] == f"bytes 4-11/{len(clip.content)}"
+        tail = client.get(e["clip"], headers={"Range": "bytes=-16"})
+        assert tail.status_code == 206 and tail.content == clip.content[-16:]
+        beyond = client.get(e["clip"], headers={"Range": f"bytes={len(clip.content)}-"})
+        assert beyond.status_code == 416 and beyond.headers["content-range"] == f"bytes */{len(clip.content)}"
         (on_disk.parent / "beside.jpg").write_bytes(snap.content)  # in the folder, named by no event
         beside = e["snapshot"].replace(on_disk.name, "beside.jpg")
         assert client.get(beside).status_code == 404 and "on host" in client.get(beside).json()["error"]

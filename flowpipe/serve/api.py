@@ -192,7 +192,7 @@ def _routes(instances: Instances) -> APIRouter:
 
     @api.get("/pipelines/{iid}/files/{path:path}", summary="an event's snapshot or clip",
              response_class=Response, responses={200: {"content": {"image/jpeg": {}, "video/mp4": {}}}})
-    def files(iid: str, path: str, host: str | None = None) -> Response:
+    def files(iid: str, path: str, request: Request, host: str | None = None) -> Response:
         inst = instances.get(iid)
         kinds = {".jpg": "image/jpeg", ".mp4": "video/mp4"}
         target = inst.folder / path
@@ -207,7 +207,7 @@ def _routes(instances: Instances) -> APIRouter:
             data = read(host, str(target)) if read is not None else None
             if data is None:
                 raise RequestError(f"no file {path!r} of this instance on host {host!r}", 404)
-            return Response(data, media_type=kind, headers=fresh)
+            return _ranged(data, request.headers.get("range"), kind, fresh)
         if not target.is_file():
             raise RequestError(f"no file {path!r} of this instance", 404)
         return FileResponse(target, media_type=kind, headers=fresh)
@@ -222,6 +222,30 @@ def _routes(instances: Instances) -> APIRouter:
                                  headers={"Cache-Control": "no-store"})
 
     return api
+
+
+_RANGE = re.compile(r"bytes=(\d*)-(\d*)")
+
+
+def _ranged(data: bytes, header: str | None, kind: str, headers: dict[str, str]) -> Response:
+    """``data`` as a browser's video element asks for it: the whole (200), or the one byte range its ``Range``
+    header names (206; 416 past the end), as the local files' route answers too. A header this does not read
+    (several ranges, another unit) gets the whole, as HTTP lets a server answer."""
+    headers = {**headers, "Accept-Ranges": "bytes"}
+    m = _RANGE.fullmatch((header or "").strip())
+    if m is None or m.group(1) == m.group(2) == "" or (m.group(1) and m.group(2)
+                                                       and int(m.group(2)) < int(m.group(1))):
+        return Response(data, media_type=kind, headers=headers)
+    size = len(data)
+    if m.group(1) == "":  # the last n bytes
+        start, end = max(0, size - int(m.group(2))), size - 1
+    else:
+        start = int(m.group(1))
+        end = min(size - 1, int(m.group(2))) if m.group(2) else size - 1
+    if start >= size or end < start:  # past the end, or the last 0 bytes
+        return Response(b"", status_code=416, media_type=kind, headers={**headers, "Content-Range": f"bytes */{size}"})
+    return Response(data[start:end + 1], status_code=206, media_type=kind,
+                    headers={**headers, "Content-Range": f"bytes {start}-{end}/{size}"})
 
 
 def _inside(folder: Path, path: str) -> str | None:
