@@ -367,6 +367,37 @@ def test_a_running_instance_s_line_is_moved_in_every_process_and_in_the_one_that
     client.delete(f"/pipelines/{iid}")
 
 
+def test_one_camera_s_own_line_moves_alone(service) -> None:
+    """Two cameras in one instance, camera b with its own gate (a parameter of the template): moved (PATCH
+    parameters), b's crossings are at the moved gate (frame 33 of each lap), a's where they were (18)."""
+    client, _, tmp = service
+    (tmp / "graphs" / "own_gate.yaml").write_text(RETUNE.replace(
+        "  gate: [[25, 0], [25, 200]]\n", "  gate: [[25, 0], [25, 200]]\n  gate_b: [[25, 0], [25, 200]]\n").replace(
+        'lines: {gate: {points: "${params.gate}"}},',
+        'lines: {gate: {points: "${params.gate}"}}, streams: {b: {lines: {gate: {points: "${params.gate_b}"}}}},'))
+    client.get("/pipelines")
+    r = client.post("/pipelines/own_gate", json={"streams": [{"id": "a", "uri": "sample"}, {"id": "b", "uri": "sample"}]})
+    assert r.status_code == 201, r.text
+    iid = r.json()["id"]
+
+    def crossings(since: float = 0.0) -> dict[str, set[int]]:
+        got: dict[str, set[int]] = {}
+        for e in client.get(f"/pipelines/{iid}/events?limit=200").json():
+            if e["at"] > since:
+                got.setdefault(e["stream"], set()).add(e["frame"] % 40)
+        return got
+
+    _wait(lambda: set(crossings()) == {"a", "b"})
+    assert crossings() == {"a": {18}, "b": {18}}
+    r = client.patch(f"/pipelines/{iid}/parameters", json={"parameters": {"gate_b": [[40, 0], [40, 200]]}})
+    assert r.status_code == 200, r.text
+    moved = time.time()
+    _wait(lambda: all(len([e for e in client.get(f"/pipelines/{iid}/events?limit=200").json()
+                           if e["at"] > moved + 0.5 and e["stream"] == s]) >= 2 for s in ("a", "b")))
+    assert crossings(since=moved + 0.5) == {"a": {18}, "b": {33}}
+    client.delete(f"/pipelines/{iid}")
+
+
 def test_what_can_change_while_a_shipped_graph_runs() -> None:
     """The people counter's zone, line, rules and thresholds can change while it runs, and say which shape
     they draw; its model, device and files cannot, each saying which node's field it sets."""
