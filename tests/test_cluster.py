@@ -352,8 +352,9 @@ def _realtime(spec, fps: float = 60.0) -> None:
 
 def test_a_run_outlives_a_controller_that_dies(cluster, tmp_path) -> None:
     """The run's controller is a named, detached actor: killed mid-run, Ray starts it again and it takes the
-    run over from the state it kept in the cluster (its host agents never stopped). Meanwhile ``status``
-    lists hosts, devices, streams and rates, and every host serves its counts for Prometheus."""
+    run over from the state it kept in the cluster (its host agents never stopped), with the line moved while
+    the run went on. Meanwhile ``status`` lists hosts, devices, streams and rates, and every host serves its
+    counts for Prometheus."""
     import signal
     import time
     import urllib.request
@@ -362,9 +363,14 @@ def test_a_run_outlives_a_controller_that_dies(cluster, tmp_path) -> None:
 
     c, _ = cluster
     counts = (300, 300, 300)  # 10 s at 30 fps: a controller started again takes over a running run
-    spec, out = _graph(tmp_path, "{CPU: 0.3}", counts=counts)
+    _, out = _graph(tmp_path, "{CPU: 0.3}", counts=counts)
+    path = tmp_path / "g.yaml"  # with a line, which is moved while it runs
+    path.write_text(path.read_text().replace("inputs: hop}", "inputs: an}\n  - {id: an, type: analytics, config: "
+                                             "{lines: {gate: {points: [[0.5, 0], [0.5, 1]]}}}, inputs: {detections: hop}}"))
+    spec = load_graph(str(path))
     spec.cluster.metrics_port = 0  # type: ignore[union-attr]
     _realtime(spec, fps=30.0)
+    moved = {"an": {"lines": {"gate": {"points": [[0.8, 0.0], [0.8, 1.0]]}}}}
     client = submit(spec, c.address, "restart-test")
     try:
         deadline = time.monotonic() + 60
@@ -379,10 +385,13 @@ def test_a_run_outlives_a_controller_that_dies(cluster, tmp_path) -> None:
         assert 'flowpipe_frames_total{fate="out",host=' in page and "flowpipe_stream_frames_total{host=" in page
         assert [r["name"] for r in runs(c.address)] == ["restart-test"]
 
+        client.call("retune", moved)
         first = client.call("pid")
         os.kill(first, signal.SIGKILL)  # the controller's process dies; Ray starts the actor again
         assert client.call("pid") != first
-        assert client.status()["frames"]["out"] < 900  # taken over while the run went on
+        st = client.status()
+        assert st["frames"]["out"] < 900  # taken over while the run went on
+        assert st["retuned"] == moved  # the line as moved, for hosts started from now on too
         res = client.wait()
     finally:
         if runs(c.address):
