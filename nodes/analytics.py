@@ -224,7 +224,9 @@ class Analytics(Node):
 
     def process(self, frame: Frame, port: str) -> Frame:
         c = self.config
-        st = self.streams.setdefault(frame.stream, _StreamState(config=c))
+        st = self.streams.get(frame.stream)
+        if st is None:
+            st = self.streams[frame.stream] = _StreamState(config=c)
         scale = (1.0, 1.0) if c.units == "pixels" else (float(frame.width or 1), float(frame.height or 1))
         t = float(frame.pts)
         events: list[dict[str, Any]] = []
@@ -319,11 +321,12 @@ class Analytics(Node):
     def _retuned(self, st: _StreamState, old: Analytics.Config, new: Analytics.Config, frame: Frame,
                  t: float) -> list[dict[str, Any]]:
         """A stream's state carried over to a retuned config: a line moved, renamed or removed forgets which
-        side each track was on and what it crossed (its totals go on), so the move itself crosses nothing; a
-        zone removed forgets who was in it; an event of a rule removed or changed ends on this frame."""
+        side each track was on and what it crossed (its totals go on), so the move itself crosses nothing (a
+        line whose ``count`` alone changed keeps both: a track it counted is not counted again); a zone removed
+        forgets who was in it; an event of a rule removed or changed ends on this frame."""
         stream = frame.stream
         old_lines, new_lines = old.lines_of(stream), new.lines_of(stream)
-        moved = {n for n, ln in old_lines.items() if new_lines.get(n) != ln}
+        moved = {n for n, ln in old_lines.items() if n not in new_lines or new_lines[n].points != ln.points}
         if moved:
             st.side = {k: v for k, v in st.side.items() if k[0] not in moved}
             st.counted = {k for k in st.counted if k[0] not in moved}

@@ -466,26 +466,49 @@ def test_each_camera_counts_on_its_own_zones_and_lines() -> None:
 
 
 def test_a_camera_s_own_line_moved_while_it_runs_leaves_the_other_cameras_as_they_were() -> None:
-    """Both cameras' people stand right of the gate (x = 0.5); cam2's own gate is moved to x = 0.9 while the
-    graph runs, which puts cam2's person on its other side without a step: no crossing there. Both then walk
-    right: cam2's person crosses the moved gate; cam1's gate stays where it was, behind its person."""
+    """Both cameras' people cross the gate (x = 0.5) left to right and stand past it; cam2's own gate is moved
+    to x = 0.9 while the graph runs, which puts cam2's person on its other side without a step: no crossing
+    there. Then cam1's person walks back over its gate, which still knows it counted that track (no second
+    crossing), and cam2's walks on over the moved gate (a crossing: the moved line starts afresh)."""
     from flowpipe.testing import Harness
 
     node = _analytics(f"{{{LINE}}}")
-    seq = [{1: (200.0, 150.0)} for _ in range(8)] + [{1: p} for p in _walk(200, 310, 8)]
+    over = [{1: p} for p in _walk(120, 200, 4)] + [{1: (200.0, 150.0)} for _ in range(5)]
+    seqs = {"cam1": over + [{1: p} for p in _walk(200, 100, 8)], "cam2": over + [{1: p} for p in _walk(200, 310, 8)]}
     got: dict[str, list[int]] = {"cam1": [], "cam2": []}
     gates = {}
     with Harness(node) as h:
-        for f1, f2 in zip(_for("cam1", seq), _for("cam2", seq)):
-            if f1.index == 5:
+        for f1, f2 in zip(_for("cam1", seqs["cam1"]), _for("cam2", seqs["cam2"])):
+            if f1.index == 6:
                 node.retune(node.Config.model_validate(yaml.safe_load(
                     f"{{{LINE}, streams: {{cam2: {{lines: {{gate: {{points: [[0.9, 0.0], [0.9, 1.0]]}}}}}}}}}}")))
             for f in (f1, f2):
                 out = h.node.process(f, "detections")
                 got[f.stream] += [out.index for _ in out.meta["analytics"]["crossings"]]
                 gates[f.stream] = out.meta["analytics_shapes"]["lines"]["gate"][0][0]
-    assert got["cam1"] == [] and len(got["cam2"]) == 1 and got["cam2"][0] > 8  # while walking, not at the move
+    assert len(got["cam1"]) == 1 and got["cam1"][0] < 4  # on the way over, not back
+    assert len(got["cam2"]) == 2 and got["cam2"][0] < 4 and got["cam2"][1] > 9  # over, then past the moved gate
     assert gates == {"cam1": 160.0, "cam2": 288.0}
+
+
+def test_a_line_whose_count_alone_changes_keeps_what_it_counted() -> None:
+    """A track crosses, the line's ``count`` is changed (to each_way and back to first) while it stands
+    past it, and it walks back: the line still knows that track, so with ``first`` it is not counted again."""
+    from flowpipe.testing import Harness
+
+    node = _analytics(f"{{{LINE}}}")
+    seq = [{1: p} for p in _walk(120, 200, 4)] + [{1: (200.0, 150.0)} for _ in range(4)] \
+        + [{1: p} for p in _walk(200, 100, 6)]
+    crossings = []
+    with Harness(node) as h:
+        for f in _frames(seq):
+            if f.index in (5, 6):
+                count = "each_way" if f.index == 5 else "first"
+                node.retune(node.Config.model_validate(yaml.safe_load(
+                    f"{{lines: {{gate: {{points: [[0.5, 0.0], [0.5, 1.0]], count: {count}}}}}}}")))
+            out = h.node.process(f, "detections")
+            crossings += [c["direction"] for c in out.meta["analytics"]["crossings"]]
+    assert crossings == ["out"]
 
 
 def test_what_a_running_graph_may_change_is_in_each_node_s_contract() -> None:

@@ -714,7 +714,8 @@ class ClusterRun:
                    for s in self.spec.sources()}
         return {"name": self.name, "phase": self.phase, "elapsed_s": round(time.time() - self.started_at, 1),
                 "frames": self.snapshot(), "hosts": rows, "streams": streams, "replacements": self.replacements,
-                "outages": self.outages, "retuned": self.retuned, "error": self.error}
+                "outages": self.outages, "retuned": {k: dict(v) for k, v in self.retuned.items()},
+                "error": self.error}
 
 
 class ClusterResult(RunSummary):

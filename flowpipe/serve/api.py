@@ -224,7 +224,7 @@ def _routes(instances: Instances) -> APIRouter:
     return api
 
 
-_RANGE = re.compile(r"bytes=(\d*)-(\d*)")
+_RANGE = re.compile(r"bytes=(\d*)-(\d*)", re.IGNORECASE)
 
 
 def _ranged(data: bytes, header: str | None, kind: str, headers: dict[str, str]) -> Response:
