@@ -347,7 +347,7 @@ def _counting(results: Path) -> list[str]:
           "and its foot goes back over the line with it. A line now counts each track once, the way it first "
           "crossed (`count: first`, the default; `each_way` counts a track once each way, as before). That rule "
           "was chosen after seeing those three, so on them it proves nothing; four held-out pans were added after "
-          "it (astronaut_pan, cameraman_pan, hopper_pan, soldier_pan: one person each, close up), never used to "
+          "it (astronaut_pan, tripod_pan, hopper_pan, soldier_pan: one person each, close up), never used to "
           "choose anything, and gave the same count with either rule. What is left is the detector's: a person "
           "partly behind another is not found (the curly-haired young man; three of the six round the card "
           "table), and on couple_pan the detector gives the man a second box, his head and shoulders inside his "

@@ -43,7 +43,7 @@ PANS = {"bus_pan": ("bus", 2.4), "bus_pan_dark": ("bus", 2.4),  # photograph, sc
         # held out
         "sideline_pan": ("sideline", 1.6), "group_pan": ("group", 1.6), "cast_pan": ("cast", 1.6),
         "poker_pan": ("table", 1.6), "couple_pan": ("couple", 1.6), "hiker_pan": ("hiker", 1.6),
-        "astronaut_pan": ("astronaut", 1.6), "cameraman_pan": ("cameraman", 1.6), "hopper_pan": ("hopper", 1.6),
+        "astronaut_pan": ("astronaut", 1.6), "tripod_pan": ("cameraman", 1.6), "hopper_pan": ("hopper", 1.6),
         "soldier_pan": ("soldier", 1.6)}
 
 
