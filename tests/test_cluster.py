@@ -110,6 +110,19 @@ def test_a_stream_that_fits_nowhere_is_one_line_before_any_frame(cluster, tmp_pa
     assert res.frames["in"] == 0 and not out.exists()
 
 
+@pytest.mark.parametrize(("header", "span"), [
+    (None, (0, 200)), ("bytes=0-99", (0, 100)), ("bytes=150-", (150, 200)), ("bytes=-10", (190, 200)),
+    ("bytes=190-500", (190, 200)), ("BYTES=0-0", (0, 1)), ("bytes=-500", (0, 200)),
+    ("bytes=200-", (-1, -1)), ("bytes=-0", (-1, -1)),  # none of it in the file: 416
+    ("bytes=0-1,5-6", (0, 200)), ("items=0-1", (0, 200)), ("bytes=10-5", (0, 200))])  # not read: the whole
+def test_a_clip_read_on_its_host_in_the_byte_range_a_player_asks_for(header, span) -> None:
+    """What part of a 200-byte clip on a host a ``Range`` header reads (only that part travels)."""
+    from flowpipe.cluster.agent import byte_span
+    from flowpipe.serve.api import _span
+
+    assert byte_span(_span(header), 200) == span
+
+
 def test_cluster_block_is_validated(tmp_path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text("cluster: {per_stream: {intel_npu: lots}}\nnodes:\n  - {id: s, type: synthetic_source}\n")

@@ -25,6 +25,26 @@ from ..runtime.executor import Executor, executor
 
 log = logging.getLogger("flowpipe.cluster")
 
+#: an HTTP byte range (``Range: bytes=FIRST-LAST``): (first, last), first None for the last ``last`` bytes, last
+#: None for all from ``first``; None for the whole file
+Span = tuple[int | None, int | None] | None
+#: a file's size, where the part read starts (-1: none of the span is in the file), the part's bytes
+FilePart = tuple[int, int, bytes]
+
+
+def byte_span(span: Span, size: int) -> tuple[int, int]:
+    """[start, end) of a file of ``size`` bytes that ``span`` names; start -1 where none of it is in the file
+    (RFC 9110: a range past the end, the last 0 bytes)."""
+    if span is None:
+        return 0, size
+    first, last = span
+    if first is None:
+        n = min(size, last or 0)
+        return (size - n, size) if n > 0 else (-1, -1)
+    if first >= size:
+        return -1, -1
+    return first, size if last is None else min(size, last + 1)
+
 
 class HostAgent:
     """Runs ``sources`` of the graph (and every node they reach) on this host. ``start`` returns at once;
@@ -160,12 +180,22 @@ class HostAgent:
     def retune(self, changes: dict[str, dict[str, Any]]) -> None:
         self._started().live.retune(changes)
 
-    def file(self, path: str) -> bytes | None:
-        """The bytes of a snapshot or clip one of this host's newest events names (None for any other path)."""
-        want = Path(path).resolve()
+    def file(self, path: str, span: Span = None) -> FilePart | None:
+        """A snapshot or clip one of this host's newest events names (None for any other path): its size,
+        and the bytes of ``span`` (an HTTP byte range; None: all of it) from where they start (-1: none of the
+        span is in the file). Only those bytes travel, not the whole clip for each range a player asks for."""
+        file = Path(path).resolve()
         named = {Path(e[k]).resolve() for e in self._started().live.events() for k in ("snapshot", "clip")
                  if isinstance(e.get(k), str)}
-        return want.read_bytes() if want in named and want.is_file() else None
+        if file not in named or not file.is_file():
+            return None
+        with file.open("rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            start, end = byte_span(span, size)
+            if start < 0:
+                return size, -1, b""
+            f.seek(start)
+            return size, start, f.read(end - start)
 
     def stop(self, now: bool = False) -> None:
         if self.runner is not None:

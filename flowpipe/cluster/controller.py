@@ -25,7 +25,7 @@ from typing import Any
 from ..graph import GraphSpec
 from ..runtime.live import PartlyRetunedError, retune_specs
 from ..runtime.stats import RunSummary, merge_nodes
-from .agent import HostAgent
+from .agent import FilePart, HostAgent, Span
 from .placement import Host, PlacementError, StreamNeed, place
 
 log = logging.getLogger("flowpipe.cluster")
@@ -496,13 +496,13 @@ class ClusterRun:
                for e in evs]
         return sorted(got, key=lambda e: e.get("at", 0.0))
 
-    def file(self, host: str, path: str) -> bytes | None:
-        """An event's snapshot or clip from the running host agent at ``host`` that raised it (None: no such
-        agent, or no event of its names ``path``)."""
+    def file(self, host: str, path: str, span: Span = None) -> FilePart | None:
+        """An event's snapshot or clip (``span`` of it: ``HostAgent.file``) from the running host agent at
+        ``host`` that raised it (None: no such agent, or no event of its names ``path``)."""
         for a in self.agents:
             if a.address == host and a.result is None and a.error is None:
                 try:
-                    got = self._ray.get(a.handle.file.remote(path))
+                    got = self._ray.get(a.handle.file.remote(path, span))
                 except Exception:  # noqa: BLE001, S112 - an agent going away: it has no file to give
                     continue
                 if got is not None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..graph import GraphSpec, NodeSpec
 from ..runtime.live import PartlyRetunedError, retune_specs, template_of
+from .agent import FilePart, Span
 from .controller import NAMESPACE, ClusterResult, ClusterRun, cause_of, connect, drop_state
 
 log = logging.getLogger("flowpipe.cluster")
@@ -82,8 +83,8 @@ class Controller:
     def retune(self, changes: dict[str, dict[str, Any]]) -> None:
         self.run.retune(changes)
 
-    def file(self, host: str, path: str) -> bytes | None:
-        return self.run.file(host, path)
+    def file(self, host: str, path: str, span: Span = None) -> FilePart | None:
+        return self.run.file(host, path, span)
 
     def pid(self) -> int:
         import os
@@ -241,9 +242,10 @@ class ClusterStreams:
         """The hosts' newest events (their snapshots and clips are files on the host that raised them)."""
         return [] if self.closed else self._ask("events")  # type: ignore[no-any-return]
 
-    def file(self, host: str, path: str) -> bytes | None:
-        """An event's snapshot or clip, read on ``host`` (the address its events name) while the run goes."""
-        return None if self.closed else self._ask("file", host, path)  # type: ignore[no-any-return]
+    def file(self, host: str, path: str, span: Span = None) -> FilePart | None:
+        """An event's snapshot or clip (``span`` of it: ``HostAgent.file``), read on ``host`` (the address its
+        events name) while the run goes."""
+        return None if self.closed else self._ask("file", host, path, span)  # type: ignore[no-any-return]
 
     def retune(self, changes: dict[str, dict[str, Any]]) -> None:
         """Nodes' configs changed on every host, and for hosts that take over a lost one's streams."""

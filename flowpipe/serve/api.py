@@ -22,6 +22,7 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ..cluster.agent import FilePart, Span
 from .instances import Instances, RequestError
 
 MAX_BODY = 64 * 1024  # bytes: a request is a few names and URIs
@@ -204,10 +205,11 @@ def _routes(instances: Instances) -> APIRouter:
             # a cluster's host wrote it: read there while the run goes, if one of that host's events names it
             # (once it ended, the server's folder, where it is when that is storage the hosts share)
             read = getattr(live, "file", None)
-            data = read(host, str(target)) if read is not None else None
-            if data is None:
+            span = _span(request.headers.get("range"))
+            part = read(host, str(target), span) if read is not None else None
+            if part is None:
                 raise RequestError(f"no file {path!r} of this instance on host {host!r}", 404)
-            return _ranged(data, request.headers.get("range"), kind, fresh)
+            return _part(part, span, kind, fresh)
         if not target.is_file():
             raise RequestError(f"no file {path!r} of this instance", 404)
         return FileResponse(target, media_type=kind, headers=fresh)
@@ -227,25 +229,30 @@ def _routes(instances: Instances) -> APIRouter:
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)", re.IGNORECASE)
 
 
-def _ranged(data: bytes, header: str | None, kind: str, headers: dict[str, str]) -> Response:
-    """``data`` as a browser's video element asks for it: the whole (200), or the one byte range its ``Range``
-    header names (206; 416 past the end), as the local files' route answers too. A header this does not read
-    (several ranges, another unit) gets the whole, as HTTP lets a server answer."""
-    headers = {**headers, "Accept-Ranges": "bytes"}
+def _span(header: str | None) -> Span:
+    """The one byte range a ``Range`` header names, as a browser's video element asks for it (None: the
+    whole file, also for a header this does not read, several ranges or another unit, as HTTP lets a server
+    answer)."""
     m = _RANGE.fullmatch((header or "").strip())
-    if m is None or m.group(1) == m.group(2) == "" or (m.group(1) and m.group(2)
-                                                       and int(m.group(2)) < int(m.group(1))):
+    if m is None or m.group(1) == m.group(2) == "":
+        return None
+    first, last = (int(m.group(1)) if m.group(1) else None), (int(m.group(2)) if m.group(2) else None)
+    if first is not None and last is not None and last < first:
+        return None
+    return first, last
+
+
+def _part(part: FilePart, span: Span, kind: str, headers: dict[str, str]) -> Response:
+    """A file's part read on a host as the local files' route answers: the whole (200), the range asked for
+    (206), or 416 where none of it is in the file."""
+    size, start, data = part
+    headers = {**headers, "Accept-Ranges": "bytes"}
+    if span is None:
         return Response(data, media_type=kind, headers=headers)
-    size = len(data)
-    if m.group(1) == "":  # the last n bytes
-        start, end = max(0, size - int(m.group(2))), size - 1
-    else:
-        start = int(m.group(1))
-        end = min(size - 1, int(m.group(2))) if m.group(2) else size - 1
-    if start >= size or end < start:  # past the end, or the last 0 bytes
+    if start < 0:
         return Response(b"", status_code=416, media_type=kind, headers={**headers, "Content-Range": f"bytes */{size}"})
-    return Response(data[start:end + 1], status_code=206, media_type=kind,
-                    headers={**headers, "Content-Range": f"bytes {start}-{end}/{size}"})
+    return Response(data, status_code=206, media_type=kind,
+                    headers={**headers, "Content-Range": f"bytes {start}-{start + len(data) - 1}/{size}"})
 
 
 def _inside(folder: Path, path: str) -> str | None:
