@@ -308,6 +308,15 @@ nodes:
 """
 
 
+def _laps(client, iid: str, since: float = 0.0) -> dict[str, set[int]]:
+    """Per stream, where in the walker's lap (its frame modulo 40) each crossing since ``since`` was."""
+    got: dict[str, set[int]] = {}
+    for e in client.get(f"/pipelines/{iid}/events?limit=200").json():
+        if e["at"] > since:
+            got.setdefault(e["stream"], set()).add(e["frame"] % 40)
+    return got
+
+
 def test_a_running_instance_s_line_is_moved_in_every_process_and_in_the_one_that_replaces_a_killed_one(
         service) -> None:
     """An instance over two processes counts a crossing a lap on each stream, as the walker passes x = 25
@@ -325,16 +334,8 @@ def test_a_running_instance_s_line_is_moved_in_every_process_and_in_the_one_that
     assert r.status_code == 201, r.text
     iid = r.json()["id"]
 
-    def crossings(since: float = 0.0) -> dict[str, set[int]]:
-        """Per stream, where in the walker's lap (its frame modulo 40) each crossing since ``since`` was."""
-        got: dict[str, set[int]] = {}
-        for e in client.get(f"/pipelines/{iid}/events?limit=200").json():
-            if e["at"] > since:
-                got.setdefault(e["stream"], set()).add(e["frame"] % 40)
-        return got
-
-    _wait(lambda: set(crossings()) == {"a", "b"})
-    assert crossings() == {"a": {18}, "b": {18}}
+    _wait(lambda: set(_laps(client, iid)) == {"a", "b"})
+    assert _laps(client, iid) == {"a": {18}, "b": {18}}
     params = {p["name"]: p for p in client.get(f"/pipelines/{iid}/parameters").json()}
     assert params["gate"]["tunable"] and params["gate"]["value"] == [[25, 0], [25, 200]]
     assert not params["metadata"]["tunable"] and "node 'meta' (jsonl) config.path" in params["metadata"]["fixed"]
@@ -363,7 +364,7 @@ def test_a_running_instance_s_line_is_moved_in_every_process_and_in_the_one_that
     out_at_restart = {s["stream"]: s["out"] for s in client.get(f"/pipelines/{iid}/streams").json()}
     _wait(lambda: all(s["out"] > out_at_restart[s["stream"]] + 120
                       for s in client.get(f"/pipelines/{iid}/streams").json()))  # three laps each, at least
-    assert crossings(since=moved + 0.5) == {"a": {33}, "b": {33}}
+    assert _laps(client, iid, since=moved + 0.5) == {"a": {33}, "b": {33}}
     client.delete(f"/pipelines/{iid}")
 
 
@@ -380,21 +381,14 @@ def test_one_camera_s_own_line_moves_alone(service) -> None:
     assert r.status_code == 201, r.text
     iid = r.json()["id"]
 
-    def crossings(since: float = 0.0) -> dict[str, set[int]]:
-        got: dict[str, set[int]] = {}
-        for e in client.get(f"/pipelines/{iid}/events?limit=200").json():
-            if e["at"] > since:
-                got.setdefault(e["stream"], set()).add(e["frame"] % 40)
-        return got
-
-    _wait(lambda: set(crossings()) == {"a", "b"})
-    assert crossings() == {"a": {18}, "b": {18}}
+    _wait(lambda: set(_laps(client, iid)) == {"a", "b"})
+    assert _laps(client, iid) == {"a": {18}, "b": {18}}
     r = client.patch(f"/pipelines/{iid}/parameters", json={"parameters": {"gate_b": [[40, 0], [40, 200]]}})
     assert r.status_code == 200, r.text
     moved = time.time()
     _wait(lambda: all(len([e for e in client.get(f"/pipelines/{iid}/events?limit=200").json()
                            if e["at"] > moved + 0.5 and e["stream"] == s]) >= 2 for s in ("a", "b")))
-    assert crossings(since=moved + 0.5) == {"a": {18}, "b": {33}}
+    assert _laps(client, iid, since=moved + 0.5) == {"a": {18}, "b": {33}}
     client.delete(f"/pipelines/{iid}")
 
 
@@ -448,9 +442,5 @@ def test_a_change_made_while_a_replacement_process_opens_reaches_it(service) -> 
         s["state"] == "running" for s in client.get(f"/pipelines/{iid}/streams").json()))
     start = {s["stream"]: s["out"] for s in client.get(f"/pipelines/{iid}/streams").json()}
     _wait(lambda: all(s["out"] > start[s["stream"]] + 120 for s in client.get(f"/pipelines/{iid}/streams").json()))
-    got: dict[str, set[int]] = {}
-    for e in client.get(f"/pipelines/{iid}/events?limit=200").json():
-        if e["at"] > moved + 0.5:
-            got.setdefault(e["stream"], set()).add(e["frame"] % 40)
-    assert got == {"a": {33}, "b": {33}}
+    assert _laps(client, iid, since=moved + 0.5) == {"a": {33}, "b": {33}}
     client.delete(f"/pipelines/{iid}")
