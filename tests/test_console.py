@@ -189,6 +189,18 @@ def test_console_moves_a_running_instance_s_line_by_drawing_it_over_the_picture(
         zone = instances.get(iid).parameters["zone"]
         for got, want in zip(zone, [*corners, (0.1, 0.7)]):
             assert got == pytest.approx(list(want), abs=0.01)
+        # the watched camera's own zone: drawn with "own" ticked, that camera's alone
+        page.check("#own")
+        page.click("#parameters tbody tr[data-param=zone] button:text('Draw')")
+        for cx, cy in [(0.2, 0.2), (0.4, 0.2), (0.4, 0.4)]:
+            page.mouse.click(x + cx * w, y + cy * h)
+        page.mouse.dblclick(x + 0.2 * w, y + 0.4 * h)
+        inst = instances.get(iid)
+        _until(lambda: bool(inst.own), "the camera's own zone was not taken")
+        ((stream, own),) = inst.own.items()
+        assert stream == live.states()[0]["stream"] and len(own["zone"]) == 4 and own["zone"][1] == pytest.approx(
+            [0.4, 0.2], abs=0.01)
+        assert inst.parameters["zone"] == zone  # every other camera's as it was
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "console_parameters.png"), full_page=True)
 

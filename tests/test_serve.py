@@ -6,6 +6,7 @@ import json
 import os
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -369,26 +370,41 @@ def test_a_running_instance_s_line_is_moved_in_every_process_and_in_the_one_that
 
 
 def test_one_camera_s_own_line_moves_alone(service) -> None:
-    """Two cameras in one instance, camera b with its own gate (a parameter of the template): moved (PATCH
-    parameters), b's crossings are at the moved gate (frame 33 of each lap), a's where they were (18)."""
+    """Two cameras in one instance. Camera b's gate is moved for b alone (PATCH parameters with its stream):
+    b's crossings are at its own gate (frame 33 of each lap), a's where they were (18). The gate moved for
+    every camera after moves a's (to x = 30: frame 23) and leaves b's own. A stream the instance has not, and
+    a parameter that is no zone or line, are refused in one line."""
     client, _, tmp = service
-    (tmp / "graphs" / "own_gate.yaml").write_text(RETUNE.replace(
-        "  gate: [[25, 0], [25, 200]]\n", "  gate: [[25, 0], [25, 200]]\n  gate_b: [[25, 0], [25, 200]]\n").replace(
-        'lines: {gate: {points: "${params.gate}"}},',
-        'lines: {gate: {points: "${params.gate}"}}, streams: {b: {lines: {gate: {points: "${params.gate_b}"}}}},'))
+    (tmp / "graphs" / "retune.yaml").write_text(RETUNE)
     client.get("/pipelines")
-    r = client.post("/pipelines/own_gate", json={"streams": [{"id": "a", "uri": "sample"}, {"id": "b", "uri": "sample"}]})
+    r = client.post("/pipelines/retune", json={"streams": [{"id": "a", "uri": "sample"}, {"id": "b", "uri": "sample"}]})
     assert r.status_code == 201, r.text
     iid = r.json()["id"]
-
     _wait(lambda: set(_laps(client, iid)) == {"a", "b"})
     assert _laps(client, iid) == {"a": {18}, "b": {18}}
-    r = client.patch(f"/pipelines/{iid}/parameters", json={"parameters": {"gate_b": [[40, 0], [40, 200]]}})
-    assert r.status_code == 200, r.text
-    moved = time.time()
-    _wait(lambda: all(len([e for e in client.get(f"/pipelines/{iid}/events?limit=200").json()
-                           if e["at"] > moved + 0.5 and e["stream"] == s]) >= 2 for s in ("a", "b")))
-    assert _laps(client, iid, since=moved + 0.5) == {"a": {18}, "b": {33}}
+
+    def moved_for(body: dict[str, Any]) -> float:
+        r = client.patch(f"/pipelines/{iid}/parameters", json=body)
+        assert r.status_code == 200, r.text
+        at = time.time()
+        _wait(lambda: all(len([e for e in client.get(f"/pipelines/{iid}/events?limit=200").json()
+                               if e["at"] > at + 0.5 and e["stream"] == s]) >= 2 for s in ("a", "b")))
+        return at
+
+    at = moved_for({"parameters": {"gate": [[40, 0], [40, 200]]}, "stream": "b"})
+    assert _laps(client, iid, since=at + 0.5) == {"a": {18}, "b": {33}}
+    own = {p["name"]: p for p in client.get(f"/pipelines/{iid}/parameters?stream=b").json()}
+    assert own["gate"]["value"] == [[40, 0], [40, 200]] and own["gate"]["own"] and own["gate"]["per_stream"]
+    assert not own["metadata"]["per_stream"]
+    every = {p["name"]: p for p in client.get(f"/pipelines/{iid}/parameters").json()}
+    assert every["gate"]["value"] == [[25, 0], [25, 200]]
+    at = moved_for({"parameters": {"gate": [[30, 0], [30, 200]]}})
+    assert _laps(client, iid, since=at + 0.5) == {"a": {23}, "b": {33}}
+    for body, status, words in (({"parameters": {"gate": [[40, 0], [40, 200]]}, "stream": "nope"}, 404,
+                                 "has no stream 'nope'; streams: a, b"),
+                                ({"parameters": {"gate": [[40, 0]]}, "stream": "b"}, 400, "lines.gate.points")):
+        bad = client.patch(f"/pipelines/{iid}/parameters", json=body)
+        assert bad.status_code == status and words in bad.json()["error"], bad.text
     client.delete(f"/pipelines/{iid}")
 
 

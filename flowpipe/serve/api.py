@@ -53,6 +53,7 @@ class RetuneRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     parameters: dict[str, Any] = Field(min_length=1, description="the template's params to change while it runs "
                                                                  "(zones, lines, rules, thresholds)")
+    stream: str | None = Field(None, description="one camera's own values (zones and lines); the others keep theirs")
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -144,12 +145,12 @@ def _routes(instances: Instances) -> APIRouter:
         return instances.get(iid).status()["streams"]  # type: ignore[no-any-return]
 
     @api.get("/pipelines/{iid}/parameters", summary="an instance's parameters, and which can change as it runs")
-    def parameters(iid: str) -> list[dict[str, Any]]:
-        return instances.parameters(instances.get(iid))
+    def parameters(iid: str, stream: str | None = None) -> list[dict[str, Any]]:
+        return instances.parameters(instances.get(iid), stream)
 
     @api.patch("/pipelines/{iid}/parameters", summary="change parameters while it runs (from the next frame)")
     def retune(iid: str, req: RetuneRequest) -> list[dict[str, Any]]:
-        return instances.retune(instances.get(iid), req.parameters)
+        return instances.retune(instances.get(iid), req.parameters, req.stream)
 
     @api.post("/pipelines/{iid}/streams", status_code=201, summary="add a stream")
     def add_stream(iid: str, req: StreamRequest) -> dict[str, Any]:

@@ -89,6 +89,7 @@ class Instance:
     folder: Path
     source: Template  # the template as it was started (what its parameters are rendered from)
     parameters: dict[str, Any] = field(default_factory=dict)  # every parameter's value now
+    own: dict[str, dict[str, Any]] = field(default_factory=dict)  # stream -> the zones and lines it has its own
     started_at: float = field(default_factory=time.time)
     result: Any = None
     thread: threading.Thread | None = None
@@ -265,25 +266,41 @@ class Instances:
         except KeyError:
             raise RequestError(f"instance {inst.id} has no added stream {sid!r}", 404) from None
 
-    def parameters(self, inst: Instance) -> list[dict[str, Any]]:
+    def parameters(self, inst: Instance, stream: str | None = None) -> list[dict[str, Any]]:
         """Every parameter of the instance: its value now, whether it can change while the instance runs
-        (and why not), and the shape it draws over the picture (``line``, ``polygon``) where it is one."""
+        (and why not), and the shape it draws over the picture (``line``, ``polygon``) where it is one. With
+        ``stream``: the values that camera counts on (its own zones and lines where it has them, ``own``), and
+        whether each can be that camera's own (``per_stream``)."""
+        if stream is not None:
+            self._stream_of(inst, stream)
         out = []
+        own = inst.own.get(stream or "", {})
         for name, value in inst.parameters.items():
             fixed = why_fixed(inst.spec, inst.source.uses, name)
-            out.append({"name": name, "value": value, "tunable": fixed is None, "fixed": fixed,
-                        "shape": shape_of(value)})
+            row = {"name": name, "value": own.get(name, value), "tunable": fixed is None, "fixed": fixed,
+                   "shape": shape_of(value)}
+            if stream is not None:
+                row |= {"own": name in own, "per_stream": isinstance(shapes_of(inst.spec, inst.source.uses, name),
+                                                                     list)}
+            out.append(row)
         return out
 
-    def retune(self, inst: Instance, parameters: dict[str, Any]) -> list[dict[str, Any]]:
+    def _stream_of(self, inst: Instance, stream: str) -> None:
+        names = sorted({str(s["stream"]) for s in inst.runner.live.states()})
+        if stream not in names:
+            raise RequestError(f"instance {inst.id} has no stream {stream!r}; streams: {', '.join(names) or 'none'}",
+                               404)
+
+    def retune(self, inst: Instance, parameters: dict[str, Any], stream: str | None = None) -> list[dict[str, Any]]:
         """Changes parameters of a running instance: each must land only on fields its nodes can change while
         they run (zones, lines, rules, thresholds); the instance's every process and host takes them from its
-        next frame. The parameters as they are after. One change at a time per instance: each is rendered
-        from the values the one before left."""
+        next frame. With ``stream``: that camera's own zones and lines (each parameter must set only zones'
+        and lines' shapes), the other cameras' as they were. The parameters as they are after (``stream``'s).
+        One change at a time per instance: each is rendered from the values the one before left."""
         with inst.retuning:
-            return self._retune(inst, parameters)
+            return self._retune(inst, parameters, stream)
 
-    def _retune(self, inst: Instance, parameters: dict[str, Any]) -> list[dict[str, Any]]:
+    def _retune(self, inst: Instance, parameters: dict[str, Any], stream: str | None) -> list[dict[str, Any]]:
         template = inst.source
         unknown = sorted(set(parameters) - set(inst.parameters))
         if unknown:
@@ -293,27 +310,52 @@ class Instances:
             fixed = why_fixed(inst.spec, template.uses, name)
             if fixed is not None:
                 raise RequestError(f"parameter {name!r} cannot change while the instance runs: {fixed}", 409)
+        if stream is not None:
+            self._stream_of(inst, stream)
+            for name in parameters:
+                why = shapes_of(inst.spec, template.uses, name)
+                if isinstance(why, str):
+                    raise RequestError(f"parameter {name!r} cannot be stream {stream!r}'s own: {why}; a camera's "
+                                       "own parameters are zones and lines", 409)
+        values = {**inst.parameters, **parameters} if stream is None else inst.parameters
+        own = {s: dict(v) for s, v in inst.own.items()}
+        if stream is not None:
+            own.setdefault(stream, {}).update(parameters)
         try:
-            spec = load_graph(str(template.path), {**inst.parameters, **parameters}, text=template.text or None)
+            spec = load_graph(str(template.path), values, text=template.text or None)
+            if stream is not None:  # each value checked where it lands, as the instance's own would be
+                load_graph(str(template.path), {**values, **parameters}, text=template.text or None)
         except GraphError as e:
             raise RequestError(f"pipeline {inst.template!r}: {graph_error(e, template)}") from None
         changes: dict[str, dict[str, Any]] = {}
-        for name in parameters:
+        for name in parameters if stream is None else ():
             for node, key in template.uses.get(name, []):
                 assert node is not None
                 fld = key.split(".")[1]
                 changes.setdefault(node, {}).update(spec.node(node).config.model_dump(by_alias=True, include={fld}))
+        shaped = {node for ps in own.values() for name in ps for node, _ in template.uses.get(name, [])
+                  if node is not None}
+        for node in shaped & (set(changes) | {n for name in parameters for n, _ in template.uses.get(name, [])
+                                              if n is not None}):
+            changes.setdefault(node, {})["streams"] = _own_shapes(spec.node(node), template.uses, own)
         if inst.result is not None:
             raise RequestError(f"instance {inst.id} has ended", 409)
         try:
             inst.runner.live.retune(changes)
         except PartlyRetunedError as e:  # in the run's graph, and most of its parts: its parameters say so
-            inst.parameters.update(parameters)
+            self._took(inst, parameters, stream)
             raise RequestError(f"instance {inst.id}: not every part took the change: {e}", 503) from None
         except (ValueError, KeyError, RuntimeError) as e:
             raise RequestError(f"instance {inst.id}: {e.args[0] if e.args else e}", 409) from None
-        inst.parameters.update(parameters)
-        return self.parameters(inst)
+        self._took(inst, parameters, stream)
+        return self.parameters(inst, stream)
+
+    @staticmethod
+    def _took(inst: Instance, parameters: dict[str, Any], stream: str | None) -> None:
+        if stream is None:
+            inst.parameters.update(parameters)
+        else:
+            inst.own.setdefault(stream, {}).update(parameters)
 
     def source_uri(self, uri: str) -> str:
         """A URI a stream may read: a network stream, 'sample', or a file inside the media folder."""
@@ -373,6 +415,47 @@ def why_fixed(spec: GraphSpec, uses_of: dict[str, list[tuple[str | None, str]]],
         if found.isolation == "process":
             return f"it sets node {node!r}, which runs in a process of its own (isolation: process)"
     return None
+
+
+def shapes_of(spec: GraphSpec, uses_of: dict[str, list[tuple[str | None, str]]],
+              name: str) -> list[tuple[str, str, str, str]] | str:
+    """Where parameter ``name`` sets zones' and lines' shapes, each (node, ``zones`` or ``lines``, its name,
+    ``polygon`` or ``points``), so a stream can have its own (the node's ``streams``); else why not."""
+    out = []
+    for node, key in uses_of.get(name, []):
+        parts = key.split(".")
+        found = next((s for s in spec.nodes if s.id == node), None)
+        if found is None or len(parts) != 4 or parts[0] != "config" or (parts[1], parts[3]) not in (
+                ("zones", "polygon"), ("lines", "points")) or "streams" not in found.contract.retunable:
+            return f"it sets {key} of node {node!r}" if node is not None else f"it sets the graph's {key}"
+        out.append((found.id, parts[1], parts[2], parts[3]))
+    return out or "the graph does not use it"
+
+
+def _own_shapes(node: NodeSpec, uses_of: dict[str, list[tuple[str | None, str]]],
+                own: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Node ``node``'s ``streams`` with each stream's own parameters (``own``: stream -> parameter -> value)
+    put in: its own zone or line is the node's of that name (as the instance's parameters render it now)
+    with its own shape, over what the template's own ``streams`` say."""
+    cfg = node.config.model_dump(by_alias=True)
+    streams = cfg["streams"]
+    for stream, values in own.items():
+        for name, value in values.items():
+            for kind, shape, field_ in _uses_on(uses_of, name, node.id):
+                mine = streams.setdefault(stream, {"zones": {}, "lines": {}})
+                base = mine[kind].get(shape) or cfg[kind].get(shape) or {}
+                mine[kind][shape] = {**base, field_: value}
+    return dict(streams)
+
+
+def _uses_on(uses_of: dict[str, list[tuple[str | None, str]]], name: str, node: str) -> list[tuple[str, str, str]]:
+    """Where parameter ``name`` sets a shape of node ``node``: (``zones`` or ``lines``, its name, its field)."""
+    out = []
+    for n, key in uses_of.get(name, []):
+        parts = key.split(".")
+        if n == node and len(parts) == 4:
+            out.append((parts[1], parts[2], parts[3]))
+    return out
 
 
 def shape_of(value: Any) -> str | None:
