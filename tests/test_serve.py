@@ -372,8 +372,9 @@ def test_a_running_instance_s_line_is_moved_in_every_process_and_in_the_one_that
 def test_one_camera_s_own_line_moves_alone(service) -> None:
     """Two cameras in one instance. Camera b's gate is moved for b alone (PATCH parameters with its stream):
     b's crossings are at its own gate (frame 33 of each lap), a's where they were (18). The gate moved for
-    every camera after moves a's (to x = 30: frame 23) and leaves b's own. A stream the instance has not, and
-    a parameter that is no zone or line, are refused in one line."""
+    every camera after moves a's (to x = 30: frame 23) and leaves b's own; null gives b the instance's again,
+    and a camera removed takes its own with it (added again under its id, it counts on the instance's). A
+    stream the instance has not, and a malformed line, are refused in one line."""
     client, _, tmp = service
     (tmp / "graphs" / "retune.yaml").write_text(RETUNE)
     client.get("/pipelines")
@@ -400,12 +401,41 @@ def test_one_camera_s_own_line_moves_alone(service) -> None:
     assert every["gate"]["value"] == [[25, 0], [25, 200]]
     at = moved_for({"parameters": {"gate": [[30, 0], [30, 200]]}})
     assert _laps(client, iid, since=at + 0.5) == {"a": {23}, "b": {33}}
+    at = moved_for({"parameters": {"gate": None}, "stream": "b"})  # b counts on the instance's gate again
+    assert _laps(client, iid, since=at + 0.5) == {"a": {23}, "b": {23}}
+    moved_for({"parameters": {"gate": [[40, 0], [40, 200]]}, "stream": "b"})
+    assert client.delete(f"/pipelines/{iid}/streams/b").status_code == 200  # its own gate goes with it
+    assert client.post(f"/pipelines/{iid}/streams", json={"id": "b", "uri": "sample"}).status_code == 201
+    at = moved_for({"parameters": {"gate": [[30, 0], [30, 200]]}})
+    assert _laps(client, iid, since=at + 0.5) == {"a": {23}, "b": {23}}
     for body, status, words in (({"parameters": {"gate": [[40, 0], [40, 200]]}, "stream": "nope"}, 404,
                                  "has no stream 'nope'; streams: a, b"),
                                 ({"parameters": {"gate": [[40, 0]]}, "stream": "b"}, 400, "lines.gate.points")):
         bad = client.patch(f"/pipelines/{iid}/parameters", json=body)
         assert bad.status_code == status and words in bad.json()["error"], bad.text
     client.delete(f"/pipelines/{iid}")
+
+
+def test_a_camera_s_own_line_is_the_node_s_line_with_its_own_points() -> None:
+    """The analytics node's ``streams`` as a camera's own values rebuild it: the template's own entry for a
+    camera keeps its other lines and each line's count; a parameter that lands on two lines moves both."""
+    from flowpipe.graph import load_graph
+    from flowpipe.graph.load import parameter_uses, parse_yaml
+    from flowpipe.serve.instances import _own_shapes, shapes_of
+
+    text = RETUNE.replace("units: pixels, lines: {gate: {points: \"${params.gate}\"}}", (
+        'units: pixels, lines: {gate: {points: "${params.gate}", count: each_way}, exit: {points: "${params.gate}"}}, '
+        "streams: {c: {lines: {side: {points: [[0, 5], [60, 5]]}}}}"))
+    assert "streams: {c:" in text
+    spec = load_graph("t.yaml", {}, text=text)
+    uses = parameter_uses(parse_yaml(text, "t.yaml"))
+    assert shapes_of(spec, uses, "gate") == [("an", "lines", "gate", "points"), ("an", "lines", "exit", "points")]
+    assert isinstance(shapes_of(spec, uses, "metadata"), str)
+    got = _own_shapes(spec.node("an"), uses, {"c": {"gate": [[40, 0], [40, 200]]}, "b": {"gate": [[9, 0], [9, 9]]}})
+    assert got["c"]["lines"]["side"]["points"] == ((0.0, 5.0), (60.0, 5.0))  # the template's own line stays
+    assert got["c"]["lines"]["gate"] == {"points": [[40, 0], [40, 200]], "count": "each_way"}
+    assert got["c"]["lines"]["exit"] == {"points": [[40, 0], [40, 200]], "count": "first"}
+    assert got["b"]["lines"]["gate"]["points"] == [[9, 0], [9, 9]] and "side" not in got["b"]["lines"]
 
 
 def test_what_can_change_while_a_shipped_graph_runs() -> None:

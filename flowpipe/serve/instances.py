@@ -7,6 +7,7 @@ confined to the instance's folder under the output directory.
 """
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import threading
@@ -43,6 +44,8 @@ def graph_error(e: GraphError, template: Template) -> str:
         text = text.replace(shown, template.path.name)
     return text
 
+
+log = logging.getLogger("flowpipe.serve")
 
 @dataclass
 class Template:
@@ -262,15 +265,23 @@ class Instances:
         try:
             account: dict[str, Any] = inst.runner.live.remove(sid)
             inst.stale(sid)  # the next status shows it gone
-            return account
         except KeyError:
             raise RequestError(f"instance {inst.id} has no added stream {sid!r}", 404) from None
+        with inst.retuning:  # its own zones and lines go with it (a camera added again under its id starts anew)
+            mine = inst.own.get(sid)
+            if mine and inst.result is None:
+                try:
+                    self._retune(inst, dict.fromkeys(mine), sid, check=False)
+                except RequestError as e:
+                    log.warning("instance %s: stream %s's own zones and lines stay in its graph: %s", inst.id, sid, e)
+            inst.own.pop(sid, None)
+        return account
 
     def parameters(self, inst: Instance, stream: str | None = None) -> list[dict[str, Any]]:
         """Every parameter of the instance: its value now, whether it can change while the instance runs
         (and why not), and the shape it draws over the picture (``line``, ``polygon``) where it is one. With
-        ``stream``: the values that camera counts on (its own zones and lines where it has them, ``own``), and
-        whether each can be that camera's own (``per_stream``)."""
+        ``stream``: the values it has of its own (``own``; the others are the instance's), and whether each can
+        be that camera's own (``per_stream``)."""
         if stream is not None:
             self._stream_of(inst, stream)
         out = []
@@ -280,8 +291,8 @@ class Instances:
             row = {"name": name, "value": own.get(name, value), "tunable": fixed is None, "fixed": fixed,
                    "shape": shape_of(value)}
             if stream is not None:
-                row |= {"own": name in own, "per_stream": isinstance(shapes_of(inst.spec, inst.source.uses, name),
-                                                                     list)}
+                row |= {"own": name in own, "per_stream": fixed is None and _points(value)
+                        and isinstance(shapes_of(inst.spec, inst.source.uses, name), list)}
             out.append(row)
         return out
 
@@ -300,7 +311,10 @@ class Instances:
         with inst.retuning:
             return self._retune(inst, parameters, stream)
 
-    def _retune(self, inst: Instance, parameters: dict[str, Any], stream: str | None) -> list[dict[str, Any]]:
+    def _retune(self, inst: Instance, parameters: dict[str, Any], stream: str | None,
+                check: bool = True) -> list[dict[str, Any]]:
+        """``retune``; with ``stream``, a parameter given None is no longer that camera's own (``check``:
+        whether the stream must be running, False for one on its way out)."""
         template = inst.source
         unknown = sorted(set(parameters) - set(inst.parameters))
         if unknown:
@@ -311,20 +325,23 @@ class Instances:
             if fixed is not None:
                 raise RequestError(f"parameter {name!r} cannot change while the instance runs: {fixed}", 409)
         if stream is not None:
-            self._stream_of(inst, stream)
+            if check:
+                self._stream_of(inst, stream)
             for name in parameters:
                 why = shapes_of(inst.spec, template.uses, name)
-                if isinstance(why, str):
-                    raise RequestError(f"parameter {name!r} cannot be stream {stream!r}'s own: {why}; a camera's "
-                                       "own parameters are zones and lines", 409)
+                if isinstance(why, str) or not _points(inst.parameters[name]):
+                    raise RequestError(f"parameter {name!r} cannot be one camera's own (stream {stream!r}): "
+                                       f"{why if isinstance(why, str) else 'its value is no zone or line'}; "
+                                       "expected one that is the whole of an analytics node's zone or line", 409)
         values = {**inst.parameters, **parameters} if stream is None else inst.parameters
         own = {s: dict(v) for s, v in inst.own.items()}
         if stream is not None:
-            own.setdefault(stream, {}).update(parameters)
+            _own_values(own.setdefault(stream, {}), parameters)
         try:
             spec = load_graph(str(template.path), values, text=template.text or None)
-            if stream is not None:  # each value checked where it lands, as the instance's own would be
-                load_graph(str(template.path), {**values, **parameters}, text=template.text or None)
+            given = {k: v for k, v in parameters.items() if v is not None}
+            if stream is not None and given:  # each value checked where it lands, as the instance's own would be
+                load_graph(str(template.path), {**values, **given}, text=template.text or None)
         except GraphError as e:
             raise RequestError(f"pipeline {inst.template!r}: {graph_error(e, template)}") from None
         changes: dict[str, dict[str, Any]] = {}
@@ -333,8 +350,8 @@ class Instances:
                 assert node is not None
                 fld = key.split(".")[1]
                 changes.setdefault(node, {}).update(spec.node(node).config.model_dump(by_alias=True, include={fld}))
-        shaped = {node for ps in own.values() for name in ps for node, _ in template.uses.get(name, [])
-                  if node is not None}
+        shaped = {node for ps in [*own.values(), *inst.own.values()] for name in ps  # (own ones dropped too)
+                  for node, _ in template.uses.get(name, []) if node is not None}
         for node in shaped & (set(changes) | {n for name in parameters for n, _ in template.uses.get(name, [])
                                               if n is not None}):
             changes.setdefault(node, {})["streams"] = _own_shapes(spec.node(node), template.uses, own)
@@ -354,8 +371,9 @@ class Instances:
     def _took(inst: Instance, parameters: dict[str, Any], stream: str | None) -> None:
         if stream is None:
             inst.parameters.update(parameters)
-        else:
-            inst.own.setdefault(stream, {}).update(parameters)
+            return
+        if not _own_values(inst.own.setdefault(stream, {}), parameters):
+            del inst.own[stream]
 
     def source_uri(self, uri: str) -> str:
         """A URI a stream may read: a network stream, 'sample', or a file inside the media folder."""
@@ -456,6 +474,22 @@ def _uses_on(uses_of: dict[str, list[tuple[str | None, str]]], name: str, node: 
         if n == node and len(parts) == 4:
             out.append((parts[1], parts[2], parts[3]))
     return out
+
+
+def _own_values(mine: dict[str, Any], parameters: dict[str, Any]) -> dict[str, Any]:
+    """A camera's own values with ``parameters`` put in (None: no longer its own)."""
+    for name, value in parameters.items():
+        if value is None:
+            mine.pop(name, None)
+        else:
+            mine[name] = value
+    return mine
+
+
+def _points(value: Any) -> bool:
+    """Whether ``value`` is a zone's or line's points (two or more x, y pairs, in fractions or pixels)."""
+    return isinstance(value, list) and len(value) >= 2 and all(
+        isinstance(p, list | tuple) and len(p) == 2 and all(isinstance(v, int | float) for v in p) for p in value)
 
 
 def shape_of(value: Any) -> str | None:
