@@ -1,7 +1,12 @@
 """``prometheus``: the run's counts at http://HOST:PORT/metrics for Prometheus (binds 127.0.0.1 unless
-configured otherwise: exposing metrics beyond this machine is an explicit choice)."""
+configured otherwise: exposing metrics beyond this machine is an explicit choice), and where an analytics
+node is upstream, each stream's line crossings and zone counts."""
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from pydantic import Field
 
 from flowpipe.frame import Frame
@@ -13,7 +18,10 @@ from flowpipe.registry import register
 @register("prometheus")
 class Prometheus(Node):
     """Serves the run's per-node statistics at http://HOST:PORT/metrics for Prometheus, and counts
-    frames per stream reaching this node.
+    frames per stream reaching this node. Frames an analytics node went through also give each stream's
+    crossings per line, direction and label (``flowpipe_line_crossings_total``) and the objects in each zone
+    (``flowpipe_zone_occupancy``, per label ``flowpipe_zone_objects``), as of the newest frame of the stream
+    here.
 
     YAML:
         - id: metrics
@@ -44,15 +52,41 @@ class Prometheus(Node):
         from prometheus_client import CollectorRegistry, start_http_server
 
         self.frames: dict[str, int] = {}
+        self.analytics: dict[str, dict[str, Any]] = {}  # stream -> its newest frame's line totals and zones
         self.registry = CollectorRegistry()
-        self.registry.register(Collector(lambda: run_metrics(ctx.snapshot(), self.frames)))
+        self.registry.register(Collector(lambda: [*run_metrics(ctx.snapshot(), self.frames),
+                                                  *analytics_metrics(self.analytics)]))
         self.server, self.thread = start_http_server(self.config.port, addr=self.config.host, registry=self.registry)
         self.port = self.server.server_address[1]
         ctx.stats["url"] = f"http://{self.config.host}:{self.port}/metrics"
 
     def process(self, frame: Frame, port: str) -> None:
         self.frames[frame.stream] = self.frames.get(frame.stream, 0) + 1
+        found = frame.meta.get("analytics")
+        if isinstance(found, dict):
+            self.analytics[frame.stream] = found  # one reference swapped: a scrape reads one frame's whole
 
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def analytics_metrics(streams: Mapping[str, Mapping[str, Any]]) -> list[Metric]:
+    """Line crossings (counters: each stream's totals go up only) and zone occupancy (gauges) of each stream's
+    newest analytics record (``frame.meta["analytics"]``: ``lines`` {line: {in, out, labels: {label: {in,
+    out}}}}, ``zones`` {zone: {count, labels: {label: n}}})."""
+    crossings = CounterMetricFamily("flowpipe_line_crossings", "objects that crossed a line, by direction",
+                                    labels=["stream", "line", "direction", "label"])
+    zones = GaugeMetricFamily("flowpipe_zone_objects", "objects in a zone now, by label",
+                              labels=["stream", "zone", "label"])
+    occupancy = GaugeMetricFamily("flowpipe_zone_occupancy", "objects in a zone now", labels=["stream", "zone"])
+    for stream, a in list(streams.items()):
+        for line, t in (a.get("lines") or {}).items():
+            for label, n in (t.get("labels") or {}).items():
+                for direction in ("in", "out"):
+                    crossings.add_metric([stream, line, direction, label], n.get(direction, 0))
+        for zone, z in (a.get("zones") or {}).items():
+            for label, n in (z.get("labels") or {}).items():
+                zones.add_metric([stream, zone, label], n)
+            occupancy.add_metric([stream, zone], z.get("count", 0))
+    return [crossings, zones, occupancy]

@@ -540,3 +540,26 @@ def test_a_rules_parameter_given_by_its_alias_reaches_the_running_graph() -> Non
     fields = wanted.node("analytics").config.model_dump(by_alias=True, include={"rules"})
     cfg = retuned(running.node("analytics"), fields)
     assert {r.name: r.for_s for r in cfg.rules}["crowded"] == 7.5
+
+
+def test_prometheus_serves_each_camera_s_crossings_and_zone_counts() -> None:
+    """A Prometheus node after the analytics node: each stream's crossings per line, direction and label
+    (counters) and who is in each zone (gauges), as the newest frame of each stream left them."""
+    import urllib.request
+
+    from flowpipe.registry import lookup
+    from flowpipe.testing import Harness
+
+    node = _analytics(f"{{{LINE}, {ZONE}}}")
+    cls = lookup("prometheus")
+    metrics = cls("metrics", cls.Config.model_validate({"port": 0}))
+    seq = [{1: a, 2: (50.0, 200.0)} for a in _walk(100, 220, 7, y=60.0)]  # 2 stands in the zone
+    with Harness(node) as h, Harness(metrics) as m:
+        for f in [*_for("cam1", seq), *_for("cam2", seq[:3])]:
+            m.node.process(h.node.process(f, "detections"), "frame")
+        text = urllib.request.urlopen(m.context.stats["url"], timeout=10).read().decode()  # noqa: S310 - http
+    assert 'flowpipe_line_crossings_total{direction="out",label="person",line="gate",stream="cam1"} 1.0' in text
+    assert 'flowpipe_line_crossings_total{direction="in",label="person",line="gate",stream="cam1"} 0.0' in text
+    assert 'line="gate",stream="cam2"' not in text  # cam2's walker stopped short of the gate
+    assert 'flowpipe_zone_occupancy{stream="cam1",zone="door"} 1.0' in text
+    assert 'flowpipe_zone_objects{label="person",stream="cam2",zone="door"} 1.0' in text
