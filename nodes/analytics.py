@@ -151,7 +151,8 @@ class Analytics(Node):
 
     class Config(NodeConfig):
         zones: dict[str, Zone] = Field(default_factory=dict, description="name -> {polygon: [[x, y], ...]}")
-        lines: dict[str, Line] = Field(default_factory=dict, description="name -> {points: [A, B]}")
+        lines: dict[str, Line] = Field(default_factory=dict, description="name -> {points: [A, B], count: first | "
+                                                                        "each_way}")
         rules: list[Rule] = Field(default_factory=list, description="{name, zone, occupancy, for} | {name, zone, "
                                   "dwell} | {name, line, direction}: each raises events")
         streams: dict[str, Shapes] = Field(default_factory=dict, description="stream id -> {zones, lines} of its "
