@@ -543,8 +543,9 @@ def test_a_rules_parameter_given_by_its_alias_reaches_the_running_graph() -> Non
 
 
 def test_prometheus_serves_each_camera_s_crossings_and_zone_counts() -> None:
-    """A Prometheus node after the analytics node: each stream's crossings per line, direction and label
-    (counters) and who is in each zone (gauges), as the newest frame of each stream left them."""
+    """A Prometheus node after the analytics node: each stream's crossings per line and direction, and per
+    label (counters, a line's at 0 from its first frame), and who is in each zone (gauges), as the newest
+    frame of each stream left them; a stream that ended leaves no series behind."""
     import urllib.request
 
     from flowpipe.registry import lookup
@@ -557,9 +558,14 @@ def test_prometheus_serves_each_camera_s_crossings_and_zone_counts() -> None:
     with Harness(node) as h, Harness(metrics) as m:
         for f in [*_for("cam1", seq), *_for("cam2", seq[:3])]:
             m.node.process(h.node.process(f, "detections"), "frame")
-        text = urllib.request.urlopen(m.context.stats["url"], timeout=10).read().decode()  # noqa: S310 - http
-    assert 'flowpipe_line_crossings_total{direction="out",label="person",line="gate",stream="cam1"} 1.0' in text
-    assert 'flowpipe_line_crossings_total{direction="in",label="person",line="gate",stream="cam1"} 0.0' in text
-    assert 'line="gate",stream="cam2"' not in text  # cam2's walker stopped short of the gate
+        url = m.context.stats["url"]
+        text = urllib.request.urlopen(url, timeout=10).read().decode()  # noqa: S310 - http
+        m.node.end_stream("cam2")
+        after = urllib.request.urlopen(url, timeout=10).read().decode()  # noqa: S310 - http
+    assert 'flowpipe_line_crossings_total{direction="out",line="gate",stream="cam1"} 1.0' in text
+    assert 'flowpipe_line_crossings_by_label_total{direction="out",label="person",line="gate",stream="cam1"} 1.0' \
+        in text
+    assert 'flowpipe_line_crossings_total{direction="out",line="gate",stream="cam2"} 0.0' in text  # short of it
     assert 'flowpipe_zone_occupancy{stream="cam1",zone="door"} 1.0' in text
     assert 'flowpipe_zone_objects{label="person",stream="cam2",zone="door"} 1.0' in text
+    assert 'stream="cam2"' not in after and 'flowpipe_zone_occupancy{stream="cam1",zone="door"} 1.0' in after

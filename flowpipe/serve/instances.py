@@ -365,7 +365,7 @@ class Instances:
         except (ValueError, KeyError, RuntimeError) as e:
             raise RequestError(f"instance {inst.id}: {e.args[0] if e.args else e}", 409) from None
         self._took(inst, parameters, stream)
-        return self.parameters(inst, stream)
+        return self.parameters(inst, stream if check else None)  # (a stream on its way out lists no values)
 
     @staticmethod
     def _took(inst: Instance, parameters: dict[str, Any], stream: str | None) -> None:
