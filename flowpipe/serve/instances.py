@@ -47,6 +47,7 @@ def graph_error(e: GraphError, template: Template) -> str:
 
 log = logging.getLogger("flowpipe.serve")
 
+
 @dataclass
 class Template:
     name: str
@@ -283,7 +284,7 @@ class Instances:
         ``stream``: the values it has of its own (``own``; the others are the instance's), and whether each can
         be that camera's own (``per_stream``)."""
         if stream is not None:
-            self._stream_of(inst, stream)
+            self._known_stream(inst, stream)
         out = []
         own = inst.own.get(stream or "", {})
         for name, value in inst.parameters.items():
@@ -296,7 +297,7 @@ class Instances:
             out.append(row)
         return out
 
-    def _stream_of(self, inst: Instance, stream: str) -> None:
+    def _known_stream(self, inst: Instance, stream: str) -> None:
         names = sorted({str(s["stream"]) for s in inst.runner.live.states()})
         if stream not in names:
             raise RequestError(f"instance {inst.id} has no stream {stream!r}; streams: {', '.join(names) or 'none'}",
@@ -326,7 +327,7 @@ class Instances:
                 raise RequestError(f"parameter {name!r} cannot change while the instance runs: {fixed}", 409)
         if stream is not None:
             if check:
-                self._stream_of(inst, stream)
+                self._known_stream(inst, stream)
             for name in parameters:
                 why = shapes_of(inst.spec, template.uses, name)
                 if isinstance(why, str) or not _points(inst.parameters[name]):
@@ -350,11 +351,13 @@ class Instances:
                 assert node is not None
                 fld = key.split(".")[1]
                 changes.setdefault(node, {}).update(spec.node(node).config.model_dump(by_alias=True, include={fld}))
-        shaped = {node for ps in [*own.values(), *inst.own.values()] for name in ps  # (own ones dropped too)
-                  for node, _ in template.uses.get(name, []) if node is not None}
-        for node in shaped & (set(changes) | {n for name in parameters for n, _ in template.uses.get(name, [])
-                                              if n is not None}):
-            changes.setdefault(node, {})["streams"] = _own_shapes(spec.node(node), template.uses, own)
+        # a node this change touches that has (or had) a camera's own values gets its streams rebuilt
+        touched = {n for name in parameters for n, _ in template.uses.get(name, [])}
+        shaped = {n for ps in [*own.values(), *inst.own.values()] for name in ps
+                  for n, _ in template.uses.get(name, [])}
+        for node in touched & shaped - {None}:
+            assert node is not None
+            changes.setdefault(node, {})["streams"] = _own_shapes(spec, node, template.uses, own)
         if inst.result is not None:
             raise RequestError(f"instance {inst.id} has ended", 409)
         try:
@@ -450,30 +453,23 @@ def shapes_of(spec: GraphSpec, uses_of: dict[str, list[tuple[str | None, str]]],
     return out or "the graph does not use it"
 
 
-def _own_shapes(node: NodeSpec, uses_of: dict[str, list[tuple[str | None, str]]],
+def _own_shapes(spec: GraphSpec, node: str, uses_of: dict[str, list[tuple[str | None, str]]],
                 own: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Node ``node``'s ``streams`` with each stream's own parameters (``own``: stream -> parameter -> value)
     put in: its own zone or line is the node's of that name (as the instance's parameters render it now)
     with its own shape, over what the template's own ``streams`` say."""
-    cfg = node.config.model_dump(by_alias=True)
-    streams = cfg["streams"]
+    cfg = spec.node(node).config.model_dump(by_alias=True)
+    streams: dict[str, Any] = cfg["streams"]
     for stream, values in own.items():
         for name, value in values.items():
-            for kind, shape, field_ in _uses_on(uses_of, name, node.id):
+            where = shapes_of(spec, uses_of, name)  # a list: own values are only ever shapes
+            for n, kind, shape, field_ in where if isinstance(where, list) else []:
+                if n != node:
+                    continue
                 mine = streams.setdefault(stream, {"zones": {}, "lines": {}})
                 base = mine[kind].get(shape) or cfg[kind].get(shape) or {}
                 mine[kind][shape] = {**base, field_: value}
-    return dict(streams)
-
-
-def _uses_on(uses_of: dict[str, list[tuple[str | None, str]]], name: str, node: str) -> list[tuple[str, str, str]]:
-    """Where parameter ``name`` sets a shape of node ``node``: (``zones`` or ``lines``, its name, its field)."""
-    out = []
-    for n, key in uses_of.get(name, []):
-        parts = key.split(".")
-        if n == node and len(parts) == 4:
-            out.append((parts[1], parts[2], parts[3]))
-    return out
+    return streams
 
 
 def _own_values(mine: dict[str, Any], parameters: dict[str, Any]) -> dict[str, Any]:
@@ -495,10 +491,7 @@ def _points(value: Any) -> bool:
 def shape_of(value: Any) -> str | None:
     """``line`` or ``polygon`` for a list of two or more points in fractions of the picture, the way zones and
     lines are given (a console draws them over the picture), else None."""
-    if not isinstance(value, list) or len(value) < 2:
-        return None
-    if not all(isinstance(p, list | tuple) and len(p) == 2 and all(isinstance(v, int | float) and 0 <= v <= 1
-                                                                    for v in p) for p in value):
+    if not _points(value) or not all(0 <= v <= 1 for p in value for v in p):
         return None
     return "line" if len(value) == 2 else "polygon"
 
