@@ -19,9 +19,9 @@ from flowpipe.registry import register
 class Prometheus(Node):
     """Serves the run's per-node statistics at http://HOST:PORT/metrics for Prometheus, and counts
     frames per stream reaching this node. Frames an analytics node went through also give each stream's
-    crossings per line, direction and label (``flowpipe_line_crossings_total``) and the objects in each zone
-    (``flowpipe_zone_occupancy``, per label ``flowpipe_zone_objects``), as of the newest frame of the stream
-    here.
+    crossings per line and direction (``flowpipe_line_crossings_total``, per label
+    ``flowpipe_line_crossings_by_label_total``) and the objects in each zone (``flowpipe_zone_occupancy``, per
+    label ``flowpipe_zone_objects``), as of the newest frame of the stream here.
 
     YAML:
         - id: metrics
