@@ -370,20 +370,14 @@ def _counting(results: Path) -> list[str]:
 
 def _since_count_rule(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """The held-out clips added after a line came to count each track once, summed apart (``after`` in
-    crossings.json)."""
+    crossings.json) as analytics_eval.py sums each part."""
+    from analytics_eval import _summary
+
     from flowpipe.eval.crossings import truth
 
     t = truth()
     got = [x for x in rows if t.get(x["clip"], {}).get("after") == "count_first"]
-    if not got:
-        return {}
-    return {"held_out_since_the_count_rule": {
-        "clips": len(got), "true": sum(x["true"] for x in got), "found": sum(x["found"] for x in got),
-        "false": sum(x["false"] for x in got), "twice": sum(x["twice"] for x in got),
-        "every_true_crossing_once": all(x["found"] == x["true"] and not x["twice"] for x in got),
-        "no_false_crossing": all(x["false"] == 0 for x in got),
-        "analytics_busy_share_max": max(x["analytics_busy_share"] for x in got),
-        "analytics_cpu_share_max": max(x.get("analytics_cpu_share", 0.0) for x in got)}}
+    return {"held_out_since_the_count_rule": _summary(got)} if got else {}
 
 
 def _crossing_table(rows: list[dict[str, Any]]) -> list[str]:
