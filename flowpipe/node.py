@@ -209,7 +209,9 @@ class NodeContract:
     (OpenCL buffers on a GPU); ``always``; None: never. ``refers``: config fields that name another node of
     the graph (field -> node id), which validation finds there. ``tunable``: config fields a running graph
     may change (``flowpipe serve``'s parameters): ``Node.retune`` takes them between frames; every other
-    field is fixed while it runs."""
+    field is fixed while it runs. ``per_stream``: config fields keyed by stream id (a camera's own
+    settings); where a run's streams are its sources (``flowpipe run``), validation finds each key among
+    them."""
 
     inputs: Mapping[str, str] = field(default_factory=dict)
     outputs: Mapping[str, str] = field(default_factory=dict)
@@ -227,6 +229,7 @@ class NodeContract:
     owner_side: Literal["device", "always"] | None = None
     refers: Mapping[str, str] = field(default_factory=dict)
     tunable: frozenset[str] = frozenset()
+    per_stream: frozenset[str] = frozenset()
 
     @property
     def retunable(self) -> frozenset[str]:

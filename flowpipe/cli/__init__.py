@@ -29,8 +29,8 @@ EXIT_OK, EXIT_RUNTIME, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 def _load(path: str, sets: list[str] | None = None):
-
-    return load_graph(path, parse_sets(sets))
+    """A graph for ``run`` and ``validate``: its streams are its sources (no stream is added while it runs)."""
+    return load_graph(path, parse_sets(sets), fixed_streams=True)
 
 
 class _Progress:

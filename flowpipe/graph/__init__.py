@@ -31,10 +31,12 @@ __all__ = ["ENGINE_KEYS", "ISOLATION", "MAX_EXPANDED_NODES", "MAX_YAML_BYTES", "
 
 
 def load_graph(path: str | Path, overrides: dict[str, Any] | None = None,
-               text: str | None = None) -> GraphSpec:
-    """Read and validate a graph file. Raises GraphError with one Diagnostic per problem."""
+               text: str | None = None, fixed_streams: bool = False) -> GraphSpec:
+    """Read and validate a graph file. Raises GraphError with one Diagnostic per problem. ``fixed_streams``:
+    the run's streams are the graph's sources, none added while it runs (``flowpipe run``), so what names a
+    stream must name one of them."""
     fname = str(path)
     if text is None:
         text = read_text(path, fname)
     doc = parse_yaml(text, fname)
-    return validate(doc, fname, overrides or {})
+    return validate(doc, fname, overrides or {}, fixed_streams)

@@ -103,6 +103,11 @@ class NodeSpec:
     def make(self) -> Node:
         return self.cls(self.id, self.config)
 
+    @property
+    def stream(self) -> str:
+        """The stream a source node emits: its ``stream`` setting, else its id."""
+        return getattr(self.config, "stream", None) or self.id
+
     @functools.cached_property
     def contract(self) -> NodeContract:
         """What this node, as configured, declares (``Node.contract``): read by validation and the runner."""

@@ -9,6 +9,8 @@
    (workers, isolation) -> template
 6. wiring: ports, port kinds, unconnected inputs; then cycles
 7. engine rules: sharding over processes
+8. streams, where a run's streams are its sources (``fixed_streams``: ``flowpipe run``, nothing added while
+   it runs): each key of a per-stream config field names one of them
 
 Each phase reports every problem it finds, one line each (file:line, node id and type, expected vs got), and
 later phases run only on a clean result. Within the node phases a node's problems stay together, nodes in
@@ -51,8 +53,9 @@ class _Graph:
     nodes: Any
 
 
-def validate(doc: Any, fname: str, overrides: dict[str, Any]) -> GraphSpec:
-    """A parsed graph document through every phase after parsing, in order; the GraphSpec it describes."""
+def validate(doc: Any, fname: str, overrides: dict[str, Any], fixed_streams: bool = False) -> GraphSpec:
+    """A parsed graph document through every phase after parsing, in order; the GraphSpec it describes.
+    ``fixed_streams``: the run's streams are the graph's sources (no stream is added while it runs)."""
     top = _graph_keys(doc, fname, overrides)
     nodes_raw = _params(top, doc, fname)
     plugin_dir = _plugins(top.plugins, doc, fname)
@@ -63,6 +66,8 @@ def validate(doc: Any, fname: str, overrides: dict[str, Any]) -> GraphSpec:
     spec = GraphSpec(fname, specs, top.params, list(top.plugins), plugin_dir, dag, top.processes, top.device_owner,
                      top.prefetch, top.cluster)
     _engine_rules(spec)
+    if fixed_streams:
+        _stream_keys(spec, raw_inputs, fname)
     return spec
 
 
@@ -465,4 +470,27 @@ def _engine_rules(spec: GraphSpec) -> None:
         if spec.processes != 1 and why is not None:
             errors.append(Diagnostic(f"processes: {spec.processes} is not available with {s.type}: {why}; "
                                      "expected processes: 1", spec.file, s.line, s.id, s.type))
+    _raise_if(errors)
+
+
+# 8. streams ---------------------------------------------------------------------------------------------------
+
+def _stream_keys(spec: GraphSpec, raw_inputs: dict[str, Any], fname: str) -> None:
+    """Phase 8, for a run whose streams are its sources: each key of a per-stream config field
+    (``NodeContract.per_stream``: a camera's own zones and lines) names one of them, so a misspelt camera is
+    an error, not settings that never apply."""
+    streams = [s.stream for s in spec.sources()]
+    errors: list[Diagnostic] = []
+    for s in spec.nodes:
+        raw_cfg = raw_inputs[s.id][1].get("config")
+        for name in sorted(s.contract.per_stream):
+            keyed = getattr(s.config, name, None) or {}
+            raw_field = raw_cfg.get(name) if isinstance(raw_cfg, dict) else None
+            for key in keyed:
+                if key not in streams:
+                    line = line_of(raw_field, key) if raw_field is not None else line_of(raw_cfg, name)
+                    errors.append(Diagnostic(
+                        f"config.{name}: no stream {key!r} in this run; expected one of its streams: "
+                        f"{', '.join(streams) or 'none'} (a source's `stream`, else its id)", fname,
+                        line or s.line, s.id, s.type))
     _raise_if(errors)

@@ -415,11 +415,11 @@ class ShardedRun:
         cap = None
         if self.max_frames is not None:  # the run's frame limit, shared by the streams' weight
             cap = max(1, round(self.max_frames * len(sources) / max(1, len(self.spec.sources()))))
-            own = {stream_of(self.spec.node(s)) for s in sources}
+            own = {self.spec.node(s).stream for s in sources}
             cap = max(1, cap - sum(v for k, v in resume.start.items() if k in own))
         link = self.owner.link if self.owner is not None else None
         count = len(plan(self.spec, self.processes))
-        board = StreamBoard([stream_of(self.spec.node(s)) for s in sources],
+        board = StreamBoard([self.spec.node(s).stream for s in sources],
                             spare=ADDED_ROWS if self.spec.templates() else 0)
         with self._config_lock:
             payload, version = self._payload, self.version
@@ -813,11 +813,6 @@ def _sources_now(runner: Runner) -> dict[str, dict[str, Any]]:
         except RuntimeError:  # the node changed its own stats while they were copied: the next report has them
             continue
     return out
-
-
-def stream_of(source: NodeSpec) -> str:
-    """The stream a source node emits: its ``stream`` setting, else its id."""
-    return getattr(source.config, "stream", None) or source.id
 
 
 def _exited_opening(sh: _Shard) -> str:
