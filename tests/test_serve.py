@@ -418,6 +418,31 @@ def test_one_camera_s_own_line_moves_alone(service) -> None:
     client.delete(f"/pipelines/{iid}")
 
 
+def test_a_camera_s_values_read_back_as_its_template_gives_them(service) -> None:
+    """A template whose own ``streams`` entry gives camera a its gate: read for camera a, the gate parameter
+    is that line (``template``), not the instance's, which camera b has; once a's own, it reads as such."""
+    client, _, tmp = service
+    text = RETUNE.replace('lines: {gate: {points: "${params.gate}"}}', 'lines: {gate: {points: "${params.gate}"}}, '
+                          "streams: {a: {lines: {gate: {points: [[40, 0], [40, 200]]}}}}")
+    assert "streams: {a:" in text
+    (tmp / "graphs" / "by_camera.yaml").write_text(text)
+    client.get("/pipelines")
+    r = client.post("/pipelines/by_camera", json={"streams": [{"id": "a", "uri": "sample"}, {"id": "b", "uri": "sample"}]})
+    assert r.status_code == 201, r.text
+    iid = r.json()["id"]
+
+    def gate(stream: str) -> dict[str, Any]:
+        got = {p["name"]: p for p in client.get(f"/pipelines/{iid}/parameters?stream={stream}").json()}
+        return {k: got["gate"][k] for k in ("value", "own", "template", "per_stream")}
+
+    assert gate("a") == {"value": [[40, 0], [40, 200]], "own": False, "template": True, "per_stream": True}
+    assert gate("b") == {"value": [[25, 0], [25, 200]], "own": False, "template": False, "per_stream": True}
+    r = client.patch(f"/pipelines/{iid}/parameters", json={"parameters": {"gate": [[30, 0], [30, 200]]}, "stream": "a"})
+    assert r.status_code == 200, r.text
+    assert gate("a") == {"value": [[30, 0], [30, 200]], "own": True, "template": False, "per_stream": True}
+    client.delete(f"/pipelines/{iid}")
+
+
 def test_a_camera_s_own_line_is_the_node_s_line_with_its_own_points() -> None:
     """The analytics node's ``streams`` as a camera's own values rebuild it: the template's own entry for a
     camera keeps its other lines and each line's count; a parameter that lands on two lines moves both."""

@@ -281,19 +281,29 @@ class Instances:
     def parameters(self, inst: Instance, stream: str | None = None) -> list[dict[str, Any]]:
         """Every parameter of the instance: its value now, whether it can change while the instance runs
         (and why not), and the shape it draws over the picture (``line``, ``polygon``) where it is one. With
-        ``stream``: the values it has of its own (``own``; the others are the instance's), and whether each can
-        be that camera's own (``per_stream``)."""
+        ``stream``: the values it has of its own (``own``), those the template's own ``streams`` entry for it
+        sets (``template``; the others are the instance's), and whether each can be that camera's own
+        (``per_stream``)."""
+        uses = inst.source.uses
         if stream is not None:
             self._known_stream(inst, stream)
         out = []
         own = inst.own.get(stream or "", {})
+        rendered: GraphSpec | None = None  # the template as the instance's values render it, where it is needed
         for name, value in inst.parameters.items():
-            fixed = why_fixed(inst.spec, inst.source.uses, name)
+            fixed = why_fixed(inst.spec, uses, name)
             row = {"name": name, "value": own.get(name, value), "tunable": fixed is None, "fixed": fixed,
                    "shape": shape_of(value)}
             if stream is not None:
-                row |= {"own": name in own, "per_stream": fixed is None and _points(value)
-                        and isinstance(shapes_of(inst.spec, inst.source.uses, name), list)}
+                where = shapes_of(inst.spec, uses, name)
+                row |= {"own": name in own, "template": False,
+                        "per_stream": fixed is None and _points(value) and isinstance(where, list)}
+                if row["per_stream"] and name not in own and isinstance(where, list):
+                    rendered = rendered or load_graph(str(inst.source.path), inst.parameters,
+                                                      text=inst.source.text or None)
+                    given = _template_own(rendered, where, stream)
+                    if given is not None:
+                        row |= {"value": given, "template": True}
             out.append(row)
         return out
 
@@ -470,6 +480,17 @@ def _own_shapes(spec: GraphSpec, node: str, uses_of: dict[str, list[tuple[str | 
                 base = mine[kind].get(shape) or cfg[kind].get(shape) or {}
                 mine[kind][shape] = {**base, field_: value}
     return streams
+
+
+def _template_own(spec: GraphSpec, where: list[tuple[str, str, str, str]], stream: str) -> Any:
+    """The shape the template's own ``streams`` entry for ``stream`` gives where a parameter lands (``where``,
+    from ``shapes_of``), over the parameter's value for that camera; None where it gives none."""
+    for node, kind, shape, field_ in where:
+        mine = getattr(spec.node(node).config, "streams", {}).get(stream)
+        found = getattr(mine, kind, {}).get(shape) if mine is not None else None
+        if found is not None:
+            return [list(p) for p in getattr(found, field_)]
+    return None
 
 
 def _own_values(mine: dict[str, Any], parameters: dict[str, Any]) -> dict[str, Any]:
