@@ -199,8 +199,10 @@ class NodeContract:
     ``live``: a source whose frames come in real time (a camera, a network stream): what it sends while
     nobody reads it is gone. ``files``: config fields that name what it writes, by kind: ``records`` (JSON
     Lines, one record per frame), ``video`` (recordings), ``folder`` (a folder of files it writes: event
-    snapshots, event clips), ``model_cache`` (a folder of compiled models, where a host may set its own): a
-    service confines them to its output folder, a cluster reads records back. A field inside another is named
+    snapshots, event clips), ``state`` (a folder a stream's next run reads back: what it left undelivered),
+    ``model_cache`` (a folder of compiled models, where a host may set its own): a service confines them to
+    its output folder (``state`` to one per graph template, which its instances share), a cluster reads
+    records back. A field inside another is named
     with a dot (``clips.path``): ``setting``/``set_setting`` reach it.
     ``final_picture``: what it gets on its ``frame`` input is the graph's finished picture (a recording, a
     preview), which a console shows too. ``owner_side``: over several processes, where the device owner

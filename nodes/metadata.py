@@ -182,7 +182,7 @@ class Mqtt(Node):
 
     @classmethod
     def contract(cls, config: NodeConfig) -> NodeContract:
-        return cls.declare(files={"outbox": "folder"})
+        return cls.declare(files={"outbox": "state"})
 
     def resources(self) -> list[str]:
         out = [f"connects to mqtt://{self.config.host}:{self.config.port}"]

@@ -418,6 +418,38 @@ def test_one_camera_s_own_line_moves_alone(service) -> None:
     client.delete(f"/pipelines/{iid}")
 
 
+def test_what_a_stopped_instance_could_not_publish_waits_for_the_template_s_next_instance(service) -> None:
+    """An MQTT outbox is the template's, not the instance's: an instance run while the broker is away keeps
+    every frame's message in ``state/TEMPLATE/``; the next instance of the template opens the same file and
+    adds its own after them, none sent (the broker still away), so nothing is lost between instances."""
+    import socket
+
+    client, instances, tmp = service
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there: the broker is away
+    (tmp / "graphs" / "publish.yaml").write_text(f"""
+plugins: [fp_testnodes]
+params: {{input: sample}}
+nodes:
+  - {{id: cam, type: video_source, config: {{uri: "${{params.input}}", every: 10}}}}
+  - {{id: det, type: test_one_face, inputs: {{frame: cam}}}}
+  - {{id: pub, type: mqtt, config: {{port: {port}, topic: "o/{{stream}}", connect_timeout_s: 0.5,
+      require_connection: false, outbox: outbox}}, inputs: {{detections: det.detections}}}}
+""")
+    client.get("/pipelines")
+    box = instances.output_dir / "state" / "publish" / "outbox" / "pub.cam.jsonl"
+    for n in (15, 30):  # the sample's 150 frames, every 10th
+        r = client.post("/pipelines/publish", json={})
+        assert r.status_code == 201, r.text
+        iid = r.json()["id"]
+        _wait(lambda: client.get(f"/pipelines/{iid}/status").json()["state"] == "COMPLETED")  # noqa: B023
+        kept = [json.loads(line) for line in box.read_text().splitlines()]
+        assert len(kept) == n and not any("a" in k for k in kept)  # every message kept, none delivered
+        assert not (instances.output_dir / iid / "outbox").exists()
+        client.delete(f"/pipelines/{iid}")
+
+
 def test_a_camera_s_values_read_back_as_its_template_gives_them(service) -> None:
     """A template whose own ``streams`` entry gives camera a its gate: read for camera a, the gate parameter
     is that line (``template``), not the instance's, which camera b has; once a's own, it reads as such."""

@@ -204,7 +204,7 @@ class Instances:
             raise RequestError(f"pipeline {name!r}: {graph_error(e, template)}") from None
         iid = secrets.token_hex(4)
         folder = self.output_dir / iid
-        self._confine(spec, folder, per_stream=bool(streams))
+        self._confine(spec, folder, name, per_stream=bool(streams))
         if streams:
             for s in spec.sources():
                 s.template = True  # the request names the streams: the graph's own sources are their pattern
@@ -407,14 +407,16 @@ class Instances:
             raise RequestError(f"no file {uri!r} in the media folder", 404)
         return str(path)
 
-    def _confine(self, spec: GraphSpec, folder: Path, per_stream: bool = False) -> None:
+    def _confine(self, spec: GraphSpec, folder: Path, template: str, per_stream: bool = False) -> None:
         """Every output path of the graph goes inside the instance's folder; one that would leave it is an
         error, not a write elsewhere. ``per_stream`` (the request names the streams): every stream's video
-        carries its name (``NAME-{stream}.mp4``), the first one's too."""
+        carries its name (``NAME-{stream}.mp4``), the first one's too. What a stream leaves for its next run
+        (``state``: an MQTT outbox) goes in the template's folder under ``state/``, so the next instance of
+        the template sends what a stopped one could not."""
         for node in spec.nodes:
             for key, kind in node.contract.files.items():
                 path = setting(node.config, key)
-                if kind not in ("records", "video", "folder") or not isinstance(path, str) or path == "-":
+                if kind not in ("records", "video", "folder", "state") or not isinstance(path, str) or path == "-":
                     continue
                 p = Path(path)
                 if p.is_absolute() or ".." in p.parts:
@@ -422,7 +424,8 @@ class Instances:
                                        "a relative path", 403)
                 if per_stream and kind == "video" and "{stream}" not in path:
                     p = p.with_name(f"{p.stem}-{{stream}}{p.suffix}")
-                set_setting(node.config, key, str(folder / p))
+                under = self.output_dir / "state" / template if kind == "state" else folder
+                set_setting(node.config, key, str(under / p))
 
 
 def why_fixed(spec: GraphSpec, uses_of: dict[str, list[tuple[str | None, str]]], name: str) -> str | None:
