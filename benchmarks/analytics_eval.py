@@ -66,9 +66,14 @@ def main() -> int:
     ap.add_argument("--clips", nargs="*", help="default: all that have crossings of --what")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--device", default="CPU")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a parameter of the graph (YAML value), as flowpipe run --set")
     ap.add_argument("--out")
     args = ap.parse_args()
     from flowpipe.eval.crossings import clip_file, part, score, truth
+    from flowpipe.graph import parse_sets
+
+    sets = {"device": args.device, **parse_sets(args.set)}
 
     rows = []
     graph = GRAPHS[args.what]
@@ -78,7 +83,7 @@ def main() -> int:
         runs: dict[bool, list[dict[str, Any]]] = {True: [], False: []}
         for _ in range(args.repeats):  # side by side, in turns
             for analytics in (True, False):
-                runs[analytics].append(run_once(graph, src, analytics, work, {"device": args.device}))
+                runs[analytics].append(run_once(graph, src, analytics, work, sets))
         with_ = runs[True]
         s = score(name, with_[0]["crossings"], args.what)
         counts = [score(name, r["crossings"], args.what).row() for r in with_]
@@ -95,7 +100,7 @@ def main() -> int:
         print(row, flush=True)
     summary = {which: _summary([r for r in rows if r["part"] == which]) for which in ("seen", "held_out")
                if any(r["part"] == which for r in rows)}
-    publish({"graph": str(graph.relative_to(ROOT)), "what": args.what, "device": args.device,
+    publish({"graph": str(graph.relative_to(ROOT)), "what": args.what, "device": args.device, "set": args.set,
              "repeats": args.repeats, "rows": rows, "summary": summary}, args.out)
     return 0
 

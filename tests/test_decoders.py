@@ -23,6 +23,59 @@ def test_ssd_rows_map_back_through_the_letterbox_with_labels() -> None:
     np.testing.assert_allclose(d.box, (20.0, 0.0, 100.0, 70.0), atol=1e-4)
 
 
+def _tf_outputs(entries: list[list[tuple[int, float, tuple[float, float, float, float]]]]) -> dict[str, np.ndarray]:
+    """The TensorFlow Object Detection API's four outputs for a batch: per entry, (class, score, x1 y1 x2 y2
+    as fractions of the entry)."""
+    n = max(len(e) for e in entries)
+    boxes, scores, classes = (np.zeros((len(entries), n, 4), np.float32), np.zeros((len(entries), n), np.float32),
+                              np.zeros((len(entries), n), np.float32))
+    for i, e in enumerate(entries):
+        for j, (k, sc, (x1, y1, x2, y2)) in enumerate(e):
+            boxes[i, j], scores[i, j], classes[i, j] = (y1, x1, y2, x2), sc, k
+    prefix = "Postprocessor/BatchMultiClassNonMaxSuppression/map/"
+    return {f"{prefix}detection_boxes:0": boxes, f"{prefix}detection_scores:0": scores,
+            f"{prefix}detection_classes:0": classes,
+            "num_detections:0": np.array([len(e) for e in entries], np.float32)}
+
+
+def test_ssd_over_tiles_maps_each_entry_back_and_keeps_one_box_per_object() -> None:
+    """A 600x300 frame as three entries of a 100x100 tensor, stretched: the whole frame and two overlapping
+    tiles (x 0-330, 270-600). A person seen whole in the frame and in the left tile is one detection; a car
+    the right tile cuts at its left side, which the whole frame holds, is the whole frame's; a bus both tiles
+    cut, which the whole frame missed, is one box round both parts; each box is in frame pixels through its
+    own entry's placement."""
+    rois = [(0, 0, 600, 300), (0, 0, 330, 300), (270, 0, 330, 300)]
+    layout = TensorLayout("pre", (100, 100), tuple(Placement(r, 100, 100, 0, 0) for r in rois))
+
+    def seen(entry: int, x1: float, y1: float, x2: float, y2: float) -> tuple[float, float, float, float]:
+        x, y, w, h = rois[entry]  # a box in frame pixels as the entry's fractions
+        return (x1 - x) / w, (y1 - y) / h, (x2 - x) / w, (y2 - y) / h
+
+    out = _tf_outputs([[(1, 0.6, seen(0, 30, 30, 90, 270)), (3, 0.7, seen(0, 270, 60, 360, 120))],
+                       [(1, 0.9, seen(1, 30, 30, 90, 270)), (6, 0.8, seen(1, 210, 150, 327, 240))],
+                       [(3, 0.95, seen(2, 272, 60, 360, 120)), (6, 0.7, seen(2, 273, 150, 420, 240))]])
+    f = Frame("s", 0, 0.0, np.zeros((300, 600, 3), np.uint8), tensors=out, layout=layout)
+    got = run_node("type: ssd_decode\nconfig: {labels: [bg, person, bicycle, car, motorcycle, airplane, bus]}", [f],
+                   port="tensors")
+    assert got.result.ok, got.result.error
+    found = {d.label: d for d in got.frames[0].detections}
+    assert sorted(found) == ["bus", "car", "person"] and len(got.frames[0].detections) == 3
+    assert abs(found["person"].score - 0.9) < 1e-6  # the tile's view, the best
+    np.testing.assert_allclose(found["person"].box, (30, 30, 90, 270), atol=1e-3)
+    assert abs(found["car"].score - 0.7) < 1e-6  # the whole frame's, not the tile's cut part at 0.95
+    np.testing.assert_allclose(found["car"].box, (270, 60, 360, 120), atol=1e-3)
+    np.testing.assert_allclose(found["bus"].box, (210, 150, 420, 240), atol=1e-3)
+
+
+def test_ssd_from_one_entry_is_read_as_before() -> None:
+    """One entry (no tiles): every box, in score order, nothing merged across (two people side by side)."""
+    out = _tf_outputs([[(1, 0.7, (0.1, 0.1, 0.3, 0.9)), (1, 0.9, (0.25, 0.1, 0.45, 0.9))]])
+    f = Frame("s", 0, 0.0, np.zeros((100, 200, 3), np.uint8), tensors=out,
+              layout=TensorLayout("pre", (100, 100), (Placement((0, 0, 200, 100), 100, 100, 0, 0),)))
+    got = run_node("type: ssd_decode\nconfig: {labels: [bg, person]}", [f], port="tensors")
+    assert [round(d.score, 2) for d in got.frames[0].detections] == [0.9, 0.7]
+
+
 def test_classification_top_k() -> None:
     logits = np.array([[0.1, 3.0, -1.0, 2.0]], np.float32)
     f = Frame("s", 0, 0.0, None, "TENSOR", tensors={"logits": logits})

@@ -412,6 +412,35 @@ def test_automatic_batching_is_off_for_remote_inputs_and_refused_if_asked_for() 
         no_auto_batching({"ALLOW_AUTO_BATCHING": "YES"})
 
 
+def test_a_tensorflow_graph_is_read_through_its_ir_converted_once(tmp_path, monkeypatch) -> None:
+    """A frozen TensorFlow graph (.pb: RetinaFace here, SSD MobileNet v2 in the counting graphs, whose reading
+    takes seconds) is converted to OpenVINO IR into the model cache on its first read; later reads take the
+    IR, not the graph, and it computes what the graph does."""
+    import numpy as np
+    import openvino as ov
+
+    from flowpipe.accel.openvino import OpenVino
+    from flowpipe.models import resolve
+
+    pb = resolve("retinaface")
+    monkeypatch.setenv("FLOWPIPE_CACHE", str(tmp_path))
+    owner = OpenVino(ov.Core())
+    graph = owner.core.read_model(str(pb))  # the TensorFlow graph as it is
+    owner.read_model(pb)
+    (xml,) = (tmp_path / "models" / "converted").glob("*.xml")
+    assert xml.with_suffix(".bin").exists() and not list(xml.parent.glob(".*"))  # no temporary left
+    read = owner.core.read_model
+    monkeypatch.setattr(owner.core, "read_model", lambda p, *a: read(p, *a) if not str(p).endswith(".pb")
+                        else pytest.fail("the graph was read again"))
+    again = owner.read_model(pb)
+    x = np.random.default_rng(0).uniform(0, 255, (1, 384, 640, 3)).astype(np.float32)
+    outs = []
+    for m in (graph, again):
+        m.reshape([1, 384, 640, 3])
+        outs.append(owner.core.compile_model(m, "CPU")({0: x})[0])
+    np.testing.assert_array_equal(outs[0], outs[1])
+
+
 def test_a_finished_run_leaves_no_openvino_object_to_the_garbage_collector(astronaut) -> None:
     """The compiled model, its requests and its ports go when the node closes. One left in the run's reference
     cycles went only at a later collection, in whatever thread triggered it: in a server running other graphs,

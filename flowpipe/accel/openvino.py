@@ -14,6 +14,7 @@ import hashlib
 import io
 import json
 import logging
+import os
 import struct
 import threading
 import time
@@ -186,7 +187,31 @@ class OpenVino:
                             read_property=self.core.get_property, **kwargs)
 
     def read_model(self, path: str | Path) -> Any:
+        """The model in ``path``; a TensorFlow frozen graph (.pb) through its OpenVINO IR, converted once into
+        the model cache (the TF frontend takes seconds on an Object Detection API graph, the IR a fraction of
+        one: every start of a graph with it waited that long)."""
+        path = Path(path)
+        if path.suffix == ".pb":
+            return self.core.read_model(str(self._as_ir(path)))
         return self.core.read_model(str(path))
+
+    def _as_ir(self, path: Path) -> Path:
+        """``path`` converted to OpenVINO IR in the model cache, named by its content's sha256 (a changed
+        file is converted again); written beside under a temporary name and renamed, the .xml last, so a
+        reader never takes a half-written pair."""
+        from ..models import cache_dir, sha256_of
+
+        xml = cache_dir() / "converted" / f"{path.stem}.{sha256_of(path)[:16]}.xml"
+        if not xml.exists():
+            import openvino as ov
+
+            xml.parent.mkdir(parents=True, exist_ok=True)
+            tmp = xml.with_name(f".{xml.stem}.{os.getpid()}.{threading.get_ident()}.xml")
+            ov.save_model(self.core.read_model(str(path)), str(tmp), compress_to_fp16=False)
+            tmp.with_suffix(".bin").replace(xml.with_suffix(".bin"))
+            tmp.replace(xml)
+            log.info("model %s converted to OpenVINO IR once: %s", path.name, xml)
+        return xml
 
     def _compile_lock(self, device: str) -> threading.Lock:
         with self._lock:
