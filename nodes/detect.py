@@ -103,6 +103,25 @@ def _cut_by_tile(box: np.ndarray, place: Placement, width: int, height: int, nea
                 or (x + w < width and box[2] >= x + w - margin) or (y + h < height and box[3] >= y + h - margin))
 
 
+def _entries_read(frame: Frame) -> int:
+    """How many entries of the frame's tensor hold what its preprocess wrote: those it filled (an ``objects``
+    tensor; the rest ran on stale data), else one per placement, at least one."""
+    layout = frame.layout
+    if layout is None:
+        return 1
+    return int(layout.filled) if layout.filled is not None else max(1, len(layout.places))
+
+
+def _picture(frame: Frame) -> tuple[int, int]:
+    """The frame's picture size: from its pixels, else from the parts of it its entries show (tiles cover
+    it)."""
+    if frame.data is not None:
+        return frame.width, frame.height
+    places = frame.layout.places if frame.layout is not None else ()
+    return (max((p.roi[0] + p.roi[2] for p in places), default=0),
+            max((p.roi[1] + p.roi[3] for p in places), default=0))
+
+
 def _halves(a: np.ndarray, b: np.ndarray) -> bool:
     """Whether two boxes cut by tiles are parts of one object: they overlap side by side (or one above the
     other) and share most of their extent across."""
@@ -464,9 +483,10 @@ class SsdDecode(_Decoder):
 
     With tiles (a preprocess ``tiles``: the whole frame and a grid of parts of it, one batch entry each, as
     SAHI slices a picture and Frigate runs its detector on regions at the model's size), each entry's boxes
-    go back to the frame through its own placement; an object seen in several entries is one (``tiles_iou``,
-    the model's own suppression across entries), and a part of one cut by a tile's inner side is dropped
-    where another entry holds half of it or more (the whole frame or the next tile saw it whole)."""
+    go back to the frame through its own placement; an object seen in several entries is one (``tiles_iou``:
+    suppression across entries, at the overlap the model's own suppression uses within one), and a part of
+    one cut by a tile's inner side is dropped where another entry holds half of it or more (the whole frame
+    or the next tile saw it whole), or joined to the other part where two tiles cut it."""
 
     class Config(_DecoderConfig):
         output: str | None = None
@@ -485,7 +505,7 @@ class SsdDecode(_Decoder):
             return frame
         tw, th = frame.layout.tensor if frame.layout is not None else (1, 1)
         rows = self._rows(frame)
-        rows = rows[(rows[:, 0] >= 0) & (rows[:, 2] >= c.score_threshold)]
+        rows = rows[(rows[:, 0] < _entries_read(frame)) & (rows[:, 2] >= c.score_threshold)]
         entries = rows[:, 0].astype(np.int64)
         boxes = rows[:, 3:7] * np.array([tw, th, tw, th], np.float32)
         src = np.zeros((len(rows), 4), np.float64)
@@ -516,33 +536,37 @@ class SsdDecode(_Decoder):
         if out.shape[-1] != 7:
             raise ValueError("expected SSD output [1,1,N,7] or detection_boxes, detection_scores and "
                              f"detection_classes, got {[list(np.shape(v)) for v in tf.values()]}")
-        return out.reshape(-1, 7)  # DetectionOutput: the first column is the entry (image_id)
+        rows = out.reshape(-1, 7)  # DetectionOutput: the first column is the entry (image_id), -1 ends the list
+        end = np.flatnonzero(rows[:, 0] < 0)
+        return rows[: end[0]] if len(end) else rows
 
     def _across_entries(self, frame: Frame, boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray,
                         entries: np.ndarray) -> list[int]:
-        """The rows kept, best first within each class: all of them from one entry; from several, one per
-        object (NMS per class at ``tiles_iou``), and no part of an object cut by a tile's inner side that
-        another entry holds mostly."""
+        """The rows kept, best first: all of them from one entry; from several, one per object (NMS per class
+        at ``tiles_iou``) and, for tiles, no part of an object cut by a tile's inner side that another entry
+        holds mostly, and the two parts of one that two tiles cut joined."""
         order = list(np.argsort(-scores, kind="stable"))
         if len(set(entries.tolist())) <= 1:
             return order
-        places = frame.layout.places if frame.layout is not None else ()
-        cut = [_cut_by_tile(boxes[i], places[int(entries[i])], frame.width, frame.height)
-               if int(entries[i]) < len(places) else False for i in range(len(boxes))]
+        layout = frame.layout
+        tiles = layout is not None and layout.objects is None  # not crops around objects
+        size = _picture(frame)
+        cut = [tiles and layout is not None and _cut_by_tile(boxes[i], layout.places[int(entries[i])], *size)
+               for i in range(len(boxes))]
         keep: list[int] = []
         for k in np.unique(classes):
             idx = [i for i in order if classes[i] == k]
             idx = [i for i in idx if not (cut[i] and any(
                 entries[j] != entries[i] and share_inside(boxes[i], boxes[j]) >= 0.5 for j in idx if not cut[j]))]
+            taken: set[int] = set()
             for i in idx:  # the parts of one object two tiles cut, where they meet: one box round both
                 for j in idx:
-                    if (j != i and cut[i] and cut[j] and entries[i] != entries[j] and scores[j] <= scores[i]
-                            and _halves(boxes[i], boxes[j])):
+                    if (j != i and i not in taken and j not in taken and cut[i] and cut[j]
+                            and entries[i] != entries[j] and _halves(boxes[i], boxes[j])):
                         boxes[i] = [min(boxes[i][0], boxes[j][0]), min(boxes[i][1], boxes[j][1]),
                                     max(boxes[i][2], boxes[j][2]), max(boxes[i][3], boxes[j][3])]
-                        cut[j] = False
-                        scores[j] = -1.0  # taken into the other
-            idx = [i for i in idx if scores[i] >= 0]
+                        taken.add(j)  # into the better part (idx is best first)
+            idx = [i for i in idx if i not in taken]
             chosen = nms(boxes[idx], scores[idx], self.config.tiles_iou)
             keep += [idx[j] for j in chosen]
         return sorted(keep, key=lambda i: -scores[i])

@@ -336,7 +336,7 @@ class Outbox:
                 _hold(self.fd)
             except OSError:
                 os.close(self.fd)
-                raise RuntimeError(f"MQTT outbox {path} is held by another process (the stream runs twice?)") \
+                raise RuntimeError(f"MQTT outbox {path} is held by another run (the stream runs twice?)") \
                     from None
             if os.fstat(self.fd).st_ino == os.stat(path).st_ino:
                 break

@@ -193,7 +193,8 @@ def test_a_bad_analytics_config_names_what_was_expected(config: str, message: st
 
 def test_a_camera_s_own_shapes_under_a_misspelt_stream_are_an_error_where_the_streams_are_known() -> None:
     """``flowpipe run``: the run's streams are its sources, so a ``streams`` key naming none of them is an
-    error on its own line; a server, which adds streams while the graph runs, takes it for a camera to come."""
+    error on its own line; a server, which adds streams while the graph runs, and a graph with a template
+    source take it for a camera to come."""
     text = ("nodes:\n  - {id: src, type: list_source, config: {feed: items, stream: cam1}}\n"
             "  - {id: src2, type: list_source, config: {feed: items}}\n"
             "  - id: an\n    type: analytics\n    config:\n"
@@ -208,6 +209,8 @@ def test_a_camera_s_own_shapes_under_a_misspelt_stream_are_an_error_where_the_st
                             "expected one of its streams: cam1, src2 (a source's `stream`, else its id)")
     assert load_graph("g.yaml", text=text).node("an").config.streams["cma2"]  # type: ignore[attr-defined]
     assert load_graph("g.yaml", text=text.replace("cma2", "src2"), fixed_streams=True)
+    templated = text.replace("{feed: items}}", "{feed: items}, template: true}")  # streams to come: not checked
+    assert "template: true" in templated and load_graph("g.yaml", text=templated, fixed_streams=True)
 
 
 def test_ssd_mobilenet_from_its_wheel_finds_people_and_the_bus(tmp_path: Path) -> None:

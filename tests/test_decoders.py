@@ -68,12 +68,35 @@ def test_ssd_over_tiles_maps_each_entry_back_and_keeps_one_box_per_object() -> N
 
 
 def test_ssd_from_one_entry_is_read_as_before() -> None:
-    """One entry (no tiles): every box, in score order, nothing merged across (two people side by side)."""
-    out = _tf_outputs([[(1, 0.7, (0.1, 0.1, 0.3, 0.9)), (1, 0.9, (0.25, 0.1, 0.45, 0.9))]])
+    """One entry (no tiles): every box the model kept, in score order, none suppressed here (two people
+    overlapping more than ``tiles_iou``: one behind the other)."""
+    out = _tf_outputs([[(1, 0.7, (0.1, 0.1, 0.3, 0.9)), (1, 0.9, (0.12, 0.1, 0.32, 0.9))]])
     f = Frame("s", 0, 0.0, np.zeros((100, 200, 3), np.uint8), tensors=out,
               layout=TensorLayout("pre", (100, 100), (Placement((0, 0, 200, 100), 100, 100, 0, 0),)))
     got = run_node("type: ssd_decode\nconfig: {labels: [bg, person]}", [f], port="tensors")
     assert [round(d.score, 2) for d in got.frames[0].detections] == [0.9, 0.7]
+
+
+def test_ssd_detection_output_over_entries_reads_those_written_up_to_the_end_marker() -> None:
+    """DetectionOutput rows [1,1,N,7] for a batch: the first column is the entry. Two tiles one above the
+    other (y 0-60, 40-100 of a 100x100 picture, no pixels on the frame): a person both cut where they meet
+    is one box; rows of an entry past those the preprocess filled (stale) and rows after the -1 end marker
+    are not read."""
+    rows = np.array([[[[0, 1, 0.9, 0.2, 0.5, 0.4, 1.0],    # entry 0: y 30-60, cut at its bottom
+                       [1, 1, 0.8, 0.2, 0.0, 0.4, 0.5],    # entry 1: y 40-70, cut at its top
+                       [2, 1, 0.99, 0.0, 0.0, 1.0, 1.0],   # entry 2: stale (2 filled)
+                       [-1, 0, 0.0, 0, 0, 0, 0],
+                       [0, 1, 0.95, 0.6, 0.1, 0.9, 0.3]]]],  # past the end marker: an earlier frame's
+                    np.float32)
+    places = (Placement((0, 0, 100, 60), 100, 100, 0, 0), Placement((0, 40, 100, 60), 100, 100, 0, 0),
+              Placement((0, 0, 100, 100), 100, 100, 0, 0))
+    f = Frame("s", 0, 0.0, None, "TENSOR", tensors={"out": rows},
+              layout=TensorLayout("pre", (100, 100), places, filled=2))
+    got = run_node("type: ssd_decode\nconfig: {labels: [bg, person]}", [f], port="tensors")
+    assert got.result.ok, got.result.error
+    (d,) = got.frames[0].detections
+    np.testing.assert_allclose(d.box, (20, 30, 40, 70), atol=1e-3)
+    assert abs(d.score - 0.9) < 1e-6
 
 
 def test_classification_top_k() -> None:

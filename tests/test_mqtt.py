@@ -280,7 +280,7 @@ def test_an_outbox_is_one_process_s_and_is_written_again_with_what_is_left(tmp_p
 
     path = tmp_path / "pub.door.jsonl"
     box = Outbox(path)
-    with pytest.raises(RuntimeError, match="held by another process"):
+    with pytest.raises(RuntimeError, match="held by another run"):
         Outbox(path)
     monkeypatch.setattr(Outbox, "COMPACT", 10)
     seqs = [box.keep("t", f"m{i}", 1) for i in range(20)]

@@ -419,9 +419,10 @@ def test_one_camera_s_own_line_moves_alone(service) -> None:
 
 
 def test_what_a_stopped_instance_could_not_publish_waits_for_the_template_s_next_instance(service) -> None:
-    """An MQTT outbox is the template's, not the instance's: an instance run while the broker is away keeps
-    every frame's message in ``state/TEMPLATE/``; the next instance of the template opens the same file and
-    adds its own after them, none sent (the broker still away), so nothing is lost between instances."""
+    """An MQTT outbox is the template's with its parameters, not the instance's: an instance run while the
+    broker is away keeps every frame's message under ``state/TEMPLATE/``; the next instance started the same
+    way opens the same file and adds its own after them, none sent (the broker still away), so nothing is
+    lost between instances. Started on other inputs, two instances run at once, each with its own outbox."""
     import socket
 
     client, instances, tmp = service
@@ -438,7 +439,7 @@ nodes:
       require_connection: false, outbox: outbox}}, inputs: {{detections: det.detections}}}}
 """)
     client.get("/pipelines")
-    box = instances.output_dir / "state" / "publish" / "outbox" / "pub.cam.jsonl"
+    box = instances.state_of("publish", {"input": "sample"}) / "outbox" / "pub.cam.jsonl"
     for n in (15, 30):  # the sample's 150 frames, every 10th
         r = client.post("/pipelines/publish", json={})
         assert r.status_code == 201, r.text
@@ -448,6 +449,16 @@ nodes:
         assert len(kept) == n and not any("a" in k for k in kept)  # every message kept, none delivered
         assert not (instances.output_dir / iid / "outbox").exists()
         client.delete(f"/pipelines/{iid}")
+    # another input is another pipeline: its outbox is its own, and two such instances run at once
+    (tmp / "media" / "other.mp4").symlink_to(tmp / "media" / "clip.mp4")
+    started = [client.post("/pipelines/publish", json={"parameters": {"input": clip}}) for clip in
+               ("clip.mp4", "other.mp4")]
+    assert [r.status_code for r in started] == [201, 201], [r.text for r in started]
+    for r in started:
+        _wait(lambda: client.get(f"/pipelines/{r.json()['id']}/status").json()["state"] == "COMPLETED")  # noqa: B023
+    assert len(box.read_text().splitlines()) == 30
+    assert sorted(len(f.read_text().splitlines()) for f in (instances.output_dir / "state" / "publish").glob(
+        "*/outbox/pub.cam.jsonl")) == [15, 15, 30]
 
 
 def test_a_camera_s_values_read_back_as_its_template_gives_them(service) -> None:

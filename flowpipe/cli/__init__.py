@@ -28,9 +28,10 @@ log = logging.getLogger("flowpipe")
 EXIT_OK, EXIT_RUNTIME, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
-def _load(path: str, sets: list[str] | None = None):
-    """A graph for ``run`` and ``validate``: its streams are its sources (no stream is added while it runs)."""
-    return load_graph(path, parse_sets(sets), fixed_streams=True)
+def _load(path: str, sets: list[str] | None = None, fixed_streams: bool = False):
+    """A graph file with ``--set`` values; ``fixed_streams``: it is run here, so its streams are its sources
+    (no stream is added while it runs)."""
+    return load_graph(path, parse_sets(sets), fixed_streams=fixed_streams)
 
 
 class _Progress:
@@ -61,7 +62,7 @@ class _Progress:
 
 def cmd_run(args: argparse.Namespace) -> int:
 
-    spec = _load(args.graph, args.set)
+    spec = _load(args.graph, args.set, fixed_streams=True)
     progress = _Progress()
     resolve_processes(spec, args.processes)  # nodes that cannot run sharded refuse it here, on a cluster too
     if args.no_device_owner:
@@ -104,6 +105,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
             code = EXIT_CONFIG
             continue
         print(f"{path}: ok ({len(spec.nodes)} nodes, {spec.dag.number_of_edges()} edges)")
+        try:  # what only a run of its own sources refuses (a server may add the stream it names)
+            _load(path, args.set, fixed_streams=True)
+        except GraphError as e:
+            for d in e.diagnostics:
+                print(f"  flowpipe run refuses: {d}")
         for mod in spec.plugins:
             print(f"  loads plugin module: {mod}")
         for s in spec.nodes:

@@ -10,7 +10,7 @@
 6. wiring: ports, port kinds, unconnected inputs; then cycles
 7. engine rules: sharding over processes
 8. streams, where a run's streams are its sources (``fixed_streams``: ``flowpipe run``, nothing added while
-   it runs): each key of a per-stream config field names one of them
+   it runs, no template source): each key of a per-stream config field names one of them
 
 Each phase reports every problem it finds, one line each (file:line, node id and type, expected vs got), and
 later phases run only on a clean result. Within the node phases a node's problems stay together, nodes in
@@ -479,6 +479,8 @@ def _stream_keys(spec: GraphSpec, raw_inputs: dict[str, Any], fname: str) -> Non
     """Phase 8, for a run whose streams are its sources: each key of a per-stream config field
     (``NodeContract.per_stream``: a camera's own zones and lines) names one of them, so a misspelt camera is
     an error, not settings that never apply."""
+    if spec.templates():  # its streams come while it runs, from its templates
+        return
     streams = [s.stream for s in spec.sources()]
     errors: list[Diagnostic] = []
     for s in spec.nodes:

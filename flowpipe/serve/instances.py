@@ -3,10 +3,13 @@
 A template is a graph file in one of the served folders; an instance is a template started with
 parameters, running in this process (one ``Runner`` in a thread) until it is stopped or its streams end.
 Streams are added to and removed from a running instance (``Runner.live``). Every path a graph writes is
-confined to the instance's folder under the output directory.
+confined to the instance's folder under the output directory, but for what a stream leaves for its next run
+(an MQTT outbox), kept per template and parameters under ``state/``.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import secrets
@@ -175,6 +178,12 @@ class Instances:
         self.instances: dict[str, Instance] = {}
         self._lock = threading.Lock()
 
+    def state_of(self, template: str, parameters: dict[str, Any]) -> Path:
+        """Where instances of ``template`` started with ``parameters`` keep what a stream leaves for its next
+        run: one folder per template and parameters (another input is another pipeline)."""
+        key = hashlib.sha256(json.dumps(parameters, sort_keys=True, default=str).encode()).hexdigest()[:12]
+        return self.output_dir / "state" / template / key
+
     def reload(self) -> None:
         self.templates = find_templates(self.folders)
 
@@ -204,7 +213,8 @@ class Instances:
             raise RequestError(f"pipeline {name!r}: {graph_error(e, template)}") from None
         iid = secrets.token_hex(4)
         folder = self.output_dir / iid
-        self._confine(spec, folder, name, per_stream=bool(streams))
+        self._confine(spec, folder, self.state_of(name, {**template.params, **parameters}),
+                      per_stream=bool(streams))
         if streams:
             for s in spec.sources():
                 s.template = True  # the request names the streams: the graph's own sources are their pattern
@@ -407,12 +417,13 @@ class Instances:
             raise RequestError(f"no file {uri!r} in the media folder", 404)
         return str(path)
 
-    def _confine(self, spec: GraphSpec, folder: Path, template: str, per_stream: bool = False) -> None:
-        """Every output path of the graph goes inside the instance's folder; one that would leave it is an
-        error, not a write elsewhere. ``per_stream`` (the request names the streams): every stream's video
-        carries its name (``NAME-{stream}.mp4``), the first one's too. What a stream leaves for its next run
-        (``state``: an MQTT outbox) goes in the template's folder under ``state/``, so the next instance of
-        the template sends what a stopped one could not."""
+    def _confine(self, spec: GraphSpec, folder: Path, state: Path, per_stream: bool = False) -> None:
+        """Every output path of the graph goes inside the instance's folder, but for what a stream leaves for
+        its next run (``state``: an MQTT outbox), which goes in ``state`` (the template's with these
+        parameters, under the output folder's ``state/``: the next instance started so sends what a stopped
+        one could not); one that would leave them is an error, not a write elsewhere. ``per_stream`` (the
+        request names the streams): every stream's video carries its name (``NAME-{stream}.mp4``), the first
+        one's too."""
         for node in spec.nodes:
             for key, kind in node.contract.files.items():
                 path = setting(node.config, key)
@@ -424,8 +435,7 @@ class Instances:
                                        "a relative path", 403)
                 if per_stream and kind == "video" and "{stream}" not in path:
                     p = p.with_name(f"{p.stem}-{{stream}}{p.suffix}")
-                under = self.output_dir / "state" / template if kind == "state" else folder
-                set_setting(node.config, key, str(under / p))
+                set_setting(node.config, key, str((state if kind == "state" else folder) / p))
 
 
 def why_fixed(spec: GraphSpec, uses_of: dict[str, list[tuple[str | None, str]]], name: str) -> str | None:
