@@ -100,7 +100,7 @@ def main() -> int:
         print(row, flush=True)
     summary = {which: _summary([r for r in rows if r["part"] == which]) for which in ("seen", "held_out")
                if any(r["part"] == which for r in rows)}
-    publish({"graph": str(graph.relative_to(ROOT)), "what": args.what, "device": args.device, "set": args.set,
+    publish({"graph": str(graph.relative_to(ROOT)), "what": args.what, "device": sets["device"], "set": args.set,
              "repeats": args.repeats, "rows": rows, "summary": summary}, args.out)
     return 0
 

@@ -201,9 +201,9 @@ class NodeContract:
     Lines, one record per frame), ``video`` (recordings), ``folder`` (a folder of files it writes: event
     snapshots, event clips), ``state`` (a folder a stream's next run reads back: what it left undelivered),
     ``model_cache`` (a folder of compiled models, where a host may set its own): a service confines them to
-    its output folder (``state`` to one per graph template, which its instances share), a cluster reads
-    records back. A field inside another is named
-    with a dot (``clips.path``): ``setting``/``set_setting`` reach it.
+    its output folder (``state`` to one per template and parameters, which the instances so started share),
+    a cluster reads records back. A field inside another is named with a dot (``clips.path``):
+    ``setting``/``set_setting`` reach it.
     ``final_picture``: what it gets on its ``frame`` input is the graph's finished picture (a recording, a
     preview), which a console shows too. ``owner_side``: over several processes, where the device owner
     serves the one node it feeds, it may run in the owner ahead of that node, its frames crossing instead
@@ -211,7 +211,7 @@ class NodeContract:
     (OpenCL buffers on a GPU); ``always``; None: never. ``refers``: config fields that name another node of
     the graph (field -> node id), which validation finds there. ``tunable``: config fields a running graph
     may change (``flowpipe serve``'s parameters): ``Node.retune`` takes them between frames; every other
-    field is fixed while it runs. ``per_stream``: config fields keyed by stream id (a camera's own
+    field is fixed while it runs. ``stream_keyed``: config fields keyed by stream id (a camera's own
     settings); where a run's streams are its sources (``flowpipe run``), validation finds each key among
     them."""
 
@@ -231,7 +231,7 @@ class NodeContract:
     owner_side: Literal["device", "always"] | None = None
     refers: Mapping[str, str] = field(default_factory=dict)
     tunable: frozenset[str] = frozenset()
-    per_stream: frozenset[str] = frozenset()
+    stream_keyed: frozenset[str] = frozenset()
 
     @property
     def retunable(self) -> frozenset[str]:

@@ -207,7 +207,7 @@ class Analytics(Node):
         return cls.declare(pixels=frozenset({"BGR"}) if c.snapshots else PIXELS_ALL,
                            one_worker="analytics keeps each stream's tracks, zones and events in frame order",
                            files={"snapshots": "folder"}, tunable=TUNABLE,
-                           per_stream=frozenset({"streams"}))
+                           stream_keyed=frozenset({"streams"}))
 
     def resources(self) -> list[str]:
         return [f"writes {self.config.snapshots}/"] if self.config.snapshots else []

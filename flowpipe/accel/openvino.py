@@ -197,20 +197,31 @@ class OpenVino:
 
     def _as_ir(self, path: Path) -> Path:
         """``path`` converted to OpenVINO IR in the model cache, named by its content's sha256 (a changed
-        file is converted again); written beside under a temporary name and renamed, the .xml last, so a
-        reader never takes a half-written pair."""
+        file is converted again). One converter at a time (a lock file: the processes of a run start
+        together), written under a temporary name and renamed, the .xml last, so a reader never takes a
+        half-written pair; a failed conversion leaves nothing."""
+        import fcntl
+
         from ..models import cache_dir, sha256_of
 
         xml = cache_dir() / "converted" / f"{path.stem}.{sha256_of(path)[:16]}.xml"
-        if not xml.exists():
-            import openvino as ov
+        if xml.exists():
+            return xml
+        xml.parent.mkdir(parents=True, exist_ok=True)
+        with open(xml.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or the process ends
+            if not xml.exists():  # another converted it while this one waited
+                import openvino as ov
 
-            xml.parent.mkdir(parents=True, exist_ok=True)
-            tmp = xml.with_name(f".{xml.stem}.{os.getpid()}.{threading.get_ident()}.xml")
-            ov.save_model(self.core.read_model(str(path)), str(tmp), compress_to_fp16=False)
-            tmp.with_suffix(".bin").replace(xml.with_suffix(".bin"))
-            tmp.replace(xml)
-            log.info("model %s converted to OpenVINO IR once: %s", path.name, xml)
+                tmp = xml.with_name(f".{xml.stem}.{os.getpid()}.{threading.get_ident()}.xml")
+                try:
+                    ov.save_model(self.core.read_model(str(path)), str(tmp), compress_to_fp16=False)
+                    tmp.with_suffix(".bin").replace(xml.with_suffix(".bin"))
+                    tmp.replace(xml)
+                finally:
+                    tmp.unlink(missing_ok=True)
+                    tmp.with_suffix(".bin").unlink(missing_ok=True)
+                log.info("model %s converted to OpenVINO IR once: %s", path.name, xml)
         return xml
 
     def _compile_lock(self, device: str) -> threading.Lock:

@@ -29,7 +29,7 @@ def replicate_sources(spec: GraphSpec, streams: int) -> GraphSpec:
         return spec
     for src in [s for s in spec.nodes if issubclass(s.cls, Source)]:
         for i in range(1, streams):
-            base = getattr(src.config, "stream", None) or src.id
+            base = src.stream
             update = {"stream": f"{base}-{i}"} if "stream" in type(src.config).model_fields else {}
             copy_source(spec, src, f"{src.id}-{i}", update)
     return spec

@@ -477,7 +477,7 @@ def _engine_rules(spec: GraphSpec) -> None:
 
 def _stream_keys(spec: GraphSpec, raw_inputs: dict[str, Any], fname: str) -> None:
     """Phase 8, for a run whose streams are its sources: each key of a per-stream config field
-    (``NodeContract.per_stream``: a camera's own zones and lines) names one of them, so a misspelt camera is
+    (``NodeContract.stream_keyed``: a camera's own zones and lines) names one of them, so a misspelt camera is
     an error, not settings that never apply."""
     if spec.templates():  # its streams come while it runs, from its templates
         return
@@ -485,7 +485,7 @@ def _stream_keys(spec: GraphSpec, raw_inputs: dict[str, Any], fname: str) -> Non
     errors: list[Diagnostic] = []
     for s in spec.nodes:
         raw_cfg = raw_inputs[s.id][1].get("config")
-        for name in sorted(s.contract.per_stream):
+        for name in sorted(s.contract.stream_keyed):
             keyed = getattr(s.config, name, None) or {}
             raw_field = raw_cfg.get(name) if isinstance(raw_cfg, dict) else None
             for key in keyed:

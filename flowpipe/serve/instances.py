@@ -302,20 +302,27 @@ class Instances:
         rendered: GraphSpec | None = None  # the template as the instance's values render it, where it is needed
         for name, value in inst.parameters.items():
             fixed = why_fixed(inst.spec, uses, name)
-            row = {"name": name, "value": own.get(name, value), "tunable": fixed is None, "fixed": fixed,
-                   "shape": shape_of(value)}
+            row = {"name": name, "value": own.get(name, value), "tunable": fixed is None, "fixed": fixed}
             if stream is not None:
                 where = shapes_of(inst.spec, uses, name)
                 row |= {"own": name in own, "template": False,
                         "per_stream": fixed is None and _points(value) and isinstance(where, list)}
                 if row["per_stream"] and name not in own and isinstance(where, list):
-                    rendered = rendered or load_graph(str(inst.source.path), inst.parameters,
-                                                      text=inst.source.text or None)
+                    rendered = rendered or self._rendered(inst)
                     given = _template_own(rendered, where, stream)
                     if given is not None:
                         row |= {"value": given, "template": True}
+            row["shape"] = shape_of(row["value"])
             out.append(row)
         return out
+
+    @staticmethod
+    def _rendered(inst: Instance) -> GraphSpec:
+        """The instance's template as its parameters render it now."""
+        try:
+            return load_graph(str(inst.source.path), inst.parameters, text=inst.source.text or None)
+        except GraphError as e:  # the template's file changed under the instance
+            raise RequestError(f"pipeline {inst.template!r}: {graph_error(e, inst.source)}", 409) from None
 
     def _known_stream(self, inst: Instance, stream: str) -> None:
         names = sorted({str(s["stream"]) for s in inst.runner.live.states()})
