@@ -191,7 +191,8 @@ def test_a_bad_analytics_config_names_what_was_expected(config: str, message: st
     assert "an" in str(e.value)
 
 
-def test_a_camera_s_own_shapes_under_a_misspelt_stream_are_an_error_where_the_streams_are_known() -> None:
+def test_a_camera_s_own_shapes_under_a_misspelt_stream_are_an_error_where_the_streams_are_known(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``flowpipe run``: the run's streams are its sources, so a ``streams`` key naming none of them is an
     error on its own line; a server, which adds streams while the graph runs, and a graph with a template
     source take it for a camera to come."""
@@ -211,6 +212,13 @@ def test_a_camera_s_own_shapes_under_a_misspelt_stream_are_an_error_where_the_st
     assert load_graph("g.yaml", text=text.replace("cma2", "src2"), fixed_streams=True)
     templated = text.replace("{feed: items}}", "{feed: items}, template: true}")  # streams to come: not checked
     assert "template: true" in templated and load_graph("g.yaml", text=templated, fixed_streams=True)
+    from flowpipe.cli import main
+
+    (tmp_path / "g.yaml").write_text(text)  # validate: the graph is fine, and what a run of it refuses is listed
+    assert main(["validate", str(tmp_path / "g.yaml")]) == 0
+    assert f"flowpipe run refuses: {tmp_path / 'g.yaml'}:10: node 'an' (analytics): config.streams: no stream 'cma2'" \
+        in capsys.readouterr().out
+    assert main(["run", str(tmp_path / "g.yaml")]) == 2
 
 
 def test_ssd_mobilenet_from_its_wheel_finds_people_and_the_bus(tmp_path: Path) -> None:
