@@ -80,6 +80,20 @@ def test_cache_hit_makes_fil_smaller_than_feil(tmp_path, astronaut) -> None:
     assert b["fil_ms"] < a["feil_ms"], (a, b)
 
 
+def test_a_graph_naming_no_cache_compiles_once_on_this_host(tmp_path, monkeypatch, astronaut) -> None:
+    """An inference node without ``cache_dir`` keeps its compiled model in this host's cache (FLOWPIPE_CACHE):
+    the first start compiles, the next loads; ``cache_dir: false`` compiles every time and keeps nothing."""
+    monkeypatch.setenv("FLOWPIPE_CACHE", str(tmp_path / "cache"))
+    got = []
+    for i, cfg in enumerate(["model: blazeface_full, device: CPU"] * 2 + ["model: blazeface_full, device: CPU, "
+                                                                          "cache_dir: false"]):
+        res = run_yaml(_graph(feed([astronaut]), f"hc{i}", cfg).replace("128, 128", "192, 192"))
+        assert res.ok, res.error
+        got.append(res.inference["inference.det"]["cache"])
+    assert got == ["miss", "hit", "off"]
+    assert any((tmp_path / "cache" / "ov").iterdir())
+
+
 def test_blob_export_import_round_trip(tmp_path, face_model, astronaut) -> None:
     from flowpipe.cli import main
 

@@ -33,7 +33,10 @@ class InferenceConfig(NodeConfig):
     performance_hint: Literal["LATENCY", "THROUGHPUT", "CUMULATIVE_THROUGHPUT"] = "THROUGHPUT"
     num_requests: int | None = Field(None, ge=1, le=64, description="default: OPTIMAL_NUMBER_OF_INFER_REQUESTS")
     priority: Literal["LOW", "MEDIUM", "HIGH"] | None = None
-    cache_dir: str | None = Field(None, description="OpenVINO model cache (FIL < FEIL on a hit)")
+    cache_dir: str | Literal[False] | None = Field(
+        None, description="OpenVINO model cache: a model compiled once is loaded from it on later starts (FIL < "
+        "FEIL on a hit, as TensorRT engines are kept); default: this host's (FLOWPIPE_CACHE, else "
+        "~/.cache/flowpipe, /ov); false: none, every start compiles")
     blob: str | None = Field(None, description="precompiled blob from 'flowpipe compile' (import, no compile)")
     properties: dict[str, Any] = Field(default_factory=dict, description="extra OpenVINO properties")
     npu: NpuOptions = Field(default_factory=NpuOptions)

@@ -13,7 +13,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -71,7 +71,7 @@ class Engine:
         if self.device == "CPU" and self.cpu_threads and "INFERENCE_NUM_THREADS" not in properties:
             properties = {**properties, "INFERENCE_NUM_THREADS": self.cpu_threads}
         config = ov_owner.build_config(self.device, hint=c.performance_hint, num_requests=c.num_requests,
-                                       priority=c.priority, cache_dir=_expand(c.cache_dir),
+                                       priority=c.priority, cache_dir=_cache_dir(c.cache_dir),
                                        npu=c.npu.model_dump(), properties=properties)
         if alloc.placement == "opencl":  # remote OCL_BUFFER inputs
             ovx.no_auto_batching(config)
@@ -479,8 +479,12 @@ def _noop(_userdata: Any) -> None:
     pass
 
 
-def _expand(p: str | None) -> str | None:
-    return str(Path(p).expanduser()) if p else None
+def _cache_dir(p: str | Literal[False] | None) -> str | None:
+    """Where compiled models are kept: the node's ``cache_dir``, this host's where it names none, none where
+    it says ``false``."""
+    if p is False:
+        return None
+    return str(Path(p).expanduser()) if p else models.compiled_cache()
 
 
 def _output_name(output: Any) -> str:

@@ -38,10 +38,10 @@ class Inference(Node):
     YAML:
         - id: detect
           type: inference
-          config: {model: blazeface_full, device: "NPU,GPU,CPU", performance_hint: THROUGHPUT,
-                   cache_dir: ~/.cache/flowpipe/ov}
+          config: {model: blazeface_full, device: "NPU,GPU,CPU", performance_hint: THROUGHPUT}
           inputs: {tensor: pre.tensor}
 
+    Compiled models are kept in this host's model cache (``cache_dir``: another folder, or ``false``: none).
     ``device: "GPU+CPU"`` runs on both at once (``multi.MultiEngine``); ``,`` is a fallback list.
     """
 
