@@ -354,7 +354,9 @@ def _counting(results: Path) -> list[str]:
           " the held-out part and not taken: the tracker's start by persistence with the face-blur graph's values "
           "(a candidate 3 frames in a row at a mean 0.4; the seen part unchanged) found one more at the card table "
           "(22 of 25) and counted the sideline coach twice. The dog and the horse beside the hiker cross as no "
-          "person.", ""]
+          "person. `reach` also goes no further than twice a track's own pace over the frames it was missed (added "
+          "after the detector over tiles, below, showed a slow track lost for 6 frames on the street clip take a "
+          "person 400 px ahead, a false crossing; the figures above are with it).", ""]
     gpu = results / "heads_gpu_h100.json"
     pc = json.loads(gpu.read_text()).get("people_count") if gpu.exists() else None
     if pc:
