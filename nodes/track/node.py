@@ -91,8 +91,7 @@ class Tracker(Node):
                                      "coasting mask stays on its face while a camera pans or zooms")
         reach: float = Field(0.0, ge=0, description="a confirmed track that no detection overlaps takes one "
                                                     "ahead of it on its way, within this many of its heights "
-                                                    "per frame since it was last found and no further than "
-                                                    "twice its own pace carries it (0: overlap only): a "
+                                                    "per frame since it was last found (0: overlap only): a "
                                                     "person crossing fast, found once every few frames, keeps "
                                                     "one id")
         checks: dict[str, tuple[float, float]] = Field({}, description="second looks written on detections "
