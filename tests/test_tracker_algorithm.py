@@ -340,17 +340,3 @@ def test_a_lost_track_is_found_again_ahead_on_its_way_within_its_reach(reach: fl
     box = (x1, y2 - (y2 - y1) * size, x1 + (x2 - x1) * size, y2)
     (again,) = step(t, (box, 0.9), picture=(2000.0, 240.0)).ids.tolist()
     assert (again == first) is same
-
-
-@pytest.mark.parametrize(("dx", "same"), [(25.0, True), (150.0, False)])
-def test_a_slow_track_lost_for_a_while_is_not_found_again_far_ahead(dx: float, same: bool) -> None:
-    """A walker going right 2 px a frame (60 px tall), missed for 6 frames: a detection 25 px on is them
-    (within half a height), one 150 px on is someone else, though within ``reach`` of 7 frames (210 px): it
-    is further than twice the walker's own pace would take them (28 px)."""
-    t = tracker(reach=0.5, confirm=3, max_age=30)
-    for i in range(6):
-        (first,) = step(t, (shifted(PERSON, 2.0 * i), 0.9), picture=(2000.0, 240.0)).ids.tolist()
-    for _ in range(6):
-        step(t, picture=(2000.0, 240.0))
-    (again,) = step(t, (shifted(PERSON, 10.0 + dx), 0.9), picture=(2000.0, 240.0)).ids.tolist()
-    assert (again == first) is same

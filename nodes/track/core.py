@@ -260,11 +260,9 @@ class TrackerCore:
         a confirmed track moving at least a fiftieth of its height a frame takes the nearest detection of its
         label and of its size (within a factor of 1.6) that lies ahead of it, within 60 degrees of its
         heading and ``reach`` of its height per frame since it was last found (for REACH_FRAMES frames at
-        most), and no further than twice its own pace carries it over those frames (a slow track lost for a
-        while does not jump to someone far ahead; ``reach`` of its height always); a candidate (under
-        ``high_score``) only as the candidate stage takes one, within ``hold`` frames of its last high score.
-        A person crossing fast, whom the detector finds once every few frames, keeps one id: overlap alone
-        would start a new one past the gap."""
+        most); a candidate (under ``high_score``) only as the candidate stage takes one, within ``hold``
+        frames of its last high score. A person crossing fast, whom the detector finds once every few frames,
+        keeps one id: overlap alone would start a new one past the gap."""
         s = self.settings
         cost = np.full((len(tracks), len(dets)), np.inf)
         for a, ti in enumerate(tracks):
@@ -281,8 +279,6 @@ class TrackerCore:
                 v = (boxes[di][:2] + boxes[di][2:]) / 2 - centre
                 dist = float(np.hypot(*v))
                 if not (h / 1.6 <= dh <= h * 1.6) or dist > s.reach * h * min(t.missed + 1, REACH_FRAMES):
-                    continue
-                if dist > max(s.reach * h, 2.0 * speed * (t.missed + 1)):  # further than twice its own pace took it
                     continue
                 if dist > 0 and float(v @ t.heading) < 0.5 * dist * speed:
                     continue
