@@ -354,9 +354,12 @@ def _counting(results: Path) -> list[str]:
           " the held-out part and not taken: the tracker's start by persistence with the face-blur graph's values "
           "(a candidate 3 frames in a row at a mean 0.4; the seen part unchanged) found one more at the card table "
           "(22 of 25) and counted the sideline coach twice. The dog and the horse beside the hiker cross as no "
-          "person. `reach` also goes no further than twice a track's own pace over the frames it was missed (added "
-          "after the detector over tiles, below, showed a slow track lost for 6 frames on the street clip take a "
-          "person 400 px ahead, a false crossing; the figures above are with it).", ""]
+          "person. Tried on 2026-11-25 and not taken: `reach` no further than twice a track's own pace over the "
+          "frames it was missed (after the detector over tiles, below, showed a slow track lost for 6 frames on "
+          "the street clip take a person 400 px ahead, a false crossing there): the seen part held (8 of 8, 0 "
+          "false) and the tiles' false crossing went, but on the held-out part the young woman at the right of "
+          "group_pan, whom `reach` finds across the gaps, was lost (20 of 25); a fifth look at that part, "
+          "reported as such (`analytics_eval_pace_bound_tried.json`, not in the table).", ""]
     gpu = results / "heads_gpu_h100.json"
     pc = json.loads(gpu.read_text()).get("people_count") if gpu.exists() else None
     if pc:
@@ -465,8 +468,9 @@ def _counting_tiles(results: Path) -> list[str]:
                 "another there twice, and add a false crossing on the street clip (seen): a track lost at the left "
                 "of the picture took a person "
                 "the tiles found 400 px to its right at 0.32 (the tracker's `reach`, a detection ahead of a lost "
-                "track on its way, checked in the frame's records); the people graph's misses are not a matter of "
-                "pixels: its people overlap." if any(what == "people" for what, _ in runs) else ""), ""]
+                "track on its way, checked in the frame's records; bounding it by the track's pace, above, lost a "
+                "held-out crossing); the people graph's misses are not a matter of pixels: its people overlap."
+                if any(what == "people" for what, _ in runs) else ""), ""]
 
 
 def _two_cores(results: Path) -> list[str]:
