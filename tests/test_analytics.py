@@ -193,30 +193,34 @@ def test_a_bad_analytics_config_names_what_was_expected(config: str, message: st
 
 def test_a_camera_s_own_shapes_under_a_misspelt_stream_are_an_error_where_the_streams_are_known(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """``flowpipe run``: the run's streams are its sources, so a ``streams`` key naming none of them is an
-    error on its own line; a server, which adds streams while the graph runs, and a graph with a template
-    source take it for a camera to come."""
+    """``flowpipe run``: the run's streams are its sources, so a ``streams`` key naming none of those that
+    reach the node (a misspelt camera, or one on another branch) is an error on its own line; a server, which
+    adds streams while the graph runs, and a graph with a template source take it for a camera to come."""
     text = ("nodes:\n  - {id: src, type: list_source, config: {feed: items, stream: cam1}}\n"
             "  - {id: src2, type: list_source, config: {feed: items}}\n"
+            "  - {id: other, type: list_source, config: {feed: items}}\n"
             "  - id: an\n    type: analytics\n    config:\n"
             f"      {LINE}\n"
             "      streams:\n"
             "        cam1: {lines: {gate: {points: [[0.4, 0], [0.4, 1]]}}}\n"
             "        cma2: {lines: {gate: {points: [[0.6, 0], [0.6, 1]]}}}\n"
-            "    inputs: {detections: src.frame}\n")
+            "    inputs: {detections: [src.frame, src2.frame]}\n"
+            "  - {id: an2, type: analytics, config: {" + LINE + "}, inputs: {detections: other.frame}}\n")
     with pytest.raises(GraphError) as e:
         load_graph("g.yaml", text=text, fixed_streams=True)
-    assert str(e.value) == ("g.yaml:10: node 'an' (analytics): config.streams: no stream 'cma2' in this run; "
-                            "expected one of its streams: cam1, src2 (a source's `stream`, else its id)")
+    assert str(e.value) == ("g.yaml:11: node 'an' (analytics): config.streams: no stream 'cma2' reaches this node; "
+                            "expected one of: cam1, src2 (a source's `stream`, else its id)")
     assert load_graph("g.yaml", text=text).node("an").config.streams["cma2"]  # type: ignore[attr-defined]
     assert load_graph("g.yaml", text=text.replace("cma2", "src2"), fixed_streams=True)
+    with pytest.raises(GraphError, match="no stream 'other' reaches this node"):  # it feeds the other branch
+        load_graph("g.yaml", text=text.replace("cma2", "other"), fixed_streams=True)
     templated = text.replace("{feed: items}}", "{feed: items}, template: true}")  # streams to come: not checked
     assert "template: true" in templated and load_graph("g.yaml", text=templated, fixed_streams=True)
     from flowpipe.cli import main
 
     (tmp_path / "g.yaml").write_text(text)  # validate: the graph is fine, and what a run of it refuses is listed
     assert main(["validate", str(tmp_path / "g.yaml")]) == 0
-    assert f"flowpipe run refuses: {tmp_path / 'g.yaml'}:10: node 'an' (analytics): config.streams: no stream 'cma2'" \
+    assert f"flowpipe run refuses: {tmp_path / 'g.yaml'}:11: node 'an' (analytics): config.streams: no stream 'cma2'" \
         in capsys.readouterr().out
     assert main(["run", str(tmp_path / "g.yaml")]) == 2
 

@@ -477,13 +477,16 @@ def _engine_rules(spec: GraphSpec) -> None:
 
 def _stream_keys(spec: GraphSpec, raw_inputs: dict[str, Any], fname: str) -> None:
     """Phase 8, for a run whose streams are its sources: each key of a per-stream config field
-    (``NodeContract.stream_keyed``: a camera's own zones and lines) names one of them, so a misspelt camera is
-    an error, not settings that never apply."""
+    (``NodeContract.stream_keyed``: a camera's own zones and lines) names one of those that reach the node,
+    so a misspelt camera (or one on another branch) is an error, not settings that never apply."""
     if spec.templates():  # its streams come while it runs, from its templates
         return
-    streams = [s.stream for s in spec.sources()]
     errors: list[Diagnostic] = []
     for s in spec.nodes:
+        if not s.contract.stream_keyed:
+            continue
+        upstream = nx.ancestors(spec.dag, s.id)
+        streams = [src.stream for src in spec.sources() if src.id in upstream]  # those that reach the node
         raw_cfg = raw_inputs[s.id][1].get("config")
         for name in sorted(s.contract.stream_keyed):
             keyed = getattr(s.config, name, None) or {}
@@ -492,7 +495,7 @@ def _stream_keys(spec: GraphSpec, raw_inputs: dict[str, Any], fname: str) -> Non
                 if key not in streams:
                     line = line_of(raw_field, key) if raw_field is not None else line_of(raw_cfg, name)
                     errors.append(Diagnostic(
-                        f"config.{name}: no stream {key!r} in this run; expected one of its streams: "
+                        f"config.{name}: no stream {key!r} reaches this node; expected one of: "
                         f"{', '.join(streams) or 'none'} (a source's `stream`, else its id)", fname,
                         line or s.line, s.id, s.type))
     _raise_if(errors)
