@@ -132,6 +132,15 @@ def write_report(s: dict, path: Path) -> None:
                 L += ["", f"Target: 8 streams >= 0.8 of the ceiling with every stream at the same rate: "
                       f"{round(eight['aggregate_fps'] / ceil, 3)}, spread {eight['per_stream_spread']} — "
                       f"{_target(eight['aggregate_fps'] / ceil >= 0.8 and eight['per_stream_spread'] < 0.1)}", ""]
+    cache = results / "model_cache_gpu_h100.json"
+    if cache.exists():
+        c = json.loads(cache.read_text())
+        L += [f"The model cache on the GPU ({c['machine']}; {c['date']}, `{cache.name}`): the inference node keeps "
+              "compiled models in the host's OpenVINO cache by default; the GPU plugin's first start against the "
+              "next, in two processes: " + "; ".join(
+                  f"{m} {r['first_start']['compile_ms']} ms -> {r['second_start']['compile_ms']} ms (loaded from "
+                  f"the cache: {r['second_start']['loaded_from_cache']}, outputs equal: {r['outputs_equal']})"
+                  for m, r in c["runs"].items()) + ".", ""]
     L += _changes(results)
     L += _processes(results)
     L += _cluster(results)
