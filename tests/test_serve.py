@@ -554,9 +554,14 @@ def test_a_change_made_while_a_replacement_process_opens_reaches_it(service) -> 
     assert r.status_code == 200, r.text
     assert not replacement.opened and replacement.version < run.version  # type: ignore[attr-defined]
     moved = time.time()
-    _wait(lambda: replacement.opened and all(  # type: ignore[attr-defined]
-        s["state"] == "running" for s in client.get(f"/pipelines/{iid}/streams").json()))
-    start = {s["stream"]: s["out"] for s in client.get(f"/pipelines/{iid}/streams").json()}
+    def both_running() -> dict[str, int] | None:  # each stream's frames out, once both are listed and running
+        listed = client.get(f"/pipelines/{iid}/streams").json()
+        ok = {s["stream"] for s in listed if s["state"] == "running"} == {"a", "b"}
+        return {s["stream"]: s["out"] for s in listed} if ok else None
+
+    _wait(lambda: replacement.opened and both_running() is not None)  # type: ignore[attr-defined]
+    start = both_running()
+    assert start is not None
     _wait(lambda: all(s["out"] > start[s["stream"]] + 120 for s in client.get(f"/pipelines/{iid}/streams").json()))
     assert _laps(client, iid, since=moved + 0.5) == {"a": {33}, "b": {33}}
     client.delete(f"/pipelines/{iid}")
