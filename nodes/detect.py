@@ -136,11 +136,11 @@ def _halves(a: np.ndarray, b: np.ndarray) -> bool:
 
 def _detections(frame: Frame, boxes: np.ndarray, scores: np.ndarray, class_ids: np.ndarray,
                 labels: list[str] | None) -> list[Detection]:
-    """Tensor-pixel boxes -> Detections in source pixels, named by the config's labels or the model's
-    registry labels (the class id as text when neither names it)."""
+    """Source-pixel boxes -> Detections, named by the config's labels or the model's registry labels (the
+    class id as text when neither names it)."""
     names = labels or frame.meta.get("labels") or []
     return [Detection(_box(b), float(s), names[i] if i < len(names) else str(int(i)), int(i))
-            for b, s, i in zip(to_source(frame, boxes), scores, class_ids)]
+            for b, s, i in zip(boxes, scores, class_ids.astype(np.int64))]
 
 
 @lru_cache(maxsize=8)
@@ -467,7 +467,7 @@ class YoloV8Decode(_Decoder):
         # class-aware NMS: offset boxes by class so different classes never suppress each other
         off = boxes + (cls_id[:, None] * 4096.0)
         keep = nms(off, score, c.iou_threshold, c.max_detections)
-        frame.detections = _detections(frame, boxes[keep], score[keep], cls_id[keep], c.labels)
+        frame.detections = _detections(frame, to_source(frame, boxes[keep]), score[keep], cls_id[keep], c.labels)
         return frame
 
 
@@ -512,9 +512,7 @@ class SsdDecode(_Decoder):
         for e in np.unique(entries):  # each entry through its own placement (a tile's, or the whole frame's)
             src[entries == e] = to_source(frame, boxes[entries == e], int(e))
         keep = self._across_entries(frame, src, rows[:, 2], rows[:, 1], entries)
-        names = c.labels or frame.meta.get("labels") or []
-        found = [Detection(_box(src[i]), float(rows[i, 2]), names[k] if k < len(names) else str(k), k)
-                 for i in keep for k in [int(rows[i, 1])]]
+        found = _detections(frame, src[keep], rows[keep, 2], rows[keep, 1], c.labels)
         kept = [d for d in found if c.classes is None or d.label in c.classes][: c.max_detections]
         frame.detections = [*frame.detections, *kept] if c.merge else kept
         return frame
