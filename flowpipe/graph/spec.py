@@ -10,6 +10,7 @@ from typing import Any
 import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ..errors import Diagnostic
 from ..node import Node, NodeConfig, NodeContract, Source, kinds_compatible, setting
 
 TOP_KEYS = {"flowpipe", "description", "params", "plugins", "processes", "device_owner", "prefetch", "cluster",
@@ -133,6 +134,9 @@ class GraphSpec:
     #: a shard's part of a graph (``runtime.shards.subgraph``): the whole graph, whose sources every shard
     #: takes into account where they size what it declares (a tensor sized to the largest picture)
     whole: GraphSpec | None = None
+    #: what a run of the graph's own sources refuses and a server would not (a per-stream key naming a stream
+    #: none of them is: a server may add it); ``load_graph(fixed_streams=True)`` raises them
+    run_refuses: list[Diagnostic] = field(default_factory=list)
 
     def sources(self) -> list[NodeSpec]:
         """The source nodes that run, in graph order: one stream each."""

@@ -9,8 +9,9 @@
    (workers, isolation) -> template
 6. wiring: ports, port kinds, unconnected inputs; then cycles
 7. engine rules: sharding over processes
-8. streams, where a run's streams are its sources (``fixed_streams``: ``flowpipe run``, nothing added while
-   it runs, no template source): each key of a per-stream config field names one of them
+8. streams, where a run's streams are its sources (no template source): each key of a per-stream config field
+   names one of them; kept on the spec (``run_refuses``: a server may add the stream), raised with
+   ``fixed_streams`` (``flowpipe run``: nothing added while it runs)
 
 Each phase reports every problem it finds, one line each (file:line, node id and type, expected vs got), and
 later phases run only on a clean result. Within the node phases a node's problems stay together, nodes in
@@ -66,8 +67,9 @@ def validate(doc: Any, fname: str, overrides: dict[str, Any], fixed_streams: boo
     spec = GraphSpec(fname, specs, top.params, list(top.plugins), plugin_dir, dag, top.processes, top.device_owner,
                      top.prefetch, top.cluster)
     _engine_rules(spec)
+    spec.run_refuses = _stream_keys(spec, raw_inputs, fname)
     if fixed_streams:
-        _stream_keys(spec, raw_inputs, fname)
+        _raise_if(spec.run_refuses)
     return spec
 
 
@@ -475,13 +477,13 @@ def _engine_rules(spec: GraphSpec) -> None:
 
 # 8. streams ---------------------------------------------------------------------------------------------------
 
-def _stream_keys(spec: GraphSpec, raw_inputs: dict[str, Any], fname: str) -> None:
+def _stream_keys(spec: GraphSpec, raw_inputs: dict[str, Any], fname: str) -> list[Diagnostic]:
     """Phase 8, for a run whose streams are its sources: each key of a per-stream config field
     (``NodeContract.stream_keyed``: a camera's own zones and lines) names one of those that reach the node,
     so a misspelt camera (or one on another branch) is an error, not settings that never apply."""
-    if spec.templates():  # its streams come while it runs, from its templates
-        return
     errors: list[Diagnostic] = []
+    if spec.templates():  # its streams come while it runs, from its templates
+        return errors
     for s in spec.nodes:
         if not s.contract.stream_keyed:
             continue
@@ -498,4 +500,4 @@ def _stream_keys(spec: GraphSpec, raw_inputs: dict[str, Any], fname: str) -> Non
                         f"config.{name}: no stream {key!r} reaches this node; expected one of: "
                         f"{', '.join(streams) or 'none'} (a source's `stream`, else its id)", fname,
                         line or s.line, s.id, s.type))
-    _raise_if(errors)
+    return errors
