@@ -77,6 +77,15 @@ def entry(name: str) -> dict[str, Any]:
     return reg[name]
 
 
+def part_of(ref: str | None) -> dict[str, Any] | None:
+    """The part of a registry model flowpipe runs (``cut``: where it starts and ends; the preprocess and the
+    decoder do the rest on the frame), with the input's dtype; None for one run whole or a file path."""
+    if not ref or not is_registry_name(ref):
+        return None
+    e = entry(ref)
+    return {**e["cut"], "dtype": e["input"].get("dtype", "f32")} if e.get("cut") else None
+
+
 def is_registry_name(ref: str) -> bool:
     return ref in registry()
 

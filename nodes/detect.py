@@ -492,6 +492,9 @@ class SsdDecode(_Decoder):
         output: str | None = None
         classes: list[str] | None = Field(None, description="labels kept (default: all)")
         merge: bool = Field(False, description="keep the frame's detections and add these after them")
+        iou_threshold: float = Field(0.6, ge=0, le=1, description="a model cut before its suppression: the "
+                                     "overlap at which the lower of two boxes of a class goes (the TensorFlow "
+                                     "Object Detection API's SSD configs: 0.6)")
         tiles_iou: float = Field(0.6, gt=0, le=1, description="with tiles: boxes of one class from several "
                                  "entries overlapping this much (IoU) are one object, the best kept")
 
@@ -530,13 +533,45 @@ class SsdDecode(_Decoder):
             return np.concatenate([np.column_stack([np.full(n, e, np.float32), cls[e, :n], scores[e, :n],
                                                     yx[e, :n][:, [1, 0, 3, 2]]])
                                    for e, n in enumerate(counts[:len(yx)])] or [np.zeros((0, 7), np.float32)])
+        raw = [np.asarray(v) for v in tf.values() if np.ndim(v) == 3]  # other models' outputs may be there too
+        pairs = [(b, sc) for b in raw if b.shape[2] == 4 for sc in raw
+                 if sc is not b and sc.shape[:2] == b.shape[:2] and sc.shape[2] > 1]
+        if pairs:  # the boxes: the first [B,N,4] in output order with a scores [B,N,C] beside it
+            return self._suppressed(frame, *pairs[0])
         out = _output(frame, self.config.output, 0)
         if out.shape[-1] != 7:
-            raise ValueError("expected SSD output [1,1,N,7] or detection_boxes, detection_scores and "
-                             f"detection_classes, got {[list(np.shape(v)) for v in tf.values()]}")
+            raise ValueError("expected SSD output [1,1,N,7], detection_boxes, detection_scores and "
+                             "detection_classes, or boxes [B,N,4] and class scores [B,N,C] before suppression, "
+                             f"got {[list(np.shape(v)) for v in tf.values()]}")
         rows = out.reshape(-1, 7)  # DetectionOutput: the first column is the entry (image_id), -1 ends the list
         end = np.flatnonzero(rows[:, 0] < 0)
         return rows[: end[0]] if len(end) else rows
+
+    def _suppressed(self, frame: Frame, yx: np.ndarray, scores: np.ndarray) -> np.ndarray:
+        """Rows from a model cut before its suppression (``outputs`` in the registry): decoded boxes [B,N,4]
+        (y1, x1, y2, x2 normalized) and each class's score [B,N,C] (class 0 the background), suppressed here
+        as the model's own postprocessing did (per class at ``iou_threshold``, the ``max_detections`` best an
+        entry), for the classes asked for from ``score_threshold`` up."""
+        c = self.config
+        names = c.labels or frame.meta.get("labels") or []
+        wanted = ([k for k, n in enumerate(names) if n in c.classes and k > 0] if c.classes is not None
+                  else range(1, scores.shape[2]))
+        yx = np.clip(yx, 0.0, 1.0)  # to the picture, as the model's own postprocessing clips them
+        rows = []
+        for e in range(min(len(yx), _entries_read(frame))):
+            found = []
+            for k in wanted:
+                idx = np.flatnonzero(scores[e, :, k] >= c.score_threshold)
+                if not len(idx):
+                    continue
+                boxes = yx[e, idx][:, [1, 0, 3, 2]]
+                kept = idx[nms(boxes, scores[e, idx, k], c.iou_threshold)]
+                found.append(np.column_stack([np.full(len(kept), e, np.float32), np.full(len(kept), k, np.float32),
+                                              scores[e, kept, k], yx[e, kept][:, [1, 0, 3, 2]]]))
+            if found:
+                entry = np.concatenate(found)
+                rows.append(entry[np.argsort(-entry[:, 2], kind="stable")[: c.max_detections]])
+        return np.concatenate(rows) if rows else np.zeros((0, 7), np.float32)
 
     def _across_entries(self, frame: Frame, boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray,
                         entries: np.ndarray) -> list[int]:

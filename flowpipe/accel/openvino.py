@@ -186,14 +186,13 @@ class OpenVino:
         return build_config(device, supported=self.supported_properties(device),
                             read_property=self.core.get_property, **kwargs)
 
-    def read_model(self, path: str | Path) -> Any:
+    def read_model(self, path: str | Path, part: dict[str, Any] | None = None) -> Any:
         """The model in ``path``; a TensorFlow frozen graph (.pb) through its OpenVINO IR, converted once into
         the model cache (the TF frontend takes seconds on an Object Detection API graph, the IR a fraction of
-        one: every start of a graph with it waited that long)."""
+        one: every start of a graph with it waited that long). ``part``: the part of it to run (``cut``)."""
         path = Path(path)
-        if path.suffix == ".pb":
-            return self.core.read_model(str(self._as_ir(path)))
-        return self.core.read_model(str(path))
+        model = self.core.read_model(str(self._as_ir(path) if path.suffix == ".pb" else path))
+        return cut(model, part, str(path)) if part else model
 
     def _as_ir(self, path: Path) -> Path:
         """``path`` converted to OpenVINO IR in the model cache, named by its content's sha256 (a changed
@@ -455,23 +454,71 @@ def with_ppp(model: Any, color: str, mean: tuple[float, ...], scale: tuple[float
     return ppp.build()
 
 
-def check_batch_layout(owner: OpenVino, batched: Any, path: str, device: str, config: dict[str, Any]) -> None:
+def cut(model: Any, spec: dict[str, Any], name: str) -> Any:
+    """``model`` cut to the part a registry entry's ``cut`` names: ending at the operations named ``outputs``
+    (their first output each, in that order), what came after them gone; and, with ``input_at``, starting where
+    that operation's output was, from a new input of the entry's ``input`` type (any batch), what came before
+    it gone. A detector whose own pre- and postprocessing run in shapes known only as they run (TensorFlow's
+    per-image resize loop, its per-class suppression: Loop, NonZero) then runs where only static shapes do
+    (the NPU) or where that processing has no kernel (the GPU plugin on some OpenCL drivers); flowpipe's
+    preprocess and the decoder do that processing on the frame."""
+    import openvino as ov
+    from openvino import opset13
+
+    ops = {op.get_friendly_name(): op for op in model.get_ops()}
+    names = [*spec["outputs"], *([spec["input_at"]] if spec.get("input_at") else [])]
+    missing = [n for n in names if n not in ops]
+    if missing:
+        raise ValueError(f"model {name}: no operation {', '.join(map(repr, missing))} to cut it at (the registry's "
+                         "`cut`)")
+    params = list(model.get_parameters())
+    if spec.get("input_at"):
+        at = ops[spec["input_at"]].output(0)
+        dims = list(at.get_partial_shape())[1:]
+        if not all(d.is_static for d in dims):
+            raise ValueError(f"model {name}: {spec['input_at']} has no static picture size to start it at")
+        shape = [-1, *(d.get_length() for d in dims)]
+        param = opset13.parameter(ov.PartialShape(shape), getattr(ov.Type, spec.get("dtype", "f32")), name="image")
+        source = opset13.convert(param, at.get_element_type()) if at.get_element_type() != param.get_element_type() \
+            else param
+        for target in list(at.get_target_inputs()):
+            target.replace_source_output(source.output(0))
+        params = [param]
+    cut_model = ov.Model([ops[n].output(0) for n in spec["outputs"]], params, model.get_friendly_name())
+    for out, n in zip(cut_model.outputs, spec["outputs"]):
+        out.get_tensor().set_names({n})
+    return cut_model
+
+
+def fold(model: Any) -> Any:
+    """``model`` with what its static shapes make constant computed once (OpenVINO's ConstantFolding): a cut
+    detector's anchors, worked out from its feature maps' sizes, become the constants they are."""
+    from openvino._pyopenvino.passes import ConstantFolding, Manager
+
+    manager = Manager()
+    manager.register_pass(ConstantFolding())
+    manager.run_passes(model)
+    return model
+
+
+def check_batch_layout(owner: OpenVino, batched: Any, path: str, device: str, config: dict[str, Any],
+                       part: dict[str, Any] | None = None) -> None:
     """A model reshaped from batch 1 to B must give each entry's results as a contiguous block: on the
     batch axis, or folded frame-major into axis 1 (single-feature-map BlazeFace does this). Models that fold
     it another way (multi-layer anchor concatenation) are refused, not mis-split."""
     b = batched.inputs[0].get_shape()[0]
     if all(o.get_shape()[0] == b for o in batched.outputs):
         return
-    single = owner.compile(owner.read_model(path), device, config).model
+    single = owner.compile(owner.read_model(path, part), device, config).model
     x = np.random.default_rng(0).uniform(-1, 1, tuple(batched.inputs[0].get_shape())).astype(
         batched.inputs[0].get_element_type().to_dtype())
     got = batched(x)
     for k in range(b):
         ref = single(x[k:k + 1])
         for ob, o1 in zip(batched.outputs, single.outputs):
-            part = split_batch(got[ob], k, b)
+            block = split_batch(got[ob], k, b)
             tol = 0.05 * (np.abs(ref[o1]).max() + 1)
-            if part.shape != ref[o1].shape or not np.allclose(part, ref[o1], atol=tol):
+            if block.shape != ref[o1].shape or not np.allclose(block, ref[o1], atol=tol):
                 raise ValueError(f"the model folds a batch of {b} into output {ob.get_any_name()} "
                                  f"{list(ob.get_shape())} in an order that cannot be split per entry; "
                                  "expected batch: 1 and no tiles with this model")

@@ -114,7 +114,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     device = owner.choose(args.device).device
     path = models.resolve(args.model)
     config = owner.build_config(device, hint=args.hint, properties=props)
-    model = owner.read_model(path)
+    model = owner.read_model(path, models.part_of(args.model))
     if args.shape:
         model.reshape({model.inputs[0].get_any_name(): [int(x) for x in args.shape.split(",")]})
     comp = owner.compile(model, device, config)

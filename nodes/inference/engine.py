@@ -105,7 +105,8 @@ class Engine:
         if c.blob:
             return ov_owner.import_blob(Path(c.blob).expanduser(), self.device, config)
         path = models.resolve(c.model, sha256=c.model_sha256)
-        model = ov_owner.read_model(path)
+        part = models.part_of(c.model)
+        model = ov_owner.read_model(path, part)
         batch_before = ovx.static_batch(model)
         variable = self.entries.variable
         try:
@@ -114,11 +115,11 @@ class Engine:
             if variable:  # each request runs the entries its frame has, up to the producer's bound
                 if batched:  # each entry's results a block of their own: checked at the bound (static)
                     static = ov_owner.compile(model, self.device, config)
-                    ovx.check_batch_layout(ov_owner, static.model, str(path), self.device, config)
+                    ovx.check_batch_layout(ov_owner, static.model, str(path), self.device, config, part)
                 model = ovx.bounded_batch(model)
             comp = ov_owner.compile(model, self.device, config)
             if batched and not variable:
-                ovx.check_batch_layout(ov_owner, comp.model, str(path), self.device, config)
+                ovx.check_batch_layout(ov_owner, comp.model, str(path), self.device, config, part)
             return comp
         except ValueError as e:  # a batch its graph cannot take, or one it takes but mixes the entries' results
             if not (self.entries.up_to and batch_before == 1):  # not entries that could run one at a time
@@ -139,7 +140,8 @@ class Engine:
             raise ValueError(f"model {name}: its batch cannot change, and each entry runs on its own from host "
                              f"memory; expected its preprocess '{offer.producer}' on backend: cpu") from why
         one = dataclasses.replace(offer, tensor=dataclasses.replace(offer.tensor, shape=(1, *offer.tensor.shape[1:])))
-        comp = ov_owner.compile(self._fit_model(ov_owner.read_model(path), one), self.device, config)
+        model = ov_owner.read_model(path, models.part_of(self.config.model))
+        comp = ov_owner.compile(self._fit_model(model, one), self.device, config)
         for o in comp.model.outputs:
             if o.get_partial_shape().is_dynamic or o.get_partial_shape().to_shape()[0] != 1:
                 raise ValueError(f"model {name}: its batch cannot change ({why}), and output {o.get_any_name()} "
@@ -159,7 +161,8 @@ class Engine:
             want = (want[0] * self.batch, *want[1:])
         c = self.config
         any_size = models.is_registry_name(c.model) and bool(models.entry(c.model)["input"].get("any_size"))
-        return ovx.fit_input(model, want, self.device, offer.producer or None, any_size)
+        fitted = ovx.fit_input(model, want, self.device, offer.producer or None, any_size)
+        return ovx.fold(fitted) if models.part_of(c.model) else fitted  # a cut model's anchors: constants
 
     def _make_requests(self) -> None:
         c = self.config
