@@ -495,6 +495,9 @@ class SsdDecode(_Decoder):
         iou_threshold: float = Field(0.6, ge=0, le=1, description="a model cut before its suppression: the "
                                      "overlap at which the lower of two boxes of a class goes (the TensorFlow "
                                      "Object Detection API's SSD configs: 0.6)")
+        box_scale: tuple[float, float, float, float] = Field(
+            (10.0, 10.0, 5.0, 5.0), description="a model cut before its box decoding (anchors among its "
+            "outputs): the box coder's scale factors for y, x, height, width (TensorFlow's SSD configs)")
         tiles_iou: float = Field(0.6, gt=0, le=1, description="with tiles: boxes of one class from several "
                                  "entries overlapping this much (IoU) are one object, the best kept")
 
@@ -533,10 +536,17 @@ class SsdDecode(_Decoder):
             return np.concatenate([np.column_stack([np.full(n, e, np.float32), cls[e, :n], scores[e, :n],
                                                     yx[e, :n][:, [1, 0, 3, 2]]])
                                    for e, n in enumerate(counts[:len(yx)])] or [np.zeros((0, 7), np.float32)])
-        raw = [np.asarray(v) for v in tf.values() if np.ndim(v) == 3]  # other models' outputs may be there too
-        pairs = [(b, sc) for b in raw if b.shape[2] == 4 for sc in raw
+        raw = [np.asarray(v) for k, v in frame.tensors.items() if k != "input"]  # other models' may be there too
+        for anchors in (a for a in raw if a.ndim == 2 and a.shape[1] == 4):  # anchors [N,4]: boxes decoded here
+            n = len(anchors)
+            enc = [e for e in raw if e.ndim in (3, 4) and e.shape[1] == n and e.size == len(e) * n * 4]
+            by_class = [a for a in raw if a.ndim == 3 and a.shape[1] == n and a.shape[2] > 1 and a.shape[2] != 4]
+            if enc and by_class:
+                return self._suppressed(frame, self._decoded(enc[0].reshape(len(enc[0]), n, 4), anchors), by_class[0])
+        three = [a for a in raw if a.ndim == 3]
+        pairs = [(b, sc) for b in three if b.shape[2] == 4 for sc in three
                  if sc is not b and sc.shape[:2] == b.shape[:2] and sc.shape[2] > 1]
-        if pairs:  # the boxes: the first [B,N,4] in output order with a scores [B,N,C] beside it
+        if pairs:  # boxes decoded in the model: the first [B,N,4] in output order with scores [B,N,C] beside it
             return self._suppressed(frame, *pairs[0])
         out = _output(frame, self.config.output, 0)
         if out.shape[-1] != 7:
@@ -547,9 +557,20 @@ class SsdDecode(_Decoder):
         end = np.flatnonzero(rows[:, 0] < 0)
         return rows[: end[0]] if len(end) else rows
 
+    def _decoded(self, enc: np.ndarray, anchors: np.ndarray) -> np.ndarray:
+        """Box encodings [B,N,4] (ty, tx, th, tw) against anchors [N,4] (y1, x1, y2, x2 normalized) -> boxes
+        [B,N,4] (y1, x1, y2, x2), as the Faster R-CNN box coder the TensorFlow SSD configs use decodes them
+        (``box_scale``: its scale factors)."""
+        sy, sx, sh, sw = self.config.box_scale
+        ha, wa = anchors[:, 2] - anchors[:, 0], anchors[:, 3] - anchors[:, 1]
+        ya, xa = anchors[:, 0] + ha / 2, anchors[:, 1] + wa / 2
+        yc, xc = enc[..., 0] / sy * ha + ya, enc[..., 1] / sx * wa + xa
+        h, w = np.exp(enc[..., 2] / sh) * ha, np.exp(enc[..., 3] / sw) * wa
+        return np.stack([yc - h / 2, xc - w / 2, yc + h / 2, xc + w / 2], -1)
+
     def _suppressed(self, frame: Frame, yx: np.ndarray, scores: np.ndarray) -> np.ndarray:
-        """Rows from a model cut before its suppression (``outputs`` in the registry): decoded boxes [B,N,4]
-        (y1, x1, y2, x2 normalized) and each class's score [B,N,C] (class 0 the background), suppressed here
+        """Rows from a model cut before its suppression (``cut`` in the registry): boxes [B,N,4] (y1, x1, y2,
+        x2 normalized) and each class's score [B,N,C] (class 0 the background), suppressed here
         as the model's own postprocessing did (per class at ``iou_threshold``, the ``max_detections`` best an
         entry), for the classes asked for from ``score_threshold`` up."""
         c = self.config
