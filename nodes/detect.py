@@ -476,8 +476,11 @@ class SsdDecode(_Decoder):
     """Decodes SSD detections, suppression done in the model, in either of its two usual forms:
     DetectionOutput rows [1,1,N,7] (image_id, label, conf, x1, y1, x2, y2 normalized: OpenVINO's and Caffe's),
     or the TensorFlow Object Detection API's four outputs (``detection_boxes`` [1,N,4] as y1, x1, y2, x2
-    normalized, ``detection_scores``, ``detection_classes``, ``num_detections``: its frozen graphs, such as
-    the registry's ``ssd_mobilenet_v2_coco``). ``classes``: the labels kept (a people counter needs no ties).
+    normalized, ``detection_scores``, ``detection_classes``, ``num_detections``: its frozen graphs); or a model
+    cut before its postprocessing (the registry's ``ssd_mobilenet_v2_coco``: ``cut``), its box encodings
+    [B,N,(1,)4], class scores [B,N,C] and anchors [N,4], decoded (``box_scale``) and suppressed per class
+    (``iou_threshold``) here as the model did, or boxes it decoded [B,N,4] beside the scores, suppressed here.
+    ``classes``: the labels kept (a people counter needs no ties).
     ``merge``: the frame's detections stay and these are added after them (a person detector beside a face
     detector, on the frames a preprocess ``along`` the face detector's ran it on).
 
@@ -550,9 +553,9 @@ class SsdDecode(_Decoder):
             return self._suppressed(frame, *pairs[0])
         out = _output(frame, self.config.output, 0)
         if out.shape[-1] != 7:
-            raise ValueError("expected SSD output [1,1,N,7], detection_boxes, detection_scores and "
-                             "detection_classes, or boxes [B,N,4] and class scores [B,N,C] before suppression, "
-                             f"got {[list(np.shape(v)) for v in tf.values()]}")
+            raise ValueError("expected SSD output [1,1,N,7]; detection_boxes, detection_scores and "
+                             "detection_classes; or, before suppression, class scores [B,N,C] beside box encodings "
+                             f"[B,N,4] and anchors [N,4], or beside boxes [B,N,4]; got {[list(v.shape) for v in raw]}")
         rows = out.reshape(-1, 7)  # DetectionOutput: the first column is the entry (image_id), -1 ends the list
         end = np.flatnonzero(rows[:, 0] < 0)
         return rows[: end[0]] if len(end) else rows

@@ -159,3 +159,22 @@ def test_ssd_cut_before_its_suppression_is_suppressed_per_class_as_the_model_did
                    [Frame("s", 0, 0.0, np.zeros((100, 200, 3), np.uint8), layout=layout,
                           tensors={"a": yx, "b": scores})], port="tensors").frames[0].detections
     assert [d.label for d in one] == ["car"]
+
+
+def test_ssd_box_encodings_are_decoded_against_the_anchors_as_its_box_coder_does() -> None:
+    """Encodings [B,N,1,4] (ty, tx, th, tw) beside anchors [N,4] (y1, x1, y2, x2): zero is the anchor itself;
+    ty 10 moves it down by its height, th 5 ln 2 doubles its height about its centre (the scale factors 10,
+    10, 5, 5 of TensorFlow's SSD configs); then suppressed and mapped back as before."""
+    anchors = np.array([[0.2, 0.2, 0.4, 0.4], [0.5, 0.5, 0.7, 0.9]], np.float32)
+    enc = np.zeros((1, 2, 1, 4), np.float32)
+    enc[0, 1] = (10.0, 0.0, 5 * np.log(2), 0.0)
+    scores = np.zeros((1, 2, 3), np.float32)
+    scores[0, :, 1] = (0.9, 0.8)
+    f = Frame("s", 0, 0.0, np.zeros((100, 200, 3), np.uint8),
+              layout=TensorLayout("pre", (100, 100), (Placement((0, 0, 200, 100), 100, 100, 0, 0),)),
+              tensors={"concat": enc, "Postprocessor/convert_scores": scores, "Concatenate/concat": anchors})
+    got = run_node("type: ssd_decode\nconfig: {labels: [bg, person, car]}", [f], port="tensors").frames[0].detections
+    assert [d.label for d in got] == ["person", "person"]
+    np.testing.assert_allclose(got[0].box, (40.0, 20.0, 80.0, 40.0), atol=1e-3)
+    # centre 0.6 + 0.2 = 0.8, height 0.4: y 0.6..1.0; x 0.5..0.9 unchanged
+    np.testing.assert_allclose(got[1].box, (100.0, 60.0, 180.0, 100.0), atol=1e-3)
