@@ -56,13 +56,14 @@ def cache_dir() -> Path:
 def sha256_of(path: str | Path) -> str:
     """The file's sha256, read once per process while its size and modification time stay the same (a start
     checks a model against the registry, then names its converted IR by it: a 70 MB graph is read once); a
-    file replaced (another inode) or rewritten (another time) is read again."""
+    file replaced (another inode) or changed in place (another change time, which no one can set back) is
+    read again."""
     st = os.stat(path)
-    return _sha256(os.path.realpath(path), st.st_ino, st.st_size, st.st_mtime_ns)
+    return _sha256(os.path.realpath(path), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 @functools.lru_cache(maxsize=256)
-def _sha256(path: str, inode: int, size: int, mtime_ns: int) -> str:
+def _sha256(path: str, inode: int, size: int, mtime_ns: int, ctime_ns: int) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):

@@ -473,7 +473,7 @@ class YoloV8Decode(_Decoder):
 
 @register("ssd_decode")
 class SsdDecode(_Decoder):
-    """Decodes SSD detections, suppression done in the model, in either of its two usual forms:
+    """Decodes SSD detections. Suppression done in the model, in either of its two usual forms:
     DetectionOutput rows [1,1,N,7] (image_id, label, conf, x1, y1, x2, y2 normalized: OpenVINO's and Caffe's),
     or the TensorFlow Object Detection API's four outputs (``detection_boxes`` [1,N,4] as y1, x1, y2, x2
     normalized, ``detection_scores``, ``detection_classes``, ``num_detections``: its frozen graphs); or a model
@@ -573,19 +573,20 @@ class SsdDecode(_Decoder):
 
     def _suppressed(self, frame: Frame, yx: np.ndarray, scores: np.ndarray) -> np.ndarray:
         """Rows from a model cut before its suppression (``cut`` in the registry): boxes [B,N,4] (y1, x1, y2,
-        x2 normalized) and each class's score [B,N,C] (class 0 the background), suppressed here
-        as the model's own postprocessing did (per class at ``iou_threshold``, the ``max_detections`` best an
-        entry), for the classes asked for from ``score_threshold`` up."""
+        x2 normalized) and each class's score [B,N,C] (class 0 the background), suppressed here as the
+        model's own postprocessing did: boxes clipped to the picture, per class at ``iou_threshold``, the
+        ``max_detections`` best of every class an entry (``classes`` filters after), from ``score_threshold``
+        up but never under the score that postprocessing kept nothing under (``score_floor`` in the frame's
+        metadata, from the registry's ``cut``)."""
         c = self.config
-        names = c.labels or frame.meta.get("labels") or []
-        wanted = ([k for k, n in enumerate(names) if n in c.classes and k > 0] if c.classes is not None
-                  else range(1, scores.shape[2]))
+        floor = max(c.score_threshold, float(frame.meta.get("score_floor", 0.0)))  # the model kept none under it
         yx = np.clip(yx, 0.0, 1.0)  # to the picture, as the model's own postprocessing clips them
+        inside = (yx[..., 2] > yx[..., 0]) & (yx[..., 3] > yx[..., 1])  # ... and drops what lay outside it
         rows = []
         for e in range(min(len(yx), _entries_read(frame))):
             found = []
-            for k in wanted:
-                idx = np.flatnonzero(scores[e, :, k] >= c.score_threshold)
+            for k in range(1, scores.shape[2]):  # every class, as the model did (``classes`` filters after)
+                idx = np.flatnonzero((scores[e, :, k] >= floor) & inside[e])
                 if not len(idx):
                     continue
                 boxes = yx[e, idx][:, [1, 0, 3, 2]]

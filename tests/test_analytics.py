@@ -275,23 +275,30 @@ def test_ssd_cut_before_its_postprocessing_finds_what_the_whole_model_found_in_s
     assert all(op.get_output_partial_shape(i).is_static for op in model.get_ops() for i in range(op.get_output_size()))
     assert [(i.get_element_type().get_type_name(), list(i.get_shape())) for i in model.inputs] == [("u8", [1, 300, 300, 3])]
     (tmp_path / "in").mkdir()
-    shutil.copy(footage_path("bus"), tmp_path / "in" / "bus.jpg")
+    shutil.copy(footage_path("bus"), tmp_path / "in" / "a.jpg")
+    shutil.copy(footage_path("sideline"), tmp_path / "in" / "b.jpg")
     labels = models.entry("ssd_mobilenet_v2_coco")["labels"]
     found = {}
-    for name, ref in (("cut", "ssd_mobilenet_v2_coco"), ("whole", str(path))):
+    for name, ref, batch, score in (("cut", "ssd_mobilenet_v2_coco", 1, 0.3), ("whole", str(path), 1, 0.3),
+                                    ("cut2", "ssd_mobilenet_v2_coco", 2, 0.3), ("whole2", str(path), 2, 0.3),
+                                    ("cut_low", "ssd_mobilenet_v2_coco", 1, 0.05)):
         res = run_yaml(f"""
 nodes:
   - {{id: src, type: video_source, config: {{uri: "{tmp_path / 'in'}"}}}}
   - {{id: pre, type: preprocess, config: {{size: [300, 300], resize: stretch, color: RGB, layout: NHWC, dtype: u8}},
       inputs: {{frame: src}}}}
-  - {{id: det, type: inference, config: {{model: "{ref}", device: CPU}}, inputs: {{tensor: pre.tensor}}}}
-  - {{id: objs, type: ssd_decode, config: {{score_threshold: 0.3, labels: {labels!r}}}, inputs: {{tensors: det.tensors}}}}
+  - {{id: det, type: inference, config: {{model: "{ref}", device: CPU, batch: {batch}}}, inputs: {{tensor: pre.tensor}}}}
+  - {{id: objs, type: ssd_decode, config: {{score_threshold: {score}, labels: {labels!r}}}, inputs: {{tensors: det.tensors}}}}
   - {{id: out, type: collect, config: {{into: {name}}}, inputs: objs}}
 """.replace("'", '"'))
         assert res.ok, res.error
-        (f,) = collected(name)
-        found[name] = sorted((d.label, round(d.score, 3), *(round(v, 1) for v in d.box)) for d in f.detections)
-    assert len(found["cut"]) >= 4 and found["cut"] == found["whole"], found
+        found[name] = [sorted((d.label, round(d.score, 3), *(round(v, 1) for v in d.box)) for d in f.detections)
+                       for f in collected(name)]
+    assert len(found["cut"]) == 2 and min(map(len, found["cut"])) >= 2 and found["cut"] == found["whole"], found
+    # two frames a request: the anchors (no input reaches them) go whole to each frame, not split between them
+    assert found["cut2"] == found["whole2"], found
+    # under the model's own score threshold (0.3, the registry's score_floor) nothing more than it found
+    assert found["cut_low"] == found["whole"], found
 
 
 def test_ssd_over_tiles_finds_the_car_behind_the_railings_the_whole_frame_misses(tmp_path: Path) -> None:

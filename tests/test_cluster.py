@@ -683,6 +683,12 @@ def test_serve_on_the_cluster_serves_each_event_s_snapshot_and_clip_from_the_hos
         assert snap.status_code == 200 and snap.headers["content-type"] == "image/jpeg"
         on_disk = instances.get(iid).folder / e["snapshot"].split("/files/")[1].split("?")[0]
         assert snap.content == on_disk.read_bytes() and snap.content[:2] == b"\xff\xd8"
+        # an event names its clip while the clip runs on (its post-roll, 0.2 s; a browser plays what is there):
+        # read it once the stream is a second past the event, the clip closed, so its bytes hold still below
+        while not any(s["stream"] == "gate" and s["out"] > e["frame"] + 25
+                      for s in client.get(f"/pipelines/{iid}/streams").json()):
+            assert time.monotonic() < deadline + 60
+            time.sleep(0.2)
         clip = client.get(e["clip"])
         assert clip.status_code == 200 and clip.headers["content-type"] == "video/mp4" and clip.content[4:8] == b"ftyp"
         # read on the host in byte ranges, as a browser's video element asks (Safari asks for nothing else)

@@ -133,15 +133,16 @@ def test_a_decoder_retuned_while_it_runs_keeps_what_its_new_threshold_keeps() ->
 def test_ssd_cut_before_its_suppression_is_suppressed_per_class_as_the_model_did() -> None:
     """Boxes [B,N,4] (y1, x1, y2, x2) and class scores [B,N,C] (a model cut before its postprocessing):
     per class, the lower of two boxes overlapping 0.6 or more goes, a person and a bicycle on one place both
-    stay, classes not asked for and scores under the threshold go, a box past the picture is clipped to it,
-    and the best ``max_detections`` an entry stay, best first."""
+    stay, classes not asked for and scores under the threshold go, a box past the picture is clipped to it
+    and one wholly outside it goes, and the best ``max_detections`` an entry stay, best first."""
     yx = np.array([[[0.1, 0.1, 0.9, 0.3], [0.12, 0.1, 0.92, 0.3],   # one person, twice: the lower goes
                     [0.1, 0.1, 0.9, 0.3],                            # a bicycle where the person is
                     [0.1, 0.6, 0.9, 0.8],                            # a second person
                     [0.5, 0.9, 1.2, 1.1],                            # a car past the edge: not asked for
-                    [0.0, 0.4, 0.5, 0.5]]], np.float32)              # a person under the threshold
-    scores = np.zeros((1, 6, 4), np.float32)
-    scores[0, [0, 1, 2, 3, 4, 5], [1, 1, 2, 1, 3, 1]] = [0.8, 0.9, 0.6, 0.7, 0.95, 0.2]
+                    [0.0, 0.4, 0.5, 0.5],                            # a person under the threshold
+                    [1.1, 0.2, 1.3, 0.4]]], np.float32)              # a car wholly below the picture: none
+    scores = np.zeros((1, 7, 4), np.float32)
+    scores[0, [0, 1, 2, 3, 4, 5, 6], [1, 1, 2, 1, 3, 1, 3]] = [0.8, 0.9, 0.6, 0.7, 0.95, 0.2, 0.99]
     layout = TensorLayout("pre", (100, 100), (Placement((0, 0, 200, 100), 100, 100, 0, 0),))
     f = Frame("s", 0, 0.0, np.zeros((100, 200, 3), np.uint8), layout=layout,
               tensors={"Postprocessor/Reshape_2": yx, "Postprocessor/convert_scores": scores})
@@ -153,7 +154,7 @@ def test_ssd_cut_before_its_suppression_is_suppressed_per_class_as_the_model_did
     every = run_node("type: ssd_decode\nconfig: {labels: [bg, person, bicycle, car], score_threshold: 0.3}",
                      [Frame("s", 0, 0.0, np.zeros((100, 200, 3), np.uint8), layout=layout,
                             tensors={"a": yx, "b": scores})], port="tensors").frames[0].detections
-    car = next(d for d in every if d.label == "car")
+    (car,) = [d for d in every if d.label == "car"]
     np.testing.assert_allclose(car.box, (180.0, 50.0, 200.0, 100.0), atol=1e-4)  # clipped to the picture
     one = run_node("type: ssd_decode\nconfig: {labels: [bg, person, bicycle, car], max_detections: 1}",
                    [Frame("s", 0, 0.0, np.zeros((100, 200, 3), np.uint8), layout=layout,

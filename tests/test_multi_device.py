@@ -2,6 +2,7 @@
 (two of them stand for two devices here; one is slowed down), in a graph and on its own."""
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from collections.abc import Callable
@@ -330,7 +331,7 @@ def test_a_model_the_registry_says_cannot_run_on_the_gpu_runs_on_the_next_device
 
     from flowpipe import models
 
-    reg = models.registry()
+    reg = copy.deepcopy(models.registry())  # the registry's own (cached) dict stays as it is
     reg["ssd_mobilenet_v2_coco"]["refuses"] = {"GPU": "the GPU plugin has no NonZero kernel over u8"}
     monkeypatch.setattr(models, "registry", lambda: reg)
     monkeypatch.setattr(OpenVino, "available", lambda self: ["CPU", "GPU"])

@@ -490,6 +490,25 @@ def cut(model: Any, spec: dict[str, Any], name: str) -> Any:
     return cut_model
 
 
+def batch_free_outputs(model: Any) -> set[int]:
+    """The outputs that no input reaches: what the model computes from its own constants (a cut detector's
+    anchors, once its shapes are static and folded), the same for every frame of a batch, not split."""
+    free = set()
+    for i, result in enumerate(model.get_results()):
+        seen, todo = set(), [result.input_value(0).get_node()]
+        while todo:
+            node = todo.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            if node.get_type_name() == "Parameter":
+                break
+            todo += [v.get_node() for v in node.input_values()]
+        else:
+            free.add(i)
+    return free
+
+
 def fold(model: Any) -> Any:
     """``model`` with what its static shapes make constant computed once (OpenVINO's ConstantFolding): a cut
     detector's anchors, worked out from its feature maps' sizes, become the constants they are."""

@@ -114,9 +114,12 @@ def cmd_compile(args: argparse.Namespace) -> int:
     device = owner.choose(args.device).device
     path = models.resolve(args.model)
     config = owner.build_config(device, hint=args.hint, properties=props)
-    model = owner.read_model(path, models.part_of(args.model))
+    part = models.part_of(args.model)
+    model = owner.read_model(path, part)
     if args.shape:
         model.reshape({model.inputs[0].get_any_name(): [int(x) for x in args.shape.split(",")]})
+        if part:  # as the inference node folds a cut model: its anchors become constants
+            ovx.fold(model)
     comp = owner.compile(model, device, config)
     header = owner.blob_key(device, ovx.model_hash(path), config)
     header["model"] = str(args.model)

@@ -48,6 +48,7 @@ class Engine:
         self.requests: list[Any] = []
         self.stateful = False
         self.serial = False  # the model runs one entry at a time (its batch cannot change)
+        self.whole: set[int] = set()  # outputs that do not depend on the batch: every frame gets them whole
         self.placement = "any"  # where the input's memory lives (the allocation's placement)
         self.out_pools: list[BufferPool] = []
         self.tensors: ovx.TensorBinder | None = None
@@ -117,6 +118,7 @@ class Engine:
                     static = ov_owner.compile(model, self.device, config)
                     ovx.check_batch_layout(ov_owner, static.model, str(path), self.device, config, part)
                 model = ovx.bounded_batch(model)
+            self.whole = ovx.batch_free_outputs(model)
             comp = ov_owner.compile(model, self.device, config)
             if batched and not variable:
                 ovx.check_batch_layout(ov_owner, comp.model, str(path), self.device, config, part)
@@ -227,8 +229,8 @@ class Engine:
     # what a client in another process needs -------------------------------------------------------------
     def output_specs(self) -> list[tuple[str, tuple[int, ...], str]]:
         out = []
-        for name, (shape, dtype) in zip(self.out_names, self.out_specs):
-            if self.batch > 1:
+        for i, (name, (shape, dtype)) in enumerate(zip(self.out_names, self.out_specs)):
+            if self.batch > 1 and i not in self.whole:
                 shape = ovx.split_batch(np.empty(shape, np.uint8), 0, self.batch).shape
             out.append((name, tuple(shape), np.dtype(dtype).str))
         return out
@@ -294,7 +296,8 @@ class Engine:
             req.set_output_tensor(i, self.tensors.host(view[:1] if self.serial else view))
             for k, f in enumerate(frames):
                 at = slots[k].index if slots else k
-                f.tensors[self.out_names[i]] = view if self.batch == 1 else ovx.split_batch(view, at, self.batch)
+                whole = self.batch == 1 or i in self.whole
+                f.tensors[self.out_names[i]] = view if whole else ovx.split_batch(view, at, self.batch)
 
     # running ----------------------------------------------------------------------------------------
     def submit(self, frames: list[Frame], bind: Callable[[Any], None]) -> list[Frame]:

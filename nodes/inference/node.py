@@ -54,6 +54,8 @@ class Inference(Node):
     engine: Engine | MultiEngine | None = None  # made in open
     batcher: Batcher | None = None  # batch > 1
     states: StreamStates | None = None  # a stateful model
+    labels: list[str] | None = None  # the registry's class names (set in open)
+    score_floor: float | None = None  # a cut model's: what its own postprocessing kept nothing under
 
     @classmethod
     def contract(cls, config: NodeConfig) -> NodeContract:
@@ -113,6 +115,8 @@ class Inference(Node):
         meta: dict[str, Any] = {"inference": {"node": self.id, "device": self.device}}
         if self.labels:
             meta["labels"] = self.labels
+        if self.score_floor is not None:
+            meta["score_floor"] = self.score_floor
         return meta
 
     def provide_outputs(self, frame: Frame, arrays: list[np.ndarray]) -> None:
@@ -136,6 +140,8 @@ class Inference(Node):
         self.device = "+".join(ch.device for ch in choices)
         log.info("node '%s': device %s (%s)", self.id, self.device, choices[0].reason)
         self.labels = models.entry(c.model).get("labels") if models.is_registry_name(c.model) else None
+        part = models.part_of(c.model)
+        self.score_floor = part.get("score_floor") if part else None  # what the cut-off postprocessing kept
         if c.requests == "inline" and c.batch > 1:
             raise ValueError(f"batch: an inline request runs one frame at a time; expected batch: 1, got {c.batch}")
         self.engine, self.batcher, self.states = None, None, None
@@ -227,6 +233,8 @@ class Inference(Node):
         frame.meta["inference"] = {"node": self.id, "device": device or self.device}
         if self.labels:
             frame.meta["labels"] = self.labels  # the registry's class names, for the decoders
+        if self.score_floor is not None:
+            frame.meta["score_floor"] = self.score_floor
 
     def _count_passed(self) -> None:
         self.passed += 1
