@@ -295,10 +295,47 @@ nodes:
         found[name] = [sorted((d.label, round(d.score, 3), *(round(v, 1) for v in d.box)) for d in f.detections)
                        for f in collected(name)]
     assert len(found["cut"]) == 2 and min(map(len, found["cut"])) >= 2 and found["cut"] == found["whole"], found
-    # two frames a request: the anchors (no input reaches them) go whole to each frame, not split between them
-    assert found["cut2"] == found["whole2"], found
+    # two frames a request: the anchors (no input reaches them) go whole to each frame, not split between them;
+    # each frame its own encodings and scores
+    assert found["cut2"] == found["whole2"] and found["cut2"][0] != found["cut2"][1], found
     # under the model's own score threshold (0.3, the registry's score_floor) nothing more than it found
     assert found["cut_low"] == found["whole"], found
+
+
+def test_a_blob_of_the_cut_ssd_at_batch_2_gives_each_frame_the_anchors_whole(tmp_path: Path) -> None:
+    """``flowpipe compile`` of the cut SSD at batch 2 names its anchors (no input reaches them) in the blob's
+    header; an inference node importing the blob with ``batch: 2`` gives each frame of a request the anchors
+    whole and detects what the model compiled here detects."""
+    import shutil
+
+    from flowpipe.accel import openvino as ovx
+    from flowpipe.cli import main
+    from flowpipe.eval.footage import footage_path
+    from flowpipe.testing import collected, run_yaml
+
+    blob = tmp_path / "ssd.blob"
+    assert main(["compile", "ssd_mobilenet_v2_coco", "--device", "CPU", "--shape", "2,300,300,3",
+                 "-o", str(blob)]) == 0
+    assert ovx.read_blob(blob)[0]["whole_outputs"] == [2]
+    (tmp_path / "in").mkdir()
+    shutil.copy(footage_path("bus"), tmp_path / "in" / "a.jpg")
+    shutil.copy(footage_path("sideline"), tmp_path / "in" / "b.jpg")
+    found = {}
+    for name, extra in (("imported", f", blob: {blob}"), ("compiled", "")):
+        res = run_yaml(f"""
+nodes:
+  - {{id: src, type: video_source, config: {{uri: "{tmp_path / 'in'}"}}}}
+  - {{id: pre, type: preprocess, config: {{size: [300, 300], resize: stretch, color: RGB, layout: NHWC, dtype: u8}},
+      inputs: {{frame: src}}}}
+  - {{id: det, type: inference, config: {{model: ssd_mobilenet_v2_coco, device: CPU, batch: 2{extra}}},
+      inputs: {{tensor: pre.tensor}}}}
+  - {{id: objs, type: ssd_decode, config: {{score_threshold: 0.3}}, inputs: {{tensors: det.tensors}}}}
+  - {{id: out, type: collect, config: {{into: {name}}}, inputs: objs}}
+""")
+        assert res.ok, res.error
+        found[name] = [sorted((d.label, round(d.score, 2)) for d in f.detections) for f in collected(name)]
+    assert len(found["imported"]) == 2 and all(found["imported"]) and found["imported"] == found["compiled"], found
+    assert found["imported"][0] != found["imported"][1], found  # each frame its own encodings and scores
 
 
 def test_ssd_over_tiles_finds_the_car_behind_the_railings_the_whole_frame_misses(tmp_path: Path) -> None:

@@ -498,9 +498,9 @@ def batch_free_outputs(model: Any) -> set[int]:
         seen, todo = set(), [result.input_value(0).get_node()]
         while todo:
             node = todo.pop()
-            if id(node) in seen:
+            if node.get_name() in seen:  # unique per node (a wrapper's id() is not: they come and go)
                 continue
-            seen.add(id(node))
+            seen.add(node.get_name())
             if node.get_type_name() == "Parameter":
                 break
             todo += [v.get_node() for v in node.input_values()]

@@ -123,6 +123,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     comp = owner.compile(model, device, config)
     header = owner.blob_key(device, ovx.model_hash(path), config)
     header["model"] = str(args.model)
+    header["whole_outputs"] = sorted(ovx.batch_free_outputs(model))  # an importer gives these to every frame
     buf = io.BytesIO()
     comp.model.export_model(buf)
     ovx.write_blob(args.output, header, buf.getvalue())

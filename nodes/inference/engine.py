@@ -104,7 +104,9 @@ class Engine:
         added here, checked to keep each frame's results a block of their own."""
         c = self.config
         if c.blob:
-            return ov_owner.import_blob(Path(c.blob).expanduser(), self.device, config)
+            comp = ov_owner.import_blob(Path(c.blob).expanduser(), self.device, config)
+            self.whole = set(comp.extra.get("blob_header", {}).get("whole_outputs", []))
+            return comp
         path = models.resolve(c.model, sha256=c.model_sha256)
         part = models.part_of(c.model)
         model = ov_owner.read_model(path, part)
