@@ -425,7 +425,7 @@ def _counting_int8_tried(results: Path) -> list[str]:
             f"seventh look): {held['found']} of {held['true']}, {held['false']} false, {held['twice']} twice; "
             f"vehicles {veh['found']} of {veh['true']}; the graph's frame rate {ratio:.2f}x the FP32 model's at the "
             "median (the table above, the same day): at 300x300 on 2 cores the detector no longer sets the rate, "
-            "and INT8 moves boxes and scores enough to change what is counted."] + _counting_low_tried(results)
+            "and INT8 moves boxes and scores enough to change what is counted.", *_counting_low_tried(results)]
 
 
 def _counting_low_tried(results: Path) -> list[str]:
