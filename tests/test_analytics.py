@@ -214,6 +214,17 @@ def test_a_camera_s_own_shapes_under_a_misspelt_stream_are_an_error_where_the_st
     assert load_graph("g.yaml", text=text.replace("cma2", "src2"), fixed_streams=True)
     with pytest.raises(GraphError, match="no stream 'other' reaches this node"):  # it feeds the other branch
         load_graph("g.yaml", text=text.replace("cma2", "other"), fixed_streams=True)
+    # given on the command line (a --set value has no line of its own): the node's `streams:` line, and the --set
+    by_set = ("params:\n  own: {}\n"
+              "nodes:\n  - {id: src, type: list_source, config: {feed: items, stream: cam1}}\n"
+              "  - id: an\n    type: analytics\n    config:\n"
+              f"      {LINE}\n"
+              "      streams: \"${params.own}\"\n"
+              "    inputs: {detections: src.frame}\n")
+    with pytest.raises(GraphError) as e:
+        load_graph("g.yaml", {"own": {"cma2": {}}}, text=by_set, fixed_streams=True)
+    assert str(e.value) == ("g.yaml:9: node 'an' (analytics): config.streams: no stream 'cma2' reaches this node "
+                            "(given by --set own); expected one of: cam1 (a source's `stream`, else its id)")
     templated = text.replace("{feed: items}}", "{feed: items}, template: true}")  # streams to come: not checked
     assert "template: true" in templated and load_graph("g.yaml", text=templated, fixed_streams=True)
     from flowpipe.cli import main

@@ -67,7 +67,7 @@ def validate(doc: Any, fname: str, overrides: dict[str, Any], fixed_streams: boo
     spec = GraphSpec(fname, specs, top.params, list(top.plugins), plugin_dir, dag, top.processes, top.device_owner,
                      top.prefetch, top.cluster)
     _engine_rules(spec)
-    spec.run_refuses = _stream_keys(spec, raw_inputs, fname)
+    spec.run_refuses = _stream_keys(spec, raw_inputs, fname, overrides)
     if fixed_streams:
         _raise_if(spec.run_refuses)
     return spec
@@ -477,7 +477,8 @@ def _engine_rules(spec: GraphSpec) -> None:
 
 # 8. streams ---------------------------------------------------------------------------------------------------
 
-def _stream_keys(spec: GraphSpec, raw_inputs: dict[str, Any], fname: str) -> list[Diagnostic]:
+def _stream_keys(spec: GraphSpec, raw_inputs: dict[str, Any], fname: str,
+                 overrides: dict[str, Any]) -> list[Diagnostic]:
     """Phase 8, for a run whose streams are its sources: each key of a per-stream config field
     (``NodeContract.stream_keyed``: a camera's own zones and lines) names one of those that reach the node,
     so a misspelt camera (or one on another branch) is an error, not settings that never apply."""
@@ -493,11 +494,13 @@ def _stream_keys(spec: GraphSpec, raw_inputs: dict[str, Any], fname: str) -> lis
         for name in sorted(s.contract.stream_keyed):
             keyed = getattr(s.config, name, None) or {}
             raw_field = raw_cfg.get(name) if isinstance(raw_cfg, dict) else None
+            given = next((k for k, v in overrides.items() if v is raw_field and raw_field is not None), None)
             for key in keyed:
                 if key not in streams:
                     line = line_of(raw_field, key) if raw_field is not None else line_of(raw_cfg, name)
                     errors.append(Diagnostic(
-                        f"config.{name}: no stream {key!r} reaches this node; expected one of: "
+                        f"config.{name}: no stream {key!r} reaches this node"
+                        f"{f' (given by --set {given})' if given else ''}; expected one of: "
                         f"{', '.join(streams) or 'none'} (a source's `stream`, else its id)", fname,
-                        line or s.line, s.id, s.type))
+                        line or line_of(raw_cfg, name) or s.line, s.id, s.type))
     return errors
