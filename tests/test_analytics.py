@@ -328,17 +328,20 @@ def test_a_blob_of_the_cut_ssd_at_batch_2_gives_each_frame_the_anchors_whole(tmp
     assert main(["compile", "ssd_mobilenet_v2_coco", "--device", "CPU", "--shape", "2,300,300,3",
                  "-o", str(blob)]) == 0
     assert ovx.read_blob(blob)[0]["whole_outputs"] == [2]
+    one = tmp_path / "ssd1.blob"  # no --shape: the registry's, [1, 300, 300, 3] (a blob is of one shape)
+    assert main(["compile", "ssd_mobilenet_v2_coco", "--device", "CPU", "-o", str(one)]) == 0
     (tmp_path / "in").mkdir()
     shutil.copy(footage_path("bus"), tmp_path / "in" / "a.jpg")
     shutil.copy(footage_path("sideline"), tmp_path / "in" / "b.jpg")
     found = {}
-    for name, extra in (("imported", f", blob: {blob}"), ("compiled", "")):
+    for name, extra in (("imported", f", blob: {blob}"), ("compiled", ""), ("imported1", f", blob: {one}")):
         res = run_yaml(f"""
 nodes:
   - {{id: src, type: video_source, config: {{uri: "{tmp_path / 'in'}"}}}}
   - {{id: pre, type: preprocess, config: {{size: [300, 300], resize: stretch, color: RGB, layout: NHWC, dtype: u8}},
       inputs: {{frame: src}}}}
-  - {{id: det, type: inference, config: {{model: ssd_mobilenet_v2_coco, device: CPU, batch: 2{extra}}},
+  - {{id: det, type: inference, config: {{model: ssd_mobilenet_v2_coco, device: CPU,
+      batch: {1 if name == "imported1" else 2}{extra}}},
       inputs: {{tensor: pre.tensor}}}}
   - {{id: objs, type: ssd_decode, config: {{score_threshold: 0.3}}, inputs: {{tensors: det.tensors}}}}
   - {{id: out, type: collect, config: {{into: {name}}}, inputs: objs}}
@@ -347,6 +350,8 @@ nodes:
         found[name] = [sorted((d.label, round(d.score, 2)) for d in f.detections) for f in collected(name)]
     assert len(found["imported"]) == 2 and all(found["imported"]) and found["imported"] == found["compiled"], found
     assert found["imported"][0] != found["imported"][1], found  # each frame its own encodings and scores
+    assert [sorted({label for label, _ in f}) for f in found["imported1"]] == \
+        [sorted({label for label, _ in f}) for f in found["compiled"]], found
 
 
 def test_ssd_over_tiles_finds_the_car_behind_the_railings_the_whole_frame_misses(tmp_path: Path) -> None:

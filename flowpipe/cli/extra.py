@@ -116,10 +116,13 @@ def cmd_compile(args: argparse.Namespace) -> int:
     config = owner.build_config(device, hint=args.hint, properties=props)
     part = models.part_of(args.model)
     model = owner.read_model(path, part)
-    if args.shape:
-        model.reshape({model.inputs[0].get_any_name(): [int(x) for x in args.shape.split(",")]})
-        if part:  # as the inference node folds a cut model: its anchors become constants
-            ovx.fold(model)
+    shape = [int(x) for x in args.shape.split(",")] if args.shape else None
+    if shape is None and part:  # a cut model's batch is free: a blob is of one shape, the registry's
+        shape = list(models.entry(args.model)["input"]["shape"])
+    if shape:
+        model.reshape({model.inputs[0].get_any_name(): shape})
+    if part:  # as the inference node folds a cut model: its anchors become constants
+        ovx.fold(model)
     comp = owner.compile(model, device, config)
     header = owner.blob_key(device, ovx.model_hash(path), config)
     header["model"] = str(args.model)
