@@ -44,7 +44,8 @@ class PreprocessConfig(NodeConfig):
     backend: Literal["auto", "opencl", "cpu", "openvino"] = Field(
         "auto", description="auto: OpenCL on a GPU, or where the consumer takes device buffers; else OpenCV "
         "(an OpenCL device that is the CPU itself, as PoCL, would run the same work on the same cores, with "
-        "its own threads and launches on top)")
+        "its own threads and launches on top); openvino: the inference folds it into its model "
+        "(PrePostProcessor), which takes BGR frames (the source decodes to BGR for it)")
     opencl_device: str = Field("auto", description="auto, gpu, cpu, or a platform/device name substring")
     owner: Literal["auto", "always", "never"] = Field(
         "auto", description="over several processes, where a device owner serves the inference this node "
