@@ -497,10 +497,10 @@ def _stream_keys(spec: GraphSpec, raw_inputs: dict[str, Any], fname: str,
             given = next((k for k, v in overrides.items() if v is raw_field and raw_field is not None), None)
             for key in keyed:
                 if key not in streams:
-                    line = line_of(raw_field, key) if raw_field is not None else line_of(raw_cfg, name)
+                    line = (line_of(raw_field, key) if raw_field is not None else None) or line_of(raw_cfg, name)
                     errors.append(Diagnostic(
                         f"config.{name}: no stream {key!r} reaches this node"
                         f"{f' (given by --set {given})' if given else ''}; expected one of: "
                         f"{', '.join(streams) or 'none'} (a source's `stream`, else its id)", fname,
-                        line or line_of(raw_cfg, name) or s.line, s.id, s.type))
+                        line or s.line, s.id, s.type))
     return errors

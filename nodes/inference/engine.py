@@ -49,6 +49,7 @@ class Engine:
         self.stateful = False
         self.serial = False  # the model runs one entry at a time (its batch cannot change)
         self.whole: set[int] = set()  # outputs that do not depend on the batch: every frame gets them whole
+        self.part = models.part_of(config.model)  # the part of a registry model it runs (``cut``), or None
         self.placement = "any"  # where the input's memory lives (the allocation's placement)
         self.out_pools: list[BufferPool] = []
         self.tensors: ovx.TensorBinder | None = None
@@ -108,8 +109,7 @@ class Engine:
             self.whole = set(comp.extra.get("blob_header", {}).get("whole_outputs", []))
             return comp
         path = models.resolve(c.model, sha256=c.model_sha256)
-        part = models.part_of(c.model)
-        model = ov_owner.read_model(path, part)
+        model = ov_owner.read_model(path, self.part)
         batch_before = ovx.static_batch(model)
         variable = self.entries.variable
         try:
@@ -118,12 +118,12 @@ class Engine:
             if variable:  # each request runs the entries its frame has, up to the producer's bound
                 if batched:  # each entry's results a block of their own: checked at the bound (static)
                     static = ov_owner.compile(model, self.device, config)
-                    ovx.check_batch_layout(ov_owner, static.model, str(path), self.device, config, part)
+                    ovx.check_batch_layout(ov_owner, static.model, str(path), self.device, config, self.part)
                 model = ovx.bounded_batch(model)
             self.whole = ovx.batch_free_outputs(model)
             comp = ov_owner.compile(model, self.device, config)
             if batched and not variable:
-                ovx.check_batch_layout(ov_owner, comp.model, str(path), self.device, config, part)
+                ovx.check_batch_layout(ov_owner, comp.model, str(path), self.device, config, self.part)
             return comp
         except ValueError as e:  # a batch its graph cannot take, or one it takes but mixes the entries' results
             if not (self.entries.up_to and batch_before == 1):  # not entries that could run one at a time
@@ -144,8 +144,7 @@ class Engine:
             raise ValueError(f"model {name}: its batch cannot change, and each entry runs on its own from host "
                              f"memory; expected its preprocess '{offer.producer}' on backend: cpu") from why
         one = dataclasses.replace(offer, tensor=dataclasses.replace(offer.tensor, shape=(1, *offer.tensor.shape[1:])))
-        model = ov_owner.read_model(path, models.part_of(self.config.model))
-        comp = ov_owner.compile(self._fit_model(model, one), self.device, config)
+        comp = ov_owner.compile(self._fit_model(ov_owner.read_model(path, self.part), one), self.device, config)
         for o in comp.model.outputs:
             if o.get_partial_shape().is_dynamic or o.get_partial_shape().to_shape()[0] != 1:
                 raise ValueError(f"model {name}: its batch cannot change ({why}), and output {o.get_any_name()} "
@@ -159,7 +158,7 @@ class Engine:
         """Static shapes from the tensor the producer declares (times the batch), or the producer's
         preprocessing folded into the model (PrePostProcessor)."""
         if offer.model_preprocessing is not None:
-            if models.part_of(self.config.model):  # a cut model: its batch static, its anchors constants
+            if self.part:  # a cut model: its batch static, its anchors constants
                 shape = model.inputs[0].get_partial_shape()
                 model.reshape([self.batch, *(d.get_length() for d in list(shape)[1:])])
                 ovx.fold(model)
@@ -170,7 +169,7 @@ class Engine:
         c = self.config
         any_size = models.is_registry_name(c.model) and bool(models.entry(c.model)["input"].get("any_size"))
         fitted = ovx.fit_input(model, want, self.device, offer.producer or None, any_size)
-        return ovx.fold(fitted) if models.part_of(c.model) else fitted  # a cut model's anchors: constants
+        return ovx.fold(fitted) if self.part else fitted  # a cut model's anchors: constants
 
     def _make_requests(self) -> None:
         c = self.config

@@ -110,10 +110,10 @@ class Inference(Node):
         """Frames this node works on at once when every request is busy: what its clients keep it fed with."""
         return self._engine.frames_at_once()
 
-    def frame_meta(self) -> dict[str, Any]:
-        """What this node adds to each frame's metadata."""
-        meta: dict[str, Any] = {"inference": {"node": self.id, "device": self.device}}
-        if self.labels:
+    def frame_meta(self, device: str | None = None) -> dict[str, Any]:
+        """What this node adds to each frame's metadata (``device``: the one of several that ran it)."""
+        meta: dict[str, Any] = {"inference": {"node": self.id, "device": device or self.device}}
+        if self.labels:  # the registry's class names, for the decoders
             meta["labels"] = self.labels
         if self.score_floor is not None:
             meta["score_floor"] = self.score_floor
@@ -230,11 +230,7 @@ class Inference(Node):
 
     def _label(self, frame: Frame, device: str | None = None) -> None:
         """``frame`` ran here: the node and the device that ran it (one of several used together)."""
-        frame.meta["inference"] = {"node": self.id, "device": device or self.device}
-        if self.labels:
-            frame.meta["labels"] = self.labels  # the registry's class names, for the decoders
-        if self.score_floor is not None:
-            frame.meta["score_floor"] = self.score_floor
+        frame.meta.update(self.frame_meta(device))
 
     def _count_passed(self) -> None:
         self.passed += 1
