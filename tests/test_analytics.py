@@ -510,6 +510,24 @@ def test_the_crossing_score_counts_found_missed_false_and_twice() -> None:
     assert got["found"] == 1 and len(got["missed"]) == 1
 
 
+def test_every_clip_of_the_crossings_truth_can_be_made_and_its_crossings_are_well_formed() -> None:
+    """crossings.json names only clips clip_file makes, each crossing a direction and an ordered window of frames,
+    each clip in a part; the plaza clips share one truth (one footage, degraded)."""
+    from flowpipe.eval import crossings
+
+    made = {"street", "street_low", "plaza", "plaza_low", "plaza_dark", *crossings.PANS}
+    for what in crossings.WHAT:
+        for name, t in crossings.truth(what).items():
+            assert name in made, name
+            assert crossings.part(name) in ("seen", "held_out"), name
+            for c in [*t["crossings"], *t["optional"]]:
+                assert 0 <= c["frames"][0] <= c["frames"][1], (name, c)
+            assert all(c["direction"] in ("in", "out") for c in t["crossings"]), name
+    t = crossings.truth()
+    assert t["plaza"]["crossings"] == t["plaza_low"]["crossings"] == t["plaza_dark"]["crossings"]
+    assert max(c["frames"][1] for c in t["plaza"]["crossings"]) <= 794  # 795 frames
+
+
 def _clip_frames(path: str) -> list[int]:
     """The recording's frames a clip holds, by their grey level (frame i is painted i * 2)."""
     import av

