@@ -340,3 +340,30 @@ def test_a_lost_track_is_found_again_ahead_on_its_way_within_its_reach(reach: fl
     box = (x1, y2 - (y2 - y1) * size, x1 + (x2 - x1) * size, y2)
     (again,) = step(t, (box, 0.9), picture=(2000.0, 240.0)).ids.tolist()
     assert (again == first) is same
+
+
+@pytest.mark.parametrize(("rate", "fps", "misses", "same"), [
+    (25.0, 10.0, 6, False),  # max_age 10 at 25 fps is 4 frames at 10 fps: gone after 6 missed
+    (25.0, 10.0, 3, True),   # ... not after 3
+    (25.0, 25.0, 6, True),   # at its own rate, 10 frames
+    (None, 10.0, 6, True),   # no rate: 10 frames at any rate
+])
+def test_a_tracker_with_a_rate_keeps_a_lost_track_as_many_seconds_at_any_frame_rate(
+        rate: float | None, fps: float, misses: int, same: bool) -> None:
+    """``rate``: the frame counts (here max_age 10) are at that many frames a second; a stream tracked at
+    another rate (its timestamps) has them scaled to the same seconds."""
+    from flowpipe.frame import Detection, Frame
+    from flowpipe.registry import lookup
+    from flowpipe.testing import Harness
+
+    cls = lookup("tracker")
+    node = cls("track", cls.Config(max_age=10, rate=rate))
+    ids = []
+    with Harness(node) as h:
+        for i in range(5 + misses + 1):
+            f = Frame("cam", i, i / fps, np.zeros((240, 320, 3), np.uint8))
+            f.detections = [] if 5 <= i < 5 + misses else [Detection(FACE, 0.9, "face")]
+            out = h.node.process(f, "detections")
+            frame = out if isinstance(out, Frame) else out[0]
+            ids += [d.track_id for d in frame.detections]
+    assert (ids[-1] == ids[0]) is same, ids

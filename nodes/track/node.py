@@ -107,6 +107,11 @@ class Tracker(Node):
                                "took out of the picture is remembered, moving with the camera; when the camera "
                                "brings it back it is masked as it comes in, for coast frames or until found "
                                "(a camera panning to and fro)")
+        rate: float | None = Field(None, gt=0, description="tracked frames a second the frame counts above "
+                                   "(max_age, coast, hold, offscreen) were chosen at: a stream tracked at another "
+                                   "rate (from its timestamps) has them scaled to the same seconds, as ByteTrack "
+                                   "scales its buffer (a 10 fps camera keeps a lost track as long as a 25 fps one); "
+                                   "none: they are frames at any rate")
         smooth: float = Field(0.0, ge=0, lt=1, description="how slowly a track's box comes back in after it went "
                                                            "out to cover a detection (0: each detection as it "
                                                            "is): a mask that does not breathe with the "
@@ -136,6 +141,8 @@ class Tracker(Node):
         self.board = ctx.board(self.id)  # this tracker's word to a detector interval, per stream
         self.stopping: set[str] = set()  # streams being removed: their waiting frames go without waiting
         self.last: dict[str, Frame] = {}  # each stream's last frame the detector ran on
+        self.times: dict[str, deque[float]] = {}  # rate: each stream's last tracked frames' timestamps
+        self.scaled: dict[str, tuple[TrackerSettings, float, TrackerSettings]] = {}  # rate: base, factor, scaled
         self.gap: dict[str, list[Frame]] = {}  # and the frames after it its interval passed over
         if self.config.lookahead:
             self.stats["lookahead"] = f"{self.config.lookahead} frames"
@@ -159,6 +166,8 @@ class Tracker(Node):
         self.streams.pop(stream, None)
         self.last.pop(stream, None)
         self.gap.pop(stream, None)
+        self.times.pop(stream, None)
+        self.scaled.pop(stream, None)
         self.board.pop(stream, None)
         with self.lock:
             self.waiting.pop(stream, None)
@@ -285,11 +294,12 @@ class Tracker(Node):
     def _track(self, frame: Frame) -> None:
         """The frame's detections through its stream's tracker: track ids, smoothed boxes, unmatched
         candidates out, coasting tracks in at their predicted boxes, late starts backfilled."""
+        settings = self._settings(frame)
         core = self.streams.get(frame.stream)
         if core is None:
-            core = self.streams[frame.stream] = TrackerCore(self.settings)
-        elif core.settings is not self.settings:  # retuned: between two of its frames, never within one
-            core.settings = self.settings
+            core = self.streams[frame.stream] = TrackerCore(settings)
+        elif core.settings is not settings:  # retuned, or its rate measured: between two of its frames
+            core.settings = settings
         dets = frame.detections
         got = core.update(np.array([d.box for d in dets], np.float64).reshape(-1, 4),
                           np.array([d.score for d in dets], np.float64),
@@ -311,6 +321,41 @@ class Tracker(Node):
         frame.detections = kept
         for nid, seen in got.backfill:
             self._backfill(frame.stream, nid, seen)
+
+
+    def _settings(self, frame: Frame) -> TrackerSettings:
+        """The settings ``frame``'s stream is tracked with: the node's, with ``rate`` its frame counts scaled to
+        the stream's tracked frames a second (the median gap of its last 16; the node's until two are seen)."""
+        rate = self.config.rate
+        if rate is None:
+            return self.settings
+        times = self.times.setdefault(frame.stream, deque(maxlen=RATE_FRAMES))
+        if times and frame.pts < times[-1]:  # the stream started again (a file looped): measured afresh
+            times.clear()
+        if not times or frame.pts > times[-1]:
+            times.append(float(frame.pts))
+        gaps = np.diff(np.array(times))
+        if len(gaps) == 0:
+            return self.settings
+        factor = round(1.0 / float(np.median(gaps)) / rate, 2)
+        base, was, scaled = self.scaled.get(frame.stream, (None, None, None))
+        if base is self.settings and was == factor and scaled is not None:
+            return scaled
+        st = self.settings
+        scaled = replace(st, max_age=_frames(st.max_age, factor), coast=_frames(st.coast, factor),
+                         hold=_frames(st.hold, factor), offscreen=_frames(st.offscreen, factor))
+        self.scaled[frame.stream] = (self.settings, factor, scaled)
+        return scaled
+
+
+#: rate: the frames a stream's rate is measured over (its frame counts that are durations are scaled to it:
+#: max_age, coast, hold, offscreen)
+RATE_FRAMES = 16
+
+
+def _frames(n: int, factor: float) -> int:
+    """``n`` frames at a rate ``factor`` times as high: 0 stays 0 (off), anything else is at least 1."""
+    return 0 if n == 0 else max(1, round(n * factor))
 
 
 def _copy(d: Detection, box: Any, source: str) -> Detection:
