@@ -1,7 +1,8 @@
 """Would MediaPipe's face mesh tell the shipped face-blur graph's false masks from faces? Its face-presence output
 (the ``face flag`` MediaPipe's face landmarker uses to drop a track it has lost, at 0.5) scored on every mask
-graphs/face_blur.yaml draws on every privacy-evaluation clip, both parts; the mask true when at least a fifth of it
-lies on a face (as the evaluation scores), else false.
+graphs/face_blur.yaml draws on every privacy-evaluation clip, every part; the mask true when at least a fifth of it
+lies on a face (as the evaluation scores), else false. The flag is taken on the clip's frames before they were
+encoded (the graph masked the encoded ones).
 
     python benchmarks/face_flag_tried.py --out benchmarks/results/privacy_face_flag_tried.json
 

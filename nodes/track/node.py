@@ -41,7 +41,8 @@ class Tracker(Node):
     is put in the frames between at its interpolated box, a track that starts there from its first box back
     (a face that came in between is masked from where it entered), and one that ended at its last box for
     the first half of the gap (``source: interpolated``). The track counts (``coast``, ``hold``, ``max_age``,
-    ``start_after``, ``lookahead``'s memory) are of the frames the detector ran on. The tracker tells the
+    ``start_after``, ``lookahead``'s memory) are of the frames the detector ran on (with ``rate: R``, those
+    that are durations at R of them a second, scaled to a stream's own rate). The tracker tells the
     interval which streams have young tracks (found, not yet confirmed) or candidates, and its smallest
     object: the detector runs on every frame of those.
 
@@ -109,9 +110,10 @@ class Tracker(Node):
                                "(a camera panning to and fro)")
         rate: float | None = Field(None, gt=0, description="tracked frames a second the frame counts above "
                                    "(max_age, coast, hold, offscreen) were chosen at: a stream tracked at another "
-                                   "rate (from its timestamps) has them scaled to the same seconds, as ByteTrack "
-                                   "scales its buffer (a 10 fps camera keeps a lost track as long as a 25 fps one); "
-                                   "none: they are frames at any rate")
+                                   "rate (from its timestamps; with a detector interval, the frames it ran on) has "
+                                   "them scaled to the same seconds, as ByteTrack scales its buffer (a 10 fps "
+                                   "camera keeps a lost track as long as a 25 fps one); none: they are frames at "
+                                   "any rate. reach stays a fraction of a height per frame missed")
         smooth: float = Field(0.0, ge=0, lt=1, description="how slowly a track's box comes back in after it went "
                                                            "out to cover a detection (0: each detection as it "
                                                            "is): a mask that does not breathe with the "
@@ -325,26 +327,27 @@ class Tracker(Node):
 
     def _settings(self, frame: Frame) -> TrackerSettings:
         """The settings ``frame``'s stream is tracked with: the node's, with ``rate`` its frame counts scaled to
-        the stream's tracked frames a second (the median gap of its last 16; the node's until two are seen)."""
-        rate = self.config.rate
+        the stream's tracked frames a second (the median gap of its last 16 timestamps: with a detector interval
+        upstream, the frames the detector ran on; the node's own until two frames are seen)."""
+        base, rate = self.settings, self.config.rate  # read once: a retune between two reads mixes them
         if rate is None:
-            return self.settings
+            return base
         times = self.times.setdefault(frame.stream, deque(maxlen=RATE_FRAMES))
-        if times and frame.pts < times[-1]:  # the stream started again (a file looped): measured afresh
+        if times and frame.pts < times[-1]:  # the stream started again (a file looped, a camera reconnected)
             times.clear()
         if not times or frame.pts > times[-1]:
             times.append(float(frame.pts))
+        was_base, was, scaled = self.scaled.get(frame.stream, (None, None, None))
         gaps = np.diff(np.array(times))
-        if len(gaps) == 0:
-            return self.settings
-        factor = round(1.0 / float(np.median(gaps)) / rate, 2)
-        base, was, scaled = self.scaled.get(frame.stream, (None, None, None))
-        if base is self.settings and was == factor and scaled is not None:
+        if len(gaps) == 0:  # measured afresh: what it was measured at until then
+            return scaled if was_base is base and scaled is not None else base
+        factor = min(max(round(1.0 / float(np.median(gaps)) / rate, 2), 0.05), 20.0)
+        if was_base is base and was == factor and scaled is not None:
             return scaled
-        st = self.settings
-        scaled = replace(st, max_age=_frames(st.max_age, factor), coast=_frames(st.coast, factor),
-                         hold=_frames(st.hold, factor), offscreen=_frames(st.offscreen, factor))
-        self.scaled[frame.stream] = (self.settings, factor, scaled)
+        scaled = replace(base, max_age=_frames(base.max_age, factor), coast=_frames(base.coast, factor),
+                         hold=_frames(base.hold, factor), offscreen=_frames(base.offscreen, factor))
+        self.scaled[frame.stream] = (base, factor, scaled)
+        self.stats["rate"] = f"{factor * rate:.1f} frames/s on stream {frame.stream}: counts x{factor}"
         return scaled
 
 
