@@ -33,6 +33,8 @@ from flowpipe.frame import Detection, Frame
 from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
 from flowpipe.registry import register
 
+from .track.rate import StreamRates, factor, frames
+
 log = logging.getLogger("flowpipe.analytics")
 
 Point = tuple[float, float]
@@ -167,6 +169,9 @@ class Analytics(Node):
         forget: int = Field(30, ge=1, description="frames a track not seen keeps its time in a zone (its dwell "
                                                   "goes on if it comes back in them; the tracker's max_age) and "
                                                   "the lines it crossed (counted again only after)")
+        rate: float | None = Field(None, gt=0, description="frames a second forget is at: a stream at another "
+                                   "rate (from its timestamps) has it scaled to the same seconds (the tracker's "
+                                   "rate, where it has one)")
         snapshots: str | None = Field(None, description="folder for a JPEG of the frame each event begins on")
 
         def zones_of(self, stream: str) -> dict[str, Zone]:
@@ -214,6 +219,7 @@ class Analytics(Node):
 
     def open(self, ctx: RunContext) -> None:
         self.streams: dict[str, _StreamState] = {}
+        self.rates = StreamRates()  # rate: each stream's frames a second
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT)  # for flowpipe serve's console
         self.lock = threading.Lock()
         self.stats = ctx.stats
@@ -223,6 +229,7 @@ class Analytics(Node):
 
     def end_stream(self, stream: str) -> None:
         self.streams.pop(stream, None)
+        self.rates.drop(stream)
 
     def process(self, frame: Frame, port: str) -> Frame:
         c = self.config
@@ -236,6 +243,8 @@ class Analytics(Node):
             events += self._retuned(st, st.config, c, frame, t)
             st.config = c
         own_zones, own_lines = c.zones_of(frame.stream), c.lines_of(frame.stream)
+        forget = c.forget if c.rate is None else frames(c.forget, factor(self.rates.update(frame.stream, frame.pts),
+                                                                         c.rate))
         objs = [d for d in frame.detections if d.track_id is not None and (c.labels is None or d.label in c.labels)]
         points = {d.track_id: _point(d, c.anchor) for d in objs if d.track_id is not None}
         labels = {d.track_id: d.label for d in objs if d.track_id is not None}
@@ -249,7 +258,7 @@ class Analytics(Node):
             for tid in inside:
                 st.entered.setdefault((name, tid), t)
             for key in [k for k in st.entered if k[0] == name and k[1] not in inside]:
-                if key[1] in points or frame.index - st.seen.get(key[1], -10**9) > c.forget:
+                if key[1] in points or frame.index - st.seen.get(key[1], -10**9) > forget:
                     del st.entered[key]  # seen outside, or gone
             held = sorted(inside)
             by_label: dict[str, int] = {}
@@ -287,7 +296,7 @@ class Analytics(Node):
                 crossed.append((name, tid, direction))
                 self.stats["crossings"] += 1
         st.last.update(points)
-        gone = {k for k, f in st.seen.items() if frame.index - f > c.forget}
+        gone = {k for k, f in st.seen.items() if frame.index - f > forget}
         if gone:  # forgotten: a track that comes back after this is a new one (and what it crossed with it)
             for tid in gone:
                 st.seen.pop(tid)

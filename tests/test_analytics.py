@@ -60,6 +60,23 @@ def test_a_line_counts_each_track_once_with_its_direction(count: str) -> None:
                                                     "car": {"in": 1, "out": 0}}}}
 
 
+@pytest.mark.parametrize(("rate", "fps", "back"), [
+    (25.0, 10.0, True),   # forget 30 at 25 fps is 12 frames at 10: unseen for 15, the id crosses anew
+    (None, 10.0, False),  # forget 30 frames: it still remembers the id crossed
+    (25.0, 25.0, False),  # at its own rate, 30 frames
+])
+def test_a_line_forgets_an_unseen_id_after_as_many_seconds_at_any_frame_rate(rate: float | None, fps: float,
+                                                                             back: bool) -> None:
+    """``rate``: ``forget`` (frames an unseen id keeps what it crossed; the tracker's max_age) is at that many
+    frames a second, scaled to the stream's own. An id crosses 'out', is unseen for 15 frames, and crosses back
+    'in': with ``count: first`` that counts only once the line has forgotten it."""
+    seq = [{1: p} for p in _walk(130, 190, 5)] + [{}] * 15 + [{1: p} for p in _walk(190, 130, 5)]
+    extra = "" if rate is None else f", rate: {rate}"
+    out = run_node(f"type: analytics\nconfig: {{{LINE}{extra}}}", _frames(seq, fps=fps), port="detections")
+    got = [c["direction"] for f in out.frames for c in f.meta["analytics"]["crossings"]]
+    assert got == (["out", "in"] if back else ["out"])
+
+
 def test_a_line_is_not_crossed_round_its_end() -> None:
     """A line across the left half only: an object walking across its extension (the right half) crosses
     nothing."""

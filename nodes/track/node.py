@@ -17,6 +17,7 @@ from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
 from flowpipe.registry import register
 
 from .core import TrackerCore, TrackerSettings
+from .rate import StreamRates, factor, frames
 
 #: The thresholds a running graph may change: each stream's tracker reads them afresh every frame.
 TUNABLE = frozenset({"iou_threshold", "high_score", "max_age", "min_hits", "coast", "confirm", "candidate_iou",
@@ -143,7 +144,7 @@ class Tracker(Node):
         self.board = ctx.board(self.id)  # this tracker's word to a detector interval, per stream
         self.stopping: set[str] = set()  # streams being removed: their waiting frames go without waiting
         self.last: dict[str, Frame] = {}  # each stream's last frame the detector ran on
-        self.times: dict[str, deque[float]] = {}  # rate: each stream's last tracked frames' timestamps
+        self.rates = StreamRates()  # rate: each stream's tracked frames a second
         self.scaled: dict[str, tuple[TrackerSettings, float, TrackerSettings]] = {}  # rate: base, factor, scaled
         self.gap: dict[str, list[Frame]] = {}  # and the frames after it its interval passed over
         if self.config.lookahead:
@@ -168,7 +169,7 @@ class Tracker(Node):
         self.streams.pop(stream, None)
         self.last.pop(stream, None)
         self.gap.pop(stream, None)
-        self.times.pop(stream, None)
+        self.rates.drop(stream)
         self.scaled.pop(stream, None)
         self.board.pop(stream, None)
         with self.lock:
@@ -327,38 +328,23 @@ class Tracker(Node):
 
     def _settings(self, frame: Frame) -> TrackerSettings:
         """The settings ``frame``'s stream is tracked with: the node's, with ``rate`` its frame counts scaled to
-        the stream's tracked frames a second (the median gap of its last 16 timestamps: with a detector interval
-        upstream, the frames the detector ran on; the node's own until two frames are seen)."""
+        the stream's tracked frames a second (``rate.StreamRates``: with a detector interval upstream, the frames
+        the detector ran on; the node's own until two frames are seen)."""
         base, rate = self.settings, self.config.rate  # read once: a retune between two reads mixes them
         if rate is None:
             return base
-        times = self.times.setdefault(frame.stream, deque(maxlen=RATE_FRAMES))
-        if times and frame.pts < times[-1]:  # the stream started again (a file looped, a camera reconnected)
-            times.clear()
-        if not times or frame.pts > times[-1]:
-            times.append(float(frame.pts))
+        fps = self.rates.update(frame.stream, frame.pts)
+        if fps is None:
+            return base
+        by = factor(fps, rate)
         was_base, was, scaled = self.scaled.get(frame.stream, (None, None, None))
-        gaps = np.diff(np.array(times))
-        if len(gaps) == 0:  # measured afresh: what it was measured at until then
-            return scaled if was_base is base and scaled is not None else base
-        factor = min(max(round(1.0 / float(np.median(gaps)) / rate, 2), 0.05), 20.0)
-        if was_base is base and was == factor and scaled is not None:
+        if was_base is base and was == by and scaled is not None:
             return scaled
-        scaled = replace(base, max_age=_frames(base.max_age, factor), coast=_frames(base.coast, factor),
-                         hold=_frames(base.hold, factor), offscreen=_frames(base.offscreen, factor))
-        self.scaled[frame.stream] = (base, factor, scaled)
-        self.stats["rate"] = f"{factor * rate:.1f} frames/s on stream {frame.stream}: counts x{factor}"
+        scaled = replace(base, max_age=frames(base.max_age, by), coast=frames(base.coast, by),
+                         hold=frames(base.hold, by), offscreen=frames(base.offscreen, by))
+        self.scaled[frame.stream] = (base, by, scaled)
+        self.stats["rate"] = f"{fps:.1f} frames/s on stream {frame.stream}: counts x{by}"
         return scaled
-
-
-#: rate: the frames a stream's rate is measured over (its frame counts that are durations are scaled to it:
-#: max_age, coast, hold, offscreen)
-RATE_FRAMES = 16
-
-
-def _frames(n: int, factor: float) -> int:
-    """``n`` frames at a rate ``factor`` times as high: 0 stays 0 (off), anything else is at least 1."""
-    return 0 if n == 0 else max(1, round(n * factor))
 
 
 def _copy(d: Detection, box: Any, source: str) -> Detection:
