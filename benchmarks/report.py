@@ -323,7 +323,7 @@ def _counting(results: Path) -> list[str]:
           "eighth look (below), are summed apart too.", "",
           *_crossing_table(r["rows"])]
     summary = r["summary"] if "seen" in r["summary"] or "held_out" in r["summary"] else {"seen": r["summary"]}
-    summary = {**summary, **_since_count_rule(r["rows"])}
+    summary = {**summary, **_later_groups(r["rows"])}
     for which, sm in summary.items():
         share = sm.get("analytics_cpu_share_max", sm["analytics_busy_share_max"])
         name = which if which in LATER.values() else which.replace("_", "-").capitalize()
@@ -537,7 +537,7 @@ LATER = {"count_first": "Held-out since the count rule",
          "eighth_look": "Held-out since the eighth look (a fixed camera)"}
 
 
-def _since_count_rule(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def _later_groups(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """The held-out clips added later (``after`` in crossings.json: after a line came to count each track once,
     after the held-out part's eighth look), each group summed apart as analytics_eval.py sums each part."""
     from analytics_eval import _summary

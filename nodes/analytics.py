@@ -33,7 +33,7 @@ from flowpipe.frame import Detection, Frame
 from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
 from flowpipe.registry import register
 
-from .track.rate import StreamRates, factor, frames
+from .track.rate import StreamRates, factor, scale_count
 
 log = logging.getLogger("flowpipe.analytics")
 
@@ -243,8 +243,8 @@ class Analytics(Node):
             events += self._retuned(st, st.config, c, frame, t)
             st.config = c
         own_zones, own_lines = c.zones_of(frame.stream), c.lines_of(frame.stream)
-        forget = c.forget if c.rate is None else frames(c.forget, factor(self.rates.update(frame.stream, frame.pts),
-                                                                         c.rate))
+        forget = c.forget if c.rate is None else scale_count(
+            c.forget, factor(self.rates.update(frame.stream, frame.pts), c.rate))
         objs = [d for d in frame.detections if d.track_id is not None and (c.labels is None or d.label in c.labels)]
         points = {d.track_id: _point(d, c.anchor) for d in objs if d.track_id is not None}
         labels = {d.track_id: d.label for d in objs if d.track_id is not None}

@@ -17,7 +17,7 @@ from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
 from flowpipe.registry import register
 
 from .core import TrackerCore, TrackerSettings
-from .rate import StreamRates, factor, frames
+from .rate import StreamRates, factor, scale_count
 
 #: The thresholds a running graph may change: each stream's tracker reads them afresh every frame.
 TUNABLE = frozenset({"iou_threshold", "high_score", "max_age", "min_hits", "coast", "confirm", "candidate_iou",
@@ -144,9 +144,9 @@ class Tracker(Node):
         self.board = ctx.board(self.id)  # this tracker's word to a detector interval, per stream
         self.stopping: set[str] = set()  # streams being removed: their waiting frames go without waiting
         self.last: dict[str, Frame] = {}  # each stream's last frame the detector ran on
+        self.gap: dict[str, list[Frame]] = {}  # and the frames after it its interval passed over
         self.rates = StreamRates()  # rate: each stream's tracked frames a second
         self.scaled: dict[str, tuple[TrackerSettings, float, TrackerSettings]] = {}  # rate: base, factor, scaled
-        self.gap: dict[str, list[Frame]] = {}  # and the frames after it its interval passed over
         if self.config.lookahead:
             self.stats["lookahead"] = f"{self.config.lookahead} frames"
             self.stats["backfilled"] = 0  # candidates that became a track's detections in earlier frames
@@ -325,7 +325,6 @@ class Tracker(Node):
         for nid, seen in got.backfill:
             self._backfill(frame.stream, nid, seen)
 
-
     def _settings(self, frame: Frame) -> TrackerSettings:
         """The settings ``frame``'s stream is tracked with: the node's, with ``rate`` its frame counts scaled to
         the stream's tracked frames a second (``rate.StreamRates``: with a detector interval upstream, the frames
@@ -340,8 +339,8 @@ class Tracker(Node):
         was_base, was, scaled = self.scaled.get(frame.stream, (None, None, None))
         if was_base is base and was == by and scaled is not None:
             return scaled
-        scaled = replace(base, max_age=frames(base.max_age, by), coast=frames(base.coast, by),
-                         hold=frames(base.hold, by), offscreen=frames(base.offscreen, by))
+        scaled = replace(base, max_age=scale_count(base.max_age, by), coast=scale_count(base.coast, by),
+                         hold=scale_count(base.hold, by), offscreen=scale_count(base.offscreen, by))
         self.scaled[frame.stream] = (base, by, scaled)
         self.stats["rate"] = f"{fps:.1f} frames/s on stream {frame.stream}: counts x{by}"
         return scaled

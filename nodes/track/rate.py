@@ -40,6 +40,6 @@ def factor(fps: float | None, rate: float) -> float:
     return 1.0 if fps is None else min(max(round(fps / rate, 2), 0.05), 20.0)
 
 
-def frames(n: int, by: float) -> int:
+def scale_count(n: int, by: float) -> int:
     """``n`` frames at a rate ``by`` times as high: 0 stays 0 (off), anything else is at least 1."""
     return 0 if n == 0 else max(1, round(n * by))
