@@ -367,3 +367,86 @@ def test_a_tracker_with_a_rate_keeps_a_lost_track_as_many_seconds_at_any_frame_r
             frame = out if isinstance(out, Frame) else out[0]
             ids += [d.track_id for d in frame.detections]
     assert (ids[-1] == ids[0]) is same, ids
+
+
+def _walk_past(appearance: float, colours: tuple[np.ndarray, np.ndarray]) -> list[list[tuple[int, int]]]:
+    """Two people walking past each other, A right and B left, B in front: while they overlap the detector
+    finds B only. Per frame, (which person, track id) of each detection."""
+    t = tracker(max_age=30, coast=5, reach=0.5, appearance=appearance)
+    seen = []
+    for i in range(30):
+        xa, xb = 40 + 8 * i, 240 - 8 * i
+        people = [0, 1] if abs(xa - xb) >= 40 else [1]
+        boxes = np.array([[(xa, xb)[p], 50, (xa, xb)[p] + 40, 150] for p in people], np.float64)
+        u = t.update(boxes, np.full(len(people), 0.9), picture=PICTURE,
+                     colours=np.array([colours[p] for p in people]))
+        seen.append(list(zip(people, u.ids.tolist())))
+    return seen
+
+
+def _colour(bin_: int) -> np.ndarray:
+    from flowpipe.nodes.track import appearance
+
+    c = np.zeros(appearance.SIZE)
+    c[bin_] = 1.0
+    return c
+
+
+@pytest.mark.parametrize(("appearance", "same_colours", "kept"), [
+    (0.5, False, True),  # red and blue: the one in front never takes the other's id
+    (0.0, False, False),  # colours not looked at: for a frame, B carries A's id
+    (0.5, True, False),  # dressed alike: colours tell nothing, overlap decides as without them
+])
+def test_appearance_keeps_two_people_walking_past_each_other_apart_where_their_colours_differ(
+        appearance: float, same_colours: bool, kept: bool) -> None:
+    red, blue = _colour(0), _colour(0 if same_colours else 30)
+    seen = _walk_past(appearance, (red, blue))
+    ids = {p: {i for frame in seen for q, i in frame if q == p} for p in (0, 1)}
+    assert seen[0] == [(0, 1), (1, 2)] and seen[-1] == [(0, 1), (1, 2)]  # found again after, either way
+    assert (ids == {0: {1}, 1: {2}}) is kept, ids
+
+
+def test_colours_of_a_box_are_its_middles_and_too_small_a_box_has_none() -> None:
+    from flowpipe.nodes.track import appearance
+
+    img = np.zeros((200, 300, 3), np.uint8)
+    img[:, :100] = (0, 0, 200)  # red (BGR)
+    img[:, 100:200] = (200, 0, 0)  # blue
+    img[:, 200:] = (200, 0, 0)
+    img[0:40, 200:] = (0, 0, 200)  # a red head over a blue torso: the middle is the torso
+    boxes = np.array([[0, 0, 100, 200], [100, 0, 200, 200], [200, 0, 300, 200], [10, 10, 14, 14]], np.float64)
+    c = appearance.colours(img, False, boxes)
+    assert np.allclose(c, appearance.colours(img[..., ::-1], True, boxes), equal_nan=True)  # RGB reads the same
+    d = appearance.distances(c, c)
+    assert d[0, 1] > 0.9 and d[1, 2] < 1e-6 and d[0, 2] > 0.9  # red against blue; blue against the torso
+    assert np.isnan(c[3]).all() and (d[3] == 0).all()  # a 4x4 box: no look, kept apart from nothing
+    assert np.allclose(c[:3].sum(axis=1), 1.0)
+
+
+def test_a_tracker_node_with_appearance_reads_the_colours_off_the_frame_and_says_it_reads_pixels() -> None:
+    """The node takes each box's colours from the frame's pixels (BGR or RGB), so it declares those formats;
+    without ``appearance`` it never reads a pixel and takes every format."""
+    from flowpipe.frame import Detection, Frame
+    from flowpipe.registry import lookup
+    from flowpipe.testing import Harness
+
+    cls = lookup("tracker")
+    assert cls.contract(cls.Config(appearance=0.5)).pixels == {"BGR", "RGB"}
+    assert "NV12" in cls.contract(cls.Config()).pixels
+    node = cls("track", cls.Config(max_age=30, coast=5, reach=0.5, appearance=0.5))
+    blue_ids, red_ids = set(), set()
+    with Harness(node) as h:
+        for i in range(30):
+            xa, xb = 40 + 8 * i, 240 - 8 * i
+            img = np.full((240, 320, 3), 90, np.uint8)
+            img[50:150, xa:xa + 40] = (0, 0, 220)  # A in red
+            img[50:150, xb:xb + 40] = (220, 0, 0)  # B in blue, in front
+            f = Frame("cam", i, i / 25, img)
+            f.detections = [Detection((float(x), 50.0, float(x + 40), 150.0), 0.9, "person")
+                            for x in ([xa, xb] if abs(xa - xb) >= 40 else [xb])]
+            out = h.node.process(f, "detections")
+            for d in (out if isinstance(out, Frame) else out[0]).detections:
+                if d.source != "predicted":
+                    (blue_ids if d.box[0] == xb else red_ids).add(d.track_id)
+        assert h.node.stats["kept_apart"] > 0
+    assert blue_ids == {2} and red_ids == {1}, (blue_ids, red_ids)

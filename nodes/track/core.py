@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from . import appearance
 from .geometry import (
     Picture,
     clear_axes,
@@ -57,6 +58,7 @@ class TrackerSettings:
     offscreen: int = 0
     smooth: float = 0.0
     reach: float = 0.0
+    appearance: float = 0.0  # the largest colour distance a detection may be from a track's to continue it (0: none)
 
 
 @dataclass
@@ -81,6 +83,7 @@ class Track:
     heading: np.ndarray = field(default_factory=lambda: np.zeros(2))  # its centre's motion a frame when last found
     label: str = "object"
     label_id: int = 0
+    colours: np.ndarray | None = None  # with ``appearance``: what it looks like (``appearance.colours``)
 
 
 @dataclass
@@ -147,16 +150,20 @@ class TrackerCore:
         self.camera: tuple[float, float, float] | None = None  # the camera's motion last measured
         self.camera_age = 0  # updates since
         self.frame = 0  # the last update's frame number
+        self._unlike = np.zeros((0, 0), bool)  # this update's (track, detection) pairs ``appearance`` keeps apart
+        self.kept_apart = 0  # pairs that overlapped (or lay ahead within reach) and ``appearance`` kept apart
 
     def update(self, boxes: np.ndarray, scores: np.ndarray, *, looks: Mapping[str, np.ndarray] | None = None,
                labels: Sequence[tuple[str, int]] | None = None, refs: Sequence[Any] | None = None,
-               picture: Picture = None, frame: int | None = None) -> TrackUpdate:
+               picture: Picture = None, frame: int | None = None,
+               colours: np.ndarray | None = None) -> TrackUpdate:
         """One frame: ``boxes`` (n, 4) x1, y1, x2, y2 in pixels, ``scores`` (n,); ``looks``: per check
         name, each detection's second look (NaN: not looked at); ``labels``: each detection's (label,
         label_id), which a track it starts keeps; ``refs``: the caller's handle on each detection, given back
         in ``backfill``; ``picture``: width, height (None: no edges); ``frame``: its number in the stream
         (None: the one after the last update's; a detector interval updates the tracker every few frames, and
-        motions are of a frame)."""
+        motions are of a frame); ``colours``: with ``appearance``, each detection's colour histogram
+        (``appearance.colours``; a NaN row: too small to tell), which gates what continues a track."""
         s = self.settings
         now = self.frame + 1 if frame is None else frame
         dt, self.frame = max(1, now - self.frame), now
@@ -166,6 +173,7 @@ class TrackerCore:
         out = TrackUpdate(np.full(n, -1, np.int64), boxes.copy(), np.zeros(n, bool), np.ones(n, bool))
         old = len(self.tracks)  # tracks that existed before this frame
         pred = np.array([t.box + t.velocity for t in self.tracks]).reshape(-1, 4)
+        self._unlike = self._apart(colours, n)
         assign, reached = self._associate(pred, boxes, judged,
                                           [lab for lab, _ in labels] if labels is not None else None)
         matched = set(assign.values())
@@ -184,8 +192,12 @@ class TrackerCore:
         if camera is not None:
             for t in self.tracks:
                 t.trail = [_carried(p, camera) for p in t.trail]
+        crowded = iou_matrix(boxes, boxes) > 0.05
+        np.fill_diagonal(crowded, False)
         for di, ti in assign.items():
             self._follow(self.tracks[ti], di, boxes, judged, camera, picture, out, dt, di in reached)
+            if colours is not None and not crowded[di].any():  # another's box on it: its look stays
+                self.tracks[ti].colours = appearance.learnt(self.tracks[ti].colours, colours[di])
         starts = self._starts([h for h in judged.high.tolist() if h not in assign],
                               [i for i in judged.low.tolist() if i not in assign and not judged.rejected[i]],
                               boxes, np.asarray(scores, np.float64).reshape(-1), refs)
@@ -194,7 +206,8 @@ class TrackerCore:
             # a track started by candidates alone (not sure in this frame) is not confirmed yet
             self.tracks.append(Track(self.next_id, boxes[h], size=boxes[h][2:] - boxes[h][:2],
                                      trail=[_point(now, boxes[h], picture)],
-                                     confirmed=int(judged.sure[h]), label=label, label_id=label_id))
+                                     confirmed=int(judged.sure[h]), label=label, label_id=label_id,
+                                     colours=None if colours is None else appearance.learnt(None, colours[h])))
             assign[h] = len(self.tracks) - 1
             if s.min_hits <= 1:
                 out.ids[h] = self.next_id
@@ -241,6 +254,9 @@ class TrackerCore:
             iou = iou_matrix(pred[free_t], boxes[group])
             if labels is not None:
                 iou *= np.array([[self.tracks[t].label == labels[d] for d in group] for t in free_t]).reshape(iou.shape)
+            apart = self._unlike[free_t][:, group]  # colours too far apart: not the same object
+            self.kept_apart += int((apart & (iou >= thr)).sum())
+            iou[apart] = 0.0
             for ti, di in greedy(iou, thr):
                 assign[int(group[di])] = free_t[ti]
                 matched.add(free_t[ti])
@@ -253,6 +269,16 @@ class TrackerCore:
                 assign[di] = ti
                 reached.add(di)
         return assign, reached
+
+    def _apart(self, colours: np.ndarray | None, n: int) -> np.ndarray:
+        """(tracks, detections) bool: the pairs ``appearance`` keeps apart, their colours further than it (none
+        without it, or where either has no look)."""
+        a = self.settings.appearance
+        if not a or colours is None:
+            return np.zeros((len(self.tracks), n), bool)
+        mine = np.array([t.colours if t.colours is not None else np.full(appearance.SIZE, np.nan)
+                         for t in self.tracks]).reshape(-1, appearance.SIZE)
+        return appearance.distances(mine, colours) > a
 
     def _reached(self, tracks: list[int], dets: list[int], high: set[int], boxes: np.ndarray,
                  labels: list[str] | None) -> list[tuple[int, int]]:
@@ -274,6 +300,9 @@ class TrackerCore:
             centre = (t.box[:2] + t.box[2:]) / 2  # where its box coasted to while it was missed
             for b, di in enumerate(dets):
                 if (labels is not None and labels[di] != t.label) or (di not in high and t.since_high >= s.hold):
+                    continue
+                if self._unlike[ti, di]:
+                    self.kept_apart += 1
                     continue
                 dh = float(boxes[di][3] - boxes[di][1])
                 v = (boxes[di][:2] + boxes[di][2:]) / 2 - centre

@@ -16,8 +16,12 @@ from flowpipe.frame import Detection, Frame
 from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
 from flowpipe.registry import register
 
+from . import appearance
 from .core import TrackerCore, TrackerSettings
 from .rate import StreamRates, factor, scale_count
+
+#: What a tracker that looks at colours reads the pixels as.
+COLOUR_PIXELS = frozenset({"BGR", "RGB"})
 
 #: The thresholds a running graph may change: each stream's tracker reads them afresh every frame.
 TUNABLE = frozenset({"iou_threshold", "high_score", "max_age", "min_hits", "coast", "confirm", "candidate_iou",
@@ -96,6 +100,12 @@ class Tracker(Node):
                                                     "per frame since it was last found (0: overlap only): a "
                                                     "person crossing fast, found once every few frames, keeps "
                                                     "one id")
+        appearance: float = Field(0.0, ge=0, le=1, description="the largest colour distance (Bhattacharyya, "
+                                  "0-1, of hue-saturation histograms of the middle of the boxes: a person's "
+                                  "torso) a detection may be from a track's look to continue it (0: colours "
+                                  "are not looked at): two people who walk past each other, or one behind "
+                                  "the other, keep their own ids where their clothes differ. The tracker "
+                                  "then reads the pixels (BGR or RGB frames)")
         checks: dict[str, tuple[float, float]] = Field({}, description="second looks written on detections "
                                                         "(attributes: a centerface_check's 'face'), each with "
                                                         "[reject, sure]: a look at sure or more makes a detection "
@@ -125,9 +135,10 @@ class Tracker(Node):
     @classmethod
     def contract(cls, config: NodeConfig) -> NodeContract:
         assert isinstance(config, cls.Config)
+        pixels = COLOUR_PIXELS if config.appearance else PIXELS_ALL  # colours: it reads the pixels
         if not config.lookahead:  # every frame goes on from process; tracks are per stream
-            return cls.declare(pixels=PIXELS_ALL, one_worker=None, tunable=TUNABLE)
-        return cls.declare(pixels=PIXELS_ALL, holds_frames=True,
+            return cls.declare(pixels=pixels, one_worker=None, tunable=TUNABLE)
+        return cls.declare(pixels=pixels, holds_frames=True,
                            one_worker="a tracker with a lookahead keeps each stream's frames in order on one worker",
                            isolation="a tracker with a lookahead holds frames past process()", tunable=TUNABLE)
 
@@ -304,13 +315,17 @@ class Tracker(Node):
         elif core.settings is not settings:  # retuned, or its rate measured: between two of its frames
             core.settings = settings
         dets = frame.detections
-        got = core.update(np.array([d.box for d in dets], np.float64).reshape(-1, 4),
+        boxes = np.array([d.box for d in dets], np.float64).reshape(-1, 4)
+        colours, apart = None, core.kept_apart
+        if settings.appearance and frame.data is not None:
+            colours = appearance.colours(frame.image, frame.format == "RGB", boxes)
+        got = core.update(boxes,
                           np.array([d.score for d in dets], np.float64),
                           looks={name: np.array([d.attributes.get(name, np.nan) for d in dets], np.float64)
                                  for name in self.settings.checks},
                           labels=[(d.label, d.label_id) for d in dets], refs=[(frame, d) for d in dets],
                           picture=None if frame.data is None else (frame.width, frame.height),
-                          frame=frame.index)
+                          frame=frame.index, colours=colours)
         for i, d in enumerate(dets):
             if got.smoothed[i]:
                 d.box = (float(got.boxes[i, 0]), float(got.boxes[i, 1]), float(got.boxes[i, 2]),
@@ -324,6 +339,8 @@ class Tracker(Node):
         frame.detections = kept
         for nid, seen in got.backfill:
             self._backfill(frame.stream, nid, seen)
+        if settings.appearance:  # pairs its colours kept apart, every stream's
+            self.stats["kept_apart"] = self.stats.get("kept_apart", 0) + core.kept_apart - apart
 
     def _settings(self, frame: Frame) -> TrackerSettings:
         """The settings ``frame``'s stream is tracked with: the node's, with ``rate`` its frame counts scaled to
