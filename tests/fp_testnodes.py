@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from flowpipe.nodes.inference import Inference
@@ -77,10 +78,16 @@ class Crash(Node):
     class Config(NodeConfig):
         crash_on: list[int] = []
         streams: list[str] | None = None  # only frames of these streams (default: all)
+        after_record: str | None = None  # first wait (2 s at most) for the frame's record in this JSON Lines file
 
     def process(self, frame: Frame, port: str) -> Frame:
         mine = self.config.streams is None or frame.stream in self.config.streams
         if mine and frame.index in self.config.crash_on:
+            if self.config.after_record is not None:
+                key = f'"stream":"{frame.stream}","frame":{frame.index},'.encode()
+                until = time.monotonic() + 2
+                while time.monotonic() < until and key not in Path(self.config.after_record).read_bytes():
+                    time.sleep(0.01)
             os.kill(os.getpid(), 9)
         frame.data[0, 0, 0] = 7  # visible to the parent: same pages
         frame.meta["pid"] = os.getpid()

@@ -316,3 +316,21 @@ def test_a_graph_not_running_takes_no_change_of_configs(tmp_path) -> None:
         with pytest.raises(RuntimeError, match=r"^the graph is not running$"):
             run.live.retune(change)
     assert spec.node("t").config.high_score == 0.5  # type: ignore[attr-defined]
+
+
+def test_a_frame_whose_record_was_written_before_its_process_died_is_counted_out(tmp_path) -> None:
+    """A frame goes to the records and to a second sink; its process is killed (SIGKILL) once its record is in
+    the file and before the other sink let it go. The supervisor finds its record: it went through (out), not
+    failed, so every record names a frame counted out, and the frames in flight that had none are failed."""
+    crash = (f"{{id: crash, type: test_crash, config: {{crash_on: [40], streams: [b], after_record: {tmp_path}/m.jsonl}},"
+             " inputs: {in: hop}}")
+    text = _three_streams(tmp_path, realtime=True, extra="").replace(
+        f"  - {{id: video, type: video_writer, config: {{path: {tmp_path}/v.mp4}}, inputs: hop}}", f"  - {crash}")
+    spec, _ = _graph(text, tmp_path)
+    res = ShardedRun(spec, 2).run()
+    assert res.exit_code == 1 and "signal 9" in str(res.error)
+    f = res.frames
+    assert f["in"] == f["out"] + f["dropped"] + f["failed"]
+    lines = _lines(tmp_path / "m.jsonl")
+    assert ("b", 40) in lines and len(lines) == len(set(lines))
+    assert len(lines) == f["out"], (len(lines), f)

@@ -19,6 +19,7 @@ alone decides what it means.
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import multiprocessing as mp
 import os
@@ -571,7 +572,10 @@ class ShardedRun:
         code = sh.proc.exitcode
         how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
         # the board is exact at the death (progress lags): every frame that entered ended now, the frames
-        # still in flight as failed
+        # still in flight as failed, but for those whose record was written (the process died between its
+        # record and its account: it went through, and no record names a frame counted failed)
+        for stream, index in recorded(self.spec.files("records"), sh.board.in_flight()):
+            sh.board.ended(stream, index, "out")
         sh.counts, sh.streams = sh.board.totals(), sh.board.per_stream()
         in_flight = sh.board.in_flight()
         lost = sh.counts["in"] - sh.counts["out"] - sh.counts["dropped"] - sh.counts["failed"]
@@ -880,3 +884,26 @@ class ShardedResult(RunSummary):
     def _more_json(self) -> dict[str, Any]:
         return {"processes": len({sh["index"] for sh in self.shards}), "shards": self.shards,
                 "shard_restarts": self.shard_restarts, "device_owner": self.owner}
+
+
+def recorded(paths: list[str], frames: list[tuple[str, int]], tail: int = 1 << 20) -> list[tuple[str, int]]:
+    """Those of ``frames`` ((stream, index), in flight where a process died) whose record is in the JSON Lines
+    files ``paths``, read over their last ``tail`` bytes, where the records of frames in flight are (a line the
+    death cut short is no record)."""
+    want, found = set(frames), set()
+    for path in paths:
+        if not want or path == "-" or not os.path.isfile(path):
+            continue
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - tail))
+            lines = f.read().split(b"\n")
+        for line in lines[1:] if size > tail else lines:  # the first is cut where the tail starts
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            key = (rec.get("stream"), rec.get("frame")) if isinstance(rec, dict) else None
+            if key in want:
+                found.add(key)
+    return sorted(found)
