@@ -1043,7 +1043,7 @@ def _animal_check(results: Path) -> list[str]:
     moved = [c for c in clips if any(by[(c, on)][k] != by[(c, off)][k] for k in keys)]
 
     def row(x: dict[str, Any]) -> str:
-        return (f"{100 * x['masked']:.1f}% masked, leak {x['longest_leak']}, " if x["face_frames"] else "") + \
+        return (f"{100 * x['masked']:.2f}% masked, leak {x['longest_leak']}, " if x["face_frames"] else "") + \
             f"{x['false_per_frame']:.3f} false a frame, {x['longest_false']} in a row"
 
     def why(c: str) -> str:
