@@ -168,6 +168,7 @@ ISOLATED = {  # the node under test (id n) with isolation: process, after src ->
     "blur": "{id: n, type: blur, isolation: process, inputs: faces.detections}",
     "overlay": "{id: n, type: overlay, isolation: process, inputs: faces.detections}",
     "tracker": "{id: n, type: tracker, isolation: process, inputs: faces.detections}",
+    "animal_faces": "{id: n, type: animal_faces, isolation: process, inputs: faces.detections}",
     "analytics": "{id: n, type: analytics, isolation: process, config: {zones: {z: {polygon: [[0, 0], [1, 0], [1, 1]]}}}, "
                  "inputs: faces.detections}",
     "passthrough": "{id: n, type: passthrough, isolation: process, inputs: src.frame}",
