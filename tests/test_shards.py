@@ -334,3 +334,18 @@ def test_a_frame_whose_record_was_written_before_its_process_died_is_counted_out
     lines = _lines(tmp_path / "m.jsonl")
     assert ("b", 40) in lines and len(lines) == len(set(lines))
     assert len(lines) == f["out"], (len(lines), f)
+
+
+def test_recorded_finds_the_records_of_frames_in_flight_in_the_file_s_tail_and_no_cut_line(tmp_path) -> None:
+    from flowpipe.runtime.shards import recorded
+
+    path = tmp_path / "m.jsonl"
+    lines = [json.dumps({"stream": "a", "frame": i, "pts": i / 25, "objects": []}, separators=(",", ":"))
+             for i in range(200)]
+    cut = '{"stream":"a","frame":200,"pts"'  # the last line, cut short by the death
+    path.write_text("\n".join(lines) + "\n" + cut)
+    want = [("a", 5), ("a", 198), ("a", 199), ("a", 200), ("b", 199)]
+    assert recorded([str(path)], want) == [("a", 5), ("a", 198), ("a", 199)]
+    tail = len(cut) + 1 + len(lines[-1]) + 1 + 5  # the tail starts inside frame 198's line: that one is no record
+    assert recorded([str(path)], want, tail=tail) == [("a", 199)]
+    assert recorded([str(tmp_path / "none.jsonl"), "-"], want) == []
