@@ -339,8 +339,9 @@ class Tracker(Node):
         frame.detections = kept
         for nid, seen in got.backfill:
             self._backfill(frame.stream, nid, seen)
-        if settings.appearance:  # pairs its colours kept apart, every stream's
-            self.stats["kept_apart"] = self.stats.get("kept_apart", 0) + core.kept_apart - apart
+        if settings.appearance:  # pairs its colours kept apart, every stream's (streams may be on several workers)
+            with self.lock:
+                self.stats["kept_apart"] = self.stats.get("kept_apart", 0) + core.kept_apart - apart
 
     def _settings(self, frame: Frame) -> TrackerSettings:
         """The settings ``frame``'s stream is tracked with: the node's, with ``rate`` its frame counts scaled to
