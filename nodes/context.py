@@ -3,6 +3,7 @@ animal's box and in no person's is an animal's (a raccoon, a dog, a squirrel loo
 face detectors scored it: it goes."""
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from pydantic import Field
@@ -56,6 +57,7 @@ class AnimalFaces(Node):
     def open(self, ctx: RunContext) -> None:
         self.stats: dict[str, Any] = ctx.stats
         self.stats["dropped"] = 0  # faces dropped as animals'
+        self.lock = threading.Lock()  # streams on several workers count into one stat
 
     def process(self, frame: Frame, port: str) -> Frame:
         c = self.config
@@ -67,7 +69,8 @@ class AnimalFaces(Node):
                 continue
             if (c.drop_faces and d.label in c.faces and any(share_inside(d.box, a) >= c.cover for a in animals)
                     and not any(share_inside(d.box, p) >= c.cover for p in people)):
-                self.stats["dropped"] += 1
+                with self.lock:
+                    self.stats["dropped"] += 1
                 continue
             kept.append(d)
         frame.detections = kept

@@ -450,3 +450,16 @@ def test_a_tracker_node_with_appearance_reads_the_colours_off_the_frame_and_says
                     (blue_ids if d.box[0] == xb else red_ids).add(d.track_id)
         assert h.node.stats["kept_apart"] > 0
     assert blue_ids == {2} and red_ids == {1}, (blue_ids, red_ids)
+
+
+def test_kept_apart_counts_only_pairs_that_would_have_gone_together() -> None:
+    """A track that colours keep from a detection is counted only where overlap (or ``reach``) would have
+    joined them: a detection of other colours far across the picture is no pair kept apart."""
+    red, blue = _colour(0), _colour(30)
+    t = tracker(max_age=30, coast=5, reach=0.5, appearance=0.5)
+    for i in range(5):  # a red person walking right, confirmed and moving
+        step(t, (shifted(FACE, dx=4 * i), 0.9), colours=np.array([red]))
+    step(t, ((250.0, 20.0, 290.0, 70.0), 0.9), colours=np.array([blue]))  # red missed; blue far away
+    assert t.kept_apart == 0
+    step(t, (shifted(FACE, dx=24), 0.9), colours=np.array([blue]))  # blue where red was going
+    assert t.kept_apart == 1

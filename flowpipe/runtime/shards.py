@@ -894,10 +894,14 @@ def recorded(paths: list[str], frames: list[tuple[str, int]], tail: int = 1 << 2
     for path in paths:
         if not want or path == "-" or not os.path.isfile(path):
             continue
-        with open(path, "rb") as f:
-            size = f.seek(0, os.SEEK_END)
-            f.seek(max(0, size - tail))
-            lines = f.read().split(b"\n")
+        try:
+            with open(path, "rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                f.seek(max(0, size - tail))
+                lines = f.read().split(b"\n")
+        except OSError as e:  # unreadable here: its frames in flight stay failed, as before any record was read
+            log.warning("records %s not read back after a process died: %s", path, e)
+            continue
         for line in lines[1:] if size > tail else lines:  # the first is cut where the tail starts
             try:
                 rec = json.loads(line)

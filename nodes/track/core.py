@@ -152,6 +152,7 @@ class TrackerCore:
         self.frame = 0  # the last update's frame number
         self._unlike = np.zeros((0, 0), bool)  # this update's (track, detection) pairs ``appearance`` keeps apart
         self.kept_apart = 0  # pairs that overlapped (or lay ahead within reach) and ``appearance`` kept apart
+        self._kept: set[tuple[int, int]] = set()  # this update's such pairs, (track, detection) once each
 
     def update(self, boxes: np.ndarray, scores: np.ndarray, *, looks: Mapping[str, np.ndarray] | None = None,
                labels: Sequence[tuple[str, int]] | None = None, refs: Sequence[Any] | None = None,
@@ -173,7 +174,7 @@ class TrackerCore:
         out = TrackUpdate(np.full(n, -1, np.int64), boxes.copy(), np.zeros(n, bool), np.ones(n, bool))
         old = len(self.tracks)  # tracks that existed before this frame
         pred = np.array([t.box + t.velocity for t in self.tracks]).reshape(-1, 4)
-        self._unlike = self._apart(colours, n)
+        self._unlike, self._kept = self._apart(colours, n), set()
         assign, reached = self._associate(pred, boxes, judged,
                                           [lab for lab, _ in labels] if labels is not None else None)
         matched = set(assign.values())
@@ -255,7 +256,7 @@ class TrackerCore:
             if labels is not None:
                 iou *= np.array([[self.tracks[t].label == labels[d] for d in group] for t in free_t]).reshape(iou.shape)
             apart = self._unlike[free_t][:, group]  # colours too far apart: not the same object
-            self.kept_apart += int((apart & (iou >= thr)).sum())
+            self._kept.update((free_t[r], int(group[c])) for r, c in zip(*np.nonzero(apart & (iou >= thr))))
             iou[apart] = 0.0
             for ti, di in greedy(iou, thr):
                 assign[int(group[di])] = free_t[ti]
@@ -268,6 +269,7 @@ class TrackerCore:
                                         labels):
                 assign[di] = ti
                 reached.add(di)
+        self.kept_apart += len(self._kept)
         return assign, reached
 
     def _apart(self, colours: np.ndarray | None, n: int) -> np.ndarray:
@@ -301,15 +303,15 @@ class TrackerCore:
             for b, di in enumerate(dets):
                 if (labels is not None and labels[di] != t.label) or (di not in high and t.since_high >= s.hold):
                     continue
-                if self._unlike[ti, di]:
-                    self.kept_apart += 1
-                    continue
                 dh = float(boxes[di][3] - boxes[di][1])
                 v = (boxes[di][:2] + boxes[di][2:]) / 2 - centre
                 dist = float(np.hypot(*v))
                 if not (h / 1.6 <= dh <= h * 1.6) or dist > s.reach * h * min(t.missed + 1, REACH_FRAMES):
                     continue
                 if dist > 0 and float(v @ t.heading) < 0.5 * dist * speed:
+                    continue
+                if self._unlike[ti, di]:  # within reach, but its colours are another's
+                    self._kept.add((ti, di))
                     continue
                 cost[a, b] = dist / h
         pairs = greedy(-cost, -np.inf) if np.isfinite(cost).any() else []
