@@ -499,9 +499,23 @@ def _counting_appearance(r: dict[str, Any], before: dict[str, Any], results: Pat
         L += ["", f"Tried on the same day and not taken (`{tried.name}`, one run per clip, the fixed camera's fourth "
               "look): the gate only where it is contested, a track and a detection that overlap where either also "
               f"overlaps another, so that a person alone keeps their track whatever their colours: {plaza(t)}. "
-              "Fewer found, so the hard gate stays; which crossings differ between the two was not traced. The "
-              "fixed camera has now been looked at four times, and anything chosen next on "
-              "it would be chosen on it; new held-out footage from a fixed camera is what would tell."]
+              "Fewer found, so the hard gate stays; which crossings differ between the two was not traced."]
+    soft = results / "analytics_eval_soft_hue_tried.json"
+    soft_gate = results / "appearance_gate_soft_hue_tried.json"
+    if soft.exists() and soft_gate.exists():
+        t, sg = json.loads(soft.read_text()), json.loads(soft_gate.read_text())
+        seen = t["summary"]["seen"]
+        L += ["", f"Also tried and not taken (`{soft.name}`, {t['repeats']} runs per clip, the fixed camera's fifth "
+              "look): each pixel's hue shared between the two nearest bins round the circle, and pixels darker than "
+              "32 of 255 counted by brightness (OpenCV's CamShift sample masks its hue histogram so). With hard bins "
+              "a hue a few degrees across a bin's edge, or red on either end of the circle, is another colour. The "
+              f"gate derived again the same way (`{soft_gate.name}`): largest same-track distance "
+              f"{sg['largest_same']}, so {sg['gate']} again. Seen part {seen['found']} of {seen['true']}, "
+              f"{seen['false']} false, {seen['twice']} twice; the fixed camera {plaza(t)}; the whole held-out part "
+              f"{held(t)}, against {held(r)} with hard bins. Fewer split tracks (fewer counted twice) and fewer found; "
+              "it was to be taken only if it found more with no more false or twice, so the hard bins stay. The "
+              "fixed camera has now been looked at five times, and anything chosen next on it would be chosen on it; "
+              "new held-out footage from a fixed camera is what would tell."]
     return [*L, ""]
 
 
