@@ -28,11 +28,13 @@ WHAT = ("people", "vehicles")
 def truth(what: str = "people") -> dict[str, Any]:
     """The clips and their crossings of ``what`` (``people`` or ``vehicles``), each with the clip's ``about``."""
     doc = json.loads(TRUTH.read_text())
+    clips = {name: t | {k: doc["clips"][t["crossings_of"]][k] for k in ("crossings", "optional")}
+             if "crossings_of" in t else t for name, t in doc["clips"].items()}  # a degraded clip: its source's
     if what == "people":
-        return dict(doc["clips"])
+        return clips
     if what not in WHAT:
         raise ValueError(f"unknown kind of crossing {what!r}: expected one of {', '.join(WHAT)}")
-    return {name: doc["clips"][name] | t for name, t in doc[what]["clips"].items()}
+    return {name: clips[name] | t for name, t in doc[what]["clips"].items()}
 
 
 def part(name: str) -> str:
