@@ -41,10 +41,10 @@ def colours(image: np.ndarray, rgb: bool, boxes: np.ndarray) -> np.ndarray:
         x1, y1, x2, y2 = middle(box, width, height)
         if (x2 - x1) * (y2 - y1) < LEAST_PIXELS:
             continue
-        k = max(1, int(np.sqrt((x2 - x1) * (y2 - y1) / SAMPLES)))
-        crop = np.ascontiguousarray(image[y1:y2:k, x1:x2:k])
+        step = max(1, int(np.sqrt((x2 - x1) * (y2 - y1) / SAMPLES)))
+        crop = np.ascontiguousarray(image[y1:y2:step, x1:x2:step])
         hsv = cv2.cvtColor(crop, cv2.COLOR_RGB2HSV if rgb else cv2.COLOR_BGR2HSV)
-        h, s, v = (hsv[..., k].reshape(-1).astype(np.int64) for k in range(3))
+        h, s, v = (hsv[..., c].reshape(-1).astype(np.int64) for c in range(3))
         coloured = s >= LEAST_SATURATION
         hue = np.minimum(h[coloured] * HUE_BINS // 180, HUE_BINS - 1)
         sat = np.minimum((s[coloured] - LEAST_SATURATION) * SAT_BINS // (256 - LEAST_SATURATION), SAT_BINS - 1)

@@ -193,7 +193,7 @@ class TrackerCore:
         if camera is not None:
             for t in self.tracks:
                 t.trail = [_carried(p, camera) for p in t.trail]
-        crowded = iou_matrix(boxes, boxes) > 0.05
+        crowded = iou_matrix(boxes, boxes) > 0.05 if colours is not None else np.zeros((n, n), bool)
         np.fill_diagonal(crowded, False)
         for di, ti in assign.items():
             self._follow(self.tracks[ti], di, boxes, judged, camera, picture, out, dt, di in reached)
