@@ -100,8 +100,8 @@ def main() -> int:
         first: dict[str, dict[str, Any]] = {}  # each graph's node stats in its first run
         for _ in range(args.repeats):  # side by side, in turns: the machine's drift falls on both alike
             for masker, (graph, gsets) in graph_of.items():
-                stats = None if masker in first else first.setdefault(masker, {})  # the first run's
-                runs.setdefault(masker, []).append(flowpipe_masks(timed, graph, gsets, nodes=stats))
+                into = None if masker in first else first.setdefault(masker, {})  # the first run's node stats
+                runs.setdefault(masker, []).append(flowpipe_masks(timed, graph, gsets, nodes=into))
             if not args.no_deface:
                 masks, seconds, backend = deface_masks(timed)
                 runs.setdefault(f"deface ({backend})", []).append((masks, seconds))
