@@ -409,8 +409,7 @@ def _counting_plaza(r: dict[str, Any], results: Path) -> list[str]:
     before = results / "analytics_eval_before_appearance.json"
     b = json.loads(before.read_text()) if before.exists() else r  # the table's run, until the tracker saw colours
     if f is not r:
-        now = "; ".join(f"{x['clip']} {x['found']} of {x['true']}, {x['false']} false, {x['twice']} twice"
-                        for x in b["rows"] if x["clip"].startswith("plaza"))
+        now = _plaza_counts(b)
         L += ["", "One change came of it, for every frame rate rather than for this clip: the tracker's frame counts "
               "(`max_age`, `coast`, `hold`) were chosen on 25 fps footage, and at 10 fps they kept a lost track "
               "2.5 times as long, so an id lingered to be taken by whoever walked by. The counting graphs' tracker "
@@ -444,6 +443,12 @@ def _counting_plaza(r: dict[str, Any], results: Path) -> list[str]:
     return [*L, "", *_counting_appearance(r, b, results)]
 
 
+def _plaza_counts(run: dict[str, Any]) -> str:
+    """A counting run's fixed-camera clips: found of true, false, twice each."""
+    return "; ".join(f"{x['clip']} {x['found']} of {x['true']}, {x['false']} false, {x['twice']} twice"
+                     for x in run["rows"] if x["clip"].startswith("plaza"))
+
+
 def _counting_appearance(r: dict[str, Any], before: dict[str, Any], results: Path) -> list[str]:
     """Section 15: the tracker's colour gate (``appearance``), where its value came from and what it did."""
     gate_file, fixed_file = results / "appearance_gate.json", results / "appearance_gate_fixed_camera.json"
@@ -452,16 +457,12 @@ def _counting_appearance(r: dict[str, Any], before: dict[str, Any], results: Pat
     g = json.loads(gate_file.read_text())
     fixed = json.loads(fixed_file.read_text()) if fixed_file.exists() else None
 
-    def plaza(run: dict[str, Any]) -> str:
-        return "; ".join(f"{x['clip']} {x['found']} of {x['true']}, {x['false']} false, {x['twice']} twice"
-                         for x in run["rows"] if x["clip"].startswith("plaza"))
-
     def held(run: dict[str, Any]) -> str:
         h = run["summary"]["held_out"]
         return f"{h['found']} of {h['true']}, {h['false']} false, {h['twice']} twice"
 
     pans = {x["clip"]: x for x in before["rows"] if x["part"] == "held_out" and not x["clip"].startswith("plaza")}
-    moved = [f"{x['clip']} {x[k]} {'found' if k == 'found' else k} ({pans[x['clip']][k]} before)"
+    moved = [f"{x['clip']} {x[k]} {k} ({pans[x['clip']][k]} before)"
              for x in r["rows"] if x["clip"] in pans for k in ("found", "false", "twice") if x[k] != pans[x["clip"]][k]]
     cost = [x["us_per_detection"] for x in g["rows"] + (fixed["rows"] if fixed else [])]
     L = [f"A second change came of the diagnosis: the tracker tells people apart by their colours (`appearance: "
@@ -478,8 +479,8 @@ def _counting_appearance(r: dict[str, Any], before: dict[str, Any], results: Pat
          f"{g['largest_same']} from its own track's look ({g['same_pcts']['p99']} at the 99th percentile) and "
          f"{g['other_pcts']['p50']} from other tracks' at the median; the gate is the largest same-track distance "
          "rounded up to a tenth, so on the seen clips it cuts nothing the tracker kept. With it (the table above; "
-         f"the fixed camera's third look, so it proves little there): {plaza(r)}, against {plaza(before)} before "
-         f"it (`analytics_eval_before_appearance.json`); the held-out pans "
+         f"the fixed camera's third look, so it proves little there): {_plaza_counts(r)}, against "
+         f"{_plaza_counts(before)} before it (`analytics_eval_before_appearance.json`); the held-out pans "
          f"{'counted exactly as before' if not moved else 'as before but ' + ', '.join(moved)}; the whole "
          f"held-out part {held(r)}, against {held(before)}. A detection's colours cost "
          f"{min(cost):.0f}-{max(cost):.0f} µs on 2 cores (the median frame's, per clip; the bigger the box, the "
@@ -498,7 +499,7 @@ def _counting_appearance(r: dict[str, Any], before: dict[str, Any], results: Pat
         t = json.loads(tried.read_text())
         L += ["", f"Tried on the same day and not taken (`{tried.name}`, one run per clip, the fixed camera's fourth "
               "look): the gate only where it is contested, a track and a detection that overlap where either also "
-              f"overlaps another, so that a person alone keeps their track whatever their colours: {plaza(t)}. "
+              f"overlaps another, so that a person alone keeps their track whatever their colours: {_plaza_counts(t)}. "
               "Fewer found, so the hard gate stays; which crossings differ between the two was not traced."]
     soft = results / "analytics_eval_soft_hue_tried.json"
     soft_gate = results / "appearance_gate_soft_hue_tried.json"
@@ -511,9 +512,9 @@ def _counting_appearance(r: dict[str, Any], before: dict[str, Any], results: Pat
               "a hue a few degrees across a bin's edge, or red on either end of the circle, is another colour. The "
               f"gate derived again the same way (`{soft_gate.name}`): largest same-track distance "
               f"{sg['largest_same']}, so {sg['gate']} again. Seen part {seen['found']} of {seen['true']}, "
-              f"{seen['false']} false, {seen['twice']} twice; the fixed camera {plaza(t)}; the whole held-out part "
-              f"{held(t)}, against {held(r)} with hard bins. Fewer split tracks (fewer counted twice) and fewer found; "
-              "it was to be taken only if it found more with no more false or twice, so the hard bins stay. The "
+              f"{seen['false']} false, {seen['twice']} twice; the fixed camera {_plaza_counts(t)}; the whole held-out "
+              f"part {held(t)}, against {held(r)} with hard bins. Fewer split tracks (fewer counted twice) and fewer "
+              "found; it was to be taken only if it found more with no more false or twice, so the hard bins stay. The "
               "fixed camera has now been looked at five times, and anything chosen next on it would be chosen on it; "
               "new held-out footage from a fixed camera is what would tell."]
     return [*L, ""]
