@@ -13,7 +13,8 @@ name. A line from A to B is crossed ``in`` when an object goes from its left to 
 A to B (in image coordinates, y down: for a line drawn left to right, from above it to below), and ``out`` the
 other way; an object is on a side only once its point is ``margin`` of its box's height past the line, so a box
 jittering on the line crosses nothing; each track is counted once a line, the way it first
-crossed it (or, with ``count: each_way``, once each way).
+crossed it (or, with ``count: each_way``, once each way; with ``count: every``, each time, a crossing back once
+it had gone ``back`` of its box's heights past the line).
 """
 from __future__ import annotations
 
@@ -50,10 +51,14 @@ class Line(BaseModel):
     model_config = ConfigDict(extra="forbid")
     points: tuple[Point, Point] = Field(description="A, B: crossing it from its left to its right (looking from A "
                                                     "to B) is 'in'")
-    count: Literal["first", "each_way"] = Field(
+    count: Literal["first", "each_way", "every"] = Field(
         "first", description="first: a track is counted once, the way it first crossed (a box that grows or "
         "jitters back over the line is no crossing back); each_way: once each way (a door one track walks in "
-        "and back out of)")
+        "and back out of); every: each time it crosses, a crossing back once it had gone `back` of its heights "
+        "past the line (a person who comes back, or an id the tracker passed to someone crossing the other way)")
+    back: float = Field(1.0, ge=0, description="with count: every, of a box's height: how far past the line a "
+                        "track counted one way must have gone before a crossing back counts (a box that grows "
+                        "back over the line, or an id passed to a neighbour, goes less far)")
 
 
 class Shapes(BaseModel):
@@ -114,6 +119,8 @@ class _StreamState:
     last: dict[int, Point] = field(default_factory=dict)  # track -> its point in the last frame it was in
     side: dict[tuple[str, int], int] = field(default_factory=dict)  # (line, track) -> -1 left, +1 right
     counted: set[tuple[str, int, str]] = field(default_factory=set)  # (line, track, direction) counted
+    way: dict[tuple[str, int], tuple[str, float]] = field(default_factory=dict)  # (line, track) -> the direction
+    # it was last counted, and how far past the line it has gone since, in its box's heights (count: every)
     entered: dict[tuple[str, int], float] = field(default_factory=dict)  # (zone, track) -> since (s)
     seen: dict[int, int] = field(default_factory=dict)  # track -> the last frame it was in
     totals: dict[str, dict[str, int]] = field(default_factory=dict)  # line -> {"in": n, "out": n}
@@ -278,7 +285,12 @@ class Analytics(Node):
                     continue
                 tid = d.track_id
                 p = np.array(points[tid])
-                side = _side(a, b, p, c.margin * (d.box[3] - d.box[1]))
+                height = max(d.box[3] - d.box[1], 1e-9)
+                off = _offset(a, b, p)
+                last = st.way.get((name, tid))
+                if last is not None:  # how far it went on the side it was counted to
+                    st.way[(name, tid)] = (last[0], max(last[1], off / height * (1 if last[0] == "in" else -1)))
+                side = 1 if off > c.margin * height else -1 if off < -c.margin * height else 0
                 was = st.side.get((name, tid))
                 if side == 0:
                     continue
@@ -286,10 +298,11 @@ class Analytics(Node):
                 if was is None or was == side or not _within(a, b, np.array(st.last.get(tid, points[tid])), p):
                     continue
                 direction = "in" if side > 0 else "out"
-                if (name, tid, direction) in st.counted or (
-                        ln.count == "first" and (name, tid, "out" if side > 0 else "in") in st.counted):
+                if not _counts(ln, direction, last, (name, tid, "in") in st.counted or (name, tid, "out") in st.counted,
+                               (name, tid, direction) in st.counted):
                     continue
                 st.counted.add((name, tid, direction))
+                st.way[(name, tid)] = (direction, off / height * side)
                 tot[direction] += 1
                 per = st.by_label.setdefault(name, {}).setdefault(labels[tid], {"in": 0, "out": 0})
                 per[direction] += 1
@@ -303,6 +316,7 @@ class Analytics(Node):
                 st.last.pop(tid, None)
             st.side = {k: v for k, v in st.side.items() if k[1] not in gone}
             st.counted = {k for k in st.counted if k[1] not in gone}
+            st.way = {k: v for k, v in st.way.items() if k[1] not in gone}
         # rules
         for r in c.rules:
             if r.zone is None or r.zone in zones:  # a zone this stream lacks: the rule is not this stream's
@@ -341,6 +355,7 @@ class Analytics(Node):
         if moved:
             st.side = {k: v for k, v in st.side.items() if k[0] not in moved}
             st.counted = {k for k in st.counted if k[0] not in moved}
+            st.way = {k: v for k, v in st.way.items() if k[0] not in moved}
             for n in moved - set(new_lines):
                 st.totals.pop(n, None)
                 st.by_label.pop(n, None)
@@ -439,12 +454,20 @@ def _point(d: Detection, anchor: str) -> Point:
     return ((x1 + x2) / 2, y2 if anchor == "bottom" else (y1 + y2) / 2)
 
 
-def _side(a: np.ndarray, b: np.ndarray, p: np.ndarray, margin: float) -> int:
-    """+1 where ``p`` is right of the line A->B by more than ``margin`` pixels (image coordinates: y down), -1
-    left of it, 0 within it."""
+def _offset(a: np.ndarray, b: np.ndarray, p: np.ndarray) -> float:
+    """How far ``p`` lies right of the line A->B in pixels (image coordinates: y down; left of it: negative)."""
     ab = b - a
-    dist = float(ab[0] * (p[1] - a[1]) - ab[1] * (p[0] - a[0])) / max(float(np.hypot(*ab)), 1e-9)
-    return 1 if dist > margin else -1 if dist < -margin else 0
+    return float(ab[0] * (p[1] - a[1]) - ab[1] * (p[0] - a[0])) / max(float(np.hypot(*ab)), 1e-9)
+
+
+def _counts(line: Line, direction: str, last: tuple[str, float] | None, any_counted: bool, this_way: bool) -> bool:
+    """Whether a track's crossing of ``line`` in ``direction`` is counted, by the line's ``count``: ``last``, the
+    way it was last counted and how far past the line it went since (in heights), for ``every``."""
+    if line.count == "first":
+        return not any_counted
+    if line.count == "each_way":
+        return not this_way
+    return last is None or (last[0] != direction and last[1] >= line.back)
 
 
 def _within(a: np.ndarray, b: np.ndarray, p0: np.ndarray, p1: np.ndarray) -> bool:

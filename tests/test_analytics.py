@@ -60,6 +60,26 @@ def test_a_line_counts_each_track_once_with_its_direction(count: str) -> None:
                                                     "car": {"in": 1, "out": 0}}}}
 
 
+@pytest.mark.parametrize(("back", "short_return"), [(1.0, False), (0.5, True)])
+def test_a_line_counting_every_crossing_counts_one_back_only_after_the_track_went_back_heights_past(
+        back: float, short_return: bool) -> None:
+    """``count: every``: track 1 walks across and 1.5 of its heights (40 px) beyond, back across as far, and
+    across again: three crossings, out, in, out. Track 2 goes 0.6 of its heights past the line, comes back over
+    it as far as 1 height (a box that grew back, or an id passed to a neighbour) and crosses the first way again:
+    with ``back`` 1, its crossing back does not count, and so neither does its second crossing the first way (the
+    way it was last counted); with ``back`` 0.5 all three do."""
+    far = _walk(100, 220, 7) + _walk(220, 100, 7)[1:] + _walk(100, 220, 7)[1:]
+    short = _walk(130, 184, 7) + _walk(184, 130, 4)[1:] + _walk(130, 220, 7)[1:] + [(220, 150.0)] * 6
+    line = f"lines: {{gate: {{points: [[0.5, 0.0], [0.5, 1.0]], count: every, back: {back}}}}}"
+    seq = [{1: far[i], 2: short[i]} for i in range(len(far))]
+    out = run_node(f"type: analytics\nconfig: {{{line}}}", _frames(seq), port="detections")
+    got = [(c["track"], c["direction"]) for f in out.frames for c in f.meta["analytics"]["crossings"]]
+    assert [d for t, d in got if t == 1] == ["out", "in", "out"]
+    assert [d for t, d in got if t == 2] == (["out", "in", "out"] if short_return else ["out"])
+    assert out.frames[-1].meta["analytics"]["lines"]["gate"] | {"labels": None} == {
+        "in": 2 if short_return else 1, "out": 4 if short_return else 3, "labels": None}
+
+
 @pytest.mark.parametrize(("rate", "fps", "back"), [
     (25.0, 10.0, True),   # forget 30 at 25 fps is 12 frames at 10: unseen for 15, the id crosses anew
     (None, 10.0, False),  # forget 30 frames: it still remembers the id crossed
