@@ -612,12 +612,14 @@ def _counting_faces_tried(results: Path) -> list[str]:
 
 #: held-out clips added later (``after`` in crossings.json), each group summed apart: its name in the report
 LATER = {"count_first": "Held-out since the count rule",
-         "eighth_look": "Held-out since the eighth look (a fixed camera)"}
+         "eighth_look": "Held-out since the eighth look (a fixed camera)",
+         "fifth_plaza_look": "Held-out since the fixed camera's fifth look (a concourse from above)"}
 
 
 def _later_groups(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """The held-out clips added later (``after`` in crossings.json: after a line came to count each track once,
-    after the held-out part's eighth look), each group summed apart as analytics_eval.py sums each part."""
+    after the held-out part's eighth look, after the fixed camera's fifth), each group summed apart as
+    analytics_eval.py sums each part."""
     from analytics_eval import _summary
 
     from flowpipe.eval.crossings import truth

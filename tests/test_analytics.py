@@ -551,7 +551,8 @@ def test_every_clip_of_the_crossings_truth_can_be_made_and_its_crossings_are_wel
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """crossings.json names only clips clip_file makes (its footage and encoding stubbed: each name's branch is
     what is checked), each crossing a direction and an ordered window of frames, each clip in a part and any
-    later group the report knows; the plaza clips share one truth (one footage, degraded)."""
+    later group the report knows, any line of its own inside the picture; the plaza clips share one truth (one
+    footage, degraded), and so do the concourse clips."""
     from flowpipe.eval import crossings
 
     class Made:
@@ -572,7 +573,9 @@ def test_every_clip_of_the_crossings_truth_can_be_made_and_its_crossings_are_wel
         for name, t in crossings.truth(what).items():
             assert isinstance(crossings.clip_file(name, tmp_path), Path), name
             assert crossings.part(name) in ("seen", "held_out"), name
-            assert t.get("after") in (None, "count_first", "eighth_look"), name  # benchmarks/report.py: LATER
+            assert t.get("after") in (None, "count_first", "eighth_look", "fifth_plaza_look"), name  # report.py: LATER
+            line = t.get("line", [[0.5, 0.0], [0.5, 1.0]])  # its camera's own, or the graph's
+            assert len(line) == 2 and all(0 <= v <= 1 for pt in line for v in pt), name
             for c in [*t["crossings"], *t["optional"]]:
                 assert 0 <= c["frames"][0] <= c["frames"][1], (name, c)
             assert all(c["direction"] in ("in", "out") for c in t["crossings"]), name
@@ -581,6 +584,8 @@ def test_every_clip_of_the_crossings_truth_can_be_made_and_its_crossings_are_wel
     t = crossings.truth()
     assert t["plaza"]["crossings"] == t["plaza_low"]["crossings"] == t["plaza_dark"]["crossings"]
     assert max(c["frames"][1] for c in t["plaza"]["crossings"]) <= 794  # 795 frames
+    assert t["concourse"]["crossings"] == t["concourse_low"]["crossings"] == t["concourse_dark"]["crossings"]
+    assert max(c["frames"][1] for c in t["concourse"]["crossings"]) <= 340  # 341 frames
 
 
 def _clip_frames(path: str) -> list[int]:
