@@ -483,8 +483,8 @@ def _counting_every(r: dict[str, Any], results: Path) -> list[str]:
          f"`{back_file.name}`: the graph's tracks replayed through the analytics node at each `back`; the fixed "
          "camera's sixth look and the pans', so nothing is proven on them): over those clips, by `back`, "
          f"{by}. How far each track had gone before it crossed back, in its heights: {went}. `back: 1` (a body's "
-         "height) lies where 0.5 to 1 count alike: past the pans' false crossings back, short of most of the fixed "
-         "camera's returns; the few true ones under a fifth of a height (a woman turning back on the line, an id "
+         "height) lies where 0.5 to 1 count alike: past the pans' false crossings back, short of the fixed camera's "
+         "returns that went a body or more past the line; the few true ones under a fifth of a height (a woman turning back on the line, an id "
          "passed as two people met) are lost with the false ones, and a track that took someone far off by "
          "`reach` still counts its crossing back.",
          "", "Held out to prove it: supertracker's example clip (its source distribution on PyPI), a camera high "
@@ -1046,28 +1046,36 @@ def _held_line(masker: str, m: dict[str, Any]) -> str:
             f"{fps}")
 
 
-def _held_out_2(results: Path) -> list[str]:
-    """Section 12: the second held-out batch (flowpipe/eval/clips.py: HELD_OUT_2), its first look, every masker."""
-    path = results / "privacy_eval_held_out_2.json"
-    if not path.exists():
-        return []
+def _batch(path: Path, title: str, about: str, flags: str = "") -> list[str]:
+    """Section 12: a later held-out batch's own run (``path``), its table and one line per masker: ``about`` says
+    what the batch is and when it came."""
     r = json.loads(path.read_text())
     clips = list(dict.fromkeys(x["clip"] for x in r["rows"]))
     repeats = max((len(x.get("fps_runs", [])) for x in r["rows"]), default=0)
-    L = ["", f"**Held-out part, second batch** (`python benchmarks/privacy_eval.py --clips {' '.join(clips)}"
+    L = ["", f"**{title}** (`python benchmarks/privacy_eval.py --clips {' '.join(clips)}{flags}"
          f" --out benchmarks/results/{path.name}`; {r['date']}, {r['cores']} cores, {repeats} runs per clip "
-         "and masker in turns): added after the first held-out batch had been looked at several times, from "
-         "OpenCV's sample pictures (opencv-python's source distribution on PyPI), faces marked by eye before any "
-         "masker ran on them; nothing was chosen on them, and these are the figures of their first look. A woman "
-         "in a wide hat looking over her shoulder, a footballer in front of blurred stands (the spectators' faces "
-         "optional), two men passing a ball (one in profile, grayscale), and five pictures with no person, four "
-         "of them with something a face detector may take for a face: a mandrill, a small dog, a squirrel, a "
-         "cartoon fish, and a painting.", "", *_masking_table(r["rows"]), ""]
+         f"and masker in turns): {about}", "", *_masking_table(r["rows"]), ""]
     from privacy_eval import _summary
 
     theirs = {x["clip"]: x for x in r["rows"] if x["masker"].startswith("deface")}
     for masker in dict.fromkeys(x["masker"] for x in r["rows"]):
         L.append(_held_line(masker, _summary([x for x in r["rows"] if x["masker"] == masker], theirs)))
+    return L
+
+
+def _held_out_2(results: Path) -> list[str]:
+    """Section 12: the second held-out batch (flowpipe/eval/clips.py: HELD_OUT_2), its first look, every masker."""
+    path = results / "privacy_eval_held_out_2.json"
+    if not path.exists():
+        return []
+    L = _batch(path, "Held-out part, second batch",
+               "added after the first held-out batch had been looked at several times, from "
+               "OpenCV's sample pictures (opencv-python's source distribution on PyPI), faces marked by eye before any "
+               "masker ran on them; nothing was chosen on them, and these are the figures of their first look. A "
+               "woman in a wide hat looking over her shoulder, a footballer in front of blurred stands (the "
+               "spectators' faces optional), two men passing a ball (one in profile, grayscale), and five pictures "
+               "with no person, four of them with something a face detector may take for a face: a mandrill, a small "
+               "dog, a squirrel, a cartoon fish, and a painting.")
     return [*L, "", "Looked at by eye: every masker masks the squirrel's face, deface too; the mandrill's is "
             "masked by the shipped graph's second detector (RetinaFace) alone, as the raccoon of the first batch "
             "is (CenterFace alone and BlazeFace leave it); without that detector the man in profile leaks. The "
@@ -1082,24 +1090,16 @@ def _held_out_3(results: Path) -> list[str]:
     if not path.exists():
         return []
     r = json.loads(path.read_text())
-    clips = list(dict.fromkeys(x["clip"] for x in r["rows"]))
-    repeats = max((len(x.get("fps_runs", [])) for x in r["rows"]), default=0)
-    graphs = " ".join(f"--graph graphs/{g.split(' ', 1)[1]}" for g in r["graphs"] if g.startswith("flowpipe "))
-    L = ["", f"**Held-out part, third batch** (`python benchmarks/privacy_eval.py --clips {' '.join(clips)} "
-         f"{graphs} --out benchmarks/results/{path.name}`; {r['date']}, {r['cores']} cores, {repeats} runs per "
-         "clip and masker in turns): added after the second batch's first look and after the heads graph's animal "
-         "check was built on the raccoon and the squirrel, so this is the animal check's first look as much as the "
-         "graphs'. Things a face detector may take for a face, none a person's, each looked at whole by eye before "
-         "any masker ran: Blender's monkey head rendered close up (a mask's eyes, nose and mouth; OpenCV's sample "
-         "pictures), a cat lying in a cage with a second cat's head behind it (a picture in OpenCV's source tree), "
-         "and a tiger's head turned three-quarter (Wand's test pictures); the first and last compressed. The target "
-         "on each: no false mask over 0.02 a frame, none over 2 frames in a row.", "",
-         *_masking_table(r["rows"]), ""]
-    from privacy_eval import _summary
-
-    theirs = {x["clip"]: x for x in r["rows"] if x["masker"].startswith("deface")}
-    for masker in dict.fromkeys(x["masker"] for x in r["rows"]):
-        L.append(_held_line(masker, _summary([x for x in r["rows"] if x["masker"] == masker], theirs)))
+    flags = "".join(f" --graph graphs/{g.split(' ', 1)[1]}" for g in r["graphs"] if g.startswith("flowpipe "))
+    L = _batch(path, "Held-out part, third batch",
+               "added after the second batch's first look and after the heads graph's animal check was built on "
+               "the raccoon and the squirrel, so this is the animal check's first look as much as the graphs'. "
+               "Things a face detector may take for a face, none a person's, each looked at whole by eye before any "
+               "masker ran: Blender's monkey head rendered close up (a mask's eyes, nose and mouth; OpenCV's sample "
+               "pictures), a cat lying in a cage with a second cat's head behind it (a picture in OpenCV's source "
+               "tree), and a tiger's head turned three-quarter (Wand's test pictures); the first and last "
+               "compressed. The target on each: no false mask over 0.02 a frame, none over 2 frames in a row.",
+               flags)
     dropped = [f"{x['clip']} {x['animal_faces_dropped']}" for x in r["rows"] if x.get("animal_faces_dropped")]
     if dropped:
         L += ["", "Faces the animal check dropped (the heads graph's runs): " + ", ".join(dropped) + "."]
