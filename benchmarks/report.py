@@ -485,8 +485,8 @@ def _counting_every(r: dict[str, Any], results: Path) -> list[str]:
          f"{by}. How far each track had gone before it crossed back, in its heights: {went}. `back: 1` (a body's "
          "height) lies where 0.5 to 1 count alike: past the pans' false crossings back, short of the fixed camera's "
          "returns that went a body or more past the line; the few true ones under a fifth of a height (a woman "
-         "turning back on the line, an id passed as two people met) are lost with the false ones, and a track that took someone far off by "
-         "`reach` still counts its crossing back.",
+         "turning back on the line, an id passed as two people met) are lost with the false ones, and a track "
+         "that took someone far off by `reach` still counts its crossing back.",
          "", "Held out to prove it: supertracker's example clip (its source distribution on PyPI), a camera high "
          "over a station concourse looking steeply down, 30-40 people walking up and down the picture both ways "
          "and past each other, a group standing, black and white, 1920x1080 at 25 fps, 341 frames; as it ships, "
