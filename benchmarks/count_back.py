@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import cv2
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -68,10 +69,8 @@ def main() -> int:
         spec = load_graph(str(ROOT / "graphs" / "people_count.yaml"), {
             "input": str(src), "output": str(work / "out.mp4"), "metadata": str(work / "out.jsonl"),
             "events": str(work / "events"), "clips": str(work / "clips"), "device": "CPU", "line": line})
-        res, _ = run_timed(spec, f"people_count on {src}")
+        run_timed(spec, f"people_count on {src}")
         records = [json.loads(x) for x in (work / "out.jsonl").read_text().splitlines()]
-        import cv2
-
         cap = cv2.VideoCapture(str(src))
         size = (int(cap.get(cv2.CAP_PROP_FRAME_WIDTH)), int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT)))
         cap.release()
