@@ -70,7 +70,7 @@ def main() -> int:
                     help="a parameter of the graph (YAML value), as flowpipe run --set")
     ap.add_argument("--out")
     args = ap.parse_args()
-    from flowpipe.eval.crossings import clip_file, part, score, truth
+    from flowpipe.eval.crossings import clip_file, line, part, score, truth
     from flowpipe.graph import parse_sets
 
     sets = {"device": args.device, **parse_sets(args.set)}
@@ -81,7 +81,7 @@ def main() -> int:
         work = Path(tempfile.mkdtemp(prefix=f"flowpipe-count-{name}-"))
         src = clip_file(name, work)
         runs: dict[bool, list[dict[str, Any]]] = {True: [], False: []}
-        own = {"line": truth(args.what)[name]["line"]} if "line" in truth(args.what)[name] else {}  # its camera's
+        own = {"line": line(name, args.what)}  # its camera's own, or the graph's
         for _ in range(args.repeats):  # side by side, in turns
             for analytics in (True, False):
                 runs[analytics].append(run_once(graph, src, analytics, work, own | sets))

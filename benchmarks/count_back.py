@@ -2,9 +2,10 @@
 
 graphs/people_count.yaml runs once on each counting clip (its tracks do not depend on how the line counts); its
 tracked people, frame by frame, are then replayed through the analytics node alone with ``count: every`` at each
-``back`` below, and the crossings scored against ``flowpipe/eval/crossings.json``. Every crossing back (a track
-crossing the other way from the way it was last counted) is listed with how far past the line the track had gone
-since (in its box's heights) and whether it is a true crossing, a false one or one counted twice.
+``back`` below (and with ``count: first``), and the crossings scored against ``flowpipe/eval/crossings.json``.
+Every crossing back (a track crossing the other way from the way it was last counted) is listed with how far
+past the line the track had gone since (in its box's heights) and whether it is a true crossing, a false one or
+one counted twice.
 
     python benchmarks/count_back.py --out benchmarks/results/count_back.json
 
@@ -31,8 +32,9 @@ BACKS = [0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 4.0]
 
 
 def replay(records: list[dict[str, Any]], size: tuple[int, int], line: list[list[float]],
-           back: float) -> list[dict[str, Any]]:
-    """The crossings the analytics node reports over a run's tracked people with ``count: every`` and ``back``."""
+           back: float | None) -> list[dict[str, Any]]:
+    """The crossings the analytics node reports over a run's tracked people with ``count: every`` and ``back``
+    (None: ``count: first``)."""
     from flowpipe.frame import Detection, Frame
     from flowpipe.testing import run_node
 
@@ -44,8 +46,9 @@ def replay(records: list[dict[str, Any]], size: tuple[int, int], line: list[list
         f.detections = [Detection(tuple(o["box"]), o["score"], o["label"], track_id=o["track_id"])
                         for o in r["objects"] if o.get("track_id") is not None]
         frames.append(f)
+    count = "first" if back is None else f"every, back: {back}"
     snippet = (f"type: analytics\nconfig: {{labels: [person], units: pixels, rate: 25, lines: {{line: "
-               f"{{points: {json.dumps(pixels)}, count: every, back: {back}}}}}}}")
+               f"{{points: {json.dumps(pixels)}, count: {count}}}}}}}")
     out = run_node(snippet, frames, port="detections")
     return [{"frame": f.index, **c} for f in out.frames for c in f.meta["analytics"]["crossings"]]
 
@@ -55,7 +58,7 @@ def main() -> int:
     ap.add_argument("--clips", nargs="*")
     ap.add_argument("--out")
     args = ap.parse_args()
-    from flowpipe.eval.crossings import clip_file, score, truth
+    from flowpipe.eval.crossings import clip_file, line, score, truth
     from flowpipe.eval.score import run_timed
     from flowpipe.graph import load_graph
 
@@ -65,45 +68,50 @@ def main() -> int:
     for name in names:
         work = Path(tempfile.mkdtemp(prefix=f"flowpipe-back-{name}-"))
         src = clip_file(name, work)
-        line = t[name].get("line", [[0.5, 0.0], [0.5, 1.0]])
+        own = line(name)
         spec = load_graph(str(ROOT / "graphs" / "people_count.yaml"), {
             "input": str(src), "output": str(work / "out.mp4"), "metadata": str(work / "out.jsonl"),
-            "events": str(work / "events"), "clips": str(work / "clips"), "device": "CPU", "line": line})
+            "events": str(work / "events"), "clips": str(work / "clips"), "device": "CPU", "line": own})
         run_timed(spec, f"people_count on {src}")
         records = [json.loads(x) for x in (work / "out.jsonl").read_text().splitlines()]
         cap = cv2.VideoCapture(str(src))
         size = (int(cap.get(cv2.CAP_PROP_FRAME_WIDTH)), int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT)))
         cap.release()
         per_back = {}
-        for back in BACKS:
-            s = score(name, replay(records, size, line, back)).row()
-            per_back[str(back)] = {k: s[k] for k in ("true", "found", "false", "twice")}
+        for back in [None, *BACKS]:
+            s = score(name, replay(records, size, own, back)).row()
+            per_back["first" if back is None else str(back)] = {k: s[k] for k in ("true", "found", "false", "twice")}
         # each crossing back with no threshold: how far the track had gone, and what it was
-        crossings = replay(records, size, line, 0.0)
-        depth = _depths(records, size, line)
+        crossings = replay(records, size, own, 0.0)
+        depth = _depths(records, size, own)
+        after = score(name, crossings).row()
         for c in crossings:
             d = depth.get((c["track"], c["frame"]))
             if d is None:
                 continue
-            without = [x for x in crossings if x is not c]
-            before, after = score(name, without).row(), score(name, crossings).row()
+            before = score(name, [x for x in crossings if x is not c]).row()
             what = "false" if after["false"] > before["false"] else "twice" if after["twice"] > before["twice"] \
                 else "true"
             backs.append({"clip": name, "frame": c["frame"], "track": c["track"], "direction": c["direction"],
                           "went_heights": round(d, 2), "is": what})
         rows.append({"clip": name, "part": t[name].get("part", "seen"), "by_back": per_back})
         print(rows[-1], flush=True)
-    totals = {str(b): {k: sum(r["by_back"][str(b)][k] for r in rows) for k in ("true", "found", "false", "twice")}
-              for b in BACKS}
+    totals = {b: {k: sum(r["by_back"][b][k] for r in rows) for k in ("true", "found", "false", "twice")}
+              for b in ["first", *map(str, BACKS)]}
     publish({"clips": names, "backs": BACKS, "rows": rows, "crossings_back": backs, "totals": totals}, args.out)
     return 0
 
 
-def _depths(records: list[dict[str, Any]], size: tuple[int, int], line: list[list[float]],
-            margin: float = 0.1) -> dict[tuple[int, int], float]:
-    """(track, frame) of each crossing back the analytics node would count with ``back`` 0 -> how far past the
-    line (its box's heights) the track had gone since its last counted crossing; the same geometry as the node's
-    (its feet, the line's margin)."""
+def _depths(records: list[dict[str, Any]], size: tuple[int, int], line: list[list[float]]) -> dict[tuple[int, int],
+                                                                                                  float]:
+    """(track, frame) of each crossing back the analytics node counts with ``back`` 0 -> how far past the line
+    (its box's heights) the track had gone since its last counted crossing: the node's geometry (its feet, its
+    default margin), for lines across the whole picture (the node's check that a crossing passes between the
+    line's ends always holds) and runs in which no track is forgotten and comes back. Measured with ``back`` 0:
+    at a larger ``back`` a crossing back left uncounted changes which later one is a crossing back at all."""
+    from flowpipe.nodes.analytics import Analytics
+
+    margin = Analytics.Config.model_fields["margin"].default
     w, h = size
     a, b = np.array(line[0]) * (w, h), np.array(line[1]) * (w, h)
     ab = b - a

@@ -287,9 +287,9 @@ class Analytics(Node):
                 p = np.array(points[tid])
                 height = max(d.box[3] - d.box[1], 1e-9)
                 off = _offset(a, b, p)
-                last = st.way.get((name, tid))
-                if last is not None:  # how far it went on the side it was counted to
-                    st.way[(name, tid)] = (last[0], max(last[1], off / height * (1 if last[0] == "in" else -1)))
+                prev = st.way.get((name, tid))
+                if prev is not None:  # how far it went on the side it was counted to
+                    st.way[(name, tid)] = (prev[0], max(prev[1], off / height * (1 if prev[0] == "in" else -1)))
                 side = 1 if off > c.margin * height else -1 if off < -c.margin * height else 0
                 was = st.side.get((name, tid))
                 if side == 0:
@@ -298,7 +298,7 @@ class Analytics(Node):
                 if was is None or was == side or not _within(a, b, np.array(st.last.get(tid, points[tid])), p):
                     continue
                 direction = "in" if side > 0 else "out"
-                if not _counts(ln, direction, last, (name, tid, "in") in st.counted or (name, tid, "out") in st.counted,
+                if not _counts(ln, direction, prev, (name, tid, "in") in st.counted or (name, tid, "out") in st.counted,
                                (name, tid, direction) in st.counted):
                     continue
                 st.counted.add((name, tid, direction))

@@ -65,7 +65,7 @@ def test_a_line_counting_every_crossing_counts_one_back_only_after_the_track_wen
         back: float, short_return: bool) -> None:
     """``count: every``: track 1 walks across and 1.5 of its heights (40 px) beyond, back across as far, and
     across again: three crossings, out, in, out. Track 2 goes 0.6 of its heights past the line, comes back over
-    it as far as 1 height (a box that grew back, or an id passed to a neighbour) and crosses the first way again:
+    it by 0.75 of its height (a box that grew back, or an id passed to a neighbour) and crosses the first way again:
     with ``back`` 1, its crossing back does not count, and so neither does its second crossing the first way (the
     way it was last counted); with ``back`` 0.5 all three do."""
     far = _walk(100, 220, 7) + _walk(220, 100, 7)[1:] + _walk(100, 220, 7)[1:]
@@ -168,15 +168,20 @@ def test_a_crossing_rule_raises_an_instant_event_per_direction_it_names() -> Non
         ("came_in", "instant", [2], "in", "gate")]
 
 
-@pytest.mark.parametrize(("away", "expected"), [(3, ["out", "in"]), (8, ["out", "out"])])
-def test_a_track_is_forgotten_after_forget_frames_and_its_crossings_with_it(away: int, expected: list[str]) -> None:
-    """Track 1 crosses left to right, is not seen for ``away`` frames and comes back on the left to cross
-    again (the line counts each way). Back within ``forget`` (5) frames it is the same track: its jump back is
-    an 'in', its second 'out' is not counted again. Away longer, it was forgotten with what it crossed (so a
-    server's memory does not grow a crossing at a time): both are counted."""
+@pytest.mark.parametrize(("count", "away", "expected"), [
+    ("each_way", 3, ["out", "in"]), ("each_way", 8, ["out", "out"]),
+    ("every", 3, ["out", "in", "out"]), ("every", 8, ["out", "out"]),
+])
+def test_a_track_is_forgotten_after_forget_frames_and_its_crossings_with_it(count: str, away: int,
+                                                                           expected: list[str]) -> None:
+    """Track 1 crosses left to right (1.5 of its heights past the line), is not seen for ``away`` frames and
+    comes back on the left to cross again. Back within ``forget`` (5) frames it is the same track: its jump back
+    is an 'in'; its second 'out' is not counted again where the line counts each way once, and is where it
+    counts every crossing. Away longer, it was forgotten with what it crossed and which way it was last counted
+    (so a server's memory does not grow a crossing at a time): both 'out's are counted."""
     walk = [{1: p} for p in _walk(100, 220, 7)]
     seq = walk + [{}] * away + walk
-    line = "lines: {gate: {points: [[0.5, 0.0], [0.5, 1.0]], count: each_way}}"
+    line = f"lines: {{gate: {{points: [[0.5, 0.0], [0.5, 1.0]], count: {count}}}}}"
     out = run_node(f"type: analytics\nconfig: {{{line}, forget: 5}}", _frames(seq), port="detections")
     assert [c["direction"] for f in out.frames for c in f.meta["analytics"]["crossings"]] == expected
 
@@ -552,7 +557,7 @@ def test_every_clip_of_the_crossings_truth_can_be_made_and_its_crossings_are_wel
     """crossings.json names only clips clip_file makes (its footage and encoding stubbed: each name's branch is
     what is checked), each crossing a direction and an ordered window of frames, each clip in a part and any
     later group the report knows, any line of its own inside the picture; the plaza clips share one truth (one
-    footage, degraded), and so do the concourse clips."""
+    footage, degraded), and the concourse clips one truth and line."""
     from flowpipe.eval import crossings
 
     class Made:
@@ -574,8 +579,8 @@ def test_every_clip_of_the_crossings_truth_can_be_made_and_its_crossings_are_wel
             assert isinstance(crossings.clip_file(name, tmp_path), Path), name
             assert crossings.part(name) in ("seen", "held_out"), name
             assert t.get("after") in (None, "count_first", "eighth_look", "fifth_plaza_look"), name  # report.py: LATER
-            line = t.get("line", [[0.5, 0.0], [0.5, 1.0]])  # its camera's own, or the graph's
-            assert len(line) == 2 and all(0 <= v <= 1 for pt in line for v in pt), name
+            own = crossings.line(name, what)  # its camera's own, or the graphs'
+            assert len(own) == 2 and all(0 <= v <= 1 for pt in own for v in pt), name
             for c in [*t["crossings"], *t["optional"]]:
                 assert 0 <= c["frames"][0] <= c["frames"][1], (name, c)
             assert all(c["direction"] in ("in", "out") for c in t["crossings"]), name
@@ -584,7 +589,8 @@ def test_every_clip_of_the_crossings_truth_can_be_made_and_its_crossings_are_wel
     t = crossings.truth()
     assert t["plaza"]["crossings"] == t["plaza_low"]["crossings"] == t["plaza_dark"]["crossings"]
     assert max(c["frames"][1] for c in t["plaza"]["crossings"]) <= 794  # 795 frames
-    assert t["concourse"]["crossings"] == t["concourse_low"]["crossings"] == t["concourse_dark"]["crossings"]
+    assert crossings.line("concourse_low") == crossings.line("concourse") == [[0.0, 0.5], [1.0, 0.5]]
+    assert crossings.line("plaza") == crossings.DEFAULT_LINE
     assert max(c["frames"][1] for c in t["concourse"]["crossings"]) <= 340  # 341 frames
 
 
@@ -686,6 +692,25 @@ def test_a_line_moved_while_it_runs_crosses_nothing_by_the_move_and_counts_after
             crossings += [(out.index, c["direction"]) for c in out.meta["analytics"]["crossings"]]
     assert len(crossings) == 1 and crossings[0][0] > 8  # while walking, not at the move
     assert out.meta["analytics"]["lines"]["gate"]["out"] == 1
+
+
+def test_a_line_counting_every_crossing_forgets_which_way_a_track_was_counted_when_it_moves() -> None:
+    """``count: every``: a person crosses a vertical line at x = 0.5 going right ('out'); the line is moved to
+    x = 0.9 while the graph runs, ahead of them, and they walk on across it: a crossing of the moved line, the
+    same way as the one counted on the old line, counts (the move forgot which way the track was counted)."""
+    from flowpipe.testing import Harness
+
+    node = _analytics("{lines: {gate: {points: [[0.5, 0.0], [0.5, 1.0]], count: every}}}")
+    frames = _frames([{1: p} for p in _walk(100, 250, 6) + _walk(250, 310, 6)[1:]])
+    crossings = []
+    with Harness(node) as h:
+        for f in frames:
+            if f.index == 6:
+                node.retune(node.Config.model_validate(
+                    {"lines": {"gate": {"points": [[0.9, 0.0], [0.9, 1.0]], "count": "every"}}}))
+            out = h.node.process(f, "detections")
+            crossings += [(out.index, c["direction"]) for c in out.meta["analytics"]["crossings"]]
+    assert [d for _, d in crossings] == ["out", "out"] and crossings[1][0] > 6
 
 
 def test_an_event_of_a_rule_changed_while_it_runs_ends_on_the_next_frame() -> None:

@@ -29,13 +29,23 @@ WHAT = ("people", "vehicles")
 def truth(what: str = "people") -> dict[str, Any]:
     """The clips and their crossings of ``what`` (``people`` or ``vehicles``), each with the clip's ``about``."""
     doc = json.loads(TRUTH.read_text())
-    clips = {name: t | {k: doc["clips"][t["crossings_of"]][k] for k in ("crossings", "optional")}
+    clips = {name: t | {k: doc["clips"][t["crossings_of"]][k] for k in ("crossings", "optional", "line")
+                        if k in doc["clips"][t["crossings_of"]]}
              if "crossings_of" in t else t for name, t in doc["clips"].items()}  # a degraded clip: its source's
     if what == "people":
         return clips
     if what not in WHAT:
         raise ValueError(f"unknown kind of crossing {what!r}: expected one of {', '.join(WHAT)}")
     return {name: clips[name] | t for name, t in doc[what]["clips"].items()}
+
+
+#: the counting graphs' own line: the picture's vertical middle, drawn top to bottom
+DEFAULT_LINE = [[0.5, 0.0], [0.5, 1.0]]
+
+
+def line(name: str, what: str = "people") -> list[list[float]]:
+    """The line clip ``name`` is counted on: its camera's own (``line`` in crossings.json), or the graphs'."""
+    return list(truth(what)[name].get("line", DEFAULT_LINE))
 
 
 def part(name: str) -> str:
