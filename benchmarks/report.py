@@ -391,7 +391,7 @@ def _counting_plaza(r: dict[str, Any], results: Path) -> list[str]:
     missed = rows["plaza"]["true"] - rows["plaza"]["found"]
     first = "; ".join(f"{c} {x['found']} of {x['true']}, {x['false']} false, {x['twice']} twice ({x['fps_with']} "
                       "FPS)" for c, x in rows.items())
-    L = [f"A fixed camera, held out ({r['date']}): OpenCV's sample clip `vtest.avi` (opencv-python's source "
+    L = [f"A fixed camera, held out ({f['date']}): OpenCV's sample clip `vtest.avi` (opencv-python's source "
          "distribution on PyPI), a camera over paths across a lawn at 768x576 and 10 fps, 795 frames in which "
          "people walk both ways alone, in pairs and past each other, stop to talk on the line, and come back; "
          "as it ships (MS-MPEG4), starved (crf 40) and dark. Its 32 crossings were marked by eye, each at the "
@@ -465,7 +465,8 @@ def _counting_every(r: dict[str, Any], results: Path) -> list[str]:
         return []
     cb, first, every = (json.loads(f.read_text()) for f in (back_file, first_file, every_file))
     tot = cb["totals"]
-    by = "; ".join(f"{b}: {t['found']} of {t['true']}, {t['false']} false, {t['twice']} twice" for b, t in tot.items())
+    by = "; ".join(f"{b}: {t['found']} of {t['true']}, {t['false']} false, {t['twice']} twice"
+                   for b, t in tot.items() if b != "first")
     kinds: dict[str, list[float]] = {}
     for c in cb["crossings_back"]:
         kinds.setdefault(c["is"], []).append(c["went_heights"])
@@ -618,10 +619,17 @@ def _ssd_on_gpu(results: Path) -> list[str]:
             "says so.", ""]
 
 
+def _table_of_the_day(results: Path) -> Path:
+    """The people counting table run on the day the detector's variants (INT8, tiles) were tried beside it: the
+    one kept from before the line counted every crossing, or the table itself."""
+    kept = results / "analytics_eval_before_every.json"
+    return kept if kept.exists() else results / "analytics_eval.json"
+
+
 def _counting_int8_tried(results: Path) -> list[str]:
     """SSD MobileNet v2 in INT8: tried on both parts and the vehicles, and not taken."""
     people, vehicles = results / "analytics_eval_int8.json", results / "analytics_eval_vehicles_int8.json"
-    plain = results / "analytics_eval.json"
+    plain = _table_of_the_day(results)
     if not (people.exists() and vehicles.exists() and plain.exists()):
         return []
     r, v = json.loads(people.read_text()), json.loads(vehicles.read_text())
@@ -635,8 +643,9 @@ def _counting_int8_tried(results: Path) -> list[str]:
             f"{seen['found']} of {seen['true']}, {seen['false']} false, {seen['twice']} twice; held-out part (its "
             f"seventh look): {held['found']} of {held['true']}, {held['false']} false, {held['twice']} twice; "
             f"vehicles {veh['found']} of {veh['true']}; the graph's frame rate {ratio:.2f}x the FP32 model's at the "
-            "median (the table above, the same day): at 300x300 on 2 cores the detector no longer sets the rate, "
-            "and INT8 moves boxes and scores enough to change what is counted.", *_counting_low_tried(results)]
+            f"median (`{plain.name}`, the counting table of the same day): at 300x300 on 2 cores the detector no "
+            "longer sets the rate, and INT8 moves boxes and scores enough to change what is counted.",
+            *_counting_low_tried(results)]
 
 
 def _counting_low_tried(results: Path) -> list[str]:
@@ -755,11 +764,11 @@ def _counting_tiles(results: Path) -> list[str]:
          "the parts, a part cut by a tile's inner side dropped where another part holds it or joined to the other "
          "half), as SAHI slices a picture and Frigate runs its detector on regions at the model's size; nothing "
          "chosen on these clips (the decoder's rules are the model's own suppression and a tile's geometry):", "",
-         "| what | part | clip | true crossings | found once | false | twice | FPS (tiles) | FPS (no tiles, above) |",
+         "| what | part | clip | true crossings | found once | false | twice | FPS (tiles) | FPS (no tiles) |",
          "|---|---|---|---|---|---|---|---|---|"]
     before = {what: {r["clip"]: r for r in json.loads(f.read_text())["rows"]}
               for what, f in (("vehicles", results / "analytics_eval_vehicles.json"),
-                              ("people", results / "analytics_eval.json")) if f.exists()}
+                              ("people", _table_of_the_day(results))) if f.exists()}
     for what, r in runs:
         for x in r["rows"]:
             was = before.get(what, {}).get(x["clip"], {})
@@ -779,11 +788,13 @@ def _counting_tiles(results: Path) -> list[str]:
                            f"{sum(x['false'] for x in rows)} false{f' ({at})' if at else ''}, "
                            f"{sum(x['twice'] for x in rows)} twice")
     return [*L, "", f"With tiles ({runs[0][1]['date']}, {runs[0][1]['repeats']} run per clip): " + "; ".join(out) +
-            ". The FPS columns come from different runs on the same machine, the same day. The saloon behind the "
+            ". The FPS columns come from different runs on the same machine, the same day (without tiles: the "
+            f"counting tables of that day, `analytics_eval_vehicles.json` and `{_table_of_the_day(results).name}`). "
+            "The saloon behind the "
             "railings is found at crf 23 (its parts, each squeezed less, are a car where the whole picture is not), "
             "not at crf 40; "
             f"the detector runs four pictures a frame, and the graph {cost:.2f}x as many frames a second (the "
-            "median over the clips against the table above), so `tiles` stays off in both graphs: it is for cameras "
+            "median over the clips against those tables), so `tiles` stays off in both graphs: it is for cameras "
             "whose objects are small in the picture, where that frame rate buys them." + (
                 " For people the tiles find one more of those partly hidden at the card table (held out) but count "
                 "another there twice, and add a false crossing on the street clip (seen): a track lost at the left "
