@@ -133,7 +133,7 @@ def test_streams_added_at_run_time_go_on_in_the_process_that_replaces_a_killed_o
     assert run.live.where["y"] is not first  # one a process
     # both run to their last frame (x after its restart), then the run is stopped
     while sorted(r["stream"] for r in run.live.states() if r["state"] == "ended") != ["x", "y"]:
-        assert time.monotonic() < deadline, run.live.states()
+        assert time.monotonic() < deadline, json.dumps(run.live.states(), default=str)  # whole, not cut short
         time.sleep(0.1)
     again = run.live.where["x"]
     assert again is not first and again.again == ["x"] and first.restarted
