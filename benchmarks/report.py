@@ -1117,8 +1117,10 @@ def _held_out_3(results: Path) -> list[str]:
                "Things a face detector may take for a face, none a person's, each looked at whole by eye before any "
                "masker ran: Blender's monkey head rendered close up (a mask's eyes, nose and mouth; OpenCV's sample "
                "pictures), a cat lying in a cage with a second cat's head behind it (a picture in OpenCV's source "
-               "tree), and a tiger's head turned three-quarter (Wand's test pictures); the first and last "
-               "compressed. The target on each: no false mask over 0.02 a frame, none over 2 frames in a row.",
+               "tree), a tiger's head turned three-quarter (Wand's test pictures), the first and third "
+               "compressed; and, added to the batch after those three's first look, a collage of 26 monkeys' and "
+               "apes' faces, most looking at the camera (opencv-contrib-python's source tree). The target on each: "
+               "no false mask over 0.02 a frame, none over 2 frames in a row.",
                flags)
     without = {x["clip"]: x for x in r["rows"] if x["masker"].endswith("heads=true,animal_check=false")}
     dropped = [f"{x['clip']} {x['animal_faces_dropped']}" + (

