@@ -305,13 +305,20 @@ class VideoSource(Source):
         c = self.config
         delay = c.reconnect_backoff_s
         lost = time.monotonic()
+        # every outage of a camera that comes and goes, from the run's start (the last 100 of them), listed as
+        # it begins: one still going on (lasted_s None) shows in the stats a process last reported, had it died
+        outage: dict[str, Any] = {"at_s": round(lost - self.t_open, 3), "lasted_s": None,
+                                  "after_frame": self.decoded - 1}
+        outages = self.stats.setdefault("outages", [])
+        outages.append(outage)
+        del outages[:-100]
         self.stats["reconnecting"] = True
         try:
-            return self._reconnect_loop(delay, lost)
+            return self._reconnect_loop(delay, lost, outage)
         finally:
             self.stats["reconnecting"] = False
 
-    def _reconnect_loop(self, delay: float, lost: float) -> Any:
+    def _reconnect_loop(self, delay: float, lost: float, outage: dict[str, Any]) -> Any:
         c = self.config
         for attempt in range(1, c.reconnect_attempts + 1):
             if self.ctx.stopping:
@@ -325,16 +332,12 @@ class VideoSource(Source):
                 time.sleep(min(0.1, end - time.monotonic()))
             cap = self._open_capture()
             if cap is not None:
-                self.reconnects += 1
                 took = time.monotonic() - lost
+                outage["lasted_s"] = round(took, 3)  # before the count: a report between the two has it ended
+                self.reconnects += 1
                 self.stats["reconnects"] = self.reconnects
                 self.stats["last_outage_s"] = round(took, 3)
                 self.stats["outage_total_s"] = round(self.stats.get("outage_total_s", 0.0) + took, 3)
-                # every outage of a camera that comes and goes, from the run's start (the last 100 of them)
-                outages = self.stats.setdefault("outages", [])
-                outages.append({"at_s": round(lost - self.t_open, 3), "lasted_s": round(took, 3),
-                                "after_frame": self.decoded - 1})
-                del outages[:-100]
                 log.warning("node '%s': stream %s back after %.1fs (outage %d)", self.id, _redact(c.uri), took,
                             self.reconnects)
                 return cap

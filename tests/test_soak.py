@@ -44,7 +44,11 @@ def test_the_main_job_under_kills_accounts_every_frame_records_each_once_and_kee
         assert away == ["rtsp server", "rtsp server", "mqtt broker"], chaos["faults"]  # the camera flaps
         # the camera came back (its outage reported) and gave frames; the other streams never stalled (every
         # fault's recovery is checked above, the camera's and the broker's too)
-        assert r["camera"]["reconnects"] >= 1 and r["camera"]["outages"] and r["camera"]["frames"] > 0, r["camera"]
+        # (an outage is listed as it begins: one a killed process was in the middle of shows in its last
+        # report, and whether the camera came back there, or opened afresh in its successor, is timing)
+        cam = r["camera"]
+        assert cam["outages"] and cam["frames"] > 0, cam
+        assert cam["reconnects"] <= sum(o["lasted_s"] is not None for o in cam["outages"]), cam
         # every record reached the broker, those queued in a shard killed while the broker was away too (its
         # outbox kept them for its successor: at least once, so a few may come twice), none for a frame
         # without a record
