@@ -1129,6 +1129,12 @@ def _held_out_3(results: Path) -> list[str]:
     if dropped:
         L += ["", "Faces the animal check dropped (the heads graph's runs, detections before the tracker decides "
               "what is masked): " + ", ".join(dropped) + "."]
+    if any(x["clip"] == "primates" for x in r["rows"]):
+        L[-1] += (" On the monkeys' and apes' faces every masker, deface too, puts false masks on many of the 26 "
+                  "in every frame; the animal check cannot help there, for COCO, whose classes the person detector "
+                  "knows, has no monkey or ape, so few of them lie in an animal's box. A face detector's look, "
+                  "second looks included, takes a primate's face for a person's; telling them apart would need a "
+                  "model that knows both, which no wheel found so far carries.")
     return L
 
 
