@@ -42,12 +42,13 @@ def test_the_main_job_under_kills_accounts_every_frame_records_each_once_and_kee
     if SERVICES:
         away = [f["away"] for f in chaos["faults"] if "away" in f]
         assert away == ["rtsp server", "rtsp server", "mqtt broker"], chaos["faults"]  # the camera flaps
-        # the camera came back (its outage reported) and gave frames; the other streams never stalled (every
-        # fault's recovery is checked above, the camera's and the broker's too)
-        # (an outage is listed as it begins: one a killed process was in the middle of shows in its last
-        # report, and whether the camera came back there, or opened afresh in its successor, is timing)
+        # the camera gave frames and the other streams never stalled (every fault's recovery is checked above,
+        # the camera's and the broker's too). Whether the camera's own process saw an outage is timing: the
+        # client's socket holds seconds of a stream read slower than it is sent, which can outlast a 3 s outage,
+        # and the process that saw it may be killed next (test_sources_sinks.py checks every outage of a camera
+        # that flaps is reported). What it reports must agree with itself: no more reconnects than outages ended.
         cam = r["camera"]
-        assert cam["outages"] and cam["frames"] > 0, cam
+        assert cam["frames"] > 0, cam
         assert cam["reconnects"] <= sum(o["lasted_s"] is not None for o in cam["outages"]), cam
         # every record reached the broker, those queued in a shard killed while the broker was away too (its
         # outbox kept them for its successor: at least once, so a few may come twice), none for a frame
