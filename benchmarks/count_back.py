@@ -77,12 +77,13 @@ def main() -> int:
         cap = cv2.VideoCapture(str(src))
         size = (int(cap.get(cv2.CAP_PROP_FRAME_WIDTH)), int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT)))
         cap.release()
+        replayed = {back: replay(records, size, own, back) for back in [None, *BACKS]}
         per_back = {}
-        for back in [None, *BACKS]:
-            s = score(name, replay(records, size, own, back)).row()
+        for back, got in replayed.items():
+            s = score(name, got).row()
             per_back["first" if back is None else str(back)] = {k: s[k] for k in ("true", "found", "false", "twice")}
         # each crossing back with no threshold: how far the track had gone, and what it was
-        crossings = replay(records, size, own, 0.0)
+        crossings = replayed[0.0]
         depth = _depths(records, size, own)
         after = score(name, crossings).row()
         for c in crossings:

@@ -411,7 +411,7 @@ def _counting_plaza(r: dict[str, Any], results: Path) -> list[str]:
     before = results / "analytics_eval_before_appearance.json"
     b = json.loads(before.read_text()) if before.exists() else r  # the table's run, until the tracker saw colours
     if f is not r:
-        now = _plaza_counts(b)
+        now = _counts_of(b)
         L += ["", "One change came of it, for every frame rate rather than for this clip: the tracker's frame counts "
               "(`max_age`, `coast`, `hold`) were chosen on 25 fps footage, and at 10 fps they kept a lost track "
               "2.5 times as long, so an id lingered to be taken by whoever walked by. The counting graphs' tracker "
@@ -450,9 +450,7 @@ def _counting_plaza(r: dict[str, Any], results: Path) -> list[str]:
 def _concourse_counts(run: dict[str, Any]) -> tuple[str, dict[str, int]]:
     """A counting run's concourse clips: found of true, false, twice each, and their sums."""
     rows = [x for x in run["rows"] if x["clip"].startswith("concourse")]
-    sums = {k: sum(x[k] for x in rows) for k in ("found", "true", "false", "twice")}
-    return "; ".join(f"{x['clip']} {x['found']} of {x['true']}, {x['false']} false, {x['twice']} twice"
-                     for x in rows), sums
+    return _counts_of(run, "concourse"), {k: sum(x[k] for x in rows) for k in ("found", "true", "false", "twice")}
 
 
 def _counting_every(r: dict[str, Any], results: Path) -> list[str]:
@@ -511,10 +509,10 @@ def _counting_every(r: dict[str, Any], results: Path) -> list[str]:
                if taken else "So `first` stays the people graph's way of counting."), ""]
 
 
-def _plaza_counts(run: dict[str, Any]) -> str:
-    """A counting run's fixed-camera clips: found of true, false, twice each."""
+def _counts_of(run: dict[str, Any], footage: str = "plaza") -> str:
+    """A counting run's clips of one footage (the fixed camera's by default): found of true, false, twice each."""
     return "; ".join(f"{x['clip']} {x['found']} of {x['true']}, {x['false']} false, {x['twice']} twice"
-                     for x in run["rows"] if x["clip"].startswith("plaza"))
+                     for x in run["rows"] if x["clip"].startswith(footage))
 
 
 def _counting_appearance(r: dict[str, Any], before: dict[str, Any], results: Path) -> list[str]:
@@ -547,8 +545,8 @@ def _counting_appearance(r: dict[str, Any], before: dict[str, Any], results: Pat
          f"{g['largest_same']} from its own track's look ({g['same_pcts']['p99']} at the 99th percentile) and "
          f"{g['other_pcts']['p50']} from other tracks' at the median; the gate is the largest same-track distance "
          "rounded up to a tenth, so on the seen clips it cuts nothing the tracker kept. With it (the table above; "
-         f"the fixed camera's third look, so it proves little there): {_plaza_counts(r)}, against "
-         f"{_plaza_counts(before)} before it (`analytics_eval_before_appearance.json`); the held-out pans "
+         f"the fixed camera's third look, so it proves little there): {_counts_of(r)}, against "
+         f"{_counts_of(before)} before it (`analytics_eval_before_appearance.json`); the held-out pans "
          f"{'counted exactly as before' if not moved else 'as before but ' + ', '.join(moved)}; the whole "
          f"held-out part {held(r)}, against {held(before)}. A detection's colours cost "
          f"{min(cost):.0f}-{max(cost):.0f} µs on 2 cores (the median frame's, per clip; the bigger the box, the "
@@ -567,7 +565,7 @@ def _counting_appearance(r: dict[str, Any], before: dict[str, Any], results: Pat
         t = json.loads(tried.read_text())
         L += ["", f"Tried on the same day and not taken (`{tried.name}`, one run per clip, the fixed camera's fourth "
               "look): the gate only where it is contested, a track and a detection that overlap where either also "
-              f"overlaps another, so that a person alone keeps their track whatever their colours: {_plaza_counts(t)}. "
+              f"overlaps another, so that a person alone keeps their track whatever their colours: {_counts_of(t)}. "
               "Fewer found, so the hard gate stays; which crossings differ between the two was not traced."]
     soft = results / "analytics_eval_soft_hue_tried.json"
     soft_gate = results / "appearance_gate_soft_hue_tried.json"
@@ -580,7 +578,7 @@ def _counting_appearance(r: dict[str, Any], before: dict[str, Any], results: Pat
               "a hue a few degrees across a bin's edge, or red on either end of the circle, is another colour. The "
               f"gate derived again the same way (`{soft_gate.name}`): largest same-track distance "
               f"{sg['largest_same']}, so {sg['gate']} again. Seen part {seen['found']} of {seen['true']}, "
-              f"{seen['false']} false, {seen['twice']} twice; the fixed camera {_plaza_counts(t)}; the whole held-out "
+              f"{seen['false']} false, {seen['twice']} twice; the fixed camera {_counts_of(t)}; the whole held-out "
               f"part {held(t)}, against {held(r)} with hard bins. Fewer split tracks (fewer counted twice) and fewer "
               "found; it was to be taken only if it found more with no more false or twice, so the hard bins stay. The "
               "fixed camera has now been looked at five times, and anything chosen next on it would be chosen on it; "
