@@ -120,12 +120,12 @@ def test_a_killed_shard_restarts_its_streams_where_they_stopped(tmp_path) -> Non
     assert res.nodes["b"]["frames"] == blocks[died[0]]["frames"] + blocks["1"]["frames"]
 
 
-def test_streams_added_at_run_time_go_on_in_the_process_that_replaces_a_killed_one(tmp_path) -> None:
+def test_streams_added_at_run_time_go_on_in_the_process_that_replaces_a_killed_one(tmp_path, started) -> None:
     """Streams added while the graph runs (``flowpipe serve``'s cameras), over two processes: SIGKILL at
     stream x's frame 40 costs its frames in flight, counted from the dead process's board (the rows added
     streams take); a new process adds x again, going on after the last frame that entered, as it does for
     the graph's own streams; y, in the other process, never stops."""
-    run, worker, results = _started_with_a_template(tmp_path, "on_error: restart, restarts: 2")
+    run, worker, results = started("on_error: restart, restarts: 2")
     deadline = time.monotonic() + 60
     run.live.add("x", "cam")
     run.live.add("y", "cam")
@@ -155,10 +155,10 @@ def test_streams_added_at_run_time_go_on_in_the_process_that_replaces_a_killed_o
 
 
 def test_a_stream_added_at_run_time_whose_process_is_not_restarted_is_listed_failed_with_its_account(
-        tmp_path) -> None:
+        tmp_path, started) -> None:
     """The template without ``on_error: restart``: the stream ends with its process, listed as failed with
     the dead process's account of it (the frame in flight failed); the other process's stream goes on."""
-    run, worker, results = _started_with_a_template(tmp_path, "on_error: fail")
+    run, worker, results = started("on_error: fail")
     deadline = time.monotonic() + 60
     run.live.add("x", "cam")
     run.live.add("y", "cam")
@@ -195,29 +195,64 @@ def test_a_removed_stream_s_board_row_is_freed_and_its_account_kept() -> None:
     board.close()
 
 
-def _started_with_a_template(tmp_path: Path, on_error: str) -> tuple:
-    """A graph of one template source over two processes, running (in a thread); frame 40 of a stream named
-    x kills its process."""
+@pytest.fixture
+def started(tmp_path: Path):
+    """Starts a graph of one template source over two processes, running in a thread (frame 40 of a stream
+    named x kills its process): ``started(on_error)`` gives the run, its thread and its results. A run the
+    test leaves running is stopped after it, failed or not (its thread must not outlive the suite)."""
     import threading
 
-    spec, _ = _graph(f"""
-        plugins: [fp_testnodes]
-        processes: 2
-        nodes:
-          - {{id: cam, type: synthetic_source, template: true, {on_error},
-              config: {{count: 90, width: 64, height: 48, realtime: true, fps: 100}}}}
-          - {{id: hop, type: test_crash, config: {{crash_on: [40], streams: [x]}}, inputs: {{in: cam}}}}
-          - {{id: meta, type: jsonl, config: {{path: {tmp_path}/m.jsonl}}, inputs: hop}}
-    """, tmp_path)
+    runs: list = []
+
+    def start(on_error: str) -> tuple:
+        spec, _ = _graph(f"""
+            plugins: [fp_testnodes]
+            processes: 2
+            nodes:
+              - {{id: cam, type: synthetic_source, template: true, {on_error},
+                  config: {{count: 90, width: 64, height: 48, realtime: true, fps: 100}}}}
+              - {{id: hop, type: test_crash, config: {{crash_on: [40], streams: [x]}}, inputs: {{in: cam}}}}
+              - {{id: meta, type: jsonl, config: {{path: {tmp_path}/m.jsonl}}, inputs: hop}}
+        """, tmp_path)
+        run = ShardedRun(spec, 2)
+        results: list = []
+        worker = threading.Thread(target=lambda: results.append(run.run()), daemon=True)
+        worker.start()
+        runs.append((run, worker))
+        deadline = time.monotonic() + 60
+        while not run.running:
+            assert time.monotonic() < deadline and worker.is_alive()
+            time.sleep(0.05)
+        return run, worker, results
+
+    yield start
+    for run, worker in runs:
+        if worker.is_alive():
+            run.stop()
+            worker.join(60)
+
+
+def test_a_call_to_a_process_that_is_gone_fails_at_once_even_one_made_after_its_death_was_taken(
+        tmp_path) -> None:
+    """A call on the streams (the console's states) made just after the supervisor took a process's death,
+    before the process is marked failed or replaced, fails at once: it used to wait out its timeout (60 s),
+    as nothing was left to answer it."""
+    from multiprocessing import Pipe
+
+    from flowpipe.runtime.board import StreamBoard
+    from flowpipe.runtime.shards import _Shard
+
+    spec, _ = _graph(_three_streams(tmp_path), tmp_path)
     run = ShardedRun(spec, 2)
-    results: list = []
-    worker = threading.Thread(target=lambda: results.append(run.run()))
-    worker.start()
-    deadline = time.monotonic() + 60
-    while not run.running:
-        assert time.monotonic() < deadline and worker.is_alive()
-        time.sleep(0.05)
-    return run, worker, results
+    mine, theirs = Pipe()
+    sh = _Shard(index=0, sources=["a"], proc=None, conn=mine, board=StreamBoard(["a"]))
+    run._answered(sh)  # noqa: SLF001 - the death taken; error and restarted are set later, as in _died
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match="shard 0 is gone"):
+        run.call(sh, "states", timeout=5)
+    assert time.monotonic() - t0 < 1
+    assert not theirs.poll()  # nothing was sent to it
+    sh.board.close()
 
 
 def test_an_open_failure_in_one_shard_stops_every_shard_before_any_frame(tmp_path) -> None:

@@ -288,6 +288,7 @@ class _Shard:
     result: dict[str, Any] | None = None
     error: str | None = None
     restarted: bool = False  # a new process took its streams over
+    gone: bool = False  # no call reaches it now: its process ended (or ends), its waiting calls were failed
     version: int = 0  # the run's configs it was started with (``ShardedRun.configure``)
     again: list[str] = field(default_factory=list)  # streams added to the process it replaced, to add again
     send_lock: threading.Lock = field(default_factory=threading.Lock)  # the supervisor's and callers' sends
@@ -473,9 +474,9 @@ class ShardedRun:
 
     def call(self, sh: _Shard, method: StreamMethod, *args: Any, timeout: float = 60.0) -> Any:
         """``runner.live.METHOD(*args)`` in shard ``sh``'s process (from any thread); its errors raised here."""
-        if sh.error is not None or sh.restarted:
-            raise RuntimeError(f"shard {sh.index} is gone")
-        with self._call_lock:
+        with self._call_lock:  # (``_answered`` marks a shard gone under the same lock: no call waits on it after)
+            if sh.gone or sh.error is not None or sh.restarted:
+                raise RuntimeError(f"shard {sh.index} is gone")
             self._rid += 1
             pending = self._calls[self._rid] = _Pending(sh)
             rid = self._rid
@@ -490,8 +491,10 @@ class ShardedRun:
         return reply.value
 
     def _answered(self, sh: _Shard, reply: StreamReply | None = None) -> None:
-        """A call's reply; with none, every call waiting on ``sh`` fails (the shard is gone)."""
+        """A call's reply; with none, every call waiting on ``sh`` fails, and any made later (the shard is gone)."""
         with self._call_lock:
+            if reply is None:
+                sh.gone = True
             rids = [reply.rid] if reply is not None else [r for r, p in self._calls.items() if p.shard is sh]
             waiting = [p for p in (self._calls.pop(r, None) for r in rids) if p is not None]
         for p in waiting:
@@ -637,6 +640,7 @@ class ShardedRun:
                     continue
                 if sh.result is not None or sh.error is not None:
                     live.pop(sh.conn)
+                    self._answered(sh)  # its process ends: what was asked of it meanwhile is never answered
             if self.progress is not None and time.monotonic() - last_progress >= 0.5:
                 last_progress = time.monotonic()
                 self.progress(self.snapshot())
@@ -781,7 +785,7 @@ class ShardedStreams:
             try:
                 out.append((sh, self.run.call(sh, method)))
             except RuntimeError:
-                if sh.error is None and not sh.restarted and sh.proc.is_alive():
+                if not sh.gone and sh.error is None and not sh.restarted and sh.proc.is_alive():
                     raise
         return out
 
