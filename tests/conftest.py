@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 
 import fp_testnodes  # noqa: F401  (registers the test-only node types)
 import pytest
@@ -24,12 +25,18 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     """A run a failed test left going (its thread waiting for a stop that never came) must not keep the
-    suite from ending: the threads still running are named, and the process exits with pytest's status."""
-    left = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
-    if not left:
-        return
-    print(f"\nthreads left running after the tests: {', '.join(t.name for t in left)}; exiting without them",
-          file=sys.stderr, flush=True)
-    sys.stdout.flush()
-    os._exit(config.stash.get(_STATUS, 1))
+    suite from ending: if the interpreter has not exited a minute after the tests, the threads it still waits
+    for are named and the process exits with pytest's status."""
+    status = config.stash.get(_STATUS, 1)
 
+    def watch() -> None:
+        time.sleep(EXIT_GRACE_S)
+        left = [t.name for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
+        print(f"\nthreads left running {EXIT_GRACE_S:.0f} s after the tests: {', '.join(left)}; exiting without "
+              "them", file=sys.stderr, flush=True)
+        os._exit(status)
+
+    threading.Thread(target=watch, name="exit-watch", daemon=True).start()
+
+
+EXIT_GRACE_S = 60.0
