@@ -32,9 +32,9 @@ BACKS = [0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 4.0]
 
 
 def replay(records: list[dict[str, Any]], size: tuple[int, int], line: list[list[float]],
-           back: float | None) -> list[dict[str, Any]]:
+           back: float | None, extra: str = "") -> list[dict[str, Any]]:
     """The crossings the analytics node reports over a run's tracked people with ``count: every`` and ``back``
-    (None: ``count: first``)."""
+    (None: ``count: first``); ``extra``: more of the line's settings (``, same: 0.7``)."""
     from flowpipe.frame import Detection, Frame
     from flowpipe.testing import run_node
 
@@ -48,9 +48,29 @@ def replay(records: list[dict[str, Any]], size: tuple[int, int], line: list[list
         frames.append(f)
     count = "first" if back is None else f"every, back: {back}"
     snippet = (f"type: analytics\nconfig: {{labels: [person], units: pixels, rate: 25, lines: {{line: "
-               f"{{points: {json.dumps(pixels)}, count: {count}}}}}}}")
+               f"{{points: {json.dumps(pixels)}, count: {count}{extra}}}}}}}")
     out = run_node(snippet, frames, port="detections")
     return [{"frame": f.index, **c} for f in out.frames for c in f.meta["analytics"]["crossings"]]
+
+
+def tracked(name: str) -> tuple[list[dict[str, Any]], tuple[int, int]]:
+    """graphs/people_count.yaml run once on clip ``name`` (its own line): its records, frame by frame, and the
+    picture's size."""
+    from flowpipe.eval.crossings import clip_file, line
+    from flowpipe.eval.score import run_timed
+    from flowpipe.graph import load_graph
+
+    work = Path(tempfile.mkdtemp(prefix=f"flowpipe-tracked-{name}-"))
+    src = clip_file(name, work)
+    spec = load_graph(str(ROOT / "graphs" / "people_count.yaml"), {
+        "input": str(src), "output": str(work / "out.mp4"), "metadata": str(work / "out.jsonl"),
+        "events": str(work / "events"), "clips": str(work / "clips"), "device": "CPU", "line": line(name)})
+    run_timed(spec, f"people_count on {src}")
+    records = [json.loads(x) for x in (work / "out.jsonl").read_text().splitlines()]
+    cap = cv2.VideoCapture(str(src))
+    size = (int(cap.get(cv2.CAP_PROP_FRAME_WIDTH)), int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT)))
+    cap.release()
+    return records, size
 
 
 def main() -> int:
@@ -58,25 +78,14 @@ def main() -> int:
     ap.add_argument("--clips", nargs="*")
     ap.add_argument("--out")
     args = ap.parse_args()
-    from flowpipe.eval.crossings import clip_file, line, score, truth
-    from flowpipe.eval.score import run_timed
-    from flowpipe.graph import load_graph
+    from flowpipe.eval.crossings import line, score, truth
 
     t = truth()
     names = args.clips or [n for n, c in t.items() if c.get("after") != "fifth_plaza_look"]
     rows, backs = [], []
     for name in names:
-        work = Path(tempfile.mkdtemp(prefix=f"flowpipe-back-{name}-"))
-        src = clip_file(name, work)
+        records, size = tracked(name)
         own = line(name)
-        spec = load_graph(str(ROOT / "graphs" / "people_count.yaml"), {
-            "input": str(src), "output": str(work / "out.mp4"), "metadata": str(work / "out.jsonl"),
-            "events": str(work / "events"), "clips": str(work / "clips"), "device": "CPU", "line": own})
-        run_timed(spec, f"people_count on {src}")
-        records = [json.loads(x) for x in (work / "out.jsonl").read_text().splitlines()]
-        cap = cv2.VideoCapture(str(src))
-        size = (int(cap.get(cv2.CAP_PROP_FRAME_WIDTH)), int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT)))
-        cap.release()
         replayed = {back: replay(records, size, own, back) for back in [None, *BACKS]}
         per_back = {}
         for back, got in replayed.items():

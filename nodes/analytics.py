@@ -39,6 +39,7 @@ from .track.rate import StreamRates, factor, scale_count
 log = logging.getLogger("flowpipe.analytics")
 
 Point = tuple[float, float]
+Box = tuple[float, float, float, float]
 RECENT = 200  # events kept for a console
 
 
@@ -59,6 +60,12 @@ class Line(BaseModel):
     back: float = Field(1.0, ge=0, description="with count: every, of a box's height: how far past the line a "
                         "track counted one way must have gone before a crossing back counts (a box that grows "
                         "back over the line, or an id passed to a neighbour, goes less far)")
+    same: float | None = Field(None, gt=0, le=1, description="a crossing whose box lies this much (a share of "
+                               "the smaller box) on the box of another track counted crossing the same way "
+                               "within `same_within` seconds, that track still on it or lost the frame before, "
+                               "is that object's again (one person the tracker holds twice, or whose id changed "
+                               "on the line): not counted. None: every track's crossings count")
+    same_within: float = Field(1.0, gt=0, description="seconds: how long after a crossing `same` looks back")
 
 
 class Shapes(BaseModel):
@@ -122,6 +129,9 @@ class _StreamState:
     way: dict[tuple[str, int], tuple[str, float]] = field(default_factory=dict)  # (line, track) -> the direction
     # it was last counted, and how far past the line it has gone since, in its box's heights (count: every)
     entered: dict[tuple[str, int], float] = field(default_factory=dict)  # (zone, track) -> since (s)
+    box: dict[int, tuple[int, Box]] = field(default_factory=dict)  # track -> (its last frame, its box there)
+    recent: dict[str, deque[tuple[float, str, int]]] = field(default_factory=dict)  # line -> its counted
+    # crossings' (time, direction, track), the last `same_within` seconds of them (lines with `same`)
     seen: dict[int, int] = field(default_factory=dict)  # track -> the last frame it was in
     totals: dict[str, dict[str, int]] = field(default_factory=dict)  # line -> {"in": n, "out": n}
     by_label: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # line -> label -> {"in", "out"}
@@ -230,7 +240,7 @@ class Analytics(Node):
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT)  # for flowpipe serve's console
         self.lock = threading.Lock()
         self.stats = ctx.stats
-        self.stats.update({"events": 0, "crossings": 0})
+        self.stats.update({"events": 0, "crossings": 0, "crossings_same": 0})
         if self.config.snapshots:
             Path(self.config.snapshots).mkdir(parents=True, exist_ok=True)
 
@@ -254,6 +264,7 @@ class Analytics(Node):
             c.forget, factor(self.rates.update(frame.stream, frame.pts), c.rate))
         objs = [d for d in frame.detections if d.track_id is not None and (c.labels is None or d.label in c.labels)]
         points = {d.track_id: _point(d, c.anchor) for d in objs if d.track_id is not None}
+        boxes: dict[int, Box] = {d.track_id: d.box for d in objs if d.track_id is not None}
         labels = {d.track_id: d.label for d in objs if d.track_id is not None}
         for tid in points:
             st.seen[tid] = frame.index
@@ -301,19 +312,28 @@ class Analytics(Node):
                 if not _counts(ln, direction, prev, (name, tid, "in") in st.counted or (name, tid, "out") in st.counted,
                                (name, tid, direction) in st.counted):
                     continue
-                st.counted.add((name, tid, direction))
+                same = ln.same is not None and _same(ln, st.recent.setdefault(name, deque()), st.box, boxes, tid,
+                                                     direction, t, frame.index)
+                st.counted.add((name, tid, direction))  # (one the same as another's: counted with it)
                 st.way[(name, tid)] = (direction, off / height * side)
+                if same:
+                    self.stats["crossings_same"] += 1
+                    continue
                 tot[direction] += 1
                 per = st.by_label.setdefault(name, {}).setdefault(labels[tid], {"in": 0, "out": 0})
                 per[direction] += 1
                 crossed.append((name, tid, direction))
+                if ln.same is not None:
+                    st.recent.setdefault(name, deque()).append((t, direction, tid))
                 self.stats["crossings"] += 1
         st.last.update(points)
+        st.box.update((tid, (frame.index, box)) for tid, box in boxes.items())
         gone = {k for k, f in st.seen.items() if frame.index - f > forget}
         if gone:  # forgotten: a track that comes back after this is a new one (and what it crossed with it)
             for tid in gone:
                 st.seen.pop(tid)
                 st.last.pop(tid, None)
+                st.box.pop(tid, None)
             st.side = {k: v for k, v in st.side.items() if k[1] not in gone}
             st.counted = {k for k in st.counted if k[1] not in gone}
             st.way = {k: v for k, v in st.way.items() if k[1] not in gone}
@@ -356,6 +376,8 @@ class Analytics(Node):
             st.side = {k: v for k, v in st.side.items() if k[0] not in moved}
             st.counted = {k for k in st.counted if k[0] not in moved}
             st.way = {k: v for k, v in st.way.items() if k[0] not in moved}
+            for n in moved:
+                st.recent.pop(n, None)
             for n in moved - set(new_lines):
                 st.totals.pop(n, None)
                 st.by_label.pop(n, None)
@@ -468,6 +490,36 @@ def _counts(line: Line, direction: str, last: tuple[str, float] | None, any_coun
     if line.count == "each_way":
         return not this_way
     return last is None or (last[0] != direction and last[1] >= line.back)
+
+
+def _same(line: Line, recent: deque[tuple[float, str, int]], last: dict[int, tuple[int, Box]], now: dict[int, Box],
+          tid: int, direction: str, t: float, index: int) -> bool:
+    """Whether track ``tid``'s crossing of ``line`` at time ``t`` is another track's, counted crossing the same
+    way in the last ``same_within`` seconds (``recent``, pruned here): that track's box in this frame (``now``),
+    or in the frame before if it is not in this one, lies on ``tid``'s by ``same`` of the smaller box."""
+    while recent and t - recent[0][0] > line.same_within:
+        recent.popleft()
+    mine = now[tid]
+    for _, way, other in recent:
+        if other == tid or way != direction:
+            continue
+        box = now.get(other)
+        if box is None:
+            seen = last.get(other)
+            box = seen[1] if seen is not None and seen[0] >= index - 1 else None
+        if box is not None and _on_smaller(mine, box) >= (line.same or 1.0):
+            return True
+    return False
+
+
+def _on_smaller(a: Box, b: Box) -> float:
+    """How much of the smaller of boxes ``a`` and ``b`` lies on the other."""
+    w = min(a[2], b[2]) - max(a[0], b[0])
+    h = min(a[3], b[3]) - max(a[1], b[1])
+    if w <= 0 or h <= 0:
+        return 0.0
+    smaller = min((a[2] - a[0]) * (a[3] - a[1]), (b[2] - b[0]) * (b[3] - b[1]))
+    return float(w * h / max(smaller, 1e-9))
 
 
 def _within(a: np.ndarray, b: np.ndarray, p0: np.ndarray, p1: np.ndarray) -> bool:

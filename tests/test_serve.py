@@ -503,8 +503,10 @@ def test_a_camera_s_own_line_is_the_node_s_line_with_its_own_points() -> None:
     assert isinstance(shapes_of(spec, uses, "metadata"), str)
     got = _own_shapes(spec, "an", uses, {"c": {"gate": [[40, 0], [40, 200]]}, "b": {"gate": [[9, 0], [9, 9]]}})
     assert got["c"]["lines"]["side"]["points"] == ((0.0, 5.0), (60.0, 5.0))  # the template's own line stays
-    assert got["c"]["lines"]["gate"] == {"points": [[40, 0], [40, 200]], "count": "each_way", "back": 1.0}
-    assert got["c"]["lines"]["exit"] == {"points": [[40, 0], [40, 200]], "count": "first", "back": 1.0}
+    assert got["c"]["lines"]["gate"] == {"points": [[40, 0], [40, 200]], "count": "each_way", "back": 1.0,
+                                         "same": None, "same_within": 1.0}
+    assert got["c"]["lines"]["exit"] == {"points": [[40, 0], [40, 200]], "count": "first", "back": 1.0,
+                                         "same": None, "same_within": 1.0}
     assert got["b"]["lines"]["gate"]["points"] == [[9, 0], [9, 9]] and "side" not in got["b"]["lines"]
 
 
