@@ -521,7 +521,7 @@ def test_what_can_change_while_a_shipped_graph_runs() -> None:
     t = find_templates([Path(__file__).resolve().parents[1] / "graphs"])["people_count"]
     spec = load_graph(str(t.path))
     tunable = {p for p in t.params if why_fixed(spec, t.uses, p) is None}
-    assert tunable == {"counted", "score", "candidates", "reach", "line", "count", "zone", "crowd", "crowd_for",
+    assert tunable == {"counted", "score", "candidates", "reach", "line", "count", "same", "zone", "crowd", "crowd_for",
                        "dwell"}
     assert why_fixed(spec, t.uses, "model") == ("it sets node 'detect' (inference) config.model; start a new "
                                                   "instance with it")
