@@ -53,9 +53,9 @@ def replay(records: list[dict[str, Any]], size: tuple[int, int], line: list[list
     return [{"frame": f.index, **c} for f in out.frames for c in f.meta["analytics"]["crossings"]]
 
 
-def tracked(name: str) -> tuple[list[dict[str, Any]], tuple[int, int]]:
-    """graphs/people_count.yaml run once on clip ``name`` (its own line): its records, frame by frame, and the
-    picture's size."""
+def tracked(name: str, **params: Any) -> tuple[list[dict[str, Any]], tuple[int, int]]:
+    """graphs/people_count.yaml run once on clip ``name`` (its own line; ``params``: more of the graph's): its
+    records, frame by frame, and the picture's size."""
     from flowpipe.eval.crossings import clip_file, line
     from flowpipe.eval.score import run_timed
     from flowpipe.graph import load_graph
@@ -64,7 +64,7 @@ def tracked(name: str) -> tuple[list[dict[str, Any]], tuple[int, int]]:
     src = clip_file(name, work)
     spec = load_graph(str(ROOT / "graphs" / "people_count.yaml"), {
         "input": str(src), "output": str(work / "out.mp4"), "metadata": str(work / "out.jsonl"),
-        "events": str(work / "events"), "clips": str(work / "clips"), "device": "CPU", "line": line(name)})
+        "events": str(work / "events"), "clips": str(work / "clips"), "device": "CPU", "line": line(name), **params})
     run_timed(spec, f"people_count on {src}")
     records = [json.loads(x) for x in (work / "out.jsonl").read_text().splitlines()]
     cap = cv2.VideoCapture(str(src))

@@ -444,7 +444,8 @@ def _counting_plaza(r: dict[str, Any], results: Path) -> list[str]:
               "so it rejected none of those."]
     gated = results / "analytics_eval_before_every.json"  # the table's run until the line counted every crossing
     g = json.loads(gated.read_text()) if gated.exists() else r
-    return [*L, "", *_counting_appearance(g, b, results), *_counting_every(r, results), *_counting_same(r, results)]
+    return [*L, "", *_counting_appearance(g, b, results), *_counting_every(r, results), *_counting_same(r, results),
+            *_zone_counts(results)]
 
 
 def _concourse_counts(run: dict[str, Any]) -> tuple[str, dict[str, int]]:
@@ -547,6 +548,30 @@ def _counting_same(r: dict[str, Any], results: Path) -> list[str]:
                "twice: most of that is not two tracks on one box (not looked at, to keep the clips held out). The "
                f"table above ({r['date']}) was run before it." if taken
                else "So the people graph leaves `same` off."), ""]
+
+
+def _zone_counts(results: Path) -> list[str]:
+    """Section 15: how many people the people graph counts in a zone, against counts made by eye."""
+    f = results / "zone_eval.json"
+    if not f.exists():
+        return []
+    z = json.loads(f.read_text())
+    sm = z["summary"]
+    rows = ["| clip | sampled frames | exact | off (people a frame) | bias | people by eye (least-most) | counted |",
+            "|---|---|---|---|---|---|---|"]
+    rows += [f"| {x['clip']} | {x['frames']} | {x['exact']} ({x['exact_share']:.0%}) | {x['off']:.2f} | "
+             f"{x['bias']:+.2f} | {x['people'][0]}-{x['people'][1]} | {x['reported']} |" for x in z["rows"]]
+    return ["### Zone counts", "",
+            f"`python benchmarks/zone_eval.py` ({z['date']}, {z['cores']} cores, one run per clip): "
+            f"`{z['graph']}` with a zone drawn on each fixed camera (a stretch of the plaza's road right of the "
+            "lamp post; a square of the concourse's floor where a group stands talking, walked through by others), "
+            "its count of people on every tenth frame against a count made by eye on the same frames "
+            "(`flowpipe/eval/zones.json`: the least, people standing clearly inside, and the most, adding those on "
+            "the edge or hidden by others). A count in that range is exact; off is the mean distance to it; bias "
+            "is signed (negative: fewer counted than there are). The counts by eye were made after the graph was "
+            "fixed; this is their first use, and nothing was changed after it.", "", *rows, "",
+            f"Over the {sm['frames']} sampled frames: {sm['exact']} exact ({sm['exact'] / max(sm['frames'], 1):.0%}), "
+            f"off by {sm['off']:.2f} people a frame on average, bias {sm['bias']:+.2f}.", ""]
 
 
 def _counts_of(run: dict[str, Any], footage: str = "plaza") -> str:

@@ -116,6 +116,19 @@ def test_a_node_left_out_feeds_its_consumers_what_fed_it() -> None:
                               "feeds it: expected one input, got 2"]
 
 
+def test_a_node_two_features_need_runs_where_either_is_on() -> None:
+    """``enabled`` as a list of parameters: the node runs where any of them is true, and is left out where
+    none is; anything but true and false in the list is an error naming the line and the node."""
+    text = ("params:\n  heads: false\n  check: true\nnodes:\n  - {id: src, type: synthetic_source, config: {count: 3}}\n"
+            "  - {id: a, type: passthrough, inputs: src, enabled: ['${params.heads}', '${params.check}']}\n"
+            "  - {id: s, type: null_sink, inputs: {in: a.out}}\n")
+    for sets, ids in ((["heads=false"], ["src", "a", "s"]), (["heads=true", "check=false"], ["src", "a", "s"]),
+                      (["check=false"], ["src", "s"])):
+        assert [n.id for n in load_graph("g.yaml", text=text, overrides=parse_sets(sets)).nodes] == ids, sets
+    assert errors_of(text.replace("'${params.check}'", "3")) == [
+        "g.yaml:6: node 'a' (passthrough): enabled: expected true, false or a list of them, got [False, 3]"]
+
+
 def test_parse_sets_rejects_missing_equals() -> None:
     with pytest.raises(GraphError, match="expected NAME=VALUE"):
         parse_sets(["novalue"])

@@ -52,7 +52,8 @@ class EngineKeys(BaseModel):
     template: bool = Field(False, description="a source that is not run: the pattern of the streams added to "
                                               "the running graph (flowpipe serve)")
     enabled: bool = Field(True, description="false: the node is left out and what feeds it feeds its consumers "
-                                            "(a node of one input; DeepStream's enable=0)")
+                                            "(a node of one input; DeepStream's enable=0); a list: the node runs "
+                                            "where any of them is true (a node two features of a graph need)")
 
     _on_error = _choice("on_error", ON_ERROR)
     _isolation = _choice("isolation", ISOLATION)
@@ -61,6 +62,15 @@ class EngineKeys(BaseModel):
     _workers = _integer("workers", 1, 64)
     _thread = _choice("thread", THREAD)
     _restarts = _integer("restarts", 0, 1000)
+
+    @field_validator("enabled", mode="before")
+    @classmethod
+    def _any_of(cls, v: Any) -> Any:
+        if isinstance(v, list):
+            if not v or not all(isinstance(x, bool) for x in v):
+                raise ValueError(f"expected true, false or a list of them, got {v!r}")
+            return any(v)
+        return v
 
 
 class ClusterKeys(BaseModel):
