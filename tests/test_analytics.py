@@ -589,6 +589,30 @@ def test_vehicle_count_counts_the_bus_once_and_tracks_only_vehicles(tmp_path: Pa
     assert recs[-1]["analytics"]["lines"]["line"]["labels"] == {"bus": {"in": 1, "out": 0}}
 
 
+def test_the_zone_counts_by_eye_are_well_formed_and_scored_against_their_range() -> None:
+    """Every clip of zones.json has a zone inside the picture and its sampled frames' least and most counts (a
+    degraded clip its source's); a count in the range is exact, one outside is off by its distance to it."""
+    from flowpipe.eval.crossings import truth as crossing_truth
+    from flowpipe.eval.zones import score, truth
+
+    t = truth()
+    assert set(t) <= set(crossing_truth()) and {"plaza", "concourse"} <= set(t)
+    for name, clip in t.items():
+        assert len(clip["zone"]) >= 3 and all(0 <= v <= 1 for p in clip["zone"] for v in p), name
+        frames = [f["frame"] for f in clip["frames"]]
+        assert frames == sorted(set(frames)) and len(frames) >= 30, name
+        assert all(0 <= f["min"] <= f["max"] and len(f["people"]) >= f["min"] for f in clip["frames"]), name
+    frames = t["plaza"]["frames"]
+    exact = {f["frame"]: f["min"] for f in frames}
+    assert (score("plaza", exact).exact, score("plaza", exact).off) == (len(frames), 0.0)
+    a = frames[0]
+    b = next(f for f in frames[1:] if f["min"] >= 1)
+    got = score("plaza", exact | {a["frame"]: a["max"] + 2, b["frame"]: b["min"] - 1})  # 2 over, 1 under
+    assert (got.exact, got.off, got.bias) == (len(frames) - 2, 3 / len(frames), 1 / len(frames))
+    assert score("plaza", {}).reported == 0 and score("plaza", {}).people == (
+        sum(f["min"] for f in frames), sum(f["max"] for f in frames))
+
+
 def test_the_crossing_score_counts_found_missed_false_and_twice() -> None:
     """bus_pan's truth: two crossings 'in' in frames 12-38 and 34-60, optional people in 0-20 and 90-119. One
     report in each window is two found; a third in the second window is 'twice'; one at frame 70 is false; one
