@@ -506,7 +506,8 @@ def _counting_every(r: dict[str, Any], results: Path) -> list[str]:
             f"({first['date']}, {first['repeats']} runs per clip, `{first_file.name}` and `{every_file.name}`): "
             f"`first`: {f_text}; `every`: {e_text}; in all {f_sum['found']} and {e_sum['found']} of {f_sum['true']} "
             f"found, {f_sum['false']} and {e_sum['false']} false, {f_sum['twice']} and {e_sum['twice']} twice. "
-            + ("So `graphs/people_count.yaml` counts `every` crossing now, `back: 1`; the table above is its run."
+            + ("So `graphs/people_count.yaml` counts `every` crossing now, `back: 1` (its table until the next "
+               "change: `analytics_eval_before_same.json`)."
                if taken else "So `first` stays the people graph's way of counting."), ""]
 
 
@@ -545,9 +546,21 @@ def _counting_same(r: dict[str, Any], results: Path) -> list[str]:
             "errors (missed, false and twice together) fall, with at most one true crossing lost. "
             f"Concourse ({held['date']}, `{held_file.name}`): without it {said(n)}; with it {said(w)} ({per}). "
             + (f"So `graphs/people_count.yaml` sets `same: {same}`. It takes little of what the concourse counts "
-               "twice: most of that is not two tracks on one box (not looked at, to keep the clips held out). The "
-               f"table above ({r['date']}) was run before it." if taken
+               "twice: most of that is not two tracks on one box (not looked at, to keep the clips held out). "
+               + _table_with_same(r, results) if taken
                else "So the people graph leaves `same` off."), ""]
+
+
+def _table_with_same(r: dict[str, Any], results: Path) -> str:
+    """The main table's held-out sums with ``same`` beside those of the run before it."""
+    before_file = results / "analytics_eval_before_same.json"
+    if not before_file.exists():
+        return f"The table above ({r['date']}) was run before it."
+    b = json.loads(before_file.read_text())["summary"]["held_out"]
+    n = r["summary"]["held_out"]
+    return (f"The table above ({r['date']}) is the graph's run with it: over the held-out part {n['found']} of "
+            f"{n['true']} found, {n['false']} false, {n['twice']} twice, against {b['found']}, {b['false']} and "
+            f"{b['twice']} before it (`{before_file.name}`).")
 
 
 def _zone_counts(results: Path) -> list[str]:
