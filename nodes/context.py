@@ -21,9 +21,10 @@ COCO_ANIMALS = ["bird", "cat", "dog", "horse", "sheep", "cow", "elephant", "bear
 @register("animal_faces")
 class AnimalFaces(Node):
     """Drops each face that lies (``cover`` of its box) in the box of an animal a person detector found, and in
-    no person's box; then the animals' boxes go too (the frame leaves with what it came with besides them). On a
-    frame the person detector did not run on there are no such boxes, and every face stays: with a detector
-    interval or a person detector every few frames, a face it has not looked at yet is a face.
+    no person's box; then the animals' boxes go too, and the people's unless ``pass_persons`` (the frame leaves
+    with what it came with besides them). On a frame the person detector did not run on there are no such
+    boxes, and every face stays: with a detector interval or a person detector every few frames, a face it has not
+    looked at yet is a face.
 
     YAML (after a person detector merged its people and animals into the faces, as ``heads`` does):
         - id: persons
@@ -44,6 +45,8 @@ class AnimalFaces(Node):
                                  "the animals' boxes go)")
         persons: list[str] = Field(["person"], description="labels of its people: a face in one of theirs stays, "
                                    "whatever animal's box it is in too (a child holding a cat)")
+        pass_persons: bool = Field(True, description="the people's boxes go on (to a pose model finding their "
+                                   "heads); false: they go here too, having only said whose each face is")
         faces: list[str] = Field(["face"], description="labels of the detections that are faces")
         cover: float = Field(0.5, gt=0, le=1, description="the share of a face's box inside another box that "
                              "puts it there")
@@ -65,7 +68,7 @@ class AnimalFaces(Node):
         people = [d.box for d in frame.detections if d.label in c.persons]
         kept = []
         for d in frame.detections:
-            if d.label in c.animals:
+            if d.label in c.animals or (not c.pass_persons and d.label in c.persons):
                 continue
             if (c.drop_faces and d.label in c.faces and any(share_inside(d.box, a) >= c.cover for a in animals)
                     and not any(share_inside(d.box, p) >= c.cover for p in people)):

@@ -261,18 +261,25 @@ def test_a_face_in_an_animal_s_box_and_no_person_s_goes_and_the_animals_boxes_go
     from flowpipe.frame import Detection, Frame
     from flowpipe.testing import run_node
 
-    f = Frame("s", 0, 0.0, np.zeros((300, 400, 3), np.uint8))
-    f.detections = [Detection((20, 20, 60, 60), 0.95, "face"),  # in the dog's box only
-                    Detection((220, 20, 260, 60), 0.9, "face"),  # in the cat's box and the child's
-                    Detection((340, 200, 380, 240), 0.8, "face"),  # in nothing
-                    Detection((30, 200, 70, 240), 0.7, "head"),  # a head in the dog's box: not a face
-                    Detection((0, 0, 200, 180), 0.9, "dog"), Detection((200, 0, 300, 120), 0.8, "cat"),
-                    Detection((190, 0, 330, 300), 0.9, "person")]
-    res = run_node("type: animal_faces", [f])
+    def frame() -> Frame:
+        f = Frame("s", 0, 0.0, np.zeros((300, 400, 3), np.uint8))
+        f.detections = [Detection((20, 20, 60, 60), 0.95, "face"),  # in the dog's box only
+                        Detection((220, 20, 260, 60), 0.9, "face"),  # in the cat's box and the child's
+                        Detection((340, 200, 380, 240), 0.8, "face"),  # in nothing
+                        Detection((30, 200, 70, 240), 0.7, "head"),  # a head in the dog's box: not a face
+                        Detection((0, 0, 200, 180), 0.9, "dog"), Detection((200, 0, 300, 120), 0.8, "cat"),
+                        Detection((190, 0, 330, 300), 0.9, "person")]
+        return f
+
+    res = run_node("type: animal_faces", [frame()])
     (out,) = res.frames
     assert [(d.label, d.box[0]) for d in out.detections] == [("face", 220), ("face", 340), ("head", 30),
                                                              ("person", 190)]
     assert res.result.nodes["node"]["dropped"] == 1
+    # without heads (the default face-blur graph), the people's boxes said whose each face is, and go too: a
+    # person's box reaching the tracker would be masked whole
+    (out,) = run_node("type: animal_faces\nconfig: {pass_persons: false}", [frame()]).frames
+    assert [(d.label, d.box[0]) for d in out.detections] == [("face", 220), ("face", 340), ("head", 30)]
 
 
 def test_animal_faces_with_drop_faces_off_keeps_every_face_and_still_takes_the_animals_out() -> None:
