@@ -64,7 +64,9 @@ class Line(BaseModel):
                                "the smaller box) on the box of another track counted crossing the same way "
                                "within `same_within` seconds, that track still on it or lost the frame before, "
                                "is that object's again (one person the tracker holds twice, or whose id changed "
-                               "on the line): not counted. None: every track's crossings count")
+                               "on the line): not counted. A box inside another's is the same whatever their "
+                               "sizes (a child in front of an adult, crossing with them, counts once). None: every "
+                               "track's crossings count")
     same_within: float = Field(1.0, gt=0, description="seconds: how long after a crossing `same` looks back")
 
 
@@ -131,7 +133,7 @@ class _StreamState:
     entered: dict[tuple[str, int], float] = field(default_factory=dict)  # (zone, track) -> since (s)
     box: dict[int, tuple[int, Box]] = field(default_factory=dict)  # track -> (its last frame, its box there)
     recent: dict[str, deque[tuple[float, str, int]]] = field(default_factory=dict)  # line -> its counted
-    # crossings' (time, direction, track), the last `same_within` seconds of them (lines with `same`)
+    # crossings' (time, direction, track), those of the `same_within` seconds before its last crossing (`same`)
     seen: dict[int, int] = field(default_factory=dict)  # track -> the last frame it was in
     totals: dict[str, dict[str, int]] = field(default_factory=dict)  # line -> {"in": n, "out": n}
     by_label: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # line -> label -> {"in", "out"}

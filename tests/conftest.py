@@ -26,7 +26,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     """A run a failed test left going (its thread waiting for a stop that never came) must not keep the
     suite from ending: if the interpreter has not exited a minute after the tests, the threads it still waits
-    for are named and the process exits with pytest's status."""
+    for are named and the process exits with pytest's status, or 1 where the tests passed (the hang is a bug)."""
     status = config.stash.get(_STATUS, 1)
 
     def watch() -> None:
@@ -34,7 +34,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         left = [t.name for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
         print(f"\nthreads left running {EXIT_GRACE_S:.0f} s after the tests: {', '.join(left)}; exiting without "
               "them", file=sys.stderr, flush=True)
-        os._exit(status)
+        os._exit(status or 1)
 
     threading.Thread(target=watch, name="exit-watch", daemon=True).start()
 

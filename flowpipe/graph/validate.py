@@ -61,8 +61,9 @@ def validate(doc: Any, fname: str, overrides: dict[str, Any], fixed_streams: boo
     nodes_raw = _params(top, doc, fname)
     plugin_dir = _plugins(top.plugins, doc, fname)
     specs, raw_inputs = _nodes(nodes_raw, fname)
+    left_out = {s.id for s in specs if not s.enabled}
     specs = _left_out(specs, raw_inputs, fname)
-    dag = _wiring(specs, raw_inputs, fname)
+    dag = _wiring(specs, raw_inputs, fname, left_out)
     _acyclic(dag, specs, fname)
     spec = GraphSpec(fname, specs, top.params, list(top.plugins), plugin_dir, dag, top.processes, top.device_owner,
                      top.prefetch, top.cluster)
@@ -369,9 +370,12 @@ def _left_out(specs: list[NodeSpec], raw_inputs: dict[str, Any], fname: str) -> 
     return [s for s in specs if s.id not in off]
 
 
-def _wiring(specs: list[NodeSpec], raw_inputs: dict[str, Any], fname: str) -> nx.MultiDiGraph:
+def _wiring(specs: list[NodeSpec], raw_inputs: dict[str, Any], fname: str,
+            left_out: frozenset[str] | set[str] = frozenset()) -> nx.MultiDiGraph:
     """Phase 6a, wiring: each node's ``inputs`` name input ports it has, fed by output ports of nodes in this
-    graph, of kinds that fit; every input port is connected. Fills ``NodeSpec.inputs``; returns the DAG."""
+    graph, of kinds that fit; every input port is connected; a config field naming another node names one of
+    the graph (or one ``left_out``, which then says nothing: a detector following a decoder left out runs on its
+    count alone). Fills ``NodeSpec.inputs``; returns the DAG."""
     errors: list[Diagnostic] = []
     by_id = {s.id: s for s in specs}
     dag = nx.MultiDiGraph()
@@ -407,7 +411,7 @@ def _wiring(specs: list[NodeSpec], raw_inputs: dict[str, Any], fname: str) -> nx
                 errors.append(Diagnostic(f"input port '{port}' ({s.contract.inputs[port]}) is not connected",
                                          *where, *node))
         for key, target in s.contract.refers.items():  # config fields naming another node of the graph
-            if target not in by_id:
+            if target not in by_id and target not in left_out:
                 errors.append(Diagnostic(f"config.{key}: no node '{target}' in this graph; expected one of: "
                                          f"{', '.join(x for x in by_id if x != s.id)}",
                                          fname, line_of(raw, "config") if "config" in raw else s.line, *node))

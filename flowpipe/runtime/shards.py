@@ -281,7 +281,8 @@ class _Shard:
     board: StreamBoard
     resume: Resume = field(default_factory=Resume)
     pid: int | None = None
-    opened: bool = False
+    said_open: bool = False  # it sent ShardOpened: its nodes are open, it waits for Begin
+    opened: bool = False  # Begin was sent to it: calls may go to it (one sent before Begin would end it)
     sources_seen: dict[str, dict[str, Any]] = field(default_factory=dict)  # its sources' stats, last reported
     counts: dict[str, int] = field(default_factory=lambda: {"in": 0, "out": 0, "dropped": 0, "failed": 0})
     streams: dict[str, int] = field(default_factory=dict)
@@ -397,7 +398,7 @@ class ShardedRun:
                 self._supervise()
             else:
                 for sh in self.shards:
-                    if sh.opened and sh.result is None:
+                    if sh.said_open and sh.result is None:
                         self._send(sh, Begin(False))
                         self._drain_messages(sh, timeout=30)
         finally:
@@ -518,7 +519,7 @@ class ShardedRun:
                     failed = True
                     continue
                 if isinstance(msg, ShardOpened):
-                    sh.pid, sh.opened = msg.pid, True
+                    sh.pid, sh.said_open = msg.pid, True
                     self.pids.append(msg.pid)
                 else:
                     self._take(sh, msg)  # an open failure ends that shard with its result
@@ -530,10 +531,10 @@ class ShardedRun:
                     failed = True
         if failed:
             for sh in self.shards:
-                if sh.opened:
+                if sh.said_open:
                     self._send(sh, Begin(False))
             for sh in self.shards:
-                if sh.opened and sh.result is None:
+                if sh.said_open and sh.result is None:
                     self._drain_messages(sh, timeout=30)
         return not failed
 
@@ -546,6 +547,7 @@ class ShardedRun:
                     self._take(sh, sh.conn.recv())
                 except (EOFError, OSError):
                     self._died(sh)
+        self._answered(sh)  # it does not start: nothing asked of it is answered
 
     def _take(self, sh: _Shard, msg: FromShard) -> None:
         match msg:
@@ -725,7 +727,7 @@ class ShardedStreams:
         """Adds the streams of the process ``sh`` replaced to it, each as it was added (until ``sh`` itself
         is gone: then its own replacement, if any, has them)."""
         for stream in sh.again:
-            if sh.error is not None or sh.restarted:
+            if sh.gone or sh.error is not None or sh.restarted:
                 return
             if self.where.get(stream) is not sh:
                 continue  # removed meanwhile
@@ -733,7 +735,7 @@ class ShardedStreams:
                 self.run.call(sh, "add", stream, *self.recipe[stream], sh.board.bind(stream))
                 log.warning("stream %s goes on in shard %d (pid %s)", stream, sh.index, sh.pid)
             except Exception as e:  # noqa: BLE001 - the others go on
-                if self.where.get(stream) is sh and sh.error is None and not sh.restarted:
+                if self.where.get(stream) is sh and not sh.gone and sh.error is None and not sh.restarted:
                     self.lost([stream], f"{type(e).__name__}: {e}", sh.board)
 
     def remove(self, stream: str, timeout: float = 30.0) -> dict[str, Any]:
@@ -768,7 +770,7 @@ class ShardedStreams:
                     run.call(sh, "retune", changes)
                     took.append(sh.index)
                 except Exception as e:  # below: rolled back, or named
-                    if sh.error is not None or sh.restarted or not sh.proc.is_alive():
+                    if sh.gone or sh.error is not None or sh.restarted or not sh.proc.is_alive():
                         continue  # it died: its replacement starts from the graph as changed
                     if not took:
                         run.configure(old, changes, undo=version)
