@@ -1153,10 +1153,12 @@ def _held_line(masker: str, m: dict[str, Any]) -> str:
             f"{fps}")
 
 
-def _batch(path: Path, title: str, about: str, flags: str = "") -> list[str]:
+def _batch(path: Path, title: str, about: str, graphs_named: bool = False) -> list[str]:
     """Section 12: a later held-out batch's own run (``path``), its table and one line per masker: ``about`` says
-    what the batch is and when it came."""
+    what the batch is and when it came; ``graphs_named``: its command names its graphs (not the defaults)."""
     r = json.loads(path.read_text())
+    flags = "".join(f" --graph graphs/{g.split(' ', 1)[1]}" for g in r["graphs"]
+                    if g.startswith("flowpipe ")) if graphs_named else ""
     clips = list(dict.fromkeys(x["clip"] for x in r["rows"]))
     repeats = max((len(x.get("fps_runs", [])) for x in r["rows"]), default=0)
     L = ["", f"**{title}** (`python benchmarks/privacy_eval.py --clips {' '.join(clips)}{flags}"
@@ -1197,7 +1199,6 @@ def _held_out_3(results: Path) -> list[str]:
     if not path.exists():
         return []
     r = json.loads(path.read_text())
-    flags = "".join(f" --graph graphs/{g.split(' ', 1)[1]}" for g in r["graphs"] if g.startswith("flowpipe "))
     L = _batch(path, "Held-out part, third batch",
                "added after the second batch's first look and after the heads graph's animal check was built on "
                "the raccoon and the squirrel, so this is the animal check's first look as much as the graphs'. "
@@ -1207,8 +1208,7 @@ def _held_out_3(results: Path) -> list[str]:
                "tree), a tiger's head turned three-quarter (Wand's test pictures), the first and third "
                "compressed; and, added to the batch after those three's first look, a collage of 26 monkeys' and "
                "apes' faces, most looking at the camera (opencv-contrib-python's source tree). The target on each: "
-               "no false mask over 0.02 a frame, none over 2 frames in a row.",
-               flags)
+               "no false mask over 0.02 a frame, none over 2 frames in a row.", graphs_named=True)
     without = {x["clip"]: x for x in r["rows"] if x["masker"].endswith("heads=true,animal_check=false")}
     dropped = [f"{x['clip']} {x['animal_faces_dropped']}" + (
         f" (without the check, {without[x['clip']]['false_per_frame']:.3f} false masks a frame)"
@@ -1255,7 +1255,6 @@ def _held_out_4(results: Path) -> list[str]:
     if not path.exists():
         return []
     r = json.loads(path.read_text())
-    flags = "".join(f" --graph graphs/{g.split(' ', 1)[1]}" for g in r["graphs"] if g.startswith("flowpipe "))
     L = _batch(path, "Held-out part, fourth batch",
                "six animals' faces looking at the camera, from packages not used before (a lion from ascii_magic's "
                "wheel, a kitten from pyglet's source distribution, a small long-haired dog and a corgi with a line "
@@ -1267,7 +1266,7 @@ def _held_out_4(results: Path) -> list[str]:
                "than the graph without it, and if on every clip of the other parts it masked as much and leaked no "
                "longer. Timed after the rule was written and before the batch ran (below), the check costs too "
                "much to be the default whatever the batch said, a target the rule had left out; it is `animals: "
-               "true`, opt-in, and `face_blur.yaml:animals=true` is it here.", flags)
+               "true`, opt-in, and `face_blur.yaml:animals=true` is it here.", graphs_named=True)
     ours = [x for x in r["rows"] if x["masker"].endswith("animals=true")]
     off = [x for x in r["rows"] if x["masker"] == "flowpipe face_blur.yaml"]
     if ours and off:

