@@ -21,15 +21,20 @@ from count_back import tracked
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--clips", nargs="*")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a parameter of the graph (YAML value), as flowpipe run --set")
     ap.add_argument("--out")
     args = ap.parse_args()
     from flowpipe.eval.crossings import truth as crossing_truth
     from flowpipe.eval.zones import score, truth
+    from flowpipe.graph import parse_sets
+
+    sets = parse_sets(args.set)
 
     t = truth()
     rows = []
     for name in args.clips or list(t):
-        records, _ = tracked(name, zone=t[name]["zone"])
+        records, _ = tracked(name, **{**sets, "zone": t[name]["zone"]})
         counts = {r["frame"]: r["analytics"]["zones"]["zone"]["count"] for r in records}
         rows.append(score(name, counts).row() | {"about": crossing_truth()[name]["about"]})
         print(rows[-1], flush=True)
@@ -37,7 +42,7 @@ def main() -> int:
     summary = {"frames": frames, "exact": sum(r["exact"] for r in rows),
                "off": round(sum(r["off"] * r["frames"] for r in rows) / max(frames, 1), 3),
                "bias": round(sum(r["bias"] * r["frames"] for r in rows) / max(frames, 1), 3)}
-    publish({"graph": "graphs/people_count.yaml", "rows": rows, "summary": summary}, args.out)
+    publish({"graph": "graphs/people_count.yaml", "set": args.set, "rows": rows, "summary": summary}, args.out)
     return 0
 
 
