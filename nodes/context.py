@@ -1,21 +1,34 @@
 """Faces in their context: a person detector's boxes say whose face a face detector found. A face that lies in an
 animal's box and in no person's is an animal's (a raccoon, a dog, a squirrel looking at the camera), whatever the
-face detectors scored it: it goes."""
+face detectors scored it: it goes. What a face was judged may hold over the frames the person detector does not
+run on (``remember``), so that the detector need run only where a face has not been judged."""
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from pydantic import Field
 
 from flowpipe.frame import Frame
 from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
 from flowpipe.registry import register
 
-from .track.geometry import share_inside
+from .preprocess.interval import ANY_STREAM
+from .track.geometry import greedy, iou_matrix, share_inside
 
 #: COCO's animals, as SSD MobileNet v2 (the registry's person detector) names them
 COCO_ANIMALS = ["bird", "cat", "dog", "horse", "sheep", "cow", "elephant", "bear", "zebra", "giraffe"]
+
+
+@dataclass
+class _Verdict:
+    """What one face was judged on the last frame the person detector ran on, and where that face is now."""
+
+    box: np.ndarray
+    animal: bool
+    age: int = 0  # frames since it was judged
 
 
 @register("animal_faces")
@@ -33,6 +46,13 @@ class AnimalFaces(Node):
                    score_threshold: 0.5, merge: true}
           inputs: {tensors: people.tensors}
         - {id: animals, type: animal_faces, inputs: {detections: persons.detections}}
+
+    With ``remember``, the person detector need not run on every frame (its preprocess ``along`` an interval
+    of ``every: 30``, ``follow: animals``): on a frame it did not run on, a face lying on one judged within that
+    many frames (IoU ``same``) is judged the same, an animal's going again, and the verdict moves with the face;
+    a face no verdict holds stays (masked: privacy first) and asks for the detector on the stream's next
+    frames (this node's word). A face that lies where another was judged an animal's within ``remember`` frames
+    is taken for it: a person's face held still on a dog's face, the detector not looking, goes for as long.
     """
 
     inputs = {"detections": "detections"}
@@ -50,31 +70,90 @@ class AnimalFaces(Node):
         faces: list[str] = Field(["face"], description="labels of the detections that are faces")
         cover: float = Field(0.5, gt=0, le=1, description="the share of a face's box inside another box that "
                              "puts it there")
+        remember: int = Field(0, ge=0, le=150, description="frames a face's verdict holds where the person "
+                              "detector did not run: a face lying on one judged (IoU same) is judged the same; "
+                              "one no verdict holds, or one judged this long ago, asks for the detector (a "
+                              "preprocess along following this node), a verdict lapsing at twice that; 0: faces "
+                              "are judged only where it ran")
+        same: float = Field(0.5, gt=0, le=1, description="remember: the IoU with a judged face's box that makes a "
+                            "face that one")
 
     config: Config
+    board: dict[str, Any] | None = None
 
     @classmethod
     def contract(cls, config: NodeConfig) -> NodeContract:
-        return cls.declare(pixels=PIXELS_ALL, one_worker=None)  # never reads the pixels; no state across frames
+        # never reads the pixels; with remember, its state is per stream (a stream stays on one worker)
+        return cls.declare(pixels=PIXELS_ALL, one_worker=None)
 
     def open(self, ctx: RunContext) -> None:
         self.stats: dict[str, Any] = ctx.stats
         self.stats["dropped"] = 0  # faces dropped as animals'
         self.lock = threading.Lock()  # streams on several workers count into one stat
+        self.verdicts: dict[str, list[_Verdict]] = {}
+        self.board = ctx.board(self.id)
+        self.board[ANY_STREAM] = {"ask": True}  # no face judged yet (without remember: never, so always asks)
+        if self.config.remember:
+            self.stats["remembered"] = 0  # faces judged by what the same face was judged before
 
     def process(self, frame: Frame, port: str) -> Frame:
         c = self.config
+        ran = not frame.skipped and not (frame.layout is not None and frame.layout.filled == 0)
         animals = [d.box for d in frame.detections if d.label in c.animals]
         people = [d.box for d in frame.detections if d.label in c.persons]
-        kept = []
-        for d in frame.detections:
-            if d.label in c.animals or (not c.pass_persons and d.label in c.persons):
-                continue
-            if (c.drop_faces and d.label in c.faces and any(share_inside(d.box, a) >= c.cover for a in animals)
-                    and not any(share_inside(d.box, p) >= c.cover for p in people)):
-                with self.lock:
-                    self.stats["dropped"] += 1
-                continue
-            kept.append(d)
+        faces = [d for d in frame.detections if d.label in c.faces]
+        if not c.remember or ran:
+            animal = [bool(any(share_inside(d.box, a) >= c.cover for a in animals)
+                           and not any(share_inside(d.box, p) >= c.cover for p in people)) for d in faces]
+            unjudged = 0
+            if c.remember:
+                self._judged(frame.stream, faces, animal)
+        else:
+            animal, unjudged = self._recalled(frame.stream, faces)  # (unjudged: or judged long ago)
+        drop = {id(d) for d, a in zip(faces, animal, strict=True) if a and c.drop_faces}
+        kept = [d for d in frame.detections if id(d) not in drop and d.label not in c.animals
+                and (c.pass_persons or d.label not in c.persons)]
+        with self.lock:
+            self.stats["dropped"] += len(drop)
+        if c.remember and self.board is not None and not frame.skipped:  # whether a face is left unjudged
+            self.board[frame.stream] = {"ask": unjudged > 0, "unjudged": unjudged}
         frame.detections = kept
         return frame
+
+    def _judged(self, stream: str, faces: list[Any], animal: list[bool]) -> None:
+        """The verdicts on a frame the detector ran on: those of its faces, and those of faces judged before that
+        no face of it lies on (a face the face detectors missed this time keeps its verdict)."""
+        boxes = np.asarray([d.box for d in faces], np.float32).reshape(-1, 4)
+        with self.lock:
+            before = self.verdicts.get(stream, [])
+            known = np.stack([v.box for v in before]) if before else np.zeros((0, 4), np.float32)
+            taken = {j for _, j in greedy(iou_matrix(boxes, known), self.config.same)}
+            self.verdicts[stream] = [*(_Verdict(b, a) for b, a in zip(boxes, animal, strict=True)),
+                                     *(v for j, v in enumerate(before) if j not in taken)]
+
+    def _recalled(self, stream: str, faces: list[Any]) -> tuple[list[bool], int]:
+        """Each face's verdict from the stream's faces judged before (the best lying on it by ``same``; each
+        verdict takes one face and moves with it), and how many faces ask for the detector: those no verdict
+        holds, and those whose verdict is ``remember`` frames old (it holds until renewed, twice that at most)."""
+        c = self.config
+        with self.lock:
+            verdicts = [v for v in self.verdicts.get(stream, []) if v.age < 2 * c.remember]
+            for v in verdicts:
+                v.age += 1
+            self.verdicts[stream] = verdicts
+        boxes = np.asarray([d.box for d in faces], np.float32).reshape(-1, 4)
+        known = np.stack([v.box for v in verdicts]) if verdicts else np.zeros((0, 4), np.float32)
+        out = [False] * len(faces)
+        pairs = greedy(iou_matrix(boxes, known), c.same)
+        for i, j in pairs:
+            verdicts[j].box = boxes[i]
+            out[i] = verdicts[j].animal
+        with self.lock:
+            self.stats["remembered"] += len(pairs)
+        return out, len(faces) - len(pairs) + sum(verdicts[j].age >= c.remember for _, j in pairs)
+
+    def end_stream(self, stream: str) -> None:
+        with self.lock:
+            self.verdicts.pop(stream, None)
+        if self.board is not None:
+            self.board.pop(stream, None)

@@ -11,6 +11,7 @@ from flowpipe.frame import Detection, Frame
 from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
 from flowpipe.registry import register
 
+from .preprocess.interval import ANY_STREAM
 from .track.geometry import share_inside
 
 #: MoveNet's (COCO's) keypoints, in its output's order
@@ -59,6 +60,9 @@ class MoveNetHeads(Node):
                                   "makes it that face's")
         cover: float = Field(0.5, gt=0, le=1, description="the share of a face's box inside a head that makes "
                              "the head that face's")
+        every: int = Field(1, ge=1, le=30, description="its word to the person detector's preprocess (along, "
+                           "following it): asks for it on one in this many of the frames the detectors run on, "
+                           "and on each while heads are found")
 
     config: Config
     board: dict[str, Any] | None = None
@@ -99,15 +103,20 @@ class MoveNetHeads(Node):
         kept = [h for h in heads if not any(share_inside(f, h.box) >= c.cover for f in sure)]
         frame.detections = [*(d for d in frame.detections if d.label != c.person), *kept]
         if self.board is not None and not frame.skipped:  # a frame the detectors ran on: what it found holds
-            self.board[frame.stream] = {"found": len(kept)}  # a person detector along the faces' runs while heads are
+            n = self.seen.get(frame.stream, 0) + 1  # (one stream's frames come in order, on one worker)
+            self.seen[frame.stream] = n
+            self.board[frame.stream] = {"found": len(kept), "ask": n % c.every == 0}  # a person detector along
         return frame
 
     def open(self, ctx: RunContext) -> None:
         self.board = ctx.board(self.id)
+        self.board[ANY_STREAM] = {"ask": True}  # a stream's first frames: heads are sought from the start
+        self.seen: dict[str, int] = {}  # per stream: frames the detectors ran on
 
     def end_stream(self, stream: str) -> None:
         if self.board is not None:
             self.board.pop(stream, None)
+        self.seen.pop(stream, None)
 
 
 def head_box(points: np.ndarray, scores: np.ndarray, threshold: float, min_points: int

@@ -129,12 +129,13 @@ def test_a_node_two_features_need_runs_where_either_is_on() -> None:
         assert [n.id for n in load_graph("g.yaml", text=text, overrides=parse_sets(sets)).nodes] == ids, sets
     assert errors_of(text.replace("'${params.check}'", "3")) == [
         "g.yaml:6: node 'a' (passthrough): enabled: expected true, false or a list of them, got [False, 3]"]
-    # the face-blur graph's person detector without heads: it follows the heads' decoder, left out, which says
-    # nothing (it runs on its count alone)
+    # the face-blur graph's person detector without heads: it follows the heads' node, left out, which says
+    # nothing, and the animal check, which asks where a face has not been judged
     spec = load_graph(str(Path(__file__).resolve().parent.parent / "graphs" / "face_blur.yaml"),
                       overrides=parse_sets(["animals=true", "heads_every=3"]))
     ids = [n.id for n in spec.nodes]
-    assert "people" in ids and "heads" not in ids and spec.node("people_pre").config.along.follow == "heads"
+    assert "people" in ids and "heads" not in ids
+    assert spec.node("people_pre").config.along.followed() == ["heads", "animals"]
 
 
 def test_parse_sets_rejects_missing_equals() -> None:

@@ -290,3 +290,87 @@ def test_animal_faces_with_drop_faces_off_keeps_every_face_and_still_takes_the_a
     f.detections = [Detection((20, 20, 60, 60), 0.95, "face"), Detection((0, 0, 200, 180), 0.9, "dog")]
     (out,) = run_node("type: animal_faces\nconfig: {drop_faces: false}", [f]).frames
     assert [d.label for d in out.detections] == ["face"]
+
+
+def test_animal_faces_remembers_each_face_s_verdict_where_the_person_detector_did_not_run() -> None:
+    """``remember: 4``: on a frame the person detector passed over (its layout filled nothing), a face lying on
+    one judged (IoU 0.5) is judged the same, the dog's face going again as it moves; a new face stays and asks
+    for the detector; a verdict 4 frames old still holds and asks to be renewed, and lapses after 8; a frame the
+    detector ran on judges its faces again and keeps the verdicts of faces it did not find."""
+    from flowpipe.nodes.context import AnimalFaces
+    from flowpipe.nodes.preprocess.interval import ANY_STREAM
+
+    from flowpipe.frame import Detection, Frame, TensorLayout
+    from flowpipe.testing import Harness
+
+    node = AnimalFaces("animals", AnimalFaces.Config(remember=4, pass_persons=False))
+
+    def frame(i: int, dets: list[Detection], ran: bool) -> Frame:
+        f = Frame("s", i, i / 25, np.zeros((300, 400, 3), np.uint8))
+        f.detections = dets
+        f.layout = TensorLayout("people_pre", (300, 300), (), filled=None if ran else 0)
+        return f
+
+    def dog_face(dx: float = 0) -> Detection:
+        return Detection((20 + dx, 20, 60 + dx, 60), 0.95, "face")
+
+    with Harness(node) as h:
+        board = h.context.board("animals")
+        assert board[ANY_STREAM] == {"ask": True}  # no face of a new stream judged yet
+        out = node.process(frame(0, [dog_face(), Detection((0, 0, 200, 180), 0.9, "dog"),
+                                     Detection((300, 150, 340, 190), 0.9, "face"),
+                                     Detection((280, 100, 380, 300), 0.9, "person")], True), "detections")
+        assert [d.box[0] for d in out.detections] == [300] and board["s"]["ask"] is False
+        labels = []
+        for i in range(1, 10):  # the dog's face moves 4 px a frame; a person's face comes in on frame 2
+            dets = [dog_face(4 * i)] + ([Detection((200, 200, 240, 240), 0.9, "face")] if i >= 2 else [])
+            out = node.process(frame(i, dets, False), "detections")
+            labels.append((len(out.detections), board["s"]["unjudged"]))
+        # frames 1-3: the dog's face goes on its verdict; from 2 the new face stays and asks; from 4 the dog's
+        # verdict is old and asks too; after 8 it has lapsed: the face stays (masked, privacy first) and asks
+        assert labels == [(0, 0), (1, 1), (1, 1), (1, 2), (1, 2), (1, 2), (1, 2), (1, 2), (2, 2)]
+        # the detector runs: the person's face is judged (no animal's box), the dog's face was not found this
+        # time and keeps its old verdict (renewed only where judged), which lapses on its own
+        out = node.process(frame(10, [Detection((200, 200, 240, 240), 0.9, "face"),
+                                      Detection((150, 0, 260, 180), 0.9, "dog")], True), "detections")
+        assert [d.box[0] for d in out.detections] == [200] and board["s"]["ask"] is False
+        out = node.process(frame(11, [Detection((201, 200, 241, 240), 0.9, "face")], False), "detections")
+        assert len(out.detections) == 1 and board["s"]["ask"] is False
+        assert h.context.stats["remembered"] >= 8
+        node.end_stream("s")
+        assert "s" not in board and "s" not in node.verdicts
+
+
+def test_animal_faces_without_remember_asks_for_the_person_detector_on_every_frame() -> None:
+    from flowpipe.nodes.context import AnimalFaces
+    from flowpipe.nodes.preprocess.interval import ANY_STREAM
+
+    from flowpipe.testing import Harness
+
+    node = AnimalFaces("animals", AnimalFaces.Config())
+    with Harness(node) as h:
+        from flowpipe.frame import Frame
+
+        node.process(Frame("s", 0, 0.0, np.zeros((30, 40, 3), np.uint8)), "detections")
+        assert h.context.board("animals") == {ANY_STREAM: {"ask": True}}
+
+
+def test_heads_ask_for_the_person_detector_on_one_in_every_of_the_frames_the_detectors_ran_on() -> None:
+    from flowpipe.nodes.pose import MoveNetHeads
+    from flowpipe.nodes.preprocess.interval import ANY_STREAM
+
+    from flowpipe.frame import Frame, TensorLayout
+    from flowpipe.testing import Harness
+
+    node = MoveNetHeads("heads", MoveNetHeads.Config(every=3))
+    with Harness(node) as h:
+        board = h.context.board("heads")
+        assert board[ANY_STREAM] == {"ask": True}
+        asked = []
+        for i in range(7):
+            f = Frame("s", i, i / 25, np.zeros((30, 40, 3), np.uint8))
+            f.layout = TensorLayout("pose_pre", (192, 192), (), objects=(), filled=0)
+            f.skipped = "pre" if i == 4 else None  # the first detector's interval passed over frame 4
+            node.process(f, "tensors")
+            asked.append(board["s"]["ask"])
+        assert asked == [False, False, True, False, False, False, True]  # frame 4 said nothing

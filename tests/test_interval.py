@@ -134,6 +134,35 @@ def test_a_second_detector_runs_on_one_in_every_of_the_first_s_frames_and_on_eac
     assert Preprocess.contract(second.config).refers == {"along.node": "pre", "along.follow": "dec"}
 
 
+def test_a_second_detector_runs_while_any_node_it_follows_asks_and_takes_a_word_for_every_stream() -> None:
+    """``follow: [heads, animals]``: the word of either counts; ``ask`` as ``found`` does; a node's word for
+    the streams it has not spoken of (key ``ANY_STREAM``) holds for a stream until it speaks of that one; a
+    node that never speaks (left out of the graph) asks nothing."""
+    from flowpipe.nodes.preprocess.interval import ANY_STREAM
+
+    second = Preprocess("pre_b", Preprocess.Config.model_validate(
+        {"size": [32, 32], "color": "RGB", "layout": "NHWC",
+         "along": {"node": "pre", "every": 30, "follow": ["heads", "animals"]}}))
+    with Harness(second) as h:
+        animals = h.context.board("animals")
+        animals[ANY_STREAM] = {"ask": True}
+        ran = []
+        for i in range(8):
+            if i == 3:
+                animals["cam"] = {"ask": False}
+            if i == 5:
+                animals["cam"] = {"ask": True, "unjudged": 1}
+            if i == 6:
+                animals["cam"] = {"ask": False}
+            f = second.process(Frame("cam", i, i / 30, np.full((120, 160, 3), 90, np.uint8)), "frame")
+            ran.append(f.tensors["input"].shape[0])
+            f.release_memory()
+        assert ran == [1, 1, 1, 0, 0, 1, 0, 0]  # 0 first, 1-2 before it spoke of the stream, 5 while asked
+        assert h.context.stats["detector_runs"] == {"first": 1, "asked": 3, "skipped": 4}
+    assert Preprocess.contract(second.config).refers == {"along.node": "pre", "along.follow[0]": "heads",
+                                                         "along.follow[1]": "animals"}
+
+
 def test_the_interval_runs_the_detector_every_nth_frame_and_on_a_changed_picture() -> None:
     still = [np.full((120, 160, 3), 90, np.uint8)] * 7
     assert _gate_run('{"every": 3, "change": 0}', still) == [True, False, False, True, False, False, True]

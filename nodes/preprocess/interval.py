@@ -21,6 +21,8 @@ from flowpipe.frame import Frame
 from flowpipe.node import NodeConfig
 
 THUMB = (64, 36)  # the gray thumbnail a picture's change is measured on
+#: a board's key for a node's word on the streams it has not yet spoken of (no stream is named so)
+ANY_STREAM = ""
 
 
 class Interval(NodeConfig):
@@ -40,26 +42,33 @@ class Interval(NodeConfig):
 class Along(NodeConfig):
     """A second detector on the frames a first one runs on: ``node``, the first one's preprocess (the frames
     its interval passes over get no tensor here either); ``every``: one in this many of those; ``follow``:
-    a decoder of this detector (its node id) whose word counts: on each of them while its last run on the
-    stream found a face the first detector had not made sure of."""
+    the nodes downstream (their ids) whose word counts: on each of those frames while one's last word on the
+    stream says it found something the first detector had not made sure of (``found``: a decoder of this
+    detector) or asks for it (``ask``: a face not judged yet, a head sought on every frame)."""
 
     node: str = Field(description="the preprocess (its node id) whose interval this one keeps")
     every: int = Field(1, ge=1, le=30, description="one in this many of the frames that one runs on")
-    follow: str | None = Field(None, description="the decoder whose word counts (while its last run on a "
-                               "stream found a face the first detector had not made sure of: every frame)")
+    follow: str | list[str] | None = Field(None, description="the nodes whose word counts (while one says it "
+                                           "found or asks: every frame); a node left out of the graph says "
+                                           "nothing")
+
+    def followed(self) -> list[str]:
+        """The nodes whose word counts."""
+        return [] if self.follow is None else [self.follow] if isinstance(self.follow, str) else list(self.follow)
 
 
 class AlongGate:
     """Per stream: whether a second detector runs on a frame the first one runs on, and why."""
 
-    def __init__(self, config: Along, board: dict[str, Any] | None, stats: dict[str, Any]):
-        self.config, self.board, self.stats = config, board, stats
+    def __init__(self, config: Along, boards: list[dict[str, Any]], stats: dict[str, Any]):
+        self.config, self.boards, self.stats = config, boards, stats
         self.seen: Counter[str] = Counter()  # per stream: frames the first detector ran on
         self.why: Counter[str] = Counter()
         self.lock = threading.Lock()
+        names = " or ".join(f"'{n}'" for n in config.followed())
         stats["along"] = f"on the frames '{config.node}' runs on" + (
-            f", one in {config.every}" + (f", each while '{config.follow}' finds faces it alone sees"
-                                          if config.follow else "") if config.every > 1 else "")
+            f", one in {config.every}" + (f", each while {names} finds what it alone sees or asks"
+                                          if names else "") if config.every > 1 else "")
 
     def run(self, frame: Frame) -> bool:
         c = self.config
@@ -70,9 +79,10 @@ class AlongGate:
         with self.lock:
             n = self.seen[frame.stream]
             self.seen[frame.stream] += 1
-        word = self.board.get(frame.stream) if self.board is not None else None
+        words = [b.get(frame.stream, b.get(ANY_STREAM)) for b in self.boards]
         why = "first" if n == 0 else "count" if n % c.every == 0 else \
-            "found" if word is not None and word.get("found") else ""
+            "found" if any(w is not None and w.get("found") for w in words) else \
+            "asked" if any(w is not None and w.get("ask") for w in words) else ""
         with self.lock:
             self.why[why or "skipped"] += 1
             self.stats["detector_runs"] = dict(self.why)

@@ -57,8 +57,9 @@ class Preprocess(Node):
         refers = {"interval.follow": follow} if follow else {}
         if config.along is not None:
             refers["along.node"] = config.along.node
-            if config.along.follow is not None and config.along.every > 1:  # (on every frame: nothing to follow)
-                refers["along.follow"] = config.along.follow
+            followed = config.along.followed() if config.along.every > 1 else []  # (every frame: none to follow)
+            refers.update({"along.follow" if isinstance(config.along.follow, str) else f"along.follow[{i}]": name
+                           for i, name in enumerate(followed)})
         # backend openvino: OpenVINO's PrePostProcessor in the model takes u8 BGR frames, nothing else
         pixels = frozenset({"BGR"}) if config.backend == "openvino" else PIXELS_ALL
         return cls.declare(pixels=pixels, one_worker=None, owner_side=side, refers=refers,
@@ -148,9 +149,8 @@ class Preprocess(Node):
         c_int = c.interval
         self.gate = Gate(c_int, ctx.board(c_int.follow) if c_int.follow else None, stats) \
             if c_int is not None and c_int.every > 1 else None
-        followed = c.along.follow if c.along is not None and c.along.every > 1 else None
-        self.along = AlongGate(c.along, ctx.board(followed) if followed else None, stats) \
-            if c.along is not None else None
+        self.along = AlongGate(c.along, [ctx.board(n) for n in c.along.followed()] if c.along.every > 1 else [],
+                               stats) if c.along is not None else None
         self._writer = None
         if self.backend == "opencl":
             assert self.cl is not None, "the opencl backend runs with a device"
