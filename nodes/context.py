@@ -48,11 +48,12 @@ class AnimalFaces(Node):
         - {id: animals, type: animal_faces, inputs: {detections: persons.detections}}
 
     With ``remember``, the person detector need not run on every frame (its preprocess ``along`` an interval
-    of ``every: 30``, ``follow: animals``): on a frame it did not run on, a face lying on one judged within that
-    many frames (IoU ``same``) is judged the same, an animal's going again, and the verdict moves with the face;
-    a face no verdict holds stays (masked: privacy first) and asks for the detector on the stream's next
-    frames (this node's word). A face that lies where another was judged an animal's within ``remember`` frames
-    is taken for it: a person's face held still on a dog's face, the detector not looking, goes for as long.
+    of ``every: 30``, ``follow: animals``): on a frame it did not run on, a face lying on one judged (IoU
+    ``same``) is judged the same, an animal's going again, and the verdict moves with the face; a face no verdict
+    holds stays (masked: privacy first) and asks for the detector on the stream's next frames (this node's
+    word), as does one judged ``remember`` frames ago, whose verdict holds until renewed (twice that at most). A
+    face that lies where another was judged an animal's is taken for it: a person's face held on a dog's face
+    while the detector does not look goes until the detector looks again.
     """
 
     inputs = {"detections": "detections"}
