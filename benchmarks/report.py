@@ -792,7 +792,8 @@ def _counting_faces_tried(results: Path) -> list[str]:
 #: held-out clips added later (``after`` in crossings.json), each group summed apart: its name in the report
 LATER = {"count_first": "Held-out since the count rule",
          "eighth_look": "Held-out since the eighth look (a fixed camera)",
-         "fifth_plaza_look": "Held-out since the fixed camera's fifth look (a concourse from above)"}
+         "fifth_plaza_look": "Held-out since the fixed camera's fifth look (a concourse from above)",
+         "count_same": "Held-out since the line's same (a junction from a pole)"}
 
 
 def _later_groups(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
