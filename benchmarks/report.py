@@ -465,8 +465,8 @@ def _junction(results: Path) -> list[str]:
                     f"{sm['true']}, {sm['false']} false, {sm['twice']} twice"
                     + (f". Missed: {missed}" if missed else ""))
     return ["", "Held out since the line's `same` (2026-11-27): a town junction filmed from a pole, otvision 0.7.2's "
-            "two test clips (OpenTrafficCam's own recording, from its source distribution on PyPI; 800x600 at 20 fps, 60 "
-            "frames each: a cyclist riding down across the junction with a car behind him, a skip-loader truck "
+            "two test clips (OpenTrafficCam's own recording, from its source distribution on PyPI; 800x600 at 20 fps, "
+            "60 frames each: a cyclist riding down across the junction with a car behind him, a skip-loader truck "
             "turning across its far side, a van parked across the line with people standing at its door), as they "
             "ship, starved (crf 40) and dark. Their crossings were marked by eye on contact sheets before any graph "
             "ran on them (`crossings.json`): the first held-out vehicle crossings. First look, both graphs as "
@@ -1441,8 +1441,8 @@ def _animal_remember(results: Path) -> list[str]:
     else:
         held = False
     L += ["", "So the rule " + ("held: `animals: true` is the default." if held else
-                                "did not hold, and `animals: true` stays opt-in; remembered, the check costs what these "
-                                "runs say instead of what it cost on every frame. Single runs of these short clips "
+                                "did not hold, and `animals: true` stays opt-in; remembered, the check costs what "
+                                "these runs say instead of what it cost on every frame. Single runs of these short clips "
                                 "swing by 10-20% (woman_hands above 1x is one).")]
     return L
 
