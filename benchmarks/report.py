@@ -1442,8 +1442,8 @@ def _animal_remember(results: Path) -> list[str]:
         held = False
     L += ["", "So the rule " + ("held: `animals: true` is the default." if held else
                                 "did not hold, and `animals: true` stays opt-in; remembered, the check costs what "
-                                "these runs say instead of what it cost on every frame. Single runs of these short clips "
-                                "swing by 10-20% (woman_hands above 1x is one).")]
+                                "these runs say instead of what it cost on every frame. Single runs of these short "
+                                "clips swing by 10-20% (woman_hands above 1x is one).")]
     return L
 
 
