@@ -1,7 +1,9 @@
 """Faces in their context: a person detector's boxes say whose face a face detector found. A face that lies in an
 animal's box and in no person's is an animal's (a raccoon, a dog, a squirrel looking at the camera), whatever the
 face detectors scored it: it goes. What a face was judged may hold over the frames the person detector does not
-run on (``remember``), so that the detector need run only where a face has not been judged."""
+run on (``remember``), so that the detector need run only where a face has not been judged; a face judged a
+person's (in a person's box) stays masked whatever it is judged next, so its verdict may hold longer
+(``remember_person``)."""
 from __future__ import annotations
 
 import threading
@@ -28,7 +30,12 @@ class _Verdict:
 
     box: np.ndarray
     animal: bool
+    person: bool = False  # it lay in a person's box (the surest verdict, and one that keeps it masked)
     age: int = 0  # frames since it was judged
+
+    def horizon(self, c: AnimalFaces.Config) -> int:
+        """Frames after which it asks to be renewed (it lapses at twice that)."""
+        return c.remember_person if self.person and c.remember_person is not None else c.remember
 
 
 @register("animal_faces")
@@ -53,7 +60,10 @@ class AnimalFaces(Node):
     holds stays (masked: privacy first) and asks for the detector on the stream's next frames (this node's
     word), as does one judged ``remember`` frames ago, whose verdict holds until renewed (twice that at most). A
     face that lies where another was judged an animal's is taken for it: a person's face held on a dog's face
-    while the detector does not look goes until the detector looks again.
+    while the detector does not look goes until the detector looks again. A face judged a person's (in a
+    person's box) is masked whatever it is judged next, so that verdict risks no leak and may hold longer,
+    ``remember_person`` frames: a camera on people the detector finds then runs it about once in that many
+    frames; one the detector found in no box (it missed the person, or the animal) asks after ``remember``.
     """
 
     inputs = {"detections": "detections"}
@@ -76,6 +86,11 @@ class AnimalFaces(Node):
                               "one no verdict holds, or one judged this long ago, asks for the detector (a "
                               "preprocess along following this node), a verdict lapsing at twice that; 0: faces "
                               "are judged only where it ran")
+        remember_person: int | None = Field(None, ge=1, le=750, description="remember: frames the verdict of "
+                                            "a face judged a person's (in a person's box) holds before it asks to "
+                                            "be renewed (it keeps the face masked, so it risks no leak; an "
+                                            "animal the detector missed once stays masked this long); None: "
+                                            "remember")
         same: float = Field(0.5, gt=0, le=1, description="remember: the IoU with a judged face's box that makes a "
                             "face that one")
 
@@ -104,11 +119,12 @@ class AnimalFaces(Node):
         people = [d.box for d in frame.detections if d.label in c.persons]
         faces = [d for d in frame.detections if d.label in c.faces]
         if not c.remember or ran:
-            animal = [bool(any(share_inside(d.box, a) >= c.cover for a in animals)
-                           and not any(share_inside(d.box, p) >= c.cover for p in people)) for d in faces]
+            person = [any(share_inside(d.box, p) >= c.cover for p in people) for d in faces]
+            animal = [bool(not p and any(share_inside(d.box, a) >= c.cover for a in animals))
+                      for d, p in zip(faces, person, strict=True)]
             unjudged = 0
             if c.remember:
-                self._judged(frame.stream, faces, animal)
+                self._judged(frame.stream, faces, animal, person)
         else:
             animal, unjudged = self._recalled(frame.stream, faces)  # (unjudged: or judged long ago)
         drop = {id(d) for d, a in zip(faces, animal, strict=True) if a and c.drop_faces}
@@ -121,7 +137,7 @@ class AnimalFaces(Node):
         frame.detections = kept
         return frame
 
-    def _judged(self, stream: str, faces: list[Any], animal: list[bool]) -> None:
+    def _judged(self, stream: str, faces: list[Any], animal: list[bool], person: list[bool]) -> None:
         """The verdicts on a frame the detector ran on: those of its faces, and those of faces judged before that
         no face of it lies on (a face the face detectors missed this time keeps its verdict)."""
         boxes = np.asarray([d.box for d in faces], np.float32).reshape(-1, 4)
@@ -129,16 +145,17 @@ class AnimalFaces(Node):
             before = self.verdicts.get(stream, [])
             known = np.stack([v.box for v in before]) if before else np.zeros((0, 4), np.float32)
             taken = {j for _, j in greedy(iou_matrix(boxes, known), self.config.same)}
-            self.verdicts[stream] = [*(_Verdict(b, a) for b, a in zip(boxes, animal, strict=True)),
+            self.verdicts[stream] = [*(_Verdict(b, a, p) for b, a, p in zip(boxes, animal, person, strict=True)),
                                      *(v for j, v in enumerate(before) if j not in taken)]
 
     def _recalled(self, stream: str, faces: list[Any]) -> tuple[list[bool], int]:
         """Each face's verdict from the stream's faces judged before (the best lying on it by ``same``; each
         verdict takes one face and moves with it), and how many faces ask for the detector: those no verdict
-        holds, and those whose verdict is ``remember`` frames old (it holds until renewed, twice that at most)."""
+        holds, and those whose verdict is ``remember`` frames old (``remember_person`` for a person's face; it
+        holds until renewed, twice that at most)."""
         c = self.config
         with self.lock:
-            verdicts = [v for v in self.verdicts.get(stream, []) if v.age < 2 * c.remember]
+            verdicts = [v for v in self.verdicts.get(stream, []) if v.age < 2 * v.horizon(c)]
             for v in verdicts:
                 v.age += 1
             self.verdicts[stream] = verdicts
@@ -151,7 +168,7 @@ class AnimalFaces(Node):
             out[i] = verdicts[j].animal
         with self.lock:
             self.stats["remembered"] += len(pairs)
-        return out, len(faces) - len(pairs) + sum(verdicts[j].age >= c.remember for _, j in pairs)
+        return out, len(faces) - len(pairs) + sum(verdicts[j].age >= verdicts[j].horizon(c) for _, j in pairs)
 
     def end_stream(self, stream: str) -> None:
         with self.lock:

@@ -341,6 +341,49 @@ def test_animal_faces_remembers_each_face_s_verdict_where_the_person_detector_di
         assert "s" not in board and "s" not in node.verdicts
 
 
+def test_a_person_s_face_keeps_its_verdict_longer_than_a_face_the_detector_found_in_no_box() -> None:
+    """``remember: 4, remember_person: 10``: a face judged in a person's box (masked whatever it is judged next)
+    asks to be renewed after 10 frames, one the detector found in no box after 4, and an animal's after 4; each
+    lapses at twice its own."""
+    from flowpipe.nodes.context import AnimalFaces
+
+    from flowpipe.frame import Detection, Frame, TensorLayout
+    from flowpipe.testing import Harness
+
+    node = AnimalFaces("animals", AnimalFaces.Config(remember=4, remember_person=10, pass_persons=False))
+
+    def frame(i: int, dets: list[Detection], ran: bool) -> Frame:
+        f = Frame("s", i, i / 25, np.zeros((300, 400, 3), np.uint8))
+        f.detections = dets
+        f.layout = TensorLayout("people_pre", (300, 300), (), filled=None if ran else 0)
+        return f
+
+    person_face, lone_face = Detection((300, 150, 340, 190), 0.9, "face"), Detection((20, 20, 60, 60), 0.9, "face")
+    with Harness(node) as h:
+        board = h.context.board("animals")
+        node.process(frame(0, [person_face, lone_face, Detection((280, 100, 380, 300), 0.9, "person")], True),
+                     "detections")
+        asks = []
+        for i in range(1, 21):
+            out = node.process(frame(i, [person_face, lone_face], False), "detections")
+            assert len(out.detections) == 2  # neither an animal's: both stay, whatever their verdicts' age
+            asks.append(board["s"]["unjudged"])
+        # the lone face asks from frame 4 (and, lapsed after 8, goes on asking as unjudged); the person's from 10
+        assert asks == [0, 0, 0, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2]
+        assert [round(v.box[0]) for v in node.verdicts["s"]] == [300]  # the lone face's lapsed after 8 frames
+        node.process(frame(21, [person_face, lone_face], False), "detections")
+        assert node.verdicts["s"] == []  # the person's after 20
+    dog = AnimalFaces("dog", AnimalFaces.Config(remember=4, remember_person=10, pass_persons=False))
+    with Harness(dog) as h:
+        board = h.context.board("dog")
+        dog.process(frame(0, [lone_face, Detection((0, 0, 200, 180), 0.9, "dog")], True), "detections")
+        seen = []
+        for i in range(1, 7):
+            out = dog.process(frame(i, [lone_face], False), "detections")
+            seen.append((len(out.detections), board["s"]["unjudged"]))
+        assert seen == [(0, 0), (0, 0), (0, 0), (0, 1), (0, 1), (0, 1)]  # an animal's asks after 4, as remember says
+
+
 def test_animal_faces_without_remember_asks_for_the_person_detector_on_every_frame() -> None:
     from flowpipe.nodes.context import AnimalFaces
     from flowpipe.nodes.preprocess.interval import ANY_STREAM
