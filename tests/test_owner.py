@@ -21,7 +21,7 @@ FACES = Path(__file__).resolve().parent
 
 
 def _graph(tmp_path: Path, name: str = "g.yaml", every: tuple[int, ...] = (4, 5, 8), fps: float | None = None,
-           detect: str = "", owner: bool = True, source: str = "", pre: str = ""):
+           detect: str = "", owner: bool = True, source: str = "", pre: str = "", requests: str = ""):
     """The 150-frame 1366x768 sample once per stream (every Nth frame), through BlazeFace on the CPU."""
     rate = f", max_fps: {fps}" if fps else ""
     sources = "\n".join(f"  - {{id: s{i}, type: video_source, config: {{uri: sample, every: {n}{rate}}}{source}}}"
@@ -37,7 +37,7 @@ nodes:
     config: {{size: [128, 128], resize: letterbox, color: RGB, layout: NHWC, dtype: f32,
              mean: [127.5, 127.5, 127.5], scale: [127.5, 127.5, 127.5]{pre}}}
     inputs: {{frame: [{ins}]}}
-  - {{id: detect, type: inference, config: {{model: blazeface_short, device: CPU, cache_dir: {tmp_path}/ov}},
+  - {{id: detect, type: inference, config: {{model: blazeface_short, device: CPU, cache_dir: {tmp_path}/ov{requests}}},
      inputs: {{tensor: pre.tensor}}{detect}}}
   - {{id: faces, type: blazeface_decode, config: {{variant: short}}, inputs: {{tensors: detect.tensors}}}}
   - {{id: meta, type: jsonl, config: {{path: {tmp_path}/{name}.jsonl}}, inputs: {{detections: faces.detections}}}}
@@ -133,6 +133,28 @@ def test_the_owner_writes_the_tensor_from_the_frame_that_crossed(tmp_path) -> No
     mine, theirs = _records(out), _records(out2)
     assert len(mine) == 87 and mine == theirs
     assert sum(r["count"] for r in mine.values()) > 0
+
+
+def test_an_inline_node_runs_on_its_own_thread_in_the_owner_with_the_same_results(tmp_path) -> None:
+    """``requests: inline`` (a second look, a profile detector): in the device owner it runs on a thread of its
+    own, so that its requests hold up no other node's frames; every frame answered, the same detections as
+    every shard running it itself."""
+    spec, out = _graph(tmp_path, "lane.yaml", requests=", requests: inline")
+    res = ShardedRun(spec, 2).run()
+    assert res.ok, res.error
+    assert res.frames == {"in": 87, "out": 87, "dropped": 0, "failed": 0}
+    owned = res.to_json()["nodes"]["detect"]["device_owner"]
+    assert owned["own_thread"] is True and owned["frames"] == 87
+    spec2, out2 = _graph(tmp_path, "lane_own.yaml", owner=False, requests=", requests: inline")
+    res2 = ShardedRun(spec2, 2).run()
+    assert res2.ok, res2.error
+    mine, theirs = _records(out), _records(out2)
+    assert len(mine) == 87 and mine == theirs
+    assert sum(r["count"] for r in mine.values()) > 0
+    # an async detector stays on the owner's loop (its requests only start there)
+    spec3, _ = _graph(tmp_path, "loop.yaml", every=(8, 8))
+    res3 = ShardedRun(spec3, 2).run()
+    assert res3.ok and res3.to_json()["nodes"]["detect"]["device_owner"]["own_thread"] is False
 
 
 def test_the_owner_keeps_compiled_models_in_the_hosts_cache_when_the_graph_names_none(tmp_path, monkeypatch) -> None:

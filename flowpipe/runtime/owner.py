@@ -17,6 +17,8 @@ those nodes once; in each shard an ``OwnerClient`` takes the node's place and se
   process would;
 - the owner batches across every stream of every shard (``batch: N``), answers in each shard's order,
   and says which frames a failed request took;
+- a node whose requests run to their end in the calling thread (``requests: inline``: second looks, a
+  profile detector) runs on a thread of its own here, so that its requests hold up no other node's frames;
 - a shard's client counts the frames it sent and has not had back; when the owner dies those are failed
   by the shard's ``on_error`` (named by stream and frame), the supervisor hands the socket to a new owner
   (its model from the OpenVINO cache) and clients reconnect. Where the owned nodes may restart, a standby
@@ -30,6 +32,7 @@ import logging
 import multiprocessing as mp
 import os
 import pickle
+import queue
 import selectors
 import signal
 import socket
@@ -181,6 +184,38 @@ class _Owned:
     failed: int = 0
     busy_s: float = 0.0
     open_s: float = 0.0  # opening it for the first shard that asked (a model compiled or loaded from a cache)
+    lane: _Lane | None = None  # its own thread, where its process() runs each frame to its end
+
+
+class _Lane:
+    """A thread of its own for an owned node whose ``process`` runs each frame's work to its end (inline
+    requests: a second look's crops, a profile detector): on the owner's one loop, which every shard's frames
+    arrive on, each of its requests would hold up every other node's frames, the first detector's included.
+    Frames go to it in the order they came; what it is done with goes back to the loop, which answers."""
+
+    def __init__(self, owner: _Owner, o: _Owned):
+        self.owner, self.o = owner, o
+        self.todo: queue.SimpleQueue[tuple[Frame, bool] | None] = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._run, name=f"owner:{o.spec.id}", daemon=True)
+        self.thread.start()
+
+    def put(self, frame: Frame, picture: bool) -> None:
+        self.todo.put((frame, picture))
+
+    def stop(self) -> None:
+        self.todo.put(None)
+        self.thread.join()
+
+    def _run(self) -> None:
+        ledgers.bind(self.owner.ledger)
+        while (item := self.todo.get()) is not None:
+            frame, picture = item
+            try:
+                done: tuple[_Owned, Any, FrameError | None] = (self.o, self.owner.work(self.o, frame, picture), None)
+            except Exception as e:  # noqa: BLE001 - a frame's failure goes back to its shard
+                done = (self.o, None, e if isinstance(e, FrameError) else FrameError(frame, e))
+            self.owner.done.put(done)
+            self.owner.wake()
 
 
 class _Owner:
@@ -195,6 +230,7 @@ class _Owner:
             if lead is not None and lead.takes_over(o.node, self.devs):
                 o.lead, o.placement = lead, "owner"
         self.routes: dict[int, tuple[_Client, str, int, Frame]] = {}
+        self.done: queue.SimpleQueue[tuple[_Owned, Any, FrameError | None]] = queue.SimpleQueue()  # lanes' work
         self.sel = selectors.DefaultSelector()
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
@@ -226,6 +262,7 @@ class _Owner:
                     with contextlib.suppress(BlockingIOError):
                         while os.read(self.wake_r, 4096):
                             pass
+                    self._lanes_done()
                     self._poll_all()
                 elif what == "control":
                     self._control()
@@ -278,6 +315,8 @@ class _Owner:
                 o.node.open(o.ctx)
                 o.offer = offer
                 o.open_s = time.perf_counter() - t
+                if isinstance(o.node, StreamServer) and o.node.runs_to_completion():
+                    o.lane = _Lane(self, o)
             except Exception as e:  # noqa: BLE001 - reported to the shard, which names the node
                 o.ctx = None
                 if o.lead is not None and o.lead.ctx is not None:
@@ -326,9 +365,22 @@ class _Owner:
             o.node.provide_outputs(f, outs)
         self.routes[id(f)] = (c, msg.node_id, msg.key, f)
         c.in_flight += 1
+        if o.lane is not None:
+            o.lane.put(f, msg.picture is not None)
+            return
+        try:
+            out = self.work(o, f, msg.picture is not None)
+            with self.ledger.on_edge(o.edge):
+                self._deliver(o, out)
+        except Exception as e:  # noqa: BLE001 - a frame's failure goes back to its shard
+            self._failed(o, e if isinstance(e, FrameError) else FrameError(f, e))
+
+    def work(self, o: _Owned, f: Frame, picture: bool) -> Any:
+        """``o``'s work on one frame (its lead's first, where the picture crossed): what its process returned.
+        On the loop, or on the node's lane."""
         t = time.perf_counter()
         try:
-            if o.lead is not None and msg.picture is not None:
+            if o.lead is not None and picture:
                 with self.ledger.on_edge(o.lead.edge):
                     f = o.lead.node.process(f, o.lead.in_port)
                 o.lead.frames += 1
@@ -336,14 +388,29 @@ class _Owner:
                 o.lead.busy_s += t_lead - t
                 t = t_lead
             with self.ledger.on_edge(o.edge):
-                self._deliver(o, o.node.process(f, "tensor"))
-        except Exception as e:  # noqa: BLE001 - a frame's failure goes back to its shard
-            self._failed(o, e if isinstance(e, FrameError) else FrameError(f, e))
-        o.busy_s += time.perf_counter() - t
+                return o.node.process(f, "tensor")
+        finally:
+            o.busy_s += time.perf_counter() - t
+
+    def _lanes_done(self) -> None:
+        """What the lanes are done with: answered from the loop, as the loop's own work is."""
+        while True:
+            try:
+                o, out, err = self.done.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                if err is not None:
+                    self._failed(o, err)
+                else:
+                    with self.ledger.on_edge(o.edge):
+                        self._deliver(o, out)
+            except Exception as e:  # noqa: BLE001
+                self._failed(o, e if isinstance(e, FrameError) else FrameError([], e))
 
     def _poll_all(self) -> None:
         for o in self.owned.values():
-            if o.ctx is None:
+            if o.ctx is None or o.lane is not None:  # (a lane's node holds nothing between frames)
                 continue
             try:
                 with self.ledger.on_edge(o.edge):
@@ -406,7 +473,8 @@ class _Owner:
         out: dict[str, Any] = {"pid": os.getpid(), "nodes": {}, "sections": {}}
         for nid, o in self.owned.items():
             out["nodes"][nid] = {"frames": o.frames, "failed": o.failed, "busy_s": round(o.busy_s, 4),
-                                 "placement": o.placement, "open_s": round(o.open_s, 3)}
+                                 "placement": o.placement, "open_s": round(o.open_s, 3),
+                                 "own_thread": o.lane is not None}
             if o.ctx is not None:
                 out["sections"].update(o.ctx.sections)
             if o.lead is not None:  # the node it runs ahead of this one, for every shard
@@ -418,6 +486,10 @@ class _Owner:
         return out
 
     def _close(self) -> None:
+        for o in self.owned.values():
+            if o.lane is not None:  # its frames done first, and answered
+                o.lane.stop()
+        self._lanes_done()
         for o in self.owned.values():
             if o.ctx is not None:
                 try:
