@@ -959,7 +959,13 @@ def _two_cores(results: Path) -> list[str]:
     return [*L, "", "The writer on a thread of its own adds about 12% of this (the encoder was the longest stage on "
             "the tracker's thread); the rest is the interval and the encoder preset. The crowd runs its detector "
             "on every frame (young tracks and candidates all the time): only the encoder and the thread help "
-            "there.", ""]
+            "there.", "",
+            "The rows above were taken with the device owner running every owned node on its one loop, where a "
+            "request that runs to its end (`requests: inline`: the second looks on each frame's crops, RetinaFace, "
+            "the person detector) held every shard's frames, CenterFace's too, until it was done. Such nodes now "
+            "run on threads of their own there: 643 against 540 fps over 16 streams at the median of 5 runs each "
+            "in turns on one H200 (1.19x; section 7, `ab_owner_lanes_h200`), the slowest stream at 24.8 against "
+            "22.0.", ""]
 
 
 def plot_sixteen(results: Path) -> None:
@@ -1768,6 +1774,10 @@ def _serve(results: Path) -> list[str]:
             "the load generator itself takes much of the CPU the calls get.", ""]
 
 
+def _mb(x: float | None) -> str:
+    return "-" if x is None else str(round(x))
+
+
 def _changes(results: Path) -> list[str]:
     """Section 7: changes measured side by side (``benchmarks/ab.py``: both versions alternating in one run)."""
     L = ["## 7. Changes measured side by side", ""]
@@ -1782,7 +1792,7 @@ def _changes(results: Path) -> list[str]:
         L.append(f"| {r.get('title') or f.stem} | {r['graph']} {' '.join(r['sets'])}, {r['frames']} frames x "
                  f"{r['repeats']} | {r['cores']} | {round(b['fps'], 1)} | {round(a['fps'], 1)} | "
                  f"{r['ratio_after_over_before']['fps']} | {round(b['cpu_ms_per_frame'], 2)} -> "
-                 f"{round(a['cpu_ms_per_frame'], 2)} | {round(b['peak_rss_mb'])} -> {round(a['peak_rss_mb'])} | "
+                 f"{round(a['cpu_ms_per_frame'], 2)} | {_mb(b['peak_rss_mb'])} -> {_mb(a['peak_rss_mb'])} | "
                  f"{a['copies_per_frame']} |")
     notes = [f"- {r.get('title') or f.stem}: {r['note']}" for f in runs if (r := json.loads(f.read_text())).get("note")]
     if notes:
