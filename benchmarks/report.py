@@ -1522,6 +1522,14 @@ def _animal_person(results: Path) -> list[str]:
                       f"{c['shards, animal check, people on CPU'][0]:.0f} against the check on the GPU "
                       f"{c['shards, defaults, animal check'][0]:.0f} and the shipped graph "
                       f"{c['shards, defaults'][0]:.0f}: the CPU's cores do not make it cheap either.")
+        lanes = results / "sixteen_cameras_animals_lanes_h200.json"
+        if lanes.exists():
+            m2 = _median_fps([lanes])
+            (on2, on2_runs), (off2, off2_runs) = m2["shards, defaults, animal check"], m2["shards, defaults"]
+            L[-1] += (f" Those calls ran before the device owner gave inline nodes threads of their own (section 14); "
+                      f"after it (`{lanes.stem}`, one more call, 3 runs each in turns): {on2:.0f} against {off2:.0f} "
+                      f"({', '.join(f'{x:.0f}' for x in on2_runs)} against {', '.join(f'{x:.0f}' for x in off2_runs)}),"
+                      f" {on2 / off2:.2f}x: the check's cost there is its own, not the owner's loop.")
     if animals.exists():
         a = json.loads(animals.read_text())
         pairs: dict[str, dict[str, Any]] = {}
