@@ -20,7 +20,8 @@ evaluation set reported apart: the clips the thresholds were chosen on (tuning) 
 after the thresholds were fixed (flowpipe/eval/clips.py: HELD_OUT, a second batch HELD_OUT_2 added after the
 first had been looked at several times, a third, HELD_OUT_3, of things that look like faces and are no
 person's, added after the heads graph's animal check, and a fourth, HELD_OUT_4, of animals' faces looking at the
-camera, added to prove that check without heads).
+camera, added to prove that check without heads, and a fifth, HELD_OUT_5, of faces that are no person's
+(painted, sculpted, a toy's) and a man in strict profile).
 
 A masker is a graph, or a graph and parameters: ``--graph graphs/face_blur.yaml:profile=false,interval=1``.
 """
@@ -125,14 +126,15 @@ def main() -> int:
     theirs = {r["clip"]: r for r in rows if r["masker"].startswith("deface")}
     summary: dict[str, dict[str, Any]] = {}
     for masker in [*graph_of, *{r["masker"] for r in rows if r["masker"].startswith("deface")}]:
-        for which in ("tuning", "held_out", "held_out_2", "held_out_3", "held_out_4"):
+        for which in ("tuning", "held_out", "held_out_2", "held_out_3", "held_out_4", "held_out_5"):
             ours = [r for r in rows if r["masker"] == masker and r["part"] == which]
             if ours:
                 summary.setdefault(masker, {})[which] = _summary(ours, theirs)
     publish({"graphs": list(graph_of), "sets": sets, "held_out": [n for n in CLIPS if part(n) == "held_out"],
              "held_out_2": [n for n in CLIPS if part(n) == "held_out_2"],
              "held_out_3": [n for n in CLIPS if part(n) == "held_out_3"],
-             "held_out_4": [n for n in CLIPS if part(n) == "held_out_4"], "repeats": args.repeats,
+             "held_out_4": [n for n in CLIPS if part(n) == "held_out_4"],
+             "held_out_5": [n for n in CLIPS if part(n) == "held_out_5"], "repeats": args.repeats,
              "rows": rows, "summary": summary}, args.out)
     return 0
 
