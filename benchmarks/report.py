@@ -1286,6 +1286,23 @@ def _held_out_3(results: Path) -> list[str]:
     return L
 
 
+def _held_out_5(results: Path) -> list[str]:
+    """Section 12: the fifth held-out batch (flowpipe/eval/clips.py: HELD_OUT_5), faces that are no person's and a
+    man in strict profile, its first look with every masker."""
+    path = results / "privacy_eval_held_out_5.json"
+    if not path.exists():
+        return []
+    return _batch(path, "Held-out part, fifth batch",
+                  "added after the fourth batch and the animal check's memory, its faces marked by eye on a 10 px "
+                  "grid before any masker ran on it, nothing chosen on it; these are the figures of its first look. "
+                  "From OpenCV's sample pictures (opencv-python's source distribution): three things with faces that "
+                  "are no person's, a graffiti wall with painted cartoon faces (a goggled scientist, a chicken, a "
+                  "gnome, a robot), a white plaster head beside a desk lamp (the Tsukuba scene, grayscale, "
+                  "compressed) and a rubber whale with a painted eye and smile among toys; and a man at a computer in "
+                  "strict profile (grayscale, his own picture small on the monitor: optional), as shot, at crf 40 and "
+                  "far off in a street (face ~45x55 px). The targets on each: as the other parts'.", graphs_named=True)
+
+
 def _animal_cost(results: Path) -> list[str]:
     """Section 12: what the person detector costs the default graph when it runs for the animal check alone."""
     path = results / "privacy_animal_check_cost.json"
@@ -1719,6 +1736,7 @@ def _privacy(results: Path) -> list[str]:
     L += _animal_default(results)
     L += _animal_remember(results)
     L += _animal_person(results)
+    L += _held_out_5(results)
     L += _heads(results, r)
     gpu = results / "privacy_gpu_h100.json"
     if gpu.exists():
