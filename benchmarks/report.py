@@ -1300,7 +1300,9 @@ def _held_out_5(results: Path) -> list[str]:
                   "gnome, a robot), a white plaster head beside a desk lamp (the Tsukuba scene, grayscale, "
                   "compressed) and a rubber whale with a painted eye and smile among toys; and a man at a computer in "
                   "strict profile (grayscale, his own picture small on the monitor: optional), as shot, at crf 40 and "
-                  "far off in a street (face ~45x55 px). The targets on each: as the other parts'.", graphs_named=True)
+                  "far off in a street (face ~45x55 px). The targets on each: as the other parts'. (A test run took "
+                  "the cores during desk_profile_low's third runs: their FPS are the lowest in its brackets.)",
+                  graphs_named=True)
 
 
 def _animal_cost(results: Path) -> list[str]:

@@ -108,7 +108,8 @@ class AnimalFaces(Node):
         self.lock = threading.Lock()  # streams on several workers count into one stat
         self.verdicts: dict[str, list[_Verdict]] = {}
         self.board = ctx.board(self.id)
-        self.board[ANY_STREAM] = {"ask": True}  # no face judged yet (without remember: never, so always asks)
+        # no face judged yet: a stream's first frame; without remember, never, so the detector runs on every frame
+        self.board[ANY_STREAM] = {"ask": True, "frame": -1} if self.config.remember else {"ask": True}
         if self.config.remember:
             self.stats["remembered"] = 0  # faces judged by what the same face was judged before
 
@@ -132,8 +133,9 @@ class AnimalFaces(Node):
                 and (c.pass_persons or d.label not in c.persons)]
         with self.lock:
             self.stats["dropped"] += len(drop)
-        if c.remember and self.board is not None and not frame.skipped:  # whether a face is left unjudged
-            self.board[frame.stream] = {"ask": unjudged > 0, "unjudged": unjudged}
+        if c.remember and self.board is not None and not frame.skipped:  # whether a face is left unjudged, as of
+            # this frame (an ask counts once: the detector runs on a frame after it, and its answer comes here)
+            self.board[frame.stream] = {"ask": unjudged > 0, "unjudged": unjudged, "frame": frame.index}
         frame.detections = kept
         return frame
 

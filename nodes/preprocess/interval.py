@@ -44,7 +44,10 @@ class Along(NodeConfig):
     its interval passes over get no tensor here either); ``every``: one in this many of those; ``follow``:
     the nodes downstream (their ids) whose word counts: on each of those frames while one's last word on the
     stream says it found something the first detector had not made sure of (``found``: a decoder of this
-    detector) or asks for it (``ask``: a face not judged yet, a head sought on every frame)."""
+    detector) or asks for it (``ask``: a face not judged yet, a head sought on every frame). A word that names
+    the frame it was formed on (``frame``) asks once: it counts only if formed on or after the last frame this
+    detector ran on, so that an ask is answered by one run, not by one on every frame the answer takes to come
+    back through the graph."""
 
     node: str = Field(description="the preprocess (its node id) whose interval this one keeps")
     every: int = Field(1, ge=1, le=30, description="one in this many of the frames that one runs on")
@@ -63,6 +66,7 @@ class AlongGate:
     def __init__(self, config: Along, boards: list[dict[str, Any]], stats: dict[str, Any]):
         self.config, self.boards, self.stats = config, boards, stats
         self.seen: Counter[str] = Counter()  # per stream: frames the first detector ran on
+        self.ran: dict[str, int] = {}  # per stream: the last frame this one ran on
         self.why: Counter[str] = Counter()
         self.lock = threading.Lock()
         names = " or ".join(f"'{n}'" for n in config.followed())
@@ -80,17 +84,21 @@ class AlongGate:
             n = self.seen[frame.stream]
             self.seen[frame.stream] += 1
         words = [b.get(frame.stream, b.get(ANY_STREAM)) for b in self.boards]
+        last = self.ran.get(frame.stream, -1)
         why = "first" if n == 0 else "count" if n % c.every == 0 else \
             "found" if any(w is not None and w.get("found") for w in words) else \
-            "asked" if any(w is not None and w.get("ask") for w in words) else ""
+            "asked" if any(w is not None and w.get("ask") and w.get("frame", last) >= last for w in words) else ""
         with self.lock:
             self.why[why or "skipped"] += 1
             self.stats["detector_runs"] = dict(self.why)
+            if why:
+                self.ran[frame.stream] = frame.index
         return bool(why)
 
     def forget(self, stream: str) -> None:
         with self.lock:
             self.seen.pop(stream, None)
+            self.ran.pop(stream, None)
 
 
 @dataclass
