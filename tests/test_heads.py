@@ -316,7 +316,7 @@ def test_animal_faces_remembers_each_face_s_verdict_where_the_person_detector_di
 
     with Harness(node) as h:
         board = h.context.board("animals")
-        assert board[ANY_STREAM] == {"ask": True}  # no face of a new stream judged yet
+        assert board[ANY_STREAM] == {"ask": True, "frame": -1}  # a new stream's first frame asks (once)
         out = node.process(frame(0, [dog_face(), Detection((0, 0, 200, 180), 0.9, "dog"),
                                      Detection((300, 150, 340, 190), 0.9, "face"),
                                      Detection((280, 100, 380, 300), 0.9, "person")], True), "detections")

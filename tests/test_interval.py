@@ -134,6 +134,41 @@ def test_a_second_detector_runs_on_one_in_every_of_the_first_s_frames_and_on_eac
     assert Preprocess.contract(second.config).refers == {"along.node": "pre", "along.follow": "dec"}
 
 
+def test_a_word_that_names_its_frame_asks_once_until_a_word_formed_after_the_run_comes_back() -> None:
+    """A word formed on frame N (``frame``) counts only if N is at or after the last frame the second detector
+    ran on: the answer to an ask takes frames to come back through the graph, and an ask is answered by one run,
+    not by one on each of those frames. A word naming no frame counts on every frame, as before."""
+    from flowpipe.nodes.preprocess.interval import ANY_STREAM
+
+    second = Preprocess("pre_b", Preprocess.Config.model_validate(
+        {"size": [32, 32], "color": "RGB", "layout": "NHWC",
+         "along": {"node": "pre", "every": 30, "follow": "animals"}}))
+    with Harness(second) as h:
+        animals = h.context.board("animals")
+        animals[ANY_STREAM] = {"ask": True, "frame": -1}  # no face judged yet: the stream's first frame asks
+        words = {4: {"ask": True, "frame": 3},  # a face unjudged as of frame 3 (the detector last ran on 0): runs
+                 # on 4; 5-7 still see the word of frame 3, formed before that run's answer: no run
+                 8: {"ask": True, "frame": 4},  # formed on frame 4, with its answer, and still asking: runs
+                 9: {"ask": True, "frame": 6},  # formed before frame 8's answer came back: no run
+                 10: {"ask": False, "frame": 8}}
+        ran = []
+        for i in range(12):
+            if i in words:
+                animals["cam"] = words[i]
+            f = second.process(Frame("cam", i, i / 30, np.full((120, 160, 3), 90, np.uint8)), "frame")
+            ran.append(f.tensors["input"].shape[0])
+            f.release_memory()
+        assert ran == [1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0]
+        assert h.context.stats["detector_runs"] == {"first": 1, "asked": 2, "skipped": 9}
+        animals["cam"] = {"ask": True}  # naming no frame: every frame
+        ran = []
+        for i in range(12, 15):
+            f = second.process(Frame("cam", i, i / 30, np.full((120, 160, 3), 90, np.uint8)), "frame")
+            ran.append(f.tensors["input"].shape[0])
+            f.release_memory()
+        assert ran == [1, 1, 1]
+
+
 def test_a_second_detector_runs_while_any_node_it_follows_asks_and_takes_a_word_for_every_stream() -> None:
     """``follow: [heads, animals]``: the word of either counts; ``ask`` as ``found`` does; a node's word for
     the streams it has not spoken of (key ``ANY_STREAM``) holds for a stream until it speaks of that one; a

@@ -482,6 +482,11 @@ HELD_OUT_4 = [n for n in _ALL if n in ("lion", "kitten", "pekingese", "cheetah",
 #: 0.82x: the GPU there is at its detectors' ceiling, and the sample's heads float on a background with no person
 #: box round them, so their verdicts are short ones. (a) was not run. ``animals`` stays opt-in. Again after the
 #: device owner came to run inline nodes on threads of their own: 480 against 598, 0.80x, 3 runs each.)
+#: (Then an ask answered once: the animal check's word names the frame it was formed on, and the person detector
+#: runs on an ask only if that word was formed on or after the last frame it ran on, so an unjudged face costs
+#: one run, not one on every frame its answer takes to come back through the graph (more frames the busier the
+#: machine). Rule written before the runs that decide it, for ``animals: true`` by default: (a), (b) and (c) as
+#: the rule above, (c) with 3 runs each in turns; (b) and (c) first, (a) only if both hold.)
 #: a fifth batch, added (and its faces marked by eye) before any masker ran on it, nothing chosen on it: faces that
 #: are no person's (a painted wall, a plaster head, a toy), and a man in strict profile as shot, starved and far;
 #: its first look is reported as it comes, and nothing in the graphs changes on its account in the same change
