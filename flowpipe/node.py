@@ -102,11 +102,6 @@ class StreamServer(Protocol):
     def frames_at_once(self) -> int:
         """Frames it works on at once when every request is busy: what its clients keep it fed with."""
 
-    def runs_to_completion(self) -> bool:
-        """Whether ``process`` runs each frame's work to its end in the calling thread (inline requests), rather
-        than starting it and returning: the device owner then gives it a thread of its own, so that its frames
-        hold up no other node's (every shard's frames arrive on the owner's one loop)."""
-
     def frame_meta(self) -> dict[str, Any]:
         """What it adds to each frame's metadata (the owner's clients add it on their side)."""
 

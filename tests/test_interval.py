@@ -167,6 +167,11 @@ def test_a_word_that_names_its_frame_asks_once_until_a_word_formed_after_the_run
             ran.append(f.tensors["input"].shape[0])
             f.release_memory()
         assert ran == [1, 1, 1]
+        # the stream counted again from a lower index (its source reopened): a word of the new count asks
+        animals["cam"] = {"ask": True, "frame": 2}
+        f = second.process(Frame("cam", 3, 0.1, np.full((120, 160, 3), 90, np.uint8)), "frame")
+        assert f.tensors["input"].shape[0] == 1
+        f.release_memory()
 
 
 def test_a_second_detector_runs_while_any_node_it_follows_asks_and_takes_a_word_for_every_stream() -> None:

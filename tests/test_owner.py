@@ -144,7 +144,7 @@ def test_an_inline_node_runs_on_its_own_thread_in_the_owner_with_the_same_result
     assert res.ok, res.error
     assert res.frames == {"in": 87, "out": 87, "dropped": 0, "failed": 0}
     owned = res.to_json()["nodes"]["detect"]["device_owner"]
-    assert owned["own_thread"] is True and owned["frames"] == 87
+    assert owned["own_thread"] is True and owned["frames"] == owned["frames_on_own_thread"] == 87
     spec2, out2 = _graph(tmp_path, "lane_own.yaml", owner=False, requests=", requests: inline")
     res2 = ShardedRun(spec2, 2).run()
     assert res2.ok, res2.error
@@ -154,7 +154,8 @@ def test_an_inline_node_runs_on_its_own_thread_in_the_owner_with_the_same_result
     # an async detector stays on the owner's loop (its requests only start there)
     spec3, _ = _graph(tmp_path, "loop.yaml", every=(8, 8))
     res3 = ShardedRun(spec3, 2).run()
-    assert res3.ok and res3.to_json()["nodes"]["detect"]["device_owner"]["own_thread"] is False
+    loop = res3.to_json()["nodes"]["detect"]["device_owner"]
+    assert res3.ok and loop["own_thread"] is False and loop["frames_on_own_thread"] == 0 and loop["frames"] > 0
 
 
 def test_the_owner_keeps_compiled_models_in_the_hosts_cache_when_the_graph_names_none(tmp_path, monkeypatch) -> None:

@@ -17,8 +17,9 @@ those nodes once; in each shard an ``OwnerClient`` takes the node's place and se
   process would;
 - the owner batches across every stream of every shard (``batch: N``), answers in each shard's order,
   and says which frames a failed request took;
-- a node whose requests run to their end in the calling thread (``requests: inline``: second looks, a
-  profile detector) runs on a thread of its own here, so that its requests hold up no other node's frames;
+- a node that holds no frames past ``process`` (its requests run to their end there, ``requests: inline``:
+  second looks, a profile detector) runs on a thread of its own here, so that its requests hold up no other
+  node's frames;
 - a shard's client counts the frames it sent and has not had back; when the owner dies those are failed
   by the shard's ``on_error`` (named by stream and frame), the supervisor hands the socket to a new owner
   (its model from the OpenVINO cache) and clients reconnect. Where the owned nodes may restart, a standby
@@ -187,14 +188,22 @@ class _Owned:
     lane: _Lane | None = None  # its own thread, where its process() runs each frame to its end
 
 
+#: what a lane is done with: the node, the frame it was given, what its process returned, or why it failed
+_Done = tuple["_Owned", Frame, Any, "FrameError | None"]
+
+
 class _Lane:
-    """A thread of its own for an owned node whose ``process`` runs each frame's work to its end (inline
-    requests: a second look's crops, a profile detector): on the owner's one loop, which every shard's frames
-    arrive on, each of its requests would hold up every other node's frames, the first detector's included.
-    Frames go to it in the order they came; what it is done with goes back to the loop, which answers."""
+    """A thread of its own for an owned node whose ``process`` runs each frame's work to its end (it holds no
+    frames: inline requests, a second look's crops, a profile detector): on the owner's one loop, which every
+    shard's frames arrive on, each of its requests would hold up every other node's frames, the first detector's
+    included. Frames go to it in the order they came; what it is done with goes back to the loop, which
+    answers."""
+
+    JOIN_S = 30.0  # at closing, how long its queued frames may take
 
     def __init__(self, owner: _Owner, o: _Owned):
         self.owner, self.o = owner, o
+        self.frames = 0  # frames it ran
         self.todo: queue.SimpleQueue[tuple[Frame, bool] | None] = queue.SimpleQueue()
         self.thread = threading.Thread(target=self._run, name=f"owner:{o.spec.id}", daemon=True)
         self.thread.start()
@@ -203,17 +212,23 @@ class _Lane:
         self.todo.put((frame, picture))
 
     def stop(self) -> None:
+        """Its queued frames done (the shards wait for them), then the thread ends; one hung in a request is left
+        to the process's end."""
         self.todo.put(None)
-        self.thread.join()
+        self.thread.join(self.JOIN_S)
+        if self.thread.is_alive():
+            log.warning("device owner: node '%s' still in a request after %.0f s at closing", self.o.spec.id,
+                        self.JOIN_S)
 
     def _run(self) -> None:
         ledgers.bind(self.owner.ledger)
         while (item := self.todo.get()) is not None:
             frame, picture = item
+            self.frames += 1
             try:
-                done: tuple[_Owned, Any, FrameError | None] = (self.o, self.owner.work(self.o, frame, picture), None)
+                done: _Done = (self.o, frame, self.owner.work(self.o, frame, picture), None)
             except Exception as e:  # noqa: BLE001 - a frame's failure goes back to its shard
-                done = (self.o, None, e if isinstance(e, FrameError) else FrameError(frame, e))
+                done = (self.o, frame, None, e if isinstance(e, FrameError) else FrameError(frame, e))
             self.owner.done.put(done)
             self.owner.wake()
 
@@ -230,7 +245,7 @@ class _Owner:
             if lead is not None and lead.takes_over(o.node, self.devs):
                 o.lead, o.placement = lead, "owner"
         self.routes: dict[int, tuple[_Client, str, int, Frame]] = {}
-        self.done: queue.SimpleQueue[tuple[_Owned, Any, FrameError | None]] = queue.SimpleQueue()  # lanes' work
+        self.done: queue.SimpleQueue[_Done] = queue.SimpleQueue()  # what the lanes are done with
         self.sel = selectors.DefaultSelector()
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
@@ -280,7 +295,7 @@ class _Owner:
             case Close():
                 self.running = False
             case StatsWanted():
-                self.control.send(OwnerStats(self._stats()))
+                self.control.send(OwnerStats(self._stats_now()))
 
     def _from_client(self, c: _Client) -> None:
         try:
@@ -315,7 +330,7 @@ class _Owner:
                 o.node.open(o.ctx)
                 o.offer = offer
                 o.open_s = time.perf_counter() - t
-                if isinstance(o.node, StreamServer) and o.node.runs_to_completion():
+                if not o.spec.contract.holds_frames:  # its process() runs each frame to its end (inline)
                     o.lane = _Lane(self, o)
             except Exception as e:  # noqa: BLE001 - reported to the shard, which names the node
                 o.ctx = None
@@ -338,8 +353,8 @@ class _Owner:
                                f"{offer.tensor}")
         offer = replace(offer, writes=mine.writes)
         req = o.node.request(next(iter(o.node.inputs)), offer, {}, self.devs)
-        # every shard's frames at once: each keeps up to its window here (the lead's pool never runs dry,
-        # since this thread also gives its buffers back)
+        # every shard's frames at once: each keeps up to its window here (the lead's pool never runs dry: its
+        # buffers go back as the frames are answered, and no shard has more than its window unanswered)
         held = max(OwnerClient.WINDOW[0] * shards, min(64, OwnerClient.WINDOW[1] * shards))
         alloc = allocate(offer, req, self.devs, lambda _: held)
         alloc.consumers = [o.spec.id]
@@ -396,7 +411,7 @@ class _Owner:
         """What the lanes are done with: answered from the loop, as the loop's own work is."""
         while True:
             try:
-                o, out, err = self.done.get_nowait()
+                o, frame, out, err = self.done.get_nowait()
             except queue.Empty:
                 return
             try:
@@ -405,8 +420,8 @@ class _Owner:
                 else:
                     with self.ledger.on_edge(o.edge):
                         self._deliver(o, out)
-            except Exception as e:  # noqa: BLE001
-                self._failed(o, e if isinstance(e, FrameError) else FrameError([], e))
+            except Exception as e:  # noqa: BLE001 - answered: the frame failed
+                self._failed(o, e if isinstance(e, FrameError) else FrameError(frame, e))
 
     def _poll_all(self) -> None:
         for o in self.owned.values():
@@ -469,12 +484,23 @@ class _Owner:
         if c.in_flight == 0:
             c.close_buffers()
 
+    def _stats_now(self) -> dict[str, Any]:
+        """``_stats`` while lanes run: a lane may add a key to what it reads (a section's first timing, a ledger's
+        new edge); read again then."""
+        for _ in range(5):
+            try:
+                return self._stats()
+            except RuntimeError:  # a dict changed size while read
+                continue
+        return self._stats()
+
     def _stats(self) -> dict[str, Any]:
         out: dict[str, Any] = {"pid": os.getpid(), "nodes": {}, "sections": {}}
         for nid, o in self.owned.items():
             out["nodes"][nid] = {"frames": o.frames, "failed": o.failed, "busy_s": round(o.busy_s, 4),
                                  "placement": o.placement, "open_s": round(o.open_s, 3),
-                                 "own_thread": o.lane is not None}
+                                 "own_thread": o.lane is not None, "frames_on_own_thread": o.lane.frames if o.lane
+                                 else 0}
             if o.ctx is not None:
                 out["sections"].update(o.ctx.sections)
             if o.lead is not None:  # the node it runs ahead of this one, for every shard

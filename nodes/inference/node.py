@@ -110,10 +110,6 @@ class Inference(Node):
         """Frames this node works on at once when every request is busy: what its clients keep it fed with."""
         return self._engine.frames_at_once()
 
-    def runs_to_completion(self) -> bool:
-        """``requests: inline``: each frame's request runs to its end in ``process``."""
-        return self.config.requests == "inline"
-
     def frame_meta(self, device: str | None = None) -> dict[str, Any]:
         """What this node adds to each frame's metadata (``device``: the one of several that ran it)."""
         meta: dict[str, Any] = {"inference": {"node": self.id, "device": device or self.device}}

@@ -66,7 +66,7 @@ class AlongGate:
     def __init__(self, config: Along, boards: list[dict[str, Any]], stats: dict[str, Any]):
         self.config, self.boards, self.stats = config, boards, stats
         self.seen: Counter[str] = Counter()  # per stream: frames the first detector ran on
-        self.ran: dict[str, int] = {}  # per stream: the last frame this one ran on
+        self.ran: dict[str, int] = {}  # per stream: the last frame this one ran on (``ran_on``)
         self.why: Counter[str] = Counter()
         self.lock = threading.Lock()
         names = " or ".join(f"'{n}'" for n in config.followed())
@@ -85,15 +85,20 @@ class AlongGate:
             self.seen[frame.stream] += 1
         words = [b.get(frame.stream, b.get(ANY_STREAM)) for b in self.boards]
         last = self.ran.get(frame.stream, -1)
+        if frame.index < last:  # the stream's frames counted again from a lower index (a source reopened)
+            last = -1
         why = "first" if n == 0 else "count" if n % c.every == 0 else \
             "found" if any(w is not None and w.get("found") for w in words) else \
             "asked" if any(w is not None and w.get("ask") and w.get("frame", last) >= last for w in words) else ""
         with self.lock:
             self.why[why or "skipped"] += 1
             self.stats["detector_runs"] = dict(self.why)
-            if why:
-                self.ran[frame.stream] = frame.index
         return bool(why)
+
+    def ran_on(self, frame: Frame) -> None:
+        """The detector runs on ``frame`` (its preprocess writes its tensor): words formed before it ask no more."""
+        with self.lock:
+            self.ran[frame.stream] = frame.index
 
     def forget(self, stream: str) -> None:
         with self.lock:

@@ -185,6 +185,8 @@ class Preprocess(Node):
         if self.gate is not None and not self.gate.run(frame):  # the interval passes over it
             frame.skipped = self.id
             return self._no_tensor(frame, TensorLayout(self.id, (tw, th), (), filled=0))
+        if self.along is not None:
+            self.along.ran_on(frame)
         rois = c.tiles.rois(w, h) if c.tiles else [roi]
         geos = [geometry(w, h, tw, th, c.resize, r, c.upscale) for r in rois]
         frame.layout = TensorLayout(self.id, (tw, th), tuple(geos))
