@@ -1292,15 +1292,7 @@ def _animal_once(results: Path) -> list[str]:
     cost, gpu = results / "privacy_animal_once_cost.json", results / "sixteen_cameras_animals_once_h200.json"
     if not cost.exists() or not gpu.exists():
         return []
-    r = json.loads(cost.read_text())
-    by: dict[str, dict[str, Any]] = {}
-    for x in r["rows"]:
-        m = x["masker"]
-        by.setdefault(x["clip"], {})["deface" if m.startswith("deface") else "on" if m.endswith("animals=true")
-                                     else "off"] = x
-    ratio = {c: v["on"]["fps"] / v["off"]["fps"] for c, v in by.items()}
-    slow = [c for c in by if ratio[c] < 0.85]
-    under = [c for c, v in by.items() if v["on"]["fps"] < 2 * v["deface"]["fps"] <= v["off"]["fps"]]
+    r, by, ratio, slow, under = _cost_rule(cost)
     each = "; ".join(f"{c} {v['on']['fps']} against {v['off']['fps']} ({ratio[c]:.2f}x)" for c, v in by.items())
     m = _median_fps([gpu])
     (on, on_runs), (off, off_runs) = m["shards, defaults, animal check"], m["shards, defaults"]
@@ -1541,6 +1533,23 @@ def _median_fps(files: list[Path]) -> dict[str, tuple[float, list[float]]]:
     return {c: (statistics.median(v), v) for c, v in runs.items()}
 
 
+def _cost_rule(path: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]], dict[str, float], list[str],
+                                     list[str]]:
+    """A cost run of the animal check (``animals=true`` "on", the shipped graph "off", deface) against the rule's
+    (b): the run, its rows per clip, each clip's FPS ratio, the clips under 0.85x the shipped graph's, and those
+    under twice deface's where the shipped graph is not."""
+    r = json.loads(path.read_text())
+    by: dict[str, dict[str, Any]] = {}
+    for x in r["rows"]:
+        m = x["masker"]
+        by.setdefault(x["clip"], {})["deface" if m.startswith("deface") else "on" if m.endswith("animals=true")
+                                     else "off"] = x
+    ratio = {c: v["on"]["fps"] / v["off"]["fps"] for c, v in by.items()}
+    slow = [c for c in by if ratio[c] < 0.85]
+    under = [c for c, v in by.items() if v["on"]["fps"] < 2 * v["deface"]["fps"] <= v["off"]["fps"]]
+    return r, by, ratio, slow, under
+
+
 def _animal_person(results: Path) -> list[str]:
     """Section 12: the animal check with a person's verdict held longer (``animal_remember_person``): its cost on
     the five clips and on sixteen cameras, the rule written before those runs, and its masks on the animals."""
@@ -1548,17 +1557,9 @@ def _animal_person(results: Path) -> list[str]:
     gpu = [results / "sixteen_cameras_animals_h200.json", results / "sixteen_cameras_animals_h200_more.json"]
     if not cost.exists():
         return []
-    r = json.loads(cost.read_text())
-    by: dict[str, dict[str, Any]] = {}
-    for x in r["rows"]:
-        m = x["masker"]
-        by.setdefault(x["clip"], {})["deface" if m.startswith("deface") else "on" if m.endswith("animals=true")
-                                     else "off"] = x
-    ratio = {c: v["on"]["fps"] / v["off"]["fps"] for c, v in by.items()}
+    r, by, ratio, slow, under = _cost_rule(cost)
     each = "; ".join(f"{c} {v['on']['fps']} against {v['off']['fps']} ({ratio[c]:.2f}x; deface {v['deface']['fps']},"
                      f" {v['on']['fps'] / v['deface']['fps']:.2f}x)" for c, v in by.items())
-    slow = [c for c in by if ratio[c] < 0.85]
-    under = [c for c, v in by.items() if v["on"]["fps"] < 2 * v["deface"]["fps"] <= v["off"]["fps"]]
     L = ["", "**The animal check, a person's verdict held longer** (`animal_remember_person: 125`, with `animals: "
          "true`): a face judged in a person's box stays masked whatever it is judged next, so holding that verdict "
          "risks no leak; it now asks to be renewed after 125 frames instead of 25 (lapsing at 250), and a face the "
