@@ -80,7 +80,7 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3, help="runs per clip and masker; FPS is the median run's")
     ap.add_argument("--out")
     args = ap.parse_args()
-    from flowpipe.eval.clips import CLIPS, clip, part
+    from flowpipe.eval.clips import BATCHES, CLIPS, clip, part
     from flowpipe.eval.score import deface_masks, flowpipe_masks, score
     from flowpipe.graph import parse_sets
 
@@ -126,16 +126,12 @@ def main() -> int:
     theirs = {r["clip"]: r for r in rows if r["masker"].startswith("deface")}
     summary: dict[str, dict[str, Any]] = {}
     for masker in [*graph_of, *{r["masker"] for r in rows if r["masker"].startswith("deface")}]:
-        for which in ("tuning", "held_out", "held_out_2", "held_out_3", "held_out_4", "held_out_5"):
+        for which in ("tuning", *BATCHES):
             ours = [r for r in rows if r["masker"] == masker and r["part"] == which]
             if ours:
                 summary.setdefault(masker, {})[which] = _summary(ours, theirs)
-    publish({"graphs": list(graph_of), "sets": sets, "held_out": [n for n in CLIPS if part(n) == "held_out"],
-             "held_out_2": [n for n in CLIPS if part(n) == "held_out_2"],
-             "held_out_3": [n for n in CLIPS if part(n) == "held_out_3"],
-             "held_out_4": [n for n in CLIPS if part(n) == "held_out_4"],
-             "held_out_5": [n for n in CLIPS if part(n) == "held_out_5"], "repeats": args.repeats,
-             "rows": rows, "summary": summary}, args.out)
+    publish({"graphs": list(graph_of), "sets": sets, **{b: list(names) for b, names in BATCHES.items()},
+             "repeats": args.repeats, "rows": rows, "summary": summary}, args.out)
     return 0
 
 

@@ -494,20 +494,17 @@ HELD_OUT_4 = [n for n in _ALL if n in ("lion", "kitten", "pekingese", "cheetah",
 #: its first look is reported as it comes, and nothing in the graphs changes on its account in the same change
 HELD_OUT_5 = [n for n in _ALL if n in ("graffiti", "bust", "whale", "desk_profile", "desk_profile_low",
                                        "desk_profile_far")]
+#: the held-out batches, in the order they were added: each is reported apart
+BATCHES = {"held_out": HELD_OUT, "held_out_2": HELD_OUT_2, "held_out_3": HELD_OUT_3, "held_out_4": HELD_OUT_4,
+           "held_out_5": HELD_OUT_5}
 #: the clips the thresholds, second looks and tracker rules were chosen on, then the held-out ones
-CLIPS = {n: _ALL[n] for n in [*(n for n in _ALL if n not in HELD_OUT + HELD_OUT_2 + HELD_OUT_3 + HELD_OUT_4
-                                                     + HELD_OUT_5),
-                              *HELD_OUT, *HELD_OUT_2, *HELD_OUT_3, *HELD_OUT_4, *HELD_OUT_5]}
+CLIPS = {n: _ALL[n] for n in [*(n for n in _ALL if not any(n in b for b in BATCHES.values())),
+                              *(n for b in BATCHES.values() for n in b)]}
 
 
 def part(name: str) -> str:
-    """'held_out', 'held_out_2' (the second batch) ... 'held_out_5', or 'tuning': which part of the evaluation set
-    a clip is in."""
-    for batch, names in (("held_out", HELD_OUT), ("held_out_2", HELD_OUT_2), ("held_out_3", HELD_OUT_3),
-                         ("held_out_4", HELD_OUT_4), ("held_out_5", HELD_OUT_5)):
-        if name in names:
-            return batch
-    return "tuning"
+    """'tuning', or the held-out batch a clip is in ('held_out', 'held_out_2' ...: ``BATCHES``)."""
+    return next((batch for batch, names in BATCHES.items() if name in names), "tuning")
 
 
 def clip(name: str) -> Clip:
