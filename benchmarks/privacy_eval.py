@@ -20,8 +20,9 @@ evaluation set reported apart: the clips the thresholds were chosen on (tuning) 
 after the thresholds were fixed (flowpipe/eval/clips.py: HELD_OUT, a second batch HELD_OUT_2 added after the
 first had been looked at several times, a third, HELD_OUT_3, of things that look like faces and are no
 person's, added after the heads graph's animal check, and a fourth, HELD_OUT_4, of animals' faces looking at the
-camera, added to prove that check without heads, and a fifth, HELD_OUT_5, of faces that are no person's
-(painted, sculpted, a toy's) and a man in strict profile).
+camera, added to prove that check without heads, a fifth, HELD_OUT_5, of faces that are no person's
+(painted, sculpted, a toy's) and a man in strict profile, and a sixth, HELD_OUT_6, of animals' faces and faces close
+up with little body below them, to prove the animal check's classifier).
 
 A masker is a graph, or a graph and parameters: ``--graph graphs/face_blur.yaml:profile=false,interval=1``.
 """
