@@ -64,6 +64,11 @@ class AnimalFaces(Node):
     person's box) is masked whatever it is judged next, so that verdict risks no leak and may hold longer,
     ``remember_person`` frames: a camera on people the detector finds then runs it about once in that many
     frames; one the detector found in no box (it missed the person, or the animal) asks after ``remember``.
+
+    With ``kind``, a face in no person's box whose attribute ``kind_attribute`` (a classifier's share on animals,
+    ``class_check``, looked at on the frames the person detector ran on) is ``kind`` or more is an animal's too,
+    as one in an animal's box is: a monkey's, a lion's. A face in a person's box stays a person's whatever it says
+    (a classifier takes some faces in profile for an animal's), and one it did not look at stays a face.
     """
 
     inputs = {"detections": "detections"}
@@ -93,6 +98,11 @@ class AnimalFaces(Node):
                                             "remember")
         same: float = Field(0.5, gt=0, le=1, description="remember: the IoU with a judged face's box that makes a "
                             "face that one")
+        kind: float | None = Field(None, gt=0, le=1, description="a face in no person's box whose kind_attribute "
+                                   "is this or more is an animal's, as one in an animal's box (None: the attribute "
+                                   "is not read)")
+        kind_attribute: str = Field("animal", description="kind: the attribute a classifier's look wrote (its "
+                                    "share on animals)")
 
     config: Config
     board: dict[str, Any] | None = None
@@ -115,13 +125,15 @@ class AnimalFaces(Node):
 
     def process(self, frame: Frame, port: str) -> Frame:
         c = self.config
-        ran = not frame.skipped and not (frame.layout is not None and frame.layout.filled == 0)
+        layout = frame.layout  # the person detector's (a look at its faces after it, ``kind``'s, an objects one)
+        ran = not frame.skipped and not (layout is not None and layout.filled == 0 and layout.objects is None)
         animals = [d.box for d in frame.detections if d.label in c.animals]
         people = [d.box for d in frame.detections if d.label in c.persons]
         faces = [d for d in frame.detections if d.label in c.faces]
         if not c.remember or ran:
             person = [any(share_inside(d.box, p) >= c.cover for p in people) for d in faces]
-            animal = [bool(not p and any(share_inside(d.box, a) >= c.cover for a in animals))
+            animal = [bool(not p and (any(share_inside(d.box, a) >= c.cover for a in animals)
+                                       or (c.kind is not None and d.attributes.get(c.kind_attribute, 0.0) >= c.kind)))
                       for d, p in zip(faces, person, strict=True)]
             unjudged = 0
             if c.remember:

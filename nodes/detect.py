@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import cv2
 import numpy as np
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from flowpipe.frame import Detection, Frame, Placement
 from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
@@ -789,6 +789,74 @@ class CenterFaceCheck(_Decoder):
             near = h[max(0, cy - ry):cy + ry + 1, max(0, cx - rx):cx + rx + 1]
             frame.detections[i].attributes[c.attribute] = float(near.max()) if near.size else 0.0
         return frame
+
+
+@register("class_check")
+class ClassCheck(_Decoder):
+    """A classifier's look at objects found before: its scores on the crop around each object a preprocess with
+    ``objects`` cut, summed over the classes ``classes`` names (an index range of its output, first and last
+    included), written on the object as ``attributes[attribute]``: the share of its belief on them. An ImageNet
+    classifier on a face's crop, over ImageNet's animals (classes 0 to 397, tench to puffer), says how much the
+    face is an animal's (``animal_faces``' ``kind``).
+
+    YAML:
+        - id: kind_pre
+          type: preprocess
+          config: {size: [280, 280], color: RGB, layout: NHWC, dtype: u8,
+                   objects: {labels: [face], not_in: {person: 0.5}, max: 8, scale: 1.5}}
+          inputs: {frame: persons.detections}
+        - {id: kind, type: inference, config: {model: efficientnet_lite3}, inputs: {tensor: kind_pre.tensor}}
+        - {id: kinds, type: class_check, config: {attribute: animal, classes: [0, 397]},
+           inputs: {tensors: kind.tensors}}
+    """
+
+    class Config(_CheckConfig):
+        classes: tuple[int, int] = Field(description="the first and last class (output index) summed, both included")
+        softmax: bool = Field(False, description="the output is logits (a softmax is taken); false: scores "
+                              "already (a quantized softmax too: each crop's scores are taken over their sum)")
+        output: str | None = Field(None, description="the classifier's output (default: the frame's one tensor of "
+                                   "two dimensions with more columns than the last class: the models before it "
+                                   "left theirs on the frame too)")
+
+    config: Config
+
+    @field_validator("classes")
+    @classmethod
+    def _range(cls, v: tuple[int, int]) -> tuple[int, int]:
+        if not 0 <= v[0] <= v[1]:
+            raise ValueError(f"expected the first and last class, 0 <= first <= last, got {list(v)}")
+        return v
+
+    def process(self, frame: Frame, port: str) -> Frame:
+        c = self.config
+        layout = frame.layout
+        if layout is not None and layout.objects is None and layout.filled == 0:
+            return frame  # its preprocess passed over the frame (``along``: the detector it follows did not run)
+        objects = _looked_at(frame)
+        if not objects:
+            return frame  # nothing was looked at
+        out = _output(frame, c.output, 0) if c.output else self._scores(frame)
+        scores = out.reshape(out.shape[0], -1)[: len(objects)].astype(np.float64)
+        if scores.shape[0] < len(objects) or scores.shape[1] <= c.classes[1]:
+            raise ValueError(f"expected a classifier's scores [N, C] for {len(objects)} crops with C over "
+                             f"{c.classes[1]}, got {list(out.shape)}")
+        if c.softmax:
+            scores = np.exp(scores - scores.max(1, keepdims=True))
+        scores /= np.maximum(scores.sum(1, keepdims=True), 1e-12)
+        share = scores[:, c.classes[0]:c.classes[1] + 1].sum(1)
+        for i, v in zip(objects, share):
+            frame.detections[i].attributes[c.attribute] = float(v)
+        return frame
+
+    def _scores(self, frame: Frame) -> np.ndarray:
+        """The classifier's scores among what the models before it left on the frame: the one [N, C] tensor
+        with C over the last class summed."""
+        found = [(k, v) for k, v in frame.tensors.items() if k != "input" and np.ndim(v) == 2
+                 and np.shape(v)[1] > self.config.classes[1]]
+        if len(found) != 1:
+            raise ValueError(f"expected one classifier's scores [N, C] with C over {self.config.classes[1]}, got "
+                             f"{[(k, list(np.shape(v))) for k, v in found] or 'none'}: name it (output)")
+        return np.asarray(found[0][1])
 
 
 @register("classify_topk")

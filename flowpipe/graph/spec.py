@@ -53,7 +53,8 @@ class EngineKeys(BaseModel):
                                               "the running graph (flowpipe serve)")
     enabled: bool = Field(True, description="false: the node is left out and what feeds it feeds its consumers "
                                             "(a node of one input; DeepStream's enable=0); a list: the node runs "
-                                            "where any of them is true (a node two features of a graph need)")
+                                            "where any of them is true (a node two features of a graph need), a "
+                                            "list in it where all of its are (a feature's part it can do without)")
 
     _on_error = _choice("on_error", ON_ERROR)
     _isolation = _choice("isolation", ISOLATION)
@@ -67,9 +68,10 @@ class EngineKeys(BaseModel):
     @classmethod
     def _any_of(cls, v: Any) -> Any:
         if isinstance(v, list):
-            if not v or not all(isinstance(x, bool) for x in v):
-                raise ValueError(f"expected true, false or a list of them, got {v!r}")
-            return any(v)
+            if not v or not all(isinstance(x, bool) or (isinstance(x, list) and x and all(isinstance(y, bool)
+                                                                                         for y in x)) for x in v):
+                raise ValueError(f"expected true, false or a list of them (any), each maybe a list (all), got {v!r}")
+            return any(all(x) if isinstance(x, list) else x for x in v)
         return v
 
 

@@ -74,10 +74,13 @@ class PreprocessConfig(NodeConfig):
         if self.interval is not None and self.along is not None:
             raise ValueError("interval and along exclude each other: expected an interval of its own or "
                              "another preprocess's")
-        if (self.interval is not None or self.along is not None) and (self.objects is not None
-                                                                       or self.backend == "openvino"):
+        if (self.interval is not None and self.objects is not None) or \
+                ((self.interval is not None or self.along is not None) and self.backend == "openvino"):
             raise ValueError("interval passes over whole frames: expected it without objects, on the opencl or "
                              "cpu backend")
+        if self.objects is not None and self.along is not None and (self.along.every != 1 or self.along.follow):
+            raise ValueError("along with objects looks at the objects on the frames that preprocess wrote a tensor "
+                             "for, each of them: expected along: {node} alone (every 1, no follow)")
         if self.objects is not None and self.backend == "openvino":
             raise ValueError("objects crops the frame on the opencl or cpu backend: expected backend auto, "
                              "opencl or cpu")

@@ -77,6 +77,9 @@ class Objects(NodeConfig):
     not_holding: dict[str, Annotated[float, Field(ge=0, le=1)]] | None = Field(
         None, description="objects holding (half or more of its box inside theirs) a detection of one of these "
         "labels at its score or more get no entry: a person whose face was found needs no look for the head")
+    not_in: dict[str, Annotated[float, Field(ge=0, le=1)]] | None = Field(
+        None, description="objects lying (half or more of their box) inside a detection of one of these labels at its "
+        "score or more get no entry: a face in a person's box is a person's, and needs no look at what it is")
     max: int = Field(16, ge=1, le=256, description="entries at most (the highest scores first)")
     scale: float = Field(2.0, gt=0, le=8, description="the square's side, in the object's longer sides "
                                                       "(context around it: a face's look needs its head)")
@@ -96,6 +99,11 @@ class Objects(NodeConfig):
                     if d.label in self.not_holding and d.score >= self.not_holding[d.label]]
             chosen = [i for i in chosen
                       if not any(j != i and share_inside(b, frame.detections[i].box) >= 0.5 for j, b in held)]
+        if self.not_in:
+            around = [(j, d.box) for j, d in enumerate(frame.detections)
+                      if d.label in self.not_in and d.score >= self.not_in[d.label]]
+            chosen = [i for i in chosen
+                      if not any(j != i and share_inside(frame.detections[i].box, b) >= 0.5 for j, b in around)]
         return sorted(chosen, key=lambda i: -frame.detections[i].score)[: self.max]
 
     def geometry(self, box: tuple[float, float, float, float], src_w: int, src_h: int, out_w: int,

@@ -47,7 +47,8 @@ class Along(NodeConfig):
     detector) or asks for it (``ask``: a face not judged yet, a head sought on every frame). A word that names
     the frame it was formed on (``frame``) asks once: it counts only if formed on or after the last frame this
     detector ran on, so that an ask is answered by one run, not by one on every frame the answer takes to come
-    back through the graph."""
+    back through the graph. A preprocess that cuts ``objects`` looks at them on each frame ``node`` wrote a tensor
+    for, and on no other (a classifier on the faces a person detector's boxes leave, on the frames it ran on)."""
 
     node: str = Field(description="the preprocess (its node id) whose interval this one keeps")
     every: int = Field(1, ge=1, le=30, description="one in this many of the frames that one runs on")

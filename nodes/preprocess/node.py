@@ -179,6 +179,8 @@ class Preprocess(Node):
                 raise ValueError(f"roi {roi} is outside the {w}x{h} frame")
         tw, th = self.tensor_size()
         if c.objects is not None:
+            if self.along is not None and not _filled_by(frame, self.along.config.node):  # that one wrote none
+                return self._no_tensor(frame, frame.layout or TensorLayout(self.id, (tw, th), (), filled=0))
             return self._objects(frame, c.objects, tw, th)
         if self.along is not None and not self.along.run(frame):  # the first detector's results stand
             return self._no_tensor(frame, TensorLayout(self.id, (tw, th), (), filled=0))
@@ -318,3 +320,10 @@ def choose(c: PreprocessConfig, alloc: Allocation, devices: Devices) -> Choice:
             return Choice("cpu", why=f"no OpenCL device ({e})",
                           note=(logging.WARNING, f"no OpenCL device ({e}); preprocessing on the CPU with OpenCV"))
     return Choice(c.backend)
+
+
+def _filled_by(frame: Frame, node: str) -> bool:
+    """Whether preprocess ``node`` wrote a tensor for ``frame`` (its layout is on the frame, an entry filled): the
+    detector it feeds ran, and what that found is on the frame."""
+    layout = frame.layout
+    return not frame.skipped and layout is not None and layout.node == node and layout.filled != 0
