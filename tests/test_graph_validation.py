@@ -128,7 +128,19 @@ def test_a_node_two_features_need_runs_where_either_is_on() -> None:
                       (["check=false"], ["src", "s"])):
         assert [n.id for n in load_graph("g.yaml", text=text, overrides=parse_sets(sets)).nodes] == ids, sets
     assert errors_of(text.replace("'${params.check}'", "3")) == [
-        "g.yaml:6: node 'a' (passthrough): enabled: expected true, false or a list of them, got [False, 3]"]
+        "g.yaml:6: node 'a' (passthrough): enabled: expected true, false or a list of them (any), each maybe a list "
+        "(all), got [False, 3]"]
+    # a list in the list: all of it (a feature's part, on only with the feature)
+    nested = text.replace("enabled: ['${params.heads}', '${params.check}']",
+                          "enabled: [['${params.heads}', '${params.check}']]")
+    for sets, ids in ((["heads=true"], ["src", "a", "s"]), (["heads=false"], ["src", "s"]),
+                      (["heads=true", "check=false"], ["src", "s"])):
+        assert [n.id for n in load_graph("g.yaml", text=nested, overrides=parse_sets(sets)).nodes] == ids, sets
+    # the face-blur graph's classifier for the animal check: with the check and animal_kind, not with either alone
+    graph = str(Path(__file__).resolve().parent.parent / "graphs" / "face_blur.yaml")
+    for sets, on in ((["animals=true", "animal_kind=true"], True), (["animals=true"], False),
+                     (["animal_kind=true"], False), (["heads=true", "animal_kind=true"], True)):
+        assert ("kind" in [n.id for n in load_graph(graph, overrides=parse_sets(sets)).nodes]) == on, sets
     # the face-blur graph's person detector without heads: it follows the heads' node, left out, which says
     # nothing, and the animal check, which asks where a face has not been judged
     spec = load_graph(str(Path(__file__).resolve().parent.parent / "graphs" / "face_blur.yaml"),

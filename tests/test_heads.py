@@ -417,3 +417,103 @@ def test_heads_ask_for_the_person_detector_on_one_in_every_of_the_frames_the_det
             node.process(f, "tensors")
             asked.append(board["s"]["ask"])
         assert asked == [False, False, True, False, False, False, True]  # frame 4 said nothing
+
+
+def test_a_face_in_no_box_the_classifier_takes_for_an_animal_s_goes_and_one_in_a_person_s_box_stays() -> None:
+    """``animal_faces`` with ``kind: 0.9``: a face in no box whose ``animal`` share (a classifier's look) is 0.9
+    or more is an animal's and goes (a monkey's: COCO has no box for it); under 0.9, or not looked at, it stays;
+    in a person's box it stays whatever the share (a classifier takes some faces in profile for an animal's);
+    without ``kind`` the share is not read."""
+    from flowpipe.frame import Detection, Frame
+    from flowpipe.testing import run_node
+
+    def frame() -> Frame:
+        f = Frame("s", 0, 0.0, np.zeros((300, 400, 3), np.uint8))
+        shares = [0.97, 0.6, None, 0.99]
+        boxes = [(20, 20, 60, 60), (100, 20, 140, 60), (160, 20, 200, 60), (240, 20, 280, 60)]
+        f.detections = [Detection(b, 0.8, "face", attributes={} if s is None else {"animal": s})
+                        for b, s in zip(boxes, shares)] + [Detection((220, 0, 330, 300), 0.9, "person")]
+        return f
+
+    res = run_node("type: animal_faces\nconfig: {kind: 0.9, pass_persons: false}", [frame()])
+    (out,) = res.frames
+    assert [d.box[0] for d in out.detections] == [100, 160, 240]
+    assert res.result.nodes["node"]["dropped"] == 1
+    (out,) = run_node("type: animal_faces\nconfig: {pass_persons: false}", [frame()]).frames
+    assert [d.box[0] for d in out.detections] == [20, 100, 160, 240]
+
+
+def test_a_look_along_the_person_detector_cuts_the_faces_outside_people_on_the_frames_it_ran_on() -> None:
+    """A preprocess cutting ``objects`` ``along`` the person detector's preprocess looks only on the frames that
+    one wrote a tensor for, and ``not_in: {person: 0.5}`` leaves out the faces half or more inside a person's
+    box: on a frame the detector passed over, no entry, and its layout stays on the frame (the check after it,
+    ``animal_faces``, reads from it that the detector did not run)."""
+    from flowpipe.nodes.preprocess import Preprocess
+
+    from flowpipe.frame import Detection, Frame, TensorLayout
+    from flowpipe.testing import Harness
+
+    look = Preprocess("kind_pre", Preprocess.Config.model_validate(
+        {"size": [32, 32], "color": "RGB", "layout": "NHWC", "dtype": "u8", "along": "people_pre",
+         "objects": {"labels": ["face"], "not_in": {"person": 0.5}, "max": 4, "scale": 1.5}}))
+    with Harness(look) as h:
+        frames = []
+        for i, filled in enumerate([None, 0]):
+            f = Frame("cam", i, i / 30, np.full((120, 160, 3), 90, np.uint8))
+            f.layout = TensorLayout("people_pre", (300, 300), (), filled=filled)
+            f.detections = [Detection((10, 10, 30, 30), 0.9, "face"), Detection((100, 10, 120, 30), 0.9, "face"),
+                            Detection((90, 0, 150, 110), 0.8, "person")]
+            frames.append(look.process(f, "frame"))
+        assert h.context.stats["objects"] == {"frames": 1, "entries": 1}  # what its looks cost (--stats)
+    ran, passed = frames
+    assert ran.layout is not None and ran.layout.objects == (0,) and ran.tensors["input"].shape[0] >= 1
+    assert passed.layout is not None and passed.layout.node == "people_pre" and passed.tensors["input"].shape[0] == 0
+    with pytest.raises(ValueError, match="along with objects"):
+        Preprocess.Config.model_validate({"objects": {}, "along": {"node": "people_pre", "every": 3}})
+
+
+def test_the_classifier_s_look_puts_a_cat_s_face_on_animals_and_a_woman_s_on_things() -> None:
+    """EfficientNet-Lite3 (from the person detector's wheel) through ``class_check``: its share on ImageNet's
+    animals is nearly all on a cat's face and nearly none on a woman's (the registry's model, run for real); the
+    scores are found among the tensors an earlier model left on the frame (a heat map here); a frame its
+    preprocess passed over keeps its faces as they were."""
+    from flowpipe.nodes.detect import ClassCheck
+    from skimage import data
+
+    from flowpipe.frame import Detection, Frame, TensorLayout
+    from flowpipe.testing import feed
+
+    cat = cv2.cvtColor(data.chelsea(), cv2.COLOR_RGB2BGR)
+    woman = cv2.cvtColor(data.astronaut(), cv2.COLOR_RGB2BGR)
+    frames = []
+    for i, (img, box) in enumerate([(cat, (90, 40, 370, 290)), (woman, (174, 69, 278, 175))]):
+        f = Frame("s", i, i / 30, img)
+        f.tensors["heat"] = np.zeros((1, 1, 8, 8), np.float32)  # what an earlier detector left
+        f.detections = [Detection(box, 0.9, "face")]
+        frames.append(f)
+    name = feed(frames)
+    res = run_yaml(f"""
+nodes:
+  - {{id: src, type: list_source, config: {{feed: {name}}}}}
+  - {{id: kind_pre, type: preprocess, config: {{size: [280, 280], color: RGB, layout: NHWC, dtype: u8,
+      objects: {{labels: [face], max: 4, scale: 1.5}}}}, inputs: {{frame: src}}}}
+  - {{id: kind, type: inference, config: {{model: efficientnet_lite3, device: CPU, requests: inline}},
+      inputs: {{tensor: kind_pre.tensor}}}}
+  - {{id: kinds, type: class_check, config: {{attribute: animal, classes: [0, 397]}}, inputs: {{tensors: kind.tensors}}}}
+  - {{id: out, type: collect, config: {{into: kinds}}, inputs: kinds.detections}}
+""")
+    assert res.ok, res.error
+    shares = [f.detections[0].attributes.get("animal") for f in collected("kinds")]
+    assert shares[0] is not None and shares[0] > 0.9, shares
+    assert shares[1] is not None and shares[1] < 0.1, shares
+    check = ClassCheck("kinds", ClassCheck.Config(attribute="animal", classes=(0, 397)))
+    passed = Frame("s", 2, 2 / 30, woman)
+    passed.layout = TensorLayout("people_pre", (300, 300), (), filled=0)  # its preprocess passed over it
+    passed.detections = [Detection((174, 69, 278, 175), 0.9, "face")]
+    assert check.process(passed, "tensors").detections[0].attributes == {}
+    both = Frame("s", 3, 3 / 30, woman)  # two tensors that could be the scores: it asks to be told which
+    both.layout = TensorLayout("kind_pre", (280, 280), (), objects=(0,), filled=1)
+    both.detections = [Detection((174, 69, 278, 175), 0.9, "face")]
+    both.tensors.update(a=np.zeros((4, 1000), np.uint8), b=np.zeros((4, 1001), np.uint8))
+    with pytest.raises(ValueError, match="name it"):
+        check.process(both, "tensors")

@@ -7,6 +7,7 @@ decided by pure functions of its config, what its input offers and what its outp
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -151,6 +152,9 @@ class Preprocess(Node):
             if c_int is not None and c_int.every > 1 else None
         self.along = AlongGate(c.along, [ctx.board(n) for n in c.along.followed()] if c.along.every > 1 else [],
                                stats) if c.along is not None else None
+        if c.objects is not None:  # what its looks cost: the frames with an entry, the entries
+            stats["objects"] = {"frames": 0, "entries": 0}
+            self._objects_lock = threading.Lock()
         self._writer = None
         if self.backend == "opencl":
             assert self.cl is not None, "the opencl backend runs with a device"
@@ -204,6 +208,10 @@ class Preprocess(Node):
                 picked.append((i, geo))
         layout = TensorLayout(self.id, (tw, th), tuple(g for _, g in picked), objects=tuple(i for i, _ in picked),
                               filled=len(picked))
+        if picked:
+            with self._objects_lock:
+                self.stats["objects"]["frames"] += 1
+                self.stats["objects"]["entries"] += len(picked)
         if not picked:
             return self._no_tensor(frame, layout)
         frame.layout = layout
