@@ -1422,6 +1422,16 @@ def _animal_kind(results: Path) -> list[str]:
           + ("So the rule held, and the check runs the classifier wherever it runs (`animal_kind: true`); the check "
              "itself stays opt-in (`animals`, `heads`), for what the person detector costs." if held else
              "So the rule failed, and `animal_kind` stays off.")]
+    gpu = results / "animal_kind_gpu_h200.json"
+    if gpu.exists():
+        g = json.loads(gpu.read_text())
+        L += ["", f"The classifier on the GPU machine ({g['machine']}; {g['date']}; `{gpu.name}`, "
+              f"`python3 benchmarks/animal_kind_devices.py run .device-kind` there, the model file and "
+              f"{len(g['rows'])} crops carried: {g['crops_from']}): it compiles and runs on the GPU plugin "
+              f"({g['GPU_compile_s']} s to compile, "
+              f"{g['GPU_ms_per_crop']} ms a crop one at a time, the 16 cores {g['CPU_ms_per_crop']} ms); each crop's "
+              f"share on animals within {g['max_abs_diff']} of the CPU's, and {g['verdicts_differ_at_0.9']} of "
+              f"{len(g['rows'])} verdicts at 0.9 differ."]
     return L
 
 
