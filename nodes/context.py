@@ -31,10 +31,15 @@ class _Verdict:
     box: np.ndarray
     animal: bool
     person: bool = False  # it lay in a person's box (the surest verdict, and one that keeps it masked)
+    by_kind: bool = False  # an animal's on a classifier's word alone (no animal's box): the least sure verdict
     age: int = 0  # frames since it was judged
 
     def horizon(self, c: AnimalFaces.Config) -> int:
-        """Frames after which it asks to be renewed (it lapses at twice that)."""
+        """Frames after which it asks to be renewed (it lapses at twice that): a verdict on the classifier's word
+        alone asks on the next frame and lapses after two, so a person the detector missed once is looked at again
+        at once."""
+        if self.by_kind:
+            return 1
         return c.remember_person if self.person and c.remember_person is not None else c.remember
 
 
@@ -68,7 +73,9 @@ class AnimalFaces(Node):
     With ``kind``, a face in no person's box whose attribute ``kind_attribute`` (a classifier's share on animals,
     ``class_check``, looked at on the frames the person detector ran on) is ``kind`` or more is an animal's too,
     as one in an animal's box is: a monkey's, a lion's. A face in a person's box stays a person's whatever it says
-    (a classifier takes some faces in profile for an animal's), and one it did not look at stays a face.
+    (a classifier takes some faces in profile for an animal's), and one it did not look at stays a face. A verdict
+    on the classifier's word alone is the least sure: it asks for the detector on the next frame, and lapses after
+    two.
     """
 
     inputs = {"detections": "detections"}
@@ -132,12 +139,15 @@ class AnimalFaces(Node):
         faces = [d for d in frame.detections if d.label in c.faces]
         if not c.remember or ran:
             person = [any(share_inside(d.box, p) >= c.cover for p in people) for d in faces]
-            animal = [bool(not p and (any(share_inside(d.box, a) >= c.cover for a in animals)
-                                       or (c.kind is not None and d.attributes.get(c.kind_attribute, 0.0) >= c.kind)))
-                      for d, p in zip(faces, person, strict=True)]
+            boxed = [bool(not p and any(share_inside(d.box, a) >= c.cover for a in animals))
+                     for d, p in zip(faces, person, strict=True)]
+            by_kind = [bool(not p and not b and c.kind is not None
+                            and d.attributes.get(c.kind_attribute, 0.0) >= c.kind)
+                       for d, p, b in zip(faces, person, boxed, strict=True)]
+            animal = [b or k for b, k in zip(boxed, by_kind, strict=True)]
             unjudged = 0
             if c.remember:
-                self._judged(frame.stream, faces, animal, person)
+                self._judged(frame.stream, faces, animal, person, by_kind)
         else:
             animal, unjudged = self._recalled(frame.stream, faces)  # (unjudged: or judged long ago)
         drop = {id(d) for d, a in zip(faces, animal, strict=True) if a and c.drop_faces}
@@ -151,7 +161,8 @@ class AnimalFaces(Node):
         frame.detections = kept
         return frame
 
-    def _judged(self, stream: str, faces: list[Any], animal: list[bool], person: list[bool]) -> None:
+    def _judged(self, stream: str, faces: list[Any], animal: list[bool], person: list[bool],
+                by_kind: list[bool]) -> None:
         """The verdicts on a frame the detector ran on: those of its faces, and those of faces judged before that
         no face of it lies on (a face the face detectors missed this time keeps its verdict)."""
         boxes = np.asarray([d.box for d in faces], np.float32).reshape(-1, 4)
@@ -159,7 +170,8 @@ class AnimalFaces(Node):
             before = self.verdicts.get(stream, [])
             known = np.stack([v.box for v in before]) if before else np.zeros((0, 4), np.float32)
             taken = {j for _, j in greedy(iou_matrix(boxes, known), self.config.same)}
-            self.verdicts[stream] = [*(_Verdict(b, a, p) for b, a, p in zip(boxes, animal, person, strict=True)),
+            self.verdicts[stream] = [*(_Verdict(b, a, p, k) for b, a, p, k in zip(boxes, animal, person, by_kind,
+                                                                                  strict=True)),
                                      *(v for j, v in enumerate(before) if j not in taken)]
 
     def _recalled(self, stream: str, faces: list[Any]) -> tuple[list[bool], int]:

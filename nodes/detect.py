@@ -818,14 +818,14 @@ class ClassCheck(_Decoder):
                                    "two dimensions with more columns than the last class: the models before it "
                                    "left theirs on the frame too)")
 
-    config: Config
+        @field_validator("classes")
+        @classmethod
+        def _range(cls, v: tuple[int, int]) -> tuple[int, int]:
+            if not 0 <= v[0] <= v[1]:
+                raise ValueError(f"expected the first and last class, 0 <= first <= last, got {list(v)}")
+            return v
 
-    @field_validator("classes")
-    @classmethod
-    def _range(cls, v: tuple[int, int]) -> tuple[int, int]:
-        if not 0 <= v[0] <= v[1]:
-            raise ValueError(f"expected the first and last class, 0 <= first <= last, got {list(v)}")
-        return v
+    config: Config
 
     def process(self, frame: Frame, port: str) -> Frame:
         c = self.config

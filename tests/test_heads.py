@@ -517,3 +517,47 @@ nodes:
     both.tensors.update(a=np.zeros((4, 1000), np.uint8), b=np.zeros((4, 1001), np.uint8))
     with pytest.raises(ValueError, match="name it"):
         check.process(both, "tensors")
+
+
+def test_a_verdict_on_the_classifier_s_word_alone_asks_again_at_once_and_lapses_after_two() -> None:
+    """``remember: 25, kind: 0.9``: on a frame the person detector ran on and the classifier looked at (its
+    preprocess's objects layout on the frame, even one with no entry: the detector ran), a face in no box at 0.93
+    goes; on the frames after, where the detector did not run (its own layout, nothing filled), that verdict asks
+    for the detector at once and lapses after two frames: a person the detector missed once is looked at again at
+    once, and not dropped for 25 to 50 frames. A face judged in a dog's box holds its verdict as before."""
+    from flowpipe.nodes.context import AnimalFaces
+
+    from flowpipe.frame import Detection, Frame, TensorLayout
+    from flowpipe.testing import Harness
+
+    node = AnimalFaces("animals", AnimalFaces.Config(remember=25, kind=0.9, pass_persons=False))
+
+    def frame(i: int, dets: list[Detection], layout: TensorLayout) -> Frame:
+        f = Frame("s", i, i / 25, np.zeros((300, 400, 3), np.uint8))
+        f.detections, f.layout = dets, layout
+        return f
+
+    looked = TensorLayout("kind_pre", (280, 280), (), objects=(), filled=0)  # the detector ran; no crop was cut
+    passed = TensorLayout("people_pre", (300, 300), (), filled=0)  # the detector did not run
+    with Harness(node) as h:
+        board = h.context.board("animals")
+        out = node.process(frame(0, [Detection((20, 20, 60, 60), 0.9, "face", attributes={"animal": 0.93}),
+                                     Detection((220, 20, 260, 60), 0.9, "face"),
+                                     Detection((200, 0, 300, 120), 0.9, "dog")], looked), "detections")
+        assert [d.box[0] for d in out.detections] == []  # one on the classifier's word, one in the dog's box
+        seen = []
+        for i in range(1, 4):
+            out = node.process(frame(i, [Detection((20, 20, 60, 60), 0.9, "face"),
+                                         Detection((220, 20, 260, 60), 0.9, "face")], passed), "detections")
+            seen.append(([d.box[0] for d in out.detections], board["s"]["unjudged"]))
+        assert seen == [([], 1), ([], 1), ([20], 1)]  # asking at once; lapsed after two frames: masked, asking
+        assert h.context.stats["dropped"] == 2 + 2 + 2 + 1  # the dog's face on every frame
+
+
+def test_class_check_takes_a_range_of_classes_from_first_to_last() -> None:
+    from flowpipe.nodes.detect import ClassCheck
+
+    assert ClassCheck.Config(classes=(0, 397)).classes == (0, 397)
+    for bad in ((5, 2), (-3, 2)):
+        with pytest.raises(ValueError, match="first <= last"):
+            ClassCheck.Config(classes=bad)

@@ -164,6 +164,7 @@ ISOLATED = {  # the node under test (id n) with isolation: process, after src ->
     # decoders of models no wheel ships: hand-made tensors, in test_decoders_run_in_a_worker_process
     "classify_topk": None, "db_decode": None, "ssd_decode": None, "yolov8_decode": None,
     "centerface_decode": None, "blazeface_check": None, "centerface_check": None,  # the same, hand-made maps
+    "class_check": None,
     "retinaface_decode": None, "movenet_heads": None,
     "blur": "{id: n, type: blur, isolation: process, inputs: faces.detections}",
     "overlay": "{id: n, type: overlay, isolation: process, inputs: faces.detections}",
@@ -250,6 +251,10 @@ def _decoder_cases() -> dict[str, tuple[dict[str, np.ndarray], TensorLayout | No
         # no crops recorded: each object's place is the middle of its entry
         "blazeface_check": ({"classificators": looks}, TensorLayout("look", (128, 128), (), (1, 0), 2), "{}"),
         "centerface_check": ({"heat": heat2}, TensorLayout("look", (128, 128), crops, (1, 0), 2), "{}"),
+        # two crops' quantized scores over 6 classes, the first three animals: the second crop's is 3 of 4
+        "class_check": ({"heat": heat2, "scores": np.array([[0, 0, 64, 64, 64, 64], [128, 32, 32, 64, 0, 0],
+                                                            [0, 0, 0, 0, 0, 0]], np.uint8)},
+                        TensorLayout("kind", (28, 28), (), (1, 0), 2), "{attribute: animal, classes: [0, 2]}"),
         "centerface_decode": (centerface, letterbox, "{}"),
         # one face, nose at the right of its box (turned: widened on the left), one under the threshold
         "retinaface_decode": ({"out": np.array([[0.1, 0.2, 0.5, 0.6, 0.2, 0.3, 0.4, 0.3, 0.45, 0.4, 0.25, 0.5,
@@ -262,7 +267,8 @@ def _decoder_cases() -> dict[str, tuple[dict[str, np.ndarray], TensorLayout | No
     }
 
 
-@pytest.mark.parametrize("ntype", ["blazeface_check", "centerface_check", "centerface_decode", "classify_topk",
+@pytest.mark.parametrize("ntype", ["blazeface_check", "centerface_check", "class_check", "centerface_decode",
+                                   "classify_topk",
                                    "db_decode", "ssd_decode", "yolov8_decode", "retinaface_decode",
                                    "movenet_heads"])
 def test_decoders_run_in_a_worker_process(ntype: str) -> None:
@@ -274,7 +280,8 @@ def test_decoders_run_in_a_worker_process(ntype: str) -> None:
                         detections=[Detection((10, 10, 30, 30), 0.4, "face"), Detection((50, 10, 70, 30), 0.3, "face")]
                         if ntype == "blazeface_check" else
                         [Detection((50, 10, 70, 30), 0.4, "face"), Detection((0, 0, 20, 20), 0.3, "face")]
-                        if ntype == "centerface_check" else [Detection((40, 0, 120, 100), 0.9, "person")]
+                        if ntype in ("centerface_check", "class_check") else
+                        [Detection((40, 0, 120, 100), 0.9, "person")]
                         if ntype == "movenet_heads" else [])
                   for i in range(6)]
         res = run_yaml(f"""
@@ -294,6 +301,8 @@ def test_decoders_run_in_a_worker_process(ntype: str) -> None:
     assert got["thread"][0][0] or got["thread"][0][1]  # each case finds something
     if ntype == "centerface_check":  # the heat at each face's place in its crop, not at the crop's middle
         assert [round(d[2]["face"], 3) for d in got["thread"][0][0]] == [0.05, 0.9]
+    if ntype == "class_check":  # the first detection was the second crop: 3 of its 4 on the animals; a quarter
+        assert [round(d[2]["animal"], 3) for d in got["thread"][0][0]] == [0.75, 0.25]
     if ntype == "blazeface_check":  # the first detection was the second crop (objects [1, 0])
         assert [round(d[2]["face"], 3) for d in got["thread"][0][0]] == [round(1 / (1 + np.exp(-3.0)), 3),
                                                                           round(1 / (1 + np.exp(4.0)), 3)]

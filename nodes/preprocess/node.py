@@ -183,7 +183,7 @@ class Preprocess(Node):
                 raise ValueError(f"roi {roi} is outside the {w}x{h} frame")
         tw, th = self.tensor_size()
         if c.objects is not None:
-            if self.along is not None and not _filled_by(frame, self.along.config.node):  # that one wrote none
+            if self.along is not None and not self._along_filled(frame):  # that one wrote none: nothing to look at
                 return self._no_tensor(frame, frame.layout or TensorLayout(self.id, (tw, th), (), filled=0))
             return self._objects(frame, c.objects, tw, th)
         if self.along is not None and not self.along.run(frame):  # the first detector's results stand
@@ -197,6 +197,19 @@ class Preprocess(Node):
         geos = [geometry(w, h, tw, th, c.resize, r, c.upscale) for r in rois]
         frame.layout = TensorLayout(self.id, (tw, th), tuple(geos))
         return self._write(frame, geos)
+
+    def _along_filled(self, frame: Frame) -> bool:
+        """Whether the preprocess this one's ``along`` names wrote a tensor for ``frame`` (its detector ran). Its
+        layout must be the frame's: a frame carrying another preprocess's says so, once, and gets no look."""
+        assert self.along is not None
+        node = self.along.config.node
+        layout = frame.layout
+        if layout is not None and layout.node != node and not getattr(self, "_said_along", False):
+            self._said_along = True
+            log.warning("node '%s': along '%s', but its frames carry the tensor layout of '%s': expected it "
+                        "after the decoder of the model '%s' feeds, with no other preprocess between; it looks "
+                        "at nothing", self.id, node, layout.node, node)
+        return _filled_by(frame, node)
 
     def _objects(self, frame: Frame, objects: Objects, tw: int, th: int) -> Frame:
         """One entry per object picked (``objects``): its index among the frame's detections and its crop's
