@@ -67,9 +67,11 @@ class EngineKeys(BaseModel):
     @field_validator("enabled", mode="before")
     @classmethod
     def _any_of(cls, v: Any) -> Any:
+        def flags(x: Any) -> bool:
+            return isinstance(x, list) and bool(x) and all(isinstance(y, bool) for y in x)
+
         if isinstance(v, list):
-            if not v or not all(isinstance(x, bool) or (isinstance(x, list) and x and all(isinstance(y, bool)
-                                                                                         for y in x)) for x in v):
+            if not v or not all(isinstance(x, bool) or flags(x) for x in v):
                 raise ValueError(f"expected true, false or a list of them (any), each maybe a list (all), got {v!r}")
             return any(all(x) if isinstance(x, list) else x for x in v)
         return v

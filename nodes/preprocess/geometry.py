@@ -95,13 +95,11 @@ class Objects(NodeConfig):
                   and all(a in d.attributes and v[0] <= d.attributes[a] < v[1]
                           for a, v in (self.attributes or {}).items())]
         if self.not_holding:
-            held = [(j, d.box) for j, d in enumerate(frame.detections)
-                    if d.label in self.not_holding and d.score >= self.not_holding[d.label]]
+            held = _found(frame, self.not_holding)
             chosen = [i for i in chosen
                       if not any(j != i and share_inside(b, frame.detections[i].box) >= 0.5 for j, b in held)]
         if self.not_in:
-            around = [(j, d.box) for j, d in enumerate(frame.detections)
-                      if d.label in self.not_in and d.score >= self.not_in[d.label]]
+            around = _found(frame, self.not_in)
             chosen = [i for i in chosen
                       if not any(j != i and share_inside(frame.detections[i].box, b) >= 0.5 for j, b in around)]
         return sorted(chosen, key=lambda i: -frame.detections[i].score)[: self.max]
@@ -126,3 +124,8 @@ class Objects(NodeConfig):
         new_w = max(1, min(out_w - pad_x, round((x1 - x0) * k)))
         new_h = max(1, min(out_h - pad_y, round((y1 - y0) * k)))
         return Geometry((x0, y0, x1 - x0, y1 - y0), new_w, new_h, pad_x, pad_y)
+
+
+def _found(frame: Frame, scores: dict[str, float]) -> list[tuple[int, tuple[float, float, float, float]]]:
+    """The frame's detections (index, box) of the labels ``scores`` names, each at its label's score or more."""
+    return [(j, d.box) for j, d in enumerate(frame.detections) if d.label in scores and d.score >= scores[d.label]]

@@ -78,6 +78,7 @@ class Preprocess(Node):
     _writer: CpuBackend | OpenClBackend | None = None  # None: openvino, the frame itself is the input
     gate: Gate | None = None  # the detector's interval
     along: AlongGate | None = None  # a second detector's share of the frames a first one runs on
+    _said_along = False  # (objects along a preprocess whose layout the frames do not carry: said once)
 
     def for_owner(self) -> Preprocess:
         """As the device owner runs it (``owner_side``): the shard's instance decided which frames the
@@ -204,7 +205,7 @@ class Preprocess(Node):
         assert self.along is not None
         node = self.along.config.node
         layout = frame.layout
-        if layout is not None and layout.node != node and not getattr(self, "_said_along", False):
+        if layout is not None and layout.node != node and not self._said_along:
             self._said_along = True
             log.warning("node '%s': along '%s', but its frames carry the tensor layout of '%s': expected it "
                         "after the decoder of the model '%s' feeds, with no other preprocess between; it looks "
@@ -221,12 +222,11 @@ class Preprocess(Node):
                 picked.append((i, geo))
         layout = TensorLayout(self.id, (tw, th), tuple(g for _, g in picked), objects=tuple(i for i, _ in picked),
                               filled=len(picked))
-        if picked:
-            with self._objects_lock:
-                self.stats["objects"]["frames"] += 1
-                self.stats["objects"]["entries"] += len(picked)
         if not picked:
             return self._no_tensor(frame, layout)
+        with self._objects_lock:
+            self.stats["objects"]["frames"] += 1
+            self.stats["objects"]["entries"] += len(picked)
         frame.layout = layout
         return self._write(frame, [g for _, g in picked])
 
