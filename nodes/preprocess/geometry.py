@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from flowpipe.frame import Frame, Placement
 from flowpipe.node import NodeConfig
@@ -42,21 +42,37 @@ class Tiles(NodeConfig):
     grid: tuple[int, int] = Field((2, 2), description="columns, rows")
     overlap: float = Field(0.1, ge=0, lt=1, description="fraction of a tile shared with its neighbour")
     full_frame: bool = Field(True, description="also run on the whole frame (large, close objects)")
+    region: tuple[float, float, float, float] | None = Field(
+        None, description="x0, y0, x1, y1 as fractions of the picture: the grid covers this part of it alone "
+        "(the band round a counting line, a zone), each tile the sharper for it (default: the whole picture)")
+
+    @model_validator(mode="after")
+    def _region_inside(self) -> Tiles:
+        if self.region is not None:
+            x0, y0, x1, y1 = self.region
+            if not (0 <= x0 < x1 <= 1 and 0 <= y0 < y1 <= 1):
+                raise ValueError(f"region: expected x0, y0, x1, y1 with 0 <= x0 < x1 <= 1 and 0 <= y0 < y1 <= 1, "
+                                 f"got {list(self.region)}")
+        return self
 
     @property
     def count(self) -> int:
         return self.grid[0] * self.grid[1] + int(self.full_frame)
 
     def rois(self, w: int, h: int) -> list[tuple[int, int, int, int] | None]:
+        """The whole frame (None), then each tile as x, y, w, h in pixels, row by row."""
+        x0, y0, x1, y1 = self.region or (0.0, 0.0, 1.0, 1.0)
+        left, top = round(x0 * w), round(y0 * h)
+        rw, rh = max(1, round(x1 * w) - left), max(1, round(y1 * h) - top)
         cols, rows = self.grid
-        tw = min(w, int(np.ceil(w / cols * (1 + self.overlap))))
-        th = min(h, int(np.ceil(h / rows * (1 + self.overlap))))
+        tw = min(rw, int(np.ceil(rw / cols * (1 + self.overlap))))
+        th = min(rh, int(np.ceil(rh / rows * (1 + self.overlap))))
         out: list[tuple[int, int, int, int] | None] = [None] if self.full_frame else []
         for r in range(rows):
             for c in range(cols):
-                x = 0 if cols == 1 else round(c * (w - tw) / (cols - 1))
-                y = 0 if rows == 1 else round(r * (h - th) / (rows - 1))
-                out.append((x, y, tw, th))
+                x = 0 if cols == 1 else round(c * (rw - tw) / (cols - 1))
+                y = 0 if rows == 1 else round(r * (rh - th) / (rows - 1))
+                out.append((left + x, top + y, tw, th))
         return out
 
 
