@@ -68,9 +68,11 @@ def main() -> int:
     ap.add_argument("--device", default="CPU")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a parameter of the graph (YAML value), as flowpipe run --set")
+    ap.add_argument("--tiles-band", action="store_true", help="the detector's tiles over the band round each "
+                    "clip's line alone (crossings.py's rule for tiles on traffic, its way C)")
     ap.add_argument("--out")
     args = ap.parse_args()
-    from flowpipe.eval.crossings import clip_file, line, part, score, truth
+    from flowpipe.eval.crossings import band, clip_file, line, part, score, truth
     from flowpipe.graph import parse_sets
 
     sets = {"device": args.device, **parse_sets(args.set)}
@@ -81,7 +83,13 @@ def main() -> int:
         work = Path(tempfile.mkdtemp(prefix=f"flowpipe-count-{name}-"))
         src = clip_file(name, work)
         runs: dict[bool, list[dict[str, Any]]] = {True: [], False: []}
-        own = {"line": line(name, args.what)}  # its camera's own, or the graph's
+        own: dict[str, Any] = {"line": line(name, args.what)}  # its camera's own, or the graph's
+        if args.tiles_band:
+            import av
+
+            with av.open(str(src)) as c:
+                size = c.streams.video[0].codec_context.width, c.streams.video[0].codec_context.height
+            own["tiles"] = band(own["line"], size)
         for _ in range(args.repeats):  # side by side, in turns
             for analytics in (True, False):
                 runs[analytics].append(run_once(graph, src, analytics, work, own | sets))
@@ -97,12 +105,14 @@ def main() -> int:
                          "fps_ratio": round(fps_with / fps_without, 3), "analytics_busy_share": round(share, 4),
                          "analytics_cpu_share": round(cpu_share, 4),
                          "about": truth(args.what)[name]["about"], "part": part(name)}
+        if args.tiles_band:
+            row["tiles"] = own["tiles"]
         rows.append(row)
         print(row, flush=True)
     summary = {which: _summary([r for r in rows if r["part"] == which]) for which in ("seen", "held_out")
                if any(r["part"] == which for r in rows)}
     publish({"graph": str(graph.relative_to(ROOT)), "what": args.what, "device": sets["device"], "set": args.set,
-             "repeats": args.repeats, "rows": rows, "summary": summary}, args.out)
+             "tiles_band": args.tiles_band, "repeats": args.repeats, "rows": rows, "summary": summary}, args.out)
     return 0
 
 

@@ -953,3 +953,15 @@ def test_prometheus_serves_each_camera_s_crossings_and_zone_counts() -> None:
     assert 'flowpipe_zone_occupancy{stream="cam1",zone="door"} 1.0' in text
     assert 'flowpipe_zone_objects{label="person",stream="cam2",zone="door"} 1.0' in text
     assert 'stream="cam2"' not in after and 'flowpipe_zone_occupancy{stream="cam1",zone="door"} 1.0' in after
+
+
+def test_the_band_round_a_line_lies_inside_the_picture_in_tiles_nearest_square() -> None:
+    """The tiles rule's way C (flowpipe/eval/crossings.py): half the picture across the line, centred on it and
+    moved inside the picture; rows for a line across the picture, columns for one down it; four tiles."""
+    from flowpipe.eval.crossings import band
+
+    assert band([[0.0, 0.6], [1.0, 0.6]], (1280, 720)) == {"grid": [3, 1], "region": [0.0, 0.35, 1.0, 0.85]}
+    assert band([[0.0, 0.95], [1.0, 0.85]], (1280, 720)) == {"grid": [3, 1], "region": [0.0, 0.5, 1.0, 1.0]}
+    assert band([[0.5, 0.0], [0.5, 1.0]], (1280, 720)) == {"grid": [2, 2], "region": [0.25, 0.0, 0.75, 1.0]}
+    assert band([[0.1, 0.0], [0.05, 1.0]], (640, 1280)) == {"grid": [1, 3], "region": [0.0, 0.0, 0.5, 1.0]}
+
