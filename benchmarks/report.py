@@ -547,6 +547,22 @@ def _motorway(results: Path) -> list[str]:
                   "line, tiles find more, at about a third of the frame rate and with more counted twice; the "
                   "vehicle graph keeps `tiles: null`, and its comment names tiles for cameras whose objects are "
                   "small.")
+    bf = results / "analytics_eval_vehicles_motorway_band_tried.json"
+    if bf.exists() and tf.exists():
+        b = json.loads(bf.read_text())
+        brows = "; ".join(f"{x['clip']} {x['found']} of {x['true']}, {x['false']} false, {x['twice']} twice"
+                          for x in b["rows"])
+        region = b["rows"][0]["tiles"]
+        L[-1] += (" A third look, so no proof either (`python benchmarks/analytics_eval.py --what vehicles --clips "
+                  f"motorway motorway_low motorway_dark --repeats 1 --tiles-band`, `{bf.name}`): the same four entries "
+                  f"with the grid laid over the band round the line alone (`tiles={{grid: {region['grid']}, region: "
+                  f"{region['region']}}}`: half the picture's height, each tile the sharper for it; the way C of the "
+                  f"rule for tiles on traffic in `flowpipe/eval/crossings.py`, written before this run for footage not "
+                  f"yet found): {brows}; {total(b)}, against the whole picture's tiles' {total(t)[7:]}. As many found "
+                  "and more false: on this camera the band's sharper tiles buy nothing, and the band's FPS, taken "
+                  "while other work shared the 2 cores, is left out (the same batch of 4 as the whole picture's "
+                  "tiles). The rule's judgement waits for new traffic footage: a search of some 260 PyPI packages' "
+                  "archives for fixed-camera clips of traffic or walkers found none not already used here.")
     return L
 
 
