@@ -125,6 +125,8 @@ def test_bad_input_is_one_line_and_the_service_stays_up(service) -> None:
     err(client.post(add, json={"id": "a b", "uri": "sample"}), 422, "id: String should match pattern")
     err(client.post(add, json={"id": "x", "uri": "ftp://cam/1"}), 400, "URI scheme not served: 'ftp'")
     err(client.post(add, json={"id": "x", "uri": "rtsp://cam/1 2"}), 400, "malformed URI")
+    err(client.post(add, json={"id": "x", "uri": "rtsp://"}), 400, "malformed URI 'rtsp://': expected scheme://host")
+    err(client.post(add, json={"id": "x", "uri": "rtsp://cam:port/1"}), 400, "malformed URI")
     err(client.post(add, json={"id": "x", "uri": "../../etc/passwd"}), 403, "path outside the media folder")
     err(client.post(add, json={"id": "x", "uri": "missing.mp4"}), 404, "no file 'missing.mp4' in the media folder")
     err(client.post(add, json={"id": "x", "uri": "sample", "options": {"max_fps": "fast"}}), 400,
@@ -135,6 +137,11 @@ def test_bad_input_is_one_line_and_the_service_stays_up(service) -> None:
     err(client.get("/pipelines/feedface/status"), 404, "no instance 'feedface'")
     err(client.get("/nowhere"), 404, "Not Found")
     assert client.get(f"/pipelines/{iid}/status").json()["state"] == "RUNNING"  # still up, still running
+    # a start refused for one of its streams leaves nothing running, nor listed
+    err(client.post("/pipelines/cams", json={"streams": [{"id": "d", "uri": "missing.mp4"}]}), 404, "no file")
+    err(client.post("/pipelines/cams", json={"streams": [{"id": "d", "uri": "sample", "options": {"lop": 2}}]}),
+        400, "config.lop")
+    assert [i["id"] for i in client.get("/pipelines/status").json()] == [iid]
     assert client.get("/openapi.json").json()["paths"]["/pipelines/{iid}/streams"]["post"]["summary"] == "add a stream"
 
 
@@ -291,6 +298,25 @@ def test_events_with_their_snapshot_and_clip_are_served_from_the_instance_folder
     assert (folder / "events").is_dir() and (folder / "clips").is_dir()
     for bad in ("../../graphs/counting.yaml", "cams/../../x.mp4", "%2e%2e/%2e%2e/etc/passwd"):
         assert client.get(f"/pipelines/{iid}/files/{bad}").status_code == 404
+
+
+def test_a_finished_instance_still_lists_its_events_and_its_time_stands_still(service) -> None:
+    """The counting template over a clip played once: once the instance has completed, ``/events`` lists what
+    it raised (its nodes are closed by then), and its status's elapsed time and rate no longer move."""
+    client, _instances, tmp = service
+    (tmp / "graphs" / "once.yaml").write_text(COUNTING.replace("loop: -1", "loop: 0"))
+    assert "once" in [t["name"] for t in client.get("/pipelines").json()]  # templates are read again
+    r = client.post("/pipelines/once", json={})
+    assert r.status_code == 201, r.text
+    iid = r.json()["id"]
+    _wait(lambda: client.get(f"/pipelines/{iid}/status").json()["state"] == "COMPLETED")
+    events = client.get(f"/pipelines/{iid}/events?limit=200").json()
+    assert len(events) >= 2 and {e["rule"] for e in events} == {"crossed"}, events
+    first = client.get(f"/pipelines/{iid}/status").json()
+    time.sleep(1.2)
+    later = client.get(f"/pipelines/{iid}/status").json()
+    assert (later["elapsed_s"], later["avg_fps"]) == (first["elapsed_s"], first["avg_fps"]) and first["avg_fps"] > 0
+    assert client.get(f"/pipelines/{iid}/events?limit=200").json() == events
 
 
 RETUNE = """# A face stand-in walking right, 1 px a frame, over and over: it crosses the gate at x = 25 once a lap.

@@ -171,6 +171,7 @@ class LiveStreams:
         self.runner = weakref.proxy(runner)  # no cycle: a finished run's pools and fds go with it
         self.added: dict[str, Added] = {}  # by stream
         self.ended: deque[dict[str, Any]] = deque(maxlen=self.KEEP_ENDED)
+        self.last_events: list[dict[str, Any]] = []  # what the nodes held when the run closed them
         self._lock = threading.Lock()
         self._threads = _StreamThreads()
 
@@ -319,9 +320,17 @@ class LiveStreams:
         return keeper.live_since(stream, seq) if keeper is not None else None
 
     def events(self) -> list[dict[str, Any]]:
-        """The newest events of the graph's event sources (analytics nodes), oldest first."""
-        got = [e for n in list(self.runner.nodes.values()) if isinstance(n, EventSource) for e in n.recent_events()]
+        """The newest events of the graph's event sources (analytics nodes), oldest first; once the run has
+        closed its nodes, those they held then."""
+        nodes = list(self.runner.nodes.values())
+        if not nodes:
+            return [dict(e) for e in self.last_events]
+        got = [e for n in nodes if isinstance(n, EventSource) for e in n.recent_events()]
         return sorted(got, key=lambda e: e.get("at", 0.0))
+
+    def keep_events(self) -> None:
+        """The run ends: its events are kept past its nodes (a finished instance still lists them)."""
+        self.last_events = self.events()
 
     def threads_alive(self) -> bool:
         return any(not rec.done.is_set() for rec in list(self.added.values()))

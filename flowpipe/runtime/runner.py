@@ -345,6 +345,7 @@ class Runner:
             ledgers.bind(None)
             if close_errors and self.error is None:
                 self.error = close_errors[0]
+            self.live.keep_events()
             # nodes, their contexts and the runner refer to each other: break the cycle so buffers, fds and
             # device objects go now, not at the next full garbage collection (long-lived processes)
             self.nodes.clear()

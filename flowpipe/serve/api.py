@@ -181,7 +181,7 @@ def _routes(instances: Instances) -> APIRouter:
     async def events(iid: str, limit: int = 50) -> list[dict[str, Any]]:
         inst = instances.get(iid)
         out = []
-        for e in reversed(inst.runner.live.events()[-max(1, min(limit, 200)):]):
+        for e in reversed(inst.events()[-max(1, min(limit, 200)):]):
             # files inside the instance's folder, as this API serves them; on a cluster, read on the host that
             # raised the event (its address in the query)
             where = f"?{urlencode({'host': e['host']})}" if isinstance(e.get("host"), str) else ""

@@ -27,6 +27,7 @@ from ..registry import lookup
 from ..runtime.executor import Executor, executor
 from ..runtime.live import PartlyRetunedError
 from ..runtime.shards import resolve_processes
+from ..sample import SAMPLES
 
 PREVIEW = "_preview"  # the node an instance adds that keeps each stream's newest picture for the console
 URI_SCHEMES = ("rtsp://", "rtsps://", "http://", "https://", "srt://", "udp://", "tcp://")
@@ -98,6 +99,7 @@ class Instance:
     parameters: dict[str, Any] = field(default_factory=dict)  # every parameter's value now
     own: dict[str, dict[str, Any]] = field(default_factory=dict)  # stream -> the zones and lines it has its own
     started_at: float = field(default_factory=time.time)
+    ended_at: float | None = None  # when the run returned: a finished instance's elapsed time and rate stand still
     result: Any = None
     thread: threading.Thread | None = None
     stopping: bool = False
@@ -106,6 +108,9 @@ class Instance:
     _status: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
     _status_at: float = field(default=-1e9, init=False, repr=False)
     retuning: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)  # one change at a time
+    # every event seen, by (stream, id, state), as it stood last: a finished run's (its processes gone) stay listed
+    _events: dict[tuple[Any, Any, Any], dict[str, Any]] = field(default_factory=dict, init=False, repr=False)
+    KEEP_EVENTS = 200
 
     @property
     def state(self) -> str:
@@ -135,12 +140,26 @@ class Instance:
     def _compute_status(self) -> dict[str, Any]:
         r = self.runner
         snap = r.snapshot()
-        elapsed = time.time() - self.started_at
+        elapsed = (self.ended_at or time.time()) - self.started_at
         frames = {k: snap[k] for k in ("in", "out", "dropped", "failed")}
         return {"id": self.id, "pipeline": self.template, "state": self.state, "elapsed_s": round(elapsed, 1),
                 "frames": frames, "avg_fps": round(frames["out"] / elapsed, 1) if elapsed > 0 else 0.0,
                 "streams": self.streams(), "output_dir": str(self.folder),
                 "error": str(self.result.error) if self.result is not None and self.result.error else None}
+
+    def events(self) -> list[dict[str, Any]]:
+        """The instance's newest events, oldest first: those its run holds now (each as it stands: a clip named
+        in it since), with those seen before and no longer held, as after the run has ended."""
+        fresh = self.runner.live.events()
+        with self._status_lock:
+            for e in fresh:
+                key = (e.get("stream"), e.get("id"), e.get("state"))
+                self._events.pop(key, None)
+                self._events[key] = e
+            while len(self._events) > self.KEEP_EVENTS:
+                self._events.pop(next(iter(self._events)))
+            got = [dict(e) for e in self._events.values()]
+        return sorted(got, key=lambda e: e.get("at", 0.0))
 
     def streams(self) -> list[dict[str, Any]]:
         """Every stream of the instance: its own sources' and those added, with their rate now."""
@@ -207,6 +226,8 @@ class Instances:
                              f"{', '.join(sorted(template.params)) or 'none'}")
         if "input" in parameters and isinstance(parameters["input"], str):
             parameters = dict(parameters, input=self.source_uri(parameters["input"]))
+        for req in streams:  # each stream's address checked before anything starts
+            self.source_uri(req["uri"])
         try:
             spec = load_graph(str(template.path), parameters, text=template.text or None)
         except GraphError as e:
@@ -232,14 +253,24 @@ class Instances:
         deadline = time.monotonic() + 60
         while not runner.running and inst.result is None and time.monotonic() < deadline:
             time.sleep(0.05)
-        if inst.result is not None and inst.result.error is not None:
-            raise RequestError(f"pipeline {name!r} failed to start: {inst.result.error}", 422)
-        for req in streams:
-            self.add_stream(inst, req)
+        try:
+            if inst.result is not None and inst.result.error is not None:
+                raise RequestError(f"pipeline {name!r} failed to start: {inst.result.error}", 422)
+            for req in streams:
+                self.add_stream(inst, req)
+        except RequestError:  # a start refused leaves nothing running, nor listed
+            self.stop(inst)
+            raise
         return inst
 
     def _run(self, inst: Instance) -> None:
-        inst.result = inst.runner.run()
+        result = inst.runner.run()
+        inst.ended_at = time.time()
+        try:
+            inst.events()  # what its nodes held at the end, before anyone asks (a run of processes keeps none)
+        except Exception as e:  # noqa: BLE001 - the run's result matters more than its last events
+            log.warning("instance %s: its last events could not be read: %s", inst.id, e)
+        inst.result = result
 
     def stop(self, inst: Instance, timeout: float = 30.0) -> dict[str, Any]:
         inst.stopping = inst.result is None
@@ -407,16 +438,19 @@ class Instances:
 
     def source_uri(self, uri: str) -> str:
         """A URI a stream may read: a network stream, 'sample', or a file inside the media folder."""
-        if uri.lower().startswith(URI_SCHEMES) or uri in ("sample", "sample-text"):
-            if any(c in uri for c in "\n\r\t ") or len(uri) > 2048:
-                raise RequestError(f"malformed URI {uri[:80]!r}")
+        if uri in SAMPLES:
+            return uri
+        if uri.lower().startswith(URI_SCHEMES):
+            if any(c in uri for c in "\n\r\t ") or len(uri) > 2048 or not _host_of(uri):
+                raise RequestError(f"malformed URI {uri[:80]!r}: expected scheme://host[:port]/path")
             return uri
         if "://" in uri:
             raise RequestError(f"URI scheme not served: {uri.split('://', 1)[0]!r}; expected one of "
-                             f"{', '.join(s[:-3] for s in URI_SCHEMES)}, a file in the media folder, or 'sample'")
+                             f"{', '.join(s[:-3] for s in URI_SCHEMES)}, a file in the media folder, or one of "
+                             f"{', '.join(SAMPLES)}")
         if self.media_dir is None:
             raise RequestError("files are not served (start flowpipe serve with --media-dir); expected a network "
-                             "URI or 'sample'")
+                             f"URI or one of {', '.join(SAMPLES)}")
         path = Path(os.path.normpath(self.media_dir / uri))  # by name: links the folder holds are its own
         if not path.is_relative_to(self.media_dir):
             raise RequestError(f"path outside the media folder: {uri!r}", 403)
@@ -443,6 +477,18 @@ class Instances:
                 if per_stream and kind == "video" and "{stream}" not in path:
                     p = p.with_name(f"{p.stem}-{{stream}}{p.suffix}")
                 set_setting(node.config, key, str((state if kind == "state" else folder) / p))
+
+
+def _host_of(uri: str) -> str | None:
+    """The host a network URI names (None: none, or a port that is no number)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(uri)
+        parts.port  # noqa: B018 - raises on a port that is no number
+    except ValueError:
+        return None
+    return parts.hostname
 
 
 def why_fixed(spec: GraphSpec, uses_of: dict[str, list[tuple[str | None, str]]], name: str) -> str | None:
