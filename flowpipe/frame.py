@@ -241,3 +241,19 @@ class Frame:
             return {"Y": self.data[:h], "U": flat[h * w:h * w + q].reshape(h // 2, w // 2),
                     "V": flat[h * w + q:h * w + 2 * q].reshape(h // 2, w // 2)}
         return {self.format: self.data}
+
+
+def unknown_labels(wanted: list[str] | None, known: list[str] | None, what: str) -> str | None:
+    """What is wrong with ``wanted`` where the class names are ``known`` (a model's, as the inference node
+    puts them in a frame's ``meta["labels"]``): a label no class has, with the nearest one; else None. A
+    misspelt class would otherwise find and count nothing, silently."""
+    import difflib
+
+    if not wanted or not known:
+        return None
+    bad = [w for w in wanted if w not in known]
+    if not bad:
+        return None
+    near = difflib.get_close_matches(bad[0], known, n=1)
+    hint = f"; did you mean {near[0]!r}?" if near else f" (the model's: {', '.join(map(str, known[:12]))}, ...)"
+    return f"{what}: no class {bad[0]!r} in the model's labels{hint}"

@@ -243,6 +243,7 @@ class Analytics(Node):
         self.lock = threading.Lock()
         self.stats = ctx.stats
         self.stats.update({"events": 0, "crossings": 0, "crossings_same": 0})
+        self.passed_over: dict[str, int] | None = {}  # tracked objects by label, while ``labels`` has taken none
         if self.config.snapshots:
             Path(self.config.snapshots).mkdir(parents=True, exist_ok=True)
 
@@ -265,6 +266,8 @@ class Analytics(Node):
         forget = c.forget if c.rate is None else scale_count(
             c.forget, factor(self.rates.update(frame.stream, frame.pts), c.rate))
         objs = [d for d in frame.detections if d.track_id is not None and (c.labels is None or d.label in c.labels)]
+        if c.labels is not None and self.passed_over is not None:
+            self._none_taken(self.passed_over, objs, frame)
         points = {d.track_id: _point(d, c.anchor) for d in objs if d.track_id is not None}
         boxes: dict[int, Box] = {d.track_id: d.box for d in objs if d.track_id is not None} \
             if any(ln.same is not None for ln in own_lines.values()) else {}  # (only `same` looks at boxes)
@@ -395,6 +398,23 @@ class Analytics(Node):
             for key in [k for k in st.open if k[0] == r.name]:
                 out.append(self._record(r, frame, st.open.pop(key), "end", t) | {"retuned": True})
         return out
+
+    PASSED_OVER = 100  # tracked objects none of whose labels ``labels`` names: a misspelt label, said once
+
+    def _none_taken(self, seen: dict[str, int], objs: list[Detection], frame: Frame) -> None:
+        """Says once, in the log, that ``labels`` names none of the first ``PASSED_OVER`` tracked objects'
+        labels (a label misspelt counts nothing, silently); quiet for good once it has taken one."""
+        if objs:
+            self.passed_over = None
+            return
+        for d in frame.detections:
+            if d.track_id is not None:
+                seen[d.label] = seen.get(d.label, 0) + 1
+        if sum(seen.values()) >= self.PASSED_OVER:
+            log.warning("node '%s': labels %s: none of the %d tracked objects so far is one (they are: %s); "
+                        "nothing is counted", self.id, list(self.config.labels or []), sum(seen.values()),
+                        ", ".join(f"{k} ({n})" for k, n in sorted(seen.items(), key=lambda x: -x[1])))
+            self.passed_over = None
 
     def recent_events(self) -> list[dict[str, Any]]:
         """The newest events, oldest first, as they stand now: an ``EventSource`` (``flowpipe serve``)."""

@@ -13,7 +13,7 @@ import cv2
 import numpy as np
 from pydantic import Field, field_validator
 
-from flowpipe.frame import Detection, Frame, Placement
+from flowpipe.frame import Detection, Frame, Placement, unknown_labels
 from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
 from flowpipe.registry import register
 
@@ -512,6 +512,9 @@ class SsdDecode(_Decoder):
         c = self.config
         if frame.layout is not None and frame.layout.filled == 0:  # its preprocess passed over the frame
             return frame
+        wrong = unknown_labels(c.classes, c.labels or frame.meta.get("labels"), "classes")
+        if wrong:
+            raise ValueError(wrong)
         tw, th = frame.layout.tensor if frame.layout is not None else (1, 1)
         rows = self._rows(frame)
         rows = rows[(rows[:, 0] < _entries_read(frame)) & (rows[:, 2] >= c.score_threshold)]

@@ -38,6 +38,24 @@ def _walk(x0: float, x1: float, n: int, y: float = 150.0) -> list[tuple[float, f
     return [(x0 + (x1 - x0) * i / (n - 1), y) for i in range(n)]
 
 
+def test_labels_that_name_none_of_the_tracked_objects_say_so_once(caplog) -> None:
+    """``labels: [persn]`` counts nothing: after 100 tracked objects none of which it names, the node says so
+    once in the log, with the labels it did see; labels that take an object say nothing."""
+    seq = [{1: (100.0 + i, 150.0), 2: (50.0, 100.0 + i)} for i in range(60)]
+    with caplog.at_level("WARNING", logger="flowpipe.analytics"):
+        out = run_node(f"type: analytics\nconfig: {{labels: [persn], {LINE}}}", _frames(seq, labels={2: "car"}),
+                       port="detections")
+    assert out.result.ok, out.result.error
+    said = [r.getMessage() for r in caplog.records if "none of the" in r.getMessage()]
+    assert said == ["node 'node': labels ['persn']: none of the 100 tracked objects so far is one (they are: "
+                    "person (50), car (50)); nothing is counted"], said
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="flowpipe.analytics"):
+        out = run_node(f"type: analytics\nconfig: {{labels: [car], {LINE}}}", _frames(seq, labels={2: "car"}),
+                       port="detections")
+    assert out.result.ok and not [r for r in caplog.records if "none of the" in r.getMessage()]
+
+
 @pytest.mark.parametrize("count", ["first", "each_way"])
 def test_a_line_counts_each_track_once_with_its_direction(count: str) -> None:
     """Track 1 walks left to right across a vertical line drawn top to bottom (its left, looking from A to B,

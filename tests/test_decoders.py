@@ -23,6 +23,22 @@ def test_ssd_rows_map_back_through_the_letterbox_with_labels() -> None:
     np.testing.assert_allclose(d.box, (20.0, 0.0, 100.0, 70.0), atol=1e-4)
 
 
+def test_a_class_the_model_has_no_label_for_is_an_error_that_names_the_nearest() -> None:
+    """``classes: [persn]`` would keep nothing, silently: the frame fails, and the error names the class and
+    the label it was probably meant to be (the model's labels as the inference node puts them on the frame)."""
+    rows = np.array([[[[0, 1, 0.9, 0.1, 0.2, 0.5, 0.6], [-1, 0, 0.0, 0, 0, 0, 0]]]], np.float32)
+
+    def frame() -> Frame:
+        return Frame("s", 0, 0.0, np.zeros((100, 200, 3), np.uint8), tensors={"out": rows}, layout=LETTERBOX,
+                     meta={"labels": ["bg", "person", "car"]})
+
+    out = run_node("type: ssd_decode\nconfig: {classes: [persn]}", [frame()], port="tensors")
+    assert not out.result.ok
+    assert "classes: no class 'persn' in the model's labels; did you mean 'person'?" in str(out.result.error)
+    out = run_node("type: ssd_decode\nconfig: {classes: [person]}", [frame()], port="tensors")
+    assert out.result.ok and [d.label for d in out.frames[0].detections] == ["person"]
+
+
 def _tf_outputs(entries: list[list[tuple[int, float, tuple[float, float, float, float]]]]) -> dict[str, np.ndarray]:
     """The TensorFlow Object Detection API's four outputs for a batch: per entry, (class, score, x1 y1 x2 y2
     as fractions of the entry)."""
