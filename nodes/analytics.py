@@ -215,12 +215,15 @@ class Analytics(Node):
             names = [r.name for r in self.rules]
             if len(set(names)) != len(names):
                 raise ValueError("rules: each needs its own name")
-            if self.units == "fraction":
-                pts = [p for c in every for z in c.zones.values() for p in z.polygon] + [
-                    p for c in every for ln in c.lines.values() for p in ln.points]
-                if any(not (-0.5 <= v <= 1.5) for p in pts for v in p):
-                    raise ValueError("zones and lines are in fractions of the picture (0-1); for pixels set "
-                                     "units: pixels")
+            if self.units == "fraction":  # (half a picture beyond its edges: a line drawn on past them)
+                shapes = [(f"zone '{n}'", z.polygon) for c in every for n, z in c.zones.items()] + [
+                    (f"line '{n}'", ln.points) for c in every for n, ln in c.lines.items()]
+                for what, pts in shapes:
+                    off = next((p for p in pts if any(not (-0.5 <= v <= 1.5) for v in p)), None)
+                    if off is not None:
+                        raise ValueError(f"{what}: point {list(off)}: zones and lines are in fractions of the "
+                                         "picture (0-1, up to half a picture beyond its edges); for pixels set "
+                                         "units: pixels")
             return self
 
     config: Config

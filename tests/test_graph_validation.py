@@ -30,6 +30,22 @@ def errors_of(text: str, **kw) -> list[str]:
          r"^g\.yaml:6: node 'src' \(synthetic_source\): config\.widht: unknown key; expected one of: count, width"),
         ("nodes:\n  - id: src\n    type: synthetic_source\n    config:\n      count: many\n",
          r"^g\.yaml:5: node 'src' \(synthetic_source\): config\.count: Input should be a valid integer.*got 'many'"),
+        # a nested part's unknown key names that part's keys; a list too short says how many it needs
+        (OK_HEAD + "  - id: pre\n    type: preprocess\n    config: {size: [8, 8], tiles: {grid: [3], regoin: 1}}\n"
+                   "    inputs: src\n",
+         r"^g\.yaml:5: node 'pre' \(preprocess\): config\.tiles\.grid: expected 2 items, got 1: \[3\]$"),
+        (OK_HEAD + "  - id: pre\n    type: preprocess\n    config: {size: [8, 8], tiles: {grid: [3, 1], regoin: 1}}\n"
+                   "    inputs: src\n",
+         r"config\.tiles\.regoin: unknown key; expected one of: grid, overlap, full_frame, region$"),
+        # a check of a whole part says what it got, once; a whole config is never dumped
+        (OK_HEAD + "  - id: pre\n    type: preprocess\n    config: {size: [8, 8], tiles: {region: [0, 0, 1.6, 1]}}\n"
+                   "    inputs: src\n",
+         r"config\.tiles: region: expected x0, y0, x1, y1 with 0 <= x0 < x1 <= 1 and 0 <= y0 < y1 <= 1, "
+         r"got \[0\.0, 0\.0, 1\.6, 1\.0\]$"),
+        (OK_HEAD + "  - id: an\n    type: analytics\n    config: {zones: {door: {polygon: [[0, 0], [1.55, 0], [1, 1]]}}}\n"
+                   "    inputs: src\n",
+         r"node 'an' \(analytics\): config: zone 'door': point \[1\.55, 0\.0\]: zones and lines are in fractions "
+         r"of the picture \(0-1, up to half a picture beyond its edges\); for pixels set units: pixels$"),
         (OK_HEAD + "  - {id: src, type: null_sink, inputs: src}\n", r"^g\.yaml:3: node 'src' \(null_sink\): duplicate node id 'src' \(first defined at line 2\)"),
         (OK_HEAD + "  - id: s\n    type: null_sink\n    inputs: {inn: src.frame}\n",
          r"^g\.yaml:5: node 's' \(null_sink\): inputs\.inn: unknown input port; expected one of: in"),

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import Any
+from types import UnionType
+from typing import Annotated, Any, Union, get_args, get_origin
 
 import networkx as nx
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from ..errors import Diagnostic, GraphError
 from ..node import Node, NodeContract, Source, kinds_compatible
@@ -260,6 +262,57 @@ def _node_engine_keys(drafts: list[_Draft], fname: str) -> None:
         d.workers = d.eng.workers
 
 
+def config_error(model: type[BaseModel], err: Any) -> str:
+    """One pydantic error of a node's config as one short line: where (``config.a.b``), what was expected, and
+    what it got where that is short; an unknown key with the keys of the part it is in (a nested one's own),
+    a list too short with the items it needs."""
+    loc = tuple(err["loc"])
+    where = "config" + "".join(f".{x}" for x in loc)
+    got = err.get("input")
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        part = _model_at(model, loc[:-1])
+        fields = ", ".join(part.model_fields) if part is not None else ""
+        return f"{where}: unknown key; expected one of: {fields or 'none'}"
+    if err["type"] == "missing" and loc and isinstance(loc[-1], int) and isinstance(got, (list, tuple)):
+        return f"{where[: where.rindex('.')]}: expected {loc[-1] + 1} items, got {len(got)}: {got!r}"
+    if err["type"] == "missing":
+        return f"{where}: {msg}"
+    shown = repr(got)
+    if "got " in msg or len(shown) > 120 or (err["type"] == "value_error" and isinstance(got, dict)):
+        # the check says what it got, or checked a whole part (the message names what in it is wrong)
+        return f"{where}: {msg}"
+    return f"{where}: {msg}, got {shown}"
+
+
+def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The pydantic model the config's part at ``loc`` is (through fields, optional ones, mappings' values
+    and lists' items), None where it is no model."""
+    t: Any = model
+    for part in loc:
+        t = _unwrapped(t)
+        if isinstance(t, type) and issubclass(t, BaseModel):
+            field = t.model_fields.get(str(part))
+            if field is None:
+                return None
+            t = field.annotation
+        elif get_origin(t) in (dict, Mapping) and get_args(t):
+            t = get_args(t)[-1]
+        elif get_origin(t) in (list, tuple) and get_args(t):
+            t = get_args(t)[0]
+        else:
+            return None
+    t = _unwrapped(t)
+    return t if isinstance(t, type) and issubclass(t, BaseModel) else None
+
+
+def _unwrapped(t: Any) -> Any:
+    """``X`` of ``X | None`` and of ``Annotated[X, ...]``."""
+    while get_origin(t) in (Annotated, Union, UnionType):
+        t = next((a for a in get_args(t) if a is not type(None)), None)
+    return t
+
+
 def _node_configs(drafts: list[_Draft], fname: str) -> None:
     """Phase 5c, node configs: ``config`` a mapping the node type's pydantic model accepts; an unknown key
     names the keys the type takes."""
@@ -274,16 +327,8 @@ def _node_configs(drafts: list[_Draft], fname: str) -> None:
             d.config = cls.Config.model_validate(dict(cfg_raw))
         except ValidationError as e:
             for err in e.errors():
-                loc = ".".join(str(x) for x in err["loc"])
                 key = err["loc"][0] if err["loc"] else None
-                got = err.get("input")
-                msg = err["msg"]
-                if err["type"] == "extra_forbidden":
-                    fields = ", ".join(cls.Config.model_fields) or "none"
-                    msg = f"unknown key; expected one of: {fields}"
-                elif err["type"] != "missing":
-                    msg = f"{msg}, got {got!r}"
-                d.errors.append(Diagnostic(f"config.{loc}: {msg}", fname, line_of(cfg_raw, key), *d.who))
+                d.errors.append(Diagnostic(config_error(cls.Config, err), fname, line_of(cfg_raw, key), *d.who))
             d.config_failed = True  # its contract is still checked, from the type's defaults
         except Exception as e:  # noqa: BLE001 - validators may raise anything
             d.stop(Diagnostic(f"config: {e}", fname, line_of(raw, "config"), *d.who))
