@@ -171,7 +171,16 @@ def test_unreadable_model_and_shape_mismatch(tmp_path, astronaut) -> None:
 
 def test_unknown_inference_key_is_a_validation_error() -> None:
     with pytest.raises(GraphError, match=r"config\.devcie: unknown key"):
-        run_yaml(_graph("x", "y", "model: m, devcie: CPU"))
+        run_yaml(_graph("x", "y", "model: m.xml, devcie: CPU"))
+
+
+def test_a_model_name_the_registry_lacks_is_a_validation_error_naming_the_nearest() -> None:
+    """A misspelt registry name fails when the graph is read, not when the node opens; a path is looked for
+    when the node opens (on the host that runs it)."""
+    with pytest.raises(GraphError, match=r"config\.model: expected a registry name \(did you mean "
+                                         r"'ssd_mobilenet_v2_coco'\?\), a \.xml/\.onnx/\.tflite path or an "
+                                         r"http\(s\) URL, got 'ssd_mobilenet_v3_coco'$"):
+        run_yaml(_graph("x", "y", "model: ssd_mobilenet_v3_coco, device: CPU"))
 
 
 def test_stateful_model_keeps_one_state_per_stream(tmp_path) -> None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from flowpipe.node import NodeConfig
 
@@ -27,6 +27,23 @@ class InferenceConfig(NodeConfig):
     model: str = Field(description="registry name (flowpipe models list), .xml/.onnx/.tflite path, or an "
                                    "http(s) URL (with model_sha256)")
     model_sha256: str | None = Field(None, description="required for a URL: the model file's sha256")
+
+    @field_validator("model")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        """A name that is no path, file or URL must be the registry's (a misspelt one fails here, not at start)."""
+        import difflib
+
+        from flowpipe.models import registry
+
+        if "/" in v or "\\" in v or "." in v or v.startswith("~"):
+            return v  # a path or URL: looked for when the node opens, on the host that runs it
+        names = list(registry())
+        if v not in names:
+            near = difflib.get_close_matches(v, names, n=1)
+            which = f"did you mean {near[0]!r}?" if near else f"flowpipe models list: {', '.join(names)}"
+            raise ValueError(f"expected a registry name ({which}), a .xml/.onnx/.tflite path or an http(s) URL")
+        return v
     device: str | list[str] = Field(
         "AUTO", description="NPU|GPU|CPU|AUTO, a fallback list (the first present), e.g. 'NPU,GPU,CPU', or devices "
         "used together, e.g. 'GPU+CPU' (each present one runs frames as it has requests free; batch: 1)")
