@@ -593,3 +593,18 @@ def test_a_change_made_while_a_replacement_process_opens_reaches_it(service) -> 
     _wait(lambda: all(s["out"] > start[s["stream"]] + 120 for s in client.get(f"/pipelines/{iid}/streams").json()))
     assert _laps(client, iid, since=moved + 0.5) == {"a": {33}, "b": {33}}
     client.delete(f"/pipelines/{iid}")
+
+
+def test_template_descriptions_are_whole_sentences_of_the_opening_comment() -> None:
+    """``GET /pipelines`` describes each shipped graph by its opening comment's first paragraph, cut after a
+    whole sentence, never mid-word."""
+    from pathlib import Path
+
+    from flowpipe.serve.instances import find_templates
+
+    found = find_templates([Path(__file__).resolve().parent.parent / "graphs"])
+    assert {"face_blur", "people_count", "vehicle_count"} <= set(found)
+    for t in found.values():
+        assert t.description.endswith(".") and 20 < len(t.description) <= 400, (t.name, t.description)
+    assert found["passthrough"].description == ("The smallest useful graph: synthetic frames through one "
+                                                "pass-through stage into a sink.")

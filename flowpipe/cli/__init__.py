@@ -182,12 +182,12 @@ def cmd_nodes(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="flowpipe", description=__doc__)
+    p = argparse.ArgumentParser(prog="flowpipe", description=(__doc__ or "").replace("``", ""))
     p.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     sub = p.add_subparsers(dest="cmd", required=True)
 
-    def with_set(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--set", action="append", metavar="NAME=VALUE", help="override a graph parameter")
+    def with_set(sp: argparse.ArgumentParser, what: str = "override a graph parameter (a YAML value)") -> None:
+        sp.add_argument("--set", action="append", metavar="NAME=VALUE", help=what)
 
     r = sub.add_parser("run", help="run a graph")
     r.add_argument("graph")

@@ -115,7 +115,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"error: serving on {args.host} (not loopback) needs a token: --token or FLOWPIPE_TOKEN",
               file=sys.stderr)
         return 2
-    folders = [Path(f) for f in (args.graphs or [str(Path(__file__).resolve().parents[2] / "graphs")])]
+    shipped = Path(__file__).resolve().parents[2] / "graphs"
+    folders = [Path(f) for f in (args.graphs or [Path("graphs") if Path("graphs").is_dir() else shipped])]
     instances = Instances(folders, Path(args.output_dir), Path(args.media_dir) if args.media_dir else None,
                           cluster=args.cluster)
     log.info("flowpipe serve on http://%s:%d/ (%d templates from %s)%s", args.host, args.port,
@@ -130,8 +131,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def add_serve(sub: Any) -> None:
     s = sub.add_parser("serve", help="REST API and web console: start graphs, add and remove streams")
     s.add_argument("--host", default="127.0.0.1", help="bind address (not loopback: needs --token)")
-    s.add_argument("--port", type=int, default=8080)
-    s.add_argument("--graphs", action="append", metavar="DIR", help="template folders (default: graphs/)")
+    s.add_argument("--port", type=int, default=8080, help="(default: 8080)")
+    s.add_argument("--graphs", action="append", metavar="DIR", help="template folders (default: ./graphs where "
+                   "there is one, else the graphs flowpipe ships)")
     s.add_argument("--output-dir", default="out/serve", help="every instance writes inside DIR/ID/")
     s.add_argument("--media-dir", help="files streams may read (default: network URIs and 'sample' only)")
     s.add_argument("--token", help="bearer token every request needs (or FLOWPIPE_TOKEN)")

@@ -146,7 +146,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0 if report["exit"] == 0 else 1
 
 
-def add_commands(sub: Any, with_set: Callable[[argparse.ArgumentParser], None]) -> None:
+def add_commands(sub: Any, with_set: Callable[..., None]) -> None:
 
     d = sub.add_parser("devices", help="shared-memory kinds, OpenVINO devices and OpenCL platforms here")
     d.add_argument("--json", action="store_true")
@@ -164,22 +164,22 @@ def add_commands(sub: Any, with_set: Callable[[argparse.ArgumentParser], None]) 
 
     c = sub.add_parser("compile", help="compile a model for a device and export a blob")
     c.add_argument("model", help="registry name or model path")
-    c.add_argument("--device", default="AUTO")
-    c.add_argument("--hint", choices=["LATENCY", "THROUGHPUT"], default=None)
+    c.add_argument("--device", default="AUTO", help="NPU, GPU, CPU or AUTO (the first present) (default: AUTO)")
+    c.add_argument("--hint", choices=["LATENCY", "THROUGHPUT"], default=None, help="OpenVINO's performance hint")
     c.add_argument("--shape", help="static input shape, e.g. 1,3,640,640")
-    c.add_argument("-o", "--output", required=True)
-    with_set(c)
+    c.add_argument("-o", "--output", required=True, help="the blob's path (an inference node's 'blob')")
+    with_set(c, "an OpenVINO property of the compile, e.g. NPU_COMPILER_TYPE=DRIVER")
     c.set_defaults(func=cmd_compile)
 
     b = sub.add_parser("bench", help="run a graph with warm-up and report FPS, latency, CPU, memory, copies")
-    b.add_argument("graph")
-    b.add_argument("--frames", type=int, default=300)
-    b.add_argument("--warmup", type=int, default=30)
-    b.add_argument("--streams", type=int, default=1)
+    b.add_argument("graph", help="the graph's YAML file")
+    b.add_argument("--frames", type=int, default=300, help="frames timed per stream, after the warm-up (default: 300)")
+    b.add_argument("--warmup", type=int, default=30, help="frames per stream left out of the figures (default: 30)")
+    b.add_argument("--streams", type=int, default=1, help="copies of the graph's sources run at once (default: 1)")
     b.add_argument("--processes", type=processes_arg, metavar="N|auto",
                    help="shard the streams over N worker processes (default: the graph's 'processes', 1)")
     b.add_argument("--no-device-owner", action="store_true",
                    help="over several processes, every shard opens its own inference (default: one device owner)")
-    b.add_argument("--json", metavar="PATH")
+    b.add_argument("--json", metavar="PATH", help="write the figures as JSON")
     with_set(b)
     b.set_defaults(func=cmd_bench)

@@ -74,16 +74,33 @@ def find_templates(folders: list[Path]) -> dict[str, Template]:
         for path in sorted(folder.glob("*.yaml")):
             if path.stem in out:
                 continue
+            if path.stem == "status":  # /pipelines/status lists the instances
+                log.warning("%s: a template may not be named 'status' (the path that lists instances); not served",
+                            path)
+                continue
             try:
                 spec = load_graph(str(path))
             except GraphError:
                 continue  # not a graph flowpipe can run here (shown by flowpipe validate)
             text = path.read_text(encoding="utf-8")
-            lines = [ln[1:].strip() for ln in text.splitlines()[:3] if ln.startswith("#")]
-            out[path.stem] = Template(path.stem, path, " ".join(lines), dict(spec.params),
+            out[path.stem] = Template(path.stem, path, _description(text), dict(spec.params),
                                       [s.id for s in spec.templates() + spec.sources()],
                                       parameter_uses(parse_yaml(text, str(path))), text)
     return out
+
+
+def _description(text: str, most: int = 400) -> str:
+    """A graph file's description: its opening comment's first paragraph, whole sentences up to ``most``
+    characters (the first sentence whole, however long)."""
+    para = []
+    for ln in text.splitlines():
+        if not ln.startswith("#") or not ln[1:].strip():
+            break
+        para.append(ln[1:].strip())
+    words = " ".join(para)
+    ends = [i + 1 for i, ch in enumerate(words) if ch == "." and (i + 1 == len(words) or words[i + 1] == " ")]
+    fit = [i for i in ends if i <= most]
+    return words[: (fit[-1] if fit else ends[0] if ends else len(words))].strip()
 
 
 @dataclass
