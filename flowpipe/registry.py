@@ -76,7 +76,7 @@ def lookup(type_name: str) -> type[Node]:
         return reg[type_name]
     close = difflib.get_close_matches(type_name, reg, n=1)
     hint = f"; did you mean '{close[0]}'?" if close else ""
-    raise KeyError(f"unknown node type '{type_name}'{hint} known: {', '.join(sorted(reg))}")
+    raise KeyError(f"unknown node type '{type_name}'{hint}{' ' if hint else '; '}known: {', '.join(sorted(reg))}")
 
 
 def import_plugin(name: str, beside: str | None = None) -> None:

@@ -114,7 +114,10 @@ class VideoSource(Source):
 
     def resources(self) -> list[str]:
         uri = self.config.uri
-        kind = "network stream" if _NET.match(uri) else "camera" if _is_camera(uri) else "file/folder"
+        from flowpipe.sample import SAMPLES
+
+        kind = ("network stream" if _NET.match(uri) else "camera" if _is_camera(uri) else
+                "the built-in clip" if uri in SAMPLES else "file/folder")
         return [f"opens {kind} {_redact(uri)}"]
 
     def offer(self, port: str, inputs: Mapping[str, Offer], devices: Devices) -> Offer:

@@ -135,12 +135,13 @@ def test_bad_input_is_one_line_and_the_service_stays_up(service) -> None:
     err(client.post(add, json={"id": "cam", "uri": "sample"}), 409, "already in the graph")
     err(client.delete(f"/pipelines/{iid}/streams/ghost"), 404, "has no added stream 'ghost'")
     err(client.get("/pipelines/feedface/status"), 404, "no instance 'feedface'")
+    err(client.get(f"/pipelines/{iid}/streams/ghost/preview.jpg"), 404, f"instance {iid} has no stream 'ghost'; streams: ")
     err(client.get("/nowhere"), 404, "Not Found")
     assert client.get(f"/pipelines/{iid}/status").json()["state"] == "RUNNING"  # still up, still running
     # a start refused for one of its streams leaves nothing running, nor listed
     err(client.post("/pipelines/cams", json={"streams": [{"id": "d", "uri": "missing.mp4"}]}), 404, "no file")
     err(client.post("/pipelines/cams", json={"streams": [{"id": "d", "uri": "sample", "options": {"lop": 2}}]}),
-        400, "config.lop")
+        400, "config.lop: unknown key; expected one of: uri, ")
     assert [i["id"] for i in client.get("/pipelines/status").json()] == [iid]
     assert client.get("/openapi.json").json()["paths"]["/pipelines/{iid}/streams"]["post"]["summary"] == "add a stream"
 

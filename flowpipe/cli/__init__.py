@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import GraphError
+from ..errors import Diagnostic, GraphError
 from ..graph import load_graph, parse_sets
 from ..registry import lookup, registry
 from ..runtime.executor import executor
@@ -31,7 +31,11 @@ EXIT_OK, EXIT_RUNTIME, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 1, 2, 130
 def _load(path: str, sets: list[str] | None = None, fixed_streams: bool = False):
     """A graph file with ``--set`` values; ``fixed_streams``: it is run here, so its streams are its sources
     (no stream is added while it runs)."""
-    return load_graph(path, parse_sets(sets), fixed_streams=fixed_streams)
+    try:
+        params = parse_sets(sets)
+    except GraphError as e:  # the command line's, told with the graph it was for
+        raise GraphError(Diagnostic(e.diagnostics[0].message, path)) from None
+    return load_graph(path, params, fixed_streams=fixed_streams)
 
 
 class _Progress:

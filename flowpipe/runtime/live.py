@@ -26,6 +26,7 @@ from pydantic import ValidationError
 
 from ..errors import NodeError
 from ..graph import GraphSpec, NodeSpec
+from ..graph.validate import config_error
 from ..node import EventSource, LiveVideoSource, Node, NodeConfig, PictureSource, Source
 from .stats import NodeStats
 
@@ -82,16 +83,16 @@ def retuned(spec: NodeSpec, fields: dict[str, Any]) -> NodeConfig:
     try:
         cfg = type(spec.config).model_validate({**spec.config.model_dump(by_alias=True), **fields})
     except ValidationError as e:
-        raise ValueError(f"{node}: {_first_problem(e)}") from None
+        raise ValueError(f"{node}: {_first_problem(e, type(spec.config))}") from None
     if spec.cls.contract(cfg) != spec.contract:
         raise ValueError(f"{node}: the new config changes what the node declares; start the graph again with it")
     return cfg
 
 
-def _first_problem(e: ValidationError) -> str:
-    """A config's first validation error in one line: ``config.FIELD: what was expected``."""
-    err = e.errors()[0]
-    return f"config.{'.'.join(str(x) for x in err['loc'])}: {err['msg']}"
+def _first_problem(e: ValidationError, model: type[NodeConfig]) -> str:
+    """A config's first validation error in one line, as a graph file's are told: ``config.FIELD: what was
+    expected`` (an unknown key with the keys there are)."""
+    return config_error(model, e.errors()[0])
 
 
 def retune_specs(spec: GraphSpec, changes: dict[str, dict[str, Any]]) -> dict[str, NodeConfig]:
@@ -194,7 +195,7 @@ class LiveStreams:
             try:
                 cfg = schema.model_validate(merged)
             except ValidationError as e:
-                raise ValueError(f"stream {stream!r}: {_first_problem(e)}") from None
+                raise ValueError(f"stream {stream!r}: {_first_problem(e, schema)}") from None
             spec = dataclasses.replace(template, id=stream, config=cfg, template=False)
             node = spec.make()
             assert isinstance(node, Source)

@@ -174,7 +174,10 @@ def _routes(instances: Instances) -> APIRouter:
         inst = _stream_of(iid, sid)
         jpeg = inst.runner.live.picture(sid)
         if jpeg is None:
-            raise RequestError(f"no picture of stream {sid!r} yet", 404)
+            known = {s["stream"] for s in inst.streams()}
+            raise RequestError(f"no picture of stream {sid!r} yet" if sid in known else
+                               f"instance {iid} has no stream {sid!r}; streams: {', '.join(sorted(known)) or 'none'}",
+                               404)
         return Response(jpeg, media_type="image/jpeg", headers={"Cache-Control": "no-store"})
 
     @api.get("/pipelines/{iid}/events", summary="the newest events of an instance's analytics, newest first")
