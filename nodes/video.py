@@ -248,6 +248,13 @@ class VideoSource(Source):
                 why = f"not a video FFmpeg can decode ({why})"
             raise RuntimeError(f"cannot open {_redact(c.uri)}: {why}") from None
         self.fps = dem.fps if 0 < dem.fps < 1000 else 30.0
+        taken = self.allocation.pixels
+        if (c.format == "auto" and self.format != "BGR" and (dem.size[0] % 2 or dem.size[1] % 2)
+                and (taken is None or "BGR" in taken)):
+            # YUV 4:2:0 planes need an even size: this stream's pictures are BGR (what every node takes)
+            log.info("node '%s': %s is %dx%d, an odd size: its frames are BGR, not %s", self.id, _redact(c.uri),
+                     *dem.size, self.format)
+            self.format = dem.fmt = self.stats["format"] = "BGR"
         self.stats["source"] = {"uri": _redact(c.uri), "fps": round(self.fps, 3), "size": list(dem.size),
                                 "decoder": f"pyav ({dem.decoder})"}
         return dem

@@ -338,6 +338,36 @@ nodes:
     assert probe(tmp_path / "o.mp4")["frames"] == 60
 
 
+def test_a_picture_of_odd_size_is_decoded_into_bgr_and_recorded_a_row_and_column_short(tmp_path) -> None:
+    """``format: auto`` would give I420, whose planes need even sides: a 333x211 file's frames are BGR instead
+    (it failed on its first frame), every one goes through, and the recording, 4:2:0, is 332x210."""
+    import av
+    import numpy as np
+
+    clip = tmp_path / "odd.mp4"
+    with av.open(str(clip), "w") as c:
+        s = c.add_stream("mpeg4", rate=25)
+        s.width, s.height, s.pix_fmt = 333, 211, "yuv420p"
+        for i in range(20):
+            img = np.full((211, 333, 3), 10 * i, np.uint8)
+            for pkt in s.encode(av.VideoFrame.from_ndarray(img, format="bgr24")):
+                c.mux(pkt)
+        for pkt in s.encode():
+            c.mux(pkt)
+    res = run_yaml(f"""
+nodes:
+  - {{id: src, type: video_source, config: {{uri: "{clip}"}}}}
+  - {{id: hop, type: passthrough, inputs: src}}
+  - {{id: b, type: blur, inputs: {{detections: hop}}}}
+  - {{id: w, type: video_writer, config: {{path: "{tmp_path}/o.mp4"}}, inputs: {{frame: b}}}}
+""")
+    assert res.ok, res.error
+    assert res.frames == {"in": 20, "out": 20, "dropped": 0, "failed": 0} and res.nodes["src"]["format"] == "BGR"
+    with av.open(str(tmp_path / "o.mp4")) as c:
+        sizes = {(f.width, f.height) for f in c.decode(video=0)}
+    assert sizes == {(332, 210)}
+
+
 @pytest.mark.parametrize("mode", ["blur", "pixelate", "fill"])
 @pytest.mark.parametrize("fmt", ["I420", "NV12"])
 def test_blur_masks_yuv_planes_where_they_are(mode: str, fmt: str) -> None:

@@ -79,6 +79,12 @@ class Recorder:
 
         path = self._file()
         path.parent.mkdir(parents=True, exist_ok=True)
+        if self.size[0] % 2 or self.size[1] % 2:
+            log.info("%s: the pictures are %dx%d; H.264/H.265 in 4:2:0 need even sides: recorded at %dx%d (the "
+                     "last %s left out; the records' boxes are the whole picture's)", path, *self.size,
+                     self.size[0] & ~1, self.size[1] & ~1,
+                     "row and column" if self.size[0] % 2 and self.size[1] % 2 else
+                     "column" if self.size[0] % 2 else "row")
         options = {"movflags": FRAGMENTED, "flush_packets": "1"} \
             if self.fragmented and path.suffix.lower() in (".mp4", ".mov") else {}
         rate = Fraction(self.fps).limit_denominator(1001)
