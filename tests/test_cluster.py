@@ -418,9 +418,11 @@ def test_a_run_outlives_a_controller_that_dies(cluster, tmp_path) -> None:
     assert runs(c.address) == []  # the run and its kept state are gone with its end
 
 
-def test_flowpipe_run_detach_status_and_stop(cluster, tmp_path, capsys) -> None:
+def test_flowpipe_run_detach_status_and_stop(cluster, tmp_path, capsys, monkeypatch) -> None:
     """``flowpipe run --cluster --detach`` leaves the run in the cluster; ``flowpipe status`` shows it;
-    ``flowpipe stop`` drains it, prints its account and removes it."""
+    ``flowpipe stop`` drains it, prints its account and removes it. A relative output path is the folder's the
+    command ran in, not the cluster's working folder; ``--detach`` with no cluster, or with the local one that
+    ends with the command, is refused."""
     import time
 
     from flowpipe.cli import main
@@ -430,7 +432,11 @@ def test_flowpipe_run_detach_status_and_stop(cluster, tmp_path, capsys) -> None:
     path.write_text("plugins: [fp_testnodes]\ncluster: {per_stream: {CPU: 0.3}}\nnodes:\n"
                     "  - {id: cam, type: synthetic_source, config: {count: 100000, realtime: true, fps: 30}}\n"
                     "  - {id: hop, type: passthrough, inputs: {in: [cam]}}\n"
-                    f"  - {{id: meta, type: jsonl, config: {{path: {tmp_path}/m.jsonl}}, inputs: hop}}\n")
+                    "  - {id: meta, type: jsonl, config: {path: out/m.jsonl}, inputs: hop}\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", str(path), "--detach", "--name", "cams"]) == 2
+    assert main(["run", str(path), "--cluster", "local", "--detach", "--name", "cams"]) == 2
+    assert "--detach with --cluster local" in capsys.readouterr().err
     assert main(["run", str(path), "--cluster", c.address, "--detach", "--name", "cams"]) == 0
     try:
         assert capsys.readouterr().out.strip() == "cams"
@@ -447,7 +453,7 @@ def test_flowpipe_run_detach_status_and_stop(cluster, tmp_path, capsys) -> None:
         assert "no run named 'nope'" in capsys.readouterr().err
         assert main(["stop", "cams", "--cluster", c.address]) == 0
         ended = capsys.readouterr().out
-        n = len((tmp_path / "m.jsonl").read_text().splitlines())
+        n = len((tmp_path / "out" / "m.jsonl").read_text().splitlines())
         assert f"run cams: ended; frames in {n}, out {n}, dropped 0, failed 0" in ended and n > 0
         assert main(["status", "--cluster", c.address]) == 0
         assert "no flowpipe runs" in capsys.readouterr().out

@@ -72,6 +72,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.no_device_owner:
         spec.device_owner = False
     address = args.cluster or (spec.cluster.address if spec.cluster else None)
+    if args.detach and not address:
+        print("error: --detach needs a cluster to leave the run in: --cluster auto|ray://HOST:PORT", file=sys.stderr)
+        return EXIT_CONFIG
+    if args.detach and address == "local":
+        print("error: --detach with --cluster local: the local cluster ends with this command, and the run with "
+              "it; start one with 'ray start --head' and use --cluster auto", file=sys.stderr)
+        return EXIT_CONFIG
     result: RunSummary
     if address:
         on_cluster = run_on_cluster(args, spec, address, progress)

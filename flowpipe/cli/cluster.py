@@ -21,10 +21,28 @@ def run_name(graph: str) -> str:
     return f"{Path(graph).stem}-{secrets.token_hex(3)}"
 
 
+def anchor_paths(spec: Any, cwd: Path) -> None:
+    """Every relative path the graph writes (recordings, records, folders, state) and an input file there made
+    absolute against the folder the command runs in: the run's processes start in the cluster's own working folder, where a
+    relative path would land otherwise (each host writes its streams' files on its own disk)."""
+    from ..node import set_setting, setting
+
+    for node in spec.nodes:
+        for key, kind in node.contract.files.items():
+            path = setting(node.config, key)
+            if kind in ("records", "video", "folder", "state") and isinstance(path, str) and path != "-" \
+                    and not Path(path).expanduser().is_absolute():
+                set_setting(node.config, key, str(cwd / path))
+        uri = getattr(node.config, "uri", None)  # an input file named from here
+        if isinstance(uri, str) and "://" not in uri and not Path(uri).is_absolute() and (cwd / uri).exists():
+            node.config.uri = str(cwd / uri)
+
+
 def run_on_cluster(args: argparse.Namespace, spec: Any, address: str, progress: Any) -> Any:
     """``flowpipe run --cluster``: the run's controller starts in the cluster; this command waits for its
     result (passing Ctrl-C on), or with ``--detach`` leaves it running and prints its name."""
     name = args.name or run_name(args.graph)
+    anchor_paths(spec, Path.cwd())
     client = submit(spec, address, name, detach=args.detach, max_frames=args.max_frames,
                     rebalance=args.rebalance)
     log.info("run %s: %d streams placed over the Ray cluster at %s", name, len(spec.sources()), address)
