@@ -23,8 +23,8 @@ def run_name(graph: str) -> str:
 
 def anchor_paths(spec: Any, cwd: Path) -> None:
     """Every relative path the graph writes (recordings, records, folders, state) and an input file there made
-    absolute against the folder the command runs in: the run's processes start in the cluster's own working folder, where a
-    relative path would land otherwise (each host writes its streams' files on its own disk)."""
+    absolute against the folder the command runs in: the run's processes start in the cluster's own working
+    folder, where a relative path would land otherwise (each host writes its streams' files on its own disk)."""
     from ..node import set_setting, setting
 
     for node in spec.nodes:
