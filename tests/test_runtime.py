@@ -328,3 +328,34 @@ def test_processes_of_a_run_get_the_environment_python_has_not_what_libraries_se
     assert seen() == "pocl|/elsewhere"  # what a child inherited before
     environment_for_children()
     assert seen() == f"|{home}"
+
+
+def test_frames_still_in_a_stage_at_a_second_interrupt_are_named_failed_and_counted_in_their_stream(caplog) -> None:
+    """Ctrl-C twice: the run stops at once; a frame still inside a stage that does not return in time is
+    failed, named (stream and index) in the log, and counted in its stream, so the streams' counts add up to
+    the frames that entered."""
+    import time
+
+    runner = Runner(_graph("""
+        plugins: [fp_testnodes]
+        nodes:
+          - {id: src, type: synthetic_source, config: {count: 1000, width: 64, height: 48}}
+          - {id: slow, type: test_fault, inputs: src.frame, config: {delay_s: 7}}
+          - {id: out, type: null_sink, inputs: slow.out}
+    """))
+    done: list = []
+    t = threading.Thread(target=lambda: done.append(runner.run()))
+    with caplog.at_level("ERROR", logger="flowpipe"):
+        t.start()
+        deadline = time.monotonic() + 30
+        while runner.account.frames()["in"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        runner.interrupt()
+        runner.interrupt()
+        t.join(60)
+    (res,) = done
+    f = res.frames
+    assert res.exit_code == 130 and f["in"] == f["out"] + f["dropped"] + f["failed"] and f["failed"] >= 1, f
+    assert sum(res.per_stream.values()) == f["in"], (res.per_stream, f)
+    said = [r.getMessage() for r in caplog.records if "in flight when the run stopped" in r.getMessage()]
+    assert len(said) == 1 and said[0].endswith("counted as failed: src 0"), said

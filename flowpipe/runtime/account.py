@@ -39,6 +39,7 @@ class Account:
         self.latency_ms: dict[str, float] = {}  # per stream: entry to final fate, smoothed
         self.done_times: list[tuple[float, str]] = []  # with record_times: when each frame got its fate
         self.entries = 0
+        self.flying: dict[str, set[int]] = {}  # per stream: frames that entered and have no fate yet
 
     def entered(self, ref: FrameRef, t_in: float) -> bool:
         """A frame entered the graph (its fate comes to ``ended``); True once ``max_frames`` have."""
@@ -50,6 +51,7 @@ class Account:
             if mine is None:
                 mine = self.streams[ref.stream] = _zero()
             mine["in"] += 1
+            self.flying.setdefault(ref.stream, set()).add(ref.index)
             if self.fates is not None:
                 self.fates.entered(ref.stream, ref.index)
             self.entries += 1
@@ -61,6 +63,9 @@ class Account:
         with self.lock:
             self.totals[ref.fate] += 1
             self.per_stream[ref.stream] = self.per_stream.get(ref.stream, 0) + 1
+            flying = self.flying.get(ref.stream)
+            if flying is not None:
+                flying.discard(ref.index)
             mine = self.streams.get(ref.stream)
             if mine is not None:
                 mine[ref.fate] += 1
@@ -96,6 +101,7 @@ class Account:
     def close_stream(self, stream: str) -> tuple[dict[str, int], float | None]:
         """A removed stream's account and latency, no longer kept."""
         with self.lock:
+            self.flying.pop(stream, None)
             return dict(self.streams.pop(stream)), self.latency_ms.pop(stream, None)
 
     def now(self) -> tuple[dict[str, dict[str, int]], dict[str, float]]:
@@ -106,6 +112,11 @@ class Account:
     def has(self, stream: str) -> bool:
         with self.lock:
             return stream in self.streams
+
+    def in_flight(self) -> list[tuple[str, int]]:
+        """The frames (stream, index) that entered and have no fate yet."""
+        with self.lock:
+            return [(s, i) for s, idx in self.flying.items() for i in sorted(idx)]
 
     def frames(self) -> dict[str, Any]:
         """Frames by fate so far (a copy)."""

@@ -35,7 +35,7 @@ from .live import LiveStreams
 from .negotiate import resolve
 from .process import isolate
 from .stages import Gate, Inbox, Stages
-from .stats import NodeStats, RunSummary
+from .stats import NodeStats, RunSummary, frame_list
 
 log = logging.getLogger("flowpipe")
 
@@ -393,6 +393,12 @@ class RunResult(RunSummary):
         counts["failed"] += max(0, lost)  # references never ended: in flight when the run stopped
         self.frames = counts
         self.per_stream = dict(runner.per_stream)
+        flying = runner.account.in_flight()
+        if lost > 0:  # named, and in their streams' counts, as every failed frame is
+            log.error("%d frames in flight when the run stopped (interrupted twice, or a stage that never "
+                      "returned) counted as failed: %s", lost, frame_list(flying) or "not named")
+            for stream, _ in flying:
+                self.per_stream[stream] = self.per_stream.get(stream, 0) + 1
         self.done_times = runner.account.done_times
         self.elapsed_s = elapsed
         self.exit_code = 1 if self.error else (130 if self.interrupted else 0)
