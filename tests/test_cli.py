@@ -110,3 +110,17 @@ def test_bench_reports_rates_cpu_and_accounting_for_several_streams(tmp_path, ca
     # CPU per frame inside the measured window (start-up excluded): of the order of the whole run's average
     whole = 1e3 * r["cpu_s"] / r["frames"]["out"]
     assert r["cpu_ms_per_frame"] is not None and 0 < r["cpu_ms_per_frame"] < 2 * whole
+
+
+def test_bench_rate_counts_no_frame_made_before_its_window_whatever_the_bursts() -> None:
+    """A writer that passes frames on once their second of video is on disk ends 25 at once: the window
+    starts at the warm-up's last frame, and the frames that ended in its burst were made before it. Steady
+    frames give what they always gave."""
+    from flowpipe.cli.bench import _bursts, _window_fps
+
+    bursts = [1.0 + k + i * 1e-4 for k in range(4) for i in range(25)]  # 25 fps, a second at a time
+    assert _window_fps(bursts, 10) == pytest.approx(25.0, rel=1e-3)  # (it read 30: 90 frames over 3 s)
+    assert _bursts(bursts, 10) == 3  # too few to read a rate from: the command says so
+    steady = [i / 25 for i in range(100)]
+    assert _window_fps(steady, 10) == pytest.approx(90 / (99 / 25 - 9 / 25), rel=1e-6)
+    assert _bursts(steady, 10) == 90

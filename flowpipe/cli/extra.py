@@ -16,7 +16,7 @@ from ..accel.host import device_report
 from ..cluster.controller import cluster_devices
 from ..graph import parse_sets
 from .args import processes_arg
-from .bench import bench_graph
+from .bench import STEADY_BURSTS, bench_graph
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
@@ -143,6 +143,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.json:
         Path(args.json).write_text(text)
     print(text)
+    if report.get("fps") is not None and report.get("bursts", STEADY_BURSTS) < STEADY_BURSTS:
+        print(f"warning: frames ended at {report['bursts']} times after the warm-up (a writer passes them on a "
+              "second of video at a time): fps is too coarse to read; run more --frames", file=sys.stderr)
     return 0 if report["exit"] == 0 else 1
 
 
