@@ -614,6 +614,7 @@ class VideoWriter(Node):
         if self.config.fourcc is None and not available():
             raise RuntimeError("video_writer needs PyAV (pip install av) for codec " + self.config.codec +
                                "; or set fourcc to write through OpenCV")
+        _writable(self.config.path)
 
     def _fps(self, frame: Frame) -> float:
         """The configured rate, else the rate the source gave the stream (``meta['fps']``), else 30."""
@@ -884,3 +885,27 @@ def _capture_options(options: str | None) -> Iterator[None]:
             yield
         finally:
             del os.environ["OPENCV_FFMPEG_CAPTURE_OPTIONS"]
+
+
+def _writable(path: str) -> None:
+    """Whether a recording can go to ``path`` (its folder made, and writable; the path no folder), told at
+    open before any frame enters, as a record file's is, not on the first frame."""
+    target = Path(os.path.expanduser(path.replace("{stream}", "x")))
+    if target.is_dir():
+        raise RuntimeError(f"{path}: a folder, expected a video file's path (e.g. {Path(path) / 'out.mp4'})")
+    folder = target.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise RuntimeError(f"{path}: {next(p for p in [folder, *folder.parents] if p.exists())} is a file, expected "
+                           "a folder") from None
+    except OSError as e:
+        raise RuntimeError(f"{path}: its folder cannot be made: {e.strerror or e}"
+                           + (f" ({e.filename})" if e.filename else "")) from None
+    probe = folder / f".flowpipe-write-{os.getpid()}"
+    try:
+        probe.touch()
+        probe.unlink()
+    except OSError as e:
+        raise RuntimeError(f"{path}: cannot write in {folder}: {e.strerror or e}") from None
+

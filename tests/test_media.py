@@ -648,3 +648,19 @@ def test_an_odd_sized_picture_is_recorded_without_its_last_row_and_column(tmp_pa
         frames = [f.to_ndarray(format="bgr24") for f in c.decode(video=0)]
     assert len(frames) == 5 and frames[0].shape == (532, 800, 3)
     assert frames[0][266, 200, 2] > 200 and frames[0][266, 600, 2] < 50  # the picture, not a shifted one
+
+
+@pytest.mark.parametrize("where, said", [("dir", "a folder, expected a video file's path"),
+                                         ("file/x.mp4", "is a file, expected a folder")])
+def test_a_recording_that_cannot_be_written_where_asked_fails_at_open_before_any_frame(tmp_path, where, said) -> None:
+    """A folder for the path, or a file where its folder should be: told when the writer opens, no frame
+    entered (it was found on the first frame, the frames before the error failed)."""
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "file").write_text("x")
+    res = run_yaml(f"""
+nodes:
+  - {{id: src, type: video_source, config: {{uri: sample}}}}
+  - {{id: w, type: video_writer, config: {{path: "{tmp_path / where}"}}, inputs: {{frame: src}}}}
+""")
+    assert not res.ok and "node 'w' (video_writer): open failed" in str(res.error) and said in str(res.error)
+    assert res.frames["in"] == 0
