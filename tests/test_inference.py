@@ -110,6 +110,27 @@ def test_blob_export_import_round_trip(tmp_path, face_model, astronaut) -> None:
                                collected("blob2")[0].tensors["classificators"], atol=1e-3)
 
 
+def test_a_blob_compiled_for_another_batch_is_refused_at_open_with_the_shape_to_compile(tmp_path, astronaut) -> None:
+    """A blob's input is fixed: one compiled for one frame, under a preprocess that writes a batch of 2
+    entries (tiles), fails when the node opens, before any frame, naming ``--shape`` for the producer's."""
+    from flowpipe.cli import main
+
+    blob = tmp_path / "face.blob"
+    assert main(["compile", "blazeface_short", "--device", "CPU", "-o", str(blob)]) == 0
+    res = run_yaml(f"""
+nodes:
+  - {{id: src, type: list_source, config: {{feed: {feed([astronaut, astronaut])}}}}}
+  - {{id: pre, type: preprocess, inputs: src.frame, config: {{size: [128, 128], color: RGB, layout: NHWC,
+      mean: [127.5, 127.5, 127.5], scale: [127.5, 127.5, 127.5], backend: cpu, tiles: {{grid: [1, 1]}}}}}}
+  - {{id: det, type: inference, inputs: pre.tensor, config: {{model: blazeface_short, blob: "{blob}", device: CPU}}}}
+  - {{id: out, type: null_sink, inputs: det.tensors}}
+""")
+    assert not res.ok and "open failed" in str(res.error), res.error
+    assert "its input is [1, 128, 128, 3], but pre writes [2, 128, 128, 3]; compile it for that: flowpipe " \
+           "compile blazeface_short --shape 2,128,128,3" in str(res.error)
+    assert res.frames["in"] == 0
+
+
 def test_blob_for_another_device_is_refused(tmp_path, face_model) -> None:
     import io
 

@@ -107,6 +107,7 @@ class Engine:
         if c.blob:
             comp = ov_owner.import_blob(Path(c.blob).expanduser(), self.device, config)
             self.whole = set(comp.extra.get("blob_header", {}).get("whole_outputs", []))
+            self._blob_fits(comp, offer)
             return comp
         path = models.resolve(c.model, sha256=c.model_sha256)
         model = ov_owner.read_model(path, self.part)
@@ -153,6 +154,22 @@ class Engine:
         self.serial = True
         self.entries.variable = False  # the request runs one entry at a time, not a batch of the frame's
         return comp
+
+    def _blob_fits(self, comp: Compiled, offer: Offer) -> None:
+        """A blob's input is fixed when it is compiled: one that is not the tensor the producer writes (a batch
+        of tiles, a batch of frames) is refused here, before any frame, with the shape to compile it for."""
+        want = offer.tensor.shape if offer.tensor is not None else None
+        pshape = comp.model.inputs[0].get_partial_shape()
+        if want is None or pshape.is_dynamic:
+            return
+        if self.batch > 1:
+            want = (want[0] * self.batch, *want[1:])
+        have = tuple(pshape.to_shape())
+        if tuple(want) != have:
+            by = offer.producer or "the producer"
+            raise ValueError(f"blob {self.config.blob}: its input is {list(have)}, but {by} writes {list(want)}; "
+                             f"compile it for that: flowpipe compile {self.config.model or 'MODEL'} --shape "
+                             f"{','.join(map(str, want))}")
 
     def _fit_model(self, model: Any, offer: Offer) -> Any:
         """Static shapes from the tensor the producer declares (times the batch), or the producer's
