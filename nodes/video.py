@@ -239,13 +239,15 @@ class VideoSource(Source):
             dem = Demuxer(os.path.expanduser(c.uri), self.format, self.threads, c.timeout_s, c.rtsp_transport,
                           c.hwaccel)
         except Exception as e:  # noqa: BLE001 - FFmpeg's errors: one line, or a reconnect for a network stream
+            why = getattr(e, "strerror", None) or (str(e).splitlines()[0] if str(e) else repr(e))
+            if isinstance(e, av.error.InvalidDataError):
+                why = f"not a video FFmpeg can decode ({why})"
+            if self.is_net and (not first or c.reconnect_attempts > 0):  # why, before the next attempt
+                log.warning("node '%s': cannot open %s: %s", self.id, _redact(c.uri), why)
             if self.is_net and not first:
                 return None
             if self.is_net and c.reconnect_attempts > 0:
                 return self._reconnect()
-            why = getattr(e, "strerror", None) or (str(e).splitlines()[0] if str(e) else repr(e))
-            if isinstance(e, av.error.InvalidDataError):
-                why = f"not a video FFmpeg can decode ({why})"
             raise RuntimeError(f"cannot open {_redact(c.uri)}: {why}") from None
         self.fps = dem.fps if 0 < dem.fps < 1000 else 30.0
         taken = self.allocation.pixels

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -150,6 +151,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
     out = Path(args.output)
     fmt = args.format or {".dot": "dot", ".gv": "dot", ".mmd": "mermaid", ".md": "mermaid", ".png": "png",
                           ".svg": "svg"}.get(out.suffix.lower(), "dot")
+    out.parent.mkdir(parents=True, exist_ok=True)  # as run makes its outputs' folders
     if fmt == "mermaid":
         out.write_text(to_mermaid(spec))
     elif fmt == "dot":
@@ -253,6 +255,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CONFIG
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # the reader went (`flowpipe validate ... | head`): what it wanted, it had
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return EXIT_OK
     except Exception as e:
         if args.debug:
             raise

@@ -129,6 +129,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     header["whole_outputs"] = sorted(ovx.batch_free_outputs(model))  # an importer gives these to every frame
     buf = io.BytesIO()
     comp.model.export_model(buf)
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)  # as run makes its outputs' folders
     ovx.write_blob(args.output, header, buf.getvalue())
     print(f"wrote {args.output}: {device}, compiled in {comp.compile_ms:.0f} ms, "
           f"{Path(args.output).stat().st_size} bytes")

@@ -586,7 +586,7 @@ class ShardedRun:
         lost = sh.counts["in"] - sh.counts["out"] - sh.counts["dropped"] - sh.counts["failed"]
         named = frame_list(in_flight)
         added = self.live.on(sh)
-        streams = ", ".join(sh.sources + added)
+        streams = ", ".join([self.spec.node(s).stream for s in sh.sources] + added)  # as the records name them
         sh.error = (f"shard {sh.index} (pid {sh.pid}, streams {streams}) died ({how}); {lost} frames in flight "
                     f"counted as failed" + (f": {named}" if named else ""))
         specs = [self.spec.node(s) for s in sh.sources] + [self.live.template(self.live.recipe[s][0]) for s in added]
