@@ -284,6 +284,7 @@ class CenterFaceDecode(_Decoder):
         pass
 
     config: Config
+    _labels_checked: tuple[Any, list[str] | None] | None = None  # the config and labels ``classes`` was found in
 
     def process(self, frame: Frame, port: str) -> Frame:
         if frame.skipped:  # the detector's interval passed over it: nothing was sought
@@ -357,6 +358,7 @@ class RetinaFaceDecode(_Decoder):
                                     "to the front)")
 
     config: Config
+    _labels_checked: tuple[Any, list[str] | None] | None = None  # the config and labels ``classes`` was found in
 
     def process(self, frame: Frame, port: str) -> Frame:
         if frame.skipped:  # the detector's interval passed over it: nothing was sought
@@ -448,6 +450,7 @@ class YoloV8Decode(_Decoder):
         output: str | None = None
 
     config: Config
+    _labels_checked: tuple[Any, list[str] | None] | None = None  # the config and labels ``classes`` was found in
 
     def process(self, frame: Frame, port: str) -> Frame:
         if frame.skipped:  # the detector's interval passed over it: nothing was sought
@@ -505,6 +508,7 @@ class SsdDecode(_Decoder):
                                  "entries overlapping this much (IoU) are one object, the best kept")
 
     config: Config
+    _labels_checked: tuple[Any, list[str] | None] | None = None  # the config and labels ``classes`` was found in
 
     def process(self, frame: Frame, port: str) -> Frame:
         if frame.skipped:  # the detector's interval passed over it: nothing was sought
@@ -512,9 +516,13 @@ class SsdDecode(_Decoder):
         c = self.config
         if frame.layout is not None and frame.layout.filled == 0:  # its preprocess passed over the frame
             return frame
-        wrong = unknown_labels(c.classes, c.labels or frame.meta.get("labels"), "classes")
-        if wrong:
-            raise ValueError(wrong)
+        known = c.labels or frame.meta.get("labels")
+        seen = self._labels_checked
+        if seen is None or seen[0] is not c or seen[1] is not known:  # once per config and labels, not per frame
+            wrong = unknown_labels(c.classes, known, "classes")
+            if wrong:
+                raise ValueError(wrong)
+            self._labels_checked = (c, known)
         tw, th = frame.layout.tensor if frame.layout is not None else (1, 1)
         rows = self._rows(frame)
         rows = rows[(rows[:, 0] < _entries_read(frame)) & (rows[:, 2] >= c.score_threshold)]
@@ -646,6 +654,7 @@ class DbDecode(_Decoder):
         output: str | None = None
 
     config: Config
+    _labels_checked: tuple[Any, list[str] | None] | None = None  # the config and labels ``classes`` was found in
 
     def process(self, frame: Frame, port: str) -> Frame:
         if frame.skipped:  # the detector's interval passed over it: nothing was sought

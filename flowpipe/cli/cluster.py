@@ -25,14 +25,12 @@ def anchor_paths(spec: Any, cwd: Path) -> None:
     """Every relative path the graph writes (recordings, records, folders, state) and an input file there made
     absolute against the folder the command runs in: the run's processes start in the cluster's own working
     folder, where a relative path would land otherwise (each host writes its streams' files on its own disk)."""
-    from ..node import set_setting, setting
+    from ..node import set_setting
 
+    for node, key, _, path in spec.outputs():
+        if not Path(path).expanduser().is_absolute():
+            set_setting(node.config, key, str(cwd / path))
     for node in spec.nodes:
-        for key, kind in node.contract.files.items():
-            path = setting(node.config, key)
-            if kind in ("records", "video", "folder", "state") and isinstance(path, str) and path != "-" \
-                    and not Path(path).expanduser().is_absolute():
-                set_setting(node.config, key, str(cwd / path))
         uri = getattr(node.config, "uri", None)  # an input file named from here
         if isinstance(uri, str) and "://" not in uri and not Path(uri).is_absolute() and (cwd / uri).exists():
             node.config.uri = str(cwd / uri)

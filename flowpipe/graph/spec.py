@@ -184,6 +184,14 @@ class GraphSpec:
         return [path for s in self.nodes for key, k in s.contract.files.items()
                 if k == kind and isinstance(path := setting(s.config, key), str)]
 
+    def outputs(self) -> list[tuple[NodeSpec, str, str, str]]:
+        """Every path the graph writes output to, as (node, its config key, kind, path): recordings, records,
+        folders and what a stream leaves for its next run (``state``); standard output ('-') and a model cache
+        are none."""
+        return [(s, key, kind, path) for s in self.nodes for key, kind in s.contract.files.items()
+                if kind in ("records", "video", "folder", "state") and isinstance(path := setting(s.config, key), str)
+                and path != "-"]
+
     def node(self, node_id: str) -> NodeSpec:
         return next(n for n in self.nodes if n.id == node_id)
 

@@ -22,7 +22,7 @@ from typing import Any
 from ..errors import GraphError
 from ..graph import GraphSpec, NodeSpec, load_graph, parse_yaml
 from ..graph.load import parameter_uses
-from ..node import set_setting, setting
+from ..node import set_setting
 from ..registry import lookup
 from ..runtime.executor import Executor, executor
 from ..runtime.live import PartlyRetunedError
@@ -127,6 +127,7 @@ class Instance:
     retuning: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)  # one change at a time
     # every event seen, by (stream, id, state), as it stood last: a finished run's (its processes gone) stay listed
     _events: dict[tuple[Any, Any, Any], dict[str, Any]] = field(default_factory=dict, init=False, repr=False)
+    _events_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     KEEP_EVENTS = 200
 
     @property
@@ -168,7 +169,7 @@ class Instance:
         """The instance's newest events, oldest first: those its run holds now (each as it stands: a clip named
         in it since), with those seen before and no longer held, as after the run has ended."""
         fresh = self.runner.live.events()
-        with self._status_lock:
+        with self._events_lock:
             for e in fresh:
                 key = (e.get("stream"), e.get("id"), e.get("state"))
                 self._events.pop(key, None)
@@ -482,18 +483,14 @@ class Instances:
         one could not); one that would leave them is an error, not a write elsewhere. ``per_stream`` (the
         request names the streams): every stream's video carries its name (``NAME-{stream}.mp4``), the first
         one's too."""
-        for node in spec.nodes:
-            for key, kind in node.contract.files.items():
-                path = setting(node.config, key)
-                if kind not in ("records", "video", "folder", "state") or not isinstance(path, str) or path == "-":
-                    continue
-                p = Path(path)
-                if p.is_absolute() or ".." in p.parts:
-                    raise RequestError(f"node {node.id!r}: output path {path!r} leaves the output folder; expected "
-                                       "a relative path", 403)
-                if per_stream and kind == "video" and "{stream}" not in path:
-                    p = p.with_name(f"{p.stem}-{{stream}}{p.suffix}")
-                set_setting(node.config, key, str((state if kind == "state" else folder) / p))
+        for node, key, kind, path in spec.outputs():
+            p = Path(path)
+            if p.is_absolute() or ".." in p.parts:
+                raise RequestError(f"node {node.id!r}: output path {path!r} leaves the output folder; expected "
+                                   "a relative path", 403)
+            if per_stream and kind == "video" and "{stream}" not in path:
+                p = p.with_name(f"{p.stem}-{{stream}}{p.suffix}")
+            set_setting(node.config, key, str((state if kind == "state" else folder) / p))
 
 
 def _host_of(uri: str) -> str | None:
