@@ -49,15 +49,25 @@ class NodeError(Exception):
     """A node failed at run time (CLI exit code 1). Names the node, stream and frame."""
 
     def __init__(self, node_id: str, node_type: str, message: str,
-                 stream: str | None = None, frame: int | None = None):
-        self.node_id, self.node_type = node_id, node_type
+                 stream: str | None = None, frame: int | None = None,
+                 file: str | None = None, line: int | None = None):
+        self.node_id, self.node_type, self.message = node_id, node_type, message
         self.stream, self.frame = stream, frame
+        self.file, self.line = file, line
         where = f"node '{node_id}' ({node_type})"
         if stream is not None:
             where += f", stream '{stream}'"
         if frame is not None:
             where += f", frame {frame}"
+        if file is not None:
+            where = f"{file}:{line}: {where}" if line is not None else f"{file}: {where}"
         super().__init__(one_line(f"{where}: {message}"))
+
+    def at(self, file: str, line: int | None) -> NodeError:
+        """The same failure, naming the graph file and the line its node starts on."""
+        located = NodeError(self.node_id, self.node_type, self.message, self.stream, self.frame, file, line)
+        located.__cause__ = self.__cause__
+        return located
 
 
 class FrameError(Exception):

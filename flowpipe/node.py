@@ -323,6 +323,13 @@ class Node:
         """What this node will load, open or listen on (shown by ``flowpipe validate``)."""
         return []
 
+    def missing(self) -> str | None:
+        """What this node, as configured, reads from this host and does not find there (an input file, a
+        model file), in a few words naming its config field; None when all is there. The runner asks every
+        node before any opens, so a missing input is said at once, not after the models compile; ``flowpipe
+        validate`` shows it as a note (the graph may be meant for another host)."""
+        return None
+
     def offer(self, port: str, inputs: Mapping[str, Offer], devices: Devices) -> Offer:
         """What this node writes on output ``port``, given what its inputs offer (before any open). By
         default the frames it reads go on: their picture size (the largest where several inputs feed it,

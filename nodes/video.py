@@ -120,6 +120,12 @@ class VideoSource(Source):
                 "the built-in clip" if uri in SAMPLES else "file/folder")
         return [f"opens {kind} {_redact(uri)}"]
 
+    def missing(self) -> str | None:
+        uri = self.config.uri
+        if uri in SAMPLES or _NET.match(uri) or _is_camera(uri) or Path(os.path.expanduser(uri)).exists():
+            return None
+        return f"uri: no such file or folder: {uri}"
+
     def offer(self, port: str, inputs: Mapping[str, Offer], devices: Devices) -> Offer:
         """Says the picture size where a file's header tells it (a node after it may size its work by it)."""
         return Offer(self.id, port, picture=self._file_picture())

@@ -48,12 +48,30 @@ def test_run_writes_stats_json(tmp_path) -> None:
     assert s["edges"]["src->hop"]["memory"] in ("memfd", "dma-heap", "host")
 
 
-def test_runtime_failure_exits_1(tmp_path, capsys) -> None:
+def test_runtime_failure_exits_1_naming_file_line_and_node(tmp_path, capsys) -> None:
+    """A node that fails as it runs is named with its graph file and line, as a config error is."""
     g = tmp_path / "g.yaml"
     g.write_text("nodes:\n  - {id: v, type: video_source, config: {uri: /nope.mp4}}\n"
                  "  - {id: s, type: null_sink, inputs: v.frame}\n")
     assert main(["run", str(g)]) == 1
-    assert "node 'v' (video_source): open failed: FileNotFoundError: video file not found: /nope.mp4" in capsys.readouterr().err
+    assert f"error: {g}:2: node 'v' (video_source): uri: no such file or folder: /nope.mp4\n" in capsys.readouterr().err
+    # validate cannot know the host that will run it: it says what this one lacks, and passes
+    assert main(["validate", str(g)]) == 0
+    assert (f"  v (video_source): not on this host: uri: no such file or folder: /nope.mp4 ({g}:2; run refuses it "
+            "here)") in capsys.readouterr().out
+
+
+def test_a_missing_input_is_said_before_any_model_compiles(tmp_path, capsys, monkeypatch) -> None:
+    """Every node is asked what it would not find before any opens: the detector behind a missing clip never
+    loads its model."""
+    import flowpipe.nodes.inference.node as inference
+
+    opened: list[str] = []
+    monkeypatch.setattr(inference.Inference, "open", lambda self, ctx: opened.append(self.id))
+    assert main(["run", str(ROOT / "graphs" / "face_blur.yaml"), "--set", f"input={tmp_path / 'gone.mp4'}"]) == 1
+    err = capsys.readouterr().err
+    assert f"node 'decode' (video_source): uri: no such file or folder: {tmp_path / 'gone.mp4'}" in err
+    assert opened == [] and "graphs/face_blur.yaml:" in err
 
 
 @pytest.mark.parametrize("suffix, head", [(".dot", "digraph flowpipe {"), (".mmd", "flowchart LR")])

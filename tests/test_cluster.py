@@ -437,6 +437,8 @@ def test_flowpipe_run_detach_status_and_stop(cluster, tmp_path, capsys, monkeypa
     assert main(["run", str(path), "--detach", "--name", "cams"]) == 2
     assert main(["run", str(path), "--cluster", "local", "--detach", "--name", "cams"]) == 2
     assert "--detach with --cluster local" in capsys.readouterr().err
+    assert main(["status", "--cluster", "local"]) == 2 and main(["stop", "cams", "--cluster", "local"]) == 2
+    assert "flowpipe status --cluster local: a local cluster ends with the command" in capsys.readouterr().err
     assert main(["run", str(path), "--cluster", c.address, "--detach", "--name", "cams"]) == 0
     try:
         assert capsys.readouterr().out.strip() == "cams"

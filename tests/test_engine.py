@@ -59,7 +59,7 @@ def test_fail_policy_stops_run_names_node_stream_frame_and_closes_all(events: li
           - {id: f3, type: test_fault, inputs: f2.out}
     """)
     assert res.exit_code == 1
-    assert str(res.error) == "node 'f2' (test_fault), stream 'door', frame 7: ValueError: bad frame 7"
+    assert str(res.error) == "<test>:5: node 'f2' (test_fault), stream 'door', frame 7: ValueError: bad frame 7"
     f = res.frames
     assert f["in"] == f["out"] + f["dropped"] + f["failed"] and f["failed"] >= 1
     opens = [e for e in events if e.startswith("open")]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -96,7 +97,7 @@ def test_batch_with_several_devices_is_refused(monkeypatch) -> None:
     _two_cpus(monkeypatch)
     res = run_yaml(_graph(feed(_frames(2)), "multib", "model: blazeface_short, device: GPU+CPU, batch: 2"))
     assert res.exit_code == 1
-    assert str(res.error).startswith("node 'det' (inference): ") and "\n" not in str(res.error)
+    assert re.match(r"<test>:\d+: " + re.escape("node 'det' (inference): "), str(res.error)) and "\n" not in str(res.error)
     assert "sends each frame to whichever device is free; expected batch: 1, got 2" in str(res.error)
 
 

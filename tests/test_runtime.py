@@ -3,6 +3,7 @@ and the defects the old single-process runtime had (each reproduced before it wa
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -71,7 +72,7 @@ def test_a_node_whose_contract_fails_is_named() -> None:
           - {id: out, type: null_sink, inputs: pre.tensor}
     """
     res = Runner(_graph(text)).run()
-    assert res.exit_code == 1 and str(res.error).startswith("node 'pre' (preprocess): memory contract:")
+    assert res.exit_code == 1 and re.match(r"<test>:\d+: " + re.escape("node 'pre' (preprocess): memory contract:"), str(res.error))
     assert res.frames["in"] == 0
 
 

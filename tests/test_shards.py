@@ -297,12 +297,16 @@ def test_sharding_is_refused_with_in_memory_nodes(tmp_path) -> None:
         """, tmp_path)
 
 
-def test_processes_auto_and_limits(tmp_path) -> None:
+def test_processes_auto_and_limits(tmp_path, caplog) -> None:
     spec, _ = _graph(_three_streams(tmp_path), tmp_path)
     assert auto_processes(spec, cores=2) == 1  # small machines stay in one process
     assert auto_processes(spec, cores=16) == 3  # never more processes than streams
     assert auto_processes(spec, cores=8) == 3  # one per 2 cores, never more than streams
-    assert resolve_processes(spec, 8) == 3
+    with caplog.at_level("WARNING", logger="flowpipe.shards"):
+        assert resolve_processes(spec, 3) == 3 and not caplog.records
+        assert resolve_processes(spec, 8) == 3  # asked for more than there are streams: said so
+    assert [r.getMessage() for r in caplog.records] == [
+        "processes: 8 asked for, 3 used: a process runs whole streams, and the graph has 3"]
     assert resolve_processes(spec, 1) == 1
     with pytest.raises(GraphError, match=r"processes: expected an integer 1\.\.256 or 'auto', got 0"):
         _graph("processes: 0\nnodes:\n  - {id: a, type: synthetic_source}\n", tmp_path)

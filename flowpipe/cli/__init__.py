@@ -69,7 +69,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     spec = _load(args.graph, args.set, fixed_streams=True)
     progress = _Progress()
-    resolve_processes(spec, args.processes)  # nodes that cannot run sharded refuse it here, on a cluster too
+    # nodes that cannot run sharded refuse it here, on a cluster too
+    processes = resolve_processes(spec, args.processes)
     if args.no_device_owner:
         spec.device_owner = False
     address = args.cluster or (spec.cluster.address if spec.cluster else None)
@@ -87,7 +88,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             return 0
         result = on_cluster
     else:
-        run = executor(spec, args.processes, max_frames=args.max_frames, progress=progress)
+        run = executor(spec, processes, max_frames=args.max_frames, progress=progress)
         if spec.processes > 1:
             log.info("%d streams sharded over %d processes", len(spec.sources()), spec.processes)
         else:
@@ -122,8 +123,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
         for mod in spec.plugins:
             print(f"  loads plugin module: {mod}")
         for s in spec.nodes:
-            for res in s.make().resources():
+            node = s.make()
+            for res in node.resources():
                 print(f"  {s.id} ({s.type}): {res}")
+            if not s.template and (why := node.missing()) is not None:  # may be there on the host that runs it
+                print(f"  {s.id} ({s.type}): not on this host: {why} ({spec.file}:{s.line}; run refuses it here)")
     return code
 
 

@@ -51,7 +51,18 @@ def run_on_cluster(args: argparse.Namespace, spec: Any, address: str, progress: 
         return client.wait(progress)
 
 
+def _not_local(args: argparse.Namespace) -> bool:
+    """``local`` names a cluster that lives only as long as one command: there is none to look into."""
+    if args.cluster != "local":
+        return True
+    print(f"error: flowpipe {args.cmd} --cluster local: a local cluster ends with the command that started it; "
+          "name a running one: --cluster auto|ray://HOST:PORT", file=sys.stderr)
+    return False
+
+
 def cmd_status(args: argparse.Namespace) -> int:
+    if not _not_local(args):
+        return 2
     found = runs(args.cluster)
     if args.name:
         found = [r for r in found if r["name"] == args.name]
@@ -91,6 +102,8 @@ def cmd_stop(args: argparse.Namespace) -> int:
     """Stops a run (its hosts drain; ``--now``: at once) and waits for its end. A run started with
     ``--detach`` is removed with its result (printed here); otherwise its result goes to the command that
     started it."""
+    if not _not_local(args):
+        return 2
     client = attach(args.cluster, args.name)
     client.stop(now=args.now)
     result = client.wait(remove=False)

@@ -84,6 +84,9 @@ class Runner:
             return dict(self.account.per_stream)
 
     def _fail(self, err: BaseException) -> None:
+        if isinstance(err, NodeError) and err.file is None:
+            s = next((n for n in self.spec.nodes if n.id == err.node_id), None)
+            err = err.at(self.spec.file, s.line if s is not None else None)
         if self.error is None:
             self.error = err
             log.error("%s", err)
@@ -299,6 +302,9 @@ class Runner:
             for s in order:
                 self.contexts[s.id] = self._context(s)
             self.state.contracts = resolve(self.spec, self.nodes, self.devices, self.frames_in_flight)
+            for s in order:  # what a node would not find when it opens, said before any model compiles
+                if not s.template and (why := self.nodes[s.id].missing()) is not None:
+                    raise NodeError(s.id, s.type, why)
             # consumers open before producers: a source never feeds a node that is not ready, and an
             # async consumer's max_held is known when its producer sizes a pool (frames_in_flight)
             for s in reversed(order):
@@ -339,7 +345,8 @@ class Runner:
                 try:
                     node.close()
                 except Exception as e:  # noqa: BLE001
-                    close_errors.append(NodeError(s.id, s.type, f"close failed: {type(e).__name__}: {e}"))
+                    close_errors.append(NodeError(s.id, s.type, f"close failed: {type(e).__name__}: {e}",
+                                                   file=self.spec.file, line=s.line))
                     log.error("%s", close_errors[-1])
             self.state.contracts.close()
             ledgers.bind(None)

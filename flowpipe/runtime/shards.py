@@ -94,7 +94,11 @@ def resolve_processes(spec: GraphSpec, wanted: int | str | None = None) -> int:
                          f"{s.type}: {why}; expected processes: 1")
     if spec.templates():  # streams come at run time: every process takes some
         return max(1, n)
-    return max(1, min(n, len(spec.sources()) or 1))
+    streams = len(spec.sources()) or 1
+    if value != "auto" and n > streams:
+        log.warning("processes: %d asked for, %d used: a process runs whole streams, and the graph has %d",
+                    n, streams, streams)
+    return max(1, min(n, streams))
 
 
 def plan(spec: GraphSpec, processes: int) -> list[list[str]]:

@@ -43,7 +43,11 @@ class RequestError(ValueError):
 
 def graph_error(e: GraphError, template: Template) -> str:
     """The first problems, the template named by its file's name (a client never learns the server's paths)."""
-    text = "; ".join(str(d) for d in e.diagnostics[:3])
+    return for_client("; ".join(str(d) for d in e.diagnostics[:3]), template)
+
+
+def for_client(text: str, template: Template) -> str:
+    """``text`` (an error) with the template's path on the server replaced by its file's name."""
     for shown in {str(template.path.resolve()), str(template.path)}:
         text = text.replace(shown, template.path.name)
     return text
@@ -163,7 +167,8 @@ class Instance:
         return {"id": self.id, "pipeline": self.template, "state": self.state, "elapsed_s": round(elapsed, 1),
                 "frames": frames, "avg_fps": round(frames["out"] / elapsed, 1) if elapsed > 0 else 0.0,
                 "streams": self.streams(), "output_dir": str(self.folder),
-                "error": str(self.result.error) if self.result is not None and self.result.error else None}
+                "error": for_client(str(self.result.error), self.source)
+                if self.result is not None and self.result.error else None}
 
     def events(self) -> list[dict[str, Any]]:
         """The instance's newest events, oldest first: those its run holds now (each as it stands: a clip named
@@ -273,7 +278,8 @@ class Instances:
             time.sleep(0.05)
         try:
             if inst.result is not None and inst.result.error is not None:
-                raise RequestError(f"pipeline {name!r} failed to start: {inst.result.error}", 422)
+                raise RequestError(f"pipeline {name!r} failed to start: {for_client(str(inst.result.error), template)}",
+                                   422)
             for req in streams:
                 self.add_stream(inst, req)
         except RequestError:  # a start refused leaves nothing running, nor listed

@@ -4,8 +4,10 @@ per-stream model state (``state.StreamStates``)."""
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -68,6 +70,15 @@ class Inference(Node):
 
     def resources(self) -> list[str]:
         return [f"loads model {self.config.blob or self.config.model}"]
+
+    def missing(self) -> str | None:
+        c = self.config
+        for key, ref in (("blob", c.blob), ("model", None if c.blob else c.model)):
+            if not ref or ref.startswith(("http://", "https://")) or models.is_registry_name(ref):
+                continue
+            if not Path(os.path.expanduser(ref)).is_file():
+                return f"{key}: no such file: {ref}"
+        return None
 
     def choose(self, devices: Devices) -> DeviceChoice:
         """The device this node runs on (the same answer every time on one machine); of several used
