@@ -422,7 +422,7 @@ def test_flowpipe_run_detach_status_and_stop(cluster, tmp_path, capsys, monkeypa
     """``flowpipe run --cluster --detach`` leaves the run in the cluster; ``flowpipe status`` shows it;
     ``flowpipe stop`` drains it, prints its account and removes it. A relative output path is the folder's the
     command ran in, not the cluster's working folder; ``--detach`` with no cluster, or with the local one that
-    ends with the command, is refused."""
+    ends with the command, is refused, and one whose streams fit no host fails there, leaving nothing."""
     import time
 
     from flowpipe.cli import main
@@ -439,6 +439,10 @@ def test_flowpipe_run_detach_status_and_stop(cluster, tmp_path, capsys, monkeypa
     assert "--detach with --cluster local" in capsys.readouterr().err
     assert main(["status", "--cluster", "local"]) == 2 and main(["stop", "cams", "--cluster", "local"]) == 2
     assert "flowpipe status --cluster local: a local cluster ends with the command" in capsys.readouterr().err
+    big = tmp_path / "big.yaml"  # a placement that fits no host: said by the command that detaches, nothing left
+    big.write_text(path.read_text().replace("CPU: 0.3", "CPU: 64"))
+    assert main(["run", str(big), "--cluster", c.address, "--detach", "--name", "huge"]) == 1
+    assert "error: run huge: stream 'cam' needs {CPU: 64} and fits on no host" in capsys.readouterr().err
     assert main(["run", str(path), "--cluster", c.address, "--detach", "--name", "cams"]) == 0
     try:
         assert capsys.readouterr().out.strip() == "cams"

@@ -84,8 +84,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     result: RunSummary
     if address:
         on_cluster = run_on_cluster(args, spec, address, progress)
-        if on_cluster is None:  # --detach: the run goes on in the cluster
-            return 0
+        if isinstance(on_cluster, int):  # --detach: the run goes on in the cluster, or could not start
+            return on_cluster
         result = on_cluster
     else:
         run = executor(spec, processes, max_frames=args.max_frames, progress=progress)

@@ -38,15 +38,21 @@ def anchor_paths(spec: Any, cwd: Path) -> None:
 
 def run_on_cluster(args: argparse.Namespace, spec: Any, address: str, progress: Any) -> Any:
     """``flowpipe run --cluster``: the run's controller starts in the cluster; this command waits for its
-    result (passing Ctrl-C on), or with ``--detach`` leaves it running and prints its name."""
+    result (passing Ctrl-C on), or with ``--detach`` leaves it running once its hosts have opened, prints its
+    name and gives the exit status (1 where it could not be placed or opened)."""
     name = args.name or run_name(args.graph)
     anchor_paths(spec, Path.cwd())
     client = submit(spec, address, name, detach=args.detach, max_frames=args.max_frames,
                     rebalance=args.rebalance)
     log.info("run %s: %d streams placed over the Ray cluster at %s", name, len(spec.sources()), address)
-    if args.detach:
+    if args.detach:  # left running only once it runs: a placement or an open that fails is said here
+        placed = client.placed()
+        if placed["phase"] == "finished" and placed.get("error"):
+            client.remove()
+            print(f"error: run {name}: {placed['error']}", file=sys.stderr)
+            return 1
         print(name)
-        return None
+        return 0
     with interrupts_stop(client):
         return client.wait(progress)
 

@@ -141,6 +141,16 @@ class RunClient:
     def status(self) -> dict[str, Any]:
         return self.call("status")  # type: ignore[no-any-return]
 
+    def placed(self, timeout: float = 120.0, poll_s: float = 0.2) -> dict[str, Any]:
+        """The run's status once its streams are placed and its hosts have opened their graphs, or once it
+        has ended trying (``error`` says why): what a detached run is left running on."""
+        deadline = time.monotonic() + timeout
+        while True:
+            got = self.status()
+            if got["phase"] != "placing" or time.monotonic() > deadline:
+                return got
+            time.sleep(poll_s)
+
     def stop(self, now: bool = False) -> None:
         self.call("stop", now=now)
 
