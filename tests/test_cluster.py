@@ -35,11 +35,14 @@ def cluster():
     c.shutdown()
 
 
-def _graph(tmp_path: Path, per_stream: str, counts: tuple[int, ...] = (40, 30, 20)) -> tuple:
+def _graph(tmp_path: Path, per_stream: str, counts: tuple[int, ...] = (40, 30, 20), named: bool = False) -> tuple:
+    """Streams s0, s1, ...; ``named``: from sources src0, src1, ... that name their streams (``stream: s0``)."""
     lines = ["plugins: [fp_testnodes]", f"cluster: {{per_stream: {per_stream}}}", "nodes:"]
-    lines += [f"  - {{id: s{i}, type: synthetic_source, config: {{count: {n}, width: 64, height: 48}}}}"
+    ids = [f"src{i}" if named else f"s{i}" for i in range(len(counts))]
+    lines += [f"  - {{id: {ids[i]}, type: synthetic_source, config: {{count: {n}, width: 64, height: 48"
+              + (f", stream: s{i}" if named else "") + "}}"
               for i, n in enumerate(counts)]
-    ins = ", ".join(f"s{i}" for i in range(len(counts)))
+    ins = ", ".join(ids)
     lines += [f"  - {{id: hop, type: passthrough, inputs: {{in: [{ins}]}}}}",
               f"  - {{id: meta, type: jsonl, config: {{path: {tmp_path}/m.jsonl}}, inputs: hop}}"]
     path = tmp_path / "g.yaml"
@@ -134,7 +137,8 @@ def test_cluster_block_is_validated(tmp_path) -> None:
 def test_a_lost_host_s_streams_resume_on_the_others_with_every_frame_accounted(cluster, tmp_path) -> None:
     """A third host joins, takes streams, and is removed mid-run (its raylet and workers killed): its streams
     resume on the other hosts after the frames it had accounted; the others never stop; every frame of every
-    stream is written once, and the account is exact."""
+    stream is written once, and the account is exact. Its sources name their streams (``stream:``), which the
+    records, the account and where a stream resumes go by."""
     import threading
     import time
 
@@ -144,7 +148,7 @@ def test_a_lost_host_s_streams_resume_on_the_others_with_every_frame_accounted(c
     spare = c.add_node(num_cpus=1, resources={"spare": 1})
     c.wait_for_nodes()
     counts = (150, 150, 150)
-    spec, out = _graph(tmp_path, "{CPU: 0.3}", counts=counts)
+    spec, out = _graph(tmp_path, "{CPU: 0.3}", counts=counts, named=True)
     for s in spec.nodes:
         if s.type == "synthetic_source":
             s.config.realtime, s.config.fps = True, 60.0  # type: ignore[attr-defined]
@@ -166,7 +170,7 @@ def test_a_lost_host_s_streams_resume_on_the_others_with_every_frame_accounted(c
     assert f["in"] == f["out"] == sum(counts) and f["failed"] == f["dropped"] == 0
     stats = res.to_json()
     (moved,) = stats["replacements"]
-    assert moved["streams"] == lost_streams and moved["replaced_in_s"] < 10
+    assert moved["streams"] == [s.replace("src", "s") for s in lost_streams] and moved["replaced_in_s"] < 10
     assert any(h["lost"] for h in stats["hosts"]) and any(h["generation"] == 1 for h in stats["hosts"])
     lines = _lines(out)
     for i, n in enumerate(counts):  # every frame's record once: none missing, none repeated across the loss
@@ -430,8 +434,9 @@ def test_flowpipe_run_detach_status_and_stop(cluster, tmp_path, capsys, monkeypa
     c, _ = cluster
     path = tmp_path / "live.yaml"
     path.write_text("plugins: [fp_testnodes]\ncluster: {per_stream: {CPU: 0.3}}\nnodes:\n"
-                    "  - {id: cam, type: synthetic_source, config: {count: 100000, realtime: true, fps: 30}}\n"
-                    "  - {id: hop, type: passthrough, inputs: {in: [cam]}}\n"
+                    "  - {id: src, type: synthetic_source, config: {count: 100000, realtime: true, fps: 30, "
+                    "stream: cam}}\n"
+                    "  - {id: hop, type: passthrough, inputs: {in: [src]}}\n"
                     "  - {id: meta, type: jsonl, config: {path: out/m.jsonl}, inputs: hop}\n")
     monkeypatch.chdir(tmp_path)
     assert main(["run", str(path), "--detach", "--name", "cams"]) == 2

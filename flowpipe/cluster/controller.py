@@ -207,11 +207,16 @@ class ClusterRun:
         self.interrupted = True
         self.stop()
 
+    def named(self, source: str) -> str:
+        """The stream source node ``source`` emits, by which agents count frames and streams resume (a stream
+        added at run time is named as itself)."""
+        return next((s.stream for s in self.spec.sources() if s.id == source), source)
+
     def needs(self) -> list[StreamNeed]:
         keys = self.spec.cluster
         per = dict(keys.per_stream) if keys else {"CPU": 1.0}
         labels = dict(keys.labels) if keys else {}
-        return [StreamNeed(s.id, per, labels) for s in self.spec.sources()]
+        return [StreamNeed(s.id, per, labels, s.stream) for s in self.spec.sources()]
 
     def run(self) -> ClusterResult:
         """Places and runs the streams, or, where this run's state is kept (a controller restarted), takes
@@ -320,7 +325,7 @@ class ClusterRun:
         base = 1000 * len(self.agents)  # shard 0 of the first host's first start alone truncates outputs
         name = f"{self.name}/agent{len(self.agents)}"
         # where its streams resume (an agent with no sources of its own: the stream added to it)
-        resume = {s: n for s, n in start.items() if s in sources or not sources}
+        resume = {self.named(s): n for s, n in start.items() if s in sources or not sources}
         handle = ray.remote(HostAgent).options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(host_id, soft=False), max_concurrency=4,
             num_cpus=need.pop("CPU", 0.0), num_gpus=need.pop("GPU", 0.0), resources=need,
@@ -329,7 +334,7 @@ class ClusterRun:
                  self.spec.cluster.metrics_port if self.spec.cluster else None)
         info = ray.get(handle.start.remote())
         log.info("host %s (%s): streams %s in %d process(es)%s", names.get(host_id), info["host"],
-                 ", ".join(sources) or "(to be added)", info["processes"],
+                 ", ".join(map(self.named, sources)) or "(to be added)", info["processes"],
                  f", restart {generation}" if generation else "")
         agent = AgentRecord(name, host_id, names.get(host_id, host_id[:8]), info, sources, generation,
                             {s: start.get(s, 0) for s in sources}, handle)
@@ -561,7 +566,7 @@ class ClusterRun:
             busiest = max(live, key=lambda a: len(a.sources), default=None)
             if busiest is not None and len(busiest.sources) > 1:
                 log.info("host joined: host %s drains streams %s to share them", busiest.address,
-                         ", ".join(busiest.sources))
+                         ", ".join(map(self.named, busiest.sources)))
                 busiest.moving = True
                 busiest.handle.stop.remote(now=False)
         return now
@@ -570,9 +575,10 @@ class ClusterRun:
         """A host drained for a rebalance: its streams go where placement puts them now, each after the frames
         it finished (an exact account: nothing was in flight)."""
         self._ray.kill(a.handle, no_restart=True)  # what it reserved is free for the streams' new places
-        done = (a.result or {}).get("streams") or {}
+        done = (a.result or {}).get("streams") or {}  # by stream
         with self._placing:  # (its new agents start from the graph as a change of configs left it)
-            self._replace(a, {s: a.start.get(s, 0) + done.get(s, 0) for s in a.sources}, why="rebalance")
+            self._replace(a, {s: a.start.get(s, 0) + done.get(self.named(s), 0) for s in a.sources},
+                          why="rebalance")
 
     def _lost(self, a: AgentRecord, err: BaseException) -> None:
         """A host (or its agent) is gone: its streams resume on the hosts left, each after the frames it had
@@ -588,26 +594,28 @@ class ClusterRun:
                 self._ray.kill(a.handle, no_restart=True)
             except Exception:  # noqa: BLE001, S110 - already gone with its host
                 pass
-        a.error = f"host {a.address} (streams {', '.join(a.sources + a.added)}) lost: {type(err).__name__}"
-        accounted = dict(a.progress.get("streams", {}))
-        start = {s: a.start.get(s, 0) + accounted.get(s, 0) for s in a.sources + a.added}
+        held = {s: self.named(s) for s in a.sources + a.added}  # source -> its stream
+        a.error = f"host {a.address} (streams {', '.join(held.values())}) lost: {type(err).__name__}"
+        accounted = dict(a.progress.get("streams", {}))  # by stream
+        start = {s: a.start.get(s, 0) + accounted.get(stream, 0) for s, stream in held.items()}
         kept = {k: a.progress.get(k, 0) for k in ("out", "dropped", "failed")}
         # results it wrote after its last report, where the controller can read them (shared storage): those
         # frames are done (out), and their streams resume after them, so no result is written twice
-        for s, last in written(self.spec, a.sources + a.added).items():
-            extra = last + 1 - start[s]
+        last_written = written(self.spec, list(held.values()))
+        for s, stream in held.items():
+            extra = last_written.get(stream, -1) + 1 - start[s]
             if extra > 0:
                 start[s] += extra
                 kept["out"] += extra
-                accounted[s] = accounted.get(s, 0) + extra
+                accounted[stream] = accounted.get(stream, 0) + extra
         a.progress = dict(kept, **{"in": sum(kept.values()), "streams": accounted})
         log.warning("%s after %d frames accounted there", a.error, sum(accounted.values()))
         rates = self.rates()
         for src in self.spec.sources():
             if src.id in a.sources and src.contract.live:
-                self.outages.append({"stream": src.id, "host": a.address,
+                self.outages.append({"stream": src.stream, "host": a.address,
                                      "last_seen": a.seen if a.seen is not None else time.time(),
-                                     "fps": round(rates.get(src.id, 0.0), 2), "resumed_after_s": None,
+                                     "fps": round(rates.get(src.stream, 0.0), 2), "resumed_after_s": None,
                                      "frames_lost": None, "resumed_at_frame": start[src.id],
                                      "generation": a.generation})
         if a.sources:
@@ -633,7 +641,8 @@ class ClusterRun:
         for o in self.outages:
             if o["resumed_after_s"] is not None:
                 continue
-            later = [a for a in self.agents if a.generation > o["generation"] and o["stream"] in a.sources]
+            later = [a for a in self.agents if a.generation > o["generation"]
+                     and o["stream"] in map(self.named, a.sources)]
             if any(((a.result or {}).get("streams") or a.progress.get("streams") or {}).get(o["stream"], 0)
                    for a in later):
                 o["resumed_after_s"] = round(now - o["last_seen"], 2)
@@ -654,7 +663,7 @@ class ClusterRun:
         t0, noticed = time.perf_counter(), time.time()
         if self._stop:
             log.error("host %s: the run is stopping: streams %s not placed again", a.address,
-                      ", ".join(a.sources))
+                      ", ".join(map(self.named, a.sources)))
             return
         hosts = {h.host_id: h for h in hosts_of(self._ray) if h.host_id != without}
         needs = {n.stream: n for n in self.needs()}
@@ -668,10 +677,11 @@ class ClusterRun:
             log.error("host %s: %s", a.address, e)
             self.error = f"{a.error}; {e}" if a.error else str(e)
             return
-        log.info("streams %s of host %s resume on %s", ", ".join(a.sources), a.address,
+        log.info("streams %s of host %s resume on %s", ", ".join(map(self.named, a.sources)), a.address,
                  ", ".join(sorted({hosts[h].name for h in where.values()})))
         self._start(where, start, a.generation + 1)
-        self.replacements.append({"host": a.address, "streams": a.sources, "resume_at": start, "why": why,
+        self.replacements.append({"host": a.address, "streams": [self.named(s) for s in a.sources],
+                                  "resume_at": {self.named(s): n for s, n in start.items()}, "why": why,
                                   "noticed_at": round(noticed, 3), "replaced_in_s": round(time.perf_counter() - t0, 3)})
 
     def snapshot(self) -> dict[str, int]:
@@ -696,22 +706,24 @@ class ClusterRun:
         hosts = {h.host_id: h for h in hosts_of(self._ray)} if hasattr(self, "_ray") else {}
         where: dict[str, str] = {}
         rows = []
+        named = {s.id: s.stream for s in self.spec.sources()}  # source id -> the stream it emits
         for a in self.agents:
             live = a.result is None and a.error is None
             for s in a.sources + a.added:
                 if live or s not in where:
                     where[s] = a.address
+            held = [named.get(s, s) for s in a.sources] + a.added
             h = hosts.get(a.host_id)
             rows.append({"address": a.address, "host": a.info.get("host"), "pid": a.info.get("pid"),
                          "state": "running" if live else ("lost" if a.lost else "done"),
                          "processes": a.info.get("processes"), "generation": a.generation,
                          "devices": {k: v for k, v in (h.resources if h else {}).items()},
-                         "metrics": a.info.get("metrics"), "streams": a.sources + a.added,
+                         "metrics": a.info.get("metrics"), "streams": held,
                          "frames": (a.result or {}).get("frames") or a.progress,
-                         "fps": round(sum(rates.get(s, 0.0) for s in a.sources), 1) if live else 0.0})
-        counts = self.per_stream()
-        streams = {s.id: {"host": where.get(s.id), "frames": counts.get(s.id, 0), "fps": round(rates.get(s.id, 0.0), 1)}
-                   for s in self.spec.sources()}
+                         "fps": round(sum(rates.get(s, 0.0) for s in held), 1) if live else 0.0})
+        counts = self.per_stream()  # by stream, as records name them (a source's ``stream``, else its id)
+        streams = {s.stream: {"host": where.get(s.id), "frames": counts.get(s.stream, 0),
+                              "fps": round(rates.get(s.stream, 0.0), 1)} for s in self.spec.sources()}
         return {"name": self.name, "phase": self.phase, "elapsed_s": round(time.time() - self.started_at, 1),
                 "frames": self.snapshot(), "hosts": rows, "streams": streams, "replacements": self.replacements,
                 "outages": self.outages, "retuned": {k: dict(v) for k, v in self.retuned.items()},

@@ -18,9 +18,10 @@ class PlacementError(ValueError):
 
 @dataclass(frozen=True)
 class StreamNeed:
-    stream: str
+    stream: str  # what placement answers by: the source node's id
     resources: dict[str, float] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
+    name: str = ""  # for messages: the stream as its records name it (the source's ``stream``), else ``stream``
 
 
 @dataclass
@@ -87,8 +88,8 @@ def place(needs: list[StreamNeed], hosts: list[Host]) -> dict[str, str]:
                 if room > best_room:
                     best, best_room = h, room
         if best is None:
-            raise PlacementError(f"stream '{need.stream}' needs {_describe(need.resources, need.labels)} and fits "
-                                 f"on no host; free in the cluster: {_free(hosts, need)}")
+            raise PlacementError(f"stream '{need.name or need.stream}' needs {_describe(need.resources, need.labels)} "
+                                 f"and fits on no host; free in the cluster: {_free(hosts, need)}")
         best.take(need)
         out[need.stream] = best.host_id
     return out
