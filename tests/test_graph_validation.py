@@ -115,6 +115,12 @@ def test_params_env_and_set_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
     spec = load_graph("g.yaml", text=text, overrides=parse_sets(["n=7", "name=door"]))
     assert spec.node("src").config.count == 7 and spec.node("src").config.stream == "door-1"
     assert "--set nope: no such parameter; known params: h, n, name, w" in errors_of(text, overrides={"nope": 1})[0]
+    # a bad value given for a parameter names it: the line is the graph's, the value the command line's
+    (bad,) = errors_of(text, overrides=parse_sets(["w=wide"]))
+    assert bad.startswith("g.yaml:9: node 'src' (synthetic_source): config.width: ") and bad.endswith(
+        "got 'wide' (from parameter 'w')"), bad
+    (bad,) = errors_of(text.replace("'${params.w}'", "wide"))
+    assert not bad.endswith(")"), bad  # written in the graph itself: no parameter to name
 
 
 def test_a_node_left_out_feeds_its_consumers_what_fed_it() -> None:

@@ -23,7 +23,7 @@ import os
 import re
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import UnionType
 from typing import Annotated, Any, Union, get_args, get_origin
 
@@ -33,7 +33,7 @@ from pydantic import BaseModel, ValidationError
 from ..errors import Diagnostic, GraphError
 from ..node import Node, NodeContract, Source, kinds_compatible
 from ..registry import import_plugin, lookup
-from .load import LineDict, interpolate, line_of, type_name
+from .load import LineDict, interpolate, line_of, parameter_uses, type_name
 from .spec import ENGINE_KEYS, NODE_KEYS, TOP_KEYS, ClusterKeys, EngineKeys, GraphSpec, NodeSpec
 
 _ID_RE = re.compile(r"^[A-Za-z_][\w-]*$")
@@ -59,7 +59,30 @@ class _Graph:
 
 def validate(doc: Any, fname: str, overrides: dict[str, Any], fixed_streams: bool = False) -> GraphSpec:
     """A parsed graph document through every phase after parsing, in order; the GraphSpec it describes.
-    ``fixed_streams``: the run's streams are the graph's sources (no stream is added while it runs)."""
+    ``fixed_streams``: the run's streams are the graph's sources (no stream is added while it runs). A problem
+    with a value a parameter given here (``--set``, a client's) put in a node names that parameter."""
+    try:
+        return _validate(doc, fname, overrides, fixed_streams)
+    except GraphError as e:
+        if not overrides:
+            raise
+        uses = parameter_uses(doc)
+        raise GraphError([_given(d, overrides, uses) for d in e.diagnostics]) from None
+
+
+def _given(d: Diagnostic, overrides: dict[str, Any], uses: dict[str, list[tuple[str | None, str]]]) -> Diagnostic:
+    """``d``, naming the given parameter whose value lands on the config key it is about."""
+    if d.node_id is None:
+        return d
+    about = d.message.split(":", 1)[0]
+    for name in overrides:
+        for node, key in uses.get(name, []):
+            if node == d.node_id and (about == key or about.startswith(key + ".") or key.startswith(about + ".")):
+                return replace(d, message=f"{d.message} (from parameter '{name}')")
+    return d
+
+
+def _validate(doc: Any, fname: str, overrides: dict[str, Any], fixed_streams: bool) -> GraphSpec:
     top = _graph_keys(doc, fname, overrides)
     nodes_raw = _params(top, doc, fname)
     plugin_dir = _plugins(top.plugins, doc, fname)
