@@ -74,12 +74,20 @@ def test_a_missing_input_is_said_before_any_model_compiles(tmp_path, capsys, mon
     assert opened == [] and "graphs/face_blur.yaml:" in err
 
 
-@pytest.mark.parametrize("suffix, head", [(".dot", "digraph flowpipe {"), (".mmd", "flowchart LR")])
-def test_graph_drawing(tmp_path, suffix, head) -> None:
+@pytest.mark.parametrize("suffix, graph, head", [
+    (".dot", "face_blur", "digraph flowpipe {\n  rankdir=TB;"),  # 17 nodes in a row: top to bottom
+    (".mmd", "face_blur", "flowchart TB"),
+    (".dot", "passthrough", "digraph flowpipe {\n  rankdir=LR;"),  # a short graph: left to right
+    (".mmd", "passthrough", "flowchart LR"),
+])
+def test_graph_drawing(tmp_path, suffix, graph, head) -> None:
     out = tmp_path / f"g{suffix}"
-    assert main(["graph", str(ROOT / "graphs" / "face_blur.yaml"), "-o", str(out)]) == 0
+    assert main(["graph", str(ROOT / "graphs" / f"{graph}.yaml"), "-o", str(out)]) == 0
     text = out.read_text()
-    assert text.startswith(head) and "decode" in text and "frame -> frame" in text
+    assert text.startswith(head), text
+    if graph == "face_blur":  # an edge's port named once where both ends share it
+        assert "decode" in text and "detections -> frame" in text and "frame -> frame" not in text
+        assert ("|tensor|" if suffix == ".mmd" else 'label="tensor"') in text
 
 
 @pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz not installed")

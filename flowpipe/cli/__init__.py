@@ -131,22 +131,38 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return code
 
 
+LONG_CHAIN = 6  # nodes in a row past which a drawing runs top to bottom: a page is taller than it is wide
+
+
+def _direction(spec: Any) -> str:
+    """Left to right for a short graph; top to bottom where its longest path is long (one row of 17 boxes is
+    unreadable at any size)."""
+    import networkx as nx
+
+    return "LR" if nx.dag_longest_path_length(spec.dag) + 1 <= LONG_CHAIN else "TB"
+
+
+def _edge_label(d: dict[str, Any]) -> str:
+    """An edge's ports, one name where both ends share it."""
+    return d["src_port"] if d["src_port"] == d["dst_port"] else f'{d["src_port"]} -> {d["dst_port"]}'
+
+
 def to_dot(spec: Any) -> str:
-    lines = ["digraph flowpipe {", "  rankdir=LR;", "  node [shape=box, style=rounded];"]
+    lines = ["digraph flowpipe {", f"  rankdir={_direction(spec)};", "  node [shape=box, style=rounded];"]
     for s in spec.nodes:
         lines.append(f'  "{s.id}" [label="{s.id}\\n({s.type})"];')
     for u, v, d in spec.dag.edges(data=True):
-        lines.append(f'  "{u}" -> "{v}" [label="{d["src_port"]} -> {d["dst_port"]}"];')
+        lines.append(f'  "{u}" -> "{v}" [label="{_edge_label(d)}"];')
     lines.append("}")
     return "\n".join(lines) + "\n"
 
 
 def to_mermaid(spec: Any) -> str:
-    lines = ["flowchart LR"]
+    lines = [f"flowchart {_direction(spec)}"]
     for s in spec.nodes:
         lines.append(f'  {s.id}["{s.id}<br/>({s.type})"]')
     for u, v, d in spec.dag.edges(data=True):
-        lines.append(f'  {u} -->|{d["src_port"]} -> {d["dst_port"]}| {v}')
+        lines.append(f'  {u} -->|{_edge_label(d)}| {v}')
     return "\n".join(lines) + "\n"
 
 
