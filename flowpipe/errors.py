@@ -70,6 +70,10 @@ class NodeError(Exception):
         return located
 
 
+class NoDeviceError(RuntimeError):
+    """None of the devices a node asks for is present on this host."""
+
+
 class FrameError(Exception):
     """Raised by a node (often from an async callback) to say which frame failed, or which frames:
     a batched request fails for every frame in it, and the node's ``on_error`` applies to each."""

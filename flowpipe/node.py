@@ -42,6 +42,7 @@ class RunContext(Protocol):
     node_id: str
     devices: Devices  # the device owners of this process (OpenVINO Core, OpenCL contexts)
     shard: tuple[int, int]  # (index, count): this process's share of the run's streams; (0, 1) unsharded
+    alone: bool  # this process is the whole run: no other process or host writes what it writes
     streams: int  # streams in the whole run (every process): what shares of the machine are sized by
     generation: int  # 0; n when this part of the run restarted n times (outputs go to new files)
     #: a device owner: the shard processes it serves, whose decoders and encoders share the cores with its

@@ -92,6 +92,7 @@ class StandaloneContext:
                  feeds: Mapping[str, list[Any]] | None = None):
         self.node_id = node_id
         self.shard = (0, 1)
+        self.alone = True
         self.streams = 1
         self.generation = 0
         self.serves_processes = 0

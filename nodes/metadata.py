@@ -65,12 +65,17 @@ class JsonLines(Node):
 
     def open(self, ctx: RunContext) -> None:
         self.fd: int | None = None
+        self.fresh = False
         if self.config.path == "-":
             return
         Path(self.config.path).parent.mkdir(parents=True, exist_ok=True)
         # the first shard's first start truncates (shards open before any frame flows); a restarted shard
-        # appends after the lines its streams' earlier process wrote
-        truncate = os.O_TRUNC if ctx.shard[0] == 0 and ctx.generation == 0 else 0
+        # appends after the lines its streams' earlier process wrote. A process that is the whole run empties
+        # the file on its first record, or at a clean end with none: a run that fails to start (another node's
+        # open, a missing input) leaves the last run's records as they were, beside the recording they name.
+        first = ctx.shard[0] == 0 and ctx.generation == 0
+        self.fresh = first and ctx.alone
+        truncate = os.O_TRUNC if first and not self.fresh else 0
         self.fd = os.open(self.config.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | truncate, 0o644)
         self.stats = ctx.stats
         self.lost = 0  # records the file could not take
@@ -86,6 +91,7 @@ class JsonLines(Node):
         if self.lost_since is not None and time.monotonic() < self.retry_at:
             self._not_written(frame)
             return
+        self._begin()
         try:
             self._append(line.encode())
         except OSError as e:
@@ -120,6 +126,15 @@ class JsonLines(Node):
                 raise
         finally:
             _lock(self.fd, False)
+
+    def _begin(self) -> None:
+        """The last run's records gone, once this run has something to say (its first record, or its end)."""
+        if self.fresh and self.fd is not None:
+            os.ftruncate(self.fd, 0)
+            self.fresh = False
+
+    def flush(self) -> None:
+        self._begin()
 
     def _not_written(self, frame: Frame) -> None:
         self.lost += 1

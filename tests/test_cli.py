@@ -61,6 +61,25 @@ def test_runtime_failure_exits_1_naming_file_line_and_node(tmp_path, capsys) -> 
             "here)") in capsys.readouterr().out
 
 
+def test_a_run_that_fails_to_start_leaves_the_last_run_s_records(tmp_path) -> None:
+    """The records file is emptied by this run's first record, not when it opens: a node that fails to open
+    after it (here the detector, on a property its device lacks) leaves the last run's records beside the
+    recording they name."""
+    g = tmp_path / "g.yaml"
+    g.write_text("params: {props: {}}\nnodes:\n"
+                 "  - {id: src, type: synthetic_source, config: {count: 6}}\n"
+                 "  - {id: pre, type: preprocess, inputs: src.frame, config: {size: [128, 128], layout: NHWC}}\n"
+                 "  - {id: det, type: inference, inputs: pre.tensor, config: {model: blazeface_short, device: CPU, "
+                 "properties: '${params.props}'}}\n"
+                 "  - {id: faces, type: blazeface_decode, config: {variant: short}, inputs: det.tensors}\n"
+                 f"  - {{id: meta, type: jsonl, config: {{path: {tmp_path}/m.jsonl}}, inputs: faces.detections}}\n")
+    records = tmp_path / "m.jsonl"
+    assert main(["run", str(g)]) == 0 and len(records.read_text().splitlines()) == 6
+    assert main(["run", str(g), "--set", "props={NOT_A_KEY: 1}"]) == 1
+    assert len(records.read_text().splitlines()) == 6
+    assert main(["run", str(g), "--max-frames", "2"]) == 0 and len(records.read_text().splitlines()) == 2
+
+
 def test_a_missing_input_is_said_before_any_model_compiles(tmp_path, capsys, monkeypatch) -> None:
     """Every node is asked what it would not find before any opens: the detector behind a missing clip never
     loads its model."""

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+import textwrap
 
 import cv2
 import numpy as np
@@ -174,13 +175,24 @@ def test_device_fallback_reports_why() -> None:
 
 @pytest.mark.parametrize("cfg, msg", [
     ("model: /nope/missing.xml, device: CPU", "model: no such file: /nope/missing.xml"),
-    ("model: blazeface_short, device: TPU", "no wanted device is available: wanted TPU, available: CPU"),
+    ("model: blazeface_short, device: NPU", "device: no wanted device is available: wanted NPU, available: CPU"),
     ("model: blazeface_short, device: CPU, properties: {NOT_A_KEY: 1}", "CPU does not support NOT_A_KEY; supported:"),
 ])
 def test_bad_inference_config_is_one_line_naming_the_node(cfg, msg, astronaut) -> None:
     res = run_yaml(_graph(feed([astronaut]), "bad", cfg))
     assert res.exit_code == 1
     assert re.match(r"<test>:\d+: " + re.escape("node 'det' (inference): "), str(res.error)) and msg in str(res.error) and "\n" not in str(res.error)
+
+
+def test_a_misspelt_device_is_a_config_error() -> None:
+    """A name OpenVINO has no device by fails validation, on any host, with the nearest name."""
+    from flowpipe.graph import load_graph
+
+    text = _graph(feed([]), "bad", "model: blazeface_short, device: 'GPU,CPUU'")
+    with pytest.raises(GraphError, match=r"config\.device: 'CPUU' is no device \(did you mean 'CPU'\?\); expected "):
+        load_graph("<test>", text=textwrap.dedent(text))
+    for ok in ("AUTO", "GPU.1+CPU", "npu,gpu,cpu"):
+        load_graph("<test>", text=textwrap.dedent(text.replace("'GPU,CPUU'", f"'{ok}'")))
 
 
 def test_unreadable_model_and_shape_mismatch(tmp_path, astronaut) -> None:

@@ -262,7 +262,7 @@ def test_an_open_failure_in_one_shard_stops_every_shard_before_any_frame(tmp_pat
     spec, _ = _graph(text, tmp_path)
     res = ShardedRun(spec, 2).run()
     assert res.exit_code == 1
-    assert "node 'b' (video_source): open failed" in str(res.error) and "missing.mp4" in str(res.error)
+    assert "node 'b' (video_source): uri: no such file or folder" in str(res.error) and "missing.mp4" in str(res.error)
     assert res.frames["in"] == 0
     assert (tmp_path / "m.jsonl").read_text() == ""
 

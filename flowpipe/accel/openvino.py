@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import NoDeviceError
+
 log = logging.getLogger("flowpipe.openvino")
 MAGIC = b"FLOWPIPE-BLOB\x01"
 HINTS = ("LATENCY", "THROUGHPUT", "CUMULATIVE_THROUGHPUT")
@@ -110,7 +112,7 @@ def choose_devices(wanted: str | list[str], available: list[str],
         what = f"{here[0]} is present" if len(here) == 1 else f"{' and '.join(here)} are present, used together"
         reason = (why + "; " if why else "") + f"{what} (available: {', '.join(available)})"
         return [DeviceChoice(d, reason, list(tried)) for d in here]
-    raise RuntimeError(f"no wanted device is available: wanted {' -> '.join(seen)}, available: "
+    raise NoDeviceError(f"no wanted device is available: wanted {' -> '.join(seen)}, available: "
                        f"{', '.join(available) or 'none'}")
 
 

@@ -73,7 +73,7 @@ class HostAgent:
 
     def start(self) -> dict[str, Any]:
         self.runner = executor(self.spec, self.spec.processes, max_frames=self.max_frames,
-                               share=Share(self.shard_base, 1, self.streams, self.resume),
+                               share=Share(self.shard_base, 1, self.streams, self.resume, alone=False),
                                hooks=RunHooks(on_opened=self._opened))
         processes = self.spec.processes
         threading.Thread(target=self._run, name="flowpipe:agent", daemon=True).start()

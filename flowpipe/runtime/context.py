@@ -33,6 +33,7 @@ class Share:
     count: int = 1
     streams: int | None = None
     resume: Resume = field(default_factory=Resume)
+    alone: bool = True  # no other process or host of the run writes what this one writes (not a shard, a host)
 
 
 class FateObserver(Protocol):
@@ -80,6 +81,7 @@ class NodeContext:
         self.node_id = node_id
         self.like = like or node_id  # a stream added at run time: the template whose place it takes
         self.shard = (share.index, share.count)
+        self.alone = share.alone
         self.streams = share.streams or 1
         self.serves_processes = 0
         self.generation = share.resume.generation

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 from ..accel import Devices
 from ..contracts import Allocation, InputContract, Offer, Request
-from ..errors import NodeError
+from ..errors import NodeError, NoDeviceError
 from ..graph import GraphSpec, NodeSpec
 from ..memory import BatchSlots
 from ..node import PIXELS_ALL, Node
@@ -154,6 +154,8 @@ def _whole_picture(whole: GraphSpec, node_id: str, nodes: dict[str, Node], devic
 def _declared(s: NodeSpec, declare: Callable[..., T], *args: Any) -> T:
     try:
         return declare(*args)
+    except NoDeviceError as e:  # what the node asks for is not on this host: said as such, not as a contract's
+        raise NodeError(s.id, s.type, f"device: {e}") from e
     except Exception as e:
         raise NodeError(s.id, s.type, f"memory contract: {type(e).__name__}: {e}") from e
 

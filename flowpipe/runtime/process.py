@@ -78,6 +78,7 @@ class OutsideContext:
                  devices_: Any = None, generation: int = 0):
         self.node_id = node_id
         self.shard = shard
+        self.alone = False  # a node in a worker process, or served by a device owner: part of a bigger run
         self.streams = streams
         self.generation = generation
         self.serves_processes = 0

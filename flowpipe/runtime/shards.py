@@ -252,7 +252,7 @@ def _shard_main(conn: Connection, payload: bytes, plugins: list[str], plugin_dir
 
     keep = sources + [t.id for t in spec.templates()]  # every shard can take streams added at run time
     runner = Runner(subgraph(spec, keep), max_frames=max_frames, progress=progress, record_times=record_times,
-                    share=Share(index, count, len(spec.sources()), resume or Resume()),
+                    share=Share(index, count, len(spec.sources()), resume or Resume(), alone=False),
                     hooks=RunHooks(make_node=owned, fates=board, on_opened=on_opened))
     runner.progress_every = REPORT_EVERY_S
     try:

@@ -1,6 +1,7 @@
 """An ``inference`` node's settings (read by the node and its engine)."""
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -47,6 +48,22 @@ class InferenceConfig(NodeConfig):
     device: str | list[str] = Field(
         "AUTO", description="NPU|GPU|CPU|AUTO, a fallback list (the first present), e.g. 'NPU,GPU,CPU', or devices "
         "used together, e.g. 'GPU+CPU' (each present one runs frames as it has requests free; batch: 1)")
+
+    @field_validator("device")
+    @classmethod
+    def _device_names(cls, v: str | list[str]) -> str | list[str]:
+        """Each name one OpenVINO knows (a misspelt one fails here, not when the node opens on some host)."""
+        import difflib
+
+        known = ("NPU", "GPU", "CPU", "AUTO")
+        for part in re.split(r"[,+]", ",".join([v] if isinstance(v, str) else v)):
+            name = part.strip().upper()
+            if name and not re.fullmatch(r"(NPU|GPU|CPU)(\.\d+)?|AUTO", name):
+                near = difflib.get_close_matches(name.split(".")[0], known, n=1)
+                raise ValueError(f"{part.strip()!r} is no device" + (f" (did you mean {near[0]!r}?)" if near else "")
+                                 + "; expected NPU, GPU or CPU (GPU.1: one of several), AUTO, a fallback list "
+                                 "'NPU,GPU,CPU' or devices used together 'GPU+CPU'")
+        return v
     performance_hint: Literal["LATENCY", "THROUGHPUT", "CUMULATIVE_THROUGHPUT"] = "THROUGHPUT"
     num_requests: int | None = Field(None, ge=1, le=64, description="default: OPTIMAL_NUMBER_OF_INFER_REQUESTS")
     priority: Literal["LOW", "MEDIUM", "HIGH"] | None = None
