@@ -6,6 +6,7 @@ every later stage sees is the memory the decoder filled.
 from __future__ import annotations
 
 import errno
+import itertools
 import logging
 import os
 import re
@@ -55,7 +56,9 @@ class VideoSourceConfig(NodeConfig):
     max_fps: float | None = Field(None, gt=0, description="limit the output frame rate (sleeps)")
     every: int = Field(1, ge=1, description="emit every Nth decoded frame")
     realtime: bool = Field(False, description="pace file playback at the file's frame rate")
-    reconnect_attempts: int = Field(5, ge=0, description="network streams: reopen this many times")
+    reconnect_attempts: int = Field(-1, ge=-1, description="network streams: reopen this many times after a loss, or "
+                                    "while one that is not up yet is first opened; -1 (the default): for ever, "
+                                    "as a camera that reboots comes back; 0: a loss ends the stream")
     reconnect_backoff_s: float = Field(0.5, gt=0, description="first reopen delay; doubles up to 8 s")
     timeout_s: float = Field(5.0, gt=0, description="network streams: open and read timeout")
     rtsp_transport: Literal["tcp", "udp"] = Field("tcp", description="RTSP over TCP survives lossy networks")
@@ -187,6 +190,7 @@ class VideoSource(Source):
                 raise ValueError(f"video file is empty (0 bytes): {c.uri}")
         self.format, self.decoder = self._pixels(self.allocation.pixels, self.allocation.pixels_by)
         self.stats["format"] = self.format
+        self.pending = False  # a network stream not up yet: connected in frames()
         self.cap = self._open_capture(first=True)
 
     def _pixels(self, taken: frozenset[str] | None, by: str) -> tuple[str, str]:
@@ -227,8 +231,8 @@ class VideoSource(Source):
             cap.release()
             if self.is_net and not first:
                 return None
-            if self.is_net and c.reconnect_attempts > 0:
-                return self._reconnect()
+            if self.is_net and c.reconnect_attempts != 0:
+                return self._not_up(why=None)
             raise RuntimeError(f"cannot open {_redact(c.uri)}: not a video OpenCV/FFmpeg can decode")
         self.fps = cap.get(cv2.CAP_PROP_FPS) or 30.0
         if not 0 < self.fps < 1000:
@@ -248,12 +252,11 @@ class VideoSource(Source):
             why = getattr(e, "strerror", None) or (str(e).splitlines()[0] if str(e) else repr(e))
             if isinstance(e, av.error.InvalidDataError):
                 why = f"not a video FFmpeg can decode ({why})"
-            if self.is_net and (not first or c.reconnect_attempts > 0):  # why, before the next attempt
+            if self.is_net and not first:  # why, before the next attempt
                 log.warning("node '%s': cannot open %s: %s", self.id, _redact(c.uri), why)
-            if self.is_net and not first:
                 return None
-            if self.is_net and c.reconnect_attempts > 0:
-                return self._reconnect()
+            if self.is_net and c.reconnect_attempts != 0:
+                return self._not_up(why)
             raise RuntimeError(f"cannot open {_redact(c.uri)}: {why}") from None
         self.fps = dem.fps if 0 < dem.fps < 1000 else 30.0
         taken = self.allocation.pixels
@@ -319,6 +322,14 @@ class VideoSource(Source):
                 continue
             return
 
+    def _not_up(self, why: str | None) -> None:
+        """A network stream that cannot be opened when the run starts: the node opens all the same, and its
+        stream is connected in its own thread, as after a loss (the other streams start meanwhile)."""
+        log.warning("node '%s': cannot open %s%s; the stream starts when it answers", self.id,
+                    _redact(self.config.uri), f": {why}" if why else "")
+        self.pending = True
+        return None
+
     def _reconnect(self) -> Any:
         c = self.config
         delay = c.reconnect_backoff_s
@@ -338,11 +349,14 @@ class VideoSource(Source):
 
     def _reconnect_loop(self, delay: float, lost: float, outage: dict[str, Any]) -> Any:
         c = self.config
-        for attempt in range(1, c.reconnect_attempts + 1):
+        n = c.reconnect_attempts
+        what = "lost" if self.decoded else "not up yet"  # a camera never seen has not been lost
+        for attempt in itertools.count(1) if n < 0 else range(1, n + 1):
             if self.ctx.stopping:
                 return None
-            log.warning("node '%s': stream %s lost; reconnect %d/%d in %.1fs", self.id, _redact(c.uri), attempt,
-                        c.reconnect_attempts, delay)
+            if attempt <= 5 or attempt % 10 == 0:  # a camera down for hours: a line every 10 tries, not each
+                log.warning("node '%s': stream %s %s; reconnect %d%s in %.1fs", self.id, _redact(c.uri), what,
+                            attempt, f"/{n}" if n >= 0 else "", delay)
             end = time.monotonic() + delay
             while time.monotonic() < end:  # a stream removed meanwhile stops waiting
                 if self.ctx.stopping:
@@ -382,8 +396,10 @@ class VideoSource(Source):
         if self.folder is not None:
             yield from self._folder_frames(self.folder)
             return
+        if self.cap is None and self.pending:  # not up when the run started: connected here, as after a loss
+            self.cap = self._reconnect()
         cap = self.cap
-        if cap is None:  # the run stopped while the first connection was retried
+        if cap is None:  # the run stopped while the connection was retried
             return
         if self.decoder == "pyav":
             yield from self._pyav_frames()

@@ -169,6 +169,39 @@ nodes:
         srv.kill()
 
 
+def test_a_camera_not_up_when_the_run_starts_holds_back_no_other_stream_and_joins_when_it_answers() -> None:
+    """A camera that does not answer yet: the graph opens all the same (every other stream starts), and the
+    camera's stream starts when it answers, with the default of reconnecting for ever."""
+    port = _free_port()
+    r, t, box = _start(f"""
+nodes:
+  - {{id: cam, type: video_source, config: {{uri: "rtsp://127.0.0.1:{port}/live", reconnect_backoff_s: 0.3,
+      timeout_s: 2}}}}
+  - {{id: steady, type: synthetic_source, config: {{count: 100000, width: 64, height: 48, fps: 30, realtime: true}}}}
+  - {{id: s, type: null_sink, inputs: {{in: [cam.frame, steady.frame]}}}}
+""")
+    srv = None
+    try:
+        deadline = time.monotonic() + 30
+        while r.per_stream.get("steady", 0) < 60:  # two seconds of the other stream, the camera still down
+            assert time.monotonic() < deadline and t.is_alive(), box
+            time.sleep(0.1)
+        assert r.per_stream.get("cam", 0) == 0
+        srv = _rtsp_server(port)
+        while r.per_stream.get("cam", 0) < 30:
+            assert time.monotonic() < deadline + 30 and t.is_alive(), box
+            time.sleep(0.1)
+        r.stop()
+        t.join(60)
+        res = box["result"]
+        assert res.ok, res.error
+        assert res.frames["in"] == res.frames["out"] + res.frames["dropped"] + res.frames["failed"]
+    finally:
+        r.stop()
+        if srv is not None:
+            srv.kill()
+
+
 def test_rtsp_source_that_never_comes_back_ends_with_a_clear_error() -> None:
     port = _free_port()
     res = run_yaml(f"""
