@@ -19,6 +19,7 @@ it had gone ``back`` of its box's heights past the line).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -31,6 +32,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from flowpipe.frame import Detection, Frame
+from flowpipe.media.clips import unused
 from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
 from flowpipe.registry import register
 
@@ -247,6 +249,7 @@ class Analytics(Node):
         self.stats = ctx.stats
         self.stats.update({"events": 0, "crossings": 0, "crossings_same": 0})
         self.passed_over: dict[str, int] | None = {}  # tracked objects by label, while ``labels`` has taken none
+        self._shots: dict[tuple[str, int], str] = {}  # this run's newest snapshots, by stream and frame
         if self.config.snapshots:
             Path(self.config.snapshots).mkdir(parents=True, exist_ok=True)
 
@@ -486,14 +489,28 @@ class Analytics(Node):
         """The frame as a JPEG in ``snapshots`` (its path), where it has BGR pixels."""
         if frame.data is None or frame.format != "BGR":
             return None
-        path = Path(self.config.snapshots or ".") / f"{frame.stream}-{frame.index:08d}.jpg"
-        if not path.exists():
-            ok, buf = cv2.imencode(".jpg", frame.image, [cv2.IMWRITE_JPEG_QUALITY, 85])
-            if not ok:
-                log.warning("node '%s': could not encode a snapshot of stream %s frame %d", self.id,
-                            frame.stream, frame.index)
-                return None
+        key = (frame.stream, frame.index)
+        if key in self._shots:  # several events on one frame share its snapshot
+            return self._shots[key]
+        # a name an earlier run's records give is not written over (frame numbers begin at 0 in every run)
+        path = unused(Path(self.config.snapshots or ".") / f"{frame.stream}-{frame.index:08d}.jpg")
+        ok, buf = cv2.imencode(".jpg", frame.image, [cv2.IMWRITE_JPEG_QUALITY, 85])
+        if not ok:
+            log.warning("node '%s': could not encode a snapshot of stream %s frame %d", self.id,
+                        frame.stream, frame.index)
+            return None
+        try:
             path.write_bytes(buf.tobytes())
+        except OSError as e:  # a full disk: the event goes on without its picture, said once
+            path.unlink(missing_ok=True)
+            self.stats["snapshots_not_written"] = self.stats.get("snapshots_not_written", 0) + 1
+            if self.stats["snapshots_not_written"] == 1:
+                log.error("node '%s': %s: %s: events go on without snapshots while it lasts", self.id, path,
+                          os.strerror(e.errno) if e.errno else e)
+            return None
+        self._shots[key] = str(path)
+        if len(self._shots) > 256:
+            self._shots.pop(next(iter(self._shots)))
         return str(path)
 
 

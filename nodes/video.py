@@ -632,6 +632,7 @@ class VideoWriter(Node):
         self.stopping: set[str] = set()  # streams being removed: their frames go on at once
         self.paused: dict[str, dict[str, Any]] = {}  # streams whose disk is full: their file and frames missed
         self.resumes: dict[str, int] = {}  # per stream, the files begun again after a full disk
+        self.made: dict[str, int] = {}  # per stream, the files begun in this run (a stream removed and added again)
         self.check_at: dict[str, float] = {}  # per paused stream, when free space is looked at next
         # a stream that stalls writes no next fragment: its held frames go on after this long, saying so
         self.max_wait = self.config.gop_seconds + 1.0
@@ -820,6 +821,11 @@ class VideoWriter(Node):
             if self.resumes.get(frame.stream):  # begun again after a full disk: beside the file it left
                 p = Path(path)
                 path = str(p.with_name(f"{p.stem}.resume{self.resumes[frame.stream]}{p.suffix}"))
+            again = self.made.get(frame.stream, 0)
+            self.made[frame.stream] = again + 1
+            if again and not self.resumes.get(frame.stream):  # a stream added again: beside its first file, whose
+                p = Path(path)  # records name it
+                path = str(p.with_name(f"{p.stem}.{again + 1}{p.suffix}"))
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             if c.fourcc is not None:
                 w: Any = cv2.VideoWriter(path, cv2.VideoWriter.fourcc(*c.fourcc), self._fps(frame), size)

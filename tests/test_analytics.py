@@ -3,6 +3,8 @@ the events its rules raise, on tracked objects; what reaches the JSONL record.""
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -230,6 +232,13 @@ def test_dwell_is_per_track_and_ends_when_it_leaves(tmp_path: Path) -> None:
     assert [(i, e["state"], e["tracks"]) for i, e in events] == [(20, "begin", [1]), (30, "end", [1])]
     assert events[0][1]["start"] == 0.0 and Path(events[0][1]["snapshot"]).is_file()
     assert out.result.nodes["node"]["events"] == 1
+    # a second run: frame numbers begin at 0 again, and the first run's snapshot, which its records name, stays
+    first = Path(events[0][1]["snapshot"])
+    kept = first.read_bytes()
+    again = run_node(f"type: analytics\nconfig: {{{ZONE}, {rules}, snapshots: '{snaps}'}}", _frames(seq),
+                     port="detections")
+    (shot,) = [e["snapshot"] for f in again.frames for e in f.meta["analytics"]["events"] if e["state"] == "begin"]
+    assert Path(shot).name == first.name.replace(".jpg", ".2.jpg") and first.read_bytes() == kept
 
 
 def test_a_crossing_rule_raises_an_instant_event_per_direction_it_names() -> None:
@@ -766,6 +775,33 @@ def test_old_event_clips_go_by_size(tmp_path: Path) -> None:
     rec.close()
     assert len(keeper.written) == 3
     assert [p.name for p in (tmp_path / "clips").glob("cam-*.mp4")] == ["cam-00000050.mp4"]
+
+
+def test_a_later_run_writes_no_clip_over_an_earlier_one_and_keeps_no_other_stream_s(tmp_path: Path) -> None:
+    """Frame numbers begin at 0 in every run: an event at a frame an earlier run's clip is named by gets a
+    clip beside it (what the earlier records name stays theirs); retention of stream ``cam`` leaves
+    ``cam-back``'s clips alone."""
+    from flowpipe.media.clips import ClipKeeper
+    from flowpipe.media.encode import Recorder
+
+    clips = tmp_path / "clips"
+    clips.mkdir()
+    other = clips / "cam-back-00000001.mp4"
+    other.write_bytes(b"another stream's")
+    os.utime(other, (time.time() - 7200, time.time() - 7200))  # past cam's keep_s: kept all the same
+    names = []
+    for run in range(2):
+        rec = Recorder(str(tmp_path / f"rec{run}.mp4"), 30.0, (64, 48), gop_seconds=0.2)
+        keeper = rec.tap = ClipKeeper("cam", clips, 30.0, pre_s=0.1, post_s=0.1, keep_s=3600.0)
+        for i in range(30):
+            rec.write(np.full((48, 64, 3), 100 * run + i, np.uint8))
+            if i == 10:
+                names.append(keeper.start("e", i, until=i))
+        rec.close()
+    assert [Path(n).name for n in names] == ["cam-00000010.mp4", "cam-00000010.2.mp4"]
+    first = _clip_frames(names[0])
+    assert first and all(Path(n).is_file() for n in names)
+    assert other.read_bytes() == b"another stream's"
 
 
 def _analytics(config: str) -> Any:

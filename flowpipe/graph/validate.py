@@ -76,6 +76,8 @@ def _given(d: Diagnostic, overrides: dict[str, Any], uses: dict[str, list[tuple[
         return d
     about = d.message.split(":", 1)[0]
     for name in overrides:
+        if f"--set {name}" in d.message:  # named already
+            return d
         for node, key in uses.get(name, []):
             if node == d.node_id and (about == key or about.startswith(key + ".") or key.startswith(about + ".")):
                 return replace(d, message=f"{d.message} (from parameter '{name}')")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -19,6 +20,16 @@ from typing import Any
 log = logging.getLogger("flowpipe.media")
 
 FRAGMENTED = "+frag_keyframe+empty_moov+default_base_moof"
+
+
+def unused(path: Path) -> Path:
+    """``path``, or where a file of an earlier run is there, the first free ``NAME.N.EXT`` beside it: what an
+    earlier run's records name is never written over (frame numbers begin at 0 in every run)."""
+    first, n = path, 1
+    while path.exists():
+        n += 1
+        path = first.with_name(f"{first.stem}.{n}{first.suffix}")
+    return path
 
 
 @dataclass
@@ -106,7 +117,7 @@ class ClipKeeper:
         # from the last keyframe at or before the pre-roll, else the oldest there is
         start = next((i for i in range(len(gops) - 1, -1, -1) if gops[i][0].frame <= frame - self.pre), 0)
         self.folder.mkdir(parents=True, exist_ok=True)
-        path = self.folder / f"{self.stream}-{frame:08d}.mp4"
+        path = unused(self.folder / f"{self.stream}-{frame:08d}.mp4")
         import av
 
         container = av.open(str(path), "w", options={"movflags": FRAGMENTED, "flush_packets": "1"})
@@ -166,7 +177,9 @@ class ClipKeeper:
         deleted."""
         if self.keep_s is None and self.keep_mb is None:
             return
-        mine = sorted((p for p in self.folder.glob(f"{self.stream}-*.mp4")), key=lambda p: p.stat().st_mtime)
+        named = re.compile(re.escape(self.stream) + r"-\d{8}(\.\d+)?\.mp4")  # not door-back's for door's
+        mine = sorted((p for p in self.folder.glob(f"{self.stream}-*.mp4") if named.fullmatch(p.name)),
+                      key=lambda p: p.stat().st_mtime)
         now = time.time()
         for p in list(mine):
             if self.keep_s is not None and now - p.stat().st_mtime > self.keep_s:
