@@ -1,6 +1,7 @@
 """Metadata sinks: JSON Lines files and MQTT, one record per frame."""
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import logging
@@ -217,7 +218,8 @@ class Mqtt(Node):
         self._plock = threading.Lock()
         self.outboxes: dict[str, Outbox] = {}  # per stream, with ``outbox``
         self._kept: dict[int, tuple[Outbox, int]] = {}  # mid -> the outbox entry it delivers
-        self.resent = self.outbox_left = 0
+        self.resent = self.outbox_left = self.not_kept = 0
+        self.closing = False  # its own disconnect at the end is no loss
         cl = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=c.client_id)
         if c.username:
             cl.username_pw_set(c.username, c.password)
@@ -245,6 +247,9 @@ class Mqtt(Node):
             return
         self.reconnects += 1
         self.connected.set()
+        if self.reconnects > 0:
+            log.warning("node '%s': MQTT broker %s:%d connected again (reconnect %d)", self.id, self.config.host,
+                        self.config.port, self.reconnects)
 
     def _on_publish(self, client: Any, userdata: Any, mid: int, reason: Any = None, props: Any = None) -> None:
         with self._plock:
@@ -259,7 +264,8 @@ class Mqtt(Node):
 
     def _on_disconnect(self, client: Any, userdata: Any, flags: Any, reason: Any, props: Any = None) -> None:
         self.connected.clear()
-        log.warning("node '%s': MQTT disconnected (%s); reconnecting", self.id, reason)
+        if not self.closing:
+            log.warning("node '%s': MQTT disconnected (%s); reconnecting", self.id, reason)
 
     def process(self, frame: Frame, port: str) -> None:
         c = self.config
@@ -310,6 +316,7 @@ class Mqtt(Node):
                     break
             time.sleep(0.01)
         self.outbox_left += box.close()  # what it holds undelivered waits for the stream's next run
+        self.not_kept += box.not_kept
 
     def close(self) -> None:
         # deliver what is queued (bounded): acknowledged QoS>0 messages, flushed QoS 0 ones
@@ -319,15 +326,21 @@ class Mqtt(Node):
         while self.connected.is_set() and self.client.want_write() and time.monotonic() < deadline:
             time.sleep(0.01)
         unacked = len(self.pending)
+        self.closing = True
         self.client.disconnect()
         self.client.loop_stop()
         self.stats.update(published=self.published, queue_dropped=self.dropped, unacknowledged=unacked,
                           reconnects=max(0, self.reconnects))
         if self.config.outbox is not None:
             self.outbox_left += sum(box.close() for box in self.outboxes.values())
-            self.stats.update(outbox_resent=self.resent, outbox_left=self.outbox_left)
+            self.not_kept += sum(box.not_kept for box in self.outboxes.values())
+            self.stats.update(outbox_resent=self.resent, outbox_left=self.outbox_left,
+                              outbox_not_kept=self.not_kept)
         if unacked:
-            log.warning("node '%s': %d MQTT messages were not acknowledged by the broker", self.id, unacked)
+            then = (f"the outbox keeps {self.outbox_left} for the streams' next run" if self.config.outbox else
+                    "they are lost (an `outbox:` folder keeps such messages for the stream's next run)")
+            log.warning("node '%s': %d MQTT messages were not acknowledged by the broker %s:%d; %s", self.id,
+                        unacked, self.config.host, self.config.port, then)
 
 
 class Outbox:
@@ -345,6 +358,7 @@ class Outbox:
         self.lock = threading.Lock()
         path.parent.mkdir(parents=True, exist_ok=True)
         self.closed = False
+        self.not_kept = 0  # lines a full disk did not take
         while True:
             self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
             try:
@@ -395,22 +409,40 @@ class Outbox:
             if self.closed:  # a late frame of a stream just removed: sent, not kept
                 return -1
             seq, self.seq = self.seq, self.seq + 1
+            if not self._write(_kept_line(seq, topic, payload, qos)):
+                return -1  # a full disk: sent, not kept
             self.open[seq] = (topic, payload, qos)
-            self._write(_kept_line(seq, topic, payload, qos))
             return seq
 
     def delivered(self, seq: int) -> None:
         with self.lock:
             if self.closed or self.open.pop(seq, None) is None:
                 return  # (closed: the stream's next run sends it again)
-            if self.lines >= self.COMPACT and len(self.open) * 4 <= self.lines:
+            if self.lines >= self.COMPACT and len(self.open) * 4 <= self.lines and not self.not_kept:
                 self._rewrite()
-            else:
+            else:  # (not written on a full disk: the stream's next run sends it once more)
                 self._write(json.dumps({"a": seq}) + "\n")
 
-    def _write(self, line: str) -> None:
-        os.write(self.fd, line.encode())
+    def _write(self, line: str) -> bool:
+        """One whole line appended, or none of it (False) where the disk is full: a message not kept is sent
+        all the same (counted, ``outbox_not_kept``, and said once); writing goes on when the disk takes it."""
+        end = os.fstat(self.fd).st_size
+        try:
+            view = memoryview(line.encode())
+            while view:  # the kernel may take a line in parts as the disk fills
+                view = view[os.write(self.fd, view):]
+        except OSError as e:
+            if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            with contextlib.suppress(OSError):
+                os.ftruncate(self.fd, end)
+            self.not_kept += 1
+            if self.not_kept == 1:
+                log.error("MQTT outbox %s: %s: messages are sent without being kept while it lasts", self.path,
+                          os.strerror(e.errno))
+            return False
         self.lines += 1
+        return True
 
     def close(self) -> int:
         """Closes the file (its lock goes with it); the messages left in it undelivered."""

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -39,3 +41,18 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
     threading.Thread(target=watch, name="exit-watch", daemon=True).start()
 
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 2 MB tmpfs (root only: skipped where it cannot be mounted)."""
+    where = tmp_path / "small"
+    where.mkdir()
+    mount, umount = shutil.which("mount"), shutil.which("umount")
+    if mount is None or umount is None:
+        pytest.skip("no mount here")
+    r = subprocess.run([mount, "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(where)], capture_output=True, text=True,
+                       check=False)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    yield where
+    subprocess.run([umount, "-l", str(where)], check=False)

@@ -540,22 +540,6 @@ def test_a_writer_lets_held_frames_go_when_their_stream_stalls(tmp_path) -> None
         assert node.flush() == []
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """A 2 MB tmpfs (root only: skipped where it cannot be mounted)."""
-    where = tmp_path / "small"
-    where.mkdir()
-    mount, umount = shutil.which("mount"), shutil.which("umount")
-    if mount is None or umount is None:
-        pytest.skip("no mount here")
-    r = subprocess.run([mount, "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(where)], capture_output=True, text=True,
-                       check=False)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
-    yield where
-    subprocess.run([umount, "-l", str(where)], check=False)
-
-
 def _node_stat(res: Any, node: str, key: str) -> Any:
     """A node's stat, in one process or in whichever process of the run (shards) has it."""
     n = res.nodes[node]

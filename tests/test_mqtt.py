@@ -131,7 +131,7 @@ def test_unreachable_broker_is_a_clear_error() -> None:
           - {{id: pub, type: mqtt, config: {{port: {port}, connect_timeout_s: 1}}, inputs: src.frame}}
     """)
     assert res.exit_code == 1
-    assert str(res.error) == (f"node 'pub' (mqtt): open failed: RuntimeError: MQTT broker 127.0.0.1:{port} "
+    assert str(res.error) == (f"<test>:4: node 'pub' (mqtt): open failed: RuntimeError: MQTT broker 127.0.0.1:{port} "
                               "not reachable within 1.0s")
 
 
@@ -271,6 +271,27 @@ nodes:
     kept = res.nodes["pub"]["outbox_resent"]  # what had reached the sink before the kill (frames 0 to 39 at most)
     assert 0 < kept <= 40 and res.nodes["pub"]["outbox_left"] == 0
     assert [m["frame"] for m in msgs] == [*range(kept), *range(60)]  # the dead run's first, then this one's
+
+
+def test_an_outbox_on_a_full_disk_keeps_no_half_line_and_keeps_again_when_there_is_room(small_disk) -> None:
+    """A message the disk cannot take is sent without being kept (counted, said once), never left half
+    written; once there is room, messages are kept again, and the next run reads back every whole one."""
+    from flowpipe.nodes.metadata import Outbox
+
+    box = Outbox(small_disk / "pub.cam.jsonl")
+    assert box.keep("t", "a", 1) == 0
+    filler = small_disk / "filler"
+    with open(filler, "wb", buffering=0) as f:  # the disk filled by something else
+        with pytest.raises(OSError):
+            while True:
+                f.write(b"x" * 4096)
+    assert box.keep("t", "b" * 5000, 1) == -1 and box.not_kept == 1
+    filler.unlink()
+    assert box.keep("t", "c", 1) == 2  # (number 1 went to the message not kept)
+    assert box.close() == 2
+    again = Outbox(small_disk / "pub.cam.jsonl")
+    assert [p for _, (_, p, _) in again.left()] == ["a", "c"]
+    again.close()
 
 
 def test_an_outbox_is_one_process_s_and_is_written_again_with_what_is_left(tmp_path, monkeypatch) -> None:
