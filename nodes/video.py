@@ -94,6 +94,37 @@ class VideoSourceConfig(NodeConfig):
         return v
 
 
+class _Timeline:
+    """A stream's timestamps, always going forward: a connection made again after an outage starts its
+    clock afresh (near 0, or wherever the camera's clock now stands), and its frames go on from the last one
+    before the outage plus the time the stream was away; a clock that goes back within one connection (a
+    looped file, a camera's restart) goes on one frame after the last. Each such step is counted
+    (``timestamp_jumps``): analytics' timers (dwell, occupancy) and events' times read these timestamps."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+        self.first: float | None = 0.0  # the connection's first timestamp (None: the next frame's), taken off
+        self.last: float | None = None
+        self.jumps = 0
+
+    def stamp(self, seconds: float, step: float) -> float:
+        if self.first is None:
+            self.first = seconds
+        t = self.offset + seconds - self.first
+        if self.last is not None and t <= self.last:
+            self.jumps += 1
+            self.offset += self.last + step - t
+            t = self.last + step
+        self.last = t
+        return t
+
+    def resumed(self, away_s: float) -> None:
+        """A new connection after ``away_s`` without frames."""
+        if self.last is not None:
+            self.offset, self.first = self.last + max(away_s, 0.0), None
+            self.jumps += 1
+
+
 @register("video_source")
 class VideoSource(Source):
     """Decodes a video file, RTSP/HTTP stream, V4L2 camera (``/dev/video0`` or ``0``) or image folder.
@@ -191,6 +222,7 @@ class VideoSource(Source):
         self.format, self.decoder = self._pixels(self.allocation.pixels, self.allocation.pixels_by)
         self.stats["format"] = self.format
         self.pending = False  # a network stream not up yet: connected in frames()
+        self.timeline = _Timeline()
         self.cap = self._open_capture(first=True)
 
     def _pixels(self, taken: frozenset[str] | None, by: str) -> tuple[str, str]:
@@ -297,12 +329,12 @@ class VideoSource(Source):
                     np.copyto(data, img)  # the decoder's picture lands in the pool: the decode's own write
                     ref.index = emitted
                     fmt = self.format
-                    frame = Frame(self.stream, emitted, seconds, data, fmt, ref=ref,
-                                  meta={"decoded_index": self.decoded - 1, "fps": self.fps / c.every})
+                    frame = Frame(self.stream, emitted, self.timeline.stamp(seconds, 1.0 / self.fps), data, fmt,
+                                  ref=ref, meta={"decoded_index": self.decoded - 1, "fps": self.fps / c.every})
                     if dem.damaged != self.decode_errors:
                         self.decode_errors = self.stats["decode_errors"] = dem.damaged
-                    if dem.discontinuities:
-                        self.stats["timestamp_jumps"] = dem.discontinuities
+                    if dem.discontinuities + self.timeline.jumps:
+                        self.stats["timestamp_jumps"] = dem.discontinuities + self.timeline.jumps
                     self._pace(t0, emitted - base)
                     emitted += 1
                     yield frame
@@ -372,6 +404,7 @@ class VideoSource(Source):
                 self.stats["outage_total_s"] = round(self.stats.get("outage_total_s", 0.0) + took, 3)
                 log.warning("node '%s': stream %s back after %.1fs (outage %d)", self.id, _redact(c.uri), took,
                             self.reconnects)
+                self.timeline.resumed(took)
                 return cap
             delay = min(delay * 2, 8.0)
         raise RuntimeError(f"stream {_redact(c.uri)} did not come back after {c.reconnect_attempts} attempts")
@@ -438,7 +471,9 @@ class VideoSource(Source):
                         h, w = img.shape[:2]
                         data, ref = self._buffer(img.shape)
                         memory.copy(img, out=data)
-                pts = cap.get(cv2.CAP_PROP_POS_MSEC) / 1000.0
+                pts = self.timeline.stamp(cap.get(cv2.CAP_PROP_POS_MSEC) / 1000.0, 1.0 / self.fps)
+                if self.timeline.jumps:
+                    self.stats["timestamp_jumps"] = self.timeline.jumps
                 self.decoded += 1
                 if (self.decoded - 1) % c.every:
                     for lease in ref.leases:

@@ -2,6 +2,7 @@
 and comes back, the MJPEG preview in headless Chromium, the Prometheus endpoint."""
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import subprocess
@@ -128,19 +129,24 @@ nodes:
 
 
 @pytest.mark.skipif(not _have_rtsp_server(), reason="gst-rtsp-server (scripts/setup.sh installs it) is missing")
-def test_a_camera_that_flaps_keeps_its_stream_reports_every_outage_and_stalls_no_other() -> None:
+@pytest.mark.parametrize("decoder", ["pyav", "opencv"])
+def test_a_camera_that_flaps_keeps_its_stream_reports_every_outage_and_stalls_no_other(decoder, tmp_path) -> None:
     """An RTSP camera up ~2.5 s, down ~1.5 s, three times over, beside a steady stream: the camera's stream
     lives through every outage and each one is reported (when, how long, after which frame); the other
-    stream's frames keep coming while the camera is away."""
+    stream's frames keep coming while the camera is away; the camera's timestamps go on forward across each
+    outage, by the time it was away (each new connection's clock starts again)."""
     port = _free_port()
     srv = _rtsp_server(port)
     try:
         r, t, box = _start(f"""
+plugins: [fp_testnodes]
 nodes:
   - {{id: cam, type: video_source, config: {{uri: "rtsp://127.0.0.1:{port}/live", reconnect_attempts: 6,
-      reconnect_backoff_s: 0.3, timeout_s: 2, decoder: pyav}}}}
+      reconnect_backoff_s: 0.3, timeout_s: 2, decoder: {decoder}}}}}
   - {{id: steady, type: synthetic_source, config: {{count: 100000, width: 64, height: 48, fps: 30, realtime: true}}}}
   - {{id: s, type: null_sink, inputs: {{in: [cam.frame, steady.frame]}}}}
+  - {{id: one, type: test_one_face, inputs: cam.frame}}
+  - {{id: meta, type: jsonl, config: {{path: '{tmp_path / "cam.jsonl"}'}}, inputs: one.detections}}
 """)
         during = []
         for _ in range(3):
@@ -163,6 +169,11 @@ nodes:
         assert [o["after_frame"] for o in outages] == sorted(o["after_frame"] for o in outages)
         assert cam["outage_total_s"] >= sum(o["lasted_s"] for o in outages) - 0.01
         assert res.per_stream["cam"] > 60  # it came back each time
+        pts = [json.loads(line)["pts"] for line in (tmp_path / "cam.jsonl").read_text().splitlines()]
+        steps = [b - a for a, b in zip(pts, pts[1:])]
+        assert min(steps) > 0, steps  # never back to 0
+        assert sum(step > 1.0 for step in steps) == 3, steps  # each outage a step of the time it lasted
+        assert cam["timestamp_jumps"] >= 3
         assert min(during) >= 20, during  # 1.5 s of the steady stream's 30 fps while the camera was away
         assert res.frames["in"] == res.frames["out"] + res.frames["dropped"] + res.frames["failed"]
     finally:
