@@ -122,6 +122,20 @@ def test_max_frames_stops_sources_and_drains() -> None:
     assert res.ok and res.frames == {"in": 123, "out": 123, "dropped": 0, "failed": 0}
 
 
+def test_max_frames_holds_over_several_sources() -> None:
+    """Sources in threads of their own race for the last frames: no more than the limit enter."""
+    for _ in range(5):
+        res = run_yaml("""
+            nodes:
+              - {id: a, type: synthetic_source, config: {count: 100000, width: 32, height: 24}}
+              - {id: b, type: synthetic_source, config: {count: 100000, width: 32, height: 24}}
+              - {id: c, type: synthetic_source, config: {count: 100000, width: 32, height: 24}}
+              - {id: s, type: null_sink, inputs: {in: [a.frame, b.frame, c.frame]}}
+        """, max_frames=10)
+        assert res.ok and res.frames == {"in": 10, "out": 10, "dropped": 0, "failed": 0}, res.frames
+        assert sum(res.per_stream.values()) == 10
+
+
 def test_backpressure_keeps_queues_bounded() -> None:
     res = run_yaml("""
         nodes:

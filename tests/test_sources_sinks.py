@@ -2,6 +2,7 @@
 and comes back, the MJPEG preview in headless Chromium, the Prometheus endpoint."""
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import socket
@@ -170,7 +171,7 @@ nodes:
         assert cam["outage_total_s"] >= sum(o["lasted_s"] for o in outages) - 0.01
         assert res.per_stream["cam"] > 60  # it came back each time
         pts = [json.loads(line)["pts"] for line in (tmp_path / "cam.jsonl").read_text().splitlines()]
-        steps = [b - a for a, b in zip(pts, pts[1:])]
+        steps = [b - a for a, b in itertools.pairwise(pts)]
         assert min(steps) > 0, steps  # never back to 0
         assert sum(step > 1.0 for step in steps) == 3, steps  # each outage a step of the time it lasted
         assert cam["timestamp_jumps"] >= 3

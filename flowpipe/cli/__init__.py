@@ -22,7 +22,7 @@ from ..runtime.shards import resolve_processes
 from ..runtime.stats import RunSummary
 from . import cluster as cli_cluster
 from . import extra as cli_extra
-from .args import processes_arg
+from .args import positive_arg, processes_arg
 from .cluster import run_on_cluster
 
 log = logging.getLogger("flowpipe")
@@ -68,6 +68,8 @@ class _Progress:
 def cmd_run(args: argparse.Namespace) -> int:
 
     spec = _load(args.graph, args.set, fixed_streams=True)
+    if args.stats:  # its folder made now, as outputs' are: a run's stats are never lost at its end
+        Path(args.stats).parent.mkdir(parents=True, exist_ok=True)
     progress = _Progress()
     # nodes that cannot run sharded refuse it here, on a cluster too
     processes = resolve_processes(spec, args.processes)
@@ -226,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("graph")
     with_set(r)
     r.add_argument("--stats", metavar="PATH", help="write run statistics as JSON")
-    r.add_argument("--max-frames", type=int, metavar="N", help="stop the sources after N frames in all")
+    r.add_argument("--max-frames", type=positive_arg, metavar="N", help="stop the sources after N frames in all")
     r.add_argument("--processes", type=processes_arg, metavar="N|auto",
                    help="shard the streams over N worker processes (default: the graph's 'processes', 1)")
     r.add_argument("--no-device-owner", action="store_true",

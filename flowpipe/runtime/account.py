@@ -41,11 +41,14 @@ class Account:
         self.entries = 0
         self.flying: dict[str, set[int]] = {}  # per stream: frames that entered and have no fate yet
 
-    def entered(self, ref: FrameRef, t_in: float) -> bool:
-        """A frame entered the graph (its fate comes to ``ended``); True once ``max_frames`` have."""
-        ref.report_to(self.ended)
-        ref.t_in = t_in
+    def entered(self, ref: FrameRef, t_in: float) -> bool | None:
+        """A frame entered the graph (its fate comes to ``ended``); True once ``max_frames`` have; None where
+        they had already (another source's frame got in first): it does not enter, and is not counted."""
         with self.lock:
+            if self.max_frames is not None and self.entries >= self.max_frames:
+                return None
+            ref.report_to(self.ended)
+            ref.t_in = t_in
             self.totals["in"] += 1
             mine = self.streams.get(ref.stream)
             if mine is None:

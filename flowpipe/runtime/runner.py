@@ -402,8 +402,10 @@ class RunResult(RunSummary):
         self.per_stream = dict(runner.per_stream)
         flying = runner.account.in_flight()
         if lost > 0:  # named, and in their streams' counts, as every failed frame is
-            log.error("%d frames in flight when the run stopped (interrupted twice, or a stage that never "
-                      "returned) counted as failed: %s", lost, frame_list(flying) or "not named")
+            why = ("on its error" if runner.error is not None else "on a second interrupt" if runner.interrupted
+                   else "with a stage that never returned")
+            log.error("%d frames in flight when the run stopped %s counted as failed: %s", lost, why,
+                      frame_list(flying) or "not named")
             for stream, _ in flying:
                 self.per_stream[stream] = self.per_stream.get(stream, 0) + 1
         self.done_times = runner.account.done_times

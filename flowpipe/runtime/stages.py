@@ -157,6 +157,9 @@ class Stages:
                 if frame.ref is None:
                     frame.ref = FrameRef(frame.stream, frame.index)
                 limit_hit = self.account.entered(frame.ref, t1)
+                if limit_hit is None:  # the run's frame limit reached by the other sources: not this run's
+                    frame.ref.end()  # its buffers go back
+                    break
                 st.frames += 1
                 st.busy_s += t1 - t0
                 st.latency.append(t1 - t0)
