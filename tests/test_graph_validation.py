@@ -115,6 +115,15 @@ def test_params_env_and_set_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
     spec = load_graph("g.yaml", text=text, overrides=parse_sets(["n=7", "name=door"]))
     assert spec.node("src").config.count == 7 and spec.node("src").config.stream == "door-1"
     assert "--set nope: no such parameter; known params: h, n, name, w" in errors_of(text, overrides={"nope": 1})[0]
+    # an unset variable with no default, and what looks like a substitution and is none, are errors on their line
+    monkeypatch.delenv("FP_UNSET", raising=False)
+    for written, said in (("${env:FP_UNSET}", "environment variable 'FP_UNSET' is not set, and '${env:FP_UNSET}' "
+                                              "gives no default; expected it set, or '${env:FP_UNSET:-DEFAULT}'"),
+                          ("${env:FP_W:16}", "'${env:FP_W:16}' is no substitution; expected '${params.NAME}'"),
+                          ("${env:FP_W:-16", "'${env:FP_W:-16' is no substitution"),
+                          ("${ENV:FP_W}", "'${ENV:FP_W}' is no substitution")):
+        (bad,) = errors_of(text.replace("${env:FP_W:-16}", written))
+        assert bad.startswith("g.yaml:3: ") and said in bad, bad
     # a bad value given for a parameter names it: the line is the graph's, the value the command line's
     (bad,) = errors_of(text, overrides=parse_sets(["w=wide"]))
     assert bad.startswith("g.yaml:9: node 'src' (synthetic_source): config.width: ") and bad.endswith(

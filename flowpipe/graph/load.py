@@ -166,8 +166,19 @@ def interpolate(value: Any, params: dict[str, Any], where: tuple[str, int | None
                                          fname, line, *node))
                 return ""
             return params[name]
-        return os.environ.get(m.group("env"), m.group("default") if m.group("default") is not None else "")
+        name, default = m.group("env"), m.group("default")
+        if name not in os.environ and default is None:  # an empty path or URI would be taken for one
+            errors.append(Diagnostic(f"environment variable '{name}' is not set, and '${{env:{name}}}' gives no "
+                                     f"default; expected it set, or '${{env:{name}:-DEFAULT}}'", fname, line, *node))
+            return ""
+        return os.environ.get(name, default or "")
 
+    left = _VAR_RE.sub("", value)
+    if "${" in left:  # written as a substitution, and none: it would be kept as it is (a folder named so)
+        bad = left[left.index("${"):].split("}")[0][:40] + ("}" if "}" in left[left.index("${"):] else "")
+        errors.append(Diagnostic(f"'{bad}' is no substitution; expected '${{params.NAME}}', '${{env:NAME}}' or "
+                                 "'${env:NAME:-DEFAULT}'", fname, line, *node))
+        return value
     full = _VAR_RE.fullmatch(value)
     if full:
         return resolve(full)
