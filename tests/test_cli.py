@@ -124,6 +124,9 @@ def test_nodes_listing_and_detail(capsys) -> None:
     assert main(["nodes", "preprocess"]) == 0
     detail = capsys.readouterr().out
     assert "inputs:  frame (frame)" in detail and "size:" in detail and "backend:" in detail
+    # a choice's values, a part's own fields below it
+    assert "  resize: 'stretch' | 'letterbox' (default 'stretch')" in detail
+    assert "  tiles: Tiles | null (default None)" in detail and "\n      grid: tuple[int, int] (default (2, 2))" in detail
     assert main(["nodes", "preproces"]) == 2
 
 

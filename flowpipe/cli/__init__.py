@@ -207,13 +207,47 @@ def cmd_nodes(args: argparse.Namespace) -> int:
     print("inputs:  " + (", ".join(f"{p} ({k})" for p, k in cls.inputs.items()) or "none"))
     print("outputs: " + (", ".join(f"{p} ({k})" for p, k in cls.outputs.items()) or "none"))
     print("config:")
-    for name, field in cls.Config.model_fields.items():
+    _fields(cls.Config, "  ")
+    return EXIT_OK
+
+
+def _type_text(ann: Any) -> str:
+    """A field's type as a user writes its values: a choice's values, a union's parts, a part's name."""
+    import types
+    import typing
+
+    from pydantic import BaseModel
+
+    origin, args = typing.get_origin(ann), typing.get_args(ann)
+    if origin is typing.Annotated:  # a constrained value: the constraint is in the description or the error
+        return _type_text(args[0])
+    if origin is typing.Literal:
+        return " | ".join(repr(a) for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join("null" if a is type(None) else _type_text(a) for a in args)
+    if origin is not None and args:
+        return f"{getattr(origin, '__name__', str(origin))}[{', '.join(_type_text(a) for a in args)}]"
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return ann.__name__
+    return getattr(ann, "__name__", None) or str(ann).replace("typing.", "")
+
+
+def _fields(model: Any, indent: str, seen: frozenset[Any] = frozenset()) -> None:
+    """A config model's fields, one a line; a part that is a model of its own (tiles, clips) with its fields
+    below it."""
+    import typing
+
+    from pydantic import BaseModel
+
+    for name, field in model.model_fields.items():
         value = field.default_factory() if field.default_factory is not None else field.default  # type: ignore[call-arg]
         default = "required" if field.is_required() else f"default {value!r}"
-        ann = getattr(field.annotation, "__name__", None) or str(field.annotation).replace("typing.", "")
         desc = f"  {field.description}" if field.description else ""
-        print(f"  {name}: {ann} ({default}){desc}")
-    return EXIT_OK
+        print(f"{indent}{name}: {_type_text(field.annotation)} ({default}){desc}")
+        parts = [a for a in (field.annotation, *typing.get_args(field.annotation))
+                 if isinstance(a, type) and issubclass(a, BaseModel) and a not in seen]
+        for part in parts[:1]:
+            _fields(part, indent + "    ", seen | {part})
 
 
 def build_parser() -> argparse.ArgumentParser:
