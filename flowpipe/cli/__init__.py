@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import os
@@ -97,6 +98,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             limit_library_threads(spec)  # one process: the libraries' pools sized to this graph
         with interrupts_stop(run):
             result = run.run()
+        del run
+        # the run's device objects (compiled models, OpenCL contexts, their threads) go now, while the
+        # interpreter is whole, not in its teardown at exit, where a native pool's thread may outlive it
+        gc.collect()
     progress.end()
     stats = result.to_json()
     if args.stats:
