@@ -624,7 +624,8 @@ class VideoWriter(Node):
                                          "again) from pre_s before it to post_s after, named in the event")
         min_free_mb: float = Field(64.0, ge=0, description="a stream whose file cannot be written for lack of "
                                    "space (the disk, a quota) pauses its recording, its frames going on saying "
-                                   "so, and resumes in a new file (NAME.resume1.mp4, ...) once this much is free")
+                                   "so, and resumes in a new file (NAME.resume1.mp4, ...) once this much is free "
+                                   "(or a twentieth of a disk smaller than twenty times it)")
 
     config: Config
 
@@ -766,7 +767,13 @@ class VideoWriter(Node):
         """A frame of a paused stream: on at once, its record saying it is in no file."""
         info = self.paused[frame.stream]
         info["not_recorded"] += 1
-        frame.meta["recording"] = {"file": None, "in_file": False, "why": "no space left for " + info["file"]}
+        why = "no space left for " + info["file"]
+        frame.meta["recording"] = {"file": None, "in_file": False, "why": why}
+        for e in frame.meta.get("analytics", {}).get("events", []):  # an event's clip cannot begin: said so
+            if e["state"] in ("begin", "instant"):
+                e["clip"], e["no_clip"] = None, why
+                with self._lock:
+                    self.stats["event_clips_missed"] = self.stats.get("event_clips_missed", 0) + 1
         return frame
 
     def _space_again(self, stream: str) -> bool:
@@ -776,8 +783,8 @@ class VideoWriter(Node):
         if now < self.check_at[stream]:
             return False
         self.check_at[stream] = now + 1.0
-        folder = Path(info["file"]).parent
-        if shutil.disk_usage(folder).free < self.config.min_free_mb * 1e6:
+        disk = shutil.disk_usage(Path(info["file"]).parent)
+        if disk.free < min(self.config.min_free_mb * 1e6, disk.total / 20):  # a small disk: a twentieth of it
             return False
         with self._lock:
             self.paused.pop(stream)

@@ -540,6 +540,29 @@ def test_a_writer_lets_held_frames_go_when_their_stream_stalls(tmp_path) -> None
         assert node.flush() == []
 
 
+def test_an_event_that_begins_while_its_recording_is_paused_says_why_it_has_no_clip(tmp_path) -> None:
+    """A stream paused by a full disk: a frame's event that begins (or happens) then gets no clip, and its
+    record says why; one that ends names none either way."""
+    import numpy as np
+    from flowpipe.nodes.video import VideoWriter
+
+    from flowpipe.frame import Frame
+    from flowpipe.testing import Harness
+
+    node = VideoWriter("rec", VideoWriter.Config(path=str(tmp_path / "v.mp4"), fps=10,
+                                                 clips={"path": str(tmp_path / "clips")}))
+    with Harness(node):
+        node.paused["cam"] = {"file": str(tmp_path / "v.mp4"), "from_frame": 3, "not_recorded": 0}
+        node.check_at["cam"] = time.monotonic() + 60
+        f = Frame("cam", 5, 0.5, np.zeros((48, 64, 3), np.uint8))
+        f.meta["analytics"] = {"events": [{"id": "a", "state": "begin"}, {"id": "b", "state": "end"}]}
+        (out,) = [node.process(f, "frame")]
+        begun, ended = out.meta["analytics"]["events"]
+        assert begun["clip"] is None and begun["no_clip"] == f"no space left for {tmp_path / 'v.mp4'}"
+        assert "clip" not in ended and out.meta["recording"]["in_file"] is False
+        assert node.stats["event_clips_missed"] == 1
+
+
 def _node_stat(res: Any, node: str, key: str) -> Any:
     """A node's stat, in one process or in whichever process of the run (shards) has it."""
     n = res.nodes[node]
