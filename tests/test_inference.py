@@ -201,7 +201,15 @@ def test_unreadable_model_and_shape_mismatch(tmp_path, astronaut) -> None:
     res = run_yaml(_graph(feed([astronaut]), "bad2", f"model: {junk}, device: CPU"))
     assert res.exit_code == 1 and "node 'det' (inference): open failed" in str(res.error)
     res = run_yaml(_graph(feed([astronaut]), "bad3", "model: blazeface_full, device: CPU"))  # 128 vs 192
-    assert res.exit_code == 1 and "model input input is [1, 192, 192, 3] but upstream 'pre' produces [1, 128, 128, 3]" in str(res.error)
+    assert res.exit_code == 1 and ("model blazeface_full takes [1, 192, 192, 3] NHWC f32; 'pre' produces "
+                                   "[1, 128, 128, 3] f32: expected size: [192, 192], layout: NHWC, dtype: f32 in "
+                                   "its config") in str(res.error)
+    # a model whose batch is dynamic took any shape, and failed inside OpenVINO: said the same way now
+    text = _graph(feed([astronaut]), "bad4", "model: ssd_mobilenet_v2_coco, device: CPU").replace(
+        "layout: NHWC", "layout: NCHW, dtype: u8").replace("128, 128", "300, 300")
+    res = run_yaml(text)
+    assert res.exit_code == 1 and ("model ssd_mobilenet_v2_coco takes [1, 300, 300, 3] NHWC u8; 'pre' produces "
+                                   "[1, 3, 300, 300] u8: expected size: [300, 300], layout: NHWC") in str(res.error)
 
 
 def test_unknown_inference_key_is_a_validation_error() -> None:

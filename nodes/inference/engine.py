@@ -185,6 +185,10 @@ class Engine:
             want = (want[0] * self.batch, *want[1:])
         c = self.config
         any_size = models.is_registry_name(c.model) and bool(models.entry(c.model)["input"].get("any_size"))
+        if offer.tensor is not None and models.is_registry_name(c.model) and not c.blob:
+            ps = model.inputs[0].get_partial_shape()
+            sized = any_size or len(ps) != 4 or any(d.is_dynamic for d in list(ps)[1:])  # H, W the model's own?
+            _fits_registry(c.model, offer.tensor.shape, offer.tensor.dtype, offer.producer or "upstream", sized)
         fitted = ovx.fit_input(model, want, self.device, offer.producer or None, any_size)
         return ovx.fold(fitted) if self.part else fitted  # a cut model's anchors: constants
 
@@ -520,3 +524,29 @@ def _output_name(output: Any) -> str:
     ('/'): a frozen graph's own alias (``detection_boxes:0``) rather than the op that made it (``add:0``);
     the only one, for most models."""
     return min(output.get_names() or {output.get_any_name()}, key=lambda n: ("/" in n, -len(n), n))
+
+
+_DTYPES = {"u8": "uint8", "f16": "float16", "f32": "float32"}
+
+
+def _fits_registry(name: str, shape: tuple[int, ...], dtype: str, producer: str, any_size: bool) -> None:
+    """The producer's tensor against the registry's input of model ``name`` (its size, unless the model takes
+    any (``any_size``: its height and width dynamic, or placeholders), layout and type): a mismatch is said in
+    the preprocess's own words before OpenVINO reshapes the model into it (a model whose batch is dynamic
+    takes any shape there, and fails deep inside with its own message)."""
+    spec = models.entry(name)["input"]
+    layout, dims = spec.get("layout", "NCHW"), spec["shape"]
+    if len(dims) != 4 or layout not in ("NHWC", "NCHW"):
+        return  # not a picture's tensor: OpenVINO says what it takes
+    want_dtype = _DTYPES.get(spec.get("dtype", "f32"), "float32")
+    h, w, c = (dims[1], dims[2], dims[3]) if layout == "NHWC" else (dims[2], dims[3], dims[1])
+    got = tuple(shape[1:])
+    expected = (h, w, c) if layout == "NHWC" else (c, h, w)
+    fits = got == expected or (any_size and len(got) == 3 and (got[2] if layout == "NHWC" else got[0]) == c)
+    if not fits or dtype != want_dtype:
+        raise ValueError(
+            f"model {name} takes [{', '.join(map(str, [1, *expected]))}] {layout} {spec.get('dtype', 'f32')}"
+            f"{' of any height and width' if any_size else ''}; '{producer}' produces {list(shape)} "
+            f"{next((k for k, v in _DTYPES.items() if v == dtype), dtype)}: expected "
+            f"{'' if any_size else f'size: [{w}, {h}], '}layout: {layout}, dtype: {spec.get('dtype', 'f32')} "
+            "in its config (flowpipe models list gives each model's input)")
