@@ -156,9 +156,10 @@ class VideoSource(Source):
 
     def missing(self) -> str | None:
         uri = self.config.uri
-        if uri in SAMPLES or _NET.match(uri) or _is_camera(uri) or Path(os.path.expanduser(uri)).exists():
+        path = Path(os.path.expanduser(uri))
+        if uri in SAMPLES or _NET.match(uri) or _is_camera(uri) or path.exists():
             return None
-        return f"uri: no such file or folder: {uri}"
+        return f"uri: no such file or folder: {uri}" + ("" if path.is_absolute() else f" (looked for {path.resolve()})")
 
     def offer(self, port: str, inputs: Mapping[str, Offer], devices: Devices) -> Offer:
         """Says the picture size where a file's header tells it (a node after it may size its work by it)."""

@@ -212,6 +212,22 @@ def test_unreadable_model_and_shape_mismatch(tmp_path, astronaut) -> None:
                                    "[1, 3, 300, 300] u8: expected size: [300, 300], layout: NHWC") in str(res.error)
 
 
+def test_a_model_file_with_placeholder_dimensions_runs_with_any_size(astronaut) -> None:
+    """CenterFace's file says [10, 3, 32, 32] (placeholders): by path it is refused, naming any_size, and with
+    any_size: true it is reshaped to the preprocess's tensor and runs, as its registry name does."""
+    path = models.resolve("centerface")
+
+    def graph(cfg: str) -> str:
+        return _graph(feed([astronaut]), "anysize", f"model: '{path}', device: CPU{cfg}").replace(
+            "layout: NHWC", "layout: NCHW")
+
+    res = run_yaml(graph(""))
+    assert res.exit_code == 1 and "takes any_size: true" in str(res.error)
+    res = run_yaml(graph(", any_size: true"))
+    assert res.ok, res.error
+    assert collected("anysize")[0].tensors  # its outputs, for the picture at 128x128
+
+
 def test_unknown_inference_key_is_a_validation_error() -> None:
     with pytest.raises(GraphError, match=r"config\.devcie: unknown key"):
         run_yaml(_graph("x", "y", "model: m.xml, devcie: CPU"))

@@ -386,7 +386,8 @@ def fit_input(model: Any, want: tuple[int, ...] | None, device: str, producer: s
         return model
     if have[1:] != tuple(want[1:]):
         raise ValueError(f"model input {inp.get_any_name()} is {list(have)} but upstream '{producer}' produces "
-                         f"{list(want)}")
+                         f"{list(want)} (a fully convolutional model whose file holds placeholder dimensions "
+                         "takes any_size: true)")
     try:  # a batch (tiles, several frames): reshape the batch dimension
         if have[0] == 1 and want[0] > 1:
             unfold_batch(model)

@@ -72,6 +72,9 @@ class InferenceConfig(NodeConfig):
         "FEIL on a hit, as TensorRT engines are kept); default: this host's (FLOWPIPE_CACHE, else "
         "~/.cache/flowpipe, /ov); false: none, every start compiles")
     blob: str | None = Field(None, description="precompiled blob from 'flowpipe compile' (import, no compile)")
+    any_size: bool | None = Field(None, description="the model takes any input height and width (a fully "
+                                  "convolutional detector whose file holds placeholder dimensions): its input is "
+                                  "reshaped to what the preprocess makes; default: the registry's word, else false")
     properties: dict[str, Any] = Field(default_factory=dict, description="extra OpenVINO properties")
     npu: NpuOptions = Field(default_factory=NpuOptions)
     batch: int = Field(1, ge=1, le=64, description="frames per inference request (streams batched together)")

@@ -184,7 +184,8 @@ class Engine:
         if want is not None and self.batch > 1:  # several frames (each one or more entries) per request
             want = (want[0] * self.batch, *want[1:])
         c = self.config
-        any_size = models.is_registry_name(c.model) and bool(models.entry(c.model)["input"].get("any_size"))
+        any_size = c.any_size if c.any_size is not None else (
+            models.is_registry_name(c.model) and bool(models.entry(c.model)["input"].get("any_size")))
         if offer.tensor is not None and models.is_registry_name(c.model) and not c.blob:
             ps = model.inputs[0].get_partial_shape()
             sized = any_size or len(ps) != 4 or any(d.is_dynamic for d in list(ps)[1:])  # H, W the model's own?

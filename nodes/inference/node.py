@@ -76,8 +76,9 @@ class Inference(Node):
         for key, ref in (("blob", c.blob), ("model", None if c.blob else c.model)):
             if not ref or ref.startswith(("http://", "https://")) or models.is_registry_name(ref):
                 continue
-            if not Path(os.path.expanduser(ref)).is_file():
-                return f"{key}: no such file: {ref}"
+            path = Path(os.path.expanduser(ref))
+            if not path.is_file():  # a relative path is the command's folder's, not the graph's
+                return f"{key}: no such file: {ref}" + ("" if path.is_absolute() else f" (looked for {path.resolve()})")
         return None
 
     def choose(self, devices: Devices) -> DeviceChoice:
