@@ -262,10 +262,12 @@ class VideoSource(Source):
             cap = cv2.VideoCapture(src, cv2.CAP_ANY, threads)
         if not cap.isOpened():
             cap.release()
+            why = self._why_not_opened() if self.is_net else None
             if self.is_net and not first:
+                log.warning("node '%s': cannot open %s%s", self.id, _redact(c.uri), f": {why}" if why else "")
                 return None
             if self.is_net and c.reconnect_attempts != 0:
-                return self._not_up(why=None)
+                return self._not_up(why)
             raise RuntimeError(f"cannot open {_redact(c.uri)}: not a video OpenCV/FFmpeg can decode")
         self.fps = cap.get(cv2.CAP_PROP_FPS) or 30.0
         if not 0 < self.fps < 1000:
@@ -354,6 +356,18 @@ class VideoSource(Source):
                 dem.seek_start()
                 continue
             return
+
+    def _why_not_opened(self) -> str | None:
+        """Why a network stream OpenCV could not open cannot be opened, in FFmpeg's words through PyAV
+        (OpenCV says none): connection refused, 404, a timeout."""
+        if not available():
+            return None
+        c = self.config
+        try:
+            Demuxer(c.uri, "BGR", 1, c.timeout_s, c.rtsp_transport, "none").close()
+        except Exception as e:  # noqa: BLE001 - FFmpeg's errors, whatever their class: the reason is the text
+            return getattr(e, "strerror", None) or (str(e).splitlines()[0] if str(e) else type(e).__name__)
+        return None  # it opens now: a passing fault
 
     def _not_up(self, why: str | None) -> None:
         """A network stream that cannot be opened when the run starts: the node opens all the same, and its

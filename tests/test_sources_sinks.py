@@ -214,16 +214,22 @@ nodes:
             srv.kill()
 
 
-def test_rtsp_source_that_never_comes_back_ends_with_a_clear_error() -> None:
+@pytest.mark.parametrize("decoder", ["opencv", "pyav"])
+def test_rtsp_source_that_never_comes_back_ends_with_a_clear_error(decoder, caplog) -> None:
+    """Each try says why the camera cannot be opened, through OpenCV too (FFmpeg's reason, found by PyAV)."""
     port = _free_port()
-    res = run_yaml(f"""
-        nodes:
-          - {{id: cam, type: video_source, config: {{uri: "rtsp://127.0.0.1:{port}/live", reconnect_attempts: 2,
-              reconnect_backoff_s: 0.1, timeout_s: 1}}}}
-          - {{id: s, type: null_sink, inputs: cam.frame}}
-    """)
+    with caplog.at_level("WARNING"):
+        res = run_yaml(f"""
+            nodes:
+              - {{id: cam, type: video_source, config: {{uri: "rtsp://127.0.0.1:{port}/live", reconnect_attempts: 2,
+                  reconnect_backoff_s: 0.1, timeout_s: 1, decoder: {decoder}}}}}
+              - {{id: s, type: null_sink, inputs: cam.frame}}
+        """)
     assert res.exit_code == 1
     assert f"stream rtsp://127.0.0.1:{port}/live did not come back after 2 attempts" in str(res.error)
+    said = [r.getMessage() for r in caplog.records]
+    assert any(f"cannot open rtsp://127.0.0.1:{port}/live: Connection refused" in m for m in said), said
+    assert any("not up yet; reconnect 1/2" in m for m in said), said  # never seen: not 'lost'
 
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
