@@ -32,7 +32,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from flowpipe.frame import Detection, Frame
-from flowpipe.media.clips import unused
+from flowpipe.media.clips import retain, unused
 from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
 from flowpipe.registry import register
 
@@ -194,6 +194,10 @@ class Analytics(Node):
                                    "rate (from its timestamps) has it scaled to the same seconds (the tracker's "
                                    "rate, where it has one)")
         snapshots: str | None = Field(None, description="folder for a JPEG of the frame each event begins on")
+        snapshots_keep_s: float | None = Field(None, gt=0, description="snapshots older than this are deleted "
+                                               "(looked at as each is written), as event clips' keep_s")
+        snapshots_keep_mb: float | None = Field(None, gt=0, description="a stream's snapshots beyond this many "
+                                                "MB are deleted, the oldest first")
 
         def zones_of(self, stream: str) -> dict[str, Zone]:
             """The zones of ``stream``: the node's, with its own (``streams``) over them."""
@@ -509,6 +513,7 @@ class Analytics(Node):
                           os.strerror(e.errno) if e.errno else e)
             return None
         self._shots[key] = str(path)
+        retain(path.parent, frame.stream, ".jpg", self.config.snapshots_keep_s, self.config.snapshots_keep_mb)
         if len(self._shots) > 256:
             self._shots.pop(next(iter(self._shots)))
         return str(path)

@@ -239,6 +239,10 @@ def test_dwell_is_per_track_and_ends_when_it_leaves(tmp_path: Path) -> None:
                      port="detections")
     (shot,) = [e["snapshot"] for f in again.frames for e in f.meta["analytics"]["events"] if e["state"] == "begin"]
     assert Path(shot).name == first.name.replace(".jpg", ".2.jpg") and first.read_bytes() == kept
+    # retention, as event clips': beyond snapshots_keep_mb the oldest go, the newest stays
+    run_node(f"type: analytics\nconfig: {{{ZONE}, {rules}, snapshots: '{snaps}', snapshots_keep_mb: 0.000001}}",
+             _frames(seq), port="detections")
+    assert [p.name for p in snaps.glob("*.jpg")] == [first.name.replace(".jpg", ".3.jpg")]
 
 
 def test_a_crossing_rule_raises_an_instant_event_per_direction_it_names() -> None:

@@ -22,6 +22,27 @@ log = logging.getLogger("flowpipe.media")
 FRAGMENTED = "+frag_keyframe+empty_moov+default_base_moof"
 
 
+def retain(folder: Path, stream: str, suffix: str, keep_s: float | None, keep_mb: float | None) -> None:
+    """A stream's files in ``folder`` (``STREAM-FRAME[.N]SUFFIX``: event clips, snapshots) older than
+    ``keep_s`` deleted, then the oldest beyond ``keep_mb`` (all but the newest)."""
+    if keep_s is None and keep_mb is None:
+        return
+    named = re.compile(re.escape(stream) + r"-\d{8}(\.\d+)?" + re.escape(suffix))  # not door-back's for door's
+    mine = sorted((p for p in folder.glob(f"{stream}-*{suffix}") if named.fullmatch(p.name)),
+                  key=lambda p: p.stat().st_mtime)
+    now = time.time()
+    for p in list(mine):
+        if keep_s is not None and now - p.stat().st_mtime > keep_s:
+            p.unlink(missing_ok=True)
+            mine.remove(p)
+    if keep_mb is not None:
+        total = sum(p.stat().st_size for p in mine)
+        while len(mine) > 1 and total > keep_mb * 1e6:  # the newest stays, whatever its size
+            p = mine.pop(0)
+            total -= p.stat().st_size
+            p.unlink(missing_ok=True)
+
+
 def unused(path: Path) -> Path:
     """``path``, or where a file of an earlier run is there, the first free ``NAME.N.EXT`` beside it: what an
     earlier run's records name is never written over (frame numbers begin at 0 in every run)."""
@@ -173,21 +194,4 @@ class ClipKeeper:
         self._retain()
 
     def _retain(self) -> None:
-        """Clips of this stream older than ``keep_s``, then the oldest beyond ``keep_mb`` (all but the newest),
-        deleted."""
-        if self.keep_s is None and self.keep_mb is None:
-            return
-        named = re.compile(re.escape(self.stream) + r"-\d{8}(\.\d+)?\.mp4")  # not door-back's for door's
-        mine = sorted((p for p in self.folder.glob(f"{self.stream}-*.mp4") if named.fullmatch(p.name)),
-                      key=lambda p: p.stat().st_mtime)
-        now = time.time()
-        for p in list(mine):
-            if self.keep_s is not None and now - p.stat().st_mtime > self.keep_s:
-                p.unlink(missing_ok=True)
-                mine.remove(p)
-        if self.keep_mb is not None:
-            total = sum(p.stat().st_size for p in mine)
-            while len(mine) > 1 and total > self.keep_mb * 1e6:  # the newest stays, whatever its size
-                p = mine.pop(0)
-                total -= p.stat().st_size
-                p.unlink(missing_ok=True)
+        retain(self.folder, self.stream, ".mp4", self.keep_s, self.keep_mb)
