@@ -46,6 +46,11 @@ def errors_of(text: str, **kw) -> list[str]:
                    "    inputs: src\n",
          r"node 'an' \(analytics\): config: zone 'door': point \[1\.55, 0\.0\]: zones and lines are in fractions "
          r"of the picture \(0-1, up to half a picture beyond its edges\); for pixels set units: pixels$"),
+        (OK_HEAD + "  - {id: s, type: null_sink, input: src}\n",
+         r"^g\.yaml:3: node 's' \(null_sink\): unknown key 'input' \(did you mean 'inputs'\?\): expected one of "),
+        (OK_HEAD + "  - {id: s, type: null_sink, inputs: src, enabled: maybe}\n",
+         r"^g\.yaml:3: node 's' \(null_sink\): enabled: Input should be a valid boolean, unable to interpret input, "
+         r"got 'maybe'$"),
         (OK_HEAD + "  - {id: src, type: null_sink, inputs: src}\n", r"^g\.yaml:3: node 'src' \(null_sink\): duplicate node id 'src' \(first defined at line 2\)"),
         (OK_HEAD + "  - id: s\n    type: null_sink\n    inputs: {inn: src.frame}\n",
          r"^g\.yaml:5: node 's' \(null_sink\): inputs\.inn: unknown input port; expected one of: in"),

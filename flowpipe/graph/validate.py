@@ -19,6 +19,7 @@ graph order, and a problem that stops a node (a bad id, an unknown type, a bad c
 """
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from collections.abc import Mapping
@@ -247,7 +248,9 @@ def _node_types(drafts: list[_Draft], fname: str) -> None:
         d.who = (nid if isinstance(nid, str) else None, ntype if isinstance(ntype, str) else None)
         for key in raw:
             if key not in NODE_KEYS:
-                d.errors.append(Diagnostic(f"unknown key '{key}': expected one of {', '.join(sorted(NODE_KEYS))}",
+                near = difflib.get_close_matches(str(key), sorted(NODE_KEYS), n=1)
+                d.errors.append(Diagnostic(f"unknown key '{key}'" + (f" (did you mean '{near[0]}'?)" if near else "")
+                                           + f": expected one of {', '.join(sorted(NODE_KEYS))}",
                                            fname, line_of(raw, key), *d.who))
         if not isinstance(nid, str) or not _ID_RE.match(nid):
             d.stop(Diagnostic(f"id: expected a name like 'decode_1' (letters, digits, _ or -), got {nid!r}",
@@ -282,7 +285,8 @@ def _node_engine_keys(drafts: list[_Draft], fname: str) -> None:
             for err in e.errors():
                 key = str(err["loc"][0]) if err["loc"] else "?"
                 msg = str(err["msg"]).removeprefix("Value error, ")
-                d.errors.append(Diagnostic(f"{key}: {msg}", fname, line_of(raw, key), *d.who))
+                got = "" if "got " in msg or "input" not in err else f", got {err['input']!r}"
+                d.errors.append(Diagnostic(f"{key}: {msg}{got}", fname, line_of(raw, key), *d.who))
             d.eng = EngineKeys.model_validate({})
         d.workers = d.eng.workers
 
