@@ -555,6 +555,7 @@ class VideoSource(Source):
                     self.failures += 1
                     self.stats["unreadable"] = self.failures
                     continue
+                self.decoded += 1
                 self._pace(t0, n)
                 yield Frame(self.stream, n, n / (c.max_fps or 30.0), img, "BGR", meta={"path": str(p)},
                             ref=FrameRef(self.stream, n))

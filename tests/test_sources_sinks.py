@@ -47,6 +47,7 @@ def test_image_folder_in_name_order_with_unreadable_file_skipped(tmp_path) -> No
           - {{id: s, type: collect, config: {{into: folder}}, inputs: src.frame}}
     """)
     assert res.ok and res.frames["in"] == 4 and res.nodes["src"]["unreadable"] == 1
+    assert res.nodes["src"]["decoded"] == 4  # the pictures read, as a video's frames are counted
     assert [Path(f.meta["path"]).name for f in collected("folder")] == [f"img_{i:02d}.png" for i in range(4)]
 
 
