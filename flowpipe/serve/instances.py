@@ -185,13 +185,13 @@ class Instance:
         return sorted(got, key=lambda e: e.get("at", 0.0))
 
     def streams(self) -> list[dict[str, Any]]:
-        """Every stream of the instance: its own sources' and those added, with their rate now."""
-        now = time.time()
+        """Every stream of the instance: its own sources' and those added, with their rate now (0 for one
+        that failed, ended or was removed: none of its frames come now)."""
         out = self.runner.live.states()
         for row in out:
-            age = max(now - row.pop("added_at"), 1e-6)
+            row.pop("added_at")
             live = row["state"] in ("running", "reconnecting")
-            row["fps"] = round(self._rate(row["stream"], row["out"]) if live else row["out"] / age, 1)
+            row["fps"] = round(self._rate(row["stream"], row["out"]), 1) if live else 0.0
         return out
 
     def _rate(self, stream: str, out: int) -> float:
