@@ -78,7 +78,6 @@ def test_start_add_watch_remove_stop(service) -> None:
     assert jpeg.headers["content-type"] == "image/jpeg" and jpeg.content[:2] == b"\xff\xd8"
     yard = client.delete(f"/pipelines/{iid}/streams/yard").json()
     assert yard["state"] == "removed" and yard["in"] == yard["out"] > 20 and yard["in_flight"] == 0
-    assert streams()["yard"]["fps"] == 0.0  # no frame of it comes now (its average since it began is no rate)
     door_before = streams()["door"]["out"]
     _wait(lambda: streams()["door"]["out"] > door_before + 10)  # the other stream never paused
     status = client.get(f"/pipelines/{iid}/status").json()
