@@ -174,10 +174,19 @@ def _shard_main(conn: Connection, payload: bytes, plugins: list[str], plugin_dir
         import_plugin(mod, plugin_dir)
     spec: GraphSpec = pickle.loads(payload)  # noqa: S301 - from the supervisor that started this process
     lock = threading.Lock()
+    gone = threading.Event()  # the supervisor: its end of the pipe closed (killed)
 
     def send(msg: FromShard) -> None:
         with lock:
-            conn.send(msg)
+            if gone.is_set():
+                return
+            try:
+                conn.send(msg)
+            except (BrokenPipeError, EOFError, ConnectionResetError):  # one line, not a traceback per thread
+                gone.set()
+                log.error("shard %d (pid %d): the run's supervisor is gone; this shard stops now", index,
+                          os.getpid())
+                runner.abort()
 
     def progress(snap: dict[str, Any]) -> None:
         send(ShardProgress({k: snap[k] for k in ("in", "out", "dropped", "failed")}, dict(runner.per_stream),
