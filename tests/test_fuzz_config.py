@@ -16,7 +16,7 @@ from flowpipe.cli import main
 ROOT = Path(__file__).resolve().parent.parent
 VALID = (ROOT / "graphs" / "face_blur.yaml").read_text()
 CANARY = "/tmp/flowpipe-fuzz-canary"  # noqa: S108 - a fixed path a YAML exploit would write
-FUZZ = settings(max_examples=int(os.environ.get("FLOWPIPE_FUZZ_EXAMPLES", "1000")), deadline=2000,
+FUZZ = settings(max_examples=int(os.environ.get("FLOWPIPE_FUZZ_EXAMPLES", "500")), deadline=2000,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
