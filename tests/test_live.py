@@ -152,8 +152,13 @@ nodes:
         _wait(lambda: live.added["door"].state == "failed", timeout=40)
         assert "did not come back after 2 attempts" in (live.added["door"].error or "")
         assert runner.running and not runner.stop_event.is_set()  # the graph serves on
+        srv = _rtsp(port)  # the camera is back: added again under its name, in the failed stream's place
+        live.add("door", config={"uri": f"rtsp://127.0.0.1:{port}/live"})
+        (gone,) = [a for a in live.ended if a["stream"] == "door"]
+        assert gone["state"] == "failed" and gone["in_flight"] == 0 and gone["in"] > 20
+        _wait(lambda: {s["stream"]: s["state"] for s in live.states()}["door"] == "running")
         account = live.remove("door")
-        assert account["state"] == "failed" and account["in_flight"] == 0 and account["in"] > 20
+        assert account["state"] == "removed" and account["in_flight"] == 0
     finally:
         srv.kill()
         runner.stop()

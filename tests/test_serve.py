@@ -98,6 +98,25 @@ def test_start_add_watch_remove_stop(service) -> None:
     assert client.get(f"/pipelines/{iid}/status").status_code == 404
 
 
+def test_a_stream_that_ended_is_added_again_in_its_place(service) -> None:
+    """A camera whose stream ended (or failed) keeps its name until it is added again: then the new one takes
+    its place, the old one's account kept, with no 409 and no DELETE first; it shows 0 fps while ended."""
+    client, _instances, _tmp = service
+    iid = client.post("/pipelines/cams", json={}).json()["id"]
+    add = {"id": "once", "uri": "sample", "options": {"loop": 0, "max_fps": 200}}
+    assert client.post(f"/pipelines/{iid}/streams", json=add).status_code == 201
+
+    def once() -> dict:
+        return next(s for s in client.get(f"/pipelines/{iid}/streams").json() if s["stream"] == "once")
+
+    _wait(lambda: once()["state"] == "ended" and once()["out"] == once()["in"] > 0)  # (the writer held the last)
+    assert once()["fps"] == 0.0
+    r = client.post(f"/pipelines/{iid}/streams", json=add)
+    assert r.status_code == 201, r.text
+    assert r.json()["state"] == "running"
+    _wait(lambda: once()["out"] > 0 and once()["state"] in ("running", "ended"))
+
+
 def test_bad_input_is_one_line_and_the_service_stays_up(service) -> None:
     client, _instances, _tmp = service
 

@@ -180,11 +180,15 @@ class LiveStreams:
         return template_of(self.runner.spec, like)
 
     def add(self, stream: str, like: str | None = None, config: dict[str, Any] | None = None) -> Added:
-        """Starts stream ``stream`` as a copy of source ``like`` with ``config`` over its settings."""
+        """Starts stream ``stream`` as a copy of source ``like`` with ``config`` over its settings; a stream of
+        that name that failed or ended is removed first (its account kept, as a removal keeps it)."""
         r = self.runner
         if not r.running or r.stop_event.is_set():
             raise RuntimeError("the graph is not running")
         template = self.template(like)
+        old = self.added.get(stream)
+        if old is not None and old.state in ("failed", "ended"):  # its place is free: its account is kept
+            self.remove(stream)
         with self._lock:
             if stream in self.added or r.has_stream(stream):
                 raise ValueError(f"a stream or node named {stream!r} is already in the graph")

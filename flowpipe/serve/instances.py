@@ -316,6 +316,8 @@ class Instances:
             raise RequestError(str(e)) from None
         if "uri" not in type(template.config).model_fields:
             options.pop("uri")
+        if any(s["stream"] == sid and s["state"] in ("failed", "ended") for s in inst.streams()):
+            self.remove_stream(inst, sid)  # a camera that failed, added again: in its place (its account kept)
         try:
             inst.runner.live.add(sid, like=template.id, config=options)
         except KeyError as e:
