@@ -76,8 +76,8 @@ def test_streams_come_and_go_while_the_graph_runs(tmp_path) -> None:
     assert live.remove("lobby")["out"] == 90
     with pytest.raises(ValueError, match=r"^stream 'bad': config\.count: Input should be a valid integer"):
         live.add("bad", config={"count": "lots"})
-    with pytest.raises(ValueError, match=r"^a stream or node named 'door2' is already in the graph$"):
-        live.add("door2")
+    with pytest.raises(ValueError, match=r"^a stream or node named 'hop' is already in the graph$"):
+        live.add("hop")  # a node's name (a stream that ended, added again, takes its place: test_serve.py)
     with pytest.raises(ValueError, match=r"^no source named 'nope' in the graph$"):
         live.add("x", like="nope")
     with pytest.raises(KeyError, match="no stream named 'door'"):

@@ -89,7 +89,9 @@ class Runner:
             err = err.at(self.spec.file, s.line if s is not None else None)
         if self.error is None:
             self.error = err
-            log.error("%s", err)
+            # said when it happens once frames flow (the drain's lines come after it); one that stops the run
+            # before any frame is the run's result alone, which its caller says (flowpipe run's 'error:' line)
+            log.log(logging.ERROR if self.running else logging.DEBUG, "%s", err)
         self.abort()
 
     def stop(self) -> None:

@@ -290,6 +290,8 @@ class Instances:
     def _run(self, inst: Instance) -> None:
         result = inst.runner.run()
         inst.ended_at = time.time()
+        if result.error is not None:  # the server's log says it too, whoever asks for the status
+            log.error("instance %s (%s): %s", inst.id, inst.template, for_client(str(result.error), inst.source))
         try:
             inst.events()  # what its nodes held at the end, before anyone asks (a run of processes keeps none)
         except Exception as e:  # noqa: BLE001 - the run's result matters more than its last events
