@@ -210,6 +210,7 @@ class Mqtt(Node):
         c = self.config
         self.stats = ctx.stats
         self.connected = threading.Event()
+        self.answered = threading.Event()  # the first try to connect failed at once (refused, no such host)
         self.published = 0
         self.dropped = 0
         self.reconnects = -1
@@ -226,6 +227,7 @@ class Mqtt(Node):
         cl.max_queued_messages_set(c.max_queued)
         cl.reconnect_delay_set(int(max(1, c.min_backoff_s)), int(max(1, c.max_backoff_s)))
         cl.on_connect = self._on_connect
+        cl.on_connect_fail = lambda client, userdata: self.answered.set()  # refused: no need to wait it out
         cl.on_disconnect = self._on_disconnect
         cl.on_publish = self._on_publish
         self.client = cl
@@ -234,7 +236,13 @@ class Mqtt(Node):
         except OSError as e:
             raise RuntimeError(f"MQTT broker {c.host}:{c.port}: {e}") from e
         cl.loop_start()
-        if not self.connected.wait(c.connect_timeout_s):
+        deadline = time.monotonic() + c.connect_timeout_s
+        # a broker that must be there gets the whole timeout (it may be starting); one that need not be, once
+        # it refused, is retried in the background at once (the graph does not wait 5 s for it)
+        while not self.connected.is_set() and time.monotonic() < deadline and not (
+                self.answered.is_set() and not c.require_connection):
+            self.connected.wait(0.05)
+        if not self.connected.is_set():
             if c.require_connection:
                 cl.loop_stop()
                 raise RuntimeError(f"MQTT broker {c.host}:{c.port} not reachable within {c.connect_timeout_s}s")
