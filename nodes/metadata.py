@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field
 
@@ -67,6 +67,7 @@ class JsonLines(Node):
     def open(self, ctx: RunContext) -> None:
         self.fd: int | None = None
         self.fresh = False
+        self.gate: _Emptied | None = None
         if self.config.path == "-":
             return
         Path(self.config.path).parent.mkdir(parents=True, exist_ok=True)
@@ -74,10 +75,12 @@ class JsonLines(Node):
         # appends after the lines its streams' earlier process wrote. A process that is the whole run empties
         # the file on its first record, or at a clean end with none: a run that fails to start (another node's
         # open, a missing input) leaves the last run's records as they were, beside the recording they name.
+        # Nodes of the run that write the same file empty it once, whichever has a record first.
         first = ctx.shard[0] == 0 and ctx.generation == 0
         self.fresh = first and ctx.alone
         truncate = os.O_TRUNC if first and not self.fresh else 0
         self.fd = os.open(self.config.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | truncate, 0o644)
+        self.gate = _Emptied.open(self.config.path) if self.fresh else None
         self.stats = ctx.stats
         self.lost = 0  # records the file could not take
         self.lost_since: tuple[str, int] | None = None  # the first of the records being lost now
@@ -130,8 +133,8 @@ class JsonLines(Node):
 
     def _begin(self) -> None:
         """The last run's records gone, once this run has something to say (its first record, or its end)."""
-        if self.fresh and self.fd is not None:
-            os.ftruncate(self.fd, 0)
+        if self.fresh and self.fd is not None and self.gate is not None:
+            self.gate.empty(self.fd)
             self.fresh = False
 
     def flush(self) -> None:
@@ -145,6 +148,43 @@ class JsonLines(Node):
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+        gate: _Emptied | None = getattr(self, "gate", None)
+        if gate is not None:
+            gate.close()
+            self.gate = None
+
+
+class _Emptied:
+    """One file's emptying at a run's first record, shared by the nodes of the process that write it while
+    they are open: the first record of any of them empties it, once (a second node's first record must not
+    take the lines the first one wrote)."""
+
+    _open: ClassVar[dict[str, _Emptied]] = {}
+    _guard: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, key: str):
+        self.key, self.users, self.done = key, 0, False
+        self.lock = threading.Lock()
+
+    @classmethod
+    def open(cls, path: str) -> _Emptied:
+        key = os.path.realpath(path)
+        with cls._guard:
+            gate = cls._open.setdefault(key, cls(key))
+            gate.users += 1
+            return gate
+
+    def empty(self, fd: int) -> None:
+        with self.lock:
+            if not self.done:
+                os.ftruncate(fd, 0)
+                self.done = True
+
+    def close(self) -> None:
+        with self._guard:
+            self.users -= 1
+            if self.users <= 0:
+                self._open.pop(self.key, None)
 
 
 def _lock(fd: int, take: bool) -> None:

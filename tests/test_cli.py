@@ -80,6 +80,26 @@ def test_a_run_that_fails_to_start_leaves_the_last_run_s_records(tmp_path) -> No
     assert main(["run", str(g), "--max-frames", "2"]) == 0 and len(records.read_text().splitlines()) == 2
 
 
+def test_two_record_writers_of_one_file_keep_each_other_s_records(tmp_path) -> None:
+    """Two jsonl nodes writing one file: the first record of either empties the last run's, once; the other's
+    first record takes none of the lines already written."""
+    g = tmp_path / "g.yaml"
+    g.write_text("nodes:\n"
+                 "  - {id: a, type: synthetic_source, config: {count: 20, width: 64, height: 48}}\n"
+                 "  - {id: b, type: synthetic_source, config: {count: 5, width: 64, height: 48, fps: 20, "
+                 "realtime: true}}\n"
+                 "  - {id: pa, type: passthrough, inputs: {in: a.frame}}\n"
+                 "  - {id: pb, type: passthrough, inputs: {in: b.frame}}\n"
+                 f"  - {{id: ja, type: jsonl, config: {{path: {tmp_path}/m.jsonl}}, inputs: {{detections: pa.out}}}}\n"
+                 f"  - {{id: jb, type: jsonl, config: {{path: {tmp_path}/m.jsonl}}, inputs: {{detections: pb.out}}}}\n")
+    (tmp_path / "m.jsonl").write_text('{"stream": "old"}\n')
+    for _ in range(2):
+        assert main(["run", str(g)]) == 0
+        records = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
+        assert sorted((r["stream"], r["frame"]) for r in records) == sorted(
+            [("a", i) for i in range(20)] + [("b", i) for i in range(5)])
+
+
 def test_a_missing_input_is_said_before_any_model_compiles(tmp_path, capsys, monkeypatch) -> None:
     """Every node is asked what it would not find before any opens: the detector behind a missing clip never
     loads its model."""

@@ -27,7 +27,7 @@ def retain(folder: Path, stream: str, suffix: str, keep_s: float | None, keep_mb
     ``keep_s`` deleted, then the oldest beyond ``keep_mb`` (all but the newest)."""
     if keep_s is None and keep_mb is None:
         return
-    named = re.compile(re.escape(stream) + r"-\d{8}(\.\d+)?" + re.escape(suffix))  # not door-back's for door's
+    named = re.compile(re.escape(stream) + r"-\d{8,}(\.\d+)?" + re.escape(suffix))  # not door-back's for door's
     mine = sorted((p for p in folder.glob(f"{stream}-*{suffix}") if named.fullmatch(p.name)),
                   key=lambda p: p.stat().st_mtime)
     now = time.time()
