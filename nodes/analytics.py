@@ -260,6 +260,8 @@ class Analytics(Node):
     def end_stream(self, stream: str) -> None:
         self.streams.pop(stream, None)
         self.rates.drop(stream)
+        for key in [k for k in self._shots if k[0] == stream]:  # added again, it numbers its frames from 0
+            del self._shots[key]
 
     def process(self, frame: Frame, port: str) -> Frame:
         c = self.config

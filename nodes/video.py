@@ -112,7 +112,7 @@ class _Timeline:
             self.first = seconds
         t = self.offset + seconds - self.first
         if self.last is not None and t <= self.last:
-            self.jumps += 1
+            self.jumps += t < self.last  # back (counted); the same again is a clock that does not move
             self.offset += self.last + step - t
             t = self.last + step
         self.last = t
@@ -224,6 +224,9 @@ class VideoSource(Source):
         self.stats["format"] = self.format
         self.pending = False  # a network stream not up yet: connected in frames()
         self.timeline = _Timeline()
+        self.attempt = 0  # the reconnect try under way (0: none)
+        self.last_at: float | None = None  # when the last frame was decoded (monotonic)
+        self.jumps_before = 0  # timestamp jumps counted by the connections before this one (PyAV)
         self.cap = self._open_capture(first=True)
 
     def _pixels(self, taken: frozenset[str] | None, by: str) -> tuple[str, str]:
@@ -262,13 +265,15 @@ class VideoSource(Source):
             cap = cv2.VideoCapture(src, cv2.CAP_ANY, threads)
         if not cap.isOpened():
             cap.release()
-            why = self._why_not_opened() if self.is_net else None
+            # why, in FFmpeg's words: a second connection, so only on the tries the log tells of
+            why = self._why_not_opened() if self.is_net and (first or self._telling()) else None
             if self.is_net and not first:
-                log.warning("node '%s': cannot open %s%s", self.id, _redact(c.uri), f": {why}" if why else "")
+                if self._telling():
+                    log.warning("node '%s': cannot open %s%s", self.id, _redact(c.uri), f": {why}" if why else "")
                 return None
             if self.is_net and c.reconnect_attempts != 0:
                 return self._not_up(why)
-            raise RuntimeError(f"cannot open {_redact(c.uri)}: not a video OpenCV/FFmpeg can decode")
+            raise RuntimeError(f"cannot open {_redact(c.uri)}: {why or 'not a video OpenCV/FFmpeg can decode'}")
         self.fps = cap.get(cv2.CAP_PROP_FPS) or 30.0
         if not 0 < self.fps < 1000:
             self.fps = 30.0
@@ -288,7 +293,8 @@ class VideoSource(Source):
             if isinstance(e, av.error.InvalidDataError):
                 why = f"not a video FFmpeg can decode ({why})"
             if self.is_net and not first:  # why, before the next attempt
-                log.warning("node '%s': cannot open %s: %s", self.id, _redact(c.uri), why)
+                if self._telling():
+                    log.warning("node '%s': cannot open %s: %s", self.id, _redact(c.uri), why)
                 return None
             if self.is_net and c.reconnect_attempts != 0:
                 return self._not_up(why)
@@ -334,10 +340,12 @@ class VideoSource(Source):
                     fmt = self.format
                     frame = Frame(self.stream, emitted, self.timeline.stamp(seconds, 1.0 / self.fps), data, fmt,
                                   ref=ref, meta={"decoded_index": self.decoded - 1, "fps": self.fps / c.every})
+                    self.last_at = time.monotonic()
                     if dem.damaged != self.decode_errors:
                         self.decode_errors = self.stats["decode_errors"] = dem.damaged
-                    if dem.discontinuities + self.timeline.jumps:
-                        self.stats["timestamp_jumps"] = dem.discontinuities + self.timeline.jumps
+                    jumps = self.jumps_before + dem.discontinuities + self.timeline.jumps
+                    if jumps:
+                        self.stats["timestamp_jumps"] = jumps
                     self._pace(t0, emitted - base)
                     emitted += 1
                     yield frame
@@ -346,6 +354,7 @@ class VideoSource(Source):
                     raise RuntimeError(f"decoding {_redact(c.uri)}: {e}") from None
                 log.warning("node '%s': stream %s: %s", self.id, _redact(c.uri), e)
             if self.is_net and not self.ctx.stopping:
+                self.jumps_before += dem.discontinuities
                 dem.close()
                 self.cap = dem = self._reconnect()
                 if dem is None:
@@ -356,6 +365,10 @@ class VideoSource(Source):
                 dem.seek_start()
                 continue
             return
+
+    def _telling(self) -> bool:
+        """Whether this try to reconnect is one the log tells of: the first five, then every tenth."""
+        return self.attempt <= 5 or self.attempt % 10 == 0
 
     def _why_not_opened(self) -> str | None:
         """Why a network stream OpenCV could not open cannot be opened, in FFmpeg's words through PyAV
@@ -401,7 +414,8 @@ class VideoSource(Source):
         for attempt in itertools.count(1) if n < 0 else range(1, n + 1):
             if self.ctx.stopping:
                 return None
-            if attempt <= 5 or attempt % 10 == 0:  # a camera down for hours: a line every 10 tries, not each
+            self.attempt = attempt
+            if self._telling():  # a camera down for hours: a line every 10 tries, not each
                 log.warning("node '%s': stream %s %s; reconnect %d%s in %.1fs", self.id, _redact(c.uri), what,
                             attempt, f"/{n}" if n >= 0 else "", delay)
             end = time.monotonic() + delay
@@ -419,7 +433,9 @@ class VideoSource(Source):
                 self.stats["outage_total_s"] = round(self.stats.get("outage_total_s", 0.0) + took, 3)
                 log.warning("node '%s': stream %s back after %.1fs (outage %d)", self.id, _redact(c.uri), took,
                             self.reconnects)
-                self.timeline.resumed(took)
+                self.attempt = 0
+                # away since its last frame (the read that found it gone waited its timeout first)
+                self.timeline.resumed(time.monotonic() - self.last_at if self.last_at is not None else took)
                 return cap
             delay = min(delay * 2, 8.0)
         raise RuntimeError(f"stream {_redact(c.uri)} did not come back after {c.reconnect_attempts} attempts")
@@ -487,6 +503,7 @@ class VideoSource(Source):
                         data, ref = self._buffer(img.shape)
                         memory.copy(img, out=data)
                 pts = self.timeline.stamp(cap.get(cv2.CAP_PROP_POS_MSEC) / 1000.0, 1.0 / self.fps)
+                self.last_at = time.monotonic()
                 if self.timeline.jumps:
                     self.stats["timestamp_jumps"] = self.timeline.jumps
                 self.decoded += 1
@@ -870,7 +887,8 @@ class VideoWriter(Node):
         c = self.config
         with self._lock:
             path = c.path.replace("{stream}", frame.stream)
-            if "{stream}" not in c.path and (self.writers or not self.first_shard):  # its own file
+            others = self.writers or any(s != frame.stream for s in self.made)  # the plain name is taken
+            if "{stream}" not in c.path and (others or not self.first_shard):  # its own file
                 p = Path(path)
                 path = str(p.with_name(f"{p.stem}-{frame.stream}{p.suffix}"))
             if self.generation:
@@ -930,6 +948,8 @@ class VideoWriter(Node):
             w = self.writers.pop(stream, None)
             self.sizes.pop(stream, None)
             self.paths.pop(stream, None)
+            self.paused.pop(stream, None)  # added again, it records afresh (beside its earlier files: made)
+            self.resumes.pop(stream, None)
         if w is not None:
             self._finish(w)  # the stream's file is whole now, while the others go on
         self.stats["written"] = dict(self.written)

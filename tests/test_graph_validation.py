@@ -129,6 +129,9 @@ def test_params_env_and_set_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
                           ("${ENV:FP_W}", "'${ENV:FP_W}' is no substitution")):
         (bad,) = errors_of(text.replace("${env:FP_W:-16}", written))
         assert bad.startswith("g.yaml:3: ") and said in bad, bad
+    # a parameter given a value is not read from its default: its variable need not be set
+    given = load_graph("g.yaml", text=text.replace("${env:FP_W:-16}", "${env:FP_UNSET}"), overrides={"w": 8})
+    assert given.node("src").config.width == 8
     # a bad value given for a parameter names it: the line is the graph's, the value the command line's
     (bad,) = errors_of(text, overrides=parse_sets(["w=wide"]))
     assert bad.startswith("g.yaml:9: node 'src' (synthetic_source): config.width: ") and bad.endswith(

@@ -540,6 +540,25 @@ def test_a_writer_lets_held_frames_go_when_their_stream_stalls(tmp_path) -> None
         assert node.flush() == []
 
 
+def test_a_stream_added_again_records_beside_its_first_file_and_no_other_takes_it(tmp_path) -> None:
+    """A writer whose path has no {stream}: its first stream records to NAME.mp4; removed and added again, to
+    NAME.2.mp4; another stream that comes after the first has ended to NAME-b.mp4, never over NAME.mp4."""
+    import numpy as np
+    from flowpipe.nodes.video import VideoWriter
+
+    from flowpipe.frame import Frame
+    from flowpipe.testing import Harness
+
+    node = VideoWriter("rec", VideoWriter.Config(path=str(tmp_path / "v.mp4"), fps=10))
+    with Harness(node):
+        for stream in ("a", "a", "b"):
+            for i in range(3):
+                node.process(Frame(stream, i, i / 10, np.zeros((48, 64, 3), np.uint8)), "frame")
+            node.stream_stopping(stream)
+            node.end_stream(stream)
+    assert sorted(p.name for p in tmp_path.glob("*.mp4")) == ["v-b.mp4", "v.2.mp4", "v.mp4"]
+
+
 def test_an_event_that_begins_while_its_recording_is_paused_says_why_it_has_no_clip(tmp_path) -> None:
     """A stream paused by a full disk: a frame's event that begins (or happens) then gets no clip, and its
     record says why; one that ends names none either way."""

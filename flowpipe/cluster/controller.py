@@ -360,8 +360,8 @@ class ClusterRun:
 
         if self.phase != "running" or self._stop:
             raise RuntimeError("the run is not running")
-        if any(stream in a.sources + a.added for a in self.agents if a.result is None and a.error is None) or \
-                any(n.id == stream for n in self.spec.nodes):
+        if self._serving(stream) is not None or any(n.id == stream for n in self.spec.nodes) or \
+                any(s.stream == stream for s in self.spec.sources()):
             raise ValueError(f"a stream or node named {stream!r} is already in the graph")
         like = template_of(self.spec, like).id
         keys = self.spec.cluster
@@ -482,8 +482,8 @@ class ClusterRun:
 
     def _serving(self, stream: str) -> Any:
         """The agent running ``stream`` now, or None."""
-        return next((a for a in self.agents if stream in a.sources + a.added and a.result is None
-                     and a.error is None), None)
+        return next((a for a in self.agents if (stream in a.sources or (stream in a.added and stream not in a.removed))
+                     and a.result is None and a.error is None), None)
 
     def picture(self, stream: str) -> bytes | None:
         a = self._serving(stream)
@@ -758,7 +758,7 @@ class ClusterResult(RunSummary):
         self.exit_code = 1 if self.error else (130 if self.interrupted else 0)
         self.hosts: list[dict[str, Any]] = [{"host_id": a.host_id, "address": a.address, "host": a.info.get("host"),
                        "pid": a.info.get("pid"), "processes": a.info.get("processes"),
-                       "streams": a.sources + a.added,
+                       "streams": [run.named(s) for s in a.sources] + a.added,
                        "frames": (a.result or {}).get("frames") or a.progress,
                        "generation": a.generation, "lost": a.lost, "metrics": a.info.get("metrics"),
                        "inference": {k: v for k, v in (a.result or {}).items() if k.startswith("inference.")},

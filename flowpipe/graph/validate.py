@@ -160,8 +160,8 @@ def _param_values(doc: Any, fname: str, overrides: dict[str, Any], errors: list[
                                  line_of(doc, "params")))
         raw_params = LineDict()
     params: dict[str, Any] = {}
-    for k, v in raw_params.items():
-        params[str(k)] = interpolate(v, {}, (fname, line_of(raw_params, k)), errors)
+    for k, v in raw_params.items():  # (a default given a value here is not read: its variable need not be set)
+        params[str(k)] = v if str(k) in overrides else interpolate(v, {}, (fname, line_of(raw_params, k)), errors)
     for k, v in overrides.items():
         if k not in params:
             errors.append(Diagnostic(f"--set {k}: no such parameter; known params: "

@@ -186,20 +186,20 @@ class LiveStreams:
         if not r.running or r.stop_event.is_set():
             raise RuntimeError("the graph is not running")
         template = self.template(like)
+        schema = type(template.config)
+        merged = {**template.config.model_dump(), **(config or {})}
+        if "stream" in schema.model_fields:
+            merged["stream"] = stream  # frames carry the stream's name, not the template's
+        try:
+            cfg = schema.model_validate(merged)
+        except ValidationError as e:
+            raise ValueError(f"stream {stream!r}: {_first_problem(e, schema)}") from None
         old = self.added.get(stream)
         if old is not None and old.state in ("failed", "ended"):  # its place is free: its account is kept
             self.remove(stream)
         with self._lock:
             if stream in self.added or r.has_stream(stream):
                 raise ValueError(f"a stream or node named {stream!r} is already in the graph")
-            schema = type(template.config)
-            merged = {**template.config.model_dump(), **(config or {})}
-            if "stream" in schema.model_fields:
-                merged["stream"] = stream  # frames carry the stream's name, not the template's
-            try:
-                cfg = schema.model_validate(merged)
-            except ValidationError as e:
-                raise ValueError(f"stream {stream!r}: {_first_problem(e, schema)}") from None
             spec = dataclasses.replace(template, id=stream, config=cfg, template=False)
             node = spec.make()
             assert isinstance(node, Source)

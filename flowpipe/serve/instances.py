@@ -8,6 +8,7 @@ confined to the instance's folder under the output directory, but for what a str
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -319,7 +320,10 @@ class Instances:
         if "uri" not in type(template.config).model_fields:
             options.pop("uri")
         if any(s["stream"] == sid and s["state"] in ("failed", "ended") for s in inst.streams()):
-            self.remove_stream(inst, sid)  # a camera that failed, added again: in its place (its account kept)
+            # a camera that failed, added again: in its place, its account kept, its own zones and lines too
+            with contextlib.suppress(KeyError):  # (over processes, one that ended with its process is gone)
+                inst.runner.live.remove(sid)
+            inst.stale(sid)
         try:
             inst.runner.live.add(sid, like=template.id, config=options)
         except KeyError as e:
