@@ -284,7 +284,6 @@ class CenterFaceDecode(_Decoder):
         pass
 
     config: Config
-    _labels_checked: tuple[Any, list[str] | None] | None = None  # the config and labels ``classes`` was found in
 
     def process(self, frame: Frame, port: str) -> Frame:
         if frame.skipped:  # the detector's interval passed over it: nothing was sought
@@ -358,7 +357,6 @@ class RetinaFaceDecode(_Decoder):
                                     "to the front)")
 
     config: Config
-    _labels_checked: tuple[Any, list[str] | None] | None = None  # the config and labels ``classes`` was found in
 
     def process(self, frame: Frame, port: str) -> Frame:
         if frame.skipped:  # the detector's interval passed over it: nothing was sought
@@ -450,7 +448,6 @@ class YoloV8Decode(_Decoder):
         output: str | None = None
 
     config: Config
-    _labels_checked: tuple[Any, list[str] | None] | None = None  # the config and labels ``classes`` was found in
 
     def process(self, frame: Frame, port: str) -> Frame:
         if frame.skipped:  # the detector's interval passed over it: nothing was sought
@@ -654,7 +651,6 @@ class DbDecode(_Decoder):
         output: str | None = None
 
     config: Config
-    _labels_checked: tuple[Any, list[str] | None] | None = None  # the config and labels ``classes`` was found in
 
     def process(self, frame: Frame, port: str) -> Frame:
         if frame.skipped:  # the detector's interval passed over it: nothing was sought

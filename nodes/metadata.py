@@ -120,20 +120,14 @@ class JsonLines(Node):
         assert self.fd is not None
         _lock(self.fd, True)
         try:
-            end = os.fstat(self.fd).st_size
-            view = memoryview(data)
-            try:
-                while view:  # one write per line unless the kernel takes it in parts (a disk filling up)
-                    view = view[os.write(self.fd, view):]
-            except OSError:
-                os.ftruncate(self.fd, end)
-                raise
+            _append_whole(self.fd, data)
         finally:
             _lock(self.fd, False)
 
     def _begin(self) -> None:
         """The last run's records gone, once this run has something to say (its first record, or its end)."""
-        if self.fresh and self.fd is not None and self.gate is not None:
+        if self.fresh:  # (fresh: opened with its file and its gate)
+            assert self.fd is not None and self.gate is not None
             self.gate.empty(self.fd)
             self.fresh = False
 
@@ -185,6 +179,20 @@ class _Emptied:
             self.users -= 1
             if self.users <= 0:
                 self._open.pop(self.key, None)
+
+
+def _append_whole(fd: int, data: bytes) -> None:
+    """``data`` at the end of the file, or none of it: a write the kernel takes in parts (a disk filling up)
+    that then fails is cut off again, and its error raised."""
+    end = os.fstat(fd).st_size
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, end)
+        raise
 
 
 def _lock(fd: int, take: bool) -> None:
@@ -474,16 +482,11 @@ class Outbox:
     def _write(self, line: str) -> bool:
         """One whole line appended, or none of it (False) where the disk is full: a message not kept is sent
         all the same (counted, ``outbox_not_kept``, and said once); writing goes on when the disk takes it."""
-        end = os.fstat(self.fd).st_size
         try:
-            view = memoryview(line.encode())
-            while view:  # the kernel may take a line in parts as the disk fills
-                view = view[os.write(self.fd, view):]
+            _append_whole(self.fd, line.encode())
         except OSError as e:
             if e.errno not in (errno.ENOSPC, errno.EDQUOT):
                 raise
-            with contextlib.suppress(OSError):
-                os.ftruncate(self.fd, end)
             self.not_kept += 1
             if self.not_kept == 1:
                 log.error("MQTT outbox %s: %s: messages are sent without being kept while it lasts", self.path,

@@ -289,7 +289,7 @@ class VideoSource(Source):
             dem = Demuxer(os.path.expanduser(c.uri), self.format, self.threads, c.timeout_s, c.rtsp_transport,
                           c.hwaccel)
         except Exception as e:  # noqa: BLE001 - FFmpeg's errors: one line, or a reconnect for a network stream
-            why = getattr(e, "strerror", None) or (str(e).splitlines()[0] if str(e) else repr(e))
+            why = _reason(e)
             if isinstance(e, av.error.InvalidDataError):
                 why = f"not a video FFmpeg can decode ({why})"
             if self.is_net and not first:  # why, before the next attempt
@@ -379,7 +379,7 @@ class VideoSource(Source):
         try:
             Demuxer(c.uri, "BGR", 1, c.timeout_s, c.rtsp_transport, "none").close()
         except Exception as e:  # noqa: BLE001 - FFmpeg's errors, whatever their class: the reason is the text
-            return getattr(e, "strerror", None) or (str(e).splitlines()[0] if str(e) else type(e).__name__)
+            return _reason(e)
         return None  # it opens now: a passing fault
 
     def _not_up(self, why: str | None) -> None:
@@ -993,6 +993,11 @@ def _capture_options(options: str | None) -> Iterator[None]:
             yield
         finally:
             del os.environ["OPENCV_FFMPEG_CAPTURE_OPTIONS"]
+
+
+def _reason(e: BaseException) -> str:
+    """Why FFmpeg (through PyAV) could not open a stream, in one line: its own words ("Connection refused")."""
+    return getattr(e, "strerror", None) or (str(e).splitlines()[0] if str(e) else repr(e))
 
 
 def _writable(path: str) -> None:

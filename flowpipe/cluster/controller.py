@@ -706,13 +706,12 @@ class ClusterRun:
         hosts = {h.host_id: h for h in hosts_of(self._ray)} if hasattr(self, "_ray") else {}
         where: dict[str, str] = {}
         rows = []
-        named = {s.id: s.stream for s in self.spec.sources()}  # source id -> the stream it emits
         for a in self.agents:
             live = a.result is None and a.error is None
             for s in a.sources + a.added:
                 if live or s not in where:
                     where[s] = a.address
-            held = [named.get(s, s) for s in a.sources] + a.added
+            held = [self.named(s) for s in a.sources] + a.added
             h = hosts.get(a.host_id)
             rows.append({"address": a.address, "host": a.info.get("host"), "pid": a.info.get("pid"),
                          "state": "running" if live else ("lost" if a.lost else "done"),
