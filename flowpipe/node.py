@@ -30,6 +30,7 @@ from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict
 
 from .accel import Devices
+from .backedge import BackEdge
 from .contracts import Allocation, InputContract, Offer, Request
 from .frame import Frame
 
@@ -78,10 +79,13 @@ class RunContext(Protocol):
     def collector(self, name: str) -> list[Frame]:
         """An in-memory collection of this run (``RunResult.collected[name]``)."""
 
-    def board(self, name: str) -> dict[str, Any]:
-        """A dict the nodes of this run in this process share under ``name``: a later node's word to an
+    def back_edge(self, name: str) -> BackEdge:
+        """The back edge named ``name`` (a node's id) of this run in this process: a later node's word to an
         earlier one, which the graph's edges cannot carry back (a tracker tells the detector's interval which
-        streams have tracks still young). Keyed by stream; another process of the run has its own."""
+        streams have tracks still young), said per stream as of each frame and read for a defined frame
+        (``BackEdge.read``: the reader of frame t reads the word as of frame t - delay, waiting for it), so that
+        what the earlier node decides is a function of the input, not of how far the later one had got. The
+        writer opens it (``BackEdge.open``); another process of the run has its own, with no writer."""
 
     def snapshot(self) -> dict[str, Any]:
         """This run's statistics so far: frames by fate, per node counts (for metrics endpoints)."""

@@ -23,6 +23,7 @@ from types import TracebackType
 from typing import Any
 
 from .accel import Devices, devices
+from .backedge import BackEdge
 from .contracts import Allocation, InputContract, Offer
 from .frame import Frame
 from .graph import GraphSpec, load_graph
@@ -100,7 +101,7 @@ class StandaloneContext:
         self.stats: dict[str, Any] = {}
         self.sections: dict[str, dict[str, Any]] = {}
         self.collected: dict[str, list[Frame]] = {}
-        self.boards: dict[str, dict[str, Any]] = {}
+        self.edges: dict[str, BackEdge] = {}
         self._allocations, self._inputs = dict(allocations), dict(inputs)
         self._in_flight = frames_in_flight
         self._feeds = dict(feeds or {})
@@ -136,8 +137,10 @@ class StandaloneContext:
     def collector(self, name: str) -> list[Frame]:
         return self.collected.setdefault(name, [])
 
-    def board(self, name: str) -> dict[str, Any]:
-        return self.boards.setdefault(name, {})
+    def back_edge(self, name: str) -> BackEdge:
+        # one node at a time: no frame is in flight beyond it, so a read waits for nothing (a test says the
+        # words it wants read first)
+        return self.edges.setdefault(name, BackEdge(name, lambda stream, after, upto: False))
 
     def snapshot(self) -> dict[str, Any]:
         return {"node": self.node_id, "stats": self.stats}

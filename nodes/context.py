@@ -13,11 +13,11 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
+from flowpipe.backedge import BackEdge
 from flowpipe.frame import Frame
 from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
 from flowpipe.registry import register
 
-from .preprocess.interval import ANY_STREAM
 from .track.geometry import greedy, iou_matrix, share_inside
 
 #: COCO's animals, as SSD MobileNet v2 (the registry's person detector) names them
@@ -112,7 +112,7 @@ class AnimalFaces(Node):
                                     "share on animals)")
 
     config: Config
-    board: dict[str, Any] | None = None
+    edge: BackEdge | None = None
 
     @classmethod
     def contract(cls, config: NodeConfig) -> NodeContract:
@@ -124,9 +124,9 @@ class AnimalFaces(Node):
         self.stats["dropped"] = 0  # faces dropped as animals'
         self.lock = threading.Lock()  # streams on several workers count into one stat
         self.verdicts: dict[str, list[_Verdict]] = {}
-        self.board = ctx.board(self.id)
         # no face judged yet: a stream's first frame; without remember, never, so the detector runs on every frame
-        self.board[ANY_STREAM] = {"ask": True, "frame": -1} if self.config.remember else {"ask": True}
+        self.edge = ctx.back_edge(self.id).open(first={"ask": True, "frame": -1} if self.config.remember
+                                                else {"ask": True})
         if self.config.remember:
             self.stats["remembered"] = 0  # faces judged by what the same face was judged before
 
@@ -155,9 +155,11 @@ class AnimalFaces(Node):
                 and (c.pass_persons or d.label not in c.persons)]
         with self.lock:
             self.stats["dropped"] += len(drop)
-        if c.remember and self.board is not None and not frame.skipped:  # whether a face is left unjudged, as of
-            # this frame (an ask counts once: the detector runs on a frame after it, and its answer comes here)
-            self.board[frame.stream] = {"ask": unjudged > 0, "unjudged": unjudged, "frame": frame.index}
+        if self.edge is not None:  # whether a face is left unjudged, as of this frame (an ask counts once: the
+            # detector runs on a frame after it, and its answer comes here); a frame passed over: the last holds
+            word = {"ask": unjudged > 0, "unjudged": unjudged, "frame": frame.index} \
+                if c.remember and not frame.skipped else None
+            self.edge.say(frame.stream, frame.index, word)
         frame.detections = kept
         return frame
 
@@ -199,5 +201,5 @@ class AnimalFaces(Node):
     def end_stream(self, stream: str) -> None:
         with self.lock:
             self.verdicts.pop(stream, None)
-        if self.board is not None:
-            self.board.pop(stream, None)
+        if self.edge is not None:
+            self.edge.forget(stream)

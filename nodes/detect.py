@@ -13,6 +13,7 @@ import cv2
 import numpy as np
 from pydantic import Field, field_validator
 
+from flowpipe.backedge import BackEdge
 from flowpipe.frame import Detection, Frame, Placement, unknown_labels
 from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
 from flowpipe.registry import register
@@ -341,7 +342,7 @@ class RetinaFaceDecode(_Decoder):
           inputs: {tensors: detect_b.tensors}
     """
 
-    board: dict[str, Any] | None = None
+    edge: BackEdge | None = None
 
     class Config(_FaceConfig):
         merge: bool = Field(False, description="keep the frame's detections and add these to them")
@@ -359,11 +360,11 @@ class RetinaFaceDecode(_Decoder):
     config: Config
 
     def process(self, frame: Frame, port: str) -> Frame:
-        if frame.skipped:  # the detector's interval passed over it: nothing was sought
+        if frame.skipped or (frame.layout is not None and frame.layout.filled == 0):
+            if self.edge is not None:  # nothing was sought (the interval, or its preprocess, passed over it)
+                self.edge.say(frame.stream, frame.index)  # its last word holds
             return frame
         c = self.config
-        if frame.layout is not None and frame.layout.filled == 0:  # its preprocess passed over the frame
-            return frame
         outs = [np.asarray(v) for k, v in frame.tensors.items() if k != "input"]
         rows = [o.reshape(-1, o.shape[-1]) for o in outs if o.shape and o.shape[-1] == 16]
         if len(rows) != 1 or frame.layout is None:
@@ -381,7 +382,8 @@ class RetinaFaceDecode(_Decoder):
         found = _faces([boxes], [r[:, 15]], [kps] if c.keypoints else [], c)
         if not c.merge:
             frame.detections = found
-            self._tell(frame.stream, len(found))
+            if self.edge is not None:
+                self.edge.say(frame.stream, frame.index, {"found": len(found)})
             return frame
         there = frame.detections
         needed = 0
@@ -405,21 +407,18 @@ class RetinaFaceDecode(_Decoder):
                 there.append(d)
                 needed += 1
         frame.detections = there
-        self._tell(frame.stream, needed)
+        if self.edge is not None:  # its word to a preprocess ``along`` that follows it: how many faces its run on
+            # this frame found that the detector before it had not, had not made sure of, or saw a fifth less of
+            # the width of
+            self.edge.say(frame.stream, frame.index, {"found": needed})
         return frame
 
-    def _tell(self, stream: str, found: int) -> None:
-        """Its word to a preprocess ``along`` that follows it: how many faces its last run on the stream found
-        that the detector before it had not, had not made sure of, or saw a fifth less of the width of."""
-        if self.board is not None:
-            self.board[stream] = {"found": found}
-
     def open(self, ctx: RunContext) -> None:
-        self.board = ctx.board(self.id)
+        self.edge = ctx.back_edge(self.id).open()
 
     def end_stream(self, stream: str) -> None:
-        if self.board is not None:
-            self.board.pop(stream, None)
+        if self.edge is not None:
+            self.edge.forget(stream)
 
 
 def _widened(boxes: np.ndarray, nose_x: np.ndarray, grow: float, width: int | None) -> np.ndarray:

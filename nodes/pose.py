@@ -2,16 +2,14 @@
 too dark) still has the head found, where the nose, eyes and ears of the person's pose lie."""
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 from pydantic import Field
 
+from flowpipe.backedge import BackEdge
 from flowpipe.frame import Detection, Frame
 from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
 from flowpipe.registry import register
 
-from .preprocess.interval import ANY_STREAM
 from .track.geometry import share_inside
 
 #: MoveNet's (COCO's) keypoints, in its output's order
@@ -65,7 +63,7 @@ class MoveNetHeads(Node):
                            "and on each while heads are found")
 
     config: Config
-    board: dict[str, Any] | None = None
+    edge: BackEdge | None = None
 
     @classmethod
     def contract(cls, config: NodeConfig) -> NodeContract:
@@ -102,20 +100,23 @@ class MoveNetHeads(Node):
         sure = [d.box for d in faces if d.score >= c.face_score]
         kept = [h for h in heads if not any(share_inside(f, h.box) >= c.cover for f in sure)]
         frame.detections = [*(d for d in frame.detections if d.label != c.person), *kept]
-        if self.board is not None and not frame.skipped:  # a frame the detectors ran on: what it found holds
+        if self.edge is not None and not frame.skipped:  # a frame the detectors ran on: what it found holds
             n = self.seen.get(frame.stream, 0) + 1  # (one stream's frames come in order, on one worker)
             self.seen[frame.stream] = n
-            self.board[frame.stream] = {"found": len(kept), "ask": n % c.every == 0}  # a person detector along
+            self.edge.say(frame.stream, frame.index, {"found": len(kept), "ask": n % c.every == 0})  # (a person
+            # detector along follows it)
+        elif self.edge is not None:
+            self.edge.say(frame.stream, frame.index)  # its last word holds
         return frame
 
     def open(self, ctx: RunContext) -> None:
-        self.board = ctx.board(self.id)
-        self.board[ANY_STREAM] = {"ask": True}  # a stream's first frames: heads are sought from the start
+        self.edge = ctx.back_edge(self.id).open(first={"ask": True})  # a stream's first frames: heads are sought
+        # from the start
         self.seen: dict[str, int] = {}  # per stream: frames the detectors ran on
 
     def end_stream(self, stream: str) -> None:
-        if self.board is not None:
-            self.board.pop(stream, None)
+        if self.edge is not None:
+            self.edge.forget(stream)
         self.seen.pop(stream, None)
 
 

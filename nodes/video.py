@@ -192,6 +192,7 @@ class VideoSource(Source):
         self.pool_size = min(ctx.frames_in_flight(), 128)
         self.allocation = ctx.allocation("frame")
         self.is_net = bool(_NET.match(c.uri))
+        self.live = self.is_net or _is_camera(c.uri)  # frames in real time: a stalled one says so (meta['live'])
         cores = usable_cores()
         # FFmpeg's default (a thread per core for every decoder) costs ~1.8x the CPU per frame of one
         # thread (1366x768 H.264) and oversubscribes the cores when many streams decode at once
@@ -321,7 +322,7 @@ class VideoSource(Source):
         plays = 0
         t0 = time.monotonic()
         start = self.ctx.resume_at(self.stream)
-        live = self.is_net or _is_camera(c.uri)
+        live = self.live
         emitted = base = start if live else 0
         skip = 0 if live else start  # a file resumed by a restarted process: its first frames were done
         while True:
@@ -339,7 +340,8 @@ class VideoSource(Source):
                     ref.index = emitted
                     fmt = self.format
                     frame = Frame(self.stream, emitted, self.timeline.stamp(seconds, 1.0 / self.fps), data, fmt,
-                                  ref=ref, meta={"decoded_index": self.decoded - 1, "fps": self.fps / c.every})
+                                  ref=ref, meta={"decoded_index": self.decoded - 1, "fps": self.fps / c.every,
+                                        "live": self.live})
                     self.last_at = time.monotonic()
                     if dem.damaged != self.decode_errors:
                         self.decode_errors = self.stats["decode_errors"] = dem.damaged
@@ -513,7 +515,8 @@ class VideoSource(Source):
                     continue
                 ref.index = emitted
                 frame = Frame(self.stream, emitted, pts, data, "BGR", ref=ref,
-                              meta={"decoded_index": self.decoded - 1, "fps": self.fps / c.every})
+                              meta={"decoded_index": self.decoded - 1, "fps": self.fps / c.every,
+                                        "live": self.live})
                 self._pace(t0, emitted - base)
                 emitted += 1
                 yield frame

@@ -12,7 +12,7 @@ from typing import Any
 from flowpipe.nodes.inference import Inference
 
 from flowpipe import Frame, Node, NodeConfig, register
-from flowpipe.node import NodeContract
+from flowpipe.node import PIXELS_ALL, NodeContract
 
 EVENTS: list[str] = []
 _lock = threading.Lock()
@@ -233,3 +233,28 @@ class CountFaces(Node):
 
     def process(self, frame: Frame, port: str) -> None:
         self.seen = getattr(self, "seen", 0) + len(frame.detections)
+
+
+@register("test_jitter")
+class Jitter(Node):
+    """Takes a random time on each frame (up to ``max_s``): a stage whose pace changes from run to run, as a
+    loaded machine's does. Changes nothing of the frame."""
+
+    inputs = {"in": "any"}
+    outputs = {"out": "any"}
+
+    class Config(NodeConfig):
+        max_s: float = 0.02
+
+    @classmethod
+    def contract(cls, config: NodeConfig) -> NodeContract:
+        return cls.declare(pixels=PIXELS_ALL)  # never reads the pixels: the graph's formats stay as they are
+
+    def open(self, ctx: Any) -> None:
+        import random
+
+        self.random = random.Random()  # unseeded: another pace each run
+
+    def process(self, frame: Frame, port: str) -> Frame:
+        time.sleep(self.random.uniform(0.0, self.config.max_s))
+        return frame

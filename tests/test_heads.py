@@ -298,7 +298,6 @@ def test_animal_faces_remembers_each_face_s_verdict_where_the_person_detector_di
     for the detector; a verdict 4 frames old still holds and asks to be renewed, and lapses after 8; a frame the
     detector ran on judges its faces again and keeps the verdicts of faces it did not find."""
     from flowpipe.nodes.context import AnimalFaces
-    from flowpipe.nodes.preprocess.interval import ANY_STREAM
 
     from flowpipe.frame import Detection, Frame, TensorLayout
     from flowpipe.testing import Harness
@@ -315,17 +314,17 @@ def test_animal_faces_remembers_each_face_s_verdict_where_the_person_detector_di
         return Detection((20 + dx, 20, 60 + dx, 60), 0.95, "face")
 
     with Harness(node) as h:
-        board = h.context.board("animals")
-        assert board[ANY_STREAM] == {"ask": True, "frame": -1}  # a new stream's first frame asks (once)
+        board = h.context.back_edge("animals")
+        assert board.first == {"ask": True, "frame": -1}  # a new stream's first frame asks (once)
         out = node.process(frame(0, [dog_face(), Detection((0, 0, 200, 180), 0.9, "dog"),
                                      Detection((300, 150, 340, 190), 0.9, "face"),
                                      Detection((280, 100, 380, 300), 0.9, "person")], True), "detections")
-        assert [d.box[0] for d in out.detections] == [300] and board["s"]["ask"] is False
+        assert [d.box[0] for d in out.detections] == [300] and board.last("s")["ask"] is False
         labels = []
         for i in range(1, 10):  # the dog's face moves 4 px a frame; a person's face comes in on frame 2
             dets = [dog_face(4 * i)] + ([Detection((200, 200, 240, 240), 0.9, "face")] if i >= 2 else [])
             out = node.process(frame(i, dets, False), "detections")
-            labels.append((len(out.detections), board["s"]["unjudged"]))
+            labels.append((len(out.detections), board.last("s")["unjudged"]))
         # frames 1-3: the dog's face goes on its verdict; from 2 the new face stays and asks; from 4 the dog's
         # verdict is old and asks too; after 8 it has lapsed: the face stays (masked, privacy first) and asks
         assert labels == [(0, 0), (1, 1), (1, 1), (1, 2), (1, 2), (1, 2), (1, 2), (1, 2), (2, 2)]
@@ -333,12 +332,12 @@ def test_animal_faces_remembers_each_face_s_verdict_where_the_person_detector_di
         # time and keeps its old verdict (renewed only where judged), which lapses on its own
         out = node.process(frame(10, [Detection((200, 200, 240, 240), 0.9, "face"),
                                       Detection((150, 0, 260, 180), 0.9, "dog")], True), "detections")
-        assert [d.box[0] for d in out.detections] == [200] and board["s"]["ask"] is False
+        assert [d.box[0] for d in out.detections] == [200] and board.last("s")["ask"] is False
         out = node.process(frame(11, [Detection((201, 200, 241, 240), 0.9, "face")], False), "detections")
-        assert len(out.detections) == 1 and board["s"]["ask"] is False
+        assert len(out.detections) == 1 and board.last("s")["ask"] is False
         assert h.context.stats["remembered"] >= 8
         node.end_stream("s")
-        assert "s" not in board and "s" not in node.verdicts
+        assert board.last("s") is board.first and "s" not in node.verdicts
 
 
 def test_a_person_s_face_keeps_its_verdict_longer_than_a_face_the_detector_found_in_no_box() -> None:
@@ -360,14 +359,14 @@ def test_a_person_s_face_keeps_its_verdict_longer_than_a_face_the_detector_found
 
     person_face, lone_face = Detection((300, 150, 340, 190), 0.9, "face"), Detection((20, 20, 60, 60), 0.9, "face")
     with Harness(node) as h:
-        board = h.context.board("animals")
+        board = h.context.back_edge("animals")
         node.process(frame(0, [person_face, lone_face, Detection((280, 100, 380, 300), 0.9, "person")], True),
                      "detections")
         asks = []
         for i in range(1, 21):
             out = node.process(frame(i, [person_face, lone_face], False), "detections")
             assert len(out.detections) == 2  # neither an animal's: both stay, whatever their verdicts' age
-            asks.append(board["s"]["unjudged"])
+            asks.append(board.last("s")["unjudged"])
         # the lone face asks from frame 4 (and, lapsed after 8, goes on asking as unjudged); the person's from 10
         assert asks == [0, 0, 0, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2]
         assert [round(v.box[0]) for v in node.verdicts["s"]] == [300]  # the lone face's lapsed after 8 frames
@@ -375,18 +374,17 @@ def test_a_person_s_face_keeps_its_verdict_longer_than_a_face_the_detector_found
         assert node.verdicts["s"] == []  # the person's after 20
     dog = AnimalFaces("dog", AnimalFaces.Config(remember=4, remember_person=10, pass_persons=False))
     with Harness(dog) as h:
-        board = h.context.board("dog")
+        board = h.context.back_edge("dog")
         dog.process(frame(0, [lone_face, Detection((0, 0, 200, 180), 0.9, "dog")], True), "detections")
         seen = []
         for i in range(1, 7):
             out = dog.process(frame(i, [lone_face], False), "detections")
-            seen.append((len(out.detections), board["s"]["unjudged"]))
+            seen.append((len(out.detections), board.last("s")["unjudged"]))
         assert seen == [(0, 0), (0, 0), (0, 0), (0, 1), (0, 1), (0, 1)]  # an animal's asks after 4, as remember says
 
 
 def test_animal_faces_without_remember_asks_for_the_person_detector_on_every_frame() -> None:
     from flowpipe.nodes.context import AnimalFaces
-    from flowpipe.nodes.preprocess.interval import ANY_STREAM
 
     from flowpipe.testing import Harness
 
@@ -395,27 +393,27 @@ def test_animal_faces_without_remember_asks_for_the_person_detector_on_every_fra
         from flowpipe.frame import Frame
 
         node.process(Frame("s", 0, 0.0, np.zeros((30, 40, 3), np.uint8)), "detections")
-        assert h.context.board("animals") == {ANY_STREAM: {"ask": True}}
+        edge = h.context.back_edge("animals")
+        assert edge.first == {"ask": True} and edge.last("s") == {"ask": True}  # asks on every frame
 
 
 def test_heads_ask_for_the_person_detector_on_one_in_every_of_the_frames_the_detectors_ran_on() -> None:
     from flowpipe.nodes.pose import MoveNetHeads
-    from flowpipe.nodes.preprocess.interval import ANY_STREAM
 
     from flowpipe.frame import Frame, TensorLayout
     from flowpipe.testing import Harness
 
     node = MoveNetHeads("heads", MoveNetHeads.Config(every=3))
     with Harness(node) as h:
-        board = h.context.board("heads")
-        assert board[ANY_STREAM] == {"ask": True}
+        board = h.context.back_edge("heads")
+        assert board.first == {"ask": True}
         asked = []
         for i in range(7):
             f = Frame("s", i, i / 25, np.zeros((30, 40, 3), np.uint8))
             f.layout = TensorLayout("pose_pre", (192, 192), (), objects=(), filled=0)
             f.skipped = "pre" if i == 4 else None  # the first detector's interval passed over frame 4
             node.process(f, "tensors")
-            asked.append(board["s"]["ask"])
+            asked.append(board.last("s")["ask"])
         assert asked == [False, False, True, False, False, False, True]  # frame 4 said nothing
 
 
@@ -540,7 +538,7 @@ def test_a_verdict_on_the_classifier_s_word_alone_asks_again_at_once_and_lapses_
     looked = TensorLayout("kind_pre", (280, 280), (), objects=(), filled=0)  # the detector ran; no crop was cut
     passed = TensorLayout("people_pre", (300, 300), (), filled=0)  # the detector did not run
     with Harness(node) as h:
-        board = h.context.board("animals")
+        board = h.context.back_edge("animals")
         out = node.process(frame(0, [Detection((20, 20, 60, 60), 0.9, "face", attributes={"animal": 0.93}),
                                      Detection((220, 20, 260, 60), 0.9, "face"),
                                      Detection((200, 0, 300, 120), 0.9, "dog")], looked), "detections")
@@ -549,7 +547,7 @@ def test_a_verdict_on_the_classifier_s_word_alone_asks_again_at_once_and_lapses_
         for i in range(1, 4):
             out = node.process(frame(i, [Detection((20, 20, 60, 60), 0.9, "face"),
                                          Detection((220, 20, 260, 60), 0.9, "face")], passed), "detections")
-            seen.append(([d.box[0] for d in out.detections], board["s"]["unjudged"]))
+            seen.append(([d.box[0] for d in out.detections], board.last("s")["unjudged"]))
         assert seen == [([], 1), ([], 1), ([20], 1)]  # asking at once; lapsed after two frames: masked, asking
         assert h.context.stats["dropped"] == 2 + 2 + 2 + 1  # the dog's face on every frame
 

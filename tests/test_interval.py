@@ -77,18 +77,23 @@ def test_a_track_that_starts_late_is_filled_into_the_passed_frames_before_its_fi
     assert out.result.nodes["node"]["backfilled"] == 2
 
 
-def _gate_run(config: str, pictures: list[np.ndarray], board: dict | None = None) -> list[bool]:
+def _gate_run(config: str, pictures: list[np.ndarray], word: dict | None = None, said: int = 0) -> list[bool]:
+    """Which frames the interval runs the detector on, with the tracker ``track`` saying ``word`` on frames
+    ``said`` on (None: no tracker in the graph)."""
     node = Preprocess("pre", Preprocess.Config.model_validate(
         {"size": [64, 64], "color": "RGB", "layout": "NCHW", "interval": json.loads(config)}))
     with Harness(node) as h:
-        if board is not None:
-            h.context.board("track").update(board)
+        if word is not None:
+            edge = h.context.back_edge("track").open()
+            for i in range(said, len(pictures)):
+                edge.say("cam", i, word or None)
         ran = []
         for i, p in enumerate(pictures):
             f = node.process(Frame("cam", i, i / 30, p), "frame")
             ran.append(f.skipped is None)
             assert (f.layout is not None and f.layout.filled == 0) == (f.skipped == "pre")
             assert f.tensors["input"].shape[0] == (1 if f.skipped is None else 0)
+            f.release_memory()
         assert h.context.stats["detector_runs"].get("skipped", 0) == ran.count(False)
     return ran
 
@@ -120,10 +125,10 @@ def test_a_second_detector_runs_on_one_in_every_of_the_first_s_frames_and_on_eac
     second = Preprocess("pre_b", Preprocess.Config.model_validate(
         {"size": [32, 32], "color": "RGB", "layout": "NHWC", "along": {"node": "pre", "every": 3, "follow": "dec"}}))
     with Harness(second) as h:
-        board = h.context.board("dec")
+        edge = h.context.back_edge("dec").open()
         ran = []
         for i in range(8):
-            board["cam"] = {"found": 1 if 4 <= i <= 5 else 0}
+            edge.say("cam", i - 1, {"found": 1 if 4 <= i <= 5 else 0})  # its word on the frame before
             f = second.process(Frame("cam", i, i / 30, np.full((120, 160, 3), 90, np.uint8)), "frame")
             assert f.skipped is None
             ran.append(f.tensors["input"].shape[0])
@@ -138,14 +143,12 @@ def test_a_word_that_names_its_frame_asks_once_until_a_word_formed_after_the_run
     """A word formed on frame N (``frame``) counts only if N is at or after the last frame the second detector
     ran on: the answer to an ask takes frames to come back through the graph, and an ask is answered by one run,
     not by one on each of those frames. A word naming no frame counts on every frame, as before."""
-    from flowpipe.nodes.preprocess.interval import ANY_STREAM
-
     second = Preprocess("pre_b", Preprocess.Config.model_validate(
         {"size": [32, 32], "color": "RGB", "layout": "NHWC",
          "along": {"node": "pre", "every": 30, "follow": "animals"}}))
     with Harness(second) as h:
-        animals = h.context.board("animals")
-        animals[ANY_STREAM] = {"ask": True, "frame": -1}  # no face judged yet: the stream's first frame asks
+        edge = h.context.back_edge("animals").open(first={"ask": True, "frame": -1})  # no face judged yet: the
+        # stream's first frame asks
         words = {4: {"ask": True, "frame": 3},  # a face unjudged as of frame 3 (the detector last ran on 0): runs
                  # on 4; 5-7 still see the word of frame 3, formed before that run's answer: no run
                  8: {"ask": True, "frame": 4},  # formed on frame 4, with its answer, and still asking: runs
@@ -153,22 +156,21 @@ def test_a_word_that_names_its_frame_asks_once_until_a_word_formed_after_the_run
                  10: {"ask": False, "frame": 8}}
         ran = []
         for i in range(12):
-            if i in words:
-                animals["cam"] = words[i]
+            edge.say("cam", i - 1, words.get(i))  # the word read on frame i: as of the frame before
             f = second.process(Frame("cam", i, i / 30, np.full((120, 160, 3), 90, np.uint8)), "frame")
             ran.append(f.tensors["input"].shape[0])
             f.release_memory()
         assert ran == [1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0]
         assert h.context.stats["detector_runs"] == {"first": 1, "asked": 2, "skipped": 9}
-        animals["cam"] = {"ask": True}  # naming no frame: every frame
         ran = []
         for i in range(12, 15):
+            edge.say("cam", i - 1, {"ask": True})  # naming no frame: every frame
             f = second.process(Frame("cam", i, i / 30, np.full((120, 160, 3), 90, np.uint8)), "frame")
             ran.append(f.tensors["input"].shape[0])
             f.release_memory()
         assert ran == [1, 1, 1]
         # the stream counted again from a lower index (its source reopened): a word of the new count asks
-        animals["cam"] = {"ask": True, "frame": 2}
+        edge.say("cam", 2, {"ask": True, "frame": 2})
         f = second.process(Frame("cam", 3, 0.1, np.full((120, 160, 3), 90, np.uint8)), "frame")
         assert f.tensors["input"].shape[0] == 1
         f.release_memory()
@@ -176,24 +178,17 @@ def test_a_word_that_names_its_frame_asks_once_until_a_word_formed_after_the_run
 
 def test_a_second_detector_runs_while_any_node_it_follows_asks_and_takes_a_word_for_every_stream() -> None:
     """``follow: [heads, animals]``: the word of either counts; ``ask`` as ``found`` does; a node's word for
-    the streams it has not spoken of (key ``ANY_STREAM``) holds for a stream until it speaks of that one; a
+    the streams it has not spoken of (its ``first``) holds for a stream until it speaks of that one; a
     node that never speaks (left out of the graph) asks nothing."""
-    from flowpipe.nodes.preprocess.interval import ANY_STREAM
-
     second = Preprocess("pre_b", Preprocess.Config.model_validate(
         {"size": [32, 32], "color": "RGB", "layout": "NHWC",
          "along": {"node": "pre", "every": 30, "follow": ["heads", "animals"]}}))
     with Harness(second) as h:
-        animals = h.context.board("animals")
-        animals[ANY_STREAM] = {"ask": True}
+        animals = h.context.back_edge("animals").open(first={"ask": True})
+        words = {3: {"ask": False}, 5: {"ask": True, "unjudged": 1}, 6: {"ask": False}}
         ran = []
         for i in range(8):
-            if i == 3:
-                animals["cam"] = {"ask": False}
-            if i == 5:
-                animals["cam"] = {"ask": True, "unjudged": 1}
-            if i == 6:
-                animals["cam"] = {"ask": False}
+            animals.say("cam", i - 1, words.get(i))
             f = second.process(Frame("cam", i, i / 30, np.full((120, 160, 3), 90, np.uint8)), "frame")
             ran.append(f.tensors["input"].shape[0])
             f.release_memory()
@@ -212,13 +207,20 @@ def test_the_interval_runs_the_detector_every_nth_frame_and_on_a_changed_picture
 
 def test_the_interval_runs_on_every_frame_while_the_tracker_it_follows_has_young_tracks() -> None:
     still = [np.full((120, 160, 3), 90, np.uint8)] * 4
-    young = {"cam": {"young": 1, "smallest": 80.0}}
-    assert _gate_run('{"every": 3, "follow": "track"}', still, young) == [True] * 4
-    small = {"cam": {"young": 0, "smallest": 12.0}}
-    assert _gate_run('{"every": 3, "follow": "track", "small": 24}', still, small) == [True] * 4
-    calm = {"cam": {"young": 0, "smallest": 80.0}}
-    assert _gate_run('{"every": 3, "follow": "track", "small": 24}', still, calm) == [True, False, False, True]
-    assert _gate_run('{"every": 3, "follow": "track"}', still, {}) == [True] * 4  # not heard yet
+    young = {"young": 1, "smallest": 80.0}
+    at_once = '{"every": 3, "follow": "track", "delay": 1'  # the word as of the frame before
+    assert _gate_run(at_once + "}", still, young) == [True] * 4
+    small = {"young": 0, "smallest": 12.0}
+    assert _gate_run(at_once + ', "small": 24}', still, small) == [True] * 4
+    calm = {"young": 0, "smallest": 80.0}
+    assert _gate_run(at_once + ', "small": 24}', still, calm) == [True, False, False, True]
+    assert _gate_run(at_once + "}", still, {}) == [True] * 4  # the tracker said nothing yet
+    # the word as of frame t - delay: said from frame 2 on, frame 3 reads frame 1's (none yet), frame 4 frame 2's
+    six = [np.full((120, 160, 3), 90, np.uint8)] * 7
+    assert _gate_run('{"every": 3, "follow": "track", "delay": 2}', six, calm, said=2) == \
+        [True, True, True, True, False, False, True]
+    # no tracker in this process (one in another, or none): nothing to wait for, the count alone
+    assert _gate_run('{"every": 3, "follow": "track"}', still) == [True, False, False, True]
 
 
 def test_face_blur_with_an_interval_accounts_every_frame_and_masks_the_passed_ones(tmp_path) -> None:

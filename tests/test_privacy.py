@@ -634,7 +634,8 @@ def test_the_second_looks_reject_a_street_lamp_and_keep_the_faces_of_a_real_crow
 def test_the_second_look_over_two_processes_looks_as_in_one(tmp_path) -> None:
     """The shipped graph's stages on two compressed clips, in one process and over two with one device owner:
     the owner runs the look on the crops each shard cut (as many as each frame has, none for most), and every
-    frame's faces, track ids and looks come out as in one process."""
+    frame's faces, track ids and looks come out as in one process, the detector's interval and the profile
+    detector's following included (outputs are a function of the input: ``test_determinism.py``)."""
     pytest.importorskip("av")
     import yaml
 
@@ -652,12 +653,8 @@ def test_the_second_look_over_two_processes_looks_as_in_one(tmp_path) -> None:
         out = tmp_path / f"p{processes}.jsonl"
         g.update(processes=processes, nodes=[*sources, *keep, {"id": "out", "type": "jsonl", "config": {"path": str(out)},
                                                                "inputs": {"detections": "track.detections"}}])
-        g["params"]["device"] = "CPU"
-        # every frame detected, by both detectors: the interval follows the tracker's word as it arrives, the
-        # profile detector its decoder's, so which frames they pass over depends on timing, and the looks are
-        # compared frame for frame here
-        g["params"]["interval"] = 1
-        g["params"]["profile_every"] = 1
+        g["params"]["device"] = "CPU"  # the shipped defaults otherwise: the interval follows the tracker's word,
+        # the profile detector its decoder's, each read for a defined frame, so the same frames are detected
         (tmp_path / "g.yaml").write_text(yaml.safe_dump(g, sort_keys=False))
         spec = load_graph(str(tmp_path / "g.yaml"))
         res = ShardedRun(spec, 2).run() if processes == 2 else Runner(spec).run()

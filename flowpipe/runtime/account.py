@@ -121,6 +121,11 @@ class Account:
         with self.lock:
             return [(s, i) for s, idx in self.flying.items() for i in sorted(idx)]
 
+    def pending(self, stream: str, after: int, upto: int) -> bool:
+        """Whether a frame of ``stream`` with an index in ``(after, upto]`` entered and has no fate yet."""
+        with self.lock:
+            return any(after < i <= upto for i in self.flying.get(stream, ()))
+
     def frames(self) -> dict[str, Any]:
         """Frames by fate so far (a copy)."""
         with self.lock:

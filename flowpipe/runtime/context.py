@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..accel import Devices
+from ..backedge import BackEdge
 from ..contracts import Allocation, InputContract
 from ..frame import Frame
 from ..graph import NodeSpec
@@ -67,7 +68,9 @@ class RunState:
     collected: dict[str, list[Frame]] = field(default_factory=dict)
     contracts: Contracts = field(default_factory=Contracts)
     sections: dict[str, dict[str, Any]] = field(default_factory=dict)
-    boards: dict[str, dict[str, Any]] = field(default_factory=dict)
+    edges: dict[str, BackEdge] = field(default_factory=dict)
+    #: whether a frame of a stream with an index in (after, upto] is still in flight (the run's account)
+    pending: Callable[[str, int, int], bool] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -124,9 +127,12 @@ class NodeContext:
         with self._state.lock:
             return self._state.collected.setdefault(name, [])
 
-    def board(self, name: str) -> dict[str, Any]:
+    def back_edge(self, name: str) -> BackEdge:
         with self._state.lock:
-            return self._state.boards.setdefault(name, {})
+            edge = self._state.edges.get(name)
+            if edge is None:
+                edge = self._state.edges[name] = BackEdge(name, self._state.pending)
+            return edge
 
     def snapshot(self) -> dict[str, Any]:
         return self._snapshot()

@@ -17,6 +17,7 @@ from typing import Any
 
 from .. import memory
 from ..accel import devices
+from ..backedge import BackEdge
 from ..contracts import Allocation, InputContract
 from ..errors import FrameError
 from ..frame import Frame
@@ -85,7 +86,7 @@ class OutsideContext:
         self.devices = devices_ if devices_ is not None else devices()
         self.stats: dict[str, Any] = {}
         self.sections: dict[str, dict[str, Any]] = {}
-        self.boards: dict[str, dict[str, Any]] = {}  # this process's only: no other node of the run is here
+        self.edges: dict[str, BackEdge] = {}  # this process's only: no other node of the run is here
         self._in_flight = in_flight
 
     @property
@@ -116,8 +117,8 @@ class OutsideContext:
     def collector(self, name: str) -> list[Frame]:
         raise KeyError(f"in-memory collection {name!r} is not reachable from {self.where}")
 
-    def board(self, name: str) -> dict[str, Any]:
-        return self.boards.setdefault(name, {})
+    def back_edge(self, name: str) -> BackEdge:
+        return self.edges.setdefault(name, BackEdge(name))
 
     def snapshot(self) -> dict[str, Any]:
         return {}

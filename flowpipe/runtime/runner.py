@@ -63,6 +63,7 @@ class Runner:
         self.devices = devices_ or devices()
         self.state = RunState(feeds=dict(feeds or {}))
         self.account = Account(max_frames, self.hooks.fates, record_times)
+        self.state.pending = self.account.pending
         self.stages = stages = Stages(spec, self.state, self.account, self.share, self.stop, self._fail)
         # the tables the stages work from, filled as the graph is wired and as streams come and go
         self.stop_event, self.abort_event = stages.stop_event, stages.abort_event

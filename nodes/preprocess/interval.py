@@ -5,7 +5,12 @@ their objects in from the frames the detector ran on before and after them.
 
 Privacy first: the detector runs on every frame of a stream while the tracker it follows says the stream has
 young tracks (found, not yet confirmed) or small objects, and on a frame whose picture changed (a cut, a fast
-pan), whatever the count."""
+pan), whatever the count.
+
+What the nodes after it say comes back on a back edge (``flowpipe.backedge``) read for a defined frame: the
+decision for frame t reads the tracker's word as of frame t - ``delay`` (waiting for it), never whatever it had
+said so far, so the frames the detector runs on are a function of the input, as on a quiet machine so under
+load, over processes and with any batch."""
 from __future__ import annotations
 
 import threading
@@ -17,12 +22,11 @@ import cv2
 import numpy as np
 from pydantic import Field
 
+from flowpipe.backedge import BackEdge
 from flowpipe.frame import Frame
 from flowpipe.node import NodeConfig
 
 THUMB = (64, 36)  # the gray thumbnail a picture's change is measured on
-#: a board's key for a node's word on the streams it has not yet spoken of (no stream is named so)
-ANY_STREAM = ""
 
 
 class Interval(NodeConfig):
@@ -37,6 +41,10 @@ class Interval(NodeConfig):
     change: float = Field(0.08, ge=0, le=1, description="a frame whose picture differs this much from the last "
                           "one the detector ran on (mean absolute difference of a 64x36 gray thumbnail, 0..1) is "
                           "detected whatever the count: a cut, a fast pan, the lights (0: never measured)")
+    delay: int = Field(4, ge=1, le=30, description="follow: the decision for frame t reads the tracker's word as of "
+                       "frame t - delay, waiting for it (a back edge): the same frames detected however loaded the "
+                       "machine; a stream's frames between this node and the tracker are this many at most on the "
+                       "frames the count passes over (more: more of them at once, the word older)")
 
 
 class Along(NodeConfig):
@@ -55,6 +63,8 @@ class Along(NodeConfig):
     follow: str | list[str] | None = Field(None, description="the nodes whose word counts (while one says it "
                                            "found or asks: every frame); a node left out of the graph says "
                                            "nothing")
+    delay: int = Field(1, ge=1, le=30, description="follow: the decision for frame t reads each one's word as of "
+                       "frame t - delay, waiting for it (a back edge: the same frames whatever the load)")
 
     def followed(self) -> list[str]:
         """The nodes whose word counts."""
@@ -64,16 +74,17 @@ class Along(NodeConfig):
 class AlongGate:
     """Per stream: whether a second detector runs on a frame the first one runs on, and why."""
 
-    def __init__(self, config: Along, boards: list[dict[str, Any]], stats: dict[str, Any]):
-        self.config, self.boards, self.stats = config, boards, stats
+    def __init__(self, config: Along, edges: list[BackEdge], stats: dict[str, Any]):
+        self.config, self.edges, self.stats = config, edges, stats
         self.seen: Counter[str] = Counter()  # per stream: frames the first detector ran on
         self.ran: dict[str, int] = {}  # per stream: the last frame this one ran on (``ran_on``)
         self.why: Counter[str] = Counter()
         self.lock = threading.Lock()
         names = " or ".join(f"'{n}'" for n in config.followed())
         stats["along"] = f"on the frames '{config.node}' runs on" + (
-            f", one in {config.every}" + (f", each while {names} finds what it alone sees or asks"
-                                          if names else "") if config.every > 1 else "")
+            f", one in {config.every}" + (f", each while {names} finds what it alone sees or asks (as of "
+                                          f"{config.delay} frame(s) before)" if names else "")
+            if config.every > 1 else "")
 
     def run(self, frame: Frame) -> bool:
         c = self.config
@@ -84,10 +95,13 @@ class AlongGate:
         with self.lock:
             n = self.seen[frame.stream]
             self.seen[frame.stream] += 1
-        words = [b.get(frame.stream, b.get(ANY_STREAM)) for b in self.boards]
         last = self.ran.get(frame.stream, -1)
         if frame.index < last:  # the stream's frames counted again from a lower index (a source reopened)
             last = -1
+        if n == 0 or n % c.every == 0:
+            words: list[dict[str, Any] | None] = []
+        else:  # each one's word as of a defined frame, however far it had got
+            words = [e.read(frame.stream, frame.index - c.delay) for e in self.edges]
         why = "first" if n == 0 else "count" if n % c.every == 0 else \
             "found" if any(w is not None and w.get("found") for w in words) else \
             "asked" if any(w is not None and w.get("ask") and w.get("frame", last) >= last for w in words) else ""
@@ -130,16 +144,18 @@ def thumbnail(frame: Frame) -> np.ndarray:
 class Gate:
     """Per stream: whether the detector runs on a frame, and why (counted in ``stats``)."""
 
-    def __init__(self, config: Interval, board: dict[str, Any] | None, stats: dict[str, Any]):
+    def __init__(self, config: Interval, edge: BackEdge | None, stats: dict[str, Any]):
         self.config = config
-        self.board = board  # the followed tracker's word per stream: {"young": n, "smallest": px}
+        self.edge = edge  # the followed tracker's word per stream and frame: {"young": n, "smallest": px}
         self.streams: dict[str, _Stream] = {}
         self.lock = threading.Lock()
         self.why: Counter[str] = Counter()
         self.stats = stats
         stats["interval"] = f"every {config.every}" + (f", every frame while '{config.follow}' has young tracks"
                                                         + (f" or objects under {config.small:g} px"
-                                                           if config.small else "") if config.follow else "")
+                                                           if config.small else "")
+                                                        + f" (its word as of {config.delay} frames before)"
+                                                        if config.follow else "")
 
     def run(self, frame: Frame) -> bool:
         """Whether the detector runs on ``frame`` (every frame counts toward the interval)."""
@@ -147,7 +163,7 @@ class Gate:
         with self.lock:
             s = self.streams.setdefault(frame.stream, _Stream())
         thumb = thumbnail(frame) if c.change > 0 else None
-        why = self._why(frame.stream, s, thumb)
+        why = self._why(frame, s, thumb)
         s.since = 0 if why else s.since + 1
         if why:
             s.thumb = thumb
@@ -156,16 +172,17 @@ class Gate:
             self.stats["detector_runs"] = dict(self.why)
         return bool(why)
 
-    def _why(self, stream: str, s: _Stream, thumb: np.ndarray | None) -> str:
+    def _why(self, frame: Frame, s: _Stream, thumb: np.ndarray | None) -> str:
         c = self.config
         if not s.started:
             s.started = True
             return "first"
         if s.since + 1 >= c.every:
             return "count"
-        word = self.board.get(stream) if self.board is not None else None
-        if self.board is not None and word is None:
-            return "unheard"  # the tracker has not seen the stream yet (its first frames, or a new track's)
+        # the tracker's word as of frame t - delay (waiting for it): the same whatever the load
+        word = self.edge.read(frame.stream, frame.index - c.delay) if self.edge is not None else None
+        if self.edge is not None and self.edge.writer and word is None:
+            return "unheard"  # the tracker had not tracked the stream by then (its first frames)
         if word is not None and word.get("young"):
             return "young"
         if word is not None and c.small and word.get("smallest", np.inf) < c.small:

@@ -49,7 +49,11 @@ class Tracker(Node):
     ``start_after``, ``lookahead``'s memory) are of the frames the detector ran on (with ``rate: R``, those
     that are durations at R of them a second, scaled to a stream's own rate). The tracker tells the
     interval which streams have young tracks (found, not yet confirmed) or candidates, and its smallest
-    object: the detector runs on every frame of those.
+    object, as of each frame (its back edge, read ``delay`` frames later): the detector runs on every frame of
+    those.
+
+    Frames wait for the next ones of their stream, never for a clock: what a frame's objects are is a function
+    of the input. Only a live source's frames (a camera that stalls) go on after ``max_wait`` without them.
 
     YAML:
         - id: track
@@ -89,8 +93,9 @@ class Tracker(Node):
                                                            "its stream: a track that starts also gets the "
                                                            "candidates found where it was in the frames before "
                                                            "(latency: this many frames)")
-        max_wait: float = Field(0.5, gt=0, description="lookahead: seconds a frame waits at most (a stream that "
-                                                       "ends or stalls lets its last frames go)")
+        max_wait: float = Field(0.5, gt=0, description="lookahead: seconds a live source's frame waits at most (a "
+                                "camera that stalls lets its last frames go); a file's frames wait for the next "
+                                "ones, or the stream's end, however long that takes")
         camera_motion: bool = Field(False, description="a track the detector misses moves with the camera's pan "
                                      "and zoom, fitted to the tracks found in this frame and the last (at least "
                                      "4, three quarters agreeing), instead of on its own slowing velocity: a "
@@ -152,7 +157,7 @@ class Tracker(Node):
         self.timer_due = 0.0
         self.max_held = self.config.lookahead * max(1, ctx.streams)
         self.stats = ctx.stats
-        self.board = ctx.board(self.id)  # this tracker's word to a detector interval, per stream
+        self.edge = ctx.back_edge(self.id).open()  # this tracker's word to a detector interval, per frame
         self.stopping: set[str] = set()  # streams being removed: their waiting frames go without waiting
         self.last: dict[str, Frame] = {}  # each stream's last frame the detector ran on
         self.gap: dict[str, list[Frame]] = {}  # and the frames after it its interval passed over
@@ -182,7 +187,7 @@ class Tracker(Node):
         self.gap.pop(stream, None)
         self.rates.drop(stream)
         self.scaled.pop(stream, None)
-        self.board.pop(stream, None)
+        self.edge.forget(stream)
         with self.lock:
             self.waiting.pop(stream, None)
 
@@ -230,7 +235,8 @@ class Tracker(Node):
             return frame
         with self.lock:
             q = self.waiting.setdefault(frame.stream, deque())
-            q.append((frame, time.monotonic()))
+            # a live source's frame may go on by the clock (max_wait); a file's waits for the frames after it
+            q.append((frame, time.monotonic() if frame.meta.get("live") else float("inf")))
             out = [q.popleft()[0] for _ in range(len(q) - self.config.lookahead)]
         self._arm()
         return out
@@ -245,7 +251,7 @@ class Tracker(Node):
             if now >= self.timer_due:
                 self.timer = None  # it has woken this poll (or is about to: one more wake is harmless)
             for stream, q in self.waiting.items():
-                while q and (q[0][1] <= due or stream in self.stopping):
+                while q and (q[0][1] <= due or stream in self.stopping):  # (a file's never is due)
                     out.append(q.popleft()[0])
         self._arm()
         return out
@@ -262,6 +268,7 @@ class Tracker(Node):
         last = self.last.get(frame.stream)
         frame.detections = [_copy(d, d.box, "predicted") for d in last.detections] if last is not None else []
         self.gap.setdefault(frame.stream, []).append(frame)
+        self.edge.say(frame.stream, frame.index)  # its word as of the last tracked frame holds
 
     def _fill(self, frame: Frame) -> None:
         """The frames between the stream's last detected frame and ``frame`` that still wait here get every
@@ -287,15 +294,16 @@ class Tracker(Node):
         core = self.streams[stream]
         young = sum(t.confirmed < self.settings.confirm and not t.missed for t in core.tracks) + len(core.tentative)
         sizes = [float(t.box[2] - t.box[0]) for t in core.tracks if not t.missed]
-        self.board[stream] = {"young": young, "smallest": min(sizes, default=float("inf"))}
+        self.edge.say(stream, frame.index, {"young": young, "smallest": min(sizes, default=float("inf"))})
 
     def _arm(self) -> None:
         """A wake when the oldest waiting frame is due (poll lets it go if no frame of its stream came); one
         timer at a time, so a steady stream starts one every ``max_wait``, not one a frame."""
         with self.lock:
-            if self.timer is not None or not any(self.waiting.values()):
+            oldest = min((q[0][1] for q in self.waiting.values() if q), default=float("inf"))
+            if self.timer is not None or oldest == float("inf"):  # none waiting, or only a file's frames
                 return
-            self.timer_due = min(q[0][1] for q in self.waiting.values() if q) + self.config.max_wait
+            self.timer_due = oldest + self.config.max_wait
             self.timer = threading.Timer(max(0.0, self.timer_due - time.monotonic()) + 1e-3, self.wake)
             self.timer.daemon = True
             self.timer.start()
