@@ -16,11 +16,14 @@ opened (a node left out of the graph, or one in another process) is read without
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
+
+log = logging.getLogger("flowpipe")
 
 #: words kept per stream: a reader ``delay`` frames behind needs the writer's last ``delay + 1`` at most
 KEEP = 128
@@ -79,6 +82,10 @@ class BackEdge:
                     waited, last = time.monotonic(), now
                 if time.monotonic() - waited > STALL_S:
                     self.stalls += 1
+                    if self.stalls == 1:
+                        log.warning("back edge '%s': no word on frame %d of stream '%s' in %.0f s (its writer "
+                                    "stopped at frame %d): going on with its newest; what depends on it may "
+                                    "differ from run to run", self.name, index, stream, STALL_S, now)
                     break
                 self._cond.wait(0.05)  # a frame that ends without reaching the writer wakes no one: look again
             return self._word(stream, index)

@@ -218,7 +218,8 @@ class NodeContract:
     may change (``flowpipe serve``'s parameters): ``Node.retune`` takes them between frames; every other
     field is fixed while it runs. ``stream_keyed``: config fields keyed by stream id (a camera's own
     settings); where a run's streams are its sources (``flowpipe run``), validation finds each key among
-    them."""
+    them. ``whole_stream``: why it holds every frame of a stream until the stream ends (a recording read
+    whole): validation refuses it after a live source, whose stream never ends."""
 
     inputs: Mapping[str, str] = field(default_factory=dict)
     outputs: Mapping[str, str] = field(default_factory=dict)
@@ -237,6 +238,7 @@ class NodeContract:
     refers: Mapping[str, str] = field(default_factory=dict)
     tunable: frozenset[str] = frozenset()
     stream_keyed: frozenset[str] = frozenset()
+    whole_stream: str | None = None
 
     @property
     def retunable(self) -> frozenset[str]:

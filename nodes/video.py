@@ -229,6 +229,20 @@ class VideoSource(Source):
         self.last_at: float | None = None  # when the last frame was decoded (monotonic)
         self.jumps_before = 0  # timestamp jumps counted by the connections before this one (PyAV)
         self.cap = self._open_capture(first=True)
+        self.length = self._length()
+
+    def _length(self) -> int:
+        """The frames this source emits, where the file says (0: unknown, looped, or live): what a node that holds
+        a whole stream sizes its room by (``meta['frames']``)."""
+        c = self.config
+        if self.live or self.cap is None or c.loop != 0:
+            return 0
+        try:
+            n = self.cap.container.streams.video[0].frames if self.decoder == "pyav" else \
+                self.cap.get(cv2.CAP_PROP_FRAME_COUNT)
+        except (AttributeError, IndexError, cv2.error):
+            return 0
+        return -(-int(n) // c.every) if n and n > 0 else 0
 
     def _pixels(self, taken: frozenset[str] | None, by: str) -> tuple[str, str]:
         """The frames' format and the decoder: as configured, or YUV when every node after the source takes
@@ -341,7 +355,7 @@ class VideoSource(Source):
                     fmt = self.format
                     frame = Frame(self.stream, emitted, self.timeline.stamp(seconds, 1.0 / self.fps), data, fmt,
                                   ref=ref, meta={"decoded_index": self.decoded - 1, "fps": self.fps / c.every,
-                                        "live": self.live})
+                                        "live": self.live, "frames": self.length})
                     self.last_at = time.monotonic()
                     if dem.damaged != self.decode_errors:
                         self.decode_errors = self.stats["decode_errors"] = dem.damaged
@@ -516,7 +530,7 @@ class VideoSource(Source):
                 ref.index = emitted
                 frame = Frame(self.stream, emitted, pts, data, "BGR", ref=ref,
                               meta={"decoded_index": self.decoded - 1, "fps": self.fps / c.every,
-                                        "live": self.live})
+                                        "live": self.live, "frames": self.length})
                 self._pace(t0, emitted - base)
                 emitted += 1
                 yield frame

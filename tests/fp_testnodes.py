@@ -258,3 +258,24 @@ class Jitter(Node):
     def process(self, frame: Frame, port: str) -> Frame:
         time.sleep(self.random.uniform(0.0, self.config.max_s))
         return frame
+
+
+@register("test_blind")
+class Blind(Node):
+    """Takes away every detection on the frames before ``until``: a detector that found nothing there (a face in
+    the dark, cut by the picture's edge), on real footage whose later frames it finds."""
+
+    inputs = {"in": "any"}
+    outputs = {"out": "any"}
+
+    class Config(NodeConfig):
+        until: int = 0
+
+    @classmethod
+    def contract(cls, config: NodeConfig) -> NodeContract:
+        return cls.declare(pixels=PIXELS_ALL, one_worker=None)
+
+    def process(self, frame: Frame, port: str) -> Frame:
+        if frame.index < self.config.until:
+            frame.detections = []
+        return frame

@@ -94,15 +94,25 @@ def test_a_run_of_weak_candidates_starts_a_track_only_at_its_mean_score() -> Non
 
 
 def test_frames_waiting_for_a_lookahead_go_on_when_their_stream_stalls() -> None:
-    """A stream that stops (a camera gone, a stream removed) does not keep its last frames: after
-    ``max_wait`` the next poll lets them go, and the node asks to be polled then."""
+    """A live stream that stops (a camera gone) does not keep its last frames: after ``max_wait`` the next poll
+    lets them go, and the node asks to be polled then. A file's frames wait for the frames after them (or the
+    stream's end) whatever the time: what they get never depends on how fast the frames came."""
     import time
 
     from flowpipe.nodes.track import Tracker
 
     from flowpipe.testing import Harness
 
+    node = Tracker("t", Tracker.Config(lookahead=5, max_wait=0.1))
+    with Harness(node):
+        node.wake = lambda: None
+        assert all(node.process(f, "detections") == [] for f in _frames([[((100.0, 100.0, 140.0, 150.0), 0.9)]] * 3))
+        time.sleep(0.3)
+        assert node.poll() == [] and node.timer is None  # a file's: never due, no wake armed
+        assert [f.index for f in node.flush()] == [0, 1, 2]  # its end lets them go
     frames = _frames([[((100.0, 100.0, 140.0, 150.0), 0.9)]] * 3)
+    for f in frames:
+        f.meta["live"] = True  # a camera's
     node = Tracker("t", Tracker.Config(lookahead=5, max_wait=0.1))
     with Harness(node) as h:
         woken: list[float] = []
@@ -121,7 +131,7 @@ def test_frames_waiting_for_a_lookahead_go_on_when_their_stream_stalls() -> None
 
 
 def test_every_waiting_frame_of_a_stalled_stream_gets_its_wake() -> None:
-    """Frames that came 60 ms apart before the stream stalled: each goes on about ``max_wait`` after it came,
+    """A camera's frames that came 60 ms apart before the stream stalled: each goes on about ``max_wait`` after it came,
     woken by the node itself (no other frame arrives to push them)."""
     import threading
     import time
@@ -136,6 +146,7 @@ def test_every_waiting_frame_of_a_stalled_stream_gets_its_wake() -> None:
         node.wake = woken.set
         t0 = time.monotonic()
         for f in _frames([[((100.0, 100.0, 140.0, 150.0), 0.9)]] * 3):
+            f.meta["live"] = True  # a camera's (a file's frames wait for the next ones, not for a clock)
             assert node.process(f, "detections") == []
             time.sleep(0.06)
         out: list[tuple[int, float]] = []

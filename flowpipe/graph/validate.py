@@ -544,13 +544,24 @@ def _acyclic(dag: nx.MultiDiGraph, specs: list[NodeSpec], fname: str) -> None:
 
 def _engine_rules(spec: GraphSpec) -> None:
     """Phase 7, engine rules on the wired graph: nodes that cannot run their streams sharded over several
-    processes (``NodeContract.sharding``)."""
+    processes (``NodeContract.sharding``), and nodes that hold a whole stream after a live source, whose
+    stream never ends (``NodeContract.whole_stream``)."""
     errors: list[Diagnostic] = []
     for s in spec.nodes:
         why = s.contract.sharding
         if spec.processes != 1 and why is not None:
             errors.append(Diagnostic(f"processes: {spec.processes} is not available with {s.type}: {why}; "
                                      "expected processes: 1", spec.file, s.line, s.id, s.type))
+        whole = s.contract.whole_stream
+        if whole is not None:
+            live = [a for a in nx.ancestors(spec.dag, s.id) if spec.node(a).contract.live]
+            if live:
+                src = spec.node(sorted(live)[0])
+                uri = getattr(src.config, "uri", None)
+                shown = re.sub(r"//[^/@]*@", "//***@", uri) if isinstance(uri, str) else None  # no credentials
+                errors.append(Diagnostic(f"{whole}: source '{src.id}' is live"
+                                         + (f" ({shown})" if shown else "") + ", its stream never ends; expected a "
+                                         "recorded file", spec.file, s.line, s.id, s.type))
     _raise_if(errors)
 
 

@@ -102,6 +102,8 @@ class AlongGate:
             words: list[dict[str, Any] | None] = []
         else:  # each one's word as of a defined frame, however far it had got
             words = [e.read(frame.stream, frame.index - c.delay) for e in self.edges]
+            if any(e.stalls for e in self.edges):
+                self.stats["back_edge_stalls"] = sum(e.stalls for e in self.edges)
         why = "first" if n == 0 else "count" if n % c.every == 0 else \
             "found" if any(w is not None and w.get("found") for w in words) else \
             "asked" if any(w is not None and w.get("ask") and w.get("frame", last) >= last for w in words) else ""
@@ -181,6 +183,8 @@ class Gate:
             return "count"
         # the tracker's word as of frame t - delay (waiting for it): the same whatever the load
         word = self.edge.read(frame.stream, frame.index - c.delay) if self.edge is not None else None
+        if self.edge is not None and self.edge.stalls:
+            self.stats["back_edge_stalls"] = self.edge.stalls
         if self.edge is not None and self.edge.writer and word is None:
             return "unheard"  # the tracker had not tracked the stream by then (its first frames)
         if word is not None and word.get("young"):

@@ -17,8 +17,10 @@ from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
 from flowpipe.registry import register
 
 from . import appearance
+from .backward import track_back
 from .core import TrackerCore, TrackerSettings
 from .rate import StreamRates, factor, scale_count
+from .spill import Pictures, Spill, spill_folder
 
 #: What a tracker that looks at colours reads the pixels as.
 COLOUR_PIXELS = frozenset({"BGR", "RGB"})
@@ -54,6 +56,12 @@ class Tracker(Node):
 
     Frames wait for the next ones of their stream, never for a clock: what a frame's objects are is a function
     of the input. Only a live source's frames (a camera that stalls) go on after ``max_wait`` without them.
+
+    With ``offline`` (a recording) every frame of a stream waits here until the stream ends, its pixels in a
+    file of the ``spill`` folder (the source's buffers go back at once); then each track is followed back from
+    the first frame it is in, over the frames before, until it leaves the picture or is lost (median flow on
+    the pictures, ``backward.track_back``), and put there (``source: tracked_back``): a face is masked from its
+    first frame in the picture, however long the detector took to find it. A live source is refused.
 
     YAML:
         - id: track
@@ -134,6 +142,15 @@ class Tracker(Node):
                                                            "out to cover a detection (0: each detection as it "
                                                            "is): a mask that does not breathe with the "
                                                            "detector's jitter, and never uncovers the face")
+        offline: bool = Field(False, description="a recording: every frame of a stream waits here until it ends "
+                              "(its pixels spilled to disk), and each track is followed back from its first frame "
+                              "over the frames before, until it leaves the picture or is lost (a live source is "
+                              "refused)")
+        spill: str | None = Field(None, description="offline: the folder the held frames' pixels go to (the "
+                                  "system's temporary folder where none or empty); a stream that needs more room "
+                                  "than it has free is refused at its first frame")
+        back: int = Field(0, ge=0, description="offline: frames a track is followed back at most (0: as far as "
+                          "it goes)")
 
     config: Config
 
@@ -141,6 +158,11 @@ class Tracker(Node):
     def contract(cls, config: NodeConfig) -> NodeContract:
         assert isinstance(config, cls.Config)
         pixels = COLOUR_PIXELS if config.appearance else PIXELS_ALL  # colours: it reads the pixels
+        if config.offline:
+            return cls.declare(pixels=pixels, holds_frames=True, tunable=TUNABLE,
+                               one_worker="a tracker that holds whole streams keeps each one's frames in order",
+                               isolation="an offline tracker holds frames past process()",
+                               whole_stream="offline: true holds every frame of a stream until it ends")
         if not config.lookahead:  # every frame goes on from process; tracks are per stream
             return cls.declare(pixels=pixels, one_worker=None, tunable=TUNABLE)
         return cls.declare(pixels=pixels, holds_frames=True,
@@ -155,7 +177,10 @@ class Tracker(Node):
         self.wake = ctx.wake
         self.timer: threading.Timer | None = None
         self.timer_due = 0.0
-        self.max_held = self.config.lookahead * max(1, ctx.streams)
+        # (offline: the frames held give their pooled buffers back as they come, so they hold none)
+        self.max_held = 0 if self.config.offline else self.config.lookahead * max(1, ctx.streams)
+        self.spills: dict[str, Spill] = {}  # offline: each stream's held frames' pixels
+        self.spill_to = spill_folder(self.config.spill) if self.config.offline else None
         self.stats = ctx.stats
         self.edge = ctx.back_edge(self.id).open()  # this tracker's word to a detector interval, per frame
         self.stopping: set[str] = set()  # streams being removed: their waiting frames go without waiting
@@ -190,6 +215,9 @@ class Tracker(Node):
         self.edge.forget(stream)
         with self.lock:
             self.waiting.pop(stream, None)
+        spill = self.spills.pop(stream, None)
+        if spill is not None:
+            spill.close()
 
     def _backfill(self, stream: str, nid: int, seen: list[tuple[Frame, Detection]]) -> None:
         """A track that starts now: its candidates in the frames still waiting here become its detections."""
@@ -231,6 +259,9 @@ class Tracker(Node):
                 self._fill(frame)
         except Exception as e:  # the frame is held: say which one failed
             raise FrameError(frame, e) from e
+        if self.config.offline:
+            self._keep(frame)
+            return []
         if not self.config.lookahead:
             return frame
         with self.lock:
@@ -257,10 +288,59 @@ class Tracker(Node):
         return out
 
     def flush(self) -> list[Frame]:
+        if self.config.offline:  # the streams ended: each one's frames back from the disk, its tracks followed back
+            for stream in list(self.spills):
+                self._back(stream)
         with self.lock:
             out = [f for q in self.waiting.values() for f, _ in q]
             self.waiting.clear()
         return out
+
+    def _keep(self, frame: Frame) -> None:
+        """Offline: ``frame`` waits here until its stream ends, its pixels in the stream's spill file."""
+        try:
+            spill = self.spills.get(frame.stream)
+            if spill is None:
+                assert self.spill_to is not None, "offline trackers find their spill folder at open"
+                spill = Spill(self.spill_to, frame.stream)
+                self.spills[frame.stream] = spill
+                spill.room(frame, frame.stream)
+            spill.keep(frame)
+        except Exception as e:  # the frame is held: say which one failed
+            raise FrameError(frame, e) from e
+        with self.lock:
+            self.waiting.setdefault(frame.stream, deque()).append((frame, float("inf")))
+
+    def _back(self, stream: str) -> None:
+        """Offline, the stream ended: its frames' pictures back, and each track followed back from the first frame
+        it is in over the frames before (where it is not already), until it leaves the picture or is lost."""
+        with self.lock:
+            frames = [f for f, _ in self.waiting.get(stream, ())]
+        spill = self.spills.pop(stream)
+        spill.restore(frames)
+        if not frames:
+            return
+        first: dict[int, tuple[int, Detection]] = {}
+        for i, f in enumerate(frames):
+            for d in f.detections:
+                if d.track_id is not None and d.track_id not in first:
+                    first[d.track_id] = (i, d)
+        pictures = Pictures(frames)
+        s = pictures.scale
+        added = 0
+        for tid, (i, d) in sorted(first.items(), key=lambda kv: kv[1][0]):
+            if i == 0:
+                continue
+            x1, y1, x2, y2 = (v * s for v in d.box)
+            got = track_back(pictures[:i + 1], (x1, y1, x2, y2), max_frames=self.config.back or None)
+            for k, b in enumerate(got):
+                f = frames[i - 1 - k]
+                if any(x.track_id == tid for x in f.detections):
+                    continue
+                f.detections.append(_copy(d, tuple(v / s for v in b), "tracked_back"))
+                added += 1
+        with self.lock:
+            self.stats["tracked_back"] = self.stats.get("tracked_back", 0) + added
 
     def _passed(self, frame: Frame) -> None:
         """A frame the detector's interval passed over: until the next frame it runs on is tracked, the last
@@ -312,6 +392,8 @@ class Tracker(Node):
         timer = getattr(self, "timer", None)
         if timer is not None:
             timer.cancel()
+        for spill in getattr(self, "spills", {}).values():  # a run that failed before its streams ended
+            spill.close()
 
     def _track(self, frame: Frame) -> None:
         """The frame's detections through its stream's tracker: track ids, smoothed boxes, unmatched

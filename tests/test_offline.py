@@ -1,0 +1,87 @@
+"""A recording masked from each face's first frame in the picture (``offline``): the tracker holds the whole
+stream, its pictures spilled to disk, and follows each face back from the first frame it was found in."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from flowpipe import Runner, load_graph
+from flowpipe.errors import GraphError
+from flowpipe.frame import Detection, Frame
+
+ROOT = Path(__file__).resolve().parent.parent
+BLIND = 40  # frames the detector is made to find nothing on
+
+
+def _graph(tmp_path: Path, clip: Path, name: str, offline: bool) -> Path:
+    """The shipped face-blur graph, with its detections taken away on the clip's first ``BLIND`` frames (a face
+    the detector cannot find there: dark, cut by the edge), offline or not."""
+    g = yaml.safe_load((ROOT / "graphs" / "face_blur.yaml").read_text())
+    g["params"].update(input=str(clip), device="CPU", output=str(tmp_path / f"{name}.mp4"),
+                       metadata=str(tmp_path / f"{name}.jsonl"), offline=offline, spill=str(tmp_path))
+    g["plugins"] = ["fp_testnodes"]
+    nodes = g["nodes"]
+    at = next(i for i, n in enumerate(nodes) if n["id"] == "track")
+    nodes.insert(at, {"id": "blind", "type": "test_blind", "config": {"until": BLIND},
+                      "inputs": {"in": nodes[at]["inputs"]["detections"]}})
+    nodes[at + 1]["inputs"] = {"detections": "blind.out"}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(g, sort_keys=False))
+    return path
+
+
+def test_a_face_the_detector_finds_late_is_masked_from_its_first_frame_in_a_recording(tmp_path) -> None:
+    pytest.importorskip("av")
+    from flowpipe.nodes.draw import grow_box
+
+    from flowpipe.eval.clips import clip
+    from flowpipe.eval.score import COVERED, coverage
+
+    c = clip("woman_hands")
+    src = c.write(tmp_path / "woman.mp4")
+    h, w = c.frames[0].shape[:2]
+    masked = {}
+    for offline in (False, True):
+        name = "offline" if offline else "online"
+        res = Runner(load_graph(str(_graph(tmp_path, src, name, offline)))).run()
+        assert res.ok, res.error
+        assert res.frames == {"in": len(c.frames), "out": len(c.frames), "dropped": 0, "failed": 0}
+        recs = {r["frame"]: r for r in map(json.loads, (tmp_path / f"{name}.jsonl").read_text().splitlines())}
+        masked[name] = [any(coverage(box, [grow_box(o["box"], 0.2, w, h) for o in recs[i]["objects"]]) >= COVERED
+                            for box in c.faces[i].values()) for i in range(BLIND)]
+        if offline:
+            assert res.nodes["track"]["tracked_back"] >= BLIND - 5
+            assert {o["source"] for i in range(BLIND) for o in recs[i]["objects"]} == {"tracked_back"}
+            assert not list(tmp_path.glob("*.spill"))  # the spilled pictures leave nothing behind
+            assert (tmp_path / "offline.mp4").stat().st_size > 0
+    # streaming, the lookahead reaches a few frames back at most; offline, the face is followed back to frame 0
+    assert sum(masked["online"]) <= 10
+    assert sum(masked["offline"]) >= 0.95 * BLIND, masked["offline"]
+
+
+def test_offline_on_a_live_source_is_refused_in_one_line_at_validation(tmp_path) -> None:
+    with pytest.raises(GraphError) as e:
+        load_graph(str(ROOT / "graphs" / "face_blur.yaml"),
+                   {"offline": True, "input": "rtsp://user:secret@127.0.0.1:8554/door"})
+    msg = str(e.value)
+    assert "face_blur.yaml:" in msg and "node 'track' (tracker)" in msg and "source 'decode' is live" in msg
+    assert "secret" not in msg and "\n" not in msg.strip()
+
+
+def test_a_recording_too_large_for_the_spill_folder_is_refused_at_its_first_frame_naming_the_room(tmp_path) -> None:
+    from flowpipe.nodes.track import Tracker
+
+    from flowpipe.errors import FrameError
+    from flowpipe.testing import Harness
+
+    node = Tracker("track", Tracker.Config(offline=True, spill=str(tmp_path)))
+    with Harness(node):
+        f = Frame("cam", 0, 0.0, np.zeros((1620, 1920), np.uint8), "I420", meta={"frames": 10 ** 8})
+        f.detections = [Detection((10, 10, 50, 50), 0.9, "face")]
+        with pytest.raises(FrameError, match=r"offline: stream 'cam' needs 311040\.0 GB in the spill folder .* "
+                                             r"\(100000000 frames of 1920x1080 I420\)"):
+            node.process(f, "detections")
