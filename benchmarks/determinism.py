@@ -151,18 +151,21 @@ def _score(name: str, rec: Records, stream: str = "decode") -> dict[str, Any]:
     return {"masked": sc.masked, "false_per_frame": sc.false_per_frame, "longest_leak": sc.longest_leak}
 
 
-def _install(rev: str, work: Path) -> str:
-    """The revision ``rev`` of this repository, installed apart (its own flowpipe and node library)."""
+def _install(rev: str, work: Path) -> tuple[str, Path]:
+    """The revision ``rev`` of this repository, installed apart (its own flowpipe and node library), and its own
+    face-blur graph."""
     tree, target = work / f"tree-{rev}", work / f"site-{rev}"
+    graph = work / f"face_blur-{rev}.yaml"
     git = shutil.which("git") or "git"
     subprocess.run([git, "-C", str(ROOT), "worktree", "add", "--detach", str(tree), rev], check=True,
                    capture_output=True)
     try:
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
                         "--target", str(target), str(tree)], check=True, capture_output=True)
+        shutil.copy(tree / "graphs" / "face_blur.yaml", graph)
     finally:
         subprocess.run([git, "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], capture_output=True)
-    return str(target)
+    return str(target), graph
 
 
 def main() -> int:
@@ -178,7 +181,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="flowpipe-determinism-") as tmp:
         work = Path(tmp)
         two = _two_streams(graph, work)
-        before = _install(args.against, work) if args.against else None
+        before, graph_before = _install(args.against, work) if args.against else (None, graph)
         for name in args.clips.split(","):
             src = clip(name).write(work / f"{name}.mp4")
             runs: dict[str, dict[str, Any]] = {}
@@ -193,7 +196,7 @@ def main() -> int:
                 then: list[tuple[str, dict[str, Any]]] = [("before, alone", {}), ("before, again", {}),
                                                           ("before, loaded", {"loaded": True})]
                 for tag, kw in then:
-                    runs[tag] = _run(before, graph, src, work, f"{name}-{tag.replace(', ', '_')}", **kw)
+                    runs[tag] = _run(before, graph_before, src, work, f"{name}-{tag.replace(', ', '_')}", **kw)
                     print(f"{name} {tag}: {runs[tag]['seconds']:.2f} s", file=sys.stderr)
             ref = runs["alone"]["records"]
             for tag, r in runs.items():

@@ -152,7 +152,61 @@ def write_report(s: dict, path: Path) -> None:
     L += _chaos(results)
     L += _sixteen(results)
     L += _counting(results)
+    L += _determinism(results)
     path.write_text("\n".join(L) + "\n")
+
+
+def _determinism(results: Path) -> list[str]:
+    """Section 16: the same records whatever the load (``benchmarks/determinism.py``, the GPU machine's run of
+    it), and what a recording read whole costs (``benchmarks/offline_cost.py``)."""
+    L = ["## 16. Outputs as a function of the input", ""]
+    two = results / "determinism_2cores.json"
+    if two.exists():
+        r = json.loads(two.read_text())
+        L += [f"`python benchmarks/determinism.py --against {r['against']}` ({r['cores']} cores, {r['date']}): the "
+              "shipped face-blur graph on real clips, each run compared with the first run alone (frames whose "
+              "records differ: any box by over 0.5 px, a track id, a label or how a box was found; the largest "
+              "difference of one face's box where they differ), the masking scores against the clips' true faces, "
+              "and the seconds from the first frame decoded to the last written. Loaded: a busy loop on every core "
+              "and one more. `before`: the earlier revision, whose interval read the tracker's word as it "
+              "arrived.", "",
+              "| clip | run | frames differing | largest box difference (px) | face-frames masked | false masks a "
+              "frame | longest leak | seconds |", "|---|---|---|---|---|---|---|---|"]
+        for x in r["rows"]:
+            L.append(f"| {x['clip']} | {x['run']} | {x['frames_differing']} of {x['frames']} | {x['max_box_px']:g} "
+                     f"| {x['masked']:.1%} | {x['false_per_frame']} | {x['longest_leak']} | {x['seconds']} |")
+        cost = r.get("seconds_now_over_before")
+        if cost:
+            L += ["", "What the back edges cost on 2 cores (seconds now over seconds before, the faster of two runs "
+                  "alone, and loaded): " + "; ".join(f"{c} {v['alone']} alone, {v['loaded']} loaded"
+                                                     for c, v in cost.items()) + ".", ""]
+    gpu = results / "determinism_gpu_h200.json"
+    if gpu.exists():
+        g = json.loads(gpu.read_text())
+        L += [f"On the GPU machine ({g['device']}, {g['date']}; {g['command']}), clip {g['clip']}:", "",
+              "| code | run | fps | slowest stream | CPU ms a frame | streams equal to the run alone | frames "
+              "differing (most in a stream) | largest box difference (px) |", "|---|---|---|---|---|---|---|---|"]
+        for x in g["runs"]:
+            L.append(f"| {x['code']} | {x['what']} | {x.get('fps', '')} | {x.get('slowest', '')} | "
+                     f"{x.get('cpu_ms_per_frame', '')} | "
+                     + (f"{x['streams_identical']} of {x['streams']}" if "streams" in x else "") + " | "
+                     + str(x.get("frames_differing_max", x.get("frames_differing", ""))) + " | "
+                     + f"{x.get('max_box_px', '')} |")
+        gc = g.get("gpu_against_cpu")
+        if gc:
+            L += ["", f"GPU against CPU, the clip alone: the same tracks on {gc['frames_with_the_same_tracks']} of "
+                  f"{gc['frames']} frames; boxes {gc['box_px_median']:.1f} px apart (median), "
+                  f"{gc['box_px_p95']:.1f} (95th percentile), {gc['box_px_max']:.1f} at most; scores "
+                  f"{gc['score_max']:.4f} at most (the devices' numerics).", ""]
+    off = results / "offline_cost_2cores.json"
+    if off.exists():
+        o = json.loads(off.read_text())
+        L += [f"A recording read whole (`offline: true`; `python benchmarks/offline_cost.py`, {o['cores']} cores, "
+              f"{o['date']}), {o['clip']}: " + "; ".join(
+                  f"{k}: {v['seconds']} s, peak RSS {v['peak_rss_mb']} MB, spilled {v.get('spilled_mb', 0)} MB, "
+                  f"{v.get('tracked_back', 0)} boxes tracked back" for k, v in o["runs"].items())
+              + f". For a 10-minute 1080p file at 30 fps: {o['ten_minutes']}.", ""]
+    return L
 
 
 def _soak(results: Path) -> list[str]:

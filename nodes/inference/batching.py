@@ -106,6 +106,11 @@ class Batcher:
         """Frames here wait for the rest of their batch."""
         return bool(self._gather or self._groups)
 
+    def holds(self, stream: str) -> bool:
+        """A frame of ``stream`` waits here for the rest of its batch."""
+        return any(f.stream == stream for f in self._gather) or any(
+            f.stream == stream for _, group, _, _ in self._groups.values() for f in group)
+
     def add(self, frame: Frame) -> Batch | None:
         """``frame`` into its batch: the batch, when this frame completes it."""
         slot = self._slot_of(frame)

@@ -210,8 +210,9 @@ class Inference(Node):
             if self.config.requests == "inline":
                 engine.release(frame)
                 return [frame]
+            out = self._before(frame)
             engine.pass_through(frame)
-            return self._ready()
+            return out + self._ready()
         if self.config.requests == "inline":
             return engine.run_inline(frame, lambda req: self._bind(req, [frame]))
         if self.batcher is not None:
@@ -243,6 +244,17 @@ class Inference(Node):
     def _label(self, frame: Frame, device: str | None = None) -> None:
         """``frame`` ran here: the node and the device that ran it (one of several used together)."""
         frame.meta.update(self.frame_meta(device))
+
+    def _before(self, frame: Frame) -> list[Frame]:
+        """A frame that runs no request goes on after its stream's frames before it: those still waiting for
+        the rest of a batch go now, as a partial batch (a stream's frames never overtake one another)."""
+        if self.batcher is None or not self.batcher.holds(frame.stream):
+            return []
+        out: list[Frame] = []
+        with ledgers.on_edge(self._engine.edge):
+            for frames, slots in self.batcher.due():
+                out += self._submit(frames, slots)
+        return out
 
     def _count_passed(self) -> None:
         self.passed += 1

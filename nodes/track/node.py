@@ -180,6 +180,7 @@ class Tracker(Node):
         # (offline: the frames held give their pooled buffers back as they come, so they hold none)
         self.max_held = 0 if self.config.offline else self.config.lookahead * max(1, ctx.streams)
         self.spills: dict[str, Spill] = {}  # offline: each stream's held frames' pixels
+        self.spilled = 0  # offline: bytes of pixels spilled, every stream's
         self.spill_to = spill_folder(self.config.spill) if self.config.offline else None
         self.stats = ctx.stats
         self.edge = ctx.back_edge(self.id).open()  # this tracker's word to a detector interval, per frame
@@ -305,9 +306,12 @@ class Tracker(Node):
                 spill = Spill(self.spill_to, frame.stream)
                 self.spills[frame.stream] = spill
                 spill.room(frame, frame.stream)
-            spill.keep(frame)
+            kept = spill.keep(frame)
         except Exception as e:  # the frame is held: say which one failed
             raise FrameError(frame, e) from e
+        with self.lock:
+            self.spilled += kept
+            self.stats["spilled_mb"] = round(self.spilled / 1e6, 1)
         with self.lock:
             self.waiting.setdefault(frame.stream, deque()).append((frame, float("inf")))
 

@@ -18,6 +18,8 @@ import numpy as np
 
 from flowpipe.frame import Frame
 
+#: frames a mapping of the spill file holds when they come back
+CHUNK = 64
 #: the widest picture the backward tracker looks at (wider ones are scaled down: optical flow at half of 1080p
 #: follows a face as well, at a quarter of the cost)
 LOOK_WIDTH = 960
@@ -46,8 +48,8 @@ class Spill:
                              f"{self.folder} ({total} frames of {frame.width}x{frame.height} {frame.format}) and "
                              f"{free / 1e9:.1f} GB is free: expected a folder with that room (spill: DIR)")
 
-    def keep(self, frame: Frame) -> None:
-        """``frame``'s pixels to the file, its pooled buffers (pixels, tensors) given back."""
+    def keep(self, frame: Frame) -> int:
+        """``frame``'s pixels to the file, its pooled buffers (pixels, tensors) given back: the bytes written."""
         data = frame.image
         self.file.write(np.ascontiguousarray(data).tobytes())
         self.where.append((self.size, data.shape, data.dtype))
@@ -55,15 +57,23 @@ class Spill:
         if not frame.release_memory():
             raise ValueError("offline: another branch of the graph still reads this frame's picture: the tracker "
                              "that holds a whole stream must be its only reader")
+        return int(data.nbytes)
 
     def restore(self, frames: Sequence[Frame]) -> None:
-        """Each kept frame's picture back, as a view of the file mapped (in the order they were kept); the file
-        is unlinked (the mapping holds it until the last frame ends)."""
+        """Each kept frame's picture back (in the order they were kept), as a view of the file mapped ``CHUNK``
+        frames a mapping: a mapping goes when its last frame ends, so what the process holds is the frames on
+        their way, not the recording (and a stream of hours needs a few thousand mappings, not one a frame).
+        Private mappings: what later stages write (the blur) never goes back to the file. The file is unlinked
+        at once (the mappings hold it)."""
         self.file.flush()
-        if self.size:
-            mapped = np.memmap(self.file.name, np.uint8, mode="r+", shape=(self.size,))
-            for f, (at, shape, dtype) in zip(frames, self.where, strict=True):
-                f.data = mapped[at:at + int(np.prod(shape)) * np.dtype(dtype).itemsize].view(dtype).reshape(shape)
+        for start in range(0, len(self.where), CHUNK):
+            part = self.where[start:start + CHUNK]
+            first = part[0][0]
+            end = part[-1][0] + int(np.prod(part[-1][1])) * np.dtype(part[-1][2]).itemsize
+            mapped = np.memmap(self.file.name, np.uint8, mode="c", offset=first, shape=(end - first,))
+            for f, (at, shape, dtype) in zip(frames[start:start + CHUNK], part, strict=True):
+                n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+                f.data = mapped[at - first:at - first + n].view(dtype).reshape(shape)
         self.close()
 
     def close(self) -> None:
