@@ -1,8 +1,8 @@
 """A stream's held frames on disk: what lets a tracker hold a whole recording (``offline``) without holding its
 pictures in memory or the source's pool. Each frame's pixels are appended to one file of the stream in a spill
 folder and its pooled buffers go back at once; when the stream ends the file is mapped, and each frame reads
-and writes its picture there (the kernel's page cache holds what is read, and writes it back as it likes). The
-file is unlinked as soon as it is mapped: nothing is left behind, whatever ends the run."""
+its picture there (the kernel's page cache holds what is read). The file has no name from the start: nothing is
+left behind, whatever ends the run."""
 from __future__ import annotations
 
 import os
@@ -31,7 +31,8 @@ class Spill:
     def __init__(self, folder: Path, stream: str):
         self.folder = folder
         name = re.sub(r"[^A-Za-z0-9_.-]", "_", stream)[:40]
-        self.file = tempfile.NamedTemporaryFile(dir=folder, prefix=f"flowpipe-{name}-", suffix=".spill")
+        # a file with no name (unlinked as it is made): nothing is left behind however the run ends, kill -9 too
+        self.file = tempfile.TemporaryFile(dir=folder, prefix=f"flowpipe-{name}-", suffix=".spill")
         self.where: list[tuple[int, tuple[int, ...], np.dtype]] = []  # per frame: offset, shape, dtype
         self.size = 0
 
@@ -63,24 +64,21 @@ class Spill:
         """Each kept frame's picture back (in the order they were kept), as a view of the file mapped ``CHUNK``
         frames a mapping: a mapping goes when its last frame ends, so what the process holds is the frames on
         their way, not the recording (and a stream of hours needs a few thousand mappings, not one a frame).
-        Private mappings: what later stages write (the blur) never goes back to the file. The file is unlinked
-        at once (the mappings hold it)."""
+        Private mappings: what later stages write (the blur) never goes back to the file. The file closes here
+        (the mappings hold it until their frames end)."""
         self.file.flush()
         for start in range(0, len(self.where), CHUNK):
             part = self.where[start:start + CHUNK]
             first = part[0][0]
             end = part[-1][0] + int(np.prod(part[-1][1])) * np.dtype(part[-1][2]).itemsize
-            mapped = np.memmap(self.file.name, np.uint8, mode="c", offset=first, shape=(end - first,))
+            mapped = np.memmap(self.file, np.uint8, mode="c", offset=first, shape=(end - first,))
             for f, (at, shape, dtype) in zip(frames[start:start + CHUNK], part, strict=True):
                 n = int(np.prod(shape)) * np.dtype(dtype).itemsize
                 f.data = mapped[at - first:at - first + n].view(dtype).reshape(shape)
         self.close()
 
     def close(self) -> None:
-        try:
-            self.file.close()
-        except FileNotFoundError:  # already unlinked
-            pass
+        self.file.close()
 
 
 class Pictures(Sequence[np.ndarray]):
