@@ -85,3 +85,37 @@ def test_a_recording_too_large_for_the_spill_folder_is_refused_at_its_first_fram
         with pytest.raises(FrameError, match=r"offline: stream 'cam' needs 311040\.0 GB in the spill folder .* "
                                              r"\(100000000 frames of 1920x1080 I420\)"):
             node.process(f, "detections")
+
+
+def test_a_live_camera_added_to_a_running_graph_that_holds_whole_streams_is_refused(tmp_path) -> None:
+    """A running graph whose tracker reads recordings whole (``flowpipe serve``'s instance of it) takes a file
+    added as a stream and refuses a camera, in one line naming the node and why."""
+    import threading
+    import time
+
+    path = tmp_path / "g.yaml"
+    path.write_text(f"""
+plugins: [fp_testnodes]
+nodes:
+  - {{id: cam, type: video_source, template: true, config: {{uri: sample}}}}
+  - {{id: blind, type: test_blind, inputs: {{in: cam}}}}
+  - {{id: track, type: tracker, config: {{offline: true, spill: "{tmp_path}"}}, inputs: {{detections: blind.out}}}}
+  - {{id: meta, type: jsonl, config: {{path: "{tmp_path}/m.jsonl"}}, inputs: {{detections: track}}}}
+""")
+    runner = Runner(load_graph(str(path)))
+    box: dict = {}
+    t = threading.Thread(target=lambda: box.update(res=runner.run()))
+    t.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not runner.running:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        with pytest.raises(ValueError, match=r"stream 'door': node 'track': offline: true holds every frame of a "
+                                             r"stream until it ends, and this stream is live"):
+            runner.live.add("door", config={"uri": "rtsp://user:pw@127.0.0.1:9/door"})
+        assert runner.live.states() == []
+    finally:
+        runner.stop()
+        t.join(30)
+    assert box["res"].ok, box["res"].error

@@ -22,6 +22,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
+import networkx as nx
 from pydantic import ValidationError
 
 from ..errors import NodeError
@@ -194,6 +195,12 @@ class LiveStreams:
             cfg = schema.model_validate(merged)
         except ValidationError as e:
             raise ValueError(f"stream {stream!r}: {_first_problem(e, schema)}") from None
+        if template.cls.contract(cfg).live:  # a camera's stream never ends: no node may hold it whole
+            for n in nx.descendants(r.spec.dag, template.id):
+                whole = r.spec.node(n).contract.whole_stream
+                if whole is not None:
+                    raise ValueError(f"stream {stream!r}: node {n!r}: {whole}, and this stream is live (it never "
+                                     "ends); expected a recorded file")
         old = self.added.get(stream)
         if old is not None and old.state in ("failed", "ended"):  # its place is free: its account is kept
             self.remove(stream)
