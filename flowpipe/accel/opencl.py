@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -20,6 +22,33 @@ from flowpipe.memory import SharedBuffer, page_round
 log = logging.getLogger("flowpipe.opencl")
 CL_COMPLETE, CL_QUEUED = 0, 3  # CL_EVENT_COMMAND_EXECUTION_STATUS values
 _PROBE = "__kernel void probe(__global float *a) { a[get_global_id(0)] = 1.0f; }"
+#: the signals whose handlers the process keeps whatever an OpenCL runtime does (see ``signals_kept``)
+_KEPT_SIGNALS = ("SIGINT", "SIGTERM")
+
+
+@contextmanager
+def signals_kept() -> Iterator[None]:
+    """The process's own handlers of SIGINT and SIGTERM, as they were before the block, put back after it. PoCL's
+    LLVM installs its own the first time it compiles (to delete its temporary files, then raise the signal
+    again), and from any thread; with it there, Ctrl-C ended ``flowpipe run`` in a segmentation fault (LLVM's
+    handler, raising the signal again, in 11 of 12 interrupts on 2 cores). Read and written as the C library
+    holds them (``sigaction``), so it works in any thread."""
+    if os.name != "posix":
+        yield
+        return
+    import signal
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    saved = []
+    for name in _KEPT_SIGNALS:
+        buf = ctypes.create_string_buffer(512)  # larger than any libc's struct sigaction
+        if libc.sigaction(int(getattr(signal, name)), None, buf) == 0:
+            saved.append((int(getattr(signal, name)), buf))
+    try:
+        yield
+    finally:
+        for sig, buf in saved:
+            libc.sigaction(sig, buf, None)
 
 
 @dataclass
@@ -44,7 +73,8 @@ class ClDevice:
         with self._lock:
             prog = self._programs.get(key)
             if prog is None:
-                prog = self._programs[key] = build(self.context)
+                with signals_kept():
+                    prog = self._programs[key] = build(self.context)
             return prog
 
     def pinned(self, nbytes: int) -> SharedBuffer:
@@ -117,7 +147,8 @@ class OpenCl:
 
         with self._lock:
             if self._usable is None:
-                self._usable = [(d, _builds(d)) for p in cl.get_platforms() for d in p.get_devices()]
+                with signals_kept():
+                    self._usable = [(d, _builds(d)) for p in cl.get_platforms() for d in p.get_devices()]
                 for d, why in self._usable:
                     if why:
                         log.warning("OpenCL device %s / %s cannot build kernels (%s): not used",

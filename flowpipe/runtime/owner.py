@@ -78,7 +78,7 @@ from .messages import (
 )
 from .negotiate import allocate
 from .process import OutsideContext
-from .settings import environment_for_children
+from .settings import environment_for_children, no_interrupts_inherited
 from .wire import Codec, recv, send
 
 log = logging.getLogger("flowpipe.owner")
@@ -619,7 +619,8 @@ class OwnerProcess:
                            daemon=True, args=(child, self.path, pickle.dumps((self.specs, self.leads)),
                                               self.plugins, self.plugin_dir, standby))
         try:
-            proc.start()
+            with no_interrupts_inherited():
+                proc.start()
         finally:
             child.close()
         return proc, conn

@@ -94,3 +94,19 @@ def limit_library_threads(spec: GraphSpec) -> None:
     if stage_threads >= cores:
         cv2.setNumThreads(1)
         log.info("%d stage threads on %d cores: OpenCV runs single-threaded", stage_threads, cores)
+
+
+@contextmanager
+def no_interrupts_inherited() -> Iterator[None]:
+    """A child process started in the block starts with SIGINT blocked: a terminal's Ctrl-C reaches the whole
+    process group, and a shard or device owner still importing (before it says it ignores SIGINT, as the
+    supervisor decides what an interrupt means) died of it with a KeyboardInterrupt traceback. Blocked in this
+    thread alone, for the start (any thread; a signal the process gets meanwhile goes to another)."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)

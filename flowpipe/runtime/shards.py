@@ -60,7 +60,7 @@ from .messages import (
 )
 from .owner import OwnerClient, OwnerLink, OwnerProcess
 from .runner import Runner
-from .settings import environment_for_children, share_library_threads
+from .settings import environment_for_children, no_interrupts_inherited, share_library_threads
 from .stats import RunSummary, frame_list, merge_nodes
 
 log = logging.getLogger("flowpipe.shards")
@@ -443,7 +443,8 @@ class ShardedRun:
                            args=(child, payload, self.spec.plugins, self.spec.plugin_dir,
                                  self.shard_base + index, count,
                                  sources, cap, self.record_times, link, resume, board))
-        proc.start()
+        with no_interrupts_inherited():
+            proc.start()
         child.close()
         return _Shard(index, sources, proc, parent, board, resume, version=version)
 
