@@ -388,3 +388,28 @@ def test_recorded_finds_the_records_of_frames_in_flight_in_the_file_s_tail_and_n
     tail = len(cut) + 1 + len(lines[-1]) + 1 + 5  # the tail starts inside frame 198's line: that one is no record
     assert recorded([str(path)], want, tail=tail) == [("a", 199)]
     assert recorded([str(tmp_path / "none.jsonl"), "-"], want) == []
+
+
+def test_a_low_soft_limit_on_open_files_is_raised_to_the_hard_one(tmp_path) -> None:
+    """Four streams of the main job over two processes and the device owner hold more fds than a soft limit of 256
+    (shared frame buffers are fds): "Too many open files" in the owner, before. The command line raises the soft
+    limit to the hard one, for itself and the processes it starts."""
+    import resource
+    import subprocess
+    import sys
+
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 4096:
+        pytest.skip(f"the hard limit on open files is {hard}: too low to run the job at all")
+
+    def low() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+
+    out = tmp_path / "b.json"
+    p = subprocess.run([sys.executable, "-m", "flowpipe.cli", "bench", str(HERE.parent / "graphs" / "face_blur.yaml"),
+                        "--streams", "4", "--processes", "2", "--frames", "10", "--warmup", "2", "--json", str(out),
+                        "--set", f"output={tmp_path}/o.mp4", "--set", f"metadata={tmp_path}/o.jsonl"],
+                       cwd=tmp_path, capture_output=True, text=True, preexec_fn=low, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    got = json.loads(out.read_text())
+    assert got["frames"]["failed"] == 0 and got["frames"]["out"] == got["frames"]["in"] > 0

@@ -18,7 +18,7 @@ from ..errors import Diagnostic, GraphError
 from ..graph import load_graph, parse_sets
 from ..registry import lookup, registry
 from ..runtime.executor import executor
-from ..runtime.settings import interrupts_stop, limit_library_threads
+from ..runtime.settings import interrupts_stop, limit_library_threads, open_files_raised
 from ..runtime.shards import resolve_processes
 from ..runtime.stats import RunSummary
 from . import cluster as cli_cluster
@@ -308,6 +308,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     level = logging.DEBUG if args.debug else logging.INFO
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    before, now = open_files_raised()
+    if now != before:
+        logging.getLogger("flowpipe").debug("open files: soft limit %d -> %d (the hard limit)", before, now)
     try:
         return args.func(args)
     except GraphError as e:
