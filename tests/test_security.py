@@ -65,3 +65,54 @@ def test_model_files_are_checked_against_sha256(tmp_path, monkeypatch) -> None:
     monkeypatch.setitem(models.registry(), "blazeface_short", entry)
     with pytest.raises(RuntimeError, match="sha256 mismatch: expected 0000"):
         models.pull("blazeface_short")
+
+
+def test_serve_speaks_https_with_a_certificate_and_refuses_half_of_one(tmp_path) -> None:
+    """``--tls-cert``/``--tls-key``: the API and console over HTTPS (the bearer token never in clear); one without
+    the other, or a file that is not there, is refused in one line before anything starts."""
+    import json
+    import shutil
+    import socket
+    import ssl
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    pytest.importorskip("uvicorn")
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("openssl is not installed (it makes the test's certificate)")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    cli = [sys.executable, "-m", "flowpipe.cli", "serve", "--graphs", str(ROOT / "graphs"),
+           "--output-dir", str(tmp_path / "out")]
+    half = subprocess.run([*cli, "--tls-cert", str(cert)], capture_output=True, text=True, timeout=60)
+    assert half.returncode == 2 and half.stderr.strip() == "error: TLS needs both --tls-cert and --tls-key (PEM files)"
+    gone = subprocess.run([*cli, "--tls-cert", str(cert), "--tls-key", str(tmp_path / "nokey.pem")],
+                          capture_output=True, text=True, timeout=60)
+    assert gone.returncode == 2 and "--tls-key" in gone.stderr and "no such file" in gone.stderr
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    srv = subprocess.Popen([*cli, "--port", str(port), "--token", "t0k3n", "--tls-cert", str(cert), "--tls-key",
+                            str(key)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        trusted = ssl.create_default_context(cafile=str(cert))
+        req = urllib.request.Request(f"https://127.0.0.1:{port}/pipelines", headers={"Authorization": "Bearer t0k3n"})
+        deadline, body = time.monotonic() + 60, None
+        while body is None:
+            try:
+                with urllib.request.urlopen(req, context=trusted, timeout=5) as r:  # noqa: S310 (https, ours)
+                    body = json.loads(r.read())
+            except (ConnectionError, urllib.error.URLError):
+                assert time.monotonic() < deadline, "serve did not answer over HTTPS"
+                time.sleep(0.3)
+        assert any(t["name"] == "face_blur" for t in body)
+        with pytest.raises((ConnectionError, urllib.error.URLError, OSError)):  # plain HTTP gets no answer
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/pipelines", timeout=5).read()
+    finally:
+        srv.terminate()
+        srv.wait(30)

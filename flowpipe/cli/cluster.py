@@ -150,14 +150,27 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"error: serving on {args.host} (not loopback) needs a token: --token or FLOWPIPE_TOKEN",
               file=sys.stderr)
         return 2
+    if bool(args.tls_cert) != bool(args.tls_key):
+        print("error: TLS needs both --tls-cert and --tls-key (PEM files)", file=sys.stderr)
+        return 2
+    for opt, f in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key)):
+        if f and not Path(f).is_file():
+            print(f"error: {opt} {f}: no such file; expected a PEM file", file=sys.stderr)
+            return 2
+    tls = bool(args.tls_cert)
+    if token and not tls and not loopback:
+        log.warning("the token travels in clear over plain HTTP on %s: --tls-cert and --tls-key serve HTTPS (or put "
+                    "a TLS proxy in front)", args.host)
     shipped = Path(__file__).resolve().parents[2] / "graphs"
     folders = [Path(f) for f in (args.graphs or [Path("graphs") if Path("graphs").is_dir() else shipped])]
     instances = Instances(folders, Path(args.output_dir), Path(args.media_dir) if args.media_dir else None,
                           cluster=args.cluster)
-    log.info("flowpipe serve on http://%s:%d/ (%d templates from %s)%s", args.host, args.port,
+    log.info("flowpipe serve on %s://%s:%d/ (%d templates from %s)%s", "https" if tls else "http", args.host,
+             args.port,
              len(instances.templates), ", ".join(map(str, folders)),
              "; requests need 'Authorization: Bearer <token>'" if token else "")
-    uvicorn.run(create_app(instances, token), host=args.host, port=args.port, log_level="warning")
+    uvicorn.run(create_app(instances, token), host=args.host, port=args.port, log_level="warning",
+                ssl_certfile=args.tls_cert, ssl_keyfile=args.tls_key)
     for inst in list(instances.instances.values()):
         instances.stop(inst)
     return 0
@@ -172,6 +185,8 @@ def add_serve(sub: Any) -> None:
     s.add_argument("--output-dir", default="out/serve", help="every instance writes inside DIR/ID/")
     s.add_argument("--media-dir", help="files streams may read (default: network URIs and 'sample' only)")
     s.add_argument("--token", help="bearer token every request needs (or FLOWPIPE_TOKEN)")
+    s.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS with this certificate (chain) ...")
+    s.add_argument("--tls-key", metavar="PEM", help="... and its private key")
     s.add_argument("--cluster", metavar="auto|ray://HOST:PORT",
                    help="instances run on a Ray cluster, each stream placed on a host with room for it")
     s.set_defaults(func=cmd_serve)
