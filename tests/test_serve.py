@@ -628,3 +628,35 @@ def test_template_descriptions_are_whole_sentences_of_the_opening_comment() -> N
         assert t.description.endswith(".") and 20 < len(t.description) <= 400, (t.name, t.description)
     assert found["passthrough"].description == ("The smallest useful graph: synthetic frames through one "
                                                 "pass-through stage into a sink.")
+
+
+def test_a_restarted_server_comes_back_with_its_pipelines_and_cameras(service) -> None:
+    """What runs is saved as it changes (``OUTPUT_DIR/instances.json``); a server that goes down keeps it, and the
+    next one on the folder starts each pipeline again under its id, with its parameters and the cameras added to
+    it (their options too), and without the ones removed."""
+    client, instances, tmp = service
+    r = client.post("/pipelines/cams", json={"parameters": {"metadata": "cams/m.jsonl"},
+                                             "streams": [{"id": "door", "uri": "clip.mp4"}]})
+    assert r.status_code == 201, r.text
+    iid = r.json()["id"]
+    for sid, opts in (("yard", {"max_fps": 30}), ("gate", {})):
+        r = client.post(f"/pipelines/{iid}/streams", json={"id": sid, "uri": "sample", "options": opts})
+        assert r.status_code == 201, r.text
+    assert client.delete(f"/pipelines/{iid}/streams/gate").status_code == 200
+    saved = json.loads((tmp / "out" / "instances.json").read_text())
+    assert [(s["id"], s["template"], sorted(x["id"] for x in s["streams"])) for s in saved] == \
+        [(iid, "cams", ["door", "yard"])]
+    instances.closing = True  # the server goes down: its pipelines stop, and stay saved
+    for inst in list(instances.instances.values()):
+        instances.stop(inst)
+    assert json.loads((tmp / "out" / "instances.json").read_text()) == saved
+    again = Instances(instances.folders, tmp / "out", tmp / "media")
+    try:
+        (inst,) = again.restore()
+        assert inst.id == iid and inst.template == "cams" and inst.parameters["metadata"] == "cams/m.jsonl"
+        _wait(lambda: {s["stream"]: s["state"] for s in inst.streams()} == {"door": "running", "yard": "running"})
+        assert inst.added["yard"]["options"] == {"max_fps": 30}
+    finally:
+        for i in list(again.instances.values()):
+            again.stop(i)
+    assert json.loads((tmp / "out" / "instances.json").read_text()) == []  # stopped by hand: not restored

@@ -169,8 +169,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
              args.port,
              len(instances.templates), ", ".join(map(str, folders)),
              "; requests need 'Authorization: Bearer <token>'" if token else "")
+    if not args.fresh:
+        back = instances.restore()
+        if back:
+            log.info("restored %d pipeline(s) with %d stream(s) from %s (--fresh: none)", len(back),
+                     sum(len(i.added) for i in back), instances.saved_at)
     uvicorn.run(create_app(instances, token), host=args.host, port=args.port, log_level="warning",
                 ssl_certfile=args.tls_cert, ssl_keyfile=args.tls_key)
+    instances.closing = True  # what runs now is what the next start restores
     for inst in list(instances.instances.values()):
         instances.stop(inst)
     return 0
@@ -187,6 +193,8 @@ def add_serve(sub: Any) -> None:
     s.add_argument("--token", help="bearer token every request needs (or FLOWPIPE_TOKEN)")
     s.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS with this certificate (chain) ...")
     s.add_argument("--tls-key", metavar="PEM", help="... and its private key")
+    s.add_argument("--fresh", action="store_true", help="start with no pipeline (default: those the last serve on "
+                   "this --output-dir ran, with their streams, as OUTPUT_DIR/instances.json says)")
     s.add_argument("--cluster", metavar="auto|ray://HOST:PORT",
                    help="instances run on a Ray cluster, each stream placed on a host with room for it")
     s.set_defaults(func=cmd_serve)

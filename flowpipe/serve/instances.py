@@ -120,6 +120,9 @@ class Instance:
     source: Template  # the template as it was started (what its parameters are rendered from)
     parameters: dict[str, Any] = field(default_factory=dict)  # every parameter's value now
     own: dict[str, dict[str, Any]] = field(default_factory=dict)  # stream -> the zones and lines it has its own
+    added: dict[str, dict[str, Any]] = field(default_factory=dict)  # stream -> the request that added it
+    processes: int | str = 1  # as it was asked for
+    sources_run: bool = True  # its graph's own sources run (it was started with no streams named)
     started_at: float = field(default_factory=time.time)
     ended_at: float | None = None  # when the run returned: a finished instance's elapsed time and rate stand still
     result: Any = None
@@ -220,6 +223,57 @@ class Instances:
         self.templates = find_templates(folders)
         self.instances: dict[str, Instance] = {}
         self._lock = threading.Lock()
+        self.closing = False  # the server is going down: what runs stays saved for its next start
+
+    @property
+    def saved_at(self) -> Path:
+        """What runs, for the next ``flowpipe serve`` on this folder (``restore``)."""
+        return self.output_dir / "instances.json"
+
+    def save(self) -> None:
+        """Each running instance's template, parameters (as changed since), processes, the streams added to it and
+        their own zones and lines, written whole (a file renamed over the last): a host that restarts comes back
+        with the same pipelines and cameras (``restore``)."""
+        if self.closing:
+            return
+        with self._lock:
+            running = [i for i in self.instances.values() if i.result is None and not i.stopping]
+            doc = [{"id": i.id, "template": i.template, "parameters": i.parameters, "processes": i.processes,
+                    "sources_run": i.sources_run, "streams": list(i.added.values()), "own": i.own}
+                   for i in running]
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            tmp = self.saved_at.with_name(self.saved_at.name + ".tmp")
+            tmp.write_text(json.dumps(doc, indent=1, default=str))
+            os.replace(tmp, self.saved_at)
+
+    def restore(self) -> list[Instance]:
+        """The instances the last ``flowpipe serve`` on this folder ran (``save``), started again under their ids
+        with their parameters, streams and each stream's own zones and lines; one that cannot start is said in
+        the log and left out (its template gone, a camera's address no longer allowed)."""
+        if not self.saved_at.exists():
+            return []
+        try:
+            doc = json.loads(self.saved_at.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            log.warning("%s cannot be read (%s): no pipeline restored", self.saved_at, e)
+            return []
+        back = []
+        for saved in doc:
+            try:
+                streams = saved.get("streams", [])
+                first = [] if saved.get("sources_run", True) else streams  # named at the start: its own are patterns
+                inst = self.start(saved["template"], saved["parameters"], first, saved.get("processes", 1),
+                                  iid=saved["id"])
+                for req in streams[len(first):]:
+                    self.add_stream(inst, req)
+                for stream, own in saved.get("own", {}).items():
+                    self.retune(inst, own, stream)
+            except (RequestError, KeyError, TypeError) as e:
+                log.warning("instance %s (%s) not restored: %s", saved.get("id"), saved.get("template"), e)
+                continue
+            back.append(inst)
+        self.save()
+        return back
 
     def state_of(self, template: str, parameters: dict[str, Any]) -> Path:
         """Where instances of ``template`` started with ``parameters`` keep what a stream leaves for its next
@@ -237,7 +291,7 @@ class Instances:
         return inst
 
     def start(self, name: str, parameters: dict[str, Any], streams: list[dict[str, Any]],
-              processes: int = 1) -> Instance:
+              processes: int | str = 1, iid: str | None = None) -> Instance:
         template = self.templates.get(name)
         if template is None:
             raise RequestError(f"no pipeline template {name!r}; templates: {', '.join(sorted(self.templates))}", 404)
@@ -256,7 +310,7 @@ class Instances:
             spec = load_graph(str(template.path), parameters, text=template.text or None)
         except GraphError as e:
             raise RequestError(f"pipeline {name!r}: {graph_error(e, template)}") from None
-        iid = secrets.token_hex(4)
+        iid = iid if iid is not None and iid not in self.instances else secrets.token_hex(4)
         folder = self.output_dir / iid
         self._confine(spec, folder, self.state_of(name, {**template.params, **parameters}),
                       per_stream=bool(streams))
@@ -269,7 +323,8 @@ class Instances:
         except GraphError as e:
             raise RequestError(graph_error(e, template)) from None
         runner = executor(spec, spec.processes, cluster=self.cluster, name=f"serve-{iid}")
-        inst = Instance(iid, name, spec, runner, folder, template, {**template.params, **parameters})
+        inst = Instance(iid, name, spec, runner, folder, template, {**template.params, **parameters},
+                        processes=processes, sources_run=not streams)
         inst.thread = threading.Thread(target=self._run, args=(inst,), name=f"flowpipe:serve:{iid}", daemon=True)
         with self._lock:
             self.instances[iid] = inst
@@ -286,6 +341,7 @@ class Instances:
         except RequestError:  # a start refused leaves nothing running, nor listed
             self.stop(inst)
             raise
+        self.save()
         return inst
 
     def _run(self, inst: Instance) -> None:
@@ -298,6 +354,7 @@ class Instances:
         except Exception as e:  # noqa: BLE001 - the run's result matters more than its last events
             log.warning("instance %s: its last events could not be read: %s", inst.id, e)
         inst.result = result
+        self.save()  # it ended: a restart does not run it again
 
     def stop(self, inst: Instance, timeout: float = 30.0) -> dict[str, Any]:
         inst.stopping = inst.result is None
@@ -307,6 +364,7 @@ class Instances:
         status = inst.status(fresh=True)
         with self._lock:
             self.instances.pop(inst.id, None)
+        self.save()
         return status
 
     def add_stream(self, inst: Instance, req: dict[str, Any]) -> dict[str, Any]:
@@ -333,6 +391,8 @@ class Instances:
         except RuntimeError as e:
             raise RequestError(f"instance {inst.id}: {e}", 409) from None
         inst.stale()  # the next status shows it
+        inst.added[sid] = {**req, "options": req.get("options") or {}}
+        self.save()
         return next(s for s in inst.streams() if s["stream"] == sid)
 
     def remove_stream(self, inst: Instance, sid: str) -> dict[str, Any]:
@@ -349,6 +409,8 @@ class Instances:
                 except RequestError as e:
                     log.warning("instance %s: stream %s's own zones and lines stay in its graph: %s", inst.id, sid, e)
             inst.own.pop(sid, None)
+        inst.added.pop(sid, None)
+        self.save()
         return account
 
     def parameters(self, inst: Instance, stream: str | None = None) -> list[dict[str, Any]]:
@@ -400,7 +462,9 @@ class Instances:
         and lines' shapes), the other cameras' as they were. The parameters as they are after (``stream``'s).
         One change at a time per instance: each is rendered from the values the one before left."""
         with inst.retuning:
-            return self._retune(inst, parameters, stream)
+            out = self._retune(inst, parameters, stream)
+        self.save()
+        return out
 
     def _retune(self, inst: Instance, parameters: dict[str, Any], stream: str | None,
                 check: bool = True) -> list[dict[str, Any]]:
