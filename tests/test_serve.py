@@ -660,3 +660,55 @@ def test_a_restarted_server_comes_back_with_its_pipelines_and_cameras(service) -
         for i in list(again.instances.values()):
             again.stop(i)
     assert json.loads((tmp / "out" / "instances.json").read_text()) == []  # stopped by hand: not restored
+
+
+def test_flowpipe_serve_killed_with_sigterm_and_started_again_runs_its_pipelines_again(tmp_path) -> None:
+    """The real command: a pipeline with a camera started over HTTP; SIGTERM (a host shutting down); the same
+    command again on the same folder answers with the pipeline, under its id, and its camera running."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import urllib.request
+
+    graphs = tmp_path / "graphs"
+    graphs.mkdir()
+    (graphs / "cams.yaml").write_text(TEMPLATE)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cli = [sys.executable, "-m", "flowpipe.cli", "serve", "--port", str(port), "--graphs", str(graphs),
+           "--output-dir", str(tmp_path / "out")]
+    base = f"http://127.0.0.1:{port}"
+
+    def call(path: str, body: Any = None) -> Any:
+        req = urllib.request.Request(base + path, data=None if body is None else json.dumps(body).encode(),  # noqa: S310
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:  # noqa: S310 - http on loopback
+            return json.loads(r.read())
+
+    def up(srv: subprocess.Popen) -> None:
+        def answers() -> bool:
+            assert srv.poll() is None, srv.stderr.read() if srv.stderr else ""
+            try:
+                call("/pipelines")
+                return True
+            except OSError:
+                return False
+        _wait(answers, 60)
+
+    srv = subprocess.Popen(cli, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        up(srv)
+        iid = call("/pipelines/cams", {"streams": [{"id": "door", "uri": "sample"}]})["id"]
+    finally:
+        srv.send_signal(signal.SIGTERM)
+        srv.wait(60)
+    srv = subprocess.Popen(cli, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        up(srv)
+        _wait(lambda: [(i["id"], i["state"]) for i in call("/pipelines/status")] == [(iid, "RUNNING")], 60)
+        _wait(lambda: [(s["stream"], s["state"]) for s in call(f"/pipelines/{iid}/streams")] == [("door", "running")])
+    finally:
+        srv.send_signal(signal.SIGTERM)
+        srv.wait(60)
