@@ -160,6 +160,18 @@ class Frame:
             raise FrameError(self, f"frame {self.index} of stream '{self.stream}' carries no image")
         return self.data
 
+    def gray(self) -> np.ndarray:
+        """The pixels as gray ``(H, W)``: the luma plane itself for YUV frames (no conversion), the image for GRAY,
+        a converted copy for BGR and RGB (what a picture's change or motion is measured on)."""
+        import cv2
+
+        img = self.image
+        if self.format in ("NV12", "I420"):
+            return img[:self.height]
+        if self.format == "GRAY":
+            return img
+        return cv2.cvtColor(img, cv2.COLOR_RGB2GRAY if self.format == "RGB" else cv2.COLOR_BGR2GRAY)
+
     def bgr(self) -> np.ndarray:
         """The pixels as BGR ``(H, W, 3)``: the image itself for BGR frames, a converted copy otherwise (for
         stages that look now and then, like previews; stages on every frame work in the frame's format)."""

@@ -132,14 +132,7 @@ class _Stream:
 
 def thumbnail(frame: Frame) -> np.ndarray:
     """``frame``'s picture as a small gray image (the luma plane of YUV frames: no conversion)."""
-    img = frame.image
-    h = frame.height
-    if frame.format in ("NV12", "I420"):
-        gray = img[:h]
-    elif frame.format == "GRAY":
-        gray = img
-    else:
-        gray = cv2.cvtColor(img, cv2.COLOR_RGB2GRAY if frame.format == "RGB" else cv2.COLOR_BGR2GRAY)
+    gray = frame.gray()
     return cv2.resize(gray, THUMB, interpolation=cv2.INTER_AREA).astype(np.int16)
 
 

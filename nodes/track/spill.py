@@ -107,13 +107,7 @@ class Pictures(Sequence[np.ndarray]):
         if self._last is not None and self._last[0] == i:
             return self._last[1]
         f = self.frames[i]
-        img = f.image
-        if f.format in ("I420", "NV12"):
-            gray = img[:f.height]
-        elif f.format == "GRAY":
-            gray = img
-        else:
-            gray = cv2.cvtColor(img, cv2.COLOR_RGB2GRAY if f.format == "RGB" else cv2.COLOR_BGR2GRAY)
+        gray = f.gray()
         if self.scale < 1.0:
             gray = cv2.resize(gray, (round(f.width * self.scale), round(f.height * self.scale)),
                               interpolation=cv2.INTER_AREA)
