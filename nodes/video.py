@@ -29,7 +29,7 @@ from flowpipe.accel.host import usable_cores
 from flowpipe.contracts import Offer
 from flowpipe.frame import Frame, FrameRef
 from flowpipe.media.clips import ClipKeeper
-from flowpipe.media.decode import Demuxer
+from flowpipe.media.decode import TURNS, Demuxer, display_turn, turned
 from flowpipe.media.encode import Recorder, available
 from flowpipe.memory import BufferPool
 from flowpipe.node import Node, NodeConfig, NodeContract, RunContext, Source
@@ -77,6 +77,20 @@ class VideoSourceConfig(NodeConfig):
     format: Literal["auto", "BGR", "NV12", "I420"] = Field(
         "auto", description="the frames' pixels: auto: YUV planes (I420; NV12 from a hardware decoder) when "
         "every node after the source takes them, so nothing converts to BGR; else BGR")
+
+    rotate: Literal["auto", 0, 90, 180, 270] = Field(
+        "auto", description="turn every picture clockwise by this many degrees (a camera mounted on its side or "
+        "upside down): every node after the source, the recording and the boxes see it upright; auto: as the file "
+        "asks (a video's display matrix, a picture's EXIF orientation), none for a camera or stream")
+
+    @field_validator("rotate", mode="before")
+    @classmethod
+    def _degrees(cls, v: Any) -> Any:
+        if isinstance(v, str) and v.strip().lstrip("-").isdigit():
+            v = int(v)
+        if isinstance(v, int) and v % 360 not in TURNS:
+            raise ValueError(f"expected auto, 0, 90, 180 or 270 (degrees clockwise), got {v}")
+        return v % 360 if isinstance(v, int) else v
 
     @model_validator(mode="after")
     def _nv12_needs_pyav(self) -> VideoSourceConfig:
@@ -177,7 +191,9 @@ class VideoSource(Source):
 
             with av.open(str(path)) as container:
                 ctx = container.streams.video[0].codec_context
-                return (ctx.width, ctx.height) if ctx.width and ctx.height else None
+                size = (ctx.width, ctx.height) if ctx.width and ctx.height else None
+            turn = display_turn(str(path)) if self.config.rotate == "auto" else self.config.rotate
+            return size[::-1] if size and turn in (90, 270) else size
         except Exception:  # noqa: BLE001  (not a video: open() says so in its own words)
             return None
 
@@ -292,8 +308,14 @@ class VideoSource(Source):
         self.fps = cap.get(cv2.CAP_PROP_FPS) or 30.0
         if not 0 < self.fps < 1000:
             self.fps = 30.0
+        if c.rotate == "auto":  # OpenCV turns a file's pictures as its display matrix asks, and reports the size so
+            self.turn, turn = 0, int(cap.get(cv2.CAP_PROP_ORIENTATION_META) or 0) % 360 if not self.is_net else 0
+        else:
+            cap.set(cv2.CAP_PROP_ORIENTATION_AUTO, 0)
+            self.turn = turn = c.rotate
         size = [int(cap.get(cv2.CAP_PROP_FRAME_WIDTH)), int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT))]
-        self.stats["source"] = {"uri": _redact(c.uri), "fps": round(self.fps, 3), "size": size}
+        size = size[::-1] if self.turn in (90, 270) else size
+        self.stats["source"] = {"uri": _redact(c.uri), "fps": round(self.fps, 3), "size": size, "rotate": turn}
         return cap
 
     def _open_demuxer(self, first: bool) -> Any:
@@ -302,7 +324,7 @@ class VideoSource(Source):
         c = self.config
         try:
             dem = Demuxer(os.path.expanduser(c.uri), self.format, self.threads, c.timeout_s, c.rtsp_transport,
-                          c.hwaccel)
+                          c.hwaccel, c.rotate)
         except Exception as e:  # noqa: BLE001 - FFmpeg's errors: one line, or a reconnect for a network stream
             why = _reason(e)
             if isinstance(e, av.error.InvalidDataError):
@@ -323,7 +345,7 @@ class VideoSource(Source):
                      *dem.size, self.format)
             self.format = dem.fmt = self.stats["format"] = "BGR"
         self.stats["source"] = {"uri": _redact(c.uri), "fps": round(self.fps, 3), "size": list(dem.size),
-                                "decoder": f"pyav ({dem.decoder})"}
+                                "decoder": f"pyav ({dem.decoder})", "rotate": dem.turn}
         return dem
 
     def _pyav_frames(self) -> Iterator[Frame]:
@@ -491,10 +513,11 @@ class VideoSource(Source):
             w = int(cap.get(cv2.CAP_PROP_FRAME_WIDTH))
             h = int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT))
             while True:
-                if w <= 0 or h <= 0:  # size unknown up front: decode one frame to learn it, then in place
-                    ok, img = cap.read()
+                if w <= 0 or h <= 0 or self.turn:  # size unknown up front: decode one frame to learn it (then in
+                    ok, img = cap.read()                     # place), or each turned into its buffer
                     if not ok:
                         break
+                    img = turned(img, "BGR", self.turn)
                     h, w = img.shape[:2]
                     data, ref = self._buffer(img.shape)
                     memory.copy(img, out=data)
@@ -583,7 +606,10 @@ class VideoSource(Source):
         plays, n = 0, 0
         while True:
             for p in folder:
-                img = cv2.imread(str(p), cv2.IMREAD_COLOR)
+                img = cv2.imread(str(p), cv2.IMREAD_COLOR if c.rotate == "auto" else  # auto: its EXIF orientation
+                                 cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION)
+                if img is not None and c.rotate not in ("auto", 0):
+                    img = np.ascontiguousarray(turned(img, "BGR", int(c.rotate)))
                 if img is None:
                     log.warning("node '%s': cannot decode image %s; skipped", self.id, p)
                     self.failures += 1

@@ -17,13 +17,56 @@ HWACCEL = ("qsv", "vaapi", "cuda")  # ``auto`` tries these in order: Intel first
 NET = ("rtsp://", "rtsps://", "rtmp://", "http://", "https://", "udp://", "tcp://", "srt://")
 
 
+TURNS = (0, 90, 180, 270)
+
+
+def turned(img: np.ndarray, fmt: str, cw: int) -> np.ndarray:
+    """``img`` turned ``cw`` degrees clockwise (0, 90, 180 or 270): BGR ``(H, W, 3)`` as a view (the copy into
+    the frame's buffer is the only one), I420 or NV12 planes ``(H * 3 // 2, W)`` plane by plane into a new
+    array."""
+    if cw == 0:
+        return img
+    k = -(cw // 90)  # np.rot90 turns counterclockwise
+    if fmt == "BGR":
+        return np.rot90(img, k)
+    h, w = img.shape[0] * 2 // 3, img.shape[1]
+    nh, nw = (w, h) if cw in (90, 270) else (h, w)
+    out = np.empty((nh * 3 // 2, nw), np.uint8)
+    out[:nh] = np.rot90(img[:h], k)
+    if fmt == "I420":  # U then V, each (H/2, W/2)
+        out[nh:].reshape(2, nh // 2, nw // 2)[:] = np.rot90(img[h:].reshape(2, h // 2, w // 2), k, axes=(1, 2))
+    else:  # NV12: U and V interleaved
+        out[nh:].reshape(nh // 2, nw // 2, 2)[:] = np.rot90(img[h:].reshape(h // 2, w // 2, 2), k, axes=(0, 1))
+    return out
+
+
+def display_turn(path: str) -> int:
+    """The clockwise turn (0, 90, 180 or 270) a file's display matrix asks of its pictures (a phone held upright,
+    a camera that records its mounting), as players apply it: read from its first picture; 0 where it has none."""
+    import av
+
+    try:
+        with av.open(path) as container:
+            for frame in container.decode(video=0):
+                return _cw(frame.rotation)
+    except (av.error.FFmpegError, OSError, IndexError):
+        return 0
+    return 0
+
+
+def _cw(rotation: float) -> int:
+    """FFmpeg's display-matrix rotation (counterclockwise degrees) as the clockwise turn that shows it upright."""
+    return int(round(-float(rotation or 0) / 90.0)) % 4 * 90
+
+
 class Demuxer:
     """One input's video stream. ``pictures()`` yields ``(array, seconds)``: BGR ``(H, W, 3)``, or NV12 or
     I420 planes ``(H * 3 // 2, W)`` as ``fmt`` asks (I420: most decoders' own layout, no conversion);
-    seconds from the stream's first picture, always increasing."""
+    seconds from the stream's first picture, always increasing. ``turn``: the pictures turned clockwise by
+    this many degrees, or ``"auto"``: as the stream's display matrix asks (a file recorded on a phone)."""
 
     def __init__(self, uri: str, fmt: str = "BGR", threads: int = 0, timeout_s: float = 5.0,
-                 rtsp_transport: str = "tcp", hwaccel: str = "none"):
+                 rtsp_transport: str = "tcp", hwaccel: str = "none", turn: int | str = 0):
         import av
 
         self.uri, self.fmt = uri, fmt
@@ -60,7 +103,10 @@ class Demuxer:
         self.stream.codec_context.thread_count = threads
         rate = self.stream.average_rate or self.stream.guessed_rate
         self.fps = float(rate) if rate else 30.0
-        self.size = (self.stream.codec_context.width, self.stream.codec_context.height)
+        w, h = self.stream.codec_context.width, self.stream.codec_context.height
+        #: the clockwise turn of every picture (a network stream or camera has no display matrix to ask)
+        self.turn = (display_turn(uri) if not net and kind is None else 0) if turn == "auto" else int(turn)
+        self.size = (h, w) if self.turn in (90, 270) else (w, h)
 
     @staticmethod
     def _devices(hwaccel: str) -> list[str]:
@@ -111,7 +157,7 @@ class Demuxer:
                         t0 -= last + step - seconds
                         seconds = last + step
                 last = seconds
-                yield frame.to_ndarray(format=fmt), seconds
+                yield turned(frame.to_ndarray(format=fmt), self.fmt, self.turn), seconds
 
     def seek_start(self) -> None:
         self.container.seek(0)
