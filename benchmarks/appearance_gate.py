@@ -6,8 +6,8 @@ no track the tracker kept without it.
     python benchmarks/appearance_gate.py --out benchmarks/results/appearance_gate.json
 
 Per clip, graphs/people_count.yaml runs with ``appearance=0`` (colours not looked at); each person detection with
-a track id then gets its colours (``nodes/track/appearance.py``) from the decoded frame, and its distance to its
-own track's look so far (same track) and to every other track's in that frame (other tracks); and what the
+a track id then gets its colours (``flowpipe/nodes/track/appearance.py``) from the decoded frame, and its distance
+to its own track's look so far (same track) and to every other track's in that frame (other tracks); and what the
 colours cost, a detection (the median frame's time over its detections). A track's look learns as the tracker's
 does: from each of its detections that no other box in the frame overlaps. "Same track" is the tracker's word, so
 it includes the ids that passed between people; "other tracks" includes people walking together.
@@ -32,12 +32,12 @@ PCTS = (50, 90, 95, 99, 100)
 
 def distances(name: str) -> tuple[list[float], list[float], list[float]]:
     import av
-    from flowpipe.nodes.track import appearance
-    from flowpipe.nodes.track.geometry import iou_matrix
 
     from flowpipe.eval.crossings import clip_file
     from flowpipe.eval.score import run_timed
     from flowpipe.graph import load_graph
+    from flowpipe.nodes.track import appearance
+    from flowpipe.nodes.track.geometry import iou_matrix
 
     work = Path(tempfile.mkdtemp(prefix=f"flowpipe-gate-{name}-"))
     src = clip_file(name, work)

@@ -136,10 +136,9 @@ def _compare(ref: Records, got: Records, stream: str = "decode") -> dict[str, An
 
 
 def _score(name: str, rec: Records, stream: str = "decode") -> dict[str, Any]:
-    from flowpipe.nodes.draw import grow_box
-
     from flowpipe.eval.clips import clip
     from flowpipe.eval.score import score
+    from flowpipe.nodes.draw import grow_box
 
     c = clip(name)
     h, w = c.frames[0].shape[:2]

@@ -18,11 +18,11 @@ from typing import Any
 
 import cv2
 import numpy as np
-from flowpipe.nodes.preprocess import Preprocess, geometry
 
 from flowpipe.accel import devices
 from flowpipe.frame import Frame, FrameRef
 from flowpipe.memory import Lease, SharedBuffer
+from flowpipe.nodes.preprocess import Preprocess, geometry
 from flowpipe.testing import Harness
 
 CASES = {

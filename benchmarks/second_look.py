@@ -38,10 +38,10 @@ class Looker:
 
     def __init__(self) -> None:
         import openvino as ov
-        from flowpipe.nodes.detect import BlazeFaceCheck, CenterFaceCheck, CenterFaceDecode
-        from flowpipe.nodes.preprocess import Preprocess
 
         from flowpipe.models import resolve
+        from flowpipe.nodes.detect import BlazeFaceCheck, CenterFaceCheck, CenterFaceDecode
+        from flowpipe.nodes.preprocess import Preprocess
         from flowpipe.testing import Harness
 
         self.core = ov.Core()
@@ -65,9 +65,8 @@ class Looker:
     def candidates(self, rgb: np.ndarray) -> np.ndarray:
         """CenterFace's boxes (source pixels) with scores from LOW up to SURE: the picture letterboxed as the
         graph's preprocess does it, the outputs through the graph's decoder."""
-        from flowpipe.nodes.preprocess import geometry
-
         from flowpipe.frame import Frame, TensorLayout
+        from flowpipe.nodes.preprocess import geometry
 
         h, w = rgb.shape[:2]
         geo = geometry(w, h, 960, 544, "letterbox", upscale=False)

@@ -9,10 +9,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from flowpipe.nodes.inference import Inference
-
 from flowpipe import Frame, Node, NodeConfig, register
 from flowpipe.node import PIXELS_ALL, NodeContract
+from flowpipe.nodes.inference import Inference
 
 EVENTS: list[str] = []
 _lock = threading.Lock()

@@ -8,9 +8,6 @@ import pytest
 
 from flowpipe.eval.clips import clip
 from flowpipe.eval.footage import footage_path
-
-# nodes/ sorts as first-party where it is linked into flowpipe/, third-party where installed: its own block
-# isort: split
 from flowpipe.nodes.track.backward import track_back
 
 Box = tuple[float, float, float, float]

@@ -7,9 +7,9 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from flowpipe.nodes.track import iou_matrix
 
 from flowpipe import load_graph, run
+from flowpipe.nodes.track import iou_matrix
 from flowpipe.sample import make_sample
 
 ROOT = Path(__file__).resolve().parent.parent

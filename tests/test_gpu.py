@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from flowpipe.nodes.track import iou_matrix
 
 from flowpipe import load_graph
+from flowpipe.nodes.track import iou_matrix
 from flowpipe.testing import collected, run_spec
 
 

@@ -8,12 +8,12 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from flowpipe.nodes.draw import grow_box
-from flowpipe.nodes.pose import head_box
 
 from flowpipe.eval.clips import truth
 from flowpipe.eval.footage import footage_path
 from flowpipe.eval.score import coverage
+from flowpipe.nodes.draw import grow_box
+from flowpipe.nodes.pose import head_box
 from flowpipe.testing import collected, run_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -112,9 +112,8 @@ def test_the_head_box_comes_from_the_points_found() -> None:
 def test_a_person_holding_a_sure_face_gets_no_look_for_the_head() -> None:
     """``objects.not_holding``: the pose model looks only at people whose face was not found surely (a
     crowd's faces cost it nothing); one holding a face candidate under the score is looked at."""
-    from flowpipe.nodes.preprocess.geometry import Objects
-
     from flowpipe.frame import Detection, Frame
+    from flowpipe.nodes.preprocess.geometry import Objects
 
     f = Frame("s", 0, 0.0, np.zeros((400, 600, 3), np.uint8))
     f.detections = [Detection((40, 20, 80, 70), 0.9, "face", 0), Detection((300, 20, 340, 70), 0.3, "face", 0),
@@ -318,9 +317,8 @@ def test_animal_faces_remembers_each_face_s_verdict_where_the_person_detector_di
     one judged (IoU 0.5) is judged the same, the dog's face going again as it moves; a new face stays and asks
     for the detector; a verdict 4 frames old still holds and asks to be renewed, and lapses after 8; a frame the
     detector ran on judges its faces again and keeps the verdicts of faces it did not find."""
-    from flowpipe.nodes.context import AnimalFaces
-
     from flowpipe.frame import Detection, Frame, TensorLayout
+    from flowpipe.nodes.context import AnimalFaces
     from flowpipe.testing import Harness
 
     node = AnimalFaces("animals", AnimalFaces.Config(remember=4, pass_persons=False))
@@ -365,9 +363,8 @@ def test_a_person_s_face_keeps_its_verdict_longer_than_a_face_the_detector_found
     """``remember: 4, remember_person: 10``: a face judged in a person's box (masked whatever it is judged next)
     asks to be renewed after 10 frames, one the detector found in no box after 4, and an animal's after 4; each
     lapses at twice its own."""
-    from flowpipe.nodes.context import AnimalFaces
-
     from flowpipe.frame import Detection, Frame, TensorLayout
+    from flowpipe.nodes.context import AnimalFaces
     from flowpipe.testing import Harness
 
     node = AnimalFaces("animals", AnimalFaces.Config(remember=4, remember_person=10, pass_persons=False))
@@ -406,7 +403,6 @@ def test_a_person_s_face_keeps_its_verdict_longer_than_a_face_the_detector_found
 
 def test_animal_faces_without_remember_asks_for_the_person_detector_on_every_frame() -> None:
     from flowpipe.nodes.context import AnimalFaces
-
     from flowpipe.testing import Harness
 
     node = AnimalFaces("animals", AnimalFaces.Config())
@@ -419,9 +415,8 @@ def test_animal_faces_without_remember_asks_for_the_person_detector_on_every_fra
 
 
 def test_heads_ask_for_the_person_detector_on_one_in_every_of_the_frames_the_detectors_ran_on() -> None:
-    from flowpipe.nodes.pose import MoveNetHeads
-
     from flowpipe.frame import Frame, TensorLayout
+    from flowpipe.nodes.pose import MoveNetHeads
     from flowpipe.testing import Harness
 
     node = MoveNetHeads("heads", MoveNetHeads.Config(every=3))
@@ -467,9 +462,8 @@ def test_a_look_along_the_person_detector_cuts_the_faces_outside_people_on_the_f
     one wrote a tensor for, and ``not_in: {person: 0.5}`` leaves out the faces half or more inside a person's
     box: on a frame the detector passed over, no entry, and its layout stays on the frame (the check after it,
     ``animal_faces``, reads from it that the detector did not run)."""
-    from flowpipe.nodes.preprocess import Preprocess
-
     from flowpipe.frame import Detection, Frame, TensorLayout
+    from flowpipe.nodes.preprocess import Preprocess
     from flowpipe.testing import Harness
 
     look = Preprocess("kind_pre", Preprocess.Config.model_validate(
@@ -496,10 +490,10 @@ def test_the_classifier_s_look_puts_a_cat_s_face_on_animals_and_a_woman_s_on_thi
     animals is nearly all on a cat's face and nearly none on a woman's (the registry's model, run for real); the
     scores are found among the tensors an earlier model left on the frame (a heat map here); a frame its
     preprocess passed over keeps its faces as they were."""
-    from flowpipe.nodes.detect import ClassCheck
     from skimage import data
 
     from flowpipe.frame import Detection, Frame, TensorLayout
+    from flowpipe.nodes.detect import ClassCheck
     from flowpipe.testing import feed
 
     cat = cv2.cvtColor(data.chelsea(), cv2.COLOR_RGB2BGR)
@@ -544,9 +538,8 @@ def test_a_verdict_on_the_classifier_s_word_alone_asks_again_at_once_and_lapses_
     goes; on the frames after, where the detector did not run (its own layout, nothing filled), that verdict asks
     for the detector at once and lapses after two frames: a person the detector missed once is looked at again at
     once, and not dropped for 25 to 50 frames. A face judged in a dog's box holds its verdict as before."""
-    from flowpipe.nodes.context import AnimalFaces
-
     from flowpipe.frame import Detection, Frame, TensorLayout
+    from flowpipe.nodes.context import AnimalFaces
     from flowpipe.testing import Harness
 
     node = AnimalFaces("animals", AnimalFaces.Config(remember=25, kind=0.9, pass_persons=False))

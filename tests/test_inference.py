@@ -307,7 +307,6 @@ def test_yolov8_model_from_its_wheel_finds_the_face(astronaut) -> None:
     assert res.inference["inference.det"]["input"]["shape"] == "[1,3,320,320]"
     faces = [d for d in collected("yolo")[0].detections if d.label == "FACE_FEMALE"]
     from flowpipe.nodes.track import iou_matrix
-
     from flowpipe.sample import ASTRONAUT_FACE
 
     assert faces and iou_matrix(np.array([faces[0].box]), np.array([ASTRONAUT_FACE]))[0, 0] > 0.5

@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 
 import numpy as np
-from flowpipe.nodes.preprocess import Preprocess
 
 from flowpipe.frame import Detection, Frame
 from flowpipe.graph import load_graph
+from flowpipe.nodes.preprocess import Preprocess
 from flowpipe.runtime import Runner
 from flowpipe.testing import Harness, run_node
 
@@ -245,9 +245,8 @@ def test_face_blur_with_an_interval_accounts_every_frame_and_masks_the_passed_on
 def test_an_inference_after_an_interval_holds_the_frames_waiting_behind_its_requests() -> None:
     """The frames an interval passes over wait in their turn behind the ones the detector runs on: a
     consumer in order holds ``every`` times its requests, and the decoder's pool is sized for them."""
-    from flowpipe.nodes.inference import Inference
-
     from flowpipe.contracts import Offer, TensorSpec
+    from flowpipe.nodes.inference import Inference
 
     for every in (1, 3):
         spec = TensorSpec((1, 3, 64, 64), "float32", every=every)

@@ -375,10 +375,10 @@ def test_blur_masks_yuv_planes_where_they_are(mode: str, fmt: str) -> None:
     outside the region moves: YUV frames are masked without a conversion."""
     import cv2
     import numpy as np
-    from flowpipe.nodes.draw import Blur
     from skimage import data
 
     from flowpipe.frame import Detection, Frame
+    from flowpipe.nodes.draw import Blur
 
     bgr = cv2.cvtColor(data.astronaut(), cv2.COLOR_RGB2BGR)  # 512x512, a real face at about (170..330, 20..200)
     h, w = bgr.shape[:2]
@@ -442,10 +442,10 @@ def test_a_blurred_face_keeps_no_detail_finer_than_a_quarter_of_it_at_any_size(s
     4x4). A real face (scikit-image's astronaut) at each size."""
     import cv2
     import numpy as np
-    from flowpipe.nodes.draw import Blur
     from skimage import data
 
     from flowpipe.frame import Detection, Frame
+    from flowpipe.nodes.draw import Blur
 
     face = cv2.cvtColor(data.astronaut(), cv2.COLOR_RGB2BGR)[20:220, 160:340]
     face = cv2.resize(face, (side, side * 10 // 9 // 2 * 2), interpolation=cv2.INTER_AREA)
@@ -475,10 +475,10 @@ def test_overlay_draws_on_yuv_converting_only_what_it_touches(fmt: str) -> None:
     them is left exactly as it was."""
     import cv2
     import numpy as np
-    from flowpipe.nodes.draw import Overlay
     from skimage import data
 
     from flowpipe.frame import Detection, Frame
+    from flowpipe.nodes.draw import Overlay
 
     bgr = cv2.cvtColor(data.astronaut(), cv2.COLOR_RGB2BGR)
     h, w = bgr.shape[:2]
@@ -517,9 +517,9 @@ def test_a_writer_lets_held_frames_go_when_their_stream_stalls(tmp_path) -> None
     ``gop_seconds`` + 1 s, saying they are not in the file yet; a steady stream's go on as fragments are
     written, saying they are."""
     import numpy as np
-    from flowpipe.nodes.video import VideoWriter
 
     from flowpipe.frame import Frame, FrameRef
+    from flowpipe.nodes.video import VideoWriter
     from flowpipe.testing import Harness
 
     node = VideoWriter("rec", VideoWriter.Config(path=str(tmp_path / "v.mp4"), gop_seconds=0.2, fps=10))
@@ -544,9 +544,9 @@ def test_a_stream_added_again_records_beside_its_first_file_and_no_other_takes_i
     """A writer whose path has no {stream}: its first stream records to NAME.mp4; removed and added again, to
     NAME.2.mp4; another stream that comes after the first has ended to NAME-b.mp4, never over NAME.mp4."""
     import numpy as np
-    from flowpipe.nodes.video import VideoWriter
 
     from flowpipe.frame import Frame
+    from flowpipe.nodes.video import VideoWriter
     from flowpipe.testing import Harness
 
     node = VideoWriter("rec", VideoWriter.Config(path=str(tmp_path / "v.mp4"), fps=10))
@@ -563,9 +563,9 @@ def test_an_event_that_begins_while_its_recording_is_paused_says_why_it_has_no_c
     """A stream paused by a full disk: a frame's event that begins (or happens) then gets no clip, and its
     record says why; one that ends names none either way."""
     import numpy as np
-    from flowpipe.nodes.video import VideoWriter
 
     from flowpipe.frame import Frame
+    from flowpipe.nodes.video import VideoWriter
     from flowpipe.testing import Harness
 
     node = VideoWriter("rec", VideoWriter.Config(path=str(tmp_path / "v.mp4"), fps=10,

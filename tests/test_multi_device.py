@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from flowpipe.nodes.inference import Entries, InferenceConfig, MultiEngine
 from test_inference import _graph  # the same small graph: preprocess, inference, collect
 
 from flowpipe import Frame
@@ -20,6 +19,7 @@ from flowpipe.accel import OpenVino, devices
 from flowpipe.accel.openvino import DeviceChoice, choose_device, choose_devices
 from flowpipe.contracts import Allocation, Offer
 from flowpipe.errors import FrameError
+from flowpipe.nodes.inference import Entries, InferenceConfig, MultiEngine
 from flowpipe.testing import collected, feed, run_yaml
 
 
@@ -277,7 +277,6 @@ def test_the_node_on_two_devices_serves_a_device_owners_clients(affine, monkeypa
     """What the device owner asks of the node (host input, output specs, frames at once, a client's own
     memory for the results), on two devices."""
     from flowpipe.nodes.inference import Inference
-
     from flowpipe.testing import Harness
 
     _two_cpus(monkeypatch)
@@ -328,9 +327,8 @@ def test_a_model_the_registry_says_cannot_run_on_the_gpu_runs_on_the_next_device
     before it was cut ahead of its postprocessing): on a machine with a GPU, ``device: GPU`` and AUTO choose
     the CPU for it, and the reason (``--stats`` ``device_reason``) says why; its input memory is then asked
     for on the host, not in the GPU's OpenCL context. A model that refuses nothing still gets the GPU."""
-    from flowpipe.nodes.inference import Inference
-
     from flowpipe import models
+    from flowpipe.nodes.inference import Inference
 
     reg = copy.deepcopy(models.registry())  # the registry's own (cached) dict stays as it is
     reg["ssd_mobilenet_v2_coco"]["refuses"] = {"GPU": "the GPU plugin has no NonZero kernel over u8"}

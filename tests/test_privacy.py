@@ -9,12 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from flowpipe.nodes.detect import weighted_nms
-from flowpipe.nodes.draw import grow_box
 
 from flowpipe.eval.clips import Clip
 from flowpipe.eval.score import coverage, score
 from flowpipe.frame import Detection, Frame
+from flowpipe.nodes.detect import weighted_nms
+from flowpipe.nodes.draw import grow_box
 from flowpipe.testing import run_node
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,7 +100,6 @@ def test_frames_waiting_for_a_lookahead_go_on_when_their_stream_stalls() -> None
     import time
 
     from flowpipe.nodes.track import Tracker
-
     from flowpipe.testing import Harness
 
     node = Tracker("t", Tracker.Config(lookahead=5, max_wait=0.1))
@@ -137,7 +136,6 @@ def test_every_waiting_frame_of_a_stalled_stream_gets_its_wake() -> None:
     import time
 
     from flowpipe.nodes.track import Tracker
-
     from flowpipe.testing import Harness
 
     node = Tracker("t", Tracker.Config(lookahead=5, max_wait=0.15))
@@ -683,9 +681,8 @@ def test_the_second_look_over_two_processes_looks_as_in_one(tmp_path) -> None:
 
 def _retina_frame(rows: list[list[float]], there: list[Detection]) -> Frame:
     """A 640x320 frame laid 1:1 into a 640x320 tensor, RetinaFace's output rows on it, ``there`` found before."""
-    from flowpipe.nodes.preprocess.geometry import geometry
-
     from flowpipe.frame import TensorLayout
+    from flowpipe.nodes.preprocess.geometry import geometry
 
     f = Frame("cam", 0, 0.0, np.zeros((320, 640, 3), np.uint8))
     f.layout = TensorLayout("pre_b", (640, 320), (geometry(640, 320, 640, 320, "letterbox"),))

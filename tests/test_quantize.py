@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import openvino as ov
 import pytest
-from flowpipe.nodes.detect import nms
-from flowpipe.nodes.track import iou_matrix
 
 from flowpipe import load_graph, models, run
 from flowpipe.eval.clips import clip
 from flowpipe.eval.quantize import letterboxed, quantize, quantized_ops
+from flowpipe.nodes.detect import nms
+from flowpipe.nodes.track import iou_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
 # a few frames of one clip at a small size: seconds, not the registry's 60 frames at 960x544

@@ -33,7 +33,7 @@ def test_yuv_planes_turn_as_the_picture_does(cw: int) -> None:
     got = cv2.cvtColor(np.ascontiguousarray(turned(i420, "I420", cw)), cv2.COLOR_YUV2BGR_I420)
     np.testing.assert_array_equal(got, cv2.cvtColor(cv2.cvtColor(want, cv2.COLOR_BGR2YUV_I420),
                                                     cv2.COLOR_YUV2BGR_I420))
-    h, w = i420.shape[0] * 2 // 3, i420.shape[1]
+    h = i420.shape[0] * 2 // 3
     u, v = i420[h:].reshape(2, -1)
     nv12 = np.concatenate([i420[:h].ravel(), np.stack([u, v], 1).ravel()]).reshape(i420.shape)
     got = cv2.cvtColor(np.ascontiguousarray(turned(nv12, "NV12", cw)), cv2.COLOR_YUV2BGR_NV12)

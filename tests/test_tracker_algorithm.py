@@ -5,8 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-# nodes/ sorts as first-party where it is linked into flowpipe/, third-party where installed: its own block
-# isort: split
 from flowpipe.nodes.track.core import TrackerCore, TrackerSettings, TrackUpdate
 
 PICTURE = (320.0, 240.0)

@@ -56,7 +56,7 @@ def display_turn(path: str) -> int:
 
 def _cw(rotation: float) -> int:
     """FFmpeg's display-matrix rotation (counterclockwise degrees) as the clockwise turn that shows it upright."""
-    return int(round(-float(rotation or 0) / 90.0)) % 4 * 90
+    return round(-float(rotation or 0) / 90.0) % 4 * 90
 
 
 class Demuxer:
