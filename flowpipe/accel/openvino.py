@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import NoDeviceError
+from ..models import cache_dir, sha256_of
 
 log = logging.getLogger("flowpipe.openvino")
 MAGIC = b"FLOWPIPE-BLOB\x01"
@@ -202,8 +203,6 @@ class OpenVino:
         together), written under a temporary name and renamed, the .xml last, so a reader never takes a
         half-written pair; a failed conversion leaves nothing."""
         import fcntl
-
-        from ..models import cache_dir, sha256_of
 
         xml = cache_dir() / "converted" / f"{path.stem}.{sha256_of(path)[:16]}.xml"
         if xml.exists():

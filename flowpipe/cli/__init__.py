@@ -17,9 +17,8 @@ from typing import Any
 from ..errors import Diagnostic, GraphError
 from ..graph import load_graph, parse_sets
 from ..registry import lookup, registry
-from ..runtime.executor import executor
+from ..runtime.executor import executor, resolve_processes
 from ..runtime.settings import interrupts_stop, limit_library_threads, open_files_raised
-from ..runtime.shards import resolve_processes
 from ..runtime.stats import RunSummary
 from . import cluster as cli_cluster
 from . import extra as cli_extra

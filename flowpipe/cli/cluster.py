@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..cluster.service import attach, runs, submit
+from ..node import set_setting
 from ..runtime.settings import interrupts_stop
 
 log = logging.getLogger("flowpipe")
@@ -25,8 +26,6 @@ def anchor_paths(spec: Any, cwd: Path) -> None:
     """Every relative path the graph writes (recordings, records, folders, state) and an input file there made
     absolute against the folder the command runs in: the run's processes start in the cluster's own working
     folder, where a relative path would land otherwise (each host writes its streams' files on its own disk)."""
-    from ..node import set_setting
-
     for node, key, _, path in spec.outputs():
         if not Path(path).expanduser().is_absolute():
             set_setting(node.config, key, str(cwd / path))

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..graph import GraphSpec
-from ..runtime.live import PartlyRetunedError, retune_specs
+from ..runtime.live import PartlyRetunedError, retune_specs, template_of
 from ..runtime.stats import RunSummary, merge_nodes
 from .agent import FilePart, HostAgent, Span
 from .placement import Host, PlacementError, StreamNeed, place
@@ -356,8 +356,6 @@ class ClusterRun:
 
     def _add_stream(self, stream: str, like: str | None, config: dict[str, Any] | None, start: int,
                     generation: int, without: str | None) -> None:
-        from ..runtime.live import template_of
-
         if self.phase != "running" or self._stop:
             raise RuntimeError("the run is not running")
         if self._serving(stream) is not None or any(n.id == stream for n in self.spec.nodes) or \

@@ -185,11 +185,14 @@ def _boxes_through(m: np.ndarray, boxes: dict[int, Box], size: tuple[int, int]) 
 
 def _move(img: np.ndarray, boxes: dict[int, Box], n: int, size: tuple[int, int], scale: tuple[float, float],
           tilt: float = 0.0, background: np.ndarray | None = None, pan: tuple[float, float] | None = None,
-          optional: Callable[[np.ndarray], list[Box]] | None = None
+          optional: Callable[[np.ndarray], list[Box]] | None = None, rise: tuple[float, float] | None = None
           ) -> tuple[list[np.ndarray], list[dict[int, Box]], list[Corners], list[list[Box]]]:
     """``n`` frames of a camera moving over ``img``: scale from ``scale[0]`` to ``scale[1]`` of the frame's
     fit, the centre drifting (with ``pan``: going across from ``pan[0]`` to ``pan[1]`` of the picture's width,
-    so faces leave through one edge and come in through the other), rolling by up to ``tilt`` degrees."""
+    so faces leave through one edge and come in through the other), rolling by up to ``tilt`` degrees. With
+    ``rise``: the camera tilting down onto the first face, the frame's top edge going from ``rise[0]`` to
+    ``rise[1]`` of that face's height below its top (0.6: only its lower part, mouth and chin, in the picture;
+    below 0: all of it), so the face comes in through the top edge, chin first."""
     w, h = size
     ih, iw = img.shape[:2]
     fit = min(w / iw, h / ih)
@@ -204,6 +207,9 @@ def _move(img: np.ndarray, boxes: dict[int, Box], n: int, size: tuple[int, int],
         cx, cy = iw / 2 + 0.05 * iw * np.sin(np.pi * t), ih / 2
         if pan is not None:
             cx = iw * (pan[0] + (pan[1] - pan[0]) * t)
+        if rise is not None:
+            _, fy1, _, fy2 = boxes[0]
+            cy = fy1 + (fy2 - fy1) * (rise[0] + (rise[1] - rise[0]) * t) + h / 2 / s
         m = cv2.getRotationMatrix2D((cx, cy), angle, s)
         m[:, 2] += (w / 2 - cx, h / 2 - cy)
         border = cv2.BORDER_CONSTANT if background is None else cv2.BORDER_TRANSPARENT  # no mirrored faces
@@ -310,7 +316,8 @@ def _clips() -> dict[str, Callable[[dict], Clip]]:
     def photo(src: str, name: str, about: str, crf: int = 23, scale: tuple[float, float] = (1.0, 1.15),
               tilt: float = 0.0, fx: Callable[[list[np.ndarray]], list[np.ndarray]] | None = None,
               n: int = 90, masked: bool = False, sunglasses: bool = False,
-              pan: tuple[float, float] | None = None, turn: int = 0) -> Callable[[dict], Clip]:
+              pan: tuple[float, float] | None = None, turn: int = 0,
+              rise: tuple[float, float] | None = None) -> Callable[[dict], Clip]:
         def make(t: dict) -> Clip:
             background = None
             if scale[1] <= 0.5:  # small faces: the picture far away in a street scene
@@ -319,7 +326,7 @@ def _clips() -> dict[str, Callable[[dict], Clip]]:
             if sunglasses:
                 picture = _sunglasses(picture, _photo_faces(t, src))
             frames, faces, corners, edges = _move(picture, _photo_faces(t, src), n, hd, scale, tilt, background, pan,
-                                                  lambda m: _optional(t, src, m, hd))
+                                                  lambda m: _optional(t, src, m, hd), rise)
             return _turned(Clip(name, about, fx(frames) if fx else frames, faces, crf,
                                 corners=corners if tilt else None, edges=edges), turn)
         return make
