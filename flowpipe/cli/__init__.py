@@ -22,6 +22,7 @@ from ..runtime.settings import interrupts_stop, limit_library_threads, open_file
 from ..runtime.stats import RunSummary
 from . import cluster as cli_cluster
 from . import extra as cli_extra
+from . import serve as cli_serve
 from .args import positive_arg, processes_arg
 from .cluster import run_on_cluster
 
@@ -299,7 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_extra.add_commands(sub, with_set)
     cli_cluster.add_commands(sub)
-    cli_cluster.add_serve(sub)
+    cli_serve.add_serve(sub)
     return p
 
 

@@ -1,0 +1,78 @@
+"""``flowpipe serve``: the REST API and web console over template folders, on this host or a Ray cluster."""
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("flowpipe")
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """``flowpipe serve``: the REST API and web console over the graphs of ``--graphs`` folders."""
+    import uvicorn  # the serve extra (FastAPI, uvicorn): loaded only by the command that needs it
+
+    from ..serve.api import create_app
+    from ..serve.instances import Instances
+
+    token = args.token or os.environ.get("FLOWPIPE_TOKEN")
+    try:
+        loopback = ipaddress.ip_address(args.host).is_loopback
+    except ValueError:
+        loopback = args.host == "localhost"
+    if not loopback and not token:
+        print(f"error: serving on {args.host} (not loopback) needs a token: --token or FLOWPIPE_TOKEN",
+              file=sys.stderr)
+        return 2
+    if bool(args.tls_cert) != bool(args.tls_key):
+        print("error: TLS needs both --tls-cert and --tls-key (PEM files)", file=sys.stderr)
+        return 2
+    for opt, f in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key)):
+        if f and not Path(f).is_file():
+            print(f"error: {opt} {f}: no such file; expected a PEM file", file=sys.stderr)
+            return 2
+    tls = bool(args.tls_cert)
+    if token and not tls and not loopback:
+        log.warning("the token travels in clear over plain HTTP on %s: --tls-cert and --tls-key serve HTTPS (or put "
+                    "a TLS proxy in front)", args.host)
+    shipped = Path(__file__).resolve().parents[2] / "graphs"
+    folders = [Path(f) for f in (args.graphs or [Path("graphs") if Path("graphs").is_dir() else shipped])]
+    instances = Instances(folders, Path(args.output_dir), Path(args.media_dir) if args.media_dir else None,
+                          cluster=args.cluster)
+    log.info("flowpipe serve on %s://%s:%d/ (%d templates from %s)%s", "https" if tls else "http", args.host,
+             args.port,
+             len(instances.templates), ", ".join(map(str, folders)),
+             "; requests need 'Authorization: Bearer <token>'" if token else "")
+    if not args.fresh:
+        back = instances.restore()
+        if back:
+            log.info("restored %d pipeline(s) with %d stream(s) from %s (--fresh: none)", len(back),
+                     sum(len(i.added) for i in back), instances.saved_at)
+    uvicorn.run(create_app(instances, token), host=args.host, port=args.port, log_level="warning",
+                ssl_certfile=args.tls_cert, ssl_keyfile=args.tls_key)
+    instances.closing = True  # what runs now is what the next start restores
+    for inst in list(instances.instances.values()):
+        instances.stop(inst)
+    return 0
+
+
+def add_serve(sub: Any) -> None:
+    s = sub.add_parser("serve", help="REST API and web console: start graphs, add and remove streams")
+    s.add_argument("--host", default="127.0.0.1", help="bind address (not loopback: needs --token)")
+    s.add_argument("--port", type=int, default=8080, help="(default: 8080)")
+    s.add_argument("--graphs", action="append", metavar="DIR", help="template folders (default: ./graphs where "
+                   "there is one, else the graphs flowpipe ships)")
+    s.add_argument("--output-dir", default="out/serve", help="every instance writes inside DIR/ID/")
+    s.add_argument("--media-dir", help="files streams may read (default: network URIs and 'sample' only)")
+    s.add_argument("--token", help="bearer token every request needs (or FLOWPIPE_TOKEN)")
+    s.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS with this certificate (chain) ...")
+    s.add_argument("--tls-key", metavar="PEM", help="... and its private key")
+    s.add_argument("--fresh", action="store_true", help="start with no pipeline (default: those the last serve on "
+                   "this --output-dir ran, with their streams, as OUTPUT_DIR/instances.json says)")
+    s.add_argument("--cluster", metavar="auto|ray://HOST:PORT",
+                   help="instances run on a Ray cluster, each stream placed on a host with room for it")
+    s.set_defaults(func=cmd_serve)
