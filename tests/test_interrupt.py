@@ -50,10 +50,12 @@ def test_ctrl_c_at_any_moment_ends_the_main_job_with_130_and_a_playable_recordin
         assert _frames(out) > 0
 
 
-@pytest.mark.parametrize("after", [2.0, 3.5, 5.0])
+@pytest.mark.parametrize("after", [1.2, 2.0, 5.0])
 def test_ctrl_c_over_shards_ends_with_130(tmp_path, after) -> None:
     """Over two shards and the device owner: a shard still starting (importing) when the terminal's Ctrl-C
-    reached the process group died of it with a traceback; it starts with SIGINT blocked now."""
+    reached the process group died of it with a traceback, and the device owner, started with SIGINT blocked
+    alone, was killed by it 1-2 s in on a loaded machine (exit 1: "the device owner exited while starting (exit
+    code -2)"); they start with SIGINT ignored now."""
     rc, err = _interrupt(["run", str(ROOT / "graphs" / "face_count_multistream.yaml"), "--processes", "2",
                           "--set", f"metadata={tmp_path / 'm.jsonl'}", "--set", "loop=-1"], after, tmp_path)
     assert rc == 130, (rc, err[-2000:])

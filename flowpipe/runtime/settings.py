@@ -98,17 +98,26 @@ def limit_library_threads(spec: GraphSpec) -> None:
 
 @contextmanager
 def no_interrupts_inherited() -> Iterator[None]:
-    """A child process started in the block starts with SIGINT blocked: a terminal's Ctrl-C reaches the whole
-    process group, and a shard or device owner still importing (before it says it ignores SIGINT, as the
-    supervisor decides what an interrupt means) died of it with a KeyboardInterrupt traceback. Blocked in this
-    thread alone, for the start (any thread; a signal the process gets meanwhile goes to another)."""
+    """A child process started in the block starts with SIGINT ignored and blocked: a terminal's Ctrl-C reaches
+    the whole process group, and a shard or device owner still importing (before it says it ignores SIGINT, as
+    the supervisor decides what an interrupt means) died of it, with a KeyboardInterrupt traceback or, where a
+    library it loads unblocked the signal (an interrupt 1-2 s into a run over shards on 2 cores), killed by it.
+    An ignored SIGINT stays ignored across exec, and Python then installs no handler of its own. Blocked in
+    this thread alone, for the start (any thread; a signal the process gets meanwhile goes to another); ignored
+    from the main thread only, for the few milliseconds of the start (an interrupt then is lost: a second one
+    stops the run)."""
     if not hasattr(signal, "pthread_sigmask"):
         yield
         return
     old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    handler = None
+    if threading.current_thread() is threading.main_thread():
+        handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         yield
     finally:
+        if handler is not None:
+            signal.signal(signal.SIGINT, handler)
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
