@@ -97,3 +97,20 @@ nodes:
   - {{id: src, type: video_source, config: {{uri: "{plain}", rotate: 45}}}}
   - {{id: s, type: null_sink, inputs: src.frame}}
 """)
+
+
+@pytest.mark.parametrize("cw", [90, 180, 270])
+def test_the_evaluation_scores_a_graph_that_turns_its_camera_upright_in_the_clip_s_own_pixels(cw: int) -> None:
+    """A clip made as a camera turned ``cw`` delivers it (``_turned``), and the boxes of a graph that turns it back
+    upright (``rotate``: 360 - cw) brought into the clip's pixels (``back``): a true box comes back where it was."""
+    from flowpipe.eval.clips import Clip, _turned
+    from flowpipe.eval.score import back
+
+    upright = Clip("c", "", [_picture(200, 100)], [{0: (10.0, 20.0, 50.0, 70.0)}])
+    clip = _turned(upright, cw)
+    h, w = clip.frames[0].shape[:2]
+    assert (w, h) == ((100, 200) if cw in (90, 270) else (200, 100))
+    turn_back = (360 - cw) % 360
+    seen_w, seen_h = (h, w) if turn_back in (90, 270) else (w, h)  # the picture the graph sees: upright again
+    assert back((10.0, 20.0, 50.0, 70.0), turn_back, seen_w, seen_h) == pytest.approx(clip.faces[0][0])
+    np.testing.assert_array_equal(turned(clip.frames[0], "BGR", turn_back), upright.frames[0])
