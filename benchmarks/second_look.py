@@ -40,7 +40,7 @@ class Looker:
         import openvino as ov
 
         from flowpipe.models import resolve
-        from flowpipe.nodes.detect import BlazeFaceCheck, CenterFaceCheck, CenterFaceDecode
+        from flowpipe.nodes.decode import BlazeFaceCheck, CenterFaceCheck, CenterFaceDecode
         from flowpipe.nodes.preprocess import Preprocess
         from flowpipe.testing import Harness
 

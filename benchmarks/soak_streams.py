@@ -65,6 +65,43 @@ def open_fds(pid: int) -> int:
         return 0
 
 
+def fd_inventory(pid: int) -> dict[str, int]:
+    """A process's open fds by what they are (``memfd:flowpipe-frame 1572864``: a shared buffer of that many
+    bytes; ``socket``, ``pipe``, ``anon_inode:[eventfd]``, a file's folder ...): a creep shows as the kind that
+    grows."""
+    kinds: dict[str, int] = {}
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return kinds
+    for fd in names:
+        path = f"/proc/{pid}/fd/{fd}"
+        try:
+            target = os.readlink(path)
+            if target.startswith(("/memfd:", "/dev/dma_heap")) or " (deleted)" in target:
+                kind = f"{target.split(' (')[0]} {os.stat(path).st_size}"
+            elif target.startswith("/"):
+                kind = os.path.dirname(target)
+            else:
+                kind = target.split("[")[0].rstrip(":") if target.startswith(("socket", "pipe")) else target
+        except OSError:
+            continue
+        kinds[kind] = kinds.get(kind, 0) + 1
+    return kinds
+
+
+def inventory_change(first: dict[int, dict[str, int]], last: dict[int, dict[str, int]]) -> dict[str, dict[str, int]]:
+    """Per process (by pid), each kind of fd whose count changed between two inventories: its change."""
+    out: dict[str, dict[str, int]] = {}
+    for pid, kinds in last.items():
+        before = first.get(pid, {})
+        moved = {k: kinds.get(k, 0) - before.get(k, 0) for k in set(kinds) | set(before)
+                 if kinds.get(k, 0) != before.get(k, 0)}
+        if moved:
+            out[str(pid)] = dict(sorted(moved.items(), key=lambda kv: -abs(kv[1])))
+    return out
+
+
 def process_tree(root: int) -> list[int]:
     """``root`` and every process below it."""
     parent: dict[int, int] = {}
@@ -199,6 +236,8 @@ def main() -> None:
     if a.kill_every:
         threading.Thread(target=chaos, daemon=True).start()
 
+    inventories: dict[str, dict[int, dict[str, int]]] = {}  # fds by kind: at the end of the warm-up, the last
+
     def sample() -> None:
         while since_first() is None and not done.wait(0.2):
             pass
@@ -208,6 +247,9 @@ def main() -> None:
             snap = run.snapshot()
             samples.append({"t_s": round(time.monotonic() - t0, 1), "out": snap["out"],
                             "pss_mb": {p: round(pss_mb(p), 1) for p in pids}, "fds": {p: open_fds(p) for p in pids}})
+            if "warm" not in inventories and samples[-1]["t_s"] >= a.warmup:
+                inventories["warm"] = {p: fd_inventory(p) for p in pids}
+            inventories["last"] = {p: fd_inventory(p) for p in pids}
             print(f"{samples[-1]['t_s']:7.1f}s  PSS {sum(samples[-1]['pss_mb'].values()):8.1f} MB  fds "
                   f"{sum(samples[-1]['fds'].values()):6d}  out {snap['out']}", file=sys.stderr, flush=True)
             if time.monotonic() - t0 > a.minutes * 60:
@@ -225,6 +267,10 @@ def main() -> None:
     out = summarize(samples, a.warmup)
     out.update(graph=a.graph, streams=a.streams, processes=a.processes, device=a.device, minutes=a.minutes,
                warmup_s=a.warmup, frames=res.frames, error=str(res.error) if res.error else None, samples=samples)
+    if "warm" in inventories:  # what grew after the warm-up, per process: the kinds of fd a creep is made of
+        out["fds_changed_after_warmup"] = inventory_change(inventories["warm"], inventories["last"])
+        owner = getattr(run, "owner", None)
+        out["device_owner_pid"] = owner.pid if owner is not None else None
     if a.kill_every:
         out["chaos"] = chaos_report(work, res.frames, faults, rate)
         stats = res.to_json()  # the last device owner's: how long it took to start, and to open each node

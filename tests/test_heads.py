@@ -493,7 +493,7 @@ def test_the_classifier_s_look_puts_a_cat_s_face_on_animals_and_a_woman_s_on_thi
     from skimage import data
 
     from flowpipe.frame import Detection, Frame, TensorLayout
-    from flowpipe.nodes.detect import ClassCheck
+    from flowpipe.nodes.decode import ClassCheck
     from flowpipe.testing import feed
 
     cat = cv2.cvtColor(data.chelsea(), cv2.COLOR_RGB2BGR)
@@ -567,7 +567,7 @@ def test_a_verdict_on_the_classifier_s_word_alone_asks_again_at_once_and_lapses_
 
 
 def test_class_check_takes_a_range_of_classes_from_first_to_last() -> None:
-    from flowpipe.nodes.detect import ClassCheck
+    from flowpipe.nodes.decode import ClassCheck
 
     assert ClassCheck.Config(classes=(0, 397)).classes == (0, 397)
     for bad in ((5, 2), (-3, 2)):

@@ -13,7 +13,7 @@ import pytest
 from flowpipe.eval.clips import Clip
 from flowpipe.eval.score import coverage, score
 from flowpipe.frame import Detection, Frame
-from flowpipe.nodes.detect import weighted_nms
+from flowpipe.nodes.decode import weighted_nms
 from flowpipe.nodes.draw import grow_box
 from flowpipe.testing import run_node
 
@@ -704,7 +704,7 @@ def test_retinaface_faces_join_the_ones_found_before_and_a_profile_covers_the_ba
     at 0.3 is that face (the extent of both boxes, RetinaFace's 0.95); a face in profile (its nose at the
     right of its box) found by RetinaFace alone is added, widened on the left by 0.3 of its width at full
     profile, its score capped at ``alone_max``; under the threshold nothing."""
-    from flowpipe.nodes.detect import RetinaFaceDecode
+    from flowpipe.nodes.decode import RetinaFaceDecode
 
     frontal, profile = (100.0, 100.0, 160.0, 180.0), (400.0, 100.0, 440.0, 160.0)
     rows = [_row(frontal, 130.0, 0.95), _row(profile, 440.0, 0.8), _row((300.0, 20.0, 330.0, 60.0), 315.0, 0.2)]

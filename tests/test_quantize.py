@@ -15,7 +15,7 @@ import pytest
 from flowpipe import load_graph, models, run
 from flowpipe.eval.clips import clip
 from flowpipe.eval.quantize import letterboxed, quantize, quantized_ops
-from flowpipe.nodes.detect import nms
+from flowpipe.nodes.decode import nms
 from flowpipe.nodes.track import iou_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
