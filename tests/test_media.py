@@ -67,7 +67,7 @@ def test_segments_h265_and_a_missing_hardware_encoder(tmp_path, caplog) -> None:
     assert probe(tmp_path / "nv12" / "v.mp4")["frames"] == 15
 
     (tmp_path / "hw").mkdir()
-    with caplog.at_level(logging.WARNING, logger="flowpipe.media"):
+    with caplog.at_level(logging.WARNING, logger="flowpipe.nodes.media"):
         res = run_yaml(_synthetic(tmp_path / "hw", "encoder: qsv", count=10))
     assert res.ok, res.error
     assert res.nodes["rec"]["encoder"] == {str(tmp_path / "hw" / "v.mp4"): "libx264"}
@@ -275,7 +275,7 @@ def test_hardware_decode_asked_for_falls_back_to_software_with_one_line(tmp_path
     seen = {}
     for accel in ("none", "auto", "cuda"):
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="flowpipe.media"):
+        with caplog.at_level(logging.WARNING, logger="flowpipe.nodes.media"):
             res = run_yaml(f"""
 nodes:
   - {{id: src, type: video_source, config: {{uri: "{clip}", decoder: pyav, format: NV12, hwaccel: {accel}}}}}
@@ -662,7 +662,7 @@ def test_an_odd_sized_picture_is_recorded_without_its_last_row_and_column(tmp_pa
     import av
     import numpy as np
 
-    from flowpipe.media.encode import Recorder
+    from flowpipe.nodes.media.encode import Recorder
 
     rec = Recorder(str(tmp_path / "odd.mp4"), 25.0, (801, 533))
     picture = np.zeros((533, 801, 3), np.uint8)

@@ -47,7 +47,7 @@ def reference(src: np.ndarray, fmt: str, cfg: dict, backend: str = "cpu") -> np.
     """What users write by hand with OpenCV + numpy; YUV for the OpenCL kernel: FFmpeg's own YUV -> BGR (what
     a decoder asked for BGR gives), which the kernel matches to the bit; the host path uses OpenCV's."""
     if fmt in ("NV12", "I420") and backend == "opencl":
-        from flowpipe.media.color import yuv_to_bgr
+        from flowpipe.nodes.media.color import yuv_to_bgr
 
         return reference(yuv_to_bgr(src, fmt), "BGR", cfg)
     bgr = {"BGR": lambda a: a, "RGB": lambda a: cv2.cvtColor(a, cv2.COLOR_RGB2BGR),

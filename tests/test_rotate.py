@@ -10,7 +10,7 @@ import cv2
 import numpy as np
 import pytest
 
-from flowpipe.media.decode import turned
+from flowpipe.nodes.media.decode import turned
 from flowpipe.testing import collected, run_yaml
 
 FFMPEG = shutil.which("ffmpeg")

@@ -32,8 +32,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from flowpipe.frame import Detection, Frame
-from flowpipe.media.clips import retain, unused
 from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
+from flowpipe.nodes.media.clips import retain, unused
 from flowpipe.registry import register
 
 from .track.rate import StreamRates, factor, scale_count

@@ -13,8 +13,8 @@ import cv2
 from pydantic import Field
 
 from flowpipe.frame import Frame
-from flowpipe.media.live import LiveEncoder
 from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
+from flowpipe.nodes.media.live import LiveEncoder
 from flowpipe.registry import register
 
 log = logging.getLogger("flowpipe.preview")

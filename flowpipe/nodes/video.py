@@ -28,11 +28,11 @@ from flowpipe.accel import Devices
 from flowpipe.accel.host import usable_cores
 from flowpipe.contracts import Offer
 from flowpipe.frame import Frame, FrameRef
-from flowpipe.media.clips import ClipKeeper
-from flowpipe.media.decode import TURNS, Demuxer, display_turn, turned
-from flowpipe.media.encode import Recorder, available
 from flowpipe.memory import BufferPool
 from flowpipe.node import Node, NodeConfig, NodeContract, RunContext, Source
+from flowpipe.nodes.media.clips import ClipKeeper
+from flowpipe.nodes.media.decode import TURNS, Demuxer, display_turn, turned
+from flowpipe.nodes.media.encode import Recorder, available
 from flowpipe.registry import register
 from flowpipe.sample import SAMPLES, sample_path
 
