@@ -60,7 +60,7 @@ from .messages import (
 )
 from .owner import OwnerClient, OwnerLink, OwnerProcess
 from .runner import Runner
-from .settings import environment_for_children, no_interrupts_inherited, share_library_threads
+from .settings import environment_for_children, no_interrupts_inherited, open_files_raised, share_library_threads
 from .stats import RunSummary, frame_list, merge_nodes
 
 log = logging.getLogger("flowpipe.shards")
@@ -373,6 +373,9 @@ class ShardedRun:
     # run ------------------------------------------------------------------------------------------------
     def run(self) -> ShardedResult:
         t0 = time.perf_counter()
+        # every shared buffer is an fd in the shard that made it and in the device owner that maps it: a run over
+        # processes holds thousands (as the command line does, for a run started through the API)
+        open_files_raised()
         owned = [s for s in self.spec.nodes if s.contract.serves_streams] if self.spec.device_owner else []
         leads = owner_leads(self.spec, owned)
         owned = [with_model_cache(s) for s in owned]  # a restarted owner loads its models, not compiles them
