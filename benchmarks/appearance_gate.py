@@ -6,7 +6,7 @@ no track the tracker kept without it.
     python benchmarks/appearance_gate.py --out benchmarks/results/appearance_gate.json
 
 Per clip, graphs/people_count.yaml runs with ``appearance=0`` (colours not looked at); each person detection with
-a track id then gets its colours (``flowpipe/nodes/track/appearance.py``) from the decoded frame, and its distance
+a track id then gets its colours (``nodes/track/appearance.py``) from the decoded frame, and its distance
 to its own track's look so far (same track) and to every other track's in that frame (other tracks); and what the
 colours cost, a detection (the median frame's time over its detections). A track's look learns as the tracker's
 does: from each of its detections that no other box in the frame overlaps. "Same track" is the tracker's word, so
@@ -36,8 +36,8 @@ def distances(name: str) -> tuple[list[float], list[float], list[float]]:
     from flowpipe.eval.crossings import clip_file
     from flowpipe.eval.score import run_timed
     from flowpipe.graph import load_graph
-    from flowpipe.nodes.track import appearance
-    from flowpipe.nodes.track.geometry import iou_matrix
+    from flowpipe_nodes.track import appearance
+    from flowpipe_nodes.track.geometry import iou_matrix
 
     work = Path(tempfile.mkdtemp(prefix=f"flowpipe-gate-{name}-"))
     src = clip_file(name, work)

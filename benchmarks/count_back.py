@@ -119,7 +119,7 @@ def _depths(records: list[dict[str, Any]], size: tuple[int, int], line: list[lis
     default margin), for lines across the whole picture (the node's check that a crossing passes between the
     line's ends always holds) and runs in which no track is forgotten and comes back. Measured with ``back`` 0:
     at a larger ``back`` a crossing back left uncounted changes which later one is a crossing back at all."""
-    from flowpipe.nodes.analytics import Analytics
+    from flowpipe_nodes.analytics import Analytics
 
     margin = Analytics.Config.model_fields["margin"].default
     w, h = size

@@ -138,7 +138,7 @@ def _compare(ref: Records, got: Records, stream: str = "decode") -> dict[str, An
 def _score(name: str, rec: Records, stream: str = "decode") -> dict[str, Any]:
     from flowpipe.eval.clips import clip
     from flowpipe.eval.score import score
-    from flowpipe.nodes.draw import grow_box
+    from flowpipe_nodes.draw import grow_box
 
     c = clip(name)
     h, w = c.frames[0].shape[:2]

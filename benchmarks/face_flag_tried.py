@@ -97,7 +97,7 @@ def clip_row(name: str, flag: FaceFlag | FaceKind) -> dict[str, Any]:
     from flowpipe.eval.clips import clip, part
     from flowpipe.eval.score import OFF_FACE, on_face, run_timed
     from flowpipe.graph import load_graph
-    from flowpipe.nodes.draw import grow_box
+    from flowpipe_nodes.draw import grow_box
 
     c = clip(name)
     work = Path(tempfile.mkdtemp(prefix=f"flowpipe-flag-{name}-"))

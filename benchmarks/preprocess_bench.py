@@ -22,8 +22,8 @@ import numpy as np
 from flowpipe.accel import devices
 from flowpipe.frame import Frame, FrameRef
 from flowpipe.memory import Lease, SharedBuffer
-from flowpipe.nodes.preprocess import Preprocess, geometry
 from flowpipe.testing import Harness
+from flowpipe_nodes.preprocess import Preprocess, geometry
 
 CASES = {
     "1080p->128x128 NHWC [-1,1]": dict(size=(128, 128), color="RGB", layout="NHWC", mean=(127.5,) * 3,

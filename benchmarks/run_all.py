@@ -58,7 +58,7 @@ def flowpipe_face_blur(video: Path, out: Path, frames: int, streams: int = 1, de
 
 def same_detections(a_jsonl: Path, b_jsonl: Path) -> dict:
     """Frame by frame: every face of one run matched in the other at IoU >= 0.9 (and the counts)."""
-    from flowpipe.nodes.track import iou_matrix
+    from flowpipe_nodes.track import iou_matrix
 
     a = [json.loads(x) for x in a_jsonl.read_text().splitlines()]
     b = [json.loads(x) for x in b_jsonl.read_text().splitlines()]

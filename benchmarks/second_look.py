@@ -40,9 +40,9 @@ class Looker:
         import openvino as ov
 
         from flowpipe.models import resolve
-        from flowpipe.nodes.decode import BlazeFaceCheck, CenterFaceCheck, CenterFaceDecode
-        from flowpipe.nodes.preprocess import Preprocess
         from flowpipe.testing import Harness
+        from flowpipe_nodes.decode import BlazeFaceCheck, CenterFaceCheck, CenterFaceDecode
+        from flowpipe_nodes.preprocess import Preprocess
 
         self.core = ov.Core()
         self.compiled: dict[tuple[int, int], Any] = {}
@@ -66,7 +66,7 @@ class Looker:
         """CenterFace's boxes (source pixels) with scores from LOW up to SURE: the picture letterboxed as the
         graph's preprocess does it, the outputs through the graph's decoder."""
         from flowpipe.frame import Frame, TensorLayout
-        from flowpipe.nodes.preprocess import geometry
+        from flowpipe_nodes.preprocess import geometry
 
         h, w = rgb.shape[:2]
         geo = geometry(w, h, 960, 544, "letterbox", upscale=False)

@@ -51,11 +51,11 @@ def load_builtin_and_plugins() -> None:
     if _LOADED:
         return
     _LOADED = True
-    builtin = importlib.import_module("flowpipe.nodes")  # the node library, by name: the engine knows no node type
+    builtin = importlib.import_module("flowpipe_nodes")  # the node library, by name: the engine knows no node type
 
     for mod in pkgutil.iter_modules(builtin.__path__):
         if not mod.name.startswith("_"):
-            importlib.import_module(f"flowpipe.nodes.{mod.name}")
+            importlib.import_module(f"flowpipe_nodes.{mod.name}")
     for ep in entry_points(group="flowpipe.nodes"):
         before = set(_REGISTRY)
         obj = ep.load()

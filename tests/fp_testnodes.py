@@ -11,7 +11,7 @@ from typing import Any
 
 from flowpipe import Frame, Node, NodeConfig, register
 from flowpipe.node import PIXELS_ALL, NodeContract
-from flowpipe.nodes.inference import Inference
+from flowpipe_nodes.inference import Inference
 
 EVENTS: list[str] = []
 _lock = threading.Lock()

@@ -274,7 +274,7 @@ def test_a_track_is_forgotten_after_forget_frames_and_its_crossings_with_it(coun
 
 def test_the_overlay_writes_a_zone_s_count_and_a_line_s_totals_per_label() -> None:
     """By a zone, how many are in it; by a line, its totals, and per label once more than one label crossed."""
-    from flowpipe.nodes.draw import shape_text
+    from flowpipe_nodes.draw import shape_text
 
     found = {"zones": {"z": {"count": 2}},
              "lines": {"one": {"in": 1, "out": 0, "labels": {"person": {"in": 1, "out": 0}}},
@@ -767,8 +767,8 @@ def test_event_clips_run_from_the_keyframe_before_the_pre_roll_to_the_post_roll(
 
 def test_old_event_clips_go_by_size(tmp_path: Path) -> None:
     """Three events far apart make three clips; with ``keep_mb`` under one clip's size only the newest stays."""
-    from flowpipe.nodes.media.clips import ClipKeeper
-    from flowpipe.nodes.media.encode import Recorder
+    from flowpipe_nodes.media.clips import ClipKeeper
+    from flowpipe_nodes.media.encode import Recorder
 
     rec = Recorder(str(tmp_path / "rec.mp4"), 30.0, (64, 48), gop_seconds=0.2)
     keeper = rec.tap = ClipKeeper("cam", tmp_path / "clips", 30.0, pre_s=0.1, post_s=0.1, keep_mb=0.000001)
@@ -785,8 +785,8 @@ def test_a_later_run_writes_no_clip_over_an_earlier_one_and_keeps_no_other_strea
     """Frame numbers begin at 0 in every run: an event at a frame an earlier run's clip is named by gets a
     clip beside it (what the earlier records name stays theirs); retention of stream ``cam`` leaves
     ``cam-back``'s clips alone."""
-    from flowpipe.nodes.media.clips import ClipKeeper
-    from flowpipe.nodes.media.encode import Recorder
+    from flowpipe_nodes.media.clips import ClipKeeper
+    from flowpipe_nodes.media.encode import Recorder
 
     clips = tmp_path / "clips"
     clips.mkdir()

@@ -8,7 +8,7 @@ import pytest
 
 from flowpipe.eval.clips import clip
 from flowpipe.eval.footage import footage_path
-from flowpipe.nodes.track.backward import track_back
+from flowpipe_nodes.track.backward import track_back
 
 Box = tuple[float, float, float, float]
 

@@ -103,7 +103,7 @@ def test_two_record_writers_of_one_file_keep_each_other_s_records(tmp_path) -> N
 def test_a_missing_input_is_said_before_any_model_compiles(tmp_path, capsys, monkeypatch) -> None:
     """Every node is asked what it would not find before any opens: the detector behind a missing clip never
     loads its model."""
-    import flowpipe.nodes.inference.node as inference
+    import flowpipe_nodes.inference.node as inference
 
     opened: list[str] = []
     monkeypatch.setattr(inference.Inference, "open", lambda self, ctx: opened.append(self.id))

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from flowpipe import load_graph, run
-from flowpipe.nodes.track import iou_matrix
 from flowpipe.sample import make_sample
+from flowpipe_nodes.track import iou_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
 FRAMES = 60

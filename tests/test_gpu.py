@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from flowpipe import load_graph
-from flowpipe.nodes.track import iou_matrix
 from flowpipe.testing import collected, run_spec
+from flowpipe_nodes.track import iou_matrix
 
 
 def _has_gpu() -> bool:

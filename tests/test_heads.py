@@ -12,9 +12,9 @@ import pytest
 from flowpipe.eval.clips import truth
 from flowpipe.eval.footage import footage_path
 from flowpipe.eval.score import coverage
-from flowpipe.nodes.draw import grow_box
-from flowpipe.nodes.pose import head_box
 from flowpipe.testing import collected, run_yaml
+from flowpipe_nodes.draw import grow_box
+from flowpipe_nodes.pose import head_box
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -113,7 +113,7 @@ def test_a_person_holding_a_sure_face_gets_no_look_for_the_head() -> None:
     """``objects.not_holding``: the pose model looks only at people whose face was not found surely (a
     crowd's faces cost it nothing); one holding a face candidate under the score is looked at."""
     from flowpipe.frame import Detection, Frame
-    from flowpipe.nodes.preprocess.geometry import Objects
+    from flowpipe_nodes.preprocess.geometry import Objects
 
     f = Frame("s", 0, 0.0, np.zeros((400, 600, 3), np.uint8))
     f.detections = [Detection((40, 20, 80, 70), 0.9, "face", 0), Detection((300, 20, 340, 70), 0.3, "face", 0),
@@ -318,8 +318,8 @@ def test_animal_faces_remembers_each_face_s_verdict_where_the_person_detector_di
     for the detector; a verdict 4 frames old still holds and asks to be renewed, and lapses after 8; a frame the
     detector ran on judges its faces again and keeps the verdicts of faces it did not find."""
     from flowpipe.frame import Detection, Frame, TensorLayout
-    from flowpipe.nodes.context import AnimalFaces
     from flowpipe.testing import Harness
+    from flowpipe_nodes.context import AnimalFaces
 
     node = AnimalFaces("animals", AnimalFaces.Config(remember=4, pass_persons=False))
 
@@ -364,8 +364,8 @@ def test_a_person_s_face_keeps_its_verdict_longer_than_a_face_the_detector_found
     asks to be renewed after 10 frames, one the detector found in no box after 4, and an animal's after 4; each
     lapses at twice its own."""
     from flowpipe.frame import Detection, Frame, TensorLayout
-    from flowpipe.nodes.context import AnimalFaces
     from flowpipe.testing import Harness
+    from flowpipe_nodes.context import AnimalFaces
 
     node = AnimalFaces("animals", AnimalFaces.Config(remember=4, remember_person=10, pass_persons=False))
 
@@ -402,8 +402,8 @@ def test_a_person_s_face_keeps_its_verdict_longer_than_a_face_the_detector_found
 
 
 def test_animal_faces_without_remember_asks_for_the_person_detector_on_every_frame() -> None:
-    from flowpipe.nodes.context import AnimalFaces
     from flowpipe.testing import Harness
+    from flowpipe_nodes.context import AnimalFaces
 
     node = AnimalFaces("animals", AnimalFaces.Config())
     with Harness(node) as h:
@@ -416,8 +416,8 @@ def test_animal_faces_without_remember_asks_for_the_person_detector_on_every_fra
 
 def test_heads_ask_for_the_person_detector_on_one_in_every_of_the_frames_the_detectors_ran_on() -> None:
     from flowpipe.frame import Frame, TensorLayout
-    from flowpipe.nodes.pose import MoveNetHeads
     from flowpipe.testing import Harness
+    from flowpipe_nodes.pose import MoveNetHeads
 
     node = MoveNetHeads("heads", MoveNetHeads.Config(every=3))
     with Harness(node) as h:
@@ -463,8 +463,8 @@ def test_a_look_along_the_person_detector_cuts_the_faces_outside_people_on_the_f
     box: on a frame the detector passed over, no entry, and its layout stays on the frame (the check after it,
     ``animal_faces``, reads from it that the detector did not run)."""
     from flowpipe.frame import Detection, Frame, TensorLayout
-    from flowpipe.nodes.preprocess import Preprocess
     from flowpipe.testing import Harness
+    from flowpipe_nodes.preprocess import Preprocess
 
     look = Preprocess("kind_pre", Preprocess.Config.model_validate(
         {"size": [32, 32], "color": "RGB", "layout": "NHWC", "dtype": "u8", "along": "people_pre",
@@ -493,8 +493,8 @@ def test_the_classifier_s_look_puts_a_cat_s_face_on_animals_and_a_woman_s_on_thi
     from skimage import data
 
     from flowpipe.frame import Detection, Frame, TensorLayout
-    from flowpipe.nodes.decode import ClassCheck
     from flowpipe.testing import feed
+    from flowpipe_nodes.decode import ClassCheck
 
     cat = cv2.cvtColor(data.chelsea(), cv2.COLOR_RGB2BGR)
     woman = cv2.cvtColor(data.astronaut(), cv2.COLOR_RGB2BGR)
@@ -539,8 +539,8 @@ def test_a_verdict_on_the_classifier_s_word_alone_asks_again_at_once_and_lapses_
     for the detector at once and lapses after two frames: a person the detector missed once is looked at again at
     once, and not dropped for 25 to 50 frames. A face judged in a dog's box holds its verdict as before."""
     from flowpipe.frame import Detection, Frame, TensorLayout
-    from flowpipe.nodes.context import AnimalFaces
     from flowpipe.testing import Harness
+    from flowpipe_nodes.context import AnimalFaces
 
     node = AnimalFaces("animals", AnimalFaces.Config(remember=25, kind=0.9, pass_persons=False))
 
@@ -567,7 +567,7 @@ def test_a_verdict_on_the_classifier_s_word_alone_asks_again_at_once_and_lapses_
 
 
 def test_class_check_takes_a_range_of_classes_from_first_to_last() -> None:
-    from flowpipe.nodes.decode import ClassCheck
+    from flowpipe_nodes.decode import ClassCheck
 
     assert ClassCheck.Config(classes=(0, 397)).classes == (0, 397)
     for bad in ((5, 2), (-3, 2)):

@@ -51,7 +51,7 @@ def test_outputs_match_a_direct_openvino_call(face_model, astronaut) -> None:
     direct = ov.Core().compile_model(face_model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
     got = collected("inf_direct")
     assert [f.index for f in got] == list(range(6))
-    from flowpipe.nodes.preprocess import CpuBackend, Preprocess, geometry
+    from flowpipe_nodes.preprocess import CpuBackend, Preprocess, geometry
 
     pre = CpuBackend(Preprocess.Config(size=(128, 128), color="RGB", layout="NHWC", mean=(127.5,) * 3,
                                        scale=(127.5,) * 3, resize="letterbox", backend="cpu"))
@@ -285,7 +285,7 @@ def test_openvino_preprocessing_folded_into_the_model_matches_opencl(astronaut) 
     a, b = run_yaml(graph("openvino", "ppp")), run_yaml(graph("cpu", "noppp"))
     assert a.ok and b.ok, (a.error, b.error)
     assert "uint8" in a.inference["inference.det"]["input"]["type"]
-    from flowpipe.nodes.track import iou_matrix
+    from flowpipe_nodes.track import iou_matrix
 
     da = np.array([d.box for d in collected("ppp")[0].detections])
     db = np.array([d.box for d in collected("noppp")[0].detections])
@@ -306,8 +306,8 @@ def test_yolov8_model_from_its_wheel_finds_the_face(astronaut) -> None:
     assert res.ok, res.error
     assert res.inference["inference.det"]["input"]["shape"] == "[1,3,320,320]"
     faces = [d for d in collected("yolo")[0].detections if d.label == "FACE_FEMALE"]
-    from flowpipe.nodes.track import iou_matrix
     from flowpipe.sample import ASTRONAUT_FACE
+    from flowpipe_nodes.track import iou_matrix
 
     assert faces and iou_matrix(np.array([faces[0].box]), np.array([ASTRONAUT_FACE]))[0, 0] > 0.5
 

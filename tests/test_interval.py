@@ -10,9 +10,9 @@ import numpy as np
 
 from flowpipe.frame import Detection, Frame
 from flowpipe.graph import load_graph
-from flowpipe.nodes.preprocess import Preprocess
 from flowpipe.runtime import Runner
 from flowpipe.testing import Harness, run_node
+from flowpipe_nodes.preprocess import Preprocess
 
 ROOT = Path(__file__).resolve().parent.parent
 Box = tuple[float, float, float, float]
@@ -246,7 +246,7 @@ def test_an_inference_after_an_interval_holds_the_frames_waiting_behind_its_requ
     """The frames an interval passes over wait in their turn behind the ones the detector runs on: a
     consumer in order holds ``every`` times its requests, and the decoder's pool is sized for them."""
     from flowpipe.contracts import Offer, TensorSpec
-    from flowpipe.nodes.inference import Inference
+    from flowpipe_nodes.inference import Inference
 
     for every in (1, 3):
         spec = TensorSpec((1, 3, 64, 64), "float32", every=every)

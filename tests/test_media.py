@@ -67,7 +67,7 @@ def test_segments_h265_and_a_missing_hardware_encoder(tmp_path, caplog) -> None:
     assert probe(tmp_path / "nv12" / "v.mp4")["frames"] == 15
 
     (tmp_path / "hw").mkdir()
-    with caplog.at_level(logging.WARNING, logger="flowpipe.nodes.media"):
+    with caplog.at_level(logging.WARNING, logger="flowpipe_nodes.media"):
         res = run_yaml(_synthetic(tmp_path / "hw", "encoder: qsv", count=10))
     assert res.ok, res.error
     assert res.nodes["rec"]["encoder"] == {str(tmp_path / "hw" / "v.mp4"): "libx264"}
@@ -275,7 +275,7 @@ def test_hardware_decode_asked_for_falls_back_to_software_with_one_line(tmp_path
     seen = {}
     for accel in ("none", "auto", "cuda"):
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="flowpipe.nodes.media"):
+        with caplog.at_level(logging.WARNING, logger="flowpipe_nodes.media"):
             res = run_yaml(f"""
 nodes:
   - {{id: src, type: video_source, config: {{uri: "{clip}", decoder: pyav, format: NV12, hwaccel: {accel}}}}}
@@ -378,7 +378,7 @@ def test_blur_masks_yuv_planes_where_they_are(mode: str, fmt: str) -> None:
     from skimage import data
 
     from flowpipe.frame import Detection, Frame
-    from flowpipe.nodes.draw import Blur
+    from flowpipe_nodes.draw import Blur
 
     bgr = cv2.cvtColor(data.astronaut(), cv2.COLOR_RGB2BGR)  # 512x512, a real face at about (170..330, 20..200)
     h, w = bgr.shape[:2]
@@ -445,7 +445,7 @@ def test_a_blurred_face_keeps_no_detail_finer_than_a_quarter_of_it_at_any_size(s
     from skimage import data
 
     from flowpipe.frame import Detection, Frame
-    from flowpipe.nodes.draw import Blur
+    from flowpipe_nodes.draw import Blur
 
     face = cv2.cvtColor(data.astronaut(), cv2.COLOR_RGB2BGR)[20:220, 160:340]
     face = cv2.resize(face, (side, side * 10 // 9 // 2 * 2), interpolation=cv2.INTER_AREA)
@@ -478,7 +478,7 @@ def test_overlay_draws_on_yuv_converting_only_what_it_touches(fmt: str) -> None:
     from skimage import data
 
     from flowpipe.frame import Detection, Frame
-    from flowpipe.nodes.draw import Overlay
+    from flowpipe_nodes.draw import Overlay
 
     bgr = cv2.cvtColor(data.astronaut(), cv2.COLOR_RGB2BGR)
     h, w = bgr.shape[:2]
@@ -519,8 +519,8 @@ def test_a_writer_lets_held_frames_go_when_their_stream_stalls(tmp_path) -> None
     import numpy as np
 
     from flowpipe.frame import Frame, FrameRef
-    from flowpipe.nodes.video import VideoWriter
     from flowpipe.testing import Harness
+    from flowpipe_nodes.video import VideoWriter
 
     node = VideoWriter("rec", VideoWriter.Config(path=str(tmp_path / "v.mp4"), gop_seconds=0.2, fps=10))
     with Harness(node):
@@ -546,8 +546,8 @@ def test_a_stream_added_again_records_beside_its_first_file_and_no_other_takes_i
     import numpy as np
 
     from flowpipe.frame import Frame
-    from flowpipe.nodes.video import VideoWriter
     from flowpipe.testing import Harness
+    from flowpipe_nodes.video import VideoWriter
 
     node = VideoWriter("rec", VideoWriter.Config(path=str(tmp_path / "v.mp4"), fps=10))
     with Harness(node):
@@ -565,8 +565,8 @@ def test_an_event_that_begins_while_its_recording_is_paused_says_why_it_has_no_c
     import numpy as np
 
     from flowpipe.frame import Frame
-    from flowpipe.nodes.video import VideoWriter
     from flowpipe.testing import Harness
+    from flowpipe_nodes.video import VideoWriter
 
     node = VideoWriter("rec", VideoWriter.Config(path=str(tmp_path / "v.mp4"), fps=10,
                                                  clips={"path": str(tmp_path / "clips")}))
@@ -662,7 +662,7 @@ def test_an_odd_sized_picture_is_recorded_without_its_last_row_and_column(tmp_pa
     import av
     import numpy as np
 
-    from flowpipe.nodes.media.encode import Recorder
+    from flowpipe_nodes.media.encode import Recorder
 
     rec = Recorder(str(tmp_path / "odd.mp4"), 25.0, (801, 533))
     picture = np.zeros((533, 801, 3), np.uint8)

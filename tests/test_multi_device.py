@@ -19,8 +19,8 @@ from flowpipe.accel import OpenVino, devices
 from flowpipe.accel.openvino import DeviceChoice, choose_device, choose_devices
 from flowpipe.contracts import Allocation, Offer
 from flowpipe.errors import FrameError
-from flowpipe.nodes.inference import Entries, InferenceConfig, MultiEngine
 from flowpipe.testing import collected, feed, run_yaml
+from flowpipe_nodes.inference import Entries, InferenceConfig, MultiEngine
 
 
 # -- the choice --------------------------------------------------------------------------------------------
@@ -276,8 +276,8 @@ def test_a_clients_own_memory_gets_the_results_on_whichever_device_runs_them(aff
 def test_the_node_on_two_devices_serves_a_device_owners_clients(affine, monkeypatch) -> None:
     """What the device owner asks of the node (host input, output specs, frames at once, a client's own
     memory for the results), on two devices."""
-    from flowpipe.nodes.inference import Inference
     from flowpipe.testing import Harness
+    from flowpipe_nodes.inference import Inference
 
     _two_cpus(monkeypatch)
     node = Inference("det", Inference.Config(model=str(affine), device="GPU+CPU", num_requests=2))
@@ -328,7 +328,7 @@ def test_a_model_the_registry_says_cannot_run_on_the_gpu_runs_on_the_next_device
     the CPU for it, and the reason (``--stats`` ``device_reason``) says why; its input memory is then asked
     for on the host, not in the GPU's OpenCL context. A model that refuses nothing still gets the GPU."""
     from flowpipe import models
-    from flowpipe.nodes.inference import Inference
+    from flowpipe_nodes.inference import Inference
 
     reg = copy.deepcopy(models.registry())  # the registry's own (cached) dict stays as it is
     reg["ssd_mobilenet_v2_coco"]["refuses"] = {"GPU": "the GPU plugin has no NonZero kernel over u8"}

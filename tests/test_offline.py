@@ -38,7 +38,7 @@ def test_a_face_the_detector_finds_late_is_masked_from_its_first_frame_in_a_reco
     pytest.importorskip("av")
     from flowpipe.eval.clips import clip
     from flowpipe.eval.score import COVERED, coverage
-    from flowpipe.nodes.draw import grow_box
+    from flowpipe_nodes.draw import grow_box
 
     c = clip("woman_hands")
     src = c.write(tmp_path / "woman.mp4")
@@ -75,8 +75,8 @@ def test_offline_on_a_live_source_is_refused_in_one_line_at_validation(tmp_path)
 
 def test_a_recording_too_large_for_the_spill_folder_is_refused_at_its_first_frame_naming_the_room(tmp_path) -> None:
     from flowpipe.errors import FrameError
-    from flowpipe.nodes.track import Tracker
     from flowpipe.testing import Harness
+    from flowpipe_nodes.track import Tracker
 
     node = Tracker("track", Tracker.Config(offline=True, spill=str(tmp_path)))
     with Harness(node):

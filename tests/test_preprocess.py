@@ -47,7 +47,7 @@ def reference(src: np.ndarray, fmt: str, cfg: dict, backend: str = "cpu") -> np.
     """What users write by hand with OpenCV + numpy; YUV for the OpenCL kernel: FFmpeg's own YUV -> BGR (what
     a decoder asked for BGR gives), which the kernel matches to the bit; the host path uses OpenCV's."""
     if fmt in ("NV12", "I420") and backend == "opencl":
-        from flowpipe.nodes.media.color import yuv_to_bgr
+        from flowpipe_nodes.media.color import yuv_to_bgr
 
         return reference(yuv_to_bgr(src, fmt), "BGR", cfg)
     bgr = {"BGR": lambda a: a, "RGB": lambda a: cv2.cvtColor(a, cv2.COLOR_RGB2BGR),
@@ -164,7 +164,7 @@ def test_letterbox_geometry_recorded_for_box_mapping() -> None:
     assert layout is not None and layout.tensor == (192, 192) and len(layout.places) == 1
     geo = layout.places[0]
     assert (geo.roi, geo.new_w, geo.new_h, geo.pad_x, geo.pad_y) == ((0, 0, 1366, 768), 192, 108, 0, 42)
-    from flowpipe.nodes.decode import to_source
+    from flowpipe_nodes.decode import to_source
 
     # tensor box (0,42)-(192,150) is the whole frame
     box = to_source(Frame("s", 0, 0.0, None, layout=layout), np.array([[0.0, 42.0, 192.0, 150.0]]))
@@ -186,7 +186,7 @@ def test_tiles_cover_the_frame_and_batch_the_tensor() -> None:
 def test_tiles_over_a_region_cut_that_part_alone_and_map_back_to_the_frame() -> None:
     """A band across the picture (a counting line's): the grid lies inside it, edge to edge, each tile the
     band's height; a detection in a tile maps back to the frame through the tile's own placement."""
-    from flowpipe.nodes.decode import to_source
+    from flowpipe_nodes.decode import to_source
 
     out = run_pre(dict(size=(300, 300), resize="stretch", color="RGB", layout="NHWC", dtype="u8",
                        tiles={"grid": [3, 1], "region": [0.0, 0.35, 1.0, 0.85]}), [_image(1280, 720)], BACKENDS[0])

@@ -13,9 +13,9 @@ import pytest
 from flowpipe.eval.clips import Clip
 from flowpipe.eval.score import coverage, score
 from flowpipe.frame import Detection, Frame
-from flowpipe.nodes.decode import weighted_nms
-from flowpipe.nodes.draw import grow_box
 from flowpipe.testing import run_node
+from flowpipe_nodes.decode import weighted_nms
+from flowpipe_nodes.draw import grow_box
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -99,8 +99,8 @@ def test_frames_waiting_for_a_lookahead_go_on_when_their_stream_stalls() -> None
     stream's end) whatever the time: what they get never depends on how fast the frames came."""
     import time
 
-    from flowpipe.nodes.track import Tracker
     from flowpipe.testing import Harness
+    from flowpipe_nodes.track import Tracker
 
     node = Tracker("t", Tracker.Config(lookahead=5, max_wait=0.1))
     with Harness(node):
@@ -135,8 +135,8 @@ def test_every_waiting_frame_of_a_stalled_stream_gets_its_wake() -> None:
     import threading
     import time
 
-    from flowpipe.nodes.track import Tracker
     from flowpipe.testing import Harness
+    from flowpipe_nodes.track import Tracker
 
     node = Tracker("t", Tracker.Config(lookahead=5, max_wait=0.15))
     with Harness(node):
@@ -249,7 +249,7 @@ def test_a_coasting_face_moves_with_the_camera_s_pan_and_zoom() -> None:
     """The camera zooms and pans; a face the detector misses for 6 frames: with ``camera_motion`` its predicted
     box moves as the five faces found around it do and stays on the face (IoU >= 0.8 in every missed frame);
     on its own slowing velocity it falls behind the face."""
-    from flowpipe.nodes.track import iou_matrix
+    from flowpipe_nodes.track import iou_matrix
 
     seq, truth = _zooming(16, range(8, 14))
     cfg = "type: tracker\nconfig: {coast: 10, confirm: 3, camera_motion: %s}"
@@ -291,7 +291,7 @@ def test_a_face_the_camera_takes_out_slowly_stays_masked_until_half_of_it_is_out
     face0 = [[d for d in f.detections if d.track_id == 1] for f in out.frames]
     assert all(len(d) == 1 and d[0].source == "predicted" for d in face0[27:40]), face0[27:40]
     assert not any(face0[43:]), face0[43:]  # its last box was 1.5 px low, so it goes a frame or two late
-    from flowpipe.nodes.draw import grow_box
+    from flowpipe_nodes.draw import grow_box
 
     got = [coverage(truth[f], [grow_box(face0[f][0].box, 0.2, 320, 240)]) for f in range(27, 40)]
     assert min(got) >= 0.7, got
@@ -315,7 +315,7 @@ def test_a_face_the_camera_pans_out_and_back_is_masked_as_it_comes_back() -> Non
                     continue
             found.append(((x, y, x + 20, y + 20), 0.9))
         seq.append(found)
-    from flowpipe.nodes.draw import grow_box
+    from flowpipe_nodes.draw import grow_box
 
     def face0(offscreen: int) -> list[float]:
         cfg = f"type: tracker\nconfig: {{coast: 5, confirm: 3, camera_motion: true, offscreen: {offscreen}}}"
@@ -330,7 +330,7 @@ def test_a_face_the_camera_pans_out_and_back_is_masked_as_it_comes_back() -> Non
 def test_a_mask_cut_by_the_picture_s_edge_keeps_its_whole_margin_inside() -> None:
     """``grow`` 0.2 of a 40x30 box: 4 and 3 px on each side in the middle of the picture; at the top edge
     the 3 px the edge cuts off go below the box, and a box partly past the edge gets its whole margin below."""
-    from flowpipe.nodes.draw import grow_box
+    from flowpipe_nodes.draw import grow_box
 
     assert grow_box((100, 100, 140, 130), 0.2, 320, 240) == pytest.approx((96, 97, 144, 133))
     assert grow_box((100, 0, 140, 30), 0.2, 320, 240) == pytest.approx((96, 0, 144, 36))
@@ -343,7 +343,7 @@ def test_camera_motion_is_fitted_only_where_the_tracks_agree() -> None:
     """Five boxes zoomed and panned alike and one moving on its own give the five's motion; three boxes that
     walk while two stand (no three quarters agreeing) give none, so a still camera's coasting faces keep
     their own motion."""
-    from flowpipe.nodes.track import scene_motion
+    from flowpipe_nodes.track import scene_motion
 
     before = np.array([[100.0 + 90 * i, 100.0 + 40 * i, 140.0 + 90 * i, 140.0 + 40 * i] for i in range(6)])
     after = before * 1.02 + np.array([-3.0, 1.0, -3.0, 1.0])
@@ -682,7 +682,7 @@ def test_the_second_look_over_two_processes_looks_as_in_one(tmp_path) -> None:
 def _retina_frame(rows: list[list[float]], there: list[Detection]) -> Frame:
     """A 640x320 frame laid 1:1 into a 640x320 tensor, RetinaFace's output rows on it, ``there`` found before."""
     from flowpipe.frame import TensorLayout
-    from flowpipe.nodes.preprocess.geometry import geometry
+    from flowpipe_nodes.preprocess.geometry import geometry
 
     f = Frame("cam", 0, 0.0, np.zeros((320, 640, 3), np.uint8))
     f.layout = TensorLayout("pre_b", (640, 320), (geometry(640, 320, 640, 320, "letterbox"),))
@@ -704,7 +704,7 @@ def test_retinaface_faces_join_the_ones_found_before_and_a_profile_covers_the_ba
     at 0.3 is that face (the extent of both boxes, RetinaFace's 0.95); a face in profile (its nose at the
     right of its box) found by RetinaFace alone is added, widened on the left by 0.3 of its width at full
     profile, its score capped at ``alone_max``; under the threshold nothing."""
-    from flowpipe.nodes.decode import RetinaFaceDecode
+    from flowpipe_nodes.decode import RetinaFaceDecode
 
     frontal, profile = (100.0, 100.0, 160.0, 180.0), (400.0, 100.0, 440.0, 160.0)
     rows = [_row(frontal, 130.0, 0.95), _row(profile, 440.0, 0.8), _row((300.0, 20.0, 330.0, 60.0), 315.0, 0.2)]

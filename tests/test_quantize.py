@@ -15,8 +15,8 @@ import pytest
 from flowpipe import load_graph, models, run
 from flowpipe.eval.clips import clip
 from flowpipe.eval.quantize import letterboxed, quantize, quantized_ops
-from flowpipe.nodes.decode import nms
-from flowpipe.nodes.track import iou_matrix
+from flowpipe_nodes.decode import nms
+from flowpipe_nodes.track import iou_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
 # a few frames of one clip at a small size: seconds, not the registry's 60 frames at 960x544

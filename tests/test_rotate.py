@@ -10,8 +10,8 @@ import cv2
 import numpy as np
 import pytest
 
-from flowpipe.nodes.media.decode import turned
 from flowpipe.testing import collected, run_yaml
+from flowpipe_nodes.media.decode import turned
 
 FFMPEG = shutil.which("ffmpeg")
 

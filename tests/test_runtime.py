@@ -186,7 +186,7 @@ REFUSED = {"synthetic_source", "list_source", "video_source", "inference", "prep
 
 
 def test_every_builtin_node_type_has_an_isolation_case() -> None:
-    builtin = {n for n, cls in registry().items() if cls.__module__.startswith("flowpipe.nodes.")}
+    builtin = {n for n, cls in registry().items() if cls.__module__.startswith("flowpipe_nodes.")}
     assert builtin == set(ISOLATED) | REFUSED
 
 

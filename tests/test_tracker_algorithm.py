@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flowpipe.nodes.track.core import TrackerCore, TrackerSettings, TrackUpdate
+from flowpipe_nodes.track.core import TrackerCore, TrackerSettings, TrackUpdate
 
 PICTURE = (320.0, 240.0)
 FACE = (100.0, 100.0, 140.0, 150.0)
@@ -383,7 +383,7 @@ def _walk_past(appearance: float, colours: tuple[np.ndarray, np.ndarray]) -> lis
 
 
 def _colour(bin_: int) -> np.ndarray:
-    from flowpipe.nodes.track import appearance
+    from flowpipe_nodes.track import appearance
 
     c = np.zeros(appearance.SIZE)
     c[bin_] = 1.0
@@ -405,7 +405,7 @@ def test_appearance_keeps_two_people_walking_past_each_other_apart_where_their_c
 
 
 def test_colours_of_a_box_are_its_middles_and_too_small_a_box_has_none() -> None:
-    from flowpipe.nodes.track import appearance
+    from flowpipe_nodes.track import appearance
 
     img = np.zeros((200, 300, 3), np.uint8)
     img[:, :100] = (0, 0, 200)  # red (BGR)

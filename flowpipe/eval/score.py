@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from flowpipe import load_graph
-from flowpipe.nodes.draw import grow_box
 from flowpipe.runtime import Runner
+from flowpipe_nodes.draw import grow_box
 
 from ..models import from_wheel
 from .clips import Box, Clip

@@ -14,8 +14,8 @@ from pydantic import Field
 
 from flowpipe.frame import Frame
 from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
-from flowpipe.nodes.media.live import LiveEncoder
 from flowpipe.registry import register
+from flowpipe_nodes.media.live import LiveEncoder
 
 log = logging.getLogger("flowpipe.preview")
 PAGE = """<!doctype html><html><head><title>flowpipe preview</title>

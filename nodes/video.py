@@ -30,11 +30,11 @@ from flowpipe.contracts import Offer
 from flowpipe.frame import Frame, FrameRef
 from flowpipe.memory import BufferPool
 from flowpipe.node import Node, NodeConfig, NodeContract, RunContext, Source
-from flowpipe.nodes.media.clips import ClipKeeper
-from flowpipe.nodes.media.decode import TURNS, Demuxer, display_turn, turned
-from flowpipe.nodes.media.encode import Recorder, available
 from flowpipe.registry import register
 from flowpipe.sample import SAMPLES, sample_path
+from flowpipe_nodes.media.clips import ClipKeeper
+from flowpipe_nodes.media.decode import TURNS, Demuxer, display_turn, turned
+from flowpipe_nodes.media.encode import Recorder, available
 
 log = logging.getLogger("flowpipe.video")
 IMAGE_EXT = {".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp"}

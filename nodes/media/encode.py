@@ -17,7 +17,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-log = logging.getLogger("flowpipe.nodes.media")
+log = logging.getLogger("flowpipe_nodes.media")
 
 SOFTWARE = {"h264": "libx264", "h265": "libx265", "mpeg4": "mpeg4"}
 HARDWARE = {"qsv": {"h264": "h264_qsv", "h265": "hevc_qsv"}, "nvenc": {"h264": "h264_nvenc", "h265": "hevc_nvenc"},

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-log = logging.getLogger("flowpipe.nodes.media")
+log = logging.getLogger("flowpipe_nodes.media")
 HWACCEL = ("qsv", "vaapi", "cuda")  # ``auto`` tries these in order: Intel first (QSV, then VA-API), then NVIDIA
 NET = ("rtsp://", "rtsps://", "rtmp://", "http://", "https://", "udp://", "tcp://", "srt://")
 

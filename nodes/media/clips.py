@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-log = logging.getLogger("flowpipe.nodes.media")
+log = logging.getLogger("flowpipe_nodes.media")
 
 FRAGMENTED = "+frag_keyframe+empty_moov+default_base_moof"
 

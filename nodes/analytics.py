@@ -33,8 +33,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from flowpipe.frame import Detection, Frame
 from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
-from flowpipe.nodes.media.clips import retain, unused
 from flowpipe.registry import register
+from flowpipe_nodes.media.clips import retain, unused
 
 from .track.rate import StreamRates, factor, scale_count
 

@@ -1,1 +1,0 @@
-"""flowpipe's built-in node library (installed as ``flowpipe.nodes``), one concept per module."""
