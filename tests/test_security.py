@@ -69,7 +69,8 @@ def test_model_files_are_checked_against_sha256(tmp_path, monkeypatch) -> None:
 
 def test_serve_speaks_https_with_a_certificate_and_refuses_half_of_one(tmp_path) -> None:
     """``--tls-cert``/``--tls-key``: the API and console over HTTPS (the bearer token never in clear); one without
-    the other, or a file that is not there, is refused in one line before anything starts."""
+    the other, a file that is not there, or a token over plain HTTP off loopback without ``--insecure-http``, is
+    refused in one line before anything starts."""
     import json
     import shutil
     import socket
@@ -94,6 +95,11 @@ def test_serve_speaks_https_with_a_certificate_and_refuses_half_of_one(tmp_path)
     gone = subprocess.run([*cli, "--tls-cert", str(cert), "--tls-key", str(tmp_path / "nokey.pem")],
                           capture_output=True, text=True, timeout=60)
     assert gone.returncode == 2 and "--tls-key" in gone.stderr and "no such file" in gone.stderr
+    clear = subprocess.run([*cli, "--host", "0.0.0.0", "--token", "t0k3n"], capture_output=True, text=True,  # noqa: S104
+                           timeout=60)  # a token over plain HTTP off loopback: refused, unless said on purpose
+    assert clear.returncode == 2 and clear.stderr.strip() == (
+        "error: serving on 0.0.0.0 over plain HTTP sends the token in clear: --tls-cert and --tls-key serve HTTPS; "
+        "--insecure-http if a TLS proxy in front of it speaks to the network")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -37,8 +37,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
             return 2
     tls = bool(args.tls_cert)
     if token and not tls and not loopback:
-        log.warning("the token travels in clear over plain HTTP on %s: --tls-cert and --tls-key serve HTTPS (or put "
-                    "a TLS proxy in front)", args.host)
+        if not args.insecure_http:
+            print(f"error: serving on {args.host} over plain HTTP sends the token in clear: --tls-cert and --tls-key "
+                  "serve HTTPS; --insecure-http if a TLS proxy in front of it speaks to the network", file=sys.stderr)
+            return 2
+        log.warning("the token travels in clear over plain HTTP on %s (--insecure-http): keep a TLS proxy in front",
+                    args.host)
     shipped = Path(__file__).resolve().parents[2] / "graphs"
     folders = [Path(f) for f in (args.graphs or [Path("graphs") if Path("graphs").is_dir() else shipped])]
     instances = Instances(folders, Path(args.output_dir), Path(args.media_dir) if args.media_dir else None,
@@ -71,6 +75,8 @@ def add_serve(sub: Any) -> None:
     s.add_argument("--token", help="bearer token every request needs (or FLOWPIPE_TOKEN)")
     s.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS with this certificate (chain) ...")
     s.add_argument("--tls-key", metavar="PEM", help="... and its private key")
+    s.add_argument("--insecure-http", action="store_true", help="serve plain HTTP off loopback with a token (a TLS "
+                   "proxy in front speaks to the network); refused otherwise")
     s.add_argument("--fresh", action="store_true", help="start with no pipeline (default: those the last serve on "
                    "this --output-dir ran, with their streams, as OUTPUT_DIR/instances.json says)")
     s.add_argument("--cluster", metavar="auto|ray://HOST:PORT",
