@@ -1,6 +1,7 @@
 """Errors that carry where they happened: file:line, node id and type."""
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,6 +11,22 @@ _CONTROL = {c: f"\\x{c:02x}" for c in range(32)} | {10: "\\n", 13: "\\r", 9: "\\
 def one_line(text: str) -> str:
     """Control characters (newlines from a hostile key, say) escaped: an error stays on one line."""
     return text.translate(_CONTROL)
+
+
+def reason(e: BaseException) -> str:
+    """``Type: message``, for an error line; one that ran out of open files also says the limit and how to raise it
+    (every shared frame buffer is an fd: a stream over shards holds hundreds, README "Open files")."""
+    text = f"{type(e).__name__}: {e}"
+    if isinstance(e, OSError) and e.errno in (errno.EMFILE, errno.ENFILE):
+        try:
+            import resource
+
+            soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            text += (f" (this process may hold {soft} open files, at most {hard}: every shared frame buffer is one; "
+                     "raise the hard limit, e.g. ulimit -Hn or systemd's LimitNOFILE, or run fewer streams a process)")
+        except (ImportError, ValueError, OSError):
+            pass
+    return text
 
 
 @dataclass(frozen=True)

@@ -413,3 +413,23 @@ def test_a_low_soft_limit_on_open_files_is_raised_to_the_hard_one(tmp_path) -> N
     assert p.returncode == 0, p.stderr[-2000:]
     got = json.loads(out.read_text())
     assert got["frames"]["failed"] == 0 and got["frames"]["out"] == got["frames"]["in"] > 0
+
+
+def test_a_run_out_of_open_files_says_the_limit_and_how_to_raise_it(tmp_path) -> None:
+    """The main job under a hard limit of 96 open files (its pools of shared frame buffers need more): it fails in
+    one line that names the node, the limits and how to raise them, not a bare "Too many open files"."""
+    import resource
+    import subprocess
+    import sys
+
+    def low() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (96, 96))
+
+    p = subprocess.run([sys.executable, "-m", "flowpipe.cli", "run", str(HERE.parent / "graphs" / "face_blur.yaml"),
+                        "--processes", "1", "--set", f"output={tmp_path}/o.mp4", "--set", f"metadata={tmp_path}/o.jsonl"],
+                       cwd=tmp_path, capture_output=True, text=True, preexec_fn=low, timeout=300)
+    assert p.returncode == 1, p.stderr[-2000:]
+    last = p.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and "node '" in last and "Too many open files (this process may hold 96 open " \
+        "files, at most 96: every shared frame buffer is one; raise the hard limit, e.g. ulimit -Hn or systemd's " \
+        "LimitNOFILE, or run fewer streams a process)" in last, last

@@ -23,7 +23,7 @@ from typing import Any
 import networkx as nx
 
 from ..accel import Devices, devices
-from ..errors import NodeError
+from ..errors import NodeError, reason
 from ..graph import GraphSpec, NodeSpec
 from ..memory import ledger as ledgers
 from ..memory.ledger import UNATTRIBUTED, EdgeMemory
@@ -318,7 +318,7 @@ class Runner:
                 try:
                     node.open(self.contexts[s.id])
                 except Exception as e:
-                    raise NodeError(s.id, s.type, f"open failed: {type(e).__name__}: {e}") from e
+                    raise NodeError(s.id, s.type, f"open failed: {reason(e)}") from e
                 opened.append((s, node))
             if self.hooks.on_opened is None or self.hooks.on_opened():
                 threads = self._threads(opened)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from ..errors import FrameError, NodeError
+from ..errors import FrameError, NodeError, reason
 from ..frame import Frame, FrameRef
 from ..graph import GraphSpec, NodeSpec
 from ..memory import ledger as ledgers
@@ -169,7 +169,7 @@ class Stages:
                 if limit_hit:
                     self.stop()
         except Exception as e:  # noqa: BLE001
-            (on_error or self.fail)(NodeError(spec.id, spec.type, f"{type(e).__name__}: {e}"))
+            (on_error or self.fail)(NodeError(spec.id, spec.type, reason(e)))
         finally:
             self.send_eos(spec.id)
 
