@@ -60,3 +60,49 @@ def test_ctrl_c_over_shards_ends_with_130(tmp_path, after) -> None:
                           "--set", f"metadata={tmp_path / 'm.jsonl'}", "--set", "loop=-1"], after, tmp_path)
     assert rc == 130, (rc, err[-2000:])
     assert "Traceback" not in err, err[-2000:]
+
+
+@pytest.mark.parametrize("processes", ["1", "2"])
+def test_ctrl_c_while_the_command_imports_ends_with_130_and_no_traceback(tmp_path, processes) -> None:
+    """In the command's first second (Python importing the engine) a Ctrl-C printed a KeyboardInterrupt traceback
+    and the process died of the signal (6 of 40 random interrupts); the command line imports the engine inside
+    its entry point now, and says it was interrupted while starting."""
+    rc, err = _interrupt(["run", str(ROOT / "graphs" / "face_count_multistream.yaml"), "--processes", processes,
+                          "--set", f"metadata={tmp_path / 'm.jsonl'}"], 0.3, tmp_path)
+    assert rc == 130 and err.strip().splitlines()[-1] == "interrupted while starting", (rc, err[-2000:])
+
+
+def test_a_ctrl_c_while_the_device_owner_starts_ends_the_run_at_once(tmp_path) -> None:
+    """Two interrupts while the device owner starts (its models compiling): the run waited for the start to finish
+    and came back some 20 s after the second (3 of 40 random interrupts); no frame has entered then, and the start
+    is given up at the first."""
+    p = subprocess.Popen([sys.executable, "-m", "flowpipe.cli", "run", str(ROOT / "graphs" / "face_count_multistream.yaml"),
+                          "--processes", "2", "--set", f"metadata={tmp_path / 'm.jsonl'}", "--set", "loop=-1"],
+                         cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    seen, deadline = "", time.monotonic() + 60
+    while "sharded over" not in seen and p.poll() is None and time.monotonic() < deadline:  # the owner starts next
+        time.sleep(0.05)
+        seen += _peek(p)
+    time.sleep(0.2)
+    os.killpg(p.pid, signal.SIGINT)
+    time.sleep(0.3)
+    if p.poll() is None:
+        os.killpg(p.pid, signal.SIGINT)
+    t0 = time.monotonic()
+    _, rest = p.communicate(timeout=90)
+    assert p.returncode == 130, (seen + rest)[-2000:]
+    assert time.monotonic() - t0 < 5, (seen + rest)[-2000:]
+    assert "Traceback" not in seen + rest
+
+
+def _peek(p: subprocess.Popen) -> str:
+    """What the process wrote to stderr so far, without waiting."""
+    import fcntl
+
+    fd = p.stderr.fileno()  # type: ignore[union-attr]
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_NONBLOCK)
+    try:
+        return os.read(fd, 1 << 16).decode(errors="replace")
+    except BlockingIOError:
+        return ""

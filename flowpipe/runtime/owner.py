@@ -586,13 +586,20 @@ def owner_main(control: Connection, path: str, payload: bytes, plugins: list[str
     owner.serve()
 
 
+class OwnerStartStoppedError(Exception):
+    """The run was asked to stop while the device owner started: nothing ran yet, and nothing is left to drain."""
+
+
 class OwnerProcess:
     """The supervisor's handle on the device owner: start, watch, restart, close. While a restart is left
     (``restarts_allowed``), a standby owner waits to take over."""
 
     def __init__(self, specs: list[NodeSpec], plugins: list[str], plugin_dir: str | None, path: str,
-                 leads: dict[str, NodeSpec] | None = None, restarts_allowed: int = 0):
+                 leads: dict[str, NodeSpec] | None = None, restarts_allowed: int = 0,
+                 stopping: Callable[[], bool] | None = None):
         self.specs, self.plugins, self.plugin_dir, self.path = specs, plugins, plugin_dir, path
+        #: the run was asked to stop (an interrupt): a start still under way is given up (``OwnerStartStoppedError``)
+        self.stopping = stopping or (lambda: False)
         self.leads = leads or {}  # per owned node, the node that may run ahead of it here (``owner_side``)
         self.restarts_allowed = restarts_allowed
         self.restarts = 0
@@ -642,8 +649,12 @@ class OwnerProcess:
 
     def _first_word(self) -> Any:
         assert self.conn is not None
-        if not self.conn.poll(120):
-            raise RuntimeError("the device owner did not start within 120 s")
+        deadline = time.monotonic() + 120
+        while not self.conn.poll(0.1):  # a start (a model compiling) is given up at once when the run stops
+            if self.stopping():
+                raise OwnerStartStoppedError("the run was stopped while the device owner started")
+            if time.monotonic() > deadline:
+                raise RuntimeError("the device owner did not start within 120 s")
         try:
             return self.conn.recv()
         except EOFError:

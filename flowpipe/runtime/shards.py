@@ -58,7 +58,7 @@ from .messages import (
     StreamReply,
     ToShard,
 )
-from .owner import OwnerClient, OwnerLink, OwnerProcess
+from .owner import OwnerClient, OwnerLink, OwnerProcess, OwnerStartStoppedError
 from .runner import Runner
 from .settings import environment_for_children, no_interrupts_inherited, open_files_raised, share_library_threads
 from .stats import RunSummary, frame_list, merge_nodes
@@ -385,7 +385,11 @@ class ShardedRun:
                 try:
                     self.owner = OwnerProcess(owned, self.spec.plugins, self.spec.plugin_dir,
                                               os.path.join(workdir, "owner.sock"), leads,
-                                              restarts_allowed=max(s.restarts for s in owned))
+                                              restarts_allowed=max(s.restarts for s in owned),
+                                              stopping=lambda: self.stopping)
+                except OwnerStartStoppedError:  # interrupted before any frame: the run ends at once (130)
+                    log.warning("stopped while the device owner started: no frame had entered")
+                    return ShardedResult(self, time.perf_counter() - t0)
                 except RuntimeError as e:
                     self.error = str(e)
                     return ShardedResult(self, time.perf_counter() - t0)
