@@ -5,6 +5,7 @@ This module stays light: the commands import the engine (most of a second), and 
 the command as one later does (130, no traceback)."""
 from __future__ import annotations
 
+import signal
 import sys
 from typing import Any
 
@@ -16,6 +17,15 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted while starting", file=sys.stderr)
         return 130
     return command(argv)
+
+
+def program() -> None:
+    """The ``flowpipe`` program: ``main`` with the command line's arguments, then exit with its code. An
+    interrupt once the command has returned (the interpreter closing) changes nothing and is ignored: it ended a
+    finished run with the signal, not its code."""
+    code = main()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.exit(code)
 
 
 def __getattr__(name: str) -> Any:

@@ -1,8 +1,6 @@
 """``python -m flowpipe.cli``: the command line."""
 from __future__ import annotations
 
-import sys
+from . import program
 
-from . import main
-
-sys.exit(main())
+program()

@@ -420,13 +420,16 @@ class ShardedRun:
                 for sh in self.shards:
                     if sh.said_open and sh.result is None:
                         self._send(sh, Begin(False))
-                        self._drain_messages(sh, timeout=30)
+                        if not self._abort:
+                            self._drain_messages(sh, timeout=30)
         finally:
             self.running = False
             for sh in self.shards:
-                sh.proc.join(timeout=10)
+                # a second interrupt stops now: a shard still opening (its models compiling) is not waited for
+                sh.proc.join(timeout=0.5 if self._abort else 10)
                 if sh.proc.is_alive():
-                    log.error("shard %d (pid %s) did not finish; killing it", sh.index, sh.pid)
+                    if not self._abort:
+                        log.error("shard %d (pid %s) did not finish; killing it", sh.index, sh.pid)
                     sh.proc.kill()
                     sh.proc.join(timeout=5)
                 sh.conn.close()
@@ -555,7 +558,7 @@ class ShardedRun:
                 if sh.said_open:
                     self._send(sh, Begin(False))
             for sh in self.shards:
-                if sh.said_open and sh.result is None:
+                if sh.said_open and sh.result is None and not self._abort:
                     self._drain_messages(sh, timeout=30)
         return not failed
 
