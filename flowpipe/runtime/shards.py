@@ -31,6 +31,7 @@ import threading
 import time
 import weakref
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
@@ -386,7 +387,7 @@ class ShardedRun:
                     self.owner = OwnerProcess(owned, self.spec.plugins, self.spec.plugin_dir,
                                               os.path.join(workdir, "owner.sock"), leads,
                                               restarts_allowed=max(s.restarts for s in owned),
-                                              stopping=lambda: self.stopping)
+                                              stopping=_stopping(weakref.ref(self)))
                 except OwnerStartStoppedError:  # interrupted before any frame: the run ends at once (130)
                     log.warning("stopped while the device owner started: no frame had entered")
                     return ShardedResult(self, time.perf_counter() - t0)
@@ -914,6 +915,12 @@ class ShardedResult(RunSummary):
     def _more_json(self) -> dict[str, Any]:
         return {"processes": len({sh["index"] for sh in self.shards}), "shards": self.shards,
                 "shard_restarts": self.shard_restarts, "device_owner": self.owner}
+
+
+def _stopping(run: weakref.ref[ShardedRun]) -> Callable[[], bool]:
+    """Whether the run was asked to stop, through a weak reference: the device owner's handle holds this, and a
+    cycle back to the run would keep its pipes' fds open until a garbage collection."""
+    return lambda: (r := run()) is not None and r.stopping
 
 
 def recorded(paths: list[str], frames: list[tuple[str, int]], tail: int = 1 << 20) -> list[tuple[str, int]]:
