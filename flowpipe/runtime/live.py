@@ -25,7 +25,7 @@ from typing import Any, Protocol
 import networkx as nx
 from pydantic import ValidationError
 
-from ..errors import NodeError
+from ..errors import NodeError, reason
 from ..graph import GraphSpec, NodeSpec
 from ..graph.validate import config_error
 from ..node import EventSource, LiveVideoSource, Node, NodeConfig, PictureSource, Source
@@ -217,7 +217,7 @@ class LiveStreams:
         except Exception as e:  # noqa: BLE001 - the caller gets one line; the graph goes on
             with self._lock:
                 del self.added[stream]
-            raise ValueError(f"stream {stream!r}: open failed: {type(e).__name__}: {e}") from None
+            raise ValueError(f"stream {stream!r}: open failed: {reason(e)}") from None
         self._threads.start(functools.partial(self._run, rec))
         log.info("stream %s added (like %s)", stream, template.id)
         return rec

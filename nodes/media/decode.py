@@ -40,15 +40,15 @@ def turned(img: np.ndarray, fmt: str, cw: int) -> np.ndarray:
     return out
 
 
-def display_turn(path: str) -> int:
-    """The clockwise turn (0, 90, 180 or 270) a file's display matrix asks of its pictures (a phone held upright,
-    a camera that records its mounting), as players apply it: read from its first picture; 0 where it has none."""
+def display_turn(container: Any) -> int:
+    """The clockwise turn (0, 90, 180 or 270) an open file's display matrix asks of its pictures (a phone held
+    upright, a camera that records its mounting), as players apply it: read from its first picture (decoded: the
+    container is read from there on); 0 where it has none."""
     import av
 
     try:
-        with av.open(path) as container:
-            for frame in container.decode(video=0):
-                return _cw(frame.rotation)
+        for frame in container.decode(video=0):
+            return _cw(frame.rotation)
     except (av.error.FFmpegError, OSError, IndexError):
         return 0
     return 0
@@ -105,7 +105,10 @@ class Demuxer:
         self.fps = float(rate) if rate else 30.0
         w, h = self.stream.codec_context.width, self.stream.codec_context.height
         #: the clockwise turn of every picture (a network stream or camera has no display matrix to ask)
-        self.turn = (display_turn(uri) if not net and kind is None else 0) if turn == "auto" else int(turn)
+        self.turn = int(turn) if turn != "auto" else 0
+        if turn == "auto" and not net and kind is None:
+            with av.open(uri) as first:  # a second opening: this one's demuxing starts at its first packet
+                self.turn = display_turn(first)
         self.size = (h, w) if self.turn in (90, 270) else (w, h)
 
     @staticmethod
