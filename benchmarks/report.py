@@ -2436,8 +2436,13 @@ def plot_processes(results: Path) -> None:
     fig.savefig(results / "process_scaling.png", dpi=110)
 
 
+def main(argv: list[str]) -> None:
+    results = Path(__file__).resolve().parent / "results"
+    suite = json.loads(Path(argv[0] if argv else results / "suite.json").read_text())
+    plot_processes(results)
+    plot_sixteen(results)
+    write_report(suite, results.parent.parent / "BENCHMARKS.md")
+
+
 if __name__ == "__main__":
-    suite = json.loads(Path(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results/suite.json").read_text())
-    plot_processes(Path(__file__).resolve().parent / "results")
-    plot_sixteen(Path(__file__).resolve().parent / "results")
-    write_report(suite, Path(__file__).resolve().parent.parent / "BENCHMARKS.md")
+    main(sys.argv[1:])
