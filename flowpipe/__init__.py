@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from .errors import Diagnostic, FrameError, GraphError, NodeError
     from .frame import Detection, Frame, FrameRef, Placement, TensorLayout
     from .graph import GraphSpec, load_graph
-    from .node import Node, NodeConfig, NodeContract, RunContext, Source
+    from .node import AsyncNode, Negotiating, Node, NodeConfig, NodeContract, Resource, RunContext, Sink, Source
     from .registry import register, registry
     from .runtime import Runner, RunResult, run
 
@@ -20,11 +20,36 @@ __version__ = "0.1.0"
 _WHERE = {"Diagnostic": "errors", "FrameError": "errors", "GraphError": "errors", "NodeError": "errors",
           "Detection": "frame", "Frame": "frame", "FrameRef": "frame", "Placement": "frame", "TensorLayout": "frame",
           "GraphSpec": "graph", "load_graph": "graph", "Node": "node", "NodeConfig": "node",
-          "NodeContract": "node", "RunContext": "node", "Source": "node", "register": "registry",
+          "NodeContract": "node", "RunContext": "node", "Source": "node", "AsyncNode": "node", "Negotiating": "node",
+          "Resource": "node", "Sink": "node", "register": "registry",
           "registry": "registry", "Runner": "runtime", "RunResult": "runtime", "run": "runtime"}
-__all__ = ["Detection", "Diagnostic", "Frame", "FrameError", "FrameRef", "GraphError", "GraphSpec", "Node",
-           "NodeConfig", "NodeContract", "NodeError", "Placement", "RunContext", "RunResult", "Runner", "Source",
-           "TensorLayout", "load_graph", "register", "registry", "run"]
+__all__ = [
+    "AsyncNode",
+    "Detection",
+    "Diagnostic",
+    "Frame",
+    "FrameError",
+    "FrameRef",
+    "GraphError",
+    "GraphSpec",
+    "Negotiating",
+    "Node",
+    "NodeConfig",
+    "NodeContract",
+    "NodeError",
+    "Placement",
+    "Resource",
+    "RunContext",
+    "RunResult",
+    "Runner",
+    "Sink",
+    "Source",
+    "TensorLayout",
+    "load_graph",
+    "register",
+    "registry",
+    "run",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -23,9 +23,11 @@ its image, so any output may feed an input of kind ``frame``; ``any`` accepts ev
 """
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import os
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
+from pathlib import Path
+from typing import Any, ClassVar, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
@@ -35,6 +37,8 @@ from .contracts import Allocation, InputContract, Offer, Request
 from .frame import Frame
 
 PORT_KINDS = ("frame", "tensor", "tensors", "detections", "any")
+#: What a node may answer a running graph's observers with (``RunContext.provide``).
+Answer = Literal["picture", "video", "events"]
 
 
 class RunContext(Protocol):
@@ -90,66 +94,11 @@ class RunContext(Protocol):
     def snapshot(self) -> dict[str, Any]:
         """This run's statistics so far: frames by fate, per node counts (for metrics endpoints)."""
 
-
-@runtime_checkable
-class StreamServer(Protocol):
-    """What a node whose contract says ``serves_streams`` offers the device owner that runs it for every shard
-    (``inference``): where clients put its input, what its results are and where they go, what it adds to
-    each frame. A node that serves streams without these gets the defaults: host input, no provided outputs,
-    one frame at once, nothing added."""
-
-    def owned_input(self, devices: Devices) -> str:
-        """The placement clients in other processes give its input (``host``, ``dma-buf``)."""
-
-    def output_specs(self) -> list[tuple[str, tuple[int, ...], str]]:
-        """One frame's outputs (name, shape, dtype), for a client that provides the memory they land in."""
-
-    def frames_at_once(self) -> int:
-        """Frames it works on at once when every request is busy: what its clients keep it fed with."""
-
-    def frame_meta(self) -> dict[str, Any]:
-        """What it adds to each frame's metadata (the owner's clients add it on their side)."""
-
-    def provide_outputs(self, frame: Frame, arrays: list[Any]) -> None:
-        """Where ``frame``'s results go: a client's own shared buffers, one array per output."""
-
-
-@runtime_checkable
-class OwnerSide(Protocol):
-    """A node whose contract says ``owner_side``, as the device owner runs it ahead of the node it feeds: for
-    frames its instance in the shard already passed (which frames go on, and where their entries lie, were
-    decided there)."""
-
-    def for_owner(self) -> Node:
-        """This node as the device owner runs it: its work on each frame, without deciding which go on."""
-
-
-@runtime_checkable
-class PictureSource(Protocol):
-    """A node that keeps each stream's newest picture (the console's preview): what a running graph's
-    ``live.picture(stream)`` answers with."""
-
-    def newest_picture(self, stream: str) -> bytes | None:
-        """The stream's newest picture, encoded (JPEG), or None before the first."""
-
-
-@runtime_checkable
-class LiveVideoSource(Protocol):
-    """A node that keeps a live view of each stream someone watches (the console's live video): what a running
-    graph's ``live.video(stream, seq)`` answers with."""
-
-    def live_since(self, stream: str, seq: int) -> tuple[bytes | None, list[tuple[int, bytes]]]:
-        """The stream's live fragmented MP4: its initialization segment (None before the first picture) and
-        its fragments after ``seq`` (the newest alone for seq < 0); asking keeps the view being made."""
-
-
-@runtime_checkable
-class EventSource(Protocol):
-    """A node that raises events (an analytics node): what a running graph's ``live.events()`` answers with."""
-
-    def recent_events(self) -> list[dict[str, Any]]:
-        """Its newest events' records (begin, end, instant), oldest first, each as it stands now (a clip a
-        writer after it named is in it)."""
+    def provide(self, kind: Answer, answer: Callable[..., Any]) -> None:
+        """Offer the run's observers (``flowpipe serve``'s console) an answer of ``kind``: ``picture``
+        (stream -> its newest picture, JPEG bytes or None), ``video`` ((stream, seq) -> the stream's live
+        fragmented MP4 after fragment ``seq``: its initialization segment and fragments) or ``events``
+        (() -> the newest events' records, oldest first). Called in ``open``; it holds while the node runs."""
 
 
 def setting(config: Any, key: str) -> Any:
@@ -188,6 +137,28 @@ def default_pixels(inputs: Mapping[str, str]) -> frozenset[str]:
 
 
 @dataclass(frozen=True)
+class Resource:
+    """What a node, as configured, will load, open, write or listen on, in a few words (``flowpipe validate``
+    shows it). ``reads``: a path on this host it reads, named by its config field ``field``: a run refuses
+    to start before any node opens where it is not there, and validate says so (the graph may be meant for
+    another host). Give ``reads`` only for a local path: a registry name, a URL or a camera is no file."""
+
+    what: str
+    reads: str | None = None
+    field: str = ""
+
+    def missing(self) -> str | None:
+        """What is not on this host, in a few words naming the config field; None when it is there."""
+        if self.reads is None:
+            return None
+        path = Path(os.path.expanduser(self.reads))
+        if path.exists():
+            return None
+        return (f"{self.field}: no such file or folder: {self.reads}"  # relative: the command's folder's
+                + ("" if path.is_absolute() else f" (looked for {path.resolve()})"))
+
+
+@dataclass(frozen=True)
 class NodeContract:
     """What a node, as configured, tells the validator and the runner before anything opens, as MediaPipe's
     ``UpdateContract(options)``: computed once from its config (``Node.contract``), in one place.
@@ -214,12 +185,13 @@ class NodeContract:
     serves the one node it feeds, it may run in the owner ahead of that node, its frames crossing instead
     of what it writes: ``device`` where that node's input is device memory, which cannot cross processes
     (OpenCL buffers on a GPU); ``always``; None: never. ``refers``: config fields that name another node of
-    the graph (field -> node id), which validation finds there. ``tunable``: config fields a running graph
-    may change (``flowpipe serve``'s parameters): ``Node.retune`` takes them between frames; every other
-    field is fixed while it runs. ``stream_keyed``: config fields keyed by stream id (a camera's own
-    settings); where a run's streams are its sources (``flowpipe run``), validation finds each key among
-    them. ``whole_stream``: why it holds every frame of a stream until the stream ends (a recording read
-    whole): validation refuses it after a live source, whose stream never ends."""
+    the graph (field -> node id), which validation finds there. ``resources``: what it will load, open, write or
+    listen on (``Resource``), and the files it reads, which a run checks before any node opens. ``tunable``: config
+    fields a running graph may change (``flowpipe serve``'s parameters): ``Node.retune`` takes them between frames;
+    every other field is fixed while it runs. ``stream_keyed``: config fields keyed by stream id (a camera's own
+    settings); where a run's streams are its sources (``flowpipe run``), validation finds each key among them.
+    ``whole_stream``: why it holds every frame of a stream until the stream ends (a recording read whole):
+    validation refuses it after a live source, whose stream never ends."""
 
     inputs: Mapping[str, str] = field(default_factory=dict)
     outputs: Mapping[str, str] = field(default_factory=dict)
@@ -239,6 +211,11 @@ class NodeContract:
     tunable: frozenset[str] = frozenset()
     stream_keyed: frozenset[str] = frozenset()
     whole_stream: str | None = None
+    resources: tuple[Resource, ...] = ()
+
+    def missing(self) -> str | None:
+        """The first of its files that is not on this host (``Resource.missing``), or None."""
+        return next((why for r in self.resources if (why := r.missing()) is not None), None)
 
     @property
     def retunable(self) -> frozenset[str]:
@@ -255,16 +232,20 @@ class NodeContract:
 
 
 class Node:
-    """Base class of every stage. Subclasses declare ``inputs``/``outputs``, a ``Config`` and, where they
-    differ from the defaults, their ``contract``.
+    """Base class of every stage: what every node needs, and nothing more (eight calls). Subclasses declare
+    ``inputs``/``outputs``, a ``Config`` and, where they differ from the defaults, their ``contract``; they
+    implement ``process`` and, where they hold resources, ``open``/``close``.
+
+    What only some nodes need comes with a mixin: ``AsyncNode`` for a node that holds frames past
+    ``process`` (asynchronous requests, a lookahead) and gives them back through ``poll``; ``Negotiating``
+    for a node that says what memory it writes and asks for (``offer``/``request``). ``Source``, ``Sink``
+    and the decoders' base are the node kinds with a shape of their own.
     """
 
     type_name: ClassVar[str] = ""
     inputs: ClassVar[dict[str, str]] = {}
     outputs: ClassVar[dict[str, str]] = {}
     Config: ClassVar[type[NodeConfig]] = NodeConfig
-    #: Frames the node holds past ``process`` at most (async requests): pools upstream are sized for them.
-    max_held: int = 0
 
     def __init__(self, node_id: str, config: NodeConfig | None = None):
         self.id = node_id
@@ -272,6 +253,10 @@ class Node:
         #: what this instance declares (a stand-in for a node in another process declares the contract of
         #: what it stands in for)
         self.declared: NodeContract = type(self).contract(self.config)
+        if self.declared.holds_frames and not isinstance(self, AsyncNode):
+            raise TypeError(f"{type(self).__module__}.{type(self).__qualname__}: its contract holds frames "
+                            "(holds_frames=True), which a node gives back through poll(): inherit "
+                            "flowpipe.AsyncNode (class X(AsyncNode, Node))")
 
     @classmethod
     def contract(cls, config: NodeConfig) -> NodeContract:
@@ -289,7 +274,6 @@ class Node:
                                               "runs on one worker"}
         return NodeContract(**{**base, **traits})
 
-    # lifecycle -----------------------------------------------------------------------------------
     def open(self, ctx: RunContext) -> None:
         """Acquire resources (files, devices). ``ctx`` is this node's view of the run."""
 
@@ -297,18 +281,9 @@ class Node:
         """Handle one packet. Return None, a Frame, a list of Frames, or {port: Frame | [Frame]}."""
         raise NotImplementedError
 
-    def poll(self) -> Any:
-        """For nodes that hold frames (``NodeContract.holds_frames``): return what is ready now, without blocking."""
-        return None
-
     def flush(self) -> Any:
         """End of stream on every input: return what is still held (same forms as ``process``)."""
         return None
-
-    def stream_stopping(self, stream: str) -> None:
-        """A stream being removed from a running graph: its source has stopped, no frame of it comes after
-        those on their way. A node that holds frames of it for one to come lets them go (it is polled next).
-        Called from another thread than ``process``, before the stream's frames are all accounted."""
 
     def end_stream(self, stream: str) -> None:
         """A stream removed from a running graph: every frame of it is accounted; close what belongs to it
@@ -325,32 +300,63 @@ class Node:
     def close(self) -> None:
         """Release resources. Called once for every node whose ``open`` succeeded."""
 
-    # declared facts the validator and the runner use ----------------------------------------------
-    def resources(self) -> list[str]:
-        """What this node will load, open or listen on (shown by ``flowpipe validate``)."""
-        return []
 
-    def missing(self) -> str | None:
-        """What this node, as configured, reads from this host and does not find there (an input file, a
-        model file), in a few words naming its config field; None when all is there. The runner asks every
-        node before any opens, so a missing input is said at once, not after the models compile; ``flowpipe
-        validate`` shows it as a note (the graph may be meant for another host)."""
+class AsyncNode:
+    """Mixin of a node that holds frames past ``process`` and gives them back later (asynchronous inference
+    requests, a tracker's lookahead): ``class Detector(AsyncNode, Node)``, with ``holds_frames=True`` in its
+    contract. The runner polls it when it is woken (``RunContext.wake``) and after each frame."""
+
+    #: Frames the node holds past ``process`` at most: pools upstream are sized for them.
+    max_held: int = 0
+
+    def poll(self) -> Any:
+        """What is ready now, without blocking (same forms as ``Node.process``)."""
         return None
 
+    def stream_stopping(self, stream: str) -> None:
+        """A stream being removed from a running graph: its source has stopped, no frame of it comes after
+        those on their way. Frames held for one to come are let go (the node is polled next). Called from
+        another thread than ``process``, before the stream's frames are all accounted."""
+
+
+class Negotiating:
+    """Mixin of a node that takes part in memory negotiation beyond the default (a preprocess that writes
+    device memory, an inference node that asks for it, a source that knows its picture size): what it
+    writes on each output, and what it asks of the memory on each input. Both are answered before any node
+    opens; consumers resolve first."""
+
     def offer(self, port: str, inputs: Mapping[str, Offer], devices: Devices) -> Offer:
-        """What this node writes on output ``port``, given what its inputs offer (before any open). By
-        default the frames it reads go on: their picture size (the largest where several inputs feed it,
-        unknown where one does not say) is the picture of what it writes, so a preprocess after a decoder
-        sizes its tensor to the source as one after the decode does."""
-        pictures = [o.picture for o in inputs.values()]
-        known = bool(pictures) and all(p is not None for p in pictures)
-        picture = (max(p[0] for p in pictures if p), max(p[1] for p in pictures if p)) if known else None
-        return Offer(self.id, port, picture=picture)
+        """What this node writes on output ``port``, given what its inputs offer."""
+        return default_offer(getattr(self, "id", ""), port, inputs)
 
     def request(self, port: str, offer: Offer, outputs: Mapping[str, Allocation], devices: Devices) -> Request:
         """What this node asks of the memory on input ``port``, given the offer there and the allocations
-        its own outputs got (consumers resolve first)."""
-        return Request(by=self.id)
+        its own outputs got."""
+        return Request(by=getattr(self, "id", ""))
+
+
+def default_offer(node_id: str, port: str, inputs: Mapping[str, Offer]) -> Offer:
+    """What a node writes when it does not say: the frames it reads go on, and their picture size (the
+    largest where several inputs feed it, unknown where one does not say) is the picture of what it writes,
+    so a preprocess after a decoder sizes its tensor to the source as one after the decode does."""
+    pictures = [o.picture for o in inputs.values()]
+    known = bool(pictures) and all(p is not None for p in pictures)
+    picture = (max(p[0] for p in pictures if p), max(p[1] for p in pictures if p)) if known else None
+    return Offer(node_id, port, picture=picture)
+
+
+def offer_of(node: Node, port: str, inputs: Mapping[str, Offer], devices: Devices) -> Offer:
+    """What ``node`` writes on output ``port``: its own offer where it negotiates, else the default."""
+    if isinstance(node, Negotiating):
+        return node.offer(port, inputs, devices)
+    return default_offer(node.id, port, inputs)
+
+
+def request_of(node: Node, port: str, offer: Offer, outputs: Mapping[str, Allocation], devices: Devices) -> Request:
+    """What ``node`` asks of the memory on input ``port``: its own request where it negotiates, else none."""
+    if isinstance(node, Negotiating):
+        return node.request(port, offer, outputs, devices)
+    return Request(by=node.id)
 
 
 class Source(Node):
@@ -366,6 +372,18 @@ class Source(Node):
 
     def process(self, frame: Frame, port: str) -> Any:  # pragma: no cover - sources have no inputs
         raise RuntimeError("a source has no inputs")
+
+
+class Sink(Node):
+    """A node at the end of the graph (records, messages, a preview, metrics): it writes each packet it
+    gets somewhere and sends nothing on. Implement ``write`` (and ``close``, ``flush`` where it buffers)."""
+
+    def write(self, frame: Frame) -> None:
+        """Write one packet (whichever input it came on)."""
+        raise NotImplementedError
+
+    def process(self, frame: Frame, port: str) -> None:
+        self.write(frame)
 
 
 def kinds_compatible(out_kind: str, in_kind: str) -> bool:

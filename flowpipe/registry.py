@@ -8,7 +8,7 @@ from collections.abc import Callable
 from importlib.metadata import entry_points
 
 from .errors import GraphError
-from .node import PORT_KINDS, Node
+from .node import PORT_KINDS, AsyncNode, Negotiating, Node
 
 #: What a node type said with class attributes and hooks before contracts, and where it says it now.
 _DECLARED_IN_CONTRACT = {
@@ -16,6 +16,14 @@ _DECLARED_IN_CONTRACT = {
     "parallel_streams": "one_worker=None", "forwards": "forwards={...}", "isolation_refused": "isolation='why'",
     "sharding_refused": "sharding='why'", "serves_streams": "serves_streams=True", "pixels": "pixels=frozenset(...)",
     "pixel_formats": "pixels=...", "check_wiring": "one_worker / isolation (the engine applies them)",
+}
+#: What a node type implemented on the base class before the node API was cut to what every node needs, and
+#: what replaces it: a mixin to inherit, or where it is said now.
+_MOVED_FROM_NODE = {
+    "poll": "AsyncNode", "stream_stopping": "AsyncNode", "offer": "Negotiating", "request": "Negotiating",
+    "resources": "the contract: cls.declare(resources=(Resource('what it opens'),))",
+    "missing": "the contract: cls.declare(resources=(Resource('opens PATH', reads=PATH, field='KEY'),)), which the "
+               "run checks",
 }
 _REGISTRY: dict[str, type[Node]] = {}
 _ORIGIN: dict[str, str] = {}
@@ -37,12 +45,30 @@ def register(type_name: str) -> Callable[[type[Node]], type[Node]]:
         if old is not None:  # said the old way, it would be ignored: say where it goes now
             raise TypeError(f"{origin}: '{old}' is declared in the node's contract now: "
                             f"def contract(cls, config): return cls.declare({_DECLARED_IN_CONTRACT[old]})")
+        moved = _moved(cls)
+        if moved is not None:
+            raise TypeError(f"{origin}: {moved}")
         cls.type_name = type_name
         _REGISTRY[type_name] = cls
         _ORIGIN[type_name] = origin
         return cls
 
     return deco
+
+
+def _moved(cls: type[Node]) -> str | None:
+    """What a node type written to the earlier node API uses that has moved, and where it is now; None when
+    it uses only today's."""
+    mixins = {"AsyncNode": AsyncNode, "Negotiating": Negotiating}
+    for name, now in _MOVED_FROM_NODE.items():
+        mixin = mixins.get(now)
+        if mixin is not None and issubclass(cls, mixin):
+            continue
+        if any(name in vars(c) for c in cls.__mro__[:-1] if c.__module__ != "flowpipe.node"):
+            if mixin is not None:
+                return f"{name}() belongs to flowpipe.{now} now: class {cls.__name__}({now}, ...)"
+            return f"{name}() is no longer asked of a node; it goes in {now}"
+    return None
 
 
 def load_builtin_and_plugins() -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 import re
 import textwrap
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -27,7 +27,7 @@ from .backedge import BackEdge
 from .contracts import Allocation, InputContract, Offer
 from .frame import Frame
 from .graph import GraphSpec, load_graph
-from .node import Node
+from .node import Node, offer_of, request_of
 from .runtime import RunResult, run
 
 _ids = itertools.count()
@@ -102,6 +102,7 @@ class StandaloneContext:
         self.sections: dict[str, dict[str, Any]] = {}
         self.collected: dict[str, list[Frame]] = {}
         self.edges: dict[str, BackEdge] = {}
+        self.provided: dict[str, Callable[..., Any]] = {}
         self._allocations, self._inputs = dict(allocations), dict(inputs)
         self._in_flight = frames_in_flight
         self._feeds = dict(feeds or {})
@@ -145,6 +146,9 @@ class StandaloneContext:
     def snapshot(self) -> dict[str, Any]:
         return {"node": self.node_id, "stats": self.stats}
 
+    def provide(self, kind: str, answer: Callable[..., Any]) -> None:
+        self.provided[kind] = answer  # what a test asks as the console would
+
 
 class Harness:
     """One node, opened outside a graph after the contract steps a run takes: ``offer`` on each output
@@ -161,9 +165,9 @@ class Harness:
         self.node = node
         self.devices = devices_ or devices()
         offers = {port: inputs.get(port, Offer()) if inputs else Offer() for port in type(node).inputs}
-        self.offers = {port: node.offer(port, offers, self.devices) for port in type(node).outputs}
+        self.offers = {port: offer_of(node, port, offers, self.devices) for port in type(node).outputs}
         allocs = {port: (allocations or {}).get(port) or Allocation() for port in type(node).outputs}
-        self.requests = {port: node.request(port, offer, allocs, self.devices) for port, offer in offers.items()}
+        self.requests = {port: request_of(node, port, offer, allocs, self.devices) for port, offer in offers.items()}
         contracts = {port: InputContract(offer, Allocation(), f"harness->{node.id}") for port, offer in offers.items()}
         self.context = StandaloneContext(node.id, self.devices, allocs, contracts, frames_in_flight, feeds)
 

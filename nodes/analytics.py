@@ -32,7 +32,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from flowpipe.frame import Detection, Frame
-from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
+from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, Resource, RunContext
 from flowpipe.registry import register
 from flowpipe_nodes.media.clips import retain, unused
 
@@ -240,10 +240,8 @@ class Analytics(Node):
         return cls.declare(pixels=frozenset({"BGR"}) if c.snapshots else PIXELS_ALL,
                            one_worker="analytics keeps each stream's tracks, zones and events in frame order",
                            files={"snapshots": "folder"}, tunable=TUNABLE,
-                           stream_keyed=frozenset({"streams"}))
-
-    def resources(self) -> list[str]:
-        return [f"writes {self.config.snapshots}/"] if self.config.snapshots else []
+                           stream_keyed=frozenset({"streams"}),
+                           resources=(Resource(f"writes {c.snapshots}/"),) if c.snapshots else ())
 
     def open(self, ctx: RunContext) -> None:
         self.streams: dict[str, _StreamState] = {}
@@ -256,6 +254,7 @@ class Analytics(Node):
         self._shots: dict[tuple[str, int], str] = {}  # this run's newest snapshots, by stream and frame
         if self.config.snapshots:
             Path(self.config.snapshots).mkdir(parents=True, exist_ok=True)
+        ctx.provide("events", self.recent_events)
 
     def end_stream(self, stream: str) -> None:
         self.streams.pop(stream, None)
@@ -429,7 +428,7 @@ class Analytics(Node):
             self.passed_over = None
 
     def recent_events(self) -> list[dict[str, Any]]:
-        """The newest events, oldest first, as they stand now: an ``EventSource`` (``flowpipe serve``)."""
+        """The newest events, oldest first, as they stand now: the run's ``events`` (``flowpipe serve``)."""
         with self.lock:
             return [dict(e) for e in self.recent]
 

@@ -11,7 +11,7 @@ from pydantic import Field, model_validator
 
 from flowpipe import memory
 from flowpipe.frame import Frame, FrameRef
-from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext, Source
+from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext, Sink, Source
 from flowpipe.registry import register
 
 
@@ -118,7 +118,7 @@ class ListSource(Source):
 
 
 @register("collect")
-class Collect(Node):
+class Collect(Sink):
     """Sink that appends every packet to an in-memory list of the run (``RunResult.collected[into]``)."""
 
     inputs = {"in": "any"}
@@ -139,7 +139,7 @@ class Collect(Node):
         self.into = ctx.collector(self.config.into)
         self._lock = threading.Lock()
 
-    def process(self, frame: Frame, port: str) -> None:
+    def write(self, frame: Frame) -> None:
         # pooled buffers go back to their pool when the frame ends: keep copies, not views
         tensors = {k: memory.copy(v) if isinstance(v, np.ndarray) else v for k, v in frame.tensors.items()} \
             if self.config.keep_tensors else {}
@@ -166,7 +166,7 @@ class Passthrough(Node):
 
 
 @register("null_sink")
-class NullSink(Node):
+class NullSink(Sink):
     """Consumes packets and does nothing (ends a branch)."""
 
     inputs = {"in": "any"}
@@ -175,5 +175,5 @@ class NullSink(Node):
     def contract(cls, config: NodeConfig) -> NodeContract:
         return cls.declare(pixels=PIXELS_ALL, one_worker=None)
 
-    def process(self, frame: Frame, port: str) -> None:
+    def write(self, frame: Frame) -> None:
         return None

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from flowpipe.frame import Frame
-from flowpipe.node import Node, NodeConfig, NodeContract, RunContext
+from flowpipe.node import NodeConfig, NodeContract, Resource, RunContext, Sink
 from flowpipe.registry import register
 
 log = logging.getLogger("flowpipe.metadata")
@@ -36,7 +36,7 @@ def frame_record(frame: Frame) -> dict[str, Any]:
 
 
 @register("jsonl")
-class JsonLines(Node):
+class JsonLines(Sink):
     """Writes one JSON line per frame, each with one append (an interrupted run leaves whole lines; the
     shard processes of one run append to the same file, the first of them truncating it before any frame).
     A line the file cannot take (a full disk, a quota) is not left half written: the part that went in is
@@ -59,10 +59,8 @@ class JsonLines(Node):
 
     @classmethod
     def contract(cls, config: NodeConfig) -> NodeContract:
-        return cls.declare(files={"path": "records"})
-
-    def resources(self) -> list[str]:
-        return [f"writes {self.config.path}"]
+        assert isinstance(config, cls.Config)
+        return cls.declare(files={"path": "records"}, resources=(Resource(f"writes {config.path}"),))
 
     def open(self, ctx: RunContext) -> None:
         self.fd: int | None = None
@@ -86,7 +84,7 @@ class JsonLines(Node):
         self.lost_since: tuple[str, int] | None = None  # the first of the records being lost now
         self.retry_at = 0.0
 
-    def process(self, frame: Frame, port: str) -> None:
+    def write(self, frame: Frame) -> None:
         line = json.dumps(frame_record(frame), separators=(",", ":")) + "\n"
         if self.fd is None:
             sys.stdout.write(line)
@@ -204,7 +202,7 @@ def _lock(fd: int, take: bool) -> None:
 
 
 @register("mqtt")
-class Mqtt(Node):
+class Mqtt(Sink):
     """Publishes per-frame records to an MQTT broker (paho-mqtt), reconnecting with backoff.
 
     Messages published while the broker is away are queued by the client (bounded) and sent on
@@ -246,11 +244,10 @@ class Mqtt(Node):
 
     @classmethod
     def contract(cls, config: NodeConfig) -> NodeContract:
-        return cls.declare(files={"outbox": "state"})
-
-    def resources(self) -> list[str]:
-        out = [f"connects to mqtt://{self.config.host}:{self.config.port}"]
-        return out + ([f"writes {self.config.outbox}"] if self.config.outbox else [])
+        assert isinstance(config, cls.Config)
+        said = [Resource(f"connects to mqtt://{config.host}:{config.port}")]
+        return cls.declare(files={"outbox": "state"},
+                           resources=(*said, *([Resource(f"writes {config.outbox}")] if config.outbox else [])))
 
     def open(self, ctx: RunContext) -> None:
         import paho.mqtt.client as mqtt
@@ -323,7 +320,7 @@ class Mqtt(Node):
         if not self.closing:
             log.warning("node '%s': MQTT disconnected (%s); reconnecting", self.id, reason)
 
-    def process(self, frame: Frame, port: str) -> None:
+    def write(self, frame: Frame) -> None:
         c = self.config
         rec = frame_record(frame)
         payload = json.dumps(rec if c.payload == "record" else

@@ -11,12 +11,12 @@ from pydantic import Field
 
 from flowpipe.frame import Frame
 from flowpipe.metrics import Collector, run_metrics
-from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
+from flowpipe.node import PIXELS_ALL, NodeConfig, NodeContract, Resource, RunContext, Sink
 from flowpipe.registry import register
 
 
 @register("prometheus")
-class Prometheus(Node):
+class Prometheus(Sink):
     """Serves the run's per-node statistics at http://HOST:PORT/metrics for Prometheus, and counts
     frames per stream reaching this node. Frames an analytics node went through also give each stream's
     crossings per line and direction (``flowpipe_line_crossings_total``, per label
@@ -34,7 +34,9 @@ class Prometheus(Node):
 
     @classmethod
     def contract(cls, config: NodeConfig) -> NodeContract:
+        assert isinstance(config, cls.Config)
         return cls.declare(pixels=PIXELS_ALL,
+                           resources=(Resource(f"listens on http://{config.host}:{config.port}/metrics (Prometheus)"),),
                            isolation="it serves the statistics of the run in the runner's process",
                            sharding="one endpoint serves the whole run, and each shard process has only its own "
                                     "statistics")
@@ -44,9 +46,6 @@ class Prometheus(Node):
         port: int = Field(9108, ge=0, le=65535, description="0 picks a free port (see stats)")
 
     config: Config
-
-    def resources(self) -> list[str]:
-        return [f"listens on http://{self.config.host}:{self.config.port}/metrics (Prometheus)"]
 
     def open(self, ctx: RunContext) -> None:
         from prometheus_client import CollectorRegistry, start_http_server
@@ -61,7 +60,7 @@ class Prometheus(Node):
         self.port = self.server.server_address[1]
         ctx.stats["url"] = f"http://{self.config.host}:{self.port}/metrics"
 
-    def process(self, frame: Frame, port: str) -> None:
+    def write(self, frame: Frame) -> None:
         self.frames[frame.stream] = self.frames.get(frame.stream, 0) + 1
         found = frame.meta.get("analytics")
         if isinstance(found, dict):

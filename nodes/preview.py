@@ -13,7 +13,7 @@ import cv2
 from pydantic import Field
 
 from flowpipe.frame import Frame
-from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
+from flowpipe.node import PIXELS_ALL, NodeConfig, NodeContract, Resource, RunContext, Sink
 from flowpipe.registry import register
 from flowpipe_nodes.media.live import LiveEncoder
 
@@ -98,7 +98,7 @@ def _handler(latest: _Latest) -> type[BaseHTTPRequestHandler]:
 
 
 @register("mjpeg_preview")
-class MjpegPreview(Node):
+class MjpegPreview(Sink):
     """A live preview in any browser: http://HOST:PORT/ shows one MJPEG stream per video stream.
 
     YAML:
@@ -112,8 +112,10 @@ class MjpegPreview(Node):
 
     @classmethod
     def contract(cls, config: NodeConfig) -> NodeContract:
+        assert isinstance(config, cls.Config)
         return cls.declare(pixels=PIXELS_ALL, final_picture=True,
-                           sharding="one port serves every stream, and each shard process would bind its own")
+                           sharding="one port serves every stream, and each shard process would bind its own",
+                           resources=(Resource(f"listens on http://{config.host}:{config.port}/ (MJPEG preview)"),))
 
     class Config(NodeConfig):
         host: str = Field("127.0.0.1", description="bind address; 0.0.0.0 exposes the video to the network")
@@ -123,9 +125,6 @@ class MjpegPreview(Node):
         width: int | None = Field(640, ge=16, description="scale frames to this width (None: as is)")
 
     config: Config
-
-    def resources(self) -> list[str]:
-        return [f"listens on http://{self.config.host}:{self.config.port}/ (MJPEG preview)"]
 
     def open(self, ctx: RunContext) -> None:
         self.latest = _Latest()
@@ -137,7 +136,7 @@ class MjpegPreview(Node):
         log.info("node '%s': preview at http://%s:%d/", self.id, self.config.host, self.port)
         self._last: dict[str, float] = {}
 
-    def process(self, frame: Frame, port: str) -> None:
+    def write(self, frame: Frame) -> None:
         now = time.monotonic()
         if now - self._last.get(frame.stream, 0.0) < 1.0 / self.config.max_fps:
             return
@@ -166,7 +165,7 @@ class MjpegPreview(Node):
 
 
 @register("preview")
-class Preview(Node):
+class Preview(Sink):
     """Keeps each stream's newest picture as a JPEG for ``flowpipe serve``'s console: encoded at most
     ``max_fps`` times a second for streams someone asked for in the last seconds (one picture otherwise);
     and, for a stream someone watches live, its live view (H.264 in fragmented MP4, ``media/live.py``) at up
@@ -196,9 +195,11 @@ class Preview(Node):
         self.live: dict[str, LiveEncoder] = {}  # streams watched live
         self._watched: dict[str, float] = {}
         self._live_last: dict[str, float] = {}
+        ctx.provide("picture", self.newest_picture)
+        ctx.provide("video", self.live_since)
 
     def live_since(self, stream: str, seq: int) -> tuple[bytes | None, list[tuple[int, bytes]]]:
-        """The stream's live view after fragment ``seq``: a ``LiveVideoSource`` (asking keeps it made)."""
+        """The stream's live view after fragment ``seq`` (asking keeps it made): the run's ``video``."""
         with self._lock:
             self._watched[stream] = time.monotonic()
             enc = self.live.get(stream)
@@ -221,13 +222,13 @@ class Preview(Node):
         return enc
 
     def newest_picture(self, stream: str) -> bytes | None:
-        """The stream's newest picture (and more of them for a while): a ``PictureSource``."""
+        """The stream's newest picture (and more of them for a while): the run's ``picture``."""
         self._asked[stream] = time.monotonic()
         with self.latest.cond:
             got = self.latest.jpeg.get(stream)
         return got[1] if got else None
 
-    def process(self, frame: Frame, port: str) -> None:
+    def write(self, frame: Frame) -> None:
         now = time.monotonic()
         live = self._live(frame.stream, now)
         jpeg = now - self._last.get(frame.stream, 0.0) >= 1.0 / self.config.max_fps and (

@@ -29,7 +29,7 @@ from flowpipe.accel.host import usable_cores
 from flowpipe.contracts import Offer
 from flowpipe.frame import Frame, FrameRef
 from flowpipe.memory import BufferPool
-from flowpipe.node import Node, NodeConfig, NodeContract, RunContext, Source
+from flowpipe.node import AsyncNode, Negotiating, Node, NodeConfig, NodeContract, Resource, RunContext, Source
 from flowpipe.registry import register
 from flowpipe.sample import SAMPLES, sample_path
 from flowpipe_nodes.media.clips import ClipKeeper
@@ -140,7 +140,7 @@ class _Timeline:
 
 
 @register("video_source")
-class VideoSource(Source):
+class VideoSource(Negotiating, Source):
     """Decodes a video file, RTSP/HTTP stream, V4L2 camera (``/dev/video0`` or ``0``) or image folder.
 
     YAML:
@@ -158,22 +158,11 @@ class VideoSource(Source):
     @classmethod
     def contract(cls, config: NodeConfig) -> NodeContract:
         assert isinstance(config, cls.Config)
-        return cls.declare(live=is_live(config.uri))
-
-    def resources(self) -> list[str]:
-        uri = self.config.uri
-        from flowpipe.sample import SAMPLES
-
+        uri = config.uri
         kind = ("network stream" if _NET.match(uri) else "camera" if _is_camera(uri) else
                 "the built-in clip" if uri in SAMPLES else "file/folder")
-        return [f"opens {kind} {_redact(uri)}"]
-
-    def missing(self) -> str | None:
-        uri = self.config.uri
-        path = Path(os.path.expanduser(uri))
-        if uri in SAMPLES or _NET.match(uri) or _is_camera(uri) or path.exists():
-            return None
-        return f"uri: no such file or folder: {uri}" + ("" if path.is_absolute() else f" (looked for {path.resolve()})")
+        opens = Resource(f"opens {kind} {_redact(uri)}", reads=uri if kind == "file/folder" else None, field="uri")
+        return cls.declare(live=is_live(uri), resources=(opens,))
 
     def offer(self, port: str, inputs: Mapping[str, Offer], devices: Devices) -> Offer:
         """Says the picture size where a file's header tells it (a node after it may size its work by it)."""
@@ -655,7 +644,7 @@ class EventClips(BaseModel):
 
 
 @register("video_writer")
-class VideoWriter(Node):
+class VideoWriter(AsyncNode, Node):
     """Writes each stream to a video file: H.264 in fragmented MP4 by default (browsers play it; a crash
     leaves it playable up to its last fragment), H.265 as an option, segments on a schedule, hardware
     encoders when asked. Closed on every exit path. Each frame goes on (output ``frame``) once the encoder
@@ -710,18 +699,15 @@ class VideoWriter(Node):
         assert isinstance(config, cls.Config)
         pixels = frozenset({"BGR"}) if config.fourcc else frozenset({"BGR", "NV12", "I420"})
         files = {"path": "video", "clips.path": "folder"} if config.clips is not None else {"path": "video"}
+        how = f"fourcc {config.fourcc} (OpenCV)" if config.fourcc else f"{config.codec}, encoder {config.encoder}"
+        resources = (Resource(f"writes {config.path} ({how})"),)
         if config.records == "written" and config.fourcc is None and config.fragmented:
             return cls.declare(pixels=pixels, one_worker=None, files=files, final_picture=True,
-                               holds_frames=True,
+                               holds_frames=True, resources=resources,
                                isolation="a writer that holds each frame until its file has it keeps frames past "
                                          "process() (records: encoded passes them on at once)")
         return cls.declare(pixels=pixels, one_worker=None,  # its writers are per stream, under a lock
-                           files=files, final_picture=True)
-
-    def resources(self) -> list[str]:
-        c = self.config
-        how = f"fourcc {c.fourcc} (OpenCV)" if c.fourcc else f"{c.codec}, encoder {c.encoder}"
-        return [f"writes {c.path} ({how})"]
+                           files=files, final_picture=True, resources=resources)
 
     def open(self, ctx: RunContext) -> None:
         self._lock = threading.Lock()  # workers: N writes several streams at once

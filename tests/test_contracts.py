@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from flowpipe import GraphError, load_graph
+from flowpipe import Frame, GraphError, load_graph
 from flowpipe.node import PIXELS_ALL, PIXELS_BGR, Node, NodeContract, default_pixels
 from flowpipe.registry import lookup
 from flowpipe.runtime import Executor, RunHooks, Runner, executor
@@ -193,3 +193,55 @@ def test_a_node_type_declaring_traits_the_old_way_is_told_where_they_go() -> Non
 
             def holding(self) -> bool:
                 return True
+
+
+def test_a_node_type_written_to_the_earlier_node_api_is_told_what_replaces_what_it_uses() -> None:
+    from flowpipe.registry import register
+
+    with pytest.raises(TypeError, match=r"OldAsync: poll\(\) belongs to flowpipe.AsyncNode now: "
+                                        r"class OldAsync\(AsyncNode, \.\.\.\)"):
+        @register("test_old_async")
+        class OldAsync(Node):
+            inputs = {"in": "frame"}
+
+            def poll(self) -> list[Frame]:
+                return []
+    with pytest.raises(TypeError, match=r"request\(\) belongs to flowpipe.Negotiating now"):
+        @register("test_old_memory")
+        class OldMemory(Node):
+            inputs = {"in": "frame"}
+
+            def request(self, port: str, offer: Any, outputs: Any, devices: Any) -> Any:
+                return None
+    with pytest.raises(TypeError, match=r"missing\(\) is no longer asked of a node; it goes in the contract: "
+                                        r"cls.declare\(resources=\(Resource\('opens PATH', reads=PATH"):
+        @register("test_old_missing")
+        class OldMissing(Node):
+            inputs = {"in": "frame"}
+
+            def missing(self) -> str | None:
+                return None
+
+
+def test_the_node_base_class_offers_what_every_node_needs_and_no_more() -> None:
+    """Eight calls on ``Node``; the rest comes with the mixin a node needs, and a node that holds frames
+    without the mixin that gives them back is refused when it is made."""
+    from flowpipe.node import AsyncNode
+
+    public = sorted(n for n, v in vars(Node).items() if not n.startswith("_") and callable(getattr(Node, n))
+                    and not isinstance(v, type))
+    assert public == ["close", "contract", "declare", "end_stream", "flush", "open", "process", "retune"]
+
+    class Holds(Node):
+        @classmethod
+        def contract(cls, config: Any) -> Any:
+            return cls.declare(holds_frames=True)
+
+    with pytest.raises(TypeError, match=r"Holds: its contract holds frames \(holds_frames=True\), which a node "
+                                        r"gives back through poll\(\): inherit flowpipe.AsyncNode"):
+        Holds("h")
+
+    class HoldsAndGives(AsyncNode, Holds):
+        pass
+
+    assert HoldsAndGives("h").declared.holds_frames

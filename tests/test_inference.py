@@ -174,7 +174,7 @@ def test_device_fallback_reports_why() -> None:
 
 
 @pytest.mark.parametrize("cfg, msg", [
-    ("model: /nope/missing.xml, device: CPU", "model: no such file: /nope/missing.xml"),
+    ("model: /nope/missing.xml, device: CPU", "model: no such file or folder: /nope/missing.xml"),
     ("model: blazeface_short, device: NPU", "device: no wanted device is available: wanted NPU, available: CPU"),
     ("model: blazeface_short, device: CPU, properties: {NOT_A_KEY: 1}", "CPU does not support NOT_A_KEY; supported:"),
 ])

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from .opencl import ClDevice, OpenCl, wait_event
 from .openvino import OpenVino
+from .service import DeviceService
 
 
 @dataclass
@@ -31,4 +32,4 @@ def devices() -> Devices:
         return _devices
 
 
-__all__ = ["ClDevice", "Devices", "OpenCl", "OpenVino", "devices", "wait_event"]
+__all__ = ["ClDevice", "DeviceService", "Devices", "OpenCl", "OpenVino", "devices", "wait_event"]

@@ -130,10 +130,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
         for mod in spec.plugins:
             print(f"  loads plugin module: {mod}")
         for s in spec.nodes:
-            node = s.make()
-            for res in node.resources():
-                print(f"  {s.id} ({s.type}): {res}")
-            if not s.template and (why := node.missing()) is not None:  # may be there on the host that runs it
+            for res in s.contract.resources:
+                print(f"  {s.id} ({s.type}): {res.what}")
+            if not s.template and (why := s.contract.missing()) is not None:  # may be there on the host that runs it
                 print(f"  {s.id} ({s.type}): not on this host: {why} ({spec.file}:{s.line}; run refuses it here)")
     return code
 

@@ -369,8 +369,9 @@ def _contract_of(d: _Draft) -> NodeContract | None:
     those need a setting the config did not give."""
     if not d.config_failed:
         return d.cls.contract(d.config)
+    unset = {name: None for name, f in d.cls.Config.model_fields.items() if f.is_required()}
     try:
-        return d.cls.contract(d.cls.Config.model_construct())
+        return d.cls.contract(d.cls.Config.model_construct(**unset))
     except (AttributeError, AssertionError, TypeError, ValueError):
         return None
 

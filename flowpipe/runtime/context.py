@@ -4,7 +4,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, get_args
 
 from ..accel import Devices
 from ..backedge import BackEdge
@@ -12,7 +12,7 @@ from ..contracts import Allocation, InputContract
 from ..frame import Frame
 from ..graph import NodeSpec
 from ..memory import CopyLedger
-from ..node import Node
+from ..node import Answer, Node
 from .negotiate import Contracts
 
 
@@ -69,6 +69,8 @@ class RunState:
     contracts: Contracts = field(default_factory=Contracts)
     sections: dict[str, dict[str, Any]] = field(default_factory=dict)
     edges: dict[str, BackEdge] = field(default_factory=dict)
+    #: what nodes answer the run's observers with (``RunContext.provide``): kind -> node id -> answer
+    provided: dict[str, dict[str, Callable[..., Any]]] = field(default_factory=dict)
     #: whether a frame of a stream with an index in (after, upto] is still in flight (the run's account)
     pending: Callable[[str, int, int], bool] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -136,3 +138,9 @@ class NodeContext:
 
     def snapshot(self) -> dict[str, Any]:
         return self._snapshot()
+
+    def provide(self, kind: Answer, answer: Callable[..., Any]) -> None:
+        if kind not in get_args(Answer):
+            raise ValueError(f"node '{self.node_id}': no observer asks for {kind!r} (one of {get_args(Answer)})")
+        with self._state.lock:
+            self._state.provided.setdefault(kind, {})[self.node_id] = answer

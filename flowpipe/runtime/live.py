@@ -28,7 +28,7 @@ from pydantic import ValidationError
 from ..errors import NodeError, reason
 from ..graph import GraphSpec, NodeSpec
 from ..graph.validate import config_error
-from ..node import EventSource, LiveVideoSource, Node, NodeConfig, PictureSource, Source
+from ..node import Answer, Node, NodeConfig, Source
 from .stats import NodeStats
 
 log = logging.getLogger("flowpipe.runtime")
@@ -321,23 +321,27 @@ class LiveStreams:
         for nid in configs:
             log.info("node %s retuned: %s", nid, ", ".join(sorted(changes[nid])))
 
+    def _answers(self, kind: Answer) -> list[Callable[..., Any]]:
+        """What the running nodes answer with (``RunContext.provide``), in the graph's node order."""
+        given = self.runner.state.provided.get(kind, {})
+        return [given[nid] for nid in list(self.runner.nodes) if nid in given]
+
     def picture(self, stream: str) -> bytes | None:
         """The stream's newest picture, where the graph keeps them (``flowpipe serve``'s preview node)."""
-        keeper = next((n for n in list(self.runner.nodes.values()) if isinstance(n, PictureSource)), None)
-        return keeper.newest_picture(stream) if keeper is not None else None
+        answers = self._answers("picture")
+        return answers[0](stream) if answers else None
 
     def video(self, stream: str, seq: int) -> tuple[bytes | None, list[tuple[int, bytes]]] | None:
         """The stream's live view after fragment ``seq`` (``flowpipe serve``'s preview node makes it)."""
-        keeper = next((n for n in list(self.runner.nodes.values()) if isinstance(n, LiveVideoSource)), None)
-        return keeper.live_since(stream, seq) if keeper is not None else None
+        answers = self._answers("video")
+        return answers[0](stream, seq) if answers else None
 
     def events(self) -> list[dict[str, Any]]:
         """The newest events of the graph's event sources (analytics nodes), oldest first; once the run has
         closed its nodes, those they held then."""
-        nodes = list(self.runner.nodes.values())
-        if not nodes:
+        if not self.runner.nodes:
             return [dict(e) for e in self.last_events]
-        got = [e for n in nodes if isinstance(n, EventSource) for e in n.recent_events()]
+        got = [e for answer in self._answers("events") for e in answer()]
         return sorted(got, key=lambda e: e.get("at", 0.0))
 
     def keep_events(self) -> None:

@@ -11,7 +11,7 @@ from ..contracts import Allocation, InputContract, Offer, Request
 from ..errors import NodeError, NoDeviceError
 from ..graph import GraphSpec, NodeSpec
 from ..memory import BatchSlots
-from ..node import PIXELS_ALL, Node
+from ..node import PIXELS_ALL, Node, offer_of, request_of
 
 log = logging.getLogger("flowpipe.contracts")
 Port = tuple[str, str]  # (node id, port)
@@ -68,7 +68,7 @@ def resolve(spec: GraphSpec, nodes: dict[str, Node], devices: Devices,
             if src is not None:
                 out.offers[(s.id, port)] = inputs.get(src) or Offer(s.id, port)
             else:
-                out.offers[(s.id, port)] = _declared(s, node.offer, port, inputs, devices)
+                out.offers[(s.id, port)] = _declared(s, offer_of, node, port, inputs, devices)
     requests: dict[Port, Request] = {}  # per input port
     merged: dict[Port, Request] = {}  # per output port
     for s in reversed(order):  # requests flow backward
@@ -86,7 +86,7 @@ def resolve(spec: GraphSpec, nodes: dict[str, Node], devices: Devices,
             fwd = next((o for o, i in node.declared.forwards.items() if i == port), None)
             offer = out.offers[refs[0]]
             requests[(s.id, port)] = merged[(s.id, fwd)] if fwd is not None else \
-                _declared(s, node.request, port, offer, outputs, devices)
+                _declared(s, request_of, node, port, offer, outputs, devices)
     _pixels(spec, nodes, out)
     for s in order:  # what each input sees: the offer and the allocation of the node that wrote it
         for port, refs in s.inputs.items():
@@ -146,7 +146,7 @@ def _whole_picture(whole: GraphSpec, node_id: str, nodes: dict[str, Node], devic
             continue
         if src.id not in known:
             node = nodes.get(src.id) or src.make()
-            known[src.id] = _declared(src, node.offer, next(iter(src.contract.outputs)), {}, devices).picture
+            known[src.id] = _declared(src, offer_of, node, next(iter(src.contract.outputs)), {}, devices).picture
         sizes.append(known[src.id])
     return _largest(sizes)
 

@@ -43,11 +43,11 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
-from ..accel import Devices, devices
+from ..accel import Devices, DeviceService, devices
 from ..contracts import Allocation, InputContract, Offer, Request
 from ..errors import FrameError
 from ..frame import Frame
@@ -55,7 +55,7 @@ from ..graph import NodeSpec
 from ..memory import BufferPool, SharedBuffer, available_kinds, best_kind, leading
 from ..memory import ledger as ledgers
 from ..memory.ledger import CopyLedger
-from ..node import Node, OwnerSide, RunContext, StreamServer
+from ..node import AsyncNode, Negotiating, Node, RunContext, offer_of, request_of
 from ..registry import import_plugin
 from .messages import (
     BufferRef,
@@ -139,6 +139,16 @@ class _Client:
         self.codec.buffers.clear()
 
 
+@runtime_checkable
+class OwnerSide(Protocol):
+    """A node whose contract says ``owner_side``, as the device owner runs it ahead of the node it feeds: for
+    frames its instance in the shard already passed (which frames go on, and where their entries lie, were
+    decided there)."""
+
+    def for_owner(self) -> Node:
+        """This node as the device owner runs it: its work on each frame, without deciding which go on."""
+
+
 @dataclass
 class _Lead:
     """A node the owner runs ahead of an owned one (``owner_side``): the frames cross, not what it writes."""
@@ -167,8 +177,8 @@ class _Lead:
         side = self.spec.contract.owner_side
         if side != "device":
             return side == "always"
-        offer = self.node.offer(self.out_port, {}, devs)
-        req = replace(node.request(next(iter(node.inputs)), offer, {}, devs), batch=1)
+        offer = offer_of(self.node, self.out_port, {}, devs)
+        req = replace(request_of(node, next(iter(node.inputs)), offer, {}, devs), batch=1)
         return req.placement == "opencl" and allocate(offer, req, devs, lambda _: 1).placement == "opencl"
 
 
@@ -346,13 +356,13 @@ class _Owner:
         """``lead`` opened to write ``o``'s input as the shards' instances declare it (``offer``), into the
         memory ``o`` binds on this machine's device; the contract ``o`` then opens with."""
         frame = Offer(picture=offer.picture)  # the picture the shards sized the tensor by
-        mine = lead.node.offer(lead.out_port, {lead.in_port: frame}, self.devs)
+        mine = offer_of(lead.node, lead.out_port, {lead.in_port: frame}, self.devs)
         if offer.tensor is None or mine.tensor is None or \
                 (mine.tensor.shape, mine.tensor.dtype) != (offer.tensor.shape, offer.tensor.dtype):
             raise RuntimeError(f"node '{lead.spec.id}' would write {mine.tensor} here; the shards declare "
                                f"{offer.tensor}")
         offer = replace(offer, writes=mine.writes)
-        req = o.node.request(next(iter(o.node.inputs)), offer, {}, self.devs)
+        req = request_of(o.node, next(iter(o.node.inputs)), offer, {}, self.devs)
         # every shard's frames at once: each keeps up to its window here (the lead's pool never runs dry: its
         # buffers go back as the frames are answered, and no shard has more than its window unanswered)
         held = max(OwnerClient.WINDOW[0] * shards, min(64, OwnerClient.WINDOW[1] * shards))
@@ -376,7 +386,7 @@ class _Owner:
         for bid in msg.bids:
             f.hold(_Mapped(c.codec.buffers[bid]))
         outs = [c.codec.decode(r) for r in msg.outputs]
-        if isinstance(o.node, StreamServer):
+        if isinstance(o.node, DeviceService):
             o.node.provide_outputs(f, outs)
         self.routes[id(f)] = (c, msg.node_id, msg.key, f)
         c.in_flight += 1
@@ -425,8 +435,8 @@ class _Owner:
 
     def _poll_all(self) -> None:
         for o in self.owned.values():
-            if o.ctx is None or o.lane is not None:  # (a lane's node holds nothing between frames)
-                continue
+            if o.ctx is None or o.lane is not None or not isinstance(o.node, AsyncNode):
+                continue  # (a lane's node holds nothing between frames)
             try:
                 with self.ledger.on_edge(o.edge):
                     self._deliver(o, o.node.poll())
@@ -435,7 +445,7 @@ class _Owner:
 
     def _deliver(self, o: _Owned, out: Any) -> None:
         frames = _frames_of(out)
-        specs = o.node.output_specs() if frames and isinstance(o.node, StreamServer) else []
+        specs = o.node.output_specs() if frames and isinstance(o.node, DeviceService) else []
         cut = {id(f): [tuple(np.shape(f.tensors[n])) for n, _, _ in specs] for f in frames
                if any(n in f.tensors and tuple(np.shape(f.tensors[n])) != tuple(shape) for n, shape, _ in specs)}
         for c, keys, ids in self._settle(frames, "out").values():
@@ -550,7 +560,7 @@ def _frames_of(out: Any) -> list[Frame]:
 def _ready_info(node: Node, ctx: _OwnerContext) -> OwnerReady:
     """What a client needs from an opened node: its outputs (the memory it provides), what it adds to each
     frame's metadata, its ``--stats`` sections."""
-    if isinstance(node, StreamServer):
+    if isinstance(node, DeviceService):
         return OwnerReady(node.output_specs(), os.getpid(), node.frames_at_once(), node.frame_meta(), ctx.sections)
     return OwnerReady([], os.getpid(), 1, {}, ctx.sections)
 
@@ -558,7 +568,7 @@ def _ready_info(node: Node, ctx: _OwnerContext) -> OwnerReady:
 def owned_placement(node: Node, devs: Devices) -> str:
     """Where a client's shared input must live for ``node`` in the owner: DMA-BUF on an NPU (imported as
     a remote tensor by fd), host shared memory otherwise (OpenCL buffers do not cross processes)."""
-    return node.owned_input(devs) if isinstance(node, StreamServer) else "host"
+    return node.owned_input(devs) if isinstance(node, DeviceService) else "host"
 
 
 def owner_main(control: Connection, path: str, payload: bytes, plugins: list[str], plugin_dir: str | None,
@@ -754,7 +764,7 @@ def _end(proc: Any, conn: Connection) -> None:
 
 
 # -- shard side ----------------------------------------------------------------------------------------------
-class OwnerClient(Node):
+class OwnerClient(AsyncNode, Negotiating, Node):
     """Takes an owned node's place in a shard: sends frames to the device owner, gets them back in order."""
 
     WINDOW: ClassVar[tuple[int, int]] = (2, 16)  # frames a shard may have at the owner per node, at least/most

@@ -12,6 +12,7 @@ import logging
 import multiprocessing as mp
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -122,6 +123,9 @@ class OutsideContext:
 
     def snapshot(self) -> dict[str, Any]:
         return {}
+
+    def provide(self, kind: str, answer: Callable[..., Any]) -> None:
+        """Nobody asks here: the run's observers are in the process that runs the graph."""
 
 
 def _worker_main(sock: socket.socket, info: dict[str, Any]) -> None:

@@ -27,7 +27,7 @@ from ..errors import NodeError, reason
 from ..graph import GraphSpec, NodeSpec
 from ..memory import ledger as ledgers
 from ..memory.ledger import UNATTRIBUTED, EdgeMemory
-from ..node import Node, Source
+from ..node import AsyncNode, Node, Source
 from .account import Account
 from .channel import EOS, Channel, Inline, StreamRouter
 from .context import NodeContext, RunHooks, RunState, Share
@@ -142,7 +142,8 @@ class Runner:
                 continue
             busy = min(s.workers, share) * (1 + min(s.queue, spec.prefetch))
             total += max(mine, -(-busy * mine // share))
-            held = self.nodes[n].max_held if n in self.nodes else 0
+            node = self.nodes.get(n)
+            held = node.max_held if isinstance(node, AsyncNode) else 0
             total += -(-held * mine // share)
         return total
 
@@ -178,6 +179,8 @@ class Runner:
         """Wait until every frame of ``stream`` that entered has a fate (or ``timeout`` passes); the nodes that
         hold frames let those of ``stream`` go first (its source has stopped: no next frame comes)."""
         for nid, node in list(self.nodes.items()):
+            if not isinstance(node, AsyncNode):
+                continue
             try:
                 node.stream_stopping(stream)
             except Exception as e:  # noqa: BLE001 - the stream's frames still settle, by the node's own time
@@ -306,7 +309,7 @@ class Runner:
                 self.contexts[s.id] = self._context(s)
             self.state.contracts = resolve(self.spec, self.nodes, self.devices, self.frames_in_flight)
             for s in order:  # what a node would not find when it opens, said before any model compiles
-                if not s.template and (why := self.nodes[s.id].missing()) is not None:
+                if not s.template and (why := self.nodes[s.id].declared.missing()) is not None:
                     raise NodeError(s.id, s.type, why)
             # consumers open before producers: a source never feeds a node that is not ready, and an
             # async consumer's max_held is known when its producer sizes a pool (frames_in_flight)

@@ -19,7 +19,7 @@ from ..errors import FrameError, NodeError, reason
 from ..frame import Frame, FrameRef
 from ..graph import GraphSpec, NodeSpec
 from ..memory import ledger as ledgers
-from ..node import Node, Source
+from ..node import AsyncNode, Node, Source
 from .account import Account
 from .channel import EOS, Channel, Inline, StreamRouter
 from .context import NodeContext, RunState, Share
@@ -183,7 +183,7 @@ class Stages:
         st = self.stats[spec.id]
         eos = 0
         default_port = next(iter(spec.contract.outputs), None)
-        held = node.declared.holds_frames
+        held = node.declared.holds_frames and isinstance(node, AsyncNode)
         gate = self.gates.get(spec.id)
         while True:
             batch = ch.get_batch()
@@ -290,6 +290,8 @@ class Stages:
 
     def poll(self, spec: NodeSpec, st: NodeStats, node: Node) -> bool:
         """Collect what an async node has finished (in order) and send it on; False when it had nothing."""
+        if not isinstance(node, AsyncNode):
+            return False
         try:
             out = node.poll()
             self.emit(spec.id, out, next(iter(spec.contract.outputs), None), True)

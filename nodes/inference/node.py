@@ -4,10 +4,8 @@ per-stream model state (``state.StreamStates``)."""
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,7 +18,7 @@ from flowpipe.contracts import Allocation, Offer, Request
 from flowpipe.frame import Frame
 from flowpipe.memory import Slot
 from flowpipe.memory import ledger as ledgers
-from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
+from flowpipe.node import PIXELS_ALL, AsyncNode, Negotiating, Node, NodeConfig, NodeContract, Resource, RunContext
 from flowpipe.registry import register
 
 from .batching import Batcher, Entries
@@ -33,7 +31,7 @@ log = logging.getLogger("flowpipe.inference")
 
 
 @register("inference")
-class Inference(Node):
+class Inference(AsyncNode, Negotiating, Node):
     """Runs an OpenVINO model on NPU, GPU or CPU (or several at once: ``device: GPU+CPU``); outputs land in
     ``frame.tensors`` by output name.
 
@@ -66,20 +64,8 @@ class Inference(Node):
         # one compiled model serves every stream (over processes, in the device owner)
         return cls.declare(pixels=PIXELS_ALL, holds_frames=config.requests == "async", serves_streams=True,
                            files={"cache_dir": "model_cache"},
-                           isolation="it holds frames past process() (asynchronous requests)")
-
-    def resources(self) -> list[str]:
-        return [f"loads model {self.config.blob or self.config.model}"]
-
-    def missing(self) -> str | None:
-        c = self.config
-        for key, ref in (("blob", c.blob), ("model", None if c.blob else c.model)):
-            if not ref or ref.startswith(("http://", "https://")) or models.is_registry_name(ref):
-                continue
-            path = Path(os.path.expanduser(ref))
-            if not path.is_file():  # a relative path is the command's folder's, not the graph's
-                return f"{key}: no such file: {ref}" + ("" if path.is_absolute() else f" (looked for {path.resolve()})")
-        return None
+                           isolation="it holds frames past process() (asynchronous requests)",
+                           resources=(_model(config),))
 
     def choose(self, devices: Devices) -> DeviceChoice:
         """The device this node runs on (the same answer every time on one machine); of several used
@@ -293,6 +279,13 @@ class Inference(Node):
             self.engine.close()
         if self.batcher is not None:
             self.batcher.close()
+
+
+def _model(c: InferenceConfig) -> Resource:
+    """The model it loads: a file it reads from this host, or a registry name or a URL, which it fetches."""
+    key, ref = ("blob", c.blob) if c.blob else ("model", c.model)
+    local = bool(ref) and not ref.startswith(("http://", "https://")) and not models.is_registry_name(ref)
+    return Resource(f"loads model {ref}", reads=ref if local else None, field=key)
 
 
 def cpu_threads(serves_processes: int) -> int | None:

@@ -18,7 +18,7 @@ from flowpipe.accel.opencl import ClDevice
 from flowpipe.contracts import Allocation, Offer, Request, TensorSpec
 from flowpipe.frame import Frame, TensorLayout
 from flowpipe.memory import BatchSlots, BufferPool, Lease, Slot
-from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
+from flowpipe.node import PIXELS_ALL, Negotiating, Node, NodeConfig, NodeContract, RunContext
 from flowpipe.registry import register
 
 from .config import PreprocessConfig
@@ -32,7 +32,7 @@ log = logging.getLogger("flowpipe.preprocess")
 
 
 @register("preprocess")
-class Preprocess(Node):
+class Preprocess(Negotiating, Node):
     """Turns frames into the model's input tensor (``frame.tensors['input']``), on OpenCL or the CPU.
 
     YAML:

@@ -13,7 +13,7 @@ from pydantic import Field
 
 from flowpipe.errors import FrameError
 from flowpipe.frame import Detection, Frame
-from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext
+from flowpipe.node import PIXELS_ALL, AsyncNode, Node, NodeConfig, NodeContract, RunContext
 from flowpipe.registry import register
 
 from . import appearance
@@ -31,7 +31,7 @@ TUNABLE = frozenset({"iou_threshold", "high_score", "max_age", "min_hits", "coas
 
 
 @register("tracker")
-class Tracker(Node):
+class Tracker(AsyncNode, Node):
     """Assigns track ids: high-score detections match first, low-score ones then keep tracks alive
     (ByteTrack's idea) with IoU and a constant-velocity prediction; one id space per stream.
 
