@@ -2,8 +2,9 @@
 crossings checked by eye (flowpipe/eval/crossings.json), and what the zones, lines and events cost beside the plain
 detect-and-track graph (the same graph with ``analytics=false``), run side by side in turns.
 
-    python benchmarks/analytics_eval.py --out benchmarks/results/analytics_eval.json
-    python benchmarks/analytics_eval.py --what vehicles --out benchmarks/results/analytics_eval_vehicles.json
+    python benchmarks/run_all.py counting            # analytics_eval.py, recorded in the result schema
+    python benchmarks/run_all.py counting_vehicles   # --what vehicles on the motorway's clips
+    python benchmarks/analytics_eval.py [--what vehicles] [--clips ...] --out OUT.json
 
 The clips are in two parts, reported apart: the ones seen while the graph was made, and held-out ones added after
 it and its line's margin were fixed. Per clip: true crossings, found (reported once, in their frames and

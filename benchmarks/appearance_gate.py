@@ -3,7 +3,7 @@ detections are, frame to frame, against those of other tracks in the same frame,
 the graph was made. The gate is set above the largest same-track distance there, so that on those clips it cuts
 no track the tracker kept without it.
 
-    python benchmarks/appearance_gate.py --out benchmarks/results/appearance_gate.json
+    python benchmarks/appearance_gate.py --out OUT.json   # or: python benchmarks/run_all.py appearance_gate
 
 Per clip, graphs/people_count.yaml runs with ``appearance=0`` (colours not looked at); each person detection with
 a track id then gets its colours (``nodes/track/appearance.py``) from the decoded frame, and its distance

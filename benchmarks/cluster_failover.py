@@ -1,7 +1,7 @@
 """How fast a lost host's streams run again elsewhere: a local multi-node Ray cluster (loopback), three live
 paced streams over the hosts, one host with streams removed mid-run (its raylet and workers killed).
 
-    python benchmarks/cluster_failover.py --repeats 3 --out benchmarks/results/cluster_failover.json
+    python benchmarks/cluster_failover.py --repeats 3 --out OUT.json   # run_all.py cluster_failover
 
 Per loss: ``noticed_s`` (host removed -> the controller knows), ``replaced_in_s`` (placing and starting the
 agents), ``first_frame_s`` (host removed -> the first frame of its streams on their new host), and whether

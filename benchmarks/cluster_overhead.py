@@ -1,7 +1,7 @@
 """What Ray costs a run: the same graph, streams and processes run here directly and through a one-host Ray
 cluster (controller, host agent actor, polling), alternating in one process, on this machine.
 
-    python benchmarks/cluster_overhead.py --streams 2 --repeats 3 --out benchmarks/results/cluster_overhead.json
+    python benchmarks/cluster_overhead.py --streams 2 --repeats 3 --out OUT.json   # run_all.py cluster_overhead
 
 The rate of each run is its frames over the runner's own elapsed time (node opening included, Ray's
 start-up not: that is reported apart, once). Face blur on the sample clip, played ``--loops`` extra times.

@@ -2,7 +2,7 @@
 the streams of lost hosts, with the placement the cluster controller uses (``flowpipe.cluster.placement``).
 No Ray and no frames: what is measured is the controller's own work and memory.
 
-    python benchmarks/cluster_sim.py --streams 2000 --hosts 200 --out benchmarks/results/cluster_sim.json
+    python benchmarks/cluster_sim.py --streams 2000 --hosts 200 --out OUT.json   # run_all.py cluster_sim
 
 Hosts are a mix: a third with an NPU (``intel_npu: 1``, 8 CPUs; NPU streams take 0.05), a third with an
 Intel GPU (``intel_gpu: 1``, 16 CPUs; GPU streams take 0.05), a third CPU-only (16 CPUs; CPU streams take 1);

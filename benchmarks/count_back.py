@@ -7,7 +7,7 @@ Every crossing back (a track crossing the other way from the way it was last cou
 past the line the track had gone since (in its box's heights) and whether it is a true crossing, a false one or
 one counted twice.
 
-    python benchmarks/count_back.py --out benchmarks/results/count_back.json
+    python benchmarks/count_back.py --out OUT.json   # run_all.py count_back
 
 ``--clips`` chooses the clips (default: every clip but those added after the rule was chosen, ``after:
 fifth_plaza_look``, which are kept to prove it).

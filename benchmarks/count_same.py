@@ -9,7 +9,7 @@ graphs/people_count.yaml runs once on each clip; its tracked people are replayed
 alone (``count: every, back: 1.0``, the graph's) without ``same`` and at each setting below, and the
 crossings scored against ``flowpipe/eval/crossings.json``.
 
-    python benchmarks/count_same.py --out benchmarks/results/count_same.json
+    python benchmarks/count_same.py --out OUT.json   # run_all.py count_same
 
 The setting is chosen on the clips ``count_back.py`` replays (the default here): every clip but those added
 after ``every`` was chosen (``after: fifth_plaza_look``). Written before any run on the others: ``same: 0.7,
@@ -18,7 +18,7 @@ the people graph only if, on the concourse's three clips, held out from this cho
 (missed, false and twice-counted crossings together) with at most one true crossing lost of 54:
 
     python benchmarks/count_same.py --clips concourse concourse_low concourse_dark --settings 0.7:1.0 \\
-        --out benchmarks/results/count_same_concourse.json
+        --out OUT.json
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ loops, with batch 8, and over two processes (the clip as two streams, each compa
 side in one run; with ``--against REV``, the same runs of an earlier revision (installed apart from this tree)
 and what the back edges cost against it.
 
-    python benchmarks/determinism.py --json benchmarks/results/determinism_2cores.json --against ffb1ad4
+    python benchmarks/determinism.py --against ffb1ad4 --json OUT.json   # run_all.py determinism
 
 Per run: frames whose records (every box to 0.5 px, track id, label, how it was found) differ from the first
 run alone, the largest difference of one face's box (px) where they differ, face-frames masked, false masks a

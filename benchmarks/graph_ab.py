@@ -3,7 +3,7 @@ clip played forth and back (a steady rate, not a start), the median run's frames
 
     git show 3fb9422:graphs/face_blur.yaml > /tmp/face_blur_before.yaml
     python benchmarks/graph_ab.py /tmp/face_blur_before.yaml graphs/face_blur.yaml --clip table \\
-        --json benchmarks/results/face_blur_2cores.json
+        --json OUT.json   # run_all.py graph_ab BEFORE AFTER ...
 
 The clip: an evaluation clip (flowpipe/eval) written as H.264, its frames played forward and back three times
 (540 frames of the 720p clips); both graphs run with ``device`` as given (CPU by default), ``--rounds`` turns.

@@ -31,6 +31,7 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 KINDS = {"2cores": "this 2-core CPU machine", "h200": "the 16-core GPU machine (NVIDIA H200; earlier an H100)"}
 GPU_NAMES = ("h100", "h200")  # result-file machine names that are the GPU machine kind
+MACHINE_NAME = re.compile(r"\d+cores|[a-z]+\d+[a-z0-9]*")  # 2cores, 16cores, h200: what machine() names
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("determinism_gpu", "determinism_gpu.py", "16", _GPU, "the same on the GPU machine at 16 streams (give "
               "--clip --now --before --before-graph --work)", out="--out", out_file="gpu_determinism.json"),
     Benchmark("offline_cost", "offline_cost.py", "16", _CPU, "a recording read whole (offline: true) against "
-              "streaming", out="--json"),
+              "streaming", {"": ("--seconds", "20")}, out="--json"),
 )
 BY_NAME = {b.name: b for b in BENCHMARKS}
 
@@ -174,8 +175,8 @@ def kind(machine_name: str) -> str:
 
 
 def result_files(b: Benchmark) -> list[Path]:
-    """The benchmark's result files, one per machine (NAME_MACHINE.json, MACHINE without underscores)."""
-    return sorted(p for p in RESULTS.glob(f"{b.name}_*.json") if "_" not in p.stem[len(b.name) + 1:])
+    """The benchmark's result files, one per machine (NAME_MACHINE.json)."""
+    return sorted(p for p in RESULTS.glob(f"{b.name}_*.json") if MACHINE_NAME.fullmatch(p.stem[len(b.name) + 1:]))
 
 
 def load(path: Path) -> dict[str, Any]:

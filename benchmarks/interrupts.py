@@ -5,7 +5,7 @@ second Ctrl-C half a second after the first in some runs. Reported per run: the 
 traceback or a crash showed, the seconds the run took to end after the last interrupt, and whether its
 recording plays to its end.
 
-    python benchmarks/interrupts.py --times 20 --json benchmarks/results/interrupts_2cores.json
+    python benchmarks/interrupts.py --times 20 --json OUT.json   # run_all.py interrupts
 
 Every run must end in 130 (or 0 where it had ended before the interrupt), with no traceback, no crash, and a
 recording that plays; tests/test_interrupt.py holds six of these moments in the suite.

@@ -2,7 +2,7 @@
 every hardware device that opens here (CUDA/NVDEC, QSV, VA-API), and of H.264 encode by libx264 at several
 presets and by the hardware encoders that open (NVENC, QSV). Inputs: the sample clip scaled to 720p and 1080p.
 
-    python benchmarks/media_codecs.py --out benchmarks/results/media_codecs_2cores.json
+    python benchmarks/media_codecs.py --out OUT.json   # run_all.py media_codecs
 
 A device or encoder that does not open is listed under ``absent`` with FFmpeg's reason, not measured. CPU is
 the process's (getrusage: FFmpeg's threads included); decode hands the pictures over in host memory in

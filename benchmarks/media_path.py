@@ -2,7 +2,7 @@
 MPEG-4 Part 2 through OpenCV), OpenCV BGR with the H.264 writer, and PyAV in I420 from decode to the
 H.264 encoder. Inputs: the sample clip scaled to 720p and 1080p as H.264 (what cameras send).
 
-    python benchmarks/media_path.py --frames 150 --repeats 2 --out benchmarks/results/media_path.json
+    python benchmarks/media_path.py --frames 150 --repeats 2 --out OUT.json   # run_all.py media_path
 
 Runs alternate (ABC CBA ...) so drift of a shared machine falls on every path; process CPU by getrusage
 (inference, decoder and encoder threads included) in the steady state (sampled every 10 ms from the 30th

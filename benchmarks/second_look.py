@@ -1,7 +1,7 @@
 """Do the face-blur graph's second looks tell CenterFace's weak faces from its weak non-faces? Measured on the
 evaluation clips (flowpipe/eval).
 
-    python benchmarks/second_look.py --out benchmarks/results/second_look.json
+    python benchmarks/second_look.py --out OUT.json   # run_all.py second_look
 
 CenterFace (the shipped face-blur graph's model, OpenVINO on the CPU) runs on every frame of the clip as
 written (H.264 at its crf) at the graph's input size (the picture scaled to fit 960x544, never up); its

@@ -2,7 +2,7 @@
 sample clip; the streams' rates are measured over a quiet window, then while 200 concurrent clients (another
 process) ask for the instance's status as fast as they are answered, then quiet again.
 
-    python benchmarks/serve_load.py --out benchmarks/results/serve_load.json
+    python benchmarks/serve_load.py --out OUT.json   # run_all.py serve_load
 
 Reported: per-stream FPS in each window (median over streams), their ratio under load, and the status
 calls answered per second with their p50/p99 latency.

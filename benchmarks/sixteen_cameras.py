@@ -1,7 +1,7 @@
 """Sixteen cameras on one server: the shipped face-blur graph on N streams of the 1366x768 sample, every
 configuration side by side in one run (``flowpipe bench`` each, one after another on the same machine).
 
-    python benchmarks/sixteen_cameras.py --json benchmarks/results/sixteen_cameras_h100.json       # 16 cores + GPU
+    python benchmarks/sixteen_cameras.py --json OUT.json   # 16 cores + GPU; run_all.py sixteen_cameras
     python benchmarks/sixteen_cameras.py --streams 2 --processes 2 --frames 60 --accelerator CPU    # 2 cores
 
 Per configuration: frames per second over all streams, the slowest stream's while all run, CPU ms per frame

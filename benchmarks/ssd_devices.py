@@ -1,6 +1,6 @@
 """SSD MobileNet v2 (the registry's, cut to static shapes) on the GPU and on the CPU, side by side.
 
-    python benchmarks/ssd_devices.py CLIP.mp4 --out benchmarks/results/ssd_gpu_h100.json
+    python benchmarks/ssd_devices.py CLIP.mp4 --out OUT.json   # run_all.py ssd_devices CLIP.mp4
 
 preprocess -> inference -> ssd_decode (from 0.3; people and vehicles) on the clip, with and without tiles, on
 GPU, CPU and AUTO; each graph run twice and the second timed (the compiled model then comes from the cache).

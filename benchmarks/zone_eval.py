@@ -3,7 +3,7 @@
 graphs/people_count.yaml runs once on each clip with the clip's zone (and its crossings' line); the zone's count
 on each sampled frame is scored against the truth's range for it: exact, or off by so many people, over or under.
 
-    python benchmarks/zone_eval.py --out benchmarks/results/zone_eval.json
+    python benchmarks/zone_eval.py --out OUT.json   # run_all.py zone_eval
 
 Nothing in the graph was chosen on these counts: they were made after it was fixed, and this is their first use.
 """
