@@ -327,8 +327,8 @@ def media_codecs() -> Rows:
     for h, op, codec in keys:
         xs = [by.get((n, h, op, codec)) for n in names]
         first = next(x for x in xs if x)
-        same = {True: "yes", False: "NO"}.get(next((x["same_pictures"] for x in xs if x and "same_pictures" in x),
-                                                    None), "")
+        flag = next((x["same_pictures"] for x in xs if x and "same_pictures" in x), None)
+        same = "" if flag is None else "yes" if flag else "NO"
         rows.append([f"{h}p", op, codec, *(cell(x) for x in xs), first.get("kbit_s", ""), same])
     out = [f"- {doc['machine']['name']}: {_source(doc, path)} PyAV {doc['figures']['av']}." for doc, path in got]
     absent = [f"on {doc['machine']['name']}, " + "; ".join(f"{k} ({v})" for k, v in sorted(doc["figures"]["absent"]
