@@ -53,7 +53,7 @@ def main() -> None:
     ap.add_argument("--streams", type=int, help="flowpipe bench --streams (default: the graph's)")
     ap.add_argument("--processes", help="flowpipe bench --processes")
     ap.add_argument("--warmup", type=int, default=30)
-    ap.add_argument("--clip", help="input: an evaluation clip (flowpipe/eval/clips.py), e.g. carphone")
+    ap.add_argument("--clip", help="input: an evaluation clip (eval/flowpipe_eval/clips.py), e.g. carphone")
     ap.add_argument("--loop", type=int, default=1, help="with --clip: the clip played this many times over")
     ap.add_argument("--frames", type=int, default=300)
     ap.add_argument("--repeats", type=int, default=3)
@@ -64,7 +64,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         sets = list(a.sets)
         if a.clip:
-            from flowpipe.eval.clips import clip
+            from flowpipe_eval.clips import clip
 
             sets.append(f"input={clip(a.clip).looped(a.loop).write(Path(tmp) / 'clip.mp4')}")
             a.sets.insert(0, f"input=<clip {a.clip}{f' x{a.loop}' if a.loop > 1 else ''}>")

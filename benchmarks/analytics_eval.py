@@ -1,5 +1,5 @@
 """Counting on real footage: graphs/people_count.yaml's (or graphs/vehicle_count.yaml's) line crossings against
-crossings checked by eye (flowpipe/eval/crossings.json), and what the zones, lines and events cost beside the plain
+crossings checked by eye (eval/flowpipe_eval/crossings.json), and what the zones, lines and events cost beside the plain
 detect-and-track graph (the same graph with ``analytics=false``), run side by side in turns.
 
     python benchmarks/run_all.py counting            # analytics_eval.py, recorded in the result schema
@@ -30,8 +30,8 @@ GRAPHS = {"people": ROOT / "graphs" / "people_count.yaml", "vehicles": ROOT / "g
 
 
 def run_once(graph: Path, src: Path, analytics: bool, work: Path, sets: dict[str, Any]) -> dict[str, Any]:
-    from flowpipe.eval.score import run_timed
     from flowpipe.graph import load_graph
+    from flowpipe_eval.score import run_timed
 
     tag = "with" if analytics else "without"
     spec = load_graph(str(graph), {"input": str(src), "output": str(work / f"{tag}.mp4"),
@@ -73,8 +73,8 @@ def main() -> int:
                     "clip's line alone (crossings.py's rule for tiles on traffic, its way C)")
     ap.add_argument("--out")
     args = ap.parse_args()
-    from flowpipe.eval.crossings import band, clip_file, line, part, score, truth
     from flowpipe.graph import parse_sets
+    from flowpipe_eval.crossings import band, clip_file, line, part, score, truth
 
     sets = {"device": args.device, **parse_sets(args.set)}
 

@@ -33,9 +33,9 @@ PCTS = (50, 90, 95, 99, 100)
 def distances(name: str) -> tuple[list[float], list[float], list[float]]:
     import av
 
-    from flowpipe.eval.crossings import clip_file
-    from flowpipe.eval.score import run_timed
     from flowpipe.graph import load_graph
+    from flowpipe_eval.crossings import clip_file
+    from flowpipe_eval.score import run_timed
     from flowpipe_nodes.track import appearance
     from flowpipe_nodes.track.geometry import iou_matrix
 

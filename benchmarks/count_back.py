@@ -2,7 +2,7 @@
 
 graphs/people_count.yaml runs once on each counting clip (its tracks do not depend on how the line counts); its
 tracked people, frame by frame, are then replayed through the analytics node alone with ``count: every`` at each
-``back`` below (and with ``count: first``), and the crossings scored against ``flowpipe/eval/crossings.json``.
+``back`` below (and with ``count: first``), and the crossings scored against ``eval/flowpipe_eval/crossings.json``.
 Every crossing back (a track crossing the other way from the way it was last counted) is listed with how far
 past the line the track had gone since (in its box's heights) and whether it is a true crossing, a false one or
 one counted twice.
@@ -56,9 +56,9 @@ def replay(records: list[dict[str, Any]], size: tuple[int, int], line: list[list
 def tracked(name: str, **params: Any) -> tuple[list[dict[str, Any]], tuple[int, int]]:
     """graphs/people_count.yaml run once on clip ``name`` (its own line; ``params``: more of the graph's): its
     records, frame by frame, and the picture's size."""
-    from flowpipe.eval.crossings import clip_file, line
-    from flowpipe.eval.score import run_timed
     from flowpipe.graph import load_graph
+    from flowpipe_eval.crossings import clip_file, line
+    from flowpipe_eval.score import run_timed
 
     work = Path(tempfile.mkdtemp(prefix=f"flowpipe-tracked-{name}-"))
     src = clip_file(name, work)
@@ -78,7 +78,7 @@ def main() -> int:
     ap.add_argument("--clips", nargs="*")
     ap.add_argument("--out")
     args = ap.parse_args()
-    from flowpipe.eval.crossings import line, score, truth
+    from flowpipe_eval.crossings import line, score, truth
 
     t = truth()
     names = args.clips or [n for n, c in t.items() if c.get("after") != "fifth_plaza_look"]

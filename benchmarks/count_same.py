@@ -7,7 +7,7 @@ or lost the frame before) by ``same`` of the smaller box is that track's again, 
 
 graphs/people_count.yaml runs once on each clip; its tracked people are replayed through the analytics node
 alone (``count: every, back: 1.0``, the graph's) without ``same`` and at each setting below, and the
-crossings scored against ``flowpipe/eval/crossings.json``.
+crossings scored against ``eval/flowpipe_eval/crossings.json``.
 
     python benchmarks/count_same.py --out OUT.json   # run_all.py count_same
 
@@ -40,7 +40,7 @@ def main() -> int:
     ap.add_argument("--settings", nargs="*", default=SETTINGS, help="SAME:WITHIN (seconds)")
     ap.add_argument("--out")
     args = ap.parse_args()
-    from flowpipe.eval.crossings import line, score, truth
+    from flowpipe_eval.crossings import line, score, truth
 
     t = truth()
     names = args.clips or [n for n, c in t.items() if c.get("after") != "fifth_plaza_look"]

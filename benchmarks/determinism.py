@@ -41,7 +41,7 @@ if a["processes"] > 1:
     res = executor(spec, a["processes"]).run()
     seconds = res.elapsed_s
 else:
-    from flowpipe.eval.score import run_timed
+    from flowpipe_eval.score import run_timed
     res, seconds = run_timed(spec, a["graph"])
 if not res.ok:
     raise SystemExit(f"run failed: {res.error}")
@@ -136,8 +136,8 @@ def _compare(ref: Records, got: Records, stream: str = "decode") -> dict[str, An
 
 
 def _score(name: str, rec: Records, stream: str = "decode") -> dict[str, Any]:
-    from flowpipe.eval.clips import clip
-    from flowpipe.eval.score import score
+    from flowpipe_eval.clips import clip
+    from flowpipe_eval.score import score
     from flowpipe_nodes.draw import grow_box
 
     c = clip(name)
@@ -173,7 +173,7 @@ def main() -> int:
     ap.add_argument("--against", help="an earlier revision run side by side (git rev)")
     ap.add_argument("--json")
     args = ap.parse_args()
-    from flowpipe.eval.clips import clip
+    from flowpipe_eval.clips import clip
 
     graph = ROOT / "graphs" / "face_blur.yaml"
     rows: list[dict[str, Any]] = []

@@ -5,7 +5,7 @@ clip played forth and back (a steady rate, not a start), the median run's frames
     python benchmarks/graph_ab.py /tmp/face_blur_before.yaml graphs/face_blur.yaml --clip table \\
         --json OUT.json   # run_all.py graph_ab BEFORE AFTER ...
 
-The clip: an evaluation clip (flowpipe/eval) written as H.264, its frames played forward and back three times
+The clip: an evaluation clip (eval/flowpipe_eval) written as H.264, its frames played forward and back three times
 (540 frames of the 720p clips); both graphs run with ``device`` as given (CPU by default), ``--rounds`` turns.
 """
 from __future__ import annotations
@@ -46,7 +46,7 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=50)
     ap.add_argument("--json")
     args = ap.parse_args()
-    from flowpipe.eval.clips import clip
+    from flowpipe_eval.clips import clip
 
     c = clip(args.clip)
     looped = replace(c, frames=(c.frames + c.frames[::-1]) * 3, faces=(c.faces + c.faces[::-1]) * 3)

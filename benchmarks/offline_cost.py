@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CHILD = """
 import json, sys
 from flowpipe import load_graph
-from flowpipe.eval.score import run_timed
+from flowpipe_eval.score import run_timed
 a = json.loads(sys.argv[1])
 res, seconds = run_timed(load_graph(a["graph"], a["sets"]), a["graph"])
 track = res.nodes["track"]
@@ -40,7 +40,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--json")
     args = ap.parse_args()
-    from flowpipe.eval.clips import clip
+    from flowpipe_eval.clips import clip
 
     c = clip("woman_hands")
     n = int(args.seconds * c.fps)

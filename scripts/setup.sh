@@ -27,4 +27,5 @@ if command -v apt-get >/dev/null 2>&1; then
 fi
 python3 -m pip install -q --upgrade pip
 python3 -m pip install -q -e ".[test]"
+python3 -m pip install -q --no-deps -e ./eval  # the evaluation (footage, truth, scores): a checkout's, not the product's
 echo "flowpipe installed: $(command -v flowpipe)"

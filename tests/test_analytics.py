@@ -370,8 +370,8 @@ def test_ssd_mobilenet_from_its_wheel_finds_people_and_the_bus(tmp_path: Path) -
     whole in front of it (boxes checked by eye), and nothing of the classes not asked for."""
     import shutil
 
-    from flowpipe.eval.footage import footage_path
     from flowpipe.testing import collected, run_yaml
+    from flowpipe_eval.footage import footage_path
 
     (tmp_path / "in").mkdir()
     shutil.copy(footage_path("bus"), tmp_path / "in" / "bus.jpg")
@@ -403,8 +403,8 @@ def test_ssd_cut_before_its_postprocessing_finds_what_the_whole_model_found_in_s
     from flowpipe import models
     from flowpipe.accel import devices
     from flowpipe.accel.openvino import fold
-    from flowpipe.eval.footage import footage_path
     from flowpipe.testing import collected, run_yaml
+    from flowpipe_eval.footage import footage_path
 
     path = models.resolve("ssd_mobilenet_v2_coco")
     model = devices().openvino.read_model(path, models.part_of("ssd_mobilenet_v2_coco"))
@@ -449,8 +449,8 @@ def test_a_blob_of_the_cut_ssd_at_batch_2_gives_each_frame_the_anchors_whole(tmp
 
     from flowpipe.accel import openvino as ovx
     from flowpipe.cli import main
-    from flowpipe.eval.footage import footage_path
     from flowpipe.testing import collected, run_yaml
+    from flowpipe_eval.footage import footage_path
 
     blob = tmp_path / "ssd.blob"
     assert main(["compile", "ssd_mobilenet_v2_coco", "--device", "CPU", "--shape", "2,300,300,3",
@@ -584,9 +584,9 @@ def test_people_count_keeps_a_fast_crossing_found_every_few_frames_on_a_starved_
     frames, 20-30 px on each time. With the graph's ``reach`` each keeps one track through the gaps and both
     crossings are counted, in their windows (with overlap alone, ``reach=0``, each got a new track past the
     line, and none was: tests/test_tracker_algorithm.py has that case on plain arrays)."""
-    from flowpipe.eval.crossings import clip_file
     from flowpipe.graph import load_graph
     from flowpipe.runtime import Runner
+    from flowpipe_eval.crossings import clip_file
 
     out = tmp_path / "pc"
     spec = load_graph(str(Path(__file__).resolve().parent.parent / "graphs" / "people_count.yaml"),
@@ -605,8 +605,8 @@ def test_vehicle_count_counts_the_bus_once_and_tracks_only_vehicles(tmp_path: Pa
     """graphs/vehicle_count.yaml on ultralytics' bus photograph panned across (120 frames, 640x360): the bus, wider
     than the picture, goes right to left through the middle once (checked by eye: frames 40-100); the people in
     front of it are not tracked, and the line's totals say it was a bus."""
-    from flowpipe.eval.crossings import clip_file, score
     from flowpipe.runtime import Runner
+    from flowpipe_eval.crossings import clip_file, score
 
     src = clip_file("bus_pan", tmp_path)
     out = tmp_path / "vc"
@@ -628,8 +628,8 @@ def test_vehicle_count_counts_the_bus_once_and_tracks_only_vehicles(tmp_path: Pa
 def test_the_zone_counts_by_eye_are_well_formed_and_scored_against_their_range() -> None:
     """Every clip of zones.json has a zone inside the picture and its sampled frames' least and most counts (a
     degraded clip its source's); a count in the range is exact, one outside is off by its distance to it."""
-    from flowpipe.eval.crossings import truth as crossing_truth
-    from flowpipe.eval.zones import score, truth
+    from flowpipe_eval.crossings import truth as crossing_truth
+    from flowpipe_eval.zones import score, truth
 
     t = truth()
     assert set(t) <= set(crossing_truth()) and {"plaza", "concourse"} <= set(t)
@@ -653,7 +653,7 @@ def test_the_crossing_score_counts_found_missed_false_and_twice() -> None:
     """bus_pan's truth: two crossings 'in' in frames 12-38 and 34-60, optional people in 0-20 and 90-119. One
     report in each window is two found; a third in the second window is 'twice'; one at frame 70 is false; one
     at 100 falls on an optional person; a crossing the other way is false."""
-    from flowpipe.eval.crossings import score
+    from flowpipe_eval.crossings import score
 
     got = score("bus_pan", [{"frame": 25, "direction": "in"}, {"frame": 47, "direction": "in"}]).row()
     assert (got["found"], got["missed"], got["false"], got["twice"]) == (2, [], 0, 0)
@@ -672,7 +672,7 @@ def test_every_clip_of_the_crossings_truth_can_be_made_and_its_crossings_are_wel
     what is checked), each crossing a direction and an ordered window of frames, each clip in a part and any
     later group the report knows, any line of its own inside the picture; the plaza clips share one truth (one
     footage, degraded), and the concourse clips one truth and line."""
-    from flowpipe.eval import crossings
+    from flowpipe_eval import crossings
 
     class Made:
         def __init__(self, name: str, *a: object, **k: object) -> None:
@@ -1014,9 +1014,9 @@ def test_prometheus_serves_each_camera_s_crossings_and_zone_counts() -> None:
 
 
 def test_the_band_round_a_line_lies_inside_the_picture_in_tiles_nearest_square() -> None:
-    """The tiles rule's way C (flowpipe/eval/crossings.py): half the picture across the line, centred on it and
+    """The tiles rule's way C (eval/flowpipe_eval/crossings.py): half the picture across the line, centred on it and
     moved inside the picture; rows for a line across the picture, columns for one down it; four tiles."""
-    from flowpipe.eval.crossings import band
+    from flowpipe_eval.crossings import band
 
     assert band([[0.0, 0.6], [1.0, 0.6]], (1280, 720)) == {"grid": [3, 1], "region": [0.0, 0.35, 1.0, 0.85]}
     assert band([[0.0, 0.95], [1.0, 0.85]], (1280, 720)) == {"grid": [3, 1], "region": [0.0, 0.5, 1.0, 1.0]}

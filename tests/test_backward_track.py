@@ -6,8 +6,8 @@ import cv2
 import numpy as np
 import pytest
 
-from flowpipe.eval.clips import clip
-from flowpipe.eval.footage import footage_path
+from flowpipe_eval.clips import clip
+from flowpipe_eval.footage import footage_path
 from flowpipe_nodes.track.backward import track_back
 
 Box = tuple[float, float, float, float]

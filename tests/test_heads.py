@@ -9,10 +9,10 @@ import cv2
 import numpy as np
 import pytest
 
-from flowpipe.eval.clips import truth
-from flowpipe.eval.footage import footage_path
-from flowpipe.eval.score import coverage
 from flowpipe.testing import collected, run_yaml
+from flowpipe_eval.clips import truth
+from flowpipe_eval.footage import footage_path
+from flowpipe_eval.score import coverage
 from flowpipe_nodes.draw import grow_box
 from flowpipe_nodes.pose import head_box
 
@@ -173,9 +173,9 @@ def test_the_face_blur_graph_with_heads_masks_the_hiker_and_keeps_looking_while_
     import json
 
     from flowpipe import load_graph
-    from flowpipe.eval.clips import clip
-    from flowpipe.eval.score import score
     from flowpipe.runtime.runner import Runner
+    from flowpipe_eval.clips import clip
+    from flowpipe_eval.score import score
 
     c = clip("hiker")
     video = c.write(tmp_path / "hiker.mp4")

@@ -36,8 +36,8 @@ def _graph(tmp_path: Path, clip: Path, name: str, offline: bool) -> Path:
 
 def test_a_face_the_detector_finds_late_is_masked_from_its_first_frame_in_a_recording(tmp_path) -> None:
     pytest.importorskip("av")
-    from flowpipe.eval.clips import clip
-    from flowpipe.eval.score import COVERED, coverage
+    from flowpipe_eval.clips import clip
+    from flowpipe_eval.score import COVERED, coverage
     from flowpipe_nodes.draw import grow_box
 
     c = clip("woman_hands")

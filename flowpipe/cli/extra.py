@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import io
 import json
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import models
+from .. import quantize as quantizer
 from ..accel import devices
 from ..accel import openvino as ovx
 from ..accel.host import device_report
@@ -80,9 +82,9 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def _quantize(args: argparse.Namespace) -> int:
-    """``models quantize NAME``: a quantized entry, or the source model all entries quantized from it name."""
-    from ..eval.quantize import quantize
-
+    """``models quantize NAME``: a quantized entry, or the source model all entries quantized from it name;
+    calibrated on ``--calib`` footage, else on the evaluation clips the recipe names (a checkout's
+    ``flowpipe_eval``)."""
     names: list[str] = []
     for name in args.name:
         if not models.is_registry_name(name):
@@ -95,16 +97,39 @@ def _quantize(args: argparse.Namespace) -> int:
             return 2
         names += made
     recipe = json.loads(args.recipe) if args.recipe else None
+    if args.calib:
+        recipe = {**(recipe or models.entry(names[0])["quantize"]), "calib": str(Path(args.calib).resolve())}
+        recipe.pop("clips", None)
     for name in names:
         if not args.force and models.quantized_current(name, recipe):
             print(f"{name}: {models.cached_path(name)} (current: made from today's source by today's settings)")
             continue
-        meta = quantize(name, recipe)
+        try:
+            meta = _make_quantized(name, recipe, args.calib)
+        except (ValueError, FileNotFoundError, ModuleNotFoundError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         print(f"{name}: {models.cached_path(name)} (INT8 by NNCF {meta['nncf']}, preset {meta['recipe']['preset']}, "
               f"{meta['calibration_inputs']} calibration inputs {meta['calibration_shape']} from "
-              f"{', '.join(meta['calibration_clips'])}; held out: {', '.join(meta['held_out_clips'])}; "
-              f"{meta['seconds']} s)")
+              f"{meta.get('calibration_footage') or ', '.join(meta['calibration_clips'])}"
+              + (f"; held out: {', '.join(meta['held_out_clips'])}" if meta.get("held_out_clips") else "")
+              + f"; {meta['seconds']} s)")
     return 0
+
+
+def _make_quantized(name: str, recipe: dict[str, Any] | None, calib: str | None) -> dict[str, Any]:
+    if calib:
+        settings = models.quantize_settings(name, recipe)
+        count = int(settings["recipe"].get("subset_size", 300))
+        inputs = quantizer.footage_inputs(name, settings["recipe"], Path(calib), count)
+        return quantizer.quantize(name, settings, inputs, {"calibration_footage": str(Path(calib).resolve())})
+    try:
+        evaluation = importlib.import_module("flowpipe_eval.quantize")  # above the product: by name, as a plugin
+    except ModuleNotFoundError:
+        raise ModuleNotFoundError(
+            f"model '{name}' is calibrated on the evaluation clips, which a checkout of flowpipe installs "
+            "(pip install -e ./eval); or calibrate it on your own footage: --calib VIDEO|DIR") from None
+    return evaluation.quantize(name, recipe)  # type: ignore[no-any-return]
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
@@ -160,6 +185,8 @@ def add_commands(sub: Any, with_set: Callable[..., None]) -> None:
     m = sub.add_parser("models", help="list or fetch registry models (sha256-verified), or quantize one to INT8")
     m.add_argument("action", choices=["list", "pull", "quantize"])
     m.add_argument("name", nargs="*")
+    m.add_argument("--calib", metavar="VIDEO|DIR", help="quantize: calibrate on this video or folder of images "
+                   "(frames spread evenly over it), not on the evaluation clips")
     m.add_argument("--force", action="store_true", help="quantize: make it again even where the cached one is current")
     m.add_argument("--recipe", metavar="JSON", help="quantize: these settings instead of the registry's "
                    "(the registry's 'quantize' keys: from, calibrate, clips, frames_per_clip, size, subset_size, "

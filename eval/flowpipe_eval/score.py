@@ -24,10 +24,10 @@ from typing import Any
 import numpy as np
 
 from flowpipe import load_graph
+from flowpipe.models import from_wheel
 from flowpipe.runtime import Runner
 from flowpipe_nodes.draw import grow_box
 
-from ..models import from_wheel
 from .clips import Box, Clip
 from .footage import cache_dir
 
