@@ -520,7 +520,7 @@ def test_a_writer_lets_held_frames_go_when_their_stream_stalls(tmp_path) -> None
 
     from flowpipe.frame import Frame, FrameRef
     from flowpipe.testing import Harness
-    from flowpipe_nodes.video import VideoWriter
+    from flowpipe_nodes.sinks.recording import VideoWriter
 
     node = VideoWriter("rec", VideoWriter.Config(path=str(tmp_path / "v.mp4"), gop_seconds=0.2, fps=10))
     with Harness(node):
@@ -547,7 +547,7 @@ def test_a_stream_added_again_records_beside_its_first_file_and_no_other_takes_i
 
     from flowpipe.frame import Frame
     from flowpipe.testing import Harness
-    from flowpipe_nodes.video import VideoWriter
+    from flowpipe_nodes.sinks.recording import VideoWriter
 
     node = VideoWriter("rec", VideoWriter.Config(path=str(tmp_path / "v.mp4"), fps=10))
     with Harness(node):
@@ -566,7 +566,7 @@ def test_an_event_that_begins_while_its_recording_is_paused_says_why_it_has_no_c
 
     from flowpipe.frame import Frame
     from flowpipe.testing import Harness
-    from flowpipe_nodes.video import VideoWriter
+    from flowpipe_nodes.sinks.recording import VideoWriter
 
     node = VideoWriter("rec", VideoWriter.Config(path=str(tmp_path / "v.mp4"), fps=10,
                                                  clips={"path": str(tmp_path / "clips")}))

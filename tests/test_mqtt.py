@@ -276,7 +276,7 @@ nodes:
 def test_an_outbox_on_a_full_disk_keeps_no_half_line_and_keeps_again_when_there_is_room(small_disk) -> None:
     """A message the disk cannot take is sent without being kept (counted, said once), never left half
     written; once there is room, messages are kept again, and the next run reads back every whole one."""
-    from flowpipe_nodes.metadata import Outbox
+    from flowpipe_nodes.sinks.mqtt import Outbox
 
     box = Outbox(small_disk / "pub.cam.jsonl")
     assert box.keep("t", "a", 1) == 0
@@ -297,7 +297,7 @@ def test_an_outbox_on_a_full_disk_keeps_no_half_line_and_keeps_again_when_there_
 def test_an_outbox_is_one_process_s_and_is_written_again_with_what_is_left(tmp_path, monkeypatch) -> None:
     """A second holder of a stream's outbox is refused with one line; past ``COMPACT`` lines the file is
     written again with the undelivered messages alone, which the next holder gets back in order."""
-    from flowpipe_nodes.metadata import Outbox
+    from flowpipe_nodes.sinks.mqtt import Outbox
 
     path = tmp_path / "pub.door.jsonl"
     box = Outbox(path)

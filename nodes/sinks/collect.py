@@ -1,4 +1,5 @@
-"""Sinks with no I/O and the pass-through hop: in-memory collectors, a sink that drops packets."""
+"""Sinks that write nowhere but the run's memory: ``collect`` (packets kept for ``RunResult.collected``) and
+``null_sink`` (packets dropped, to end a branch)."""
 from __future__ import annotations
 
 import threading
@@ -8,7 +9,7 @@ from pydantic import Field
 
 from flowpipe import memory
 from flowpipe.frame import Frame
-from flowpipe.node import PIXELS_ALL, Node, NodeConfig, NodeContract, RunContext, Sink
+from flowpipe.node import PIXELS_ALL, NodeConfig, NodeContract, RunContext, Sink
 from flowpipe.registry import register
 
 
@@ -43,21 +44,6 @@ class Collect(Sink):
                      frame.format, dict(frame.meta), tensors, list(frame.detections), layout=frame.layout)
         with self._lock:
             self.into.append(kept)
-
-
-@register("passthrough")
-class Passthrough(Node):
-    """Forwards every packet unchanged (a hop for tests and engine benchmarks)."""
-
-    inputs = {"in": "any"}
-    outputs = {"out": "any"}
-
-    @classmethod
-    def contract(cls, config: NodeConfig) -> NodeContract:
-        return cls.declare(pixels=PIXELS_ALL, one_worker=None, forwards={"out": "in"})
-
-    def process(self, frame: Frame, port: str) -> Frame:
-        return frame
 
 
 @register("null_sink")
