@@ -12,9 +12,10 @@ is bounded-dynamic on CPU and GPU (each request runs the entries the frame has) 
 the NPU (the rest of the entries run and are ignored); a frame without any entries runs no request.
 
 By concern: ``node`` (the ``inference`` node type: config, memory contract, ports, what the device owner
-calls), ``engine`` (device, model, requests, binding), ``multi`` (several devices at once, ``device:
-GPU+CPU``: each frame on whichever device has a request free, results in frame order), ``batching``
-(batches across streams, entries per frame), ``state`` (stateful models, one state per stream).
+calls), ``engine`` (device, requests, binding), ``model`` (the model read, fitted to its producer's tensor
+and compiled), ``multi`` (several devices at once, ``device: GPU+CPU``: each frame on whichever device has a
+request free, results in frame order), ``batching`` (batches across streams, entries per frame), ``state``
+(stateful models, one state per stream).
 """
 from __future__ import annotations
 
