@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import models
+from .. import exported, models
 from .. import quantize as quantizer
 from ..accel import devices
 from ..accel import openvino as ovx
@@ -71,6 +71,8 @@ def cmd_models(args: argparse.Namespace) -> int:
         return 2
     if args.action == "quantize":
         return _quantize(args)
+    if args.action == "inspect":
+        return _inspect(args.name)
     try:
         for name in args.name:
             path = models.pull(name)
@@ -79,6 +81,43 @@ def cmd_models(args: argparse.Namespace) -> int:
         print(f"error: {e.args[0]}", file=sys.stderr)
         return 2
     return 0
+
+
+def _inspect(paths: list[str]) -> int:
+    """``models inspect PATH``: inputs, outputs, what the model says about itself, and the preprocessing and
+    head flowpipe picks for it, each with why; exit 2 with one line for outputs that fit no head."""
+    code = 0
+    for ref in paths:
+        path = models.resolve(ref) if models.is_registry_name(ref) else Path(ref)
+        if path.is_dir():  # the folder ultralytics' OpenVINO export writes
+            path = next(iter(sorted(path.glob("*.xml"))), path)
+        if not path.is_file():
+            print(f"error: {ref}: no such model file (an .onnx, an OpenVINO .xml, or a folder holding one)",
+                  file=sys.stderr)
+            return 2
+        model = devices().openvino.read_model(path)
+        ins = {p.get_any_name(): tuple(p.get_partial_shape().get_min_shape()) for p in model.inputs}
+        outs = {p.get_any_name(): tuple(p.get_partial_shape().get_min_shape()) for p in model.outputs}
+        info = exported.read(model, path)
+        print(f"{ref}:")
+        for what, ports in (("input", model.inputs), ("output", model.outputs)):
+            for p in ports:
+                print(f"  {what} {p.get_any_name()}: {p.get_partial_shape()} {p.get_element_type().get_type_name()}")
+        print(f"  says: {json.dumps(info.as_dict())}")
+        pre = exported.preprocessing(info, next(iter(ins.values())))
+        print(f"  preprocessing: {pre.size[0]}x{pre.size[1]} {pre.layout}, {pre.resize} (pad {pre.pad_value}), "
+              f"{pre.color}, mean {pre.mean}, scale {pre.scale}")
+        for k, v in pre.why.items():
+            print(f"    {k}: {v}")
+        try:
+            head = exported.choose_head(outs, info)
+        except ValueError as e:
+            print(f"error: {ref}: {e}", file=sys.stderr)
+            code = 2
+            continue
+        extra = f", {head.extra} ({head.extra_count})" if head.extra != "none" else ""
+        print(f"  head: {head.kind} over {', '.join(head.outputs)}, {head.classes} classes{extra}: {head.why}")
+    return code
 
 
 def _quantize(args: argparse.Namespace) -> int:
@@ -182,8 +221,9 @@ def add_commands(sub: Any, with_set: Callable[..., None]) -> None:
     d.add_argument("--cluster", metavar="auto|ray://HOST:PORT", help="every host of a Ray cluster, as flowpipe sees it")
     d.set_defaults(func=cmd_devices)
 
-    m = sub.add_parser("models", help="list or fetch registry models (sha256-verified), or quantize one to INT8")
-    m.add_argument("action", choices=["list", "pull", "quantize"])
+    m = sub.add_parser("models", help="list or fetch registry models (sha256-verified), quantize one to INT8, or "
+                       "inspect a model: what it says about itself and how flowpipe reads it")
+    m.add_argument("action", choices=["list", "pull", "quantize", "inspect"])
     m.add_argument("name", nargs="*")
     m.add_argument("--calib", metavar="VIDEO|DIR", help="quantize: calibrate on this video or folder of images "
                    "(frames spread evenly over it), not on the evaluation clips")

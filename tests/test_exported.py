@@ -1,0 +1,102 @@
+"""Models as exporters write them (ONNX with ultralytics' metadata, OpenVINO IR with the Model API's
+rt_info), inspected: what each says about itself, the preprocessing and the head flowpipe picks, and a model
+whose outputs fit no head refused in one line (``flowpipe models inspect``)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import openvino as ov
+import pytest
+
+from flowpipe import exported
+from flowpipe.cli import main
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+
+def _onnx(path: Path, outputs: dict[str, list[int]], meta: dict[str, str], size: int = 64) -> Path:
+    """A model with one input [1, 3, size, size] and constant outputs of the given shapes (each plus the
+    input's mean, so the input is used), with ``meta`` as its metadata_props (ultralytics writes Python
+    literals as text)."""
+    nodes, inits, outs = [helper.make_node("ReduceMean", ["images"], ["m"], keepdims=1)], [], []
+    for i, (name, shape) in enumerate(outputs.items()):
+        inits += [numpy_helper.from_array(np.zeros(shape, np.float32), f"c{i}"),
+                  numpy_helper.from_array(np.ones(len(shape), np.int64), f"s{i}")]
+        nodes += [helper.make_node("Reshape", ["m", f"s{i}"], [f"m{i}"]), helper.make_node("Add", [f"c{i}", f"m{i}"], [name])]
+        outs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, shape))
+    graph = helper.make_graph(nodes, "exported", [helper.make_tensor_value_info("images", TensorProto.FLOAT,
+                                                                               [1, 3, size, size])], outs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    for k, v in meta.items():
+        model.metadata_props.append(onnx.StringStringEntryProto(key=k, value=v))
+    onnx.save(model, str(path))
+    return path
+
+
+ULTRA = {"names": "{0: 'person', 1: 'car'}", "imgsz": "[64, 64]", "stride": "32", "task": "detect"}
+
+
+def _read(path: Path) -> tuple[exported.ExportedInfo, dict[str, tuple[int, ...]]]:
+    model = ov.Core().read_model(str(path))
+    return exported.read(model, path), {p.get_any_name(): tuple(p.get_shape()) for p in model.outputs}
+
+
+def test_ultralytics_onnx_metadata_gives_labels_preprocessing_and_head(tmp_path: Path) -> None:
+    info, outs = _read(_onnx(tmp_path / "yolov8n.onnx", {"output0": [1, 6, 84]}, ULTRA))
+    assert info.labels == ["person", "car"] and info.size == (64, 64) and info.task == "detect"
+    assert info.said["names"] == "framework"
+    pre = exported.preprocessing(info, (1, 3, 64, 64))
+    assert (pre.size, pre.layout, pre.resize, pre.pad_value, pre.color, pre.scale) == (
+        (64, 64), "NCHW", "letterbox", 114, "RGB", [255.0])
+    head = exported.choose_head(outs, info)
+    assert (head.kind, head.classes, head.outputs) == ("anchor_free", 2, ("output0",))
+
+
+@pytest.mark.parametrize(("outputs", "meta", "kind", "extra"), [
+    ({"output0": [1, 300, 6]}, ULTRA | {"end2end": "True"}, "end_to_end", "none"),  # YOLOv10, YOLO26
+    ({"output0": [1, 84, 7]}, ULTRA, "objectness", "none"),  # YOLOv5: 5+2 columns
+    ({"output0": [1, 38, 84], "output1": [1, 32, 16, 16]}, ULTRA | {"task": "segment"}, "anchor_free", "masks"),
+    ({"output0": [1, 4 + 1 + 51, 84]}, ULTRA | {"task": "pose", "names": "{0: 'person'}", "kpt_shape": "[17, 3]"},
+     "anchor_free", "keypoints"),
+    ({"pred_boxes": [1, 300, 4], "pred_logits": [1, 300, 91]}, {}, "detr", "none"),  # RF-DETR, D-FINE
+])
+def test_each_exported_head_is_recognised(tmp_path: Path, outputs: dict[str, list[int]], meta: dict[str, str],
+                                          kind: str, extra: str) -> None:
+    info, outs = _read(_onnx(tmp_path / "m.onnx", outputs, meta))
+    head = exported.choose_head(outs, info)
+    assert (head.kind, head.extra) == (kind, extra), head
+
+
+def test_the_model_api_rt_info_of_an_openvino_ir(tmp_path: Path) -> None:
+    """An IR as the OpenVINO Model API describes it (what DL Streamer reads): labels, type, resize, colour."""
+    from openvino import opset13 as ops
+
+    x = ops.parameter([1, 416, 416, 3], np.float32, name="image")
+    y = ops.reshape(ops.reduce_mean(x, [1, 2, 3], True), [1, 1, 1], False)
+    out = ops.add(ops.constant(np.zeros((1, 3549, 85), np.float32)), y)
+    model = ov.Model([out], [x], "yolox")
+    for k, v in {"labels": "person bicycle car", "model_type": "YOLOX", "resize_type": "fit_to_window_letterbox",
+                 "pad_value": "114", "reverse_input_channels": "True", "scale_values": "1 1 1"}.items():
+        model.set_rt_info(v, ["model_info", k])
+    ov.save_model(model, str(tmp_path / "yolox.xml"))
+    info, outs = _read(tmp_path / "yolox.xml")
+    assert info.labels == ["person", "bicycle", "car"] and info.said["labels"] == "model_info"
+    pre = exported.preprocessing(info, (1, 416, 416, 3))
+    assert (pre.layout, pre.resize, pre.color, pre.scale) == ("NHWC", "letterbox", "RGB", [1.0, 1.0, 1.0])
+    assert exported.choose_head(outs, info).kind == "yolox"
+
+
+def test_inspect_says_what_it_found_and_refuses_an_unknown_head_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = _onnx(tmp_path / "yolov8n.onnx", {"output0": [1, 6, 84]}, ULTRA)
+    assert main(["models", "inspect", str(good)]) == 0
+    said = capsys.readouterr().out
+    assert "head: anchor_free over output0, 2 classes: [1, 4+C+E, N] with C=2 (labels: 2 classes)" in said, said
+    assert "preprocessing: 64x64 NCHW, letterbox (pad 114), RGB, mean [0.0], scale [255.0]" in said, said
+    odd = _onnx(tmp_path / "odd.onnx", {"scores": [1, 7], "boxes": [1, 7, 4]}, {})
+    assert main(["models", "inspect", str(odd)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {odd}: outputs scores [1, 7], boxes [1, 7, 4] fit no head "
+                                               "flowpipe decodes (no labels); expected one of: anchor_free "), err
