@@ -17,10 +17,10 @@ from flowpipe.node import PIXELS_ALL, AsyncNode, Node, NodeConfig, NodeContract,
 from flowpipe.registry import register
 
 from . import appearance
-from .backward import track_back
 from .core import TrackerCore, TrackerSettings
+from .gaps import Gaps
+from .offline import Offline
 from .rate import StreamRates, factor, scale_count
-from .spill import Pictures, Spill, spill_folder
 
 #: What a tracker that looks at colours reads the pixels as.
 COLOUR_PIXELS = frozenset({"BGR", "RGB"})
@@ -179,14 +179,12 @@ class Tracker(AsyncNode, Node):
         self.timer_due = 0.0
         # (offline: the frames held give their pooled buffers back as they come, so they hold none)
         self.max_held = 0 if self.config.offline else self.config.lookahead * max(1, ctx.streams)
-        self.spills: dict[str, Spill] = {}  # offline: each stream's held frames' pixels
-        self.spilled = 0  # offline: bytes of pixels spilled, every stream's
-        self.spill_to = spill_folder(self.config.spill) if self.config.offline else None
         self.stats = ctx.stats
+        c = self.config
+        self.offline = Offline(c.spill, c.back, self.stats, self.lock) if c.offline else None  # whole streams held
         self.edge = ctx.back_edge(self.id).open()  # this tracker's word to a detector interval, per frame
         self.stopping: set[str] = set()  # streams being removed: their waiting frames go without waiting
-        self.last: dict[str, Frame] = {}  # each stream's last frame the detector ran on
-        self.gap: dict[str, list[Frame]] = {}  # and the frames after it its interval passed over
+        self.gaps = Gaps(self._waiting, self.stats)  # the frames a detector's interval passed over
         self.rates = StreamRates()  # rate: each stream's tracked frames a second
         self.scaled: dict[str, tuple[TrackerSettings, float, TrackerSettings]] = {}  # rate: base, factor, scaled
         if self.config.lookahead:
@@ -209,55 +207,39 @@ class Tracker(AsyncNode, Node):
         with self.lock:
             self.stopping.discard(stream)
         self.streams.pop(stream, None)
-        self.last.pop(stream, None)
-        self.gap.pop(stream, None)
+        self.gaps.drop(stream)
         self.rates.drop(stream)
         self.scaled.pop(stream, None)
         self.edge.forget(stream)
         with self.lock:
             self.waiting.pop(stream, None)
-        spill = self.spills.pop(stream, None)
-        if spill is not None:
-            spill.close()
+        if self.offline is not None:
+            self.offline.drop(stream)
+
+    def _waiting(self, stream: str) -> list[Frame]:
+        """The stream's frames waiting here (for a lookahead, or the end of an offline stream), in order."""
+        with self.lock:
+            return [f for f, _ in self.waiting.get(stream, ())]
 
     def _backfill(self, stream: str, nid: int, seen: list[tuple[Frame, Detection]]) -> None:
         """A track that starts now: its candidates in the frames still waiting here become its detections."""
-        with self.lock:
-            waiting = {id(f) for f, _ in self.waiting.get(stream, ())}
+        waiting = {id(f) for f in self._waiting(stream)}
         for f, d in seen:
             if id(f) in waiting:
                 d.track_id = nid
                 f.detections.append(d)
                 self.stats["backfilled"] += 1
-        self._fill_track(stream, nid)
-
-    def _fill_track(self, stream: str, nid: int) -> None:
-        """Track ``nid``, backfilled into earlier frames the detector ran on, into the frames between them its
-        interval passed over (still waiting here): at its interpolated box, and back from its first box."""
-        with self.lock:
-            frames = [f for f, _ in self.waiting.get(stream, ())]
-        if not any(f.skipped for f in frames):
-            return
-        before: Detection | None = None
-        passed: list[Frame] = []
-        for f in frames:
-            if f.skipped:
-                passed.append(f)
-                continue
-            d = next((d for d in f.detections if d.track_id == nid), None)
-            if d is not None:
-                for i, g in enumerate(passed, 1):
-                    if all(x.track_id != nid for x in g.detections):
-                        g.detections.append(_between(before, d, i / (len(passed) + 1)))
-            before, passed = d, []
+        self.gaps.fill_track(stream, nid)
 
     def process(self, frame: Frame, port: str) -> Any:
         try:
             if frame.skipped:  # the detector's interval passed over it: filled in once the next is tracked
-                self._passed(frame)
+                self.gaps.passed(frame)
+                self.edge.say(frame.stream, frame.index)  # its word as of the last tracked frame holds
             else:
                 self._track(frame)
-                self._fill(frame)
+                self.gaps.fill(frame)
+                self._say(frame)
         except Exception as e:  # the frame is held: say which one failed
             raise FrameError(frame, e) from e
         if self.config.offline:
@@ -289,9 +271,9 @@ class Tracker(AsyncNode, Node):
         return out
 
     def flush(self) -> list[Frame]:
-        if self.config.offline:  # the streams ended: each one's frames back from the disk, its tracks followed back
-            for stream in list(self.spills):
-                self._back(stream)
+        if self.offline is not None:  # the streams ended: each one's frames back from disk, its tracks followed back
+            for stream in self.offline.streams():
+                self.offline.follow_back(stream, self._waiting(stream))
         with self.lock:
             out = [f for q in self.waiting.values() for f, _ in q]
             self.waiting.clear()
@@ -299,86 +281,18 @@ class Tracker(AsyncNode, Node):
 
     def _keep(self, frame: Frame) -> None:
         """Offline: ``frame`` waits here until its stream ends, its pixels in the stream's spill file."""
-        try:
-            spill = self.spills.get(frame.stream)
-            if spill is None:
-                assert self.spill_to is not None, "offline trackers find their spill folder at open"
-                spill = Spill(self.spill_to, frame.stream)
-                self.spills[frame.stream] = spill
-                spill.room(frame, frame.stream)
-            kept = spill.keep(frame)
-        except Exception as e:  # the frame is held: say which one failed
-            raise FrameError(frame, e) from e
-        with self.lock:
-            self.spilled += kept
-            self.stats["spilled_mb"] = round(self.spilled / 1e6, 1)
+        assert self.offline is not None
+        self.offline.keep(frame)
         with self.lock:
             self.waiting.setdefault(frame.stream, deque()).append((frame, float("inf")))
 
-    def _back(self, stream: str) -> None:
-        """Offline, the stream ended: its frames' pictures back, and each track followed back from the first frame
-        it is in over the frames before (where it is not already), until it leaves the picture or is lost."""
-        with self.lock:
-            frames = [f for f, _ in self.waiting.get(stream, ())]
-        spill = self.spills.pop(stream)
-        spill.restore(frames)
-        if not frames:
-            return
-        first: dict[int, tuple[int, Detection]] = {}
-        for i, f in enumerate(frames):
-            for d in f.detections:
-                if d.track_id is not None and d.track_id not in first:
-                    first[d.track_id] = (i, d)
-        pictures = Pictures(frames)
-        s = pictures.scale
-        added = 0
-        for tid, (i, d) in sorted(first.items(), key=lambda kv: kv[1][0]):
-            if i == 0:
-                continue
-            x1, y1, x2, y2 = (v * s for v in d.box)
-            got = track_back(pictures[:i + 1], (x1, y1, x2, y2), max_frames=self.config.back or None)
-            for k, b in enumerate(got):
-                f = frames[i - 1 - k]
-                if any(x.track_id == tid for x in f.detections):
-                    continue
-                f.detections.append(_copy(d, tuple(v / s for v in b), "tracked_back"))
-                added += 1
-        with self.lock:
-            self.stats["tracked_back"] = self.stats.get("tracked_back", 0) + added
-
-    def _passed(self, frame: Frame) -> None:
-        """A frame the detector's interval passed over: until the next frame it runs on is tracked, the last
-        one's objects where they were (``source: predicted``)."""
-        last = self.last.get(frame.stream)
-        frame.detections = [_copy(d, d.box, "predicted") for d in last.detections] if last is not None else []
-        self.gap.setdefault(frame.stream, []).append(frame)
-        self.edge.say(frame.stream, frame.index)  # its word as of the last tracked frame holds
-
-    def _fill(self, frame: Frame) -> None:
-        """The frames between the stream's last detected frame and ``frame`` that still wait here get every
-        track at its interpolated box; the tracker's word on the stream goes to the interval."""
-        stream = frame.stream
-        last, gap = self.last.get(stream), self.gap.pop(stream, [])
-        self.last[stream] = frame
-        if gap:
-            with self.lock:
-                waiting = {id(f) for f, _ in self.waiting.get(stream, ())}
-            before = {d.track_id: d for d in last.detections if d.track_id is not None} if last is not None else {}
-            for i, g in enumerate(gap, 1):
-                if id(g) not in waiting:  # gone on already (a lookahead shorter than the interval)
-                    self.stats["passed_unfilled"] = self.stats.get("passed_unfilled", 0) + 1
-                    continue
-                a = i / (len(gap) + 1)
-                g.detections = [_between(before.get(d.track_id) if d.track_id is not None else None, d, a)
-                                for d in frame.detections]
-                now = {d.track_id for d in frame.detections}
-                g.detections += [_copy(d, d.box, "interpolated") for t, d in before.items()
-                                 if t not in now and a <= 0.5]  # ended: where it was, for half the gap
-                self.stats["interpolated"] = self.stats.get("interpolated", 0) + 1
-        core = self.streams[stream]
+    def _say(self, frame: Frame) -> None:
+        """The tracker's word on ``frame``'s stream to the detector's interval: its young tracks (found, not yet
+        confirmed) and candidates, and its smallest object."""
+        core = self.streams[frame.stream]
         young = sum(t.confirmed < self.settings.confirm and not t.missed for t in core.tracks) + len(core.tentative)
         sizes = [float(t.box[2] - t.box[0]) for t in core.tracks if not t.missed]
-        self.edge.say(stream, frame.index, {"young": young, "smallest": min(sizes, default=float("inf"))})
+        self.edge.say(frame.stream, frame.index, {"young": young, "smallest": min(sizes, default=float("inf"))})
 
     def _arm(self) -> None:
         """A wake when the oldest waiting frame is due (poll lets it go if no frame of its stream came); one
@@ -396,8 +310,9 @@ class Tracker(AsyncNode, Node):
         timer = getattr(self, "timer", None)
         if timer is not None:
             timer.cancel()
-        for spill in getattr(self, "spills", {}).values():  # a run that failed before its streams ended
-            spill.close()
+        offline = getattr(self, "offline", None)
+        if offline is not None:  # a run that failed before its streams ended
+            offline.close()
 
     def _track(self, frame: Frame) -> None:
         """The frame's detections through its stream's tracker: track ids, smoothed boxes, unmatched
@@ -456,17 +371,3 @@ class Tracker(AsyncNode, Node):
         self.scaled[frame.stream] = (base, by, scaled)
         self.stats["rate"] = f"{fps:.1f} frames/s on stream {frame.stream}: counts x{by}"
         return scaled
-
-
-def _copy(d: Detection, box: Any, source: str) -> Detection:
-    return Detection(tuple(float(v) for v in box), d.score, d.label, d.label_id,  # type: ignore[arg-type]
-                     track_id=d.track_id, source=source, attributes=dict(d.attributes))
-
-
-def _between(before: Detection | None, after: Detection, a: float) -> Detection:
-    """``after``'s object a fraction ``a`` of the way from where it was in ``before`` (from where it is in
-    ``after`` when it was not there: masked back to where it came in)."""
-    if before is None:
-        return _copy(after, after.box, "interpolated")
-    box = (1 - a) * np.asarray(before.box, np.float64) + a * np.asarray(after.box, np.float64)
-    return _copy(after, box, "interpolated")
