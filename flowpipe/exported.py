@@ -16,6 +16,7 @@ one line naming the shapes and what each head expects.
 from __future__ import annotations
 
 import ast
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -199,6 +200,23 @@ def read(model: Any, path: Path | None = None) -> ExportedInfo:
         info.resize, info.pad_value = "letterbox", 114 if info.pad_value is None else info.pad_value
         info.said["resize"] = "ultralytics (letterbox, pad 114)"
     return info
+
+
+@functools.lru_cache(maxsize=16)
+def _read_file(path: str, mtime: float) -> tuple[ExportedInfo, tuple[int, ...], dict[str, tuple[int, ...]]]:
+    import openvino as ov
+
+    model = ov.Core().read_model(path)
+    ins = [tuple(int(d) for d in p.get_partial_shape().get_min_shape()) for p in model.inputs]
+    outs = {p.get_any_name(): tuple(int(d) for d in p.get_partial_shape().get_min_shape()) for p in model.outputs}
+    return read(model, Path(path)), ins[0], outs
+
+
+def read_file(path: Path) -> tuple[ExportedInfo, tuple[int, ...], dict[str, tuple[int, ...]]]:
+    """What the model file at ``path`` says about itself, its first input's shape and its outputs' (read once
+    per file and change)."""
+    info, shape, outs = _read_file(str(path), path.stat().st_mtime)
+    return ExportedInfo(**{**info.__dict__, "said": dict(info.said)}), shape, outs
 
 
 def choose_head(outputs: dict[str, tuple[int, ...]], info: ExportedInfo, head: str | None = None) -> HeadChoice:

@@ -31,6 +31,10 @@ class Detection:
     #: what later stages found out about the object, by name (a second model's look at its crop:
     #: ``{"face": 0.81}``)
     attributes: dict[str, float] = field(default_factory=dict)
+    #: each keypoint's score, where the model gives them (a pose head's visibility)
+    keypoint_scores: list[float] | None = None
+    #: the object's outline (x, y points in source pixels), where a segmentation head gives a mask
+    mask: list[list[float]] | None = None
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {"label": self.label, "score": round(float(self.score), 4),
@@ -39,6 +43,13 @@ class Detection:
             d["track_id"] = self.track_id
         if self.attributes:
             d["attributes"] = {k: round(float(v), 4) for k, v in self.attributes.items()}
+        if self.keypoints is not None:
+            scores = self.keypoint_scores or []
+            d["keypoints"] = [[round(float(x), 1), round(float(y), 1), *([round(float(scores[i]), 3)]
+                                                                         if i < len(scores) else [])]
+                              for i, (x, y) in enumerate(self.keypoints)]
+        if self.mask is not None:
+            d["mask"] = self.mask
         return d
 
 

@@ -100,3 +100,71 @@ def test_inspect_says_what_it_found_and_refuses_an_unknown_head_in_one_line(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: {odd}: outputs scores [1, 7], boxes [1, 7, 4] fit no head "
                                                "flowpipe decodes (no labels); expected one of: anchor_free "), err
+
+
+def _run_detect(tmp_path: Path, model: Path, frames: int = 8) -> list[dict]:
+    import json
+
+    from flowpipe import load_graph, run
+    from flowpipe.sample import sample_path
+
+    root = Path(__file__).resolve().parent.parent
+    spec = load_graph(root / "graphs" / "detect.yaml", {
+        "input": str(sample_path("sample")), "model": str(model), "device": "CPU",
+        "output": str(tmp_path / "out.mp4"), "metadata": str(tmp_path / "out.jsonl")})
+    res = run(spec, max_frames=frames)
+    assert res.ok, res.error
+    return [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+
+
+def _constant(path: Path, value: np.ndarray, meta: dict[str, str], size: int = 64) -> Path:
+    """An ONNX model whose one output is ``value`` whatever the picture (plus 0 times the input's mean)."""
+    nodes = [helper.make_node("ReduceMean", ["images"], ["m"], keepdims=1),
+             helper.make_node("Mul", ["m", "zero"], ["z"]),
+             helper.make_node("Reshape", ["z", "s"], ["z3"]),
+             helper.make_node("Add", ["c", "z3"], ["output0"])]
+    inits = [numpy_helper.from_array(value.astype(np.float32), "c"), numpy_helper.from_array(np.zeros(1, np.float32), "zero"),
+             numpy_helper.from_array(np.ones(value.ndim, np.int64), "s")]
+    graph = helper.make_graph(nodes, "constant", [helper.make_tensor_value_info("images", TensorProto.FLOAT,
+                                                                               [1, 3, size, size])],
+                              [helper.make_tensor_value_info("output0", TensorProto.FLOAT, list(value.shape))], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    for k, v in meta.items():
+        model.metadata_props.append(onnx.StringStringEntryProto(key=k, value=v))
+    onnx.save(model, str(path))
+    return path
+
+
+def test_a_brought_yolov8_runs_through_the_detect_graph_with_its_own_labels_and_letterbox(tmp_path: Path) -> None:
+    """ultralytics' ONNX export as it writes it (letterbox 64x64, labels in its metadata): one object at
+    (16, 20)-(48, 40) in the tensor lands on the 1366x768 picture through the letterbox's inverse, to the pixel,
+    named by the model's own label."""
+    out = np.zeros((1, 6, 84), np.float32)
+    out[0, :4, 0] = [32, 30, 32, 20]  # cx, cy, w, h: (16, 20)-(48, 40)
+    out[0, 5, 0] = 0.9  # class 1
+    model = _constant(tmp_path / "yolov8n.onnx", out, ULTRA | {"names": "{0: 'pedestrian', 1: 'cart'}"})
+    rows = _run_detect(tmp_path, model)
+    s = 64 / 1366  # letterboxed: 64x36, 14 rows of padding above
+    want = [16 / s, (20 - 14) / (36 / 768), 48 / s, (40 - 14) / (36 / 768)]
+    seen = [o for r in rows for o in r["objects"]]
+    assert seen and {o["label"] for o in seen} == {"cart"}, rows[-1]
+    np.testing.assert_allclose(seen[-1]["box"], want, atol=1.0)
+
+
+def test_a_brought_detr_stretches_and_reads_normalized_boxes(tmp_path: Path) -> None:
+    """An RT-DETR-style export (one output [1, Q, 4+C], boxes in fractions, scores), stretched as the Model API
+    says (resize_type standard): a box at the tensor's middle half lands on the picture's middle half."""
+    from openvino import opset13 as ops
+
+    out = np.zeros((1, 300, 4 + 3), np.float32)
+    out[0, 0] = [0.5, 0.5, 0.5, 0.5, 0.0, 0.0, 0.95]  # cx, cy, w, h as fractions; class 2
+    x = ops.parameter([1, 3, 64, 64], np.float32, name="images")
+    y = ops.multiply(ops.reshape(ops.reduce_mean(x, [1, 2, 3], True), [1, 1, 1], False), ops.constant(np.float32(0)))
+    model = ov.Model([ops.add(ops.constant(out), y)], [x], "rtdetr")
+    for k, v in {"labels": "person bicycle car", "model_type": "DETR", "resize_type": "standard"}.items():
+        model.set_rt_info(v, ["model_info", k])
+    ov.save_model(model, str(tmp_path / "rtdetr.xml"))
+    rows = _run_detect(tmp_path, tmp_path / "rtdetr.xml")
+    seen = [o for r in rows for o in r["objects"]]
+    assert seen and {o["label"] for o in seen} == {"car"}
+    np.testing.assert_allclose(seen[-1]["box"], [1366 * 0.25, 768 * 0.25, 1366 * 0.75, 768 * 0.75], atol=1.0)

@@ -1,14 +1,47 @@
 """A ``preprocess`` node's settings (read by the node and by both backends)."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from flowpipe import exported, models
 from flowpipe.node import NodeConfig
 
 from .geometry import Objects, Tiles
 from .interval import Along, Interval
+
+
+def model_preprocessing(ref: str) -> dict[str, Any]:
+    """A model's preprocessing as this node's settings: a registry entry's input, or what a model file says
+    (``flowpipe.exported``); nothing for a file not on this host (the inference says so when the run starts)."""
+    if models.is_registry_name(ref):
+        spec = models.entry(ref)["input"]
+        nhwc = spec.get("layout") == "NHWC"
+        h, w = (spec["shape"][1], spec["shape"][2]) if nhwc else (spec["shape"][2], spec["shape"][3])
+        out = {"size": (w, h), "layout": spec.get("layout", "NCHW"), "color": spec.get("color", "BGR"),
+               "resize": spec.get("resize", "stretch")}
+        for key in ("mean", "scale"):
+            if key in spec:
+                out[key] = tuple(float(v) for v in spec[key])
+        if "dtype" in spec:
+            out["dtype"] = spec["dtype"]
+        return out
+    path = Path(ref).expanduser()
+    if path.is_dir():
+        path = next(iter(sorted(path.glob("*.xml"))), path)
+    if not path.is_file():
+        return {}
+    info, shape, _ = exported.read_file(path)
+    pre = exported.preprocessing(info, shape)
+    return {"size": pre.size, "layout": pre.layout, "resize": pre.resize, "pad_value": float(pre.pad_value),
+            "color": pre.color, "mean": _three(pre.mean), "scale": _three(pre.scale)}
+
+
+def _three(values: list[float]) -> tuple[float, ...]:
+    """Per-channel values (one given for all three)."""
+    return tuple(float(v) for v in (values * 3 if len(values) == 1 else values))
 
 
 class PreprocessConfig(NodeConfig):
@@ -52,6 +85,19 @@ class PreprocessConfig(NodeConfig):
         "feeds: auto: the owner writes the tensor, on its device, when that inference binds device memory "
         "(OpenCL buffers on a GPU, which cannot cross processes): the frame crosses by fd and is uploaded "
         "once; always: the owner writes it whatever the device; never: each process writes its own")
+
+    from_model: str | None = Field(None, description="size, resize, pad value, colour order, mean, scale and "
+                                   "layout from this model's own metadata (an .onnx, an OpenVINO .xml, the folder "
+                                   "ultralytics' OpenVINO export writes, or a registry name; flowpipe models "
+                                   "inspect shows them); keys the graph sets win")
+
+    @model_validator(mode="after")
+    def _from_model(self) -> PreprocessConfig:
+        if self.from_model:
+            for key, value in model_preprocessing(self.from_model).items():
+                if key not in self.model_fields_set:
+                    setattr(self, key, value)
+        return self
 
     @field_validator("along", mode="before")
     @classmethod
