@@ -143,6 +143,93 @@ class _StreamState:
     open: dict[tuple[str, Any], _Open] = field(default_factory=dict)  # (rule, key) -> event
     seq: int = 0
 
+    def occupancy(self, zones: dict[str, Zone], points: dict[int, Point], labels: dict[int, str],
+                  scale: tuple[float, float], t: float, index: int, forget: int) -> dict[str, dict[str, Any]]:
+        """Who is in each zone on frame ``index`` (at ``t`` s), and since when: a track seen outside it, or not
+        seen for ``forget`` frames, leaves. Each zone's count, its labels' counts and its tracks."""
+        out: dict[str, dict[str, Any]] = {}
+        for name, z in zones.items():
+            poly = np.array([(x * scale[0], y * scale[1]) for x, y in z.polygon], np.float32)
+            inside = {tid for tid, p in points.items() if cv2.pointPolygonTest(poly, p, False) >= 0}
+            for tid in inside:
+                self.entered.setdefault((name, tid), t)
+            for key in [k for k in self.entered if k[0] == name and k[1] not in inside]:
+                if key[1] in points or index - self.seen.get(key[1], -10**9) > forget:
+                    del self.entered[key]  # seen outside, or gone
+            held = sorted(inside)
+            by_label: dict[str, int] = {}
+            for tid in held:
+                lab = labels.get(tid)
+                if lab is not None:
+                    by_label[lab] = by_label.get(lab, 0) + 1
+            out[name] = {"count": len(held), "labels": by_label, "tracks": held}
+        return out
+
+    def cross(self, lines: dict[str, Line], objs: list[Detection], points: dict[int, Point], boxes: dict[int, Box],
+              labels: dict[int, str], scale: tuple[float, float], t: float, index: int, margin: float,
+              stats: dict[str, Any]) -> list[tuple[str, int, str]]:
+        """The lines' crossings on frame ``index`` (at ``t`` s), each track once a line (or once each way, or
+        every time: the line's ``count``), added to the totals: (line, track, direction) of each counted. One
+        the same as another's (``same``) is counted with it, in ``stats`` alone."""
+        crossed: list[tuple[str, int, str]] = []
+        for name, ln in lines.items():
+            a = np.array(ln.points[0]) * scale
+            b = np.array(ln.points[1]) * scale
+            tot = self.totals.setdefault(name, {"in": 0, "out": 0})
+            for d in objs:
+                if d.track_id is None:
+                    continue
+                tid = d.track_id
+                p = np.array(points[tid])
+                height = max(d.box[3] - d.box[1], 1e-9)
+                off = _offset(a, b, p)
+                prev = self.way.get((name, tid))
+                if prev is not None:  # how far it went on the side it was counted to
+                    self.way[(name, tid)] = (prev[0], max(prev[1], off / height * (1 if prev[0] == "in" else -1)))
+                side = 1 if off > margin * height else -1 if off < -margin * height else 0
+                was = self.side.get((name, tid))
+                if side == 0:
+                    continue
+                self.side[(name, tid)] = side
+                if was is None or was == side or not _within(a, b, np.array(self.last.get(tid, points[tid])), p):
+                    continue
+                direction = "in" if side > 0 else "out"
+                if not _counts(ln, direction, prev,
+                               (name, tid, "in") in self.counted or (name, tid, "out") in self.counted,
+                               (name, tid, direction) in self.counted):
+                    continue
+                same = ln.same is not None and _same(ln, self.recent.setdefault(name, deque()), self.box, boxes, tid,
+                                                     direction, t, index)
+                self.counted.add((name, tid, direction))  # (one the same as another's: counted with it)
+                self.way[(name, tid)] = (direction, off / height * side)
+                if same:
+                    stats["crossings_same"] += 1
+                    continue
+                tot[direction] += 1
+                per = self.by_label.setdefault(name, {}).setdefault(labels[tid], {"in": 0, "out": 0})
+                per[direction] += 1
+                crossed.append((name, tid, direction))
+                if ln.same is not None:
+                    self.recent.setdefault(name, deque()).append((t, direction, tid))
+                stats["crossings"] += 1
+        return crossed
+
+    def moved_on(self, points: dict[int, Point], boxes: dict[int, Box], index: int, forget: int) -> None:
+        """Where each track was on frame ``index`` kept for the next; a track not seen for ``forget`` frames
+        forgotten: one that comes back after this is a new one (and what it crossed with it)."""
+        self.last.update(points)
+        self.box.update((tid, (index, box)) for tid, box in boxes.items())
+        gone = {k for k, f in self.seen.items() if index - f > forget}
+        if not gone:
+            return
+        for tid in gone:
+            self.seen.pop(tid)
+            self.last.pop(tid, None)
+            self.box.pop(tid, None)
+        self.side = {k: v for k, v in self.side.items() if k[1] not in gone}
+        self.counted = {k for k in self.counted if k[1] not in gone}
+        self.way = {k: v for k, v in self.way.items() if k[1] not in gone}
+
 
 #: What a running graph may change: zones, lines, rules and what they count (``Analytics.retune``).
 TUNABLE = frozenset({"zones", "lines", "streams", "rules", "labels", "margin", "forget"})
@@ -285,90 +372,15 @@ class Analytics(Node):
         labels = {d.track_id: d.label for d in objs if d.track_id is not None}
         for tid in points:
             st.seen[tid] = frame.index
-        # zones: who is in, since when; tracks not seen for ``forget`` frames leave
-        zones: dict[str, dict[str, Any]] = {}
-        for name, z in own_zones.items():
-            poly = np.array([(x * scale[0], y * scale[1]) for x, y in z.polygon], np.float32)
-            inside = {tid for tid, p in points.items() if cv2.pointPolygonTest(poly, p, False) >= 0}
-            for tid in inside:
-                st.entered.setdefault((name, tid), t)
-            for key in [k for k in st.entered if k[0] == name and k[1] not in inside]:
-                if key[1] in points or frame.index - st.seen.get(key[1], -10**9) > forget:
-                    del st.entered[key]  # seen outside, or gone
-            held = sorted(inside)
-            by_label: dict[str, int] = {}
-            for tid in held:
-                lab = labels.get(tid)
-                if lab is not None:
-                    by_label[lab] = by_label.get(lab, 0) + 1
-            zones[name] = {"count": len(held), "labels": by_label, "tracks": held}
-        # lines: crossings, each track once a line (or once each way)
-        crossed: list[tuple[str, int, str]] = []
-        for name, ln in own_lines.items():
-            a = np.array(ln.points[0]) * scale
-            b = np.array(ln.points[1]) * scale
-            tot = st.totals.setdefault(name, {"in": 0, "out": 0})
-            for d in objs:
-                if d.track_id is None:
-                    continue
-                tid = d.track_id
-                p = np.array(points[tid])
-                height = max(d.box[3] - d.box[1], 1e-9)
-                off = _offset(a, b, p)
-                prev = st.way.get((name, tid))
-                if prev is not None:  # how far it went on the side it was counted to
-                    st.way[(name, tid)] = (prev[0], max(prev[1], off / height * (1 if prev[0] == "in" else -1)))
-                side = 1 if off > c.margin * height else -1 if off < -c.margin * height else 0
-                was = st.side.get((name, tid))
-                if side == 0:
-                    continue
-                st.side[(name, tid)] = side
-                if was is None or was == side or not _within(a, b, np.array(st.last.get(tid, points[tid])), p):
-                    continue
-                direction = "in" if side > 0 else "out"
-                if not _counts(ln, direction, prev, (name, tid, "in") in st.counted or (name, tid, "out") in st.counted,
-                               (name, tid, direction) in st.counted):
-                    continue
-                same = ln.same is not None and _same(ln, st.recent.setdefault(name, deque()), st.box, boxes, tid,
-                                                     direction, t, frame.index)
-                st.counted.add((name, tid, direction))  # (one the same as another's: counted with it)
-                st.way[(name, tid)] = (direction, off / height * side)
-                if same:
-                    self.stats["crossings_same"] += 1
-                    continue
-                tot[direction] += 1
-                per = st.by_label.setdefault(name, {}).setdefault(labels[tid], {"in": 0, "out": 0})
-                per[direction] += 1
-                crossed.append((name, tid, direction))
-                if ln.same is not None:
-                    st.recent.setdefault(name, deque()).append((t, direction, tid))
-                self.stats["crossings"] += 1
-        st.last.update(points)
-        st.box.update((tid, (frame.index, box)) for tid, box in boxes.items())
-        gone = {k for k, f in st.seen.items() if frame.index - f > forget}
-        if gone:  # forgotten: a track that comes back after this is a new one (and what it crossed with it)
-            for tid in gone:
-                st.seen.pop(tid)
-                st.last.pop(tid, None)
-                st.box.pop(tid, None)
-            st.side = {k: v for k, v in st.side.items() if k[1] not in gone}
-            st.counted = {k for k in st.counted if k[1] not in gone}
-            st.way = {k: v for k, v in st.way.items() if k[1] not in gone}
+        zones = st.occupancy(own_zones, points, labels, scale, t, frame.index, forget)
+        crossed = st.cross(own_lines, objs, points, boxes, labels, scale, t, frame.index, c.margin, self.stats)
+        st.moved_on(points, boxes, frame.index, forget)
         # rules
         for r in c.rules:
             if r.zone is None or r.zone in zones:  # a zone this stream lacks: the rule is not this stream's
                 events += self._rule(r, st, frame, t, zones, crossed, labels)
         if events:
-            self.stats["events"] += sum(e["state"] != "end" for e in events)
-            with self.lock:
-                for e in events:
-                    e["at"] = round(time.time(), 3)  # wall clock: when it was raised
-                    self.recent.append(e)
-            if c.snapshots and any(e["state"] != "end" for e in events):
-                snap = self._snapshot(frame)
-                for e in events:
-                    if e["state"] != "end" and snap:
-                        e["snapshot"] = snap
+            self._raised(events, frame)
         frame.meta["analytics_shapes"] = {  # in pixels, for an overlay to draw (not in the records)
             "zones": {n: [(x * scale[0], y * scale[1]) for x, y in z.polygon] for n, z in own_zones.items()},
             "lines": {n: [(x * scale[0], y * scale[1]) for x, y in ln.points] for n, ln in own_lines.items()}}
@@ -379,6 +391,20 @@ class Analytics(Node):
                                                  for n, tid, dr in crossed],
                                    "events": events}
         return frame
+
+    def _raised(self, events: list[dict[str, Any]], frame: Frame) -> None:
+        """Events raised on ``frame``: counted, kept for the console (with the wall clock's time), and those that
+        begin given the frame's snapshot (``snapshots``)."""
+        self.stats["events"] += sum(e["state"] != "end" for e in events)
+        with self.lock:
+            for e in events:
+                e["at"] = round(time.time(), 3)  # wall clock: when it was raised
+                self.recent.append(e)
+        if self.config.snapshots and any(e["state"] != "end" for e in events):
+            snap = self._snapshot(frame)
+            for e in events:
+                if e["state"] != "end" and snap:
+                    e["snapshot"] = snap
 
     def _retuned(self, st: _StreamState, old: Analytics.Config, new: Analytics.Config, frame: Frame,
                  t: float) -> list[dict[str, Any]]:
