@@ -10,7 +10,7 @@ import numpy as np
 from pydantic import Field
 
 from flowpipe import memory
-from flowpipe.frame import Frame
+from flowpipe.frame import Detection, Frame
 from flowpipe.node import Node, NodeConfig, NodeContract, RunContext
 from flowpipe.registry import register
 
@@ -174,6 +174,7 @@ class Overlay(Node):
                 cv2.putText(img, t, (b[0] - x0, ty - y0), font, 0.5, c.color, 1, cv2.LINE_AA)
 
             out.append(((x1 - pad, min(y1, ty - th) - pad, max(x2, x1 + tw) + pad, max(y2, ty) + pad), box))
+            out += _outline_and_points(d, c.color, c.thickness)
         out += _shapes(frame, c.color, c.thickness)
         if c.show_fps:
             ts = self._times.setdefault(frame.stream, [])
@@ -188,6 +189,33 @@ class Overlay(Node):
 
             out.append(((0, 0, 8 + tw + 6, 22 + 6), rate))
         return out
+
+
+def _outline_and_points(d: Detection, color: tuple[int, int, int],
+                        thickness: int) -> list[tuple[tuple[int, int, int, int], Any]]:
+    """An object's mask outline (a segmentation head's) and its keypoints (a pose head's, those scored 0.3 or
+    more where scored), each with the region it touches."""
+    out: list[tuple[tuple[int, int, int, int], Any]] = []
+    if d.mask:
+        pts = np.round(np.asarray(d.mask, np.float64)).astype(np.int32)
+        x1, y1 = pts.min(0)
+        x2, y2 = pts.max(0)
+
+        def outline(img: np.ndarray, x0: int, y0: int, p: np.ndarray = pts) -> None:
+            cv2.polylines(img, [p - np.array([x0, y0], np.int32)], True, color, max(1, thickness - 1), cv2.LINE_AA)
+
+        out.append(((int(x1) - thickness, int(y1) - thickness, int(x2) + thickness, int(y2) + thickness), outline))
+    scores = d.keypoint_scores or []
+    for i, (x, y) in enumerate(d.keypoints or []):
+        if i < len(scores) and scores[i] < 0.3:
+            continue
+        cx, cy, r = round(x), round(y), thickness + 1
+
+        def point(img: np.ndarray, x0: int, y0: int, at: tuple[int, int] = (cx, cy), r: int = r) -> None:
+            cv2.circle(img, (at[0] - x0, at[1] - y0), r, color, -1, cv2.LINE_AA)
+
+        out.append(((cx - r - 1, cy - r - 1, cx + r + 1, cy + r + 1), point))
+    return out
 
 
 def _shapes(frame: Frame, color: tuple[int, int, int], thickness: int) -> list[tuple[tuple[int, int, int, int], Any]]:

@@ -168,3 +168,18 @@ def test_a_brought_detr_stretches_and_reads_normalized_boxes(tmp_path: Path) -> 
     seen = [o for r in rows for o in r["objects"]]
     assert seen and {o["label"] for o in seen} == {"car"}
     np.testing.assert_allclose(seen[-1]["box"], [1366 * 0.25, 768 * 0.25, 1366 * 0.75, 768 * 0.75], atol=1.0)
+
+
+def test_the_overlay_draws_a_mask_outline_and_keypoints() -> None:
+    from flowpipe.frame import Detection, Frame
+    from flowpipe_nodes.draw import Overlay
+
+    node = Overlay("draw", Overlay.Config(show_fps=False, show_scores=False, thickness=2))
+    node.open(None)  # type: ignore[arg-type]
+    img = np.zeros((120, 160, 3), np.uint8)
+    d = Detection((10, 10, 150, 110), 0.9, "cart", 1, keypoints=[(80.0, 60.0), (20.0, 100.0)],
+                  keypoint_scores=[0.9, 0.1], mask=[[40.0, 30.0], [120.0, 30.0], [120.0, 90.0], [40.0, 90.0]])
+    node.process(Frame("s", 0, 0.0, img, "BGR", detections=[d]), "detections")
+    assert img[30, 80].any() and img[90, 60].any()  # the outline's top and bottom edges
+    assert img[60, 80].any() and not img[100, 20].any()  # the keypoint scored 0.9 drawn, the one at 0.1 not
+    assert not img[60, 60].any()  # inside the outline, away from the point: untouched
