@@ -27,7 +27,7 @@ def errors_of(text: str, **kw) -> list[str]:
         (OK_HEAD + "  - {id: x, type: pasthrough, inputs: src}\n",
          r"^g\.yaml:3: node 'x' \(pasthrough\): unknown node type 'pasthrough'; did you mean 'passthrough'\? known: "),
         ("nodes:\n  - id: src\n    type: synthetic_source\n    config:\n      count: 3\n      widht: 5\n",
-         r"^g\.yaml:6: node 'src' \(synthetic_source\): config\.widht: unknown key; expected one of: count, width"),
+         r"^g\.yaml:6: node 'src' \(synthetic_source\): config\.widht: unknown key \(did you mean 'width'\?\); expected one of: count, width"),
         ("nodes:\n  - id: src\n    type: synthetic_source\n    config:\n      count: many\n",
          r"^g\.yaml:5: node 'src' \(synthetic_source\): config\.count: Input should be a valid integer.*got 'many'"),
         # a nested part's unknown key names that part's keys; a list too short says how many it needs
@@ -36,7 +36,8 @@ def errors_of(text: str, **kw) -> list[str]:
          r"^g\.yaml:5: node 'pre' \(preprocess\): config\.tiles\.grid: expected 2 items, got 1: \[3\]$"),
         (OK_HEAD + "  - id: pre\n    type: preprocess\n    config: {size: [8, 8], tiles: {grid: [3, 1], regoin: 1}}\n"
                    "    inputs: src\n",
-         r"config\.tiles\.regoin: unknown key; expected one of: grid, overlap, full_frame, region$"),
+         r"config\.tiles\.regoin: unknown key \(did you mean 'region'\?\); expected one of: grid, overlap, "
+         r"full_frame, region$"),
         # a check of a whole part says what it got, once; a whole config is never dumped
         (OK_HEAD + "  - id: pre\n    type: preprocess\n    config: {size: [8, 8], tiles: {region: [0, 0, 1.6, 1]}}\n"
                    "    inputs: src\n",
@@ -201,3 +202,30 @@ def test_shipped_graphs_validate() -> None:
     assert graphs, "graphs/ is empty"
     for g in graphs:
         load_graph(g)
+
+
+def test_every_unknown_key_gets_the_closest_known_one(tmp_path) -> None:
+    """A misspelt top-level key, node key and config key (a nested one's too) each name the closest known one."""
+    import textwrap
+
+    top = tmp_path / "top.yaml"
+    top.write_text("node:\n  - {id: src, type: synthetic_source}\n")
+    with pytest.raises(GraphError, match=r"unknown top-level key 'node' \(did you mean 'nodes'\?\)"):
+        load_graph(top)
+    g = tmp_path / "g.yaml"
+    g.write_text(textwrap.dedent("""\
+        nodes:
+          - id: src
+            type: synthetic_source
+            confg: {count: 3}
+          - id: pre
+            type: preprocess
+            config: {sise: [64, 64], interval: {evry: 2}}
+            inputs: {frame: src}
+        """))
+    with pytest.raises(GraphError) as e:
+        load_graph(g)
+    said = [d.message for d in e.value.diagnostics]
+    assert any(m.startswith("unknown key 'confg' (did you mean 'config'?)") for m in said), said
+    assert any(m.startswith("config.sise: unknown key (did you mean 'size'?); expected one of: size,") for m in said), said
+    assert any(m.startswith("config.interval.evry: unknown key (did you mean 'every'?)") for m in said), said

@@ -113,8 +113,8 @@ def _graph_keys(doc: Any, fname: str, overrides: dict[str, Any]) -> _Graph:
         raise GraphError(Diagnostic(f"graph: expected a mapping with 'nodes', got {type_name(doc)}", fname, 1))
     for key in doc:
         if key not in TOP_KEYS:
-            errors.append(Diagnostic(f"unknown top-level key '{key}': expected one of {', '.join(sorted(TOP_KEYS))}",
-                                     fname, line_of(doc, key)))
+            errors.append(Diagnostic(f"unknown top-level key '{key}'{did_you_mean(key, TOP_KEYS)}: expected one of "
+                                     f"{', '.join(sorted(TOP_KEYS))}", fname, line_of(doc, key)))
     params = _param_values(doc, fname, overrides, errors)
     plugins = doc.get("plugins") or []
     if not isinstance(plugins, list) or not all(isinstance(p, str) for p in plugins):
@@ -248,10 +248,8 @@ def _node_types(drafts: list[_Draft], fname: str) -> None:
         d.who = (nid if isinstance(nid, str) else None, ntype if isinstance(ntype, str) else None)
         for key in raw:
             if key not in NODE_KEYS:
-                near = difflib.get_close_matches(str(key), sorted(NODE_KEYS), n=1)
-                d.errors.append(Diagnostic(f"unknown key '{key}'" + (f" (did you mean '{near[0]}'?)" if near else "")
-                                           + f": expected one of {', '.join(sorted(NODE_KEYS))}",
-                                           fname, line_of(raw, key), *d.who))
+                d.errors.append(Diagnostic(f"unknown key '{key}'{did_you_mean(key, NODE_KEYS)}: expected one of "
+                                           f"{', '.join(sorted(NODE_KEYS))}", fname, line_of(raw, key), *d.who))
         if not isinstance(nid, str) or not _ID_RE.match(nid):
             d.stop(Diagnostic(f"id: expected a name like 'decode_1' (letters, digits, _ or -), got {nid!r}",
                               fname, line_of(raw, "id"), *d.who))
@@ -291,6 +289,12 @@ def _node_engine_keys(drafts: list[_Draft], fname: str) -> None:
         d.workers = d.eng.workers
 
 
+def did_you_mean(key: Any, known: Any) -> str:
+    """`` (did you mean 'X'?)`` naming the known key closest to a misspelt one, or nothing where none is close."""
+    near = difflib.get_close_matches(str(key), sorted(str(k) for k in known), n=1)
+    return f" (did you mean '{near[0]}'?)" if near else ""
+
+
 def config_error(model: type[BaseModel], err: Any) -> str:
     """One pydantic error of a node's config as one short line: where (``config.a.b``), what was expected, and
     what it got where that is short; an unknown key with the keys of the part it is in (a nested one's own),
@@ -301,8 +305,8 @@ def config_error(model: type[BaseModel], err: Any) -> str:
     msg = str(err["msg"]).removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         part = _model_at(model, loc[:-1])
-        fields = ", ".join(part.model_fields) if part is not None else ""
-        return f"{where}: unknown key; expected one of: {fields or 'none'}"
+        fields = list(part.model_fields) if part is not None else []
+        return f"{where}: unknown key{did_you_mean(loc[-1], fields)}; expected one of: {', '.join(fields) or 'none'}"
     if err["type"] == "missing" and loc and isinstance(loc[-1], int) and isinstance(got, (list, tuple)):
         return f"{where[: where.rindex('.')]}: expected {loc[-1] + 1} items, got {len(got)}: {got!r}"
     if err["type"] == "missing":
