@@ -54,7 +54,9 @@ def test_runtime_failure_exits_1_naming_file_line_and_node(tmp_path, capsys) -> 
     g.write_text("nodes:\n  - {id: v, type: video_source, config: {uri: /nope.mp4}}\n"
                  "  - {id: s, type: null_sink, inputs: v.frame}\n")
     assert main(["run", str(g)]) == 1
-    assert f"error: {g}:2: node 'v' (video_source): uri: no such file or folder: /nope.mp4\n" in capsys.readouterr().err
+    err = capsys.readouterr().err.strip().splitlines()  # said alone: no frame entered, no frame count before it
+    assert err[-1:] == [f"error: {g}:2: node 'v' (video_source): uri: no such file or folder: /nope.mp4"], err
+    assert not any(line.startswith("frames: in") for line in err), err
     # validate cannot know the host that will run it: it says what this one lacks, and passes
     assert main(["validate", str(g)]) == 0
     assert (f"  v (video_source): not on this host: uri: no such file or folder: /nope.mp4 ({g}:2; run refuses it "
@@ -192,3 +194,27 @@ def test_bench_rate_counts_no_frame_made_before_its_window_whatever_the_bursts()
     steady = [i / 25 for i in range(100)]
     assert _window_fps(steady, 10) == pytest.approx(90 / (99 / 25 - 9 / 25), rel=1e-6)
     assert _bursts(steady, 10) == 90
+
+
+def test_graph_writes_dot_to_stdout_and_refuses_an_unknown_extension(tmp_path, capsys) -> None:
+    g = str(ROOT / "graphs" / "passthrough.yaml")
+    assert main(["graph", g]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("digraph") and "->" in out, out[:200]
+    assert main(["graph", g, "--format", "mermaid"]) == 0 and capsys.readouterr().out.startswith("flowchart")
+    assert main(["graph", g, "-o", str(tmp_path / "g.txt")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: -o {tmp_path / 'g.txt'}: unknown extension '.txt': expected one of .dot, .gv, .mmd, .md, "
+                   ".png, .svg (or --format)"], err
+    assert not (tmp_path / "g.txt").exists()
+
+
+def test_bench_prints_a_summary_and_the_whole_json_only_when_asked(tmp_path, capsys) -> None:
+    g = str(ROOT / "graphs" / "passthrough.yaml")
+    assert main(["bench", g, "--frames", "2000", "--warmup", "20", "--set", "frames=5000"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"{g}: 1 stream(s), 1 process(es)" and len(out) <= 9, out
+    assert out[1].split()[:3] == ["fps", "(all", "streams)"] and float(out[1].split()[-1]) > 0, out
+    assert out[2].startswith("  slowest stream        src ") and "copied per frame      0 bytes" in out[4], out
+    assert main(["bench", g, "--frames", "300", "--warmup", "20", "--set", "frames=1000", "--json", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)["streams"] == 1

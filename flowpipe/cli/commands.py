@@ -107,10 +107,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.stats:
         Path(args.stats).write_text(json.dumps(stats, indent=2))
     f = result.frames
-    print(f"frames: in {f['in']}, out {f['out']}, dropped {f['dropped']}, failed {f['failed']} "
-          f"in {result.elapsed_s:.2f}s", file=sys.stderr)
-    if result.error:
+    if result.error:  # what went wrong first: the line a user reads, and alone where no frame entered
         print(f"error: {result.error}", file=sys.stderr)
+    if f["in"] or not result.error:
+        print(f"frames: in {f['in']}, out {f['out']}, dropped {f['dropped']}, failed {f['failed']} "
+              f"in {result.elapsed_s:.2f}s", file=sys.stderr)
     return result.exit_code
 
 
@@ -172,11 +173,26 @@ def to_mermaid(spec: Any) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: What ``flowpipe graph -o FILE`` writes, by the file's extension.
+GRAPH_FORMATS = {".dot": "dot", ".gv": "dot", ".mmd": "mermaid", ".md": "mermaid", ".png": "png", ".svg": "svg"}
+
+
 def cmd_graph(args: argparse.Namespace) -> int:
+    """The graph drawn: DOT (or ``--format mermaid``) to stdout, or into ``-o FILE`` in the format its
+    extension names (PNG and SVG through Graphviz)."""
     spec = _load(args.graph, args.set)
+    if args.output is None:
+        if args.format in ("png", "svg"):
+            print(f"error: {args.format.upper()} is written to a file: -o FILE.{args.format}", file=sys.stderr)
+            return EXIT_CONFIG
+        sys.stdout.write(to_mermaid(spec) if args.format == "mermaid" else to_dot(spec))
+        return EXIT_OK
     out = Path(args.output)
-    fmt = args.format or {".dot": "dot", ".gv": "dot", ".mmd": "mermaid", ".md": "mermaid", ".png": "png",
-                          ".svg": "svg"}.get(out.suffix.lower(), "dot")
+    fmt = args.format or GRAPH_FORMATS.get(out.suffix.lower())
+    if fmt is None:
+        print(f"error: -o {out}: unknown extension '{out.suffix}': expected one of "
+              f"{', '.join(GRAPH_FORMATS)} (or --format)", file=sys.stderr)
+        return EXIT_CONFIG
     out.parent.mkdir(parents=True, exist_ok=True)  # as run makes its outputs' folders
     if fmt == "mermaid":
         out.write_text(to_mermaid(spec))
@@ -285,9 +301,9 @@ def build_parser() -> argparse.ArgumentParser:
     with_set(v)
     v.set_defaults(func=cmd_validate)
 
-    g = sub.add_parser("graph", help="draw a graph (DOT, Mermaid; PNG/SVG with Graphviz)")
+    g = sub.add_parser("graph", help="draw a graph: DOT to stdout, or -o FILE (.dot, .mmd; .png/.svg with Graphviz)")
     g.add_argument("graph")
-    g.add_argument("-o", "--output", required=True)
+    g.add_argument("-o", "--output", help="the file, its format by its extension (default: DOT to stdout)")
     g.add_argument("--format", choices=["dot", "mermaid", "png", "svg"])
     with_set(g)
     g.set_defaults(func=cmd_graph)

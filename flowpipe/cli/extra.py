@@ -205,13 +205,41 @@ def cmd_bench(args: argparse.Namespace) -> int:
     report = bench_graph(args.graph, sets=args.set, frames=args.frames, warmup=args.warmup, streams=args.streams,
                          processes=args.processes, device_owner=not args.no_device_owner)
     text = json.dumps(report, indent=2)
-    if args.json:
+    if args.json == "-":
+        print(text)
+    elif args.json:
         Path(args.json).write_text(text)
-    print(text)
+    if args.json != "-":
+        print(bench_summary(report))
     if report.get("fps") is not None and report.get("bursts", STEADY_BURSTS) < STEADY_BURSTS:
         print(f"warning: frames ended at {report['bursts']} times after the warm-up (a writer passes them on a "
               "second of video at a time): fps is too coarse to read; run more --frames", file=sys.stderr)
     return 0 if report["exit"] == 0 else 1
+
+
+def bench_summary(r: dict[str, Any]) -> str:
+    """A bench report in a few lines: the rate, the slowest stream, the CPU a frame costs, what was copied."""
+    def num(v: Any, fmt: str = ".1f") -> str:
+        return "-" if v is None else format(v, fmt)
+
+    per = {k: v for k, v in (r.get("per_stream_fps_together") or r.get("per_stream_fps") or {}).items()
+           if v is not None}
+    slow = min(per.items(), key=lambda kv: kv[1]) if per else None
+    f = r.get("frames") or {}
+    lines = [f"{r['graph']}: {r['streams']} stream(s), {r['processes']} process(es)"
+             + (" + device owner" if r.get("device_owner") else ""),
+             f"  fps (all streams)     {num(r.get('fps'))}",
+             f"  slowest stream        {f'{slow[0]} {slow[1]:.1f} fps' if slow else '-'}",
+             f"  CPU per frame         {num(r.get('cpu_ms_per_frame'), '.2f')} ms "
+             f"({num(r.get('cpu_util_cores'), '.2f')} cores busy)",
+             f"  copied per frame      {num(r.get('bytes_copied_per_frame'), ',.0f')} bytes "
+             f"({num(r.get('copies_per_frame'), '.2f')} copies)",
+             f"  peak memory           {num(r.get('peak_pss_mb') or r.get('peak_rss_mb'))} MB",
+             f"  frames                in {f.get('in', '-')}, out {f.get('out', '-')}, "
+             f"dropped {f.get('dropped', '-')}, failed {f.get('failed', '-')}"]
+    if r.get("error"):
+        lines.insert(0, f"error: {r['error']}")
+    return "\n".join(lines) + "\n  (every figure: --json PATH, or --json - for stdout)"
 
 
 def add_commands(sub: Any, with_set: Callable[..., None]) -> None:
@@ -251,6 +279,7 @@ def add_commands(sub: Any, with_set: Callable[..., None]) -> None:
                    help="shard the streams over N worker processes (default: the graph's 'processes', 1)")
     b.add_argument("--no-device-owner", action="store_true",
                    help="over several processes, every shard opens its own inference (default: one device owner)")
-    b.add_argument("--json", metavar="PATH", help="write the figures as JSON")
+    b.add_argument("--json", metavar="PATH", help="write every figure as JSON to PATH ('-': to stdout, instead of "
+                   "the summary)")
     with_set(b)
     b.set_defaults(func=cmd_bench)
