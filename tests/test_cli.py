@@ -211,10 +211,12 @@ def test_graph_writes_dot_to_stdout_and_refuses_an_unknown_extension(tmp_path, c
 
 def test_bench_prints_a_summary_and_the_whole_json_only_when_asked(tmp_path, capsys) -> None:
     g = str(ROOT / "graphs" / "passthrough.yaml")
-    assert main(["bench", g, "--frames", "2000", "--warmup", "20", "--set", "frames=5000"]) == 0
+    assert main(["bench", g, "--frames", "3000", "--warmup", "50", "--set", "frames=10000"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"{g}: 1 stream(s), 1 process(es)" and len(out) <= 9, out
-    assert out[1].split()[:3] == ["fps", "(all", "streams)"] and float(out[1].split()[-1]) > 0, out
-    assert out[2].startswith("  slowest stream        src ") and "copied per frame      0 bytes" in out[4], out
+    # (a rate the window could not measure reads '-', as --json says null: the bench test checks the figures)
+    assert [line.split("  ")[1].strip() for line in out[1:7]] == [
+        "fps (all streams)", "slowest stream", "CPU per frame", "copied per frame", "peak memory", "frames"], out
+    assert out[4].endswith("0 bytes (0.00 copies)") and out[6].endswith("dropped 0, failed 0"), out
     assert main(["bench", g, "--frames", "300", "--warmup", "20", "--set", "frames=1000", "--json", "-"]) == 0
     assert json.loads(capsys.readouterr().out)["streams"] == 1
