@@ -240,6 +240,7 @@ def test_a_call_to_a_process_that_is_gone_fails_at_once_even_one_made_after_its_
     from multiprocessing import Pipe
 
     from flowpipe.runtime.board import StreamBoard
+    from flowpipe.runtime.commands import States
     from flowpipe.runtime.shards import _Shard
 
     spec, _ = _graph(_three_streams(tmp_path), tmp_path)
@@ -249,7 +250,7 @@ def test_a_call_to_a_process_that_is_gone_fails_at_once_even_one_made_after_its_
     run._answered(sh)  # noqa: SLF001 - the death taken; error and restarted are set later, as in _died
     t0 = time.monotonic()
     with pytest.raises(RuntimeError, match="shard 0 is gone"):
-        run.call(sh, "states", timeout=5)
+        run.call(sh, States(), timeout=5)
     assert time.monotonic() - t0 < 1
     assert not theirs.poll()  # nothing was sent to it
     sh.board.close()

@@ -2,8 +2,9 @@
 state, memory-contract resolution, worker processes and the device owner."""
 from __future__ import annotations
 
+from .commands import LiveControl
 from .context import Resume, RunHooks, Share
-from .executor import Executor, LiveControl, executor, provide
+from .executor import Executor, executor, provide
 from .runner import Runner, RunResult, run
 from .stats import RunSummary
 

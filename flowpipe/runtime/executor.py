@@ -4,7 +4,7 @@ A run is an ``Executor``: one process (``Runner``), several processes on one hos
 several hosts (``flowpipe.cluster``). Whoever starts runs (the command line, ``flowpipe serve``, a
 cluster's host agent, a benchmark) holds this interface and asks ``executor()`` for one; none of them
 names a concrete class or reads its fields. Streams added while it runs go through ``live``
-(``LiveControl``), the same calls in one process, over processes and over hosts.
+(``LiveControl``, runtime/commands.py), the same calls in one process, over processes and over hosts.
 """
 from __future__ import annotations
 
@@ -12,40 +12,12 @@ import importlib
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from ..graph import GraphSpec, NodeSpec
+from ..graph import GraphSpec
+from .commands import LiveControl
 from .context import RunHooks, Share
 from .runner import Runner
 from .shards import ShardedRun, resolve_processes
 from .stats import RunSummary
-
-
-class LiveControl(Protocol):
-    """Streams added to and removed from a running graph (``flowpipe serve``)."""
-
-    def template(self, like: str | None) -> NodeSpec:
-        """The source a new stream copies: ``like``, else the graph's only template or source."""
-
-    def add(self, stream: str, like: str | None = None, config: dict[str, Any] | None = None) -> object:
-        """Start stream ``stream`` as a copy of source ``like`` with ``config`` over its settings."""
-
-    def remove(self, stream: str, timeout: float = 30.0) -> dict[str, Any]:
-        """Stop a stream added before, once its frames have their fates; its account."""
-
-    def states(self) -> list[dict[str, Any]]:
-        """Every stream now, with its account so far."""
-
-    def picture(self, stream: str) -> bytes | None:
-        """The stream's newest picture, where the graph keeps them."""
-
-    def video(self, stream: str, seq: int) -> tuple[bytes | None, list[tuple[int, bytes]]] | None:
-        """The stream's live view (fragmented MP4) after fragment ``seq``, where the graph makes one."""
-
-    def events(self) -> list[dict[str, Any]]:
-        """The newest events the graph's analytics raised, oldest first."""
-
-    def retune(self, changes: dict[str, dict[str, Any]]) -> None:
-        """Nodes' configs changed while the graph runs (node id -> {field: value}, tunable fields only), in
-        every process and host of the run, and in those that replace one later."""
 
 
 class Executor(Protocol):

@@ -21,7 +21,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from operator import attrgetter
-from typing import Any, ClassVar, Literal, cast
+from typing import Any, ClassVar, cast
+
+from .commands import Command
 
 _KINDS: list[type[Message]] = []  # a message's tag on the wire is its place here
 
@@ -360,17 +362,15 @@ class ShardCrashed(Message):
     error: RemoteError
 
 
-StreamMethod = Literal["add", "remove", "states", "picture", "video", "events", "retune"]
-
-
 @dataclass(frozen=True, slots=True)
 class StreamCall(Message):
-    """Supervisor to shard: a call on the shard's running graph's streams (``LiveControl.METHOD(*args)``),
-    answered by a ``StreamReply`` with the same ``rid``."""
+    """Supervisor to shard: a command on the shard's running graph's streams (``runtime/commands.py``, applied
+    to its ``LiveControl``), answered by a ``StreamReply`` with the same ``rid``. ``bind``: (stream, row), the
+    row of the shard's board that a stream the command starts takes (its frames' entries and fates there)."""
 
     rid: int
-    method: StreamMethod
-    args: tuple[Any, ...]
+    command: Command
+    bind: tuple[str, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,7 @@ from ..models import compiled_cache
 from ..node import Node
 from ..registry import import_plugin
 from .board import StreamBoard
+from .commands import Add, Answer, Command, OnStream, Retune, Route, Routing
 from .context import Resume, RunHooks, Share
 from .live import LiveStreams, PartlyRetunedError, retune_specs, template_of
 from .messages import (
@@ -55,7 +56,6 @@ from .messages import (
     ShardProgress,
     ShardResult,
     StreamCall,
-    StreamMethod,
     StreamReply,
     ToShard,
 )
@@ -169,55 +169,91 @@ def _shard_main(conn: Connection, payload: bytes, plugins: list[str], plugin_dir
                 count: int, sources: list[str], max_frames: int | None, record_times: bool,
                 owner: OwnerLink | None = None, resume: Resume | None = None,
                 board: StreamBoard | None = None) -> None:
+    """A shard process: the part of the graph its ``sources`` (and the templates) reach, run until it ends."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides what an interrupt means
     share_library_threads(count)
     for mod in plugins:
         import_plugin(mod, plugin_dir)
     spec: GraphSpec = pickle.loads(payload)  # noqa: S301 - from the supervisor that started this process
-    lock = threading.Lock()
-    gone = threading.Event()  # the supervisor: its end of the pipe closed (killed)
+    keep = sources + [t.id for t in spec.templates()]  # every shard can take streams added at run time
+    share = Share(index, count, len(spec.sources()), resume or Resume(), alone=False)
+    _ShardSide(conn, index, subgraph(spec, keep), share, max_frames, record_times, owner, board).run()
 
-    def send(msg: FromShard) -> None:
-        with lock:
-            if gone.is_set():
+
+class _ShardSide:
+    """A shard process's runner and its side of the pipe to the supervisor: its progress, the word to start,
+    and the commands on its streams (``runtime/commands.py``), each applied to the runner's ``LiveControl``."""
+
+    def __init__(self, conn: Connection, index: int, spec: GraphSpec, share: Share, max_frames: int | None,
+                 record_times: bool, owner: OwnerLink | None, board: StreamBoard | None):
+        self.conn, self.index, self.owner, self.board = conn, index, owner, board
+        self.record_times = record_times
+        self.lock = threading.Lock()
+        self.gone = threading.Event()  # the supervisor: its end of the pipe closed (killed)
+        self.runner = Runner(spec, max_frames=max_frames, progress=self.progress, record_times=record_times,
+                             share=share, hooks=RunHooks(make_node=self.owned, fates=board, on_opened=self.on_opened))
+        self.runner.progress_every = REPORT_EVERY_S
+
+    def run(self) -> None:
+        """Runs this shard's part of the graph until it ends; its result (or what ended it) to the supervisor."""
+        try:
+            res = self.runner.run()
+            summary = res.to_json()
+            summary["done_times"] = res.done_times if self.record_times else []
+            self.send(ShardResult(summary))
+        except BaseException as e:  # noqa: BLE001 - whatever ends the shard is reported, one line
+            self.send(ShardCrashed(RemoteError.of(e)))
+        finally:
+            self.conn.close()
+
+    def owned(self, s: NodeSpec) -> Node | None:
+        """A node the device owner serves: its client takes its place."""
+        owner = self.owner
+        return OwnerClient(s, owner) if owner is not None and s.id in owner.placements else None
+
+    def send(self, msg: FromShard) -> None:
+        with self.lock:
+            if self.gone.is_set():
                 return
             try:
-                conn.send(msg)
+                self.conn.send(msg)
             except (BrokenPipeError, EOFError, ConnectionResetError):  # one line, not a traceback per thread
-                gone.set()
-                log.error("shard %d (pid %d): the run's supervisor is gone; this shard stops now", index,
+                self.gone.set()
+                log.error("shard %d (pid %d): the run's supervisor is gone; this shard stops now", self.index,
                           os.getpid())
-                runner.abort()
+                self.runner.abort()
 
-    def progress(snap: dict[str, Any]) -> None:
-        send(ShardProgress({k: snap[k] for k in ("in", "out", "dropped", "failed")}, dict(runner.per_stream),
-                           _sources_now(runner)))
+    def progress(self, snap: dict[str, Any]) -> None:
+        self.send(ShardProgress({k: snap[k] for k in ("in", "out", "dropped", "failed")},
+                                dict(self.runner.per_stream), _sources_now(self.runner)))
 
-    def on_opened() -> bool:  # every node is open: wait for the supervisor's word, then listen for more
-        send(ShardOpened(os.getpid()))
-        match conn.recv():
+    def on_opened(self) -> bool:
+        """Every node is open: wait for the supervisor's word, then listen for more."""
+        self.send(ShardOpened(os.getpid()))
+        match self.conn.recv():
             case Begin(start, changes):
-                go = start
                 if changes:  # configs changed since the graph this process was given was written
                     try:
-                        runner.live.retune(changes, opening=True)
+                        self.runner.live.retune(changes, opening=True)
                     except (ValueError, RuntimeError) as e:  # it runs on as it was given, said once
-                        log.error("shard %d could not take the changes made while it opened: %s", index, e)
+                        log.error("shard %d could not take the changes made while it opened: %s", self.index, e)
             case other:
                 raise RuntimeError(f"the supervisor sent {type(other).__name__} before Begin")
-        threading.Thread(target=listen, name="flowpipe:shard-control", daemon=True).start()
-        return go
+        threading.Thread(target=self.listen, name="flowpipe:shard-control", daemon=True).start()
+        return start
 
-    def listen() -> None:  # the supervisor's stop and abort, and calls on the streams, after the start
+    def listen(self) -> None:
+        """The supervisor's stop and abort, and commands on the streams, after the start."""
+        runner = self.runner
         while True:
             try:
-                msg: ToShard = conn.recv()
+                msg: ToShard = self.conn.recv()
             except (EOFError, OSError):
                 runner.abort()  # the supervisor is gone: stop at once
                 return
             match msg:
                 case StreamCall():
-                    threading.Thread(target=answer, args=(msg,), name="flowpipe:shard-call", daemon=True).start()
+                    threading.Thread(target=self.answer, args=(msg,), name="flowpipe:shard-call", daemon=True).start()
                 case Halt(now=False):
                     runner.stop()
                 case Halt(now=True):
@@ -225,55 +261,24 @@ def _shard_main(conn: Connection, payload: bytes, plugins: list[str], plugin_dir
                     runner.abort()
                     return
 
-    def answer(call: StreamCall) -> None:  # streams added, removed, looked at
-        live = runner.live
-        value: Any = None
+    def answer(self, call: StreamCall) -> None:
+        """``call``'s command applied here, its answer (or the error it raised) back to the supervisor; the
+        board follows the streams it starts and frees."""
+        runner, board, command = self.runner, self.board, call.command
         until = time.monotonic() + 10  # streams added again, sent at once after Begin, wait for the start
-        while call.method == "add" and not runner.running and not runner.stop_event.is_set() \
+        while command.route is Route.NEW and not runner.running and not runner.stop_event.is_set() \
                 and time.monotonic() < until:
             time.sleep(0.01)
         try:
-            match call.method:
-                case "add":
-                    stream, like, config, row = call.args
-                    if board is not None and row is not None:
-                        board.bind(stream, row)  # its frames' entries and fates, exact at a death
-                    live.add(stream, like, config)
-                case "remove":
-                    value = live.remove(*call.args)
-                    if board is not None and not value.get("in_flight"):
-                        board.slot.pop(call.args[0], None)  # its row goes to the supervisor to give again
-                case "states":
-                    value = live.states()
-                case "picture":
-                    value = live.picture(*call.args)
-                case "video":
-                    value = live.video(*call.args)
-                case "events":
-                    value = live.events()
-                case "retune":
-                    live.retune(*call.args)
-            send(StreamReply(call.rid, value))
+            if board is not None and call.bind is not None:
+                board.bind(*call.bind)  # its frames' entries and fates, exact at a death
+            value = command.apply(runner.live)
+            freed = command.freed(value)
+            if board is not None and freed is not None:
+                board.slot.pop(freed, None)  # its row goes to the supervisor to give again
+            self.send(StreamReply(call.rid, value))
         except Exception as e:  # noqa: BLE001 - the caller gets it
-            send(StreamReply(call.rid, error=RemoteError(type(e).__name__, str(e.args[0]) if e.args else str(e))))
-
-    def owned(s: NodeSpec) -> Node | None:  # a node the device owner serves: its client takes its place
-        return OwnerClient(s, owner) if owner is not None and s.id in owner.placements else None
-
-    keep = sources + [t.id for t in spec.templates()]  # every shard can take streams added at run time
-    runner = Runner(subgraph(spec, keep), max_frames=max_frames, progress=progress, record_times=record_times,
-                    share=Share(index, count, len(spec.sources()), resume or Resume(), alone=False),
-                    hooks=RunHooks(make_node=owned, fates=board, on_opened=on_opened))
-    runner.progress_every = REPORT_EVERY_S
-    try:
-        res = runner.run()
-        summary = res.to_json()
-        summary["done_times"] = res.done_times if record_times else []
-        send(ShardResult(summary))
-    except BaseException as e:  # noqa: BLE001 - whatever ends the shard is reported, one line
-        send(ShardCrashed(RemoteError.of(e)))
-    finally:
-        conn.close()
+            self.send(StreamReply(call.rid, error=RemoteError(type(e).__name__, str(e.args[0]) if e.args else str(e))))
 
 
 # -- supervisor side ------------------------------------------------------------------------------------------
@@ -498,18 +503,21 @@ class ShardedRun:
         except (OSError, ValueError):
             pass  # a shard that is gone is accounted by _supervise
 
-    def call(self, sh: _Shard, method: StreamMethod, *args: Any, timeout: float = 60.0) -> Any:
-        """``runner.live.METHOD(*args)`` in shard ``sh``'s process (from any thread); its errors raised here."""
+    def call(self, sh: _Shard, command: Command, bind: tuple[str, int] | None = None,
+             timeout: float | None = None) -> Any:
+        """``command`` applied in shard ``sh``'s process (from any thread), waiting ``timeout`` (the command's
+        own when None) for its answer; its errors raised here. ``bind``: the board row a stream it starts takes."""
+        wait_s = command.wait_s if timeout is None else timeout
         with self._call_lock:  # (``_answered`` marks a shard gone under the same lock: no call waits on it after)
             if sh.gone or sh.error is not None or sh.restarted:
                 raise RuntimeError(f"shard {sh.index} is gone")
             self._rid += 1
             pending = self._calls[self._rid] = _Pending(sh)
             rid = self._rid
-        self._send(sh, StreamCall(rid, method, args))
-        if not pending.done.wait(timeout):
+        self._send(sh, StreamCall(rid, command, bind))
+        if not pending.done.wait(wait_s):
             self._calls.pop(rid, None)
-            raise RuntimeError(f"shard {sh.index} did not answer {method} within {timeout:.0f}s")
+            raise RuntimeError(f"shard {sh.index} did not answer {command.verb} within {wait_s:.0f}s")
         reply = pending.reply
         assert reply is not None
         if reply.error is not None:
@@ -614,7 +622,7 @@ class ShardedRun:
         streams = ", ".join([self.spec.node(s).stream for s in sh.sources] + added)  # as the records name them
         sh.error = (f"shard {sh.index} (pid {sh.pid}, streams {streams}) died ({how}); {lost} frames in flight "
                     f"counted as failed" + (f": {named}" if named else ""))
-        specs = [self.spec.node(s) for s in sh.sources] + [self.live.template(self.live.recipe[s][0]) for s in added]
+        specs = [self.spec.node(s) for s in sh.sources] + [self.live.template(self.live.recipe[s].like) for s in added]
         generation = sh.resume.generation + 1
         if self._stop_at is not None or not all(
                 s.on_error == "restart" and generation <= s.restarts for s in specs):
@@ -685,16 +693,17 @@ class ShardedRun:
         return out
 
 
-class ShardedStreams:
-    """Streams added to and removed from a run over several processes: each new stream goes to the process
-    with the fewest streams, and its calls go there (``ShardedRun.call``). A process restarted after a
-    crash takes them over with the graph's own (each stream's template's ``on_error: restart`` and
-    ``restarts``), every one going on after the last frame that entered the process that died."""
+class ShardedStreams(Routing):
+    """Streams added to and removed from a run over several processes, as commands sent to them
+    (``ShardedRun.call``): each new stream goes to the process with the fewest streams, and the commands on
+    it go there. A process restarted after a crash takes them over with the graph's own (each stream's
+    template's ``on_error: restart`` and ``restarts``), every one going on after the last frame that entered
+    the process that died."""
 
     def __init__(self, run: ShardedRun):
         self.run = weakref.proxy(run)  # no cycle: a finished run's pipes and processes go with it
         self.where: dict[str, Any] = {}  # added stream -> its shard
-        self.recipe: dict[str, tuple[str | None, dict[str, Any] | None]] = {}  # -> the source it copies, settings
+        self.recipe: dict[str, Add] = {}  # added stream -> the command that added it (sent again to a replacement)
         self.failed: deque[dict[str, Any]] = deque(maxlen=LiveStreams.KEEP_ENDED)  # ended with their process
         self._retuning = threading.Lock()  # one change of configs at a time
 
@@ -705,8 +714,9 @@ class ShardedStreams:
         return [sh for sh in self.run.shards if sh.opened and sh.result is None and sh.error is None
                 and not sh.restarted]
 
-    def add(self, stream: str, like: str | None = None, config: dict[str, Any] | None = None) -> None:
-        run = self.run
+    def to_new(self, command: Add) -> None:
+        """The stream goes to the running process with the fewest streams, on a row of its board."""
+        run, stream = self.run, command.stream
         if not run.running or run.stopping:
             raise RuntimeError("the graph is not running")
         if stream in self.where or any(n.id == stream for n in run.spec.nodes):
@@ -715,10 +725,9 @@ class ShardedStreams:
         if not shards:
             raise RuntimeError("no process of the run is running")
         sh: _Shard = min(shards, key=lambda x: len(x.sources) + sum(1 for v in self.where.values() if v is x))
-        self.where[stream], self.recipe[stream] = sh, (like, config)
-        row = sh.board.bind(stream)
+        self.where[stream], self.recipe[stream] = sh, command
         try:
-            run.call(sh, "add", stream, like, config, row)
+            run.call(sh, command, _bound(sh, stream))
         except BaseException:
             if self.where.get(stream) is sh:
                 self._forget(stream)
@@ -739,7 +748,7 @@ class ShardedStreams:
         """``streams`` ended with their process (not restarted): the run goes on without them; each is listed
         as failed, with its account from that process's board."""
         for s in streams:
-            like = self.recipe[s][0]
+            like = self.recipe[s].like
             self._forget(s)
             self.failed.append({"stream": s, "like": like, "state": "failed", "error": why, **board.account(s)})
             log.error("stream %s ended with its process: %s", s, why)
@@ -757,31 +766,54 @@ class ShardedStreams:
             if self.where.get(stream) is not sh:
                 continue  # removed meanwhile
             try:
-                self.run.call(sh, "add", stream, *self.recipe[stream], sh.board.bind(stream))
+                self.run.call(sh, self.recipe[stream], _bound(sh, stream))
                 log.warning("stream %s goes on in shard %d (pid %s)", stream, sh.index, sh.pid)
             except Exception as e:  # noqa: BLE001 - the others go on
                 if self.where.get(stream) is sh and not sh.gone and sh.error is None and not sh.restarted:
                     self.lost([stream], f"{type(e).__name__}: {e}", sh.board)
 
-    def remove(self, stream: str, timeout: float = 30.0) -> dict[str, Any]:
-        sh = self.where.get(stream)
+    def to_added(self, command: OnStream) -> Any:
+        """The process the stream was added to answers; the stream is its no more (its row free once every
+        frame of it ended)."""
+        sh = self.where.get(command.stream)
         if sh is None:
-            raise KeyError(f"no stream named {stream!r} was added to this graph")
+            return command.merge([])
         try:
-            account: dict[str, Any] = self.run.call(sh, "remove", stream, timeout, timeout=timeout + 10)
+            value = self.run.call(sh, command)
         finally:
-            self._forget(stream)
-        if not account.get("in_flight"):  # every frame of it ended: its account leaves the board, its row is free
-            sh.board.retire(stream)
-        account["shard"] = sh.index
-        return account
+            self._forget(command.stream)
+        freed = command.freed(value)
+        if freed is not None:  # its account leaves the board, its row is free
+            sh.board.retire(freed)
+        return command.merge([Answer(value, {"shard": sh.index})])
 
-    def retune(self, changes: dict[str, dict[str, Any]]) -> None:
+    def to_holder(self, command: OnStream) -> Any:
+        """The process running the stream answers (one it was added to, or the one running its source)."""
+        stream = command.stream
+        sh = self.where.get(stream) or next((x for x in self._live() if stream in x.sources), None)
+        return command.merge([] if sh is None else [Answer(self.run.call(sh, command), {"shard": sh.index})])
+
+    def to_each(self, command: Command) -> Any:
+        """Every running process answers (one that dies meanwhile is passed over)."""
+        answers = []
+        for sh in self._live():
+            try:
+                answers.append(Answer(self.run.call(sh, command), {"shard": sh.index}))
+            except RuntimeError:
+                if not sh.gone and sh.error is None and not sh.restarted and sh.proc.is_alive():
+                    raise
+        return command.merge(answers)
+
+    def states(self) -> list[dict[str, Any]]:
+        """Every process's streams, and those that ended with their process."""
+        return super().states() + [dict(r) for r in self.failed]
+
+    def to_all(self, command: Retune) -> None:
         """Nodes' configs changed in every process (``LiveStreams.retune``), and in the graph that processes
         started from now on (replacements) are given. A refusal (ValueError), or any failure of the first
         process that answers, leaves every one as it was; a later process that fails without dying
         (``PartlyRetunedError``) leaves the change in the others and in the graph."""
-        run = self.run
+        run, changes = self.run, command.changes
         if not run.running or run.stopping:
             raise RuntimeError("the graph is not running")
         with self._retuning:
@@ -792,7 +824,7 @@ class ShardedStreams:
             missed: list[str] = []
             for sh in self._live():
                 try:
-                    run.call(sh, "retune", changes)
+                    run.call(sh, command)
                     took.append(sh.index)
                 except Exception as e:  # below: rolled back, or named
                     if sh.gone or sh.error is not None or sh.restarted or not sh.proc.is_alive():
@@ -805,33 +837,11 @@ class ShardedStreams:
                 raise PartlyRetunedError(f"{'; '.join(missed)} (processes {', '.join(map(str, took))} and those "
                                     "started from now on have the change)")
 
-    def _each(self, method: StreamMethod) -> list[tuple[_Shard, Any]]:
-        """``method`` answered by every running shard (one that dies meanwhile is passed over)."""
-        out = []
-        for sh in self._live():
-            try:
-                out.append((sh, self.run.call(sh, method)))
-            except RuntimeError:
-                if not sh.gone and sh.error is None and not sh.restarted and sh.proc.is_alive():
-                    raise
-        return out
 
-    def states(self) -> list[dict[str, Any]]:
-        rows = [dict(row, shard=sh.index) for sh, got in self._each("states") for row in got]
-        return rows + [dict(r) for r in self.failed]
-
-    def picture(self, stream: str) -> bytes | None:
-        sh = self.where.get(stream) or next((x for x in self._live() if stream in x.sources), None)
-        return self.run.call(sh, "picture", stream) if sh is not None else None  # type: ignore[no-any-return]
-
-    def video(self, stream: str, seq: int) -> tuple[bytes | None, list[tuple[int, bytes]]] | None:
-        sh = self.where.get(stream) or next((x for x in self._live() if stream in x.sources), None)
-        return self.run.call(sh, "video", stream, seq) if sh is not None else None  # type: ignore[no-any-return]
-
-    def events(self) -> list[dict[str, Any]]:
-        got = [e for _, evs in self._each("events") for e in evs]
-        return sorted(got, key=lambda e: e.get("at", 0.0))
-
+def _bound(sh: _Shard, stream: str) -> tuple[str, int] | None:
+    """A row of shard ``sh``'s board for ``stream``, added to it (None: every spare row is held)."""
+    row = sh.board.bind(stream)
+    return None if row is None else (stream, row)
 
 
 def _sources_now(runner: Runner) -> dict[str, dict[str, Any]]:
