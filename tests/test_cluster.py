@@ -206,7 +206,7 @@ nodes:
     while run.phase != "running":
         assert time.monotonic() < deadline and t.is_alive()
         time.sleep(0.05)
-    run.add_stream("x", "cam")
+    run.live.add("x", "cam")
     (first,) = [a for a in run.agents if "x" in a.added]
     while first.progress.get("out", 0) < 30:
         assert time.monotonic() < deadline, "the stream never got going"
@@ -269,12 +269,12 @@ nodes:
         while run.phase != "running":
             assert time.monotonic() < deadline and t.is_alive()
             time.sleep(0.05)
-        run.add_stream("x", "cam")
-        run.add_stream("y", "cam")
+        run.live.add("x", "cam")
+        run.live.add("y", "cam")
 
         def crossed(since: float = 0.0) -> dict[str, set[int]]:
             got: dict[str, set[int]] = {}
-            for e in run.events():
+            for e in run.live.events():
                 if e["at"] > since:
                     got.setdefault(e["stream"], set()).add(e["frame"] % 40)
             return got
@@ -284,9 +284,9 @@ nodes:
             time.sleep(0.1)
         assert len({a.host_id for a in run.agents if a.added}) == 2
         with pytest.raises(ValueError, match=r"node 'det' \(test_one_face\): nope cannot change while"):
-            run.retune({"det": {"nope": 1}})
+            run.live.retune({"det": {"nope": 1}})
         assert crossed() == {"x": {18}, "y": {18}}
-        run.retune({"an": {"lines": {"gate": {"points": [[40, 0], [40, 200]]}}}})
+        run.live.retune({"an": {"lines": {"gate": {"points": [[40, 0], [40, 200]]}}}})
         moved = time.time()
         first = next(a for a in run.agents if "x" in a.added)
         c.remove_node(next(n for n in joined if n.node_id == first.host_id))
@@ -295,7 +295,7 @@ nodes:
             assert time.monotonic() < deadline, run.per_stream()
             time.sleep(0.1)
         assert crossed(since=moved + 0.5) == {"x": {33}, "y": {33}}
-        assert run.retuned == {"an": {"lines": {"gate": {"points": [[40, 0], [40, 200]]}}}}
+        assert run.state.retuned == {"an": {"lines": {"gate": {"points": [[40, 0], [40, 200]]}}}}
     finally:
         run.abort()
         t.join(timeout=60)
@@ -377,6 +377,7 @@ def test_a_run_outlives_a_controller_that_dies(cluster, tmp_path) -> None:
     import urllib.request
 
     from flowpipe.cluster.service import runs, submit
+    from flowpipe.runtime.commands import Retune
 
     c, _ = cluster
     counts = (300, 300, 300)  # 10 s at 30 fps: a controller started again takes over a running run
@@ -402,7 +403,7 @@ def test_a_run_outlives_a_controller_that_dies(cluster, tmp_path) -> None:
         assert 'flowpipe_frames_total{fate="out",host=' in page and "flowpipe_stream_frames_total{host=" in page
         assert [r["name"] for r in runs(c.address)] == ["restart-test"]
 
-        client.call("retune", moved)
+        client.call("command", Retune(moved))
         first = client.call("pid")
         os.kill(first, signal.SIGKILL)  # the controller's process dies; Ray starts the actor again
         assert client.call("pid") != first

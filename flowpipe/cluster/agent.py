@@ -20,6 +20,7 @@ from typing import Any
 
 from ..graph import GraphSpec
 from ..metrics import Collector, run_metrics
+from ..runtime.commands import Command
 from ..runtime.context import Resume, RunHooks, Share
 from ..runtime.executor import Executor, executor
 
@@ -159,26 +160,10 @@ class HostAgent:
             raise RuntimeError("this host's part of the run has not started")
         return self.runner
 
-    def add_stream(self, stream: str, like: str | None, config: dict[str, Any] | None) -> None:
-        self._started().live.add(stream, like, config)
-
-    def remove_stream(self, stream: str, timeout: float = 30.0) -> dict[str, Any]:
-        return self._started().live.remove(stream, timeout)
-
-    def stream_states(self) -> list[dict[str, Any]]:
-        return self._started().live.states()
-
-    def picture(self, stream: str) -> bytes | None:
-        return self._started().live.picture(stream)
-
-    def video(self, stream: str, seq: int) -> tuple[bytes | None, list[tuple[int, bytes]]] | None:
-        return self._started().live.video(stream, seq)
-
-    def events(self) -> list[dict[str, Any]]:
-        return self._started().live.events()
-
-    def retune(self, changes: dict[str, dict[str, Any]]) -> None:
-        self._started().live.retune(changes)
+    def command(self, command: Command) -> Any:
+        """A command on this host's streams (``runtime/commands.py``), applied to its run's ``LiveControl``
+        (over its processes, where it has several)."""
+        return command.apply(self._started().live)
 
     def file(self, path: str, span: Span = None) -> FilePart | None:
         """A snapshot or clip one of this host's newest events names (None for any other path): its size,

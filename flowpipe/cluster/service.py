@@ -15,9 +15,12 @@ import warnings
 from typing import Any
 
 from ..graph import GraphSpec, NodeSpec
+from ..runtime.commands import Command, Forwarding, Route
 from ..runtime.live import PartlyRetunedError, retune_specs, template_of
 from .agent import FilePart, Span
-from .controller import NAMESPACE, ClusterResult, ClusterRun, cause_of, connect, drop_state
+from .controller import ClusterRun
+from .report import ClusterResult
+from .state import NAMESPACE, cause_of, connect, drop_state
 
 log = logging.getLogger("flowpipe.cluster")
 
@@ -62,29 +65,13 @@ class Controller:
     def stop(self, now: bool = False) -> None:
         self.run.abort() if now else self.run.interrupt()
 
-    def add_stream(self, stream: str, like: str | None, config: dict[str, Any] | None) -> None:
-        self.run.add_stream(stream, like, config)
-
-    def remove_stream(self, stream: str, timeout: float = 30.0) -> dict[str, Any]:
-        return self.run.remove_stream(stream, timeout)
-
-    def stream_states(self) -> list[dict[str, Any]]:
-        return self.run.stream_states()
-
-    def picture(self, stream: str) -> bytes | None:
-        return self.run.picture(stream)
-
-    def video(self, stream: str, seq: int) -> tuple[bytes | None, list[tuple[int, bytes]]] | None:
-        return self.run.video(stream, seq)
-
-    def events(self) -> list[dict[str, Any]]:
-        return self.run.events()
-
-    def retune(self, changes: dict[str, dict[str, Any]]) -> None:
-        self.run.retune(changes)
+    def command(self, command: Command) -> Any:
+        """A command on the run's streams (``runtime/commands.py``), applied to its live control, which sends
+        it to the host agents its route names."""
+        return command.apply(self.run.live)
 
     def file(self, host: str, path: str, span: Span = None) -> FilePart | None:
-        return self.run.file(host, path, span)
+        return self.run.live.file(host, path, span)
 
     def pid(self) -> int:
         import os
@@ -213,9 +200,9 @@ def runs(address: str | None) -> list[dict[str, Any]]:
 
 
 
-class ClusterStreams:
-    """A cluster run's streams as ``flowpipe serve`` reaches them (the interface of ``Runner.live``), through
-    its controller."""
+class ClusterStreams(Forwarding):
+    """A cluster run's streams as ``flowpipe serve`` reaches them (the interface of ``Runner.live``): each
+    command goes to its controller, which sends it on to the hosts (``ClusterRun.live``)."""
 
     def __init__(self, client: RunClient, spec: GraphSpec):
         self.client, self.spec = client, spec
@@ -232,25 +219,12 @@ class ClusterStreams:
         except RayTaskError as e:  # the controller's answer: the same error here
             raise cause_of(e) from None
 
-    def add(self, stream: str, like: str | None = None, config: dict[str, Any] | None = None) -> None:
-        self._ask("add_stream", stream, like, config)
-
-    def remove(self, stream: str, timeout: float = 30.0) -> dict[str, Any]:
-        return self._ask("remove_stream", stream, timeout)  # type: ignore[no-any-return]
-
-    def states(self) -> list[dict[str, Any]]:
-        return [] if self.closed else self._ask("stream_states")  # type: ignore[no-any-return]
-
-    def picture(self, stream: str) -> bytes | None:
-        return None if self.closed else self._ask("picture", stream)  # type: ignore[no-any-return]
-
-    def video(self, stream: str, seq: int) -> tuple[bytes | None, list[tuple[int, bytes]]] | None:
-        """The live view from the host running the stream (after fragment ``seq``)."""
-        return None if self.closed else self._ask("video", stream, seq)  # type: ignore[no-any-return]
-
-    def events(self) -> list[dict[str, Any]]:
-        """The hosts' newest events (their snapshots and clips are files on the host that raised them)."""
-        return [] if self.closed else self._ask("events")  # type: ignore[no-any-return]
+    def forward(self, command: Command) -> Any:
+        """``command`` to the controller; once the run has ended, what no place answers (no picture, no
+        streams, no events) for a question about the streams."""
+        if self.closed and command.route in (Route.HOLDER, Route.EACH):
+            return command.merge([])
+        return self._ask("command", command)
 
     def file(self, host: str, path: str, span: Span = None) -> FilePart | None:
         """An event's snapshot or clip (``span`` of it: ``HostAgent.file``), read on ``host`` (the address its
@@ -258,13 +232,14 @@ class ClusterStreams:
         return None if self.closed else self._ask("file", host, path, span)  # type: ignore[no-any-return]
 
     def retune(self, changes: dict[str, dict[str, Any]]) -> None:
-        """Nodes' configs changed on every host, and for hosts that take over a lost one's streams."""
+        """Nodes' configs changed on every host, and for hosts that take over a lost one's streams; this copy of
+        the graph (what new streams copy) changes with them."""
         if self.closed:
             raise RuntimeError("the run has ended")
         configs = retune_specs(self.spec, changes)
         partly: PartlyRetunedError | None = None
         try:
-            self._ask("retune", changes)
+            super().retune(changes)
         except PartlyRetunedError as e:  # the run's graph has it: so does this copy
             partly = e
         self.spec.configure(configs)
