@@ -186,7 +186,7 @@ class Closed(Message):
     stats: dict[str, Any]
 
 
-# -- device owner, control pipe (runtime/owner.py) ----------------------------------------------------------
+# -- device owner, control pipe (runtime/owner/process.py, server.py) -------------------------------------------
 @dataclass(frozen=True, slots=True)
 class OwnerListening(Message):
     """Owner to supervisor: serving at the socket; each owned node's input placement."""
@@ -226,7 +226,7 @@ class OwnerClosed(Message):
     stats: dict[str, Any]
 
 
-# -- device owner, per-shard socket (runtime/owner.py) ----------------------------------------------------------
+# -- device owner, per-shard socket (runtime/owner/client.py, server.py) -----------------------------------------
 @dataclass(frozen=True, slots=True)
 class OwnerHello(Message):
     """Shard to owner: open ``node_id`` for this shard, whose input is ``offer``; ``shards``: how many
