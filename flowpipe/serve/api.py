@@ -108,8 +108,16 @@ def create_app(instances: Instances, token: str | None = None) -> FastAPI:
 
 
 def _routes(instances: Instances) -> APIRouter:
-    """The API's paths over ``instances`` (each behind the service's token, where it has one)."""
+    """The API's paths over ``instances`` (each behind the service's token, where it has one), in the order
+    they are matched: templates and instances, what changes while an instance runs, what it shows."""
     api = APIRouter()
+    for paths in (_instance_routes, _running_routes, _view_routes):
+        paths(api, instances)
+    return api
+
+
+def _instance_routes(api: APIRouter, instances: Instances) -> None:
+    """Templates, and instances started, listed and stopped."""
 
     @api.get("/pipelines", summary="graph templates")
     def templates() -> list[dict[str, Any]]:
@@ -140,6 +148,10 @@ def _routes(instances: Instances) -> APIRouter:
     def stop(iid: str) -> dict[str, Any]:
         return instances.stop(instances.get(iid))
 
+
+def _running_routes(api: APIRouter, instances: Instances) -> None:
+    """A running instance's streams and parameters: listed, added, removed, changed."""
+
     @api.get("/pipelines/{iid}/streams", summary="the streams of an instance")
     async def streams(iid: str) -> list[dict[str, Any]]:
         return instances.get(iid).status()["streams"]  # type: ignore[no-any-return]
@@ -160,6 +172,10 @@ def _routes(instances: Instances) -> APIRouter:
                 summary="remove a stream (its frames drain, its files close)")
     def remove_stream(iid: str, sid: str) -> dict[str, Any]:
         return instances.remove_stream(instances.get(iid), sid)
+
+
+def _view_routes(api: APIRouter, instances: Instances) -> None:
+    """What the console shows of an instance: a stream's picture and live view, the events and their files."""
 
     def _stream_of(iid: str, sid: str) -> Any:
         """The instance ``iid``, for its stream ``sid`` (a name the API takes, else 404)."""
@@ -226,8 +242,6 @@ def _routes(instances: Instances) -> APIRouter:
             raise RequestError("this graph makes no live view (it has no preview node)", 404)
         return StreamingResponse(_live_chunks(inst, sid), media_type="video/mp4",
                                  headers={"Cache-Control": "no-store"})
-
-    return api
 
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)", re.IGNORECASE)
