@@ -292,3 +292,65 @@ def test_an_owner_that_cannot_open_stops_every_shard_before_any_frame(tmp_path) 
     assert not res.ok
     assert "detect" in str(res.error) and "device owner" in str(res.error)
     assert res.frames["in"] == 0
+
+
+def _frame_buffers(pid: int) -> tuple[int, int]:
+    """The shared frame buffers process ``pid`` maps, and the fds it holds for them."""
+    maps = Path(f"/proc/{pid}/maps").read_text().count("flowpipe-frame")
+    fds = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            fds += "flowpipe-frame" in os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+    return maps, fds
+
+
+def test_the_owner_lets_each_stream_s_buffers_go_with_its_pool_and_keeps_no_fd_for_them(tmp_path) -> None:
+    """Streams added to a run over two processes and removed again, one after another, their pictures crossing
+    to the owner (``owner: always``, as on a GPU): the owner maps a stream's frame buffers while it runs and
+    unmaps them once its pool let them go, and holds no fd for them (it kept every stream's mapped, an fd
+    each, and a buffer made later could take a gone one's id and be read as it)."""
+    text = f"""\
+processes: 2
+nodes:
+  - {{id: cam, type: video_source, template: true, config: {{uri: sample, every: 10}}}}
+  - id: pre
+    type: preprocess
+    config: {{size: [128, 128], resize: letterbox, color: RGB, layout: NHWC, dtype: f32, owner: always,
+             mean: [127.5, 127.5, 127.5], scale: [127.5, 127.5, 127.5]}}
+    inputs: {{frame: cam}}
+  - {{id: detect, type: inference, config: {{model: blazeface_short, device: CPU, cache_dir: {tmp_path}/ov}},
+     inputs: {{tensor: pre.tensor}}}}
+  - {{id: faces, type: blazeface_decode, config: {{variant: short}}, inputs: {{tensors: detect.tensors}}}}
+  - {{id: meta, type: jsonl, config: {{path: {tmp_path}/m.jsonl}}, inputs: {{detections: faces.detections}}}}
+"""
+    (tmp_path / "g.yaml").write_text(text)
+    run = ShardedRun(load_graph(str(tmp_path / "g.yaml")), 2)
+    results: list[Any] = []
+    worker = threading.Thread(target=lambda: results.append(run.run()), daemon=True)
+    worker.start()
+    try:
+        deadline = time.monotonic() + 120
+        while not run.running:
+            assert time.monotonic() < deadline and worker.is_alive()
+            time.sleep(0.05)
+        owner = run.owner.proc.pid
+        seen: list[tuple[int, int]] = []
+        for i in range(6):
+            run.live.add(f"s{i}", "cam")
+            while not any(r["stream"] == f"s{i}" and r["state"] == "ended" for r in run.live.states()):
+                assert time.monotonic() < deadline, run.live.states()
+                time.sleep(0.05)
+            run.live.remove(f"s{i}")
+            seen.append(_frame_buffers(owner))
+        # (the owner's own pools count too: what matters is that later streams add nothing; it grew by each
+        # stream's buffers, one mapping and its fd each, before)
+        (maps, fds), (last_maps, last_fds) = seen[1], seen[-1]
+        assert maps > 0 and last_maps <= maps and last_fds <= fds, seen
+    finally:
+        run.stop()
+        worker.join(60)
+    (res,) = results
+    assert res.ok, res.error
+    assert res.per_stream == {f"s{i}": 15 for i in range(6)}

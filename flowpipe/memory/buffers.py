@@ -145,6 +145,18 @@ class SharedBuffer:
         finally:
             dma_buf_sync(self.handle, DMA_BUF_SYNC_END | flags, ioctl=self._ioctl)
 
+    @property
+    def closed(self) -> bool:
+        """Whether ``close`` was called: its memory is let go (or goes with its last view)."""
+        return self._closed
+
+    def drop_handle(self) -> None:
+        """Close the fd a mapped buffer was made from, keeping the mapping (a ``memfd`` buffer another process
+        made: its pages stay mapped here, and a process that maps many keeps no fd for each)."""
+        if self.kind == "memfd" and self.handle is not None:
+            os.close(self.handle)
+            self.handle = None
+
     def close(self) -> None:
         if self._closed:
             return

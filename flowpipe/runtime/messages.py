@@ -263,7 +263,9 @@ class OwnerFrame(Message):
     """Shard to owner: frame ``key`` (the shard's count) for ``node_id``. ``new``: (bid, kind) of buffers
     the owner has not seen, whose fds ride along, in order; ``bids``: every buffer the frame's arrays live
     in; ``meta``: only what the node reads of the frame's metadata; ``picture``: the input is the frame's
-    picture in this pixel format (the owner writes the node's tensor from it), None: the tensor itself."""
+    picture in this pixel format (the owner writes the node's tensor from it), None: the tensor itself;
+    ``gone``: buffers the shard let go since its last frame (a stream's pool closed), which the owner unmaps
+    before it maps ``new`` (a new buffer may take a gone one's id)."""
 
     node_id: str
     key: int
@@ -277,6 +279,7 @@ class OwnerFrame(Message):
     input: ArrayRef
     outputs: list[ArrayRef]
     picture: str | None = None
+    gone: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -906,7 +906,8 @@ class ShardedResult(RunSummary):
                 m["bytes_copied"] += e["bytes_copied"]
         self.owner = None if owner is None else {
             "pids": owner.pids, "restarts": owner.restarts, "nodes": sorted(owned), "error": owner.error,
-            "starts_s": owner.starts_s, "took_over": owner.took_over}
+            "starts_s": owner.starts_s, "took_over": owner.took_over,
+            "mapped": (final or {}).get("mapped")}  # the shards' buffers it mapped at the end, and fds for them
         self.collected: dict[str, Any] = {}
         self.elapsed_s = elapsed
         self.interrupted = run.interrupted or any(r["exit"] == 130 for _, r in done)

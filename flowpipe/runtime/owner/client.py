@@ -114,7 +114,9 @@ class OwnerClient(AsyncNode, Negotiating, Node):
             kind = "dma-heap" if self.link.placements.get(self.id) == "dma-buf" else None
             self.pools = [_pool(int(np.prod(shape)) * np.dtype(dt).itemsize, n, kind)
                           for _, shape, dt in info.outputs]
-        self.sent: set[int] = set()
+        #: the buffers the owner has mapped, by id: held here until they are closed and the owner told so,
+        #: so that no new buffer takes the id of one the owner still maps
+        self.sent: dict[int, Any] = {}
         self.kept = 0  # frames with nothing to run, which did not cross
         self.sock = sock
         for name, data in info.sections.items():
@@ -179,26 +181,30 @@ class OwnerClient(AsyncNode, Negotiating, Node):
             self._connect(time.monotonic() + CONNECT_TIMEOUT_S)  # the supervisor restarts the owner
         sock = self.sock
         assert sock is not None
+        gone = tuple(bid for bid, buf in self.sent.items() if getattr(buf, "closed", False))
+        for bid in gone:  # a pool let them go (a stream's, closed): the owner unmaps them
+            del self.sent[bid]
         new: list[tuple[int, str]] = []
         fds: list[int] = []
         bids: list[int] = []
         outs = []
+        held: dict[int, Any] = {}
         for i, pool in enumerate(self.pools):
             lease = pool.acquire(timeout=30)
             frame.hold(lease)
             name, shape, dt = self.info.outputs[i]
             view = lease.buffer.array(tuple(shape), np.dtype(dt))
             frame.tensors[name] = view
-            outs.append(self._ref(frame, view, new, fds, bids))
+            outs.append(self._ref(frame, view, new, fds, bids, held))
         if self.picture:  # the owner writes the tensor from the frame's picture
             if frame.data is None:
                 raise ValueError("no picture on the frame for the device owner to write the tensor from")
-            inp = self._ref(frame, frame.data, new, fds, bids)
+            inp = self._ref(frame, frame.data, new, fds, bids, held)
         else:
             t = frame.tensors.get("input")
             if t is None:
                 raise ValueError("no input tensor on the frame: expected a preprocess node upstream")
-            inp = self._ref(frame, t, new, fds, bids)
+            inp = self._ref(frame, t, new, fds, bids, held)
         meta = {k: frame.meta[k] for k in ("reset_state",) if k in frame.meta}
         lay = frame.layout  # how many entries of an up_to tensor this frame filled (objects); not where they lie
         layout = replace(lay, places=(), objects=None) if lay is not None and lay.filled is not None else None
@@ -208,22 +214,23 @@ class OwnerClient(AsyncNode, Negotiating, Node):
             self.order.append(key)
         try:
             send(sock, OwnerFrame(self.id, key, new, frame.stream, frame.index, frame.pts, meta, layout, bids, inp,
-                                  outs, frame.format if self.picture else None), fds)
+                                  outs, frame.format if self.picture else None, gone), fds)
         except OSError:
             pass  # the reader sees the owner gone and fails what it held, this frame included
-        self.sent.update(b for b, _ in new)
+        self.sent.update(held)
         return self._take()
 
     def _ref(self, frame: Frame, arr: Any, new: list[tuple[int, str]], fds: list[int],
-             bids: list[int]) -> BufferRef | ObjectRef:
+             bids: list[int], held: dict[int, Any]) -> BufferRef | ObjectRef:
         buf = frame.buffer_of(arr) if isinstance(arr, np.ndarray) else None
         if buf is None or buf.handle is None:
             ledgers.record(arr.nbytes if isinstance(arr, np.ndarray) else 0)  # by value: a copy
             return ObjectRef(np.asarray(arr))
         bid = id(buf)
-        if bid not in self.sent and all(b != bid for b, _ in new):
+        if bid not in self.sent and bid not in held:
             new.append((bid, buf.kind))
             fds.append(buf.handle)
+            held[bid] = buf
         if bid not in bids:
             bids.append(bid)
         return BufferRef(bid, arr.ctypes.data - buf.address, arr.shape, arr.dtype.str, arr.strides)

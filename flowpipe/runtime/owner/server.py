@@ -89,6 +89,19 @@ class _Client:
     in_flight: int = 0
     gone: bool = False
 
+    def map(self, gone: tuple[int, ...], new: list[tuple[int, str]], fds: list[int]) -> None:
+        """The client's buffers as it lets some go and shows new ones: those it let go unmapped (a frame here
+        still holding one keeps its pages until it ends), then the new ones mapped; a ``memfd`` buffer keeps
+        no fd here once mapped (a DMA-BUF keeps its fd: a device imports it by fd). What is mapped is bounded
+        by what the client's pools hold now."""
+        for bid in gone:
+            buf = self.codec.buffers.pop(bid, None)
+            if buf is not None:
+                buf.close()
+        for (bid, kind), fd in zip(new, fds):
+            buf = self.codec.buffers[bid] = SharedBuffer(os.fstat(fd).st_size, kind, _fd=fd)
+            buf.drop_handle()
+
     def close_buffers(self) -> None:
         for b in self.codec.buffers.values():
             b.close()
@@ -271,8 +284,7 @@ class _Owner:
             return
         match msg:
             case OwnerFrame():
-                for (bid, kind), fd in zip(msg.new, fds):
-                    c.codec.buffers[bid] = SharedBuffer(os.fstat(fd).st_size, kind, _fd=fd)
+                c.map(msg.gone, msg.new, fds)
                 self._frame(c, msg)
             case OwnerHello(nid, offer, in_flight, shards):
                 send(c.sock, self._open(nid, offer, in_flight, shards))
@@ -475,6 +487,11 @@ class _Owner:
                                                 **(o.lead.ctx.stats if o.lead.ctx is not None else {})}
         out["edges"] = {name: {"copies": e.copies, "bytes_copied": e.bytes_copied}
                         for name, e in self.ledger.edges.items() if e.copies}
+        # the shards' buffers mapped here: at most what their pools hold now (each let go with its pool)
+        mapped = [b for k in list(self.sel.get_map().values()) if isinstance(k.data, _Client)
+                  for b in k.data.codec.buffers.values()]
+        out["mapped"] = {"buffers": len(mapped), "mb": round(sum(b.size for b in mapped) / 2**20, 1),
+                         "fds": sum(1 for b in mapped if b.handle is not None)}
         return out
 
     def _close(self) -> None:
