@@ -211,7 +211,7 @@ class NodeContract:
     tunable: frozenset[str] = frozenset()
     stream_keyed: frozenset[str] = frozenset()
     whole_stream: str | None = None
-    resources: tuple[Resource, ...] = ()
+    resources: tuple[Resource, ...] = field(default=(), compare=False)  # what it opens, said: not a trait
 
     def missing(self) -> str | None:
         """The first of its files that is not on this host (``Resource.missing``), or None."""

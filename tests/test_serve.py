@@ -160,7 +160,7 @@ def test_bad_input_is_one_line_and_the_service_stays_up(service) -> None:
     # a start refused for one of its streams leaves nothing running, nor listed
     err(client.post("/pipelines/cams", json={"streams": [{"id": "d", "uri": "missing.mp4"}]}), 404, "no file")
     err(client.post("/pipelines/cams", json={"streams": [{"id": "d", "uri": "sample", "options": {"lop": 2}}]}),
-        400, "config.lop: unknown key; expected one of: uri, ")
+        400, "config.lop: unknown key (did you mean 'loop'?); expected one of: uri, ")
     assert [i["id"] for i in client.get("/pipelines/status").json()] == [iid]
     assert client.get("/openapi.json").json()["paths"]["/pipelines/{iid}/streams"]["post"]["summary"] == "add a stream"
 
