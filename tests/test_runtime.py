@@ -163,7 +163,7 @@ def test_restart_waits_until_no_other_worker_is_inside_the_node() -> None:
 ISOLATED = {  # the node under test (id n) with isolation: process, after src -> pre -> det -> faces (None: not run)
     "blazeface_decode": "{id: n, type: blazeface_decode, isolation: process, inputs: det.tensors}",
     # decoders of models no wheel ships: hand-made tensors, in test_decoders_run_in_a_worker_process
-    "classify_topk": None, "db_decode": None, "ssd_decode": None, "yolov8_decode": None,
+    "classify_topk": None, "db_decode": None, "ssd_decode": None, "yolov8_decode": None, "detect_decode": None,
     "centerface_decode": None, "blazeface_check": None, "centerface_check": None,  # the same, hand-made maps
     "class_check": None,
     "retinaface_decode": None, "movenet_heads": None,
@@ -263,6 +263,8 @@ def _decoder_cases() -> dict[str, tuple[dict[str, np.ndarray], TensorLayout | No
                                                np.float32)}, letterbox, "{}"),
         "ssd_decode": ({"out": ssd}, letterbox, "{labels: [bg, person]}"),
         "yolov8_decode": ({"out": yolo}, letterbox, "{labels: [car, bus]}"),
+        # a model not on this host: the head from the shape and the labels given
+        "detect_decode": ({"out": yolo}, letterbox, "{model: gone.onnx, labels: [car, bus]}"),
         "db_decode": ({"out": prob}, letterbox, "{}"),
         "classify_topk": ({"logits": np.array([[0.1, 3.0, -1.0]], np.float32)}, None, "{k: 1, labels: [a, b, c]}"),
     }
@@ -270,7 +272,7 @@ def _decoder_cases() -> dict[str, tuple[dict[str, np.ndarray], TensorLayout | No
 
 @pytest.mark.parametrize("ntype", ["blazeface_check", "centerface_check", "class_check", "centerface_decode",
                                    "classify_topk",
-                                   "db_decode", "ssd_decode", "yolov8_decode", "retinaface_decode",
+                                   "db_decode", "ssd_decode", "yolov8_decode", "detect_decode", "retinaface_decode",
                                    "movenet_heads"])
 def test_decoders_run_in_a_worker_process(ntype: str) -> None:
     """The same hand-made tensors decode to the same result in a worker process as in a thread."""
