@@ -76,6 +76,9 @@ def main() -> None:
                           Path(tmp), f"{side}{r}", extra)
                 for key in ("fps", "cpu_ms_per_frame", "peak_rss_mb", "copies_per_frame"):
                     rows[side].setdefault(key, []).append(float(d[key]))
+                per = d.get("per_stream_fps_together") or d.get("per_stream_fps") or {}
+                if per and all(v is not None for v in per.values()):  # every stream's rate while all ran
+                    rows[side].setdefault("slowest_stream_fps", []).append(float(min(per.values())))
     med = {side: {k: statistics.median(v) for k, v in m.items()} for side, m in rows.items()}
     report = {"title": a.title, "graph": a.graph, "sets": a.sets, "after_sets": a.after_sets, "streams": a.streams,
               "processes": a.processes, "frames": a.frames, "repeats": a.repeats,
