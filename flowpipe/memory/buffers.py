@@ -152,7 +152,8 @@ class SharedBuffer:
 
     def drop_handle(self) -> None:
         """Close the fd a mapped buffer was made from, keeping the mapping (a ``memfd`` buffer another process
-        made: its pages stay mapped here, and a process that maps many keeps no fd for each)."""
+        made, whose pages stay mapped here). The mapping keeps an fd of its own (Python's ``mmap`` holds a
+        duplicate until it closes): one fd a buffer, not two."""
         if self.kind == "memfd" and self.handle is not None:
             os.close(self.handle)
             self.handle = None

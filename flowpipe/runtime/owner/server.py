@@ -92,8 +92,8 @@ class _Client:
     def map(self, gone: tuple[int, ...], new: list[tuple[int, str]], fds: list[int]) -> None:
         """The client's buffers as it lets some go and shows new ones: those it let go unmapped (a frame here
         still holding one keeps its pages until it ends), then the new ones mapped; a ``memfd`` buffer keeps
-        no fd here once mapped (a DMA-BUF keeps its fd: a device imports it by fd). What is mapped is bounded
-        by what the client's pools hold now."""
+        only its mapping's own fd here (a DMA-BUF keeps the one it came with: a device imports it by fd). What
+        is mapped is bounded by what the client's pools hold now."""
         for bid in gone:
             buf = self.codec.buffers.pop(bid, None)
             if buf is not None:
