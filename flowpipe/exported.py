@@ -208,13 +208,14 @@ def _read_file(path: str, mtime: float) -> tuple[ExportedInfo, tuple[int, ...], 
 
     model = ov.Core().read_model(path)
     ins = [tuple(int(d) for d in p.get_partial_shape().get_min_shape()) for p in model.inputs]
-    outs = {p.get_any_name(): tuple(int(d) for d in p.get_partial_shape().get_min_shape()) for p in model.outputs}
+    outs = {p.get_any_name(): tuple(d.get_length() if d.is_static else -1 for d in p.get_partial_shape())
+            for p in model.outputs}
     return read(model, Path(path)), ins[0], outs
 
 
 def read_file(path: Path) -> tuple[ExportedInfo, tuple[int, ...], dict[str, tuple[int, ...]]]:
-    """What the model file at ``path`` says about itself, its first input's shape and its outputs' (read once
-    per file and change)."""
+    """What the model file at ``path`` says about itself, its first input's shape and its outputs' (-1 for a
+    dynamic dimension; read once per file and change)."""
     info, shape, outs = _read_file(str(path), path.stat().st_mtime)
     return ExportedInfo(**{**info.__dict__, "said": dict(info.said)}), shape, outs
 

@@ -183,3 +183,15 @@ def test_the_overlay_draws_a_mask_outline_and_keypoints() -> None:
     assert img[30, 80].any() and img[90, 60].any()  # the outline's top and bottom edges
     assert img[60, 80].any() and not img[100, 20].any()  # the keypoint scored 0.9 drawn, the one at 0.1 not
     assert not img[60, 60].any()  # inside the outline, away from the point: untouched
+
+
+def test_validate_refuses_a_model_whose_outputs_fit_no_head_in_one_line(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    odd = _onnx(tmp_path / "odd.onnx", {"scores": [1, 7], "boxes": [1, 7, 4]}, {})
+    graph = Path(__file__).resolve().parent.parent / "graphs" / "detect.yaml"
+    assert main(["validate", str(graph), "--set", f"model={odd}"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and "node 'objects' (detect_decode): config: " in err[0], err
+    assert "outputs scores [1, 7], boxes [1, 7, 4] fit no head flowpipe decodes" in err[0], err
+    good = _onnx(tmp_path / "yolov8n.onnx", {"output0": [1, 6, 84]}, ULTRA)
+    assert main(["validate", str(graph), "--set", f"model={good}"]) == 0

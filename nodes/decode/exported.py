@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from flowpipe import exported, models
 from flowpipe.frame import Detection, Frame
@@ -33,6 +33,22 @@ class DetectConfig(DecoderConfig):
     score_threshold: float = Field(0.25, ge=0, le=1)
     iou_threshold: float = Field(0.45, ge=0, le=1)
     max_detections: int = Field(300, ge=1)
+
+    @model_validator(mode="after")
+    def _fits_a_head(self) -> DetectConfig:
+        """A model file on this host whose outputs fit no head is refused with the graph (``flowpipe
+        validate``), in one line naming its output shapes; one with a dynamic output is decided on its first
+        frame."""
+        path = model_path(self.model)
+        if path is None:
+            return self
+        info, _, outs = exported.read_file(path)
+        if any(d < 0 for shape in outs.values() for d in shape):
+            return self
+        if self.labels:
+            info.labels = list(self.labels)
+        exported.choose_head(outs, info, None if self.head == "auto" else self.head)
+        return self
 
 
 def model_path(ref: str) -> Path | None:
