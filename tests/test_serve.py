@@ -712,3 +712,81 @@ def test_flowpipe_serve_killed_with_sigterm_and_started_again_runs_its_pipelines
     finally:
         srv.send_signal(signal.SIGTERM)
         srv.wait(60)
+
+
+def test_flowpipe_serve_killed_with_sigkill_restores_both_pipelines_and_their_records_go_on(tmp_path) -> None:
+    """Two pipelines, a camera each, and ``kill -9`` (a host that loses power): the same command again brings
+    both back under their ids, running, and each camera's records go on after the last frame its file held,
+    none written twice."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import urllib.request
+
+    graphs = tmp_path / "graphs"
+    graphs.mkdir()
+    (graphs / "cams.yaml").write_text(TEMPLATE)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cli = [sys.executable, "-m", "flowpipe.cli", "serve", "--port", str(port), "--graphs", str(graphs),
+           "--output-dir", str(tmp_path / "out")]
+    base = f"http://127.0.0.1:{port}"
+
+    def call(path: str, body: Any = None) -> Any:
+        req = urllib.request.Request(base + path, data=None if body is None else json.dumps(body).encode(),  # noqa: S310
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:  # noqa: S310 - http on loopback
+            return json.loads(r.read())
+
+    def up(srv: subprocess.Popen) -> None:
+        def answers() -> bool:
+            assert srv.poll() is None, srv.stderr.read() if srv.stderr else ""
+            try:
+                call("/pipelines")
+                return True
+            except OSError:
+                return False
+        _wait(answers, 60)
+
+    def records() -> dict[str, list[tuple[str, int]]]:
+        out = {}
+        for path in sorted((tmp_path / "out").rglob("meta.jsonl")):
+            lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+            out[path.relative_to(tmp_path / "out").parts[0]] = [(r["stream"], r["frame"]) for r in lines]
+        return out
+
+    srv = subprocess.Popen(cli, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        up(srv)
+        ids = sorted(call("/pipelines/cams", {"streams": [{"id": cam, "uri": "sample"}]})["id"]
+                     for cam in ("door", "yard"))
+        _wait(lambda: len(records()) == 2 and all(len(r) >= 40 for r in records().values()), 60)
+    finally:
+        srv.send_signal(signal.SIGKILL)
+        srv.wait(60)
+    before = records()
+    for path in (tmp_path / "out").rglob("meta.jsonl"):  # the last record marked: a file started again loses it
+        last = json.loads(path.read_text().splitlines()[-1])
+        with path.open("a") as f:
+            f.write(json.dumps(dict(last, kept=True)) + "\n")
+    srv = subprocess.Popen(cli, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        up(srv)
+        _wait(lambda: sorted((i["id"], i["state"]) for i in call("/pipelines/status")) ==
+              [(iid, "RUNNING") for iid in ids], 60)
+        _wait(lambda: all(len(records()[iid]) >= len(before[iid]) + 40 for iid in ids), 60)
+    finally:
+        srv.send_signal(signal.SIGTERM)
+        srv.wait(60)
+    after = records()
+    for iid in ids:
+        got = after[iid]
+        n = len(before[iid])
+        assert got[:n] == before[iid] and got[n] == before[iid][-1], got[n - 2:n + 2]  # kept, with the mark
+        rest = got[n + 1:]  # after the restart: on from the frame after the last one recorded, none twice
+        assert rest and rest[0][1] == before[iid][-1][1] + 1 and len(set(got[:n] + rest)) == len(got) - 1, rest[:3]
+        marked = [json.loads(line) for line in next((tmp_path / "out" / iid).rglob("meta.jsonl")).read_text()
+                  .splitlines() if line.strip()]
+        assert marked[n].get("kept") is True  # the file went on, not started again

@@ -23,8 +23,9 @@ from typing import Any
 from ..errors import GraphError
 from ..graph import GraphSpec, NodeSpec, load_graph, parse_yaml
 from ..graph.load import parameter_uses
-from ..node import set_setting
+from ..node import set_setting, setting
 from ..registry import lookup
+from ..runtime.context import Resume, Share
 from ..runtime.executor import Executor, executor
 from ..runtime.live import PartlyRetunedError
 from ..runtime.shards import resolve_processes
@@ -123,6 +124,7 @@ class Instance:
     added: dict[str, dict[str, Any]] = field(default_factory=dict)  # stream -> the request that added it
     processes: int | str = 1  # as it was asked for
     sources_run: bool = True  # its graph's own sources run (it was started with no streams named)
+    generation: int = 0  # how many times a server restarted it (its recordings go to new files each time)
     started_at: float = field(default_factory=time.time)
     ended_at: float | None = None  # when the run returned: a finished instance's elapsed time and rate stand still
     result: Any = None
@@ -239,8 +241,8 @@ class Instances:
         with self._lock:
             running = [i for i in self.instances.values() if i.result is None and not i.stopping]
             doc = [{"id": i.id, "template": i.template, "parameters": i.parameters, "processes": i.processes,
-                    "sources_run": i.sources_run, "streams": list(i.added.values()), "own": i.own}
-                   for i in running]
+                    "sources_run": i.sources_run, "streams": list(i.added.values()), "own": i.own,
+                    "generation": i.generation} for i in running]
             self.output_dir.mkdir(parents=True, exist_ok=True)
             tmp = self.saved_at.with_name(self.saved_at.name + ".tmp")
             tmp.write_text(json.dumps(doc, indent=1, default=str))
@@ -263,7 +265,7 @@ class Instances:
                 streams = saved.get("streams", [])
                 first = [] if saved.get("sources_run", True) else streams  # named at the start: its own are patterns
                 inst = self.start(saved["template"], saved["parameters"], first, saved.get("processes", 1),
-                                  iid=saved["id"])
+                                  iid=saved["id"], generation=int(saved.get("generation", 0)) + 1)
                 for req in streams[len(first):]:
                     self.add_stream(inst, req)
                 for stream, own in saved.get("own", {}).items():
@@ -291,7 +293,10 @@ class Instances:
         return inst
 
     def start(self, name: str, parameters: dict[str, Any], streams: list[dict[str, Any]],
-              processes: int | str = 1, iid: str | None = None) -> Instance:
+              processes: int | str = 1, iid: str | None = None, generation: int = 0) -> Instance:
+        """An instance of template ``name``; ``generation`` > 0: one a restarted server starts again, whose
+        streams go on after the last frame its records hold (a file source seeks there), appending to its
+        records and writing its recordings to new files."""
         template = self.templates.get(name)
         if template is None:
             raise RequestError(f"no pipeline template {name!r}; templates: {', '.join(sorted(self.templates))}", 404)
@@ -322,9 +327,12 @@ class Instances:
             spec.processes = resolve_processes(spec, processes)
         except GraphError as e:
             raise RequestError(graph_error(e, template)) from None
-        runner = executor(spec, spec.processes, cluster=self.cluster, name=f"serve-{iid}")
+        share = None
+        if generation and self.cluster is None:  # a cluster's hosts keep their own state
+            share = Share(resume=Resume(generation, last_recorded(spec)))
+        runner = executor(spec, spec.processes, cluster=self.cluster, name=f"serve-{iid}", share=share)
         inst = Instance(iid, name, spec, runner, folder, template, {**template.params, **parameters},
-                        processes=processes, sources_run=not streams)
+                        processes=processes, sources_run=not streams, generation=generation)
         inst.thread = threading.Thread(target=self._run, args=(inst,), name=f"flowpipe:serve:{iid}", daemon=True)
         with self._lock:
             self.instances[iid] = inst
@@ -569,6 +577,29 @@ class Instances:
             if per_stream and kind == "video" and "{stream}" not in path:
                 p = p.with_name(f"{p.stem}-{{stream}}{p.suffix}")
             set_setting(node.config, key, str((state if kind == "state" else folder) / p))
+
+
+def last_recorded(spec: GraphSpec, tail: int = 1 << 20) -> dict[str, int]:
+    """Per stream, the frame after the last one the graph's records files hold (read over their last ``tail``
+    bytes; a line cut short is no record): where a restarted instance's streams go on."""
+    out: dict[str, int] = {}
+    for s in spec.nodes:
+        for key, kind in s.contract.files.items():
+            path = setting(s.config, key) if kind == "records" else None
+            if not isinstance(path, str) or path == "-" or not os.path.isfile(path):
+                continue
+            with open(path, "rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                f.seek(max(0, size - tail))
+                lines = f.read().split(b"\n")
+            for line in lines[1:] if size > tail else lines:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(rec, dict) and isinstance(rec.get("stream"), str) and isinstance(rec.get("frame"), int):
+                    out[rec["stream"]] = max(out.get(rec["stream"], 0), rec["frame"] + 1)
+    return out
 
 
 def _host_of(uri: str) -> str | None:
