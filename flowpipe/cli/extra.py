@@ -64,6 +64,8 @@ def cmd_models(args: argparse.Namespace) -> int:
             state = "cached" if cached.exists() else "not fetched"
             if "quantize" in e:
                 state = "quantized" if models.metadata_path(name).exists() else "not made"
+            if "path" in e.get("source", {}):  # this host's own (flowpipe models add)
+                state = "added" if cached.exists() else "gone"
             print(f"{name:20s} {e['input']['shape']!s:18s} {state:12s} {e['description']}")
         return 0
     if not args.name:
@@ -73,6 +75,8 @@ def cmd_models(args: argparse.Namespace) -> int:
         return _quantize(args)
     if args.action == "inspect":
         return _inspect(args.name)
+    if args.action == "add":
+        return _add(args.name)
     try:
         for name in args.name:
             path = models.pull(name)
@@ -80,6 +84,39 @@ def cmd_models(args: argparse.Namespace) -> int:
     except KeyError as e:
         print(f"error: {e.args[0]}", file=sys.stderr)
         return 2
+    return 0
+
+
+def _add(words: list[str]) -> int:
+    """``models add NAME PATH``: a model file (or the folder ultralytics' OpenVINO export writes) in this host's
+    registry under NAME, with the input and labels it says it has; graphs name it as a built-in model."""
+    if len(words) != 2:
+        print("error: models add NAME PATH: expected a name and a model file", file=sys.stderr)
+        return 2
+    name, ref = words
+    path = Path(ref)
+    if path.is_dir():
+        path = next(iter(sorted(path.glob("*.xml"))), path)
+    if not path.is_file():
+        print(f"error: {ref}: no such model file (an .onnx, an OpenVINO .xml, or a folder holding one)",
+              file=sys.stderr)
+        return 2
+    info, shape, outs = exported.read_file(path)
+    try:
+        head = exported.choose_head(outs, info)
+        pre = exported.preprocessing(info, shape)
+        w, h = pre.size
+        spec = {"shape": [1, h, w, 3] if pre.layout == "NHWC" else [1, 3, h, w], "layout": pre.layout,
+                "color": pre.color, "mean": pre.mean * (3 if len(pre.mean) == 1 else 1),
+                "scale": pre.scale * (3 if len(pre.scale) == 1 else 1), "resize": pre.resize,
+                "pad_value": pre.pad_value}
+        reg = models.add(name, path, spec, info.labels, f"{path.name}: {head.kind} head, {head.classes} classes "
+                         "(flowpipe models add)")
+    except ValueError as e:
+        print(f"error: {ref}: {e}", file=sys.stderr)
+        return 2
+    print(f"{name}: {path} ({head.kind}, {head.classes} classes, {w}x{h} {pre.layout} {pre.color} {pre.resize}) "
+          f"in {reg}")
     return 0
 
 
@@ -249,9 +286,10 @@ def add_commands(sub: Any, with_set: Callable[..., None]) -> None:
     d.add_argument("--cluster", metavar="auto|ray://HOST:PORT", help="every host of a Ray cluster, as flowpipe sees it")
     d.set_defaults(func=cmd_devices)
 
-    m = sub.add_parser("models", help="list or fetch registry models (sha256-verified), quantize one to INT8, or "
-                       "inspect a model: what it says about itself and how flowpipe reads it")
-    m.add_argument("action", choices=["list", "pull", "quantize", "inspect"])
+    m = sub.add_parser("models", help="list or fetch registry models (sha256-verified), quantize one to INT8, "
+                       "inspect a model (what it says about itself and how flowpipe reads it), or add NAME PATH to "
+                       "this host's registry")
+    m.add_argument("action", choices=["list", "pull", "quantize", "inspect", "add"])
     m.add_argument("name", nargs="*")
     m.add_argument("--calib", metavar="VIDEO|DIR", help="quantize: calibrate on this video or folder of images "
                    "(frames spread evenly over it), not on the evaluation clips")

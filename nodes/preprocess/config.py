@@ -27,6 +27,8 @@ def model_preprocessing(ref: str) -> dict[str, Any]:
                 out[key] = tuple(float(v) for v in spec[key])
         if "dtype" in spec:
             out["dtype"] = spec["dtype"]
+        if "pad_value" in spec:
+            out["pad_value"] = float(spec["pad_value"])
         return out
     path = Path(ref).expanduser()
     if path.is_dir():
