@@ -202,6 +202,15 @@ def read(model: Any, path: Path | None = None) -> ExportedInfo:
     return info
 
 
+def model_file(ref: str | Path) -> Path:
+    """The file a local model reference names: the file itself, or the .xml in a folder (the folder
+    ultralytics' OpenVINO export writes)."""
+    path = Path(ref).expanduser()
+    if path.is_dir():
+        path = next(iter(sorted(path.glob("*.xml"))), path)
+    return path
+
+
 @functools.lru_cache(maxsize=16)
 def _read_file(path: str, mtime: float) -> tuple[ExportedInfo, tuple[int, ...], dict[str, tuple[int, ...]]]:
     import openvino as ov

@@ -6,6 +6,7 @@ import json
 import os
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -662,17 +663,16 @@ def test_a_restarted_server_comes_back_with_its_pipelines_and_cameras(service) -
     assert json.loads((tmp / "out" / "instances.json").read_text()) == []  # stopped by hand: not restored
 
 
-def test_flowpipe_serve_killed_with_sigterm_and_started_again_runs_its_pipelines_again(tmp_path) -> None:
-    """The real command: a pipeline with a camera started over HTTP; SIGTERM (a host shutting down); the same
-    command again on the same folder answers with the pipeline, under its id, and its camera running."""
-    import signal
+def _serve_command(tmp_path: Path) -> tuple[list[str], Any, Any]:
+    """The real ``flowpipe serve`` on a free loopback port over a folder holding TEMPLATE: its command line,
+    ``call(path, body=None)`` (JSON over HTTP) and ``up(process)`` (waits until it answers)."""
     import socket
     import subprocess
     import sys
     import urllib.request
 
     graphs = tmp_path / "graphs"
-    graphs.mkdir()
+    graphs.mkdir(exist_ok=True)
     (graphs / "cams.yaml").write_text(TEMPLATE)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -696,6 +696,17 @@ def test_flowpipe_serve_killed_with_sigterm_and_started_again_runs_its_pipelines
             except OSError:
                 return False
         _wait(answers, 60)
+
+    return cli, call, up
+
+
+def test_flowpipe_serve_killed_with_sigterm_and_started_again_runs_its_pipelines_again(tmp_path) -> None:
+    """The real command: a pipeline with a camera started over HTTP; SIGTERM (a host shutting down); the same
+    command again on the same folder answers with the pipeline, under its id, and its camera running."""
+    import signal
+    import subprocess
+
+    cli, call, up = _serve_command(tmp_path)
 
     srv = subprocess.Popen(cli, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
@@ -719,36 +730,9 @@ def test_flowpipe_serve_killed_with_sigkill_restores_both_pipelines_and_their_re
     both back under their ids, running, and each camera's records go on after the last frame its file held,
     none written twice."""
     import signal
-    import socket
     import subprocess
-    import sys
-    import urllib.request
 
-    graphs = tmp_path / "graphs"
-    graphs.mkdir()
-    (graphs / "cams.yaml").write_text(TEMPLATE)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cli = [sys.executable, "-m", "flowpipe.cli", "serve", "--port", str(port), "--graphs", str(graphs),
-           "--output-dir", str(tmp_path / "out")]
-    base = f"http://127.0.0.1:{port}"
-
-    def call(path: str, body: Any = None) -> Any:
-        req = urllib.request.Request(base + path, data=None if body is None else json.dumps(body).encode(),  # noqa: S310
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=30) as r:  # noqa: S310 - http on loopback
-            return json.loads(r.read())
-
-    def up(srv: subprocess.Popen) -> None:
-        def answers() -> bool:
-            assert srv.poll() is None, srv.stderr.read() if srv.stderr else ""
-            try:
-                call("/pipelines")
-                return True
-            except OSError:
-                return False
-        _wait(answers, 60)
+    cli, call, up = _serve_command(tmp_path)
 
     def records() -> dict[str, list[tuple[str, int]]]:
         out = {}

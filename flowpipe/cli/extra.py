@@ -94,9 +94,7 @@ def _add(words: list[str]) -> int:
         print("error: models add NAME PATH: expected a name and a model file", file=sys.stderr)
         return 2
     name, ref = words
-    path = Path(ref)
-    if path.is_dir():
-        path = next(iter(sorted(path.glob("*.xml"))), path)
+    path = exported.model_file(ref)
     if not path.is_file():
         print(f"error: {ref}: no such model file (an .onnx, an OpenVINO .xml, or a folder holding one)",
               file=sys.stderr)
@@ -125,9 +123,7 @@ def _inspect(paths: list[str]) -> int:
     head flowpipe picks for it, each with why; exit 2 with one line for outputs that fit no head."""
     code = 0
     for ref in paths:
-        path = models.resolve(ref) if models.is_registry_name(ref) else Path(ref)
-        if path.is_dir():  # the folder ultralytics' OpenVINO export writes
-            path = next(iter(sorted(path.glob("*.xml"))), path)
+        path = models.resolve(ref) if models.is_registry_name(ref) else exported.model_file(ref)
         if not path.is_file():
             print(f"error: {ref}: no such model file (an .onnx, an OpenVINO .xml, or a folder holding one)",
                   file=sys.stderr)

@@ -56,9 +56,7 @@ def model_path(ref: str) -> Path | None:
     or not here."""
     if models.is_registry_name(ref) or ref.startswith(("http://", "https://")):
         return None
-    path = Path(ref).expanduser()
-    if path.is_dir():
-        path = next(iter(sorted(path.glob("*.xml"))), path)
+    path = exported.model_file(ref)
     return path if path.is_file() else None
 
 

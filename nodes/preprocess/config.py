@@ -1,7 +1,6 @@
 """A ``preprocess`` node's settings (read by the node and by both backends)."""
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -30,9 +29,7 @@ def model_preprocessing(ref: str) -> dict[str, Any]:
         if "pad_value" in spec:
             out["pad_value"] = float(spec["pad_value"])
         return out
-    path = Path(ref).expanduser()
-    if path.is_dir():
-        path = next(iter(sorted(path.glob("*.xml"))), path)
+    path = exported.model_file(ref)
     if not path.is_file():
         return {}
     info, shape, _ = exported.read_file(path)
