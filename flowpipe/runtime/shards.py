@@ -938,24 +938,30 @@ def recorded(paths: list[str], frames: list[tuple[str, int]], tail: int = 1 << 2
     """Those of ``frames`` ((stream, index), in flight where a process died) whose record is in the JSON Lines
     files ``paths``, read over their last ``tail`` bytes, where the records of frames in flight are (a line the
     death cut short is no record)."""
-    want, found = set(frames), set()
+    want, found = set(frames), set[tuple[str, int]]()
     for path in paths:
         if not want or path == "-" or not os.path.isfile(path):
             continue
         try:
-            with open(path, "rb") as f:
-                size = f.seek(0, os.SEEK_END)
-                f.seek(max(0, size - tail))
-                lines = f.read().split(b"\n")
+            found.update(k for k in tail_records(path, tail) if k in want)
         except OSError as e:  # unreadable here: its frames in flight stay failed, as before any record was read
             log.warning("records %s not read back after a process died: %s", path, e)
-            continue
-        for line in lines[1:] if size > tail else lines:  # the first is cut where the tail starts
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            key = (rec.get("stream"), rec.get("frame")) if isinstance(rec, dict) else None
-            if key in want:
-                found.add(key)
     return sorted(found)
+
+
+def tail_records(path: str, tail: int = 1 << 20) -> list[tuple[str, int]]:
+    """(stream, frame) of the whole records over the last ``tail`` bytes of a JSON Lines file, in file order (a
+    line cut short, by the tail's start or by a death mid-write, is no record)."""
+    with open(path, "rb") as f:
+        size = f.seek(0, os.SEEK_END)
+        f.seek(max(0, size - tail))
+        lines = f.read().split(b"\n")
+    out = []
+    for line in lines[1:] if size > tail else lines:  # the first is cut where the tail starts
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and isinstance(rec.get("stream"), str) and isinstance(rec.get("frame"), int):
+            out.append((rec["stream"], rec["frame"]))
+    return out

@@ -28,7 +28,7 @@ from ..registry import lookup
 from ..runtime.context import Resume, Share
 from ..runtime.executor import Executor, executor
 from ..runtime.live import PartlyRetunedError
-from ..runtime.shards import resolve_processes
+from ..runtime.shards import resolve_processes, tail_records
 from ..sample import SAMPLES
 
 PREVIEW = "_preview"  # the node an instance adds that keeps each stream's newest picture for the console
@@ -579,26 +579,16 @@ class Instances:
             set_setting(node.config, key, str((state if kind == "state" else folder) / p))
 
 
-def last_recorded(spec: GraphSpec, tail: int = 1 << 20) -> dict[str, int]:
-    """Per stream, the frame after the last one the graph's records files hold (read over their last ``tail``
-    bytes; a line cut short is no record): where a restarted instance's streams go on."""
+def last_recorded(spec: GraphSpec) -> dict[str, int]:
+    """Per stream, the frame after the last one the graph's records files hold (read over their tails): where
+    a restarted instance's streams go on."""
     out: dict[str, int] = {}
     for s in spec.nodes:
         for key, kind in s.contract.files.items():
             path = setting(s.config, key) if kind == "records" else None
-            if not isinstance(path, str) or path == "-" or not os.path.isfile(path):
-                continue
-            with open(path, "rb") as f:
-                size = f.seek(0, os.SEEK_END)
-                f.seek(max(0, size - tail))
-                lines = f.read().split(b"\n")
-            for line in lines[1:] if size > tail else lines:
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(rec, dict) and isinstance(rec.get("stream"), str) and isinstance(rec.get("frame"), int):
-                    out[rec["stream"]] = max(out.get(rec["stream"], 0), rec["frame"] + 1)
+            if isinstance(path, str) and path != "-" and os.path.isfile(path):
+                for stream, frame in tail_records(path):
+                    out[stream] = max(out.get(stream, 0), frame + 1)
     return out
 
 
