@@ -91,6 +91,12 @@ class NoDeviceError(RuntimeError):
     """None of the devices a node asks for is present on this host."""
 
 
+class OutputLostError(RuntimeError):
+    """What a sink was given reached neither its destination nor a place that keeps it for the next run (MQTT
+    messages no broker acknowledged, with no outbox). Raised from ``close``, once every frame has gone through:
+    the run ends in exit 1 with this line, naming the node, as a failure does."""
+
+
 class FrameError(Exception):
     """Raised by a node (often from an async callback) to say which frame failed, or which frames:
     a batched request fails for every frame in it, and the node's ``on_error`` applies to each."""

@@ -135,6 +135,47 @@ def test_unreachable_broker_is_a_clear_error() -> None:
                               "not reachable within 1.0s")
 
 
+def test_no_broker_named_publishes_nothing_and_says_so_once(caplog) -> None:
+    """An empty ``host`` (a graph's broker parameter left empty): the run is clean, one INFO line says why
+    nothing was published, and validation names no connection."""
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="flowpipe"):
+        res = run_yaml(f"""
+            nodes:
+              - {{id: src, type: list_source, config: {{feed: {feed(_frames(5))}}}}}
+              - {{id: pub, type: mqtt, config: {{host: ""}}, inputs: src.frame}}
+        """)
+    assert res.ok, res.error
+    assert res.frames["out"] == 5
+    said = [r for r in caplog.records if r.name.startswith("flowpipe") and "MQTT" in r.getMessage()]
+    assert [(r.levelname, r.getMessage()) for r in said] == [
+        ("INFO", "node 'pub': no MQTT broker named (host is empty): nothing is published")]
+
+
+@pytest.mark.parametrize("qos", [1, 0])
+def test_messages_no_broker_got_and_no_outbox_keeps_end_the_run_in_exit_1(qos, caplog) -> None:
+    """The broker away for the whole run, no outbox: every frame goes through, then the run fails naming the
+    node and the messages lost (QoS 1); at QoS 0 (at most once) the loss is a warning and the run is ok."""
+    port = _free_port()
+    res = run_yaml(f"""
+        nodes:
+          - {{id: src, type: list_source, config: {{feed: {feed(_frames(3))}}}}}
+          - {{id: pub, type: mqtt, config: {{port: {port}, connect_timeout_s: 0.5, qos: {qos},
+              require_connection: false}}, inputs: src.frame}}
+    """)
+    assert res.frames["out"] == 3
+    if qos:
+        assert res.exit_code == 1
+        assert str(res.error) == (f"<test>:4: node 'pub' (mqtt): MQTT messages lost: 3 not acknowledged by the "
+                                  f"broker 127.0.0.1:{port} (an outbox: folder keeps such messages for the next run)")
+    else:
+        assert res.ok, res.error
+        assert [r.getMessage() for r in caplog.records if "lost" in r.getMessage()] == [
+            "node 'pub': MQTT messages lost: 3 not sent while the broker was away (an outbox: folder keeps such "
+            "messages for the next run)"]
+
+
 def test_broker_restart_mid_run_reconnects_and_delivers_queued_messages(broker) -> None:
     from flowpipe import Runner, load_graph
 

@@ -23,7 +23,7 @@ from typing import Any
 import networkx as nx
 
 from ..accel import Devices, devices
-from ..errors import NodeError, reason
+from ..errors import NodeError, OutputLostError, reason
 from ..graph import GraphSpec, NodeSpec
 from ..memory import ledger as ledgers
 from ..memory.ledger import UNATTRIBUTED, EdgeMemory
@@ -351,8 +351,8 @@ class Runner:
                 try:
                     node.close()
                 except Exception as e:  # noqa: BLE001
-                    close_errors.append(NodeError(s.id, s.type, f"close failed: {type(e).__name__}: {e}",
-                                                   file=self.spec.file, line=s.line))
+                    what = str(e) if isinstance(e, OutputLostError) else f"close failed: {type(e).__name__}: {e}"
+                    close_errors.append(NodeError(s.id, s.type, what, file=self.spec.file, line=s.line))
                     log.error("%s", close_errors[-1])
             self.state.contracts.close()
             ledgers.bind(None)

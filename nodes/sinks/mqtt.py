@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import Field
 
+from flowpipe.errors import OutputLostError
 from flowpipe.frame import Frame
 from flowpipe.node import NodeConfig, NodeContract, Resource, RunContext, Sink
 from flowpipe.registry import register
@@ -26,12 +27,15 @@ log = logging.getLogger("flowpipe.metadata")
 class Mqtt(Sink):
     """Publishes per-frame records to an MQTT broker (paho-mqtt), reconnecting with backoff.
 
-    Messages published while the broker is away are queued by the client (bounded) and sent on
-    reconnect; ``max_queued`` beyond that are dropped and counted. With ``outbox`` (a folder), each stream's
-    messages are also kept in a file there until the broker has them (QoS 1 and 2: acknowledged; QoS 0:
-    sent): what an outage longer than the run, a full queue or a killed process left undelivered is sent
-    first the next time the stream runs, in order (at least once: a message may arrive twice; ``stream`` and
-    ``frame`` tell).
+    An empty ``host`` names no broker: the node publishes nothing and says so once in the log (a graph whose
+    broker is a parameter runs without one). Messages published while the broker is away are queued by the
+    client (bounded) and sent on reconnect; ``max_queued`` beyond that are dropped and counted. With
+    ``outbox`` (a folder), each stream's messages are also kept in a file there until the broker has them
+    (QoS 1 and 2: acknowledged; QoS 0: sent): what an outage longer than the run, a full queue or a killed
+    process left undelivered is sent first the next time the stream runs, in order (at least once: a message
+    may arrive twice; ``stream`` and ``frame`` tell). At QoS 1 or 2, messages that neither reached the broker
+    by the end of the run nor are kept in an outbox are lost: the run ends in exit 1, saying how many (QoS 0,
+    at most once, says so in the log alone).
 
     YAML:
         - id: mqtt
@@ -43,7 +47,7 @@ class Mqtt(Sink):
     inputs = {"detections": "detections"}
 
     class Config(NodeConfig):
-        host: str = "127.0.0.1"
+        host: str = Field("127.0.0.1", description="the broker's address; empty: no broker, nothing is published")
         port: int = Field(1883, ge=1, le=65535)
         topic: str = Field("flowpipe/{stream}", description="'{stream}' is replaced by the stream id")
         qos: int = Field(1, ge=0, le=2)
@@ -66,15 +70,21 @@ class Mqtt(Sink):
     @classmethod
     def contract(cls, config: NodeConfig) -> NodeContract:
         assert isinstance(config, cls.Config)
+        if not config.host:
+            return cls.declare(resources=(Resource("publishes nothing: no MQTT broker named (host is empty)"),))
         said = [Resource(f"connects to mqtt://{config.host}:{config.port}")]
         return cls.declare(files={"outbox": "state"},
                            resources=(*said, *([Resource(f"writes {config.outbox}")] if config.outbox else [])))
 
     def open(self, ctx: RunContext) -> None:
-        import paho.mqtt.client as mqtt
-
         c = self.config
         self.stats = ctx.stats
+        self.off = not c.host
+        if self.off:
+            log.info("node '%s': no MQTT broker named (host is empty): nothing is published", self.id)
+            return
+        import paho.mqtt.client as mqtt
+
         self.connected = threading.Event()
         self.answered = threading.Event()  # the first try to connect failed at once (refused, no such host)
         self.published = 0
@@ -142,6 +152,8 @@ class Mqtt(Sink):
             log.warning("node '%s': MQTT disconnected (%s); reconnecting", self.id, reason)
 
     def write(self, frame: Frame) -> None:
+        if self.off:
+            return
         c = self.config
         rec = frame_record(frame)
         payload = json.dumps(rec if c.payload == "record" else
@@ -180,6 +192,8 @@ class Mqtt(Sink):
         return True
 
     def end_stream(self, stream: str) -> None:
+        if self.off:
+            return
         box = self.outboxes.pop(stream, None)
         if box is None:
             return
@@ -193,6 +207,8 @@ class Mqtt(Sink):
         self.not_kept += box.not_kept
 
     def close(self) -> None:
+        if self.off:
+            return
         # deliver what is queued (bounded): acknowledged QoS>0 messages, flushed QoS 0 ones
         deadline = time.monotonic() + self.config.connect_timeout_s
         while self.pending and time.monotonic() < deadline:
@@ -210,11 +226,23 @@ class Mqtt(Sink):
             self.not_kept += sum(box.not_kept for box in self.outboxes.values())
             self.stats.update(outbox_resent=self.resent, outbox_left=self.outbox_left,
                               outbox_not_kept=self.not_kept)
-        if unacked:
-            then = (f"the outbox keeps {self.outbox_left} for the streams' next run" if self.config.outbox else
-                    "they are lost (an `outbox:` folder keeps such messages for the stream's next run)")
-            log.warning("node '%s': %d MQTT messages were not acknowledged by the broker %s:%d; %s", self.id,
-                        unacked, self.config.host, self.config.port, then)
+        where = f"the broker {self.config.host}:{self.config.port}"
+        if self.config.outbox is not None:
+            if unacked:
+                log.warning("node '%s': %d MQTT messages were not acknowledged by %s; the outbox keeps %d for the "
+                            "streams' next run", self.id, unacked, where, self.outbox_left)
+            return
+        lost = [f"{unacked} not acknowledged by {where}"] if unacked else []
+        if self.dropped:  # QoS 0 is not sent while the broker is away; QoS 1 and 2 wait in a bounded queue
+            lost.append(f"{self.dropped} not sent while the broker was away" if self.config.qos == 0 else
+                        f"{self.dropped} dropped from a full queue (max_queued)")
+        if not lost:
+            return
+        said = f"MQTT messages lost: {', '.join(lost)} (an outbox: folder keeps such messages for the next run)"
+        if self.config.qos == 0:  # at most once: what the graph asked for
+            log.warning("node '%s': %s", self.id, said)
+            return
+        raise OutputLostError(said)  # the records did not all reach the broker, and nothing keeps them
 
 
 class Outbox:
