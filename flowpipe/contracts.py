@@ -49,6 +49,50 @@ class TensorSpec:
         return int(np.prod(self.shape)) * np.dtype(self.dtype).itemsize
 
 
+#: The element types a model's input is said in (the registry's words), by numpy's name.
+ELEMENT_TYPES = {"u8": "uint8", "f16": "float16", "f32": "float32"}
+
+
+@dataclass(frozen=True)
+class ModelInput:
+    """The picture tensor a model takes, as its registry entry says: one entry ``shape`` ([1, C, H, W] or
+    [1, H, W, C] by ``layout``), its element type (u8, f16, f32), and whether its height and width may be any
+    (``any_size``: dynamic in the file, or placeholders). The consumer running the model declares it on its
+    input (``NodeContract.takes``): validation holds the producer's declared tensor against it, and the
+    consumer the tensor it got when it opens, with the same words."""
+
+    model: str
+    shape: tuple[int, ...]
+    layout: str
+    dtype: str
+    any_size: bool = False
+
+    def refusal(self, tensor: TensorSpec, producer: str) -> str | None:
+        """Why ``tensor``, which ``producer`` writes, is not this input, in one line; None where it is (or where
+        this is no picture's tensor: OpenVINO says what it takes). A dimension of -1 in ``tensor`` is a height
+        or width known only as it runs (a tensor sized to its source): it fits any height or width, never the
+        channels."""
+        if len(self.shape) != 4 or self.layout not in ("NHWC", "NCHW"):
+            return None
+        nhwc = self.layout == "NHWC"
+        h, w, c = (self.shape[1], self.shape[2], self.shape[3]) if nhwc else (self.shape[2], self.shape[3],
+                                                                              self.shape[1])
+        expected = (h, w, c) if nhwc else (c, h, w)
+        channels = 2 if nhwc else 0
+        got = tuple(tensor.shape[1:])
+        fits = len(got) == 3 and got[channels] == c and all(
+            i == channels or self.any_size or g in (-1, e) for i, (g, e) in enumerate(zip(got, expected)))
+        want_dtype = ELEMENT_TYPES.get(self.dtype, "float32")
+        if fits and tensor.dtype == want_dtype:
+            return None
+        shown = ", ".join("?" if d < 0 else str(d) for d in tensor.shape)
+        got_dtype = next((k for k, v in ELEMENT_TYPES.items() if v == tensor.dtype), tensor.dtype)
+        return (f"model {self.model} takes [{', '.join(map(str, [1, *expected]))}] {self.layout} {self.dtype}"
+                f"{' of any height and width' if self.any_size else ''}; '{producer}' produces [{shown}] "
+                f"{got_dtype}: expected {'' if self.any_size else f'size: [{w}, {h}], '}layout: {self.layout}, "
+                f"dtype: {self.dtype} in its config (flowpipe models list gives each model's input)")
+
+
 @dataclass(frozen=True)
 class Offer:
     """What a producer writes on an output port, declared from its config before anything opens."""

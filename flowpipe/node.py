@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict
 
 from .accel import Devices
 from .backedge import BackEdge
-from .contracts import Allocation, InputContract, Offer, Request
+from .contracts import Allocation, InputContract, ModelInput, Offer, Request, TensorSpec
 from .frame import Frame
 
 PORT_KINDS = ("frame", "tensor", "tensors", "detections", "any")
@@ -191,7 +191,10 @@ class NodeContract:
     every other field is fixed while it runs. ``stream_keyed``: config fields keyed by stream id (a camera's own
     settings); where a run's streams are its sources (``flowpipe run``), validation finds each key among them.
     ``whole_stream``: why it holds every frame of a stream until the stream ends (a recording read whole):
-    validation refuses it after a live source, whose stream never ends."""
+    validation refuses it after a live source, whose stream never ends. ``tensors``: output port -> the tensor
+    it writes there as far as its config says (-1: a height or width known only as it runs), and ``takes``:
+    input port -> the model input it runs what it gets there through (``ModelInput``); validation holds the
+    one against the other, as the consumer does when it opens."""
 
     inputs: Mapping[str, str] = field(default_factory=dict)
     outputs: Mapping[str, str] = field(default_factory=dict)
@@ -212,6 +215,8 @@ class NodeContract:
     stream_keyed: frozenset[str] = frozenset()
     whole_stream: str | None = None
     resources: tuple[Resource, ...] = field(default=(), compare=False)  # what it opens, said: not a trait
+    tensors: Mapping[str, TensorSpec] = field(default_factory=dict)
+    takes: Mapping[str, ModelInput] = field(default_factory=dict, compare=False)  # may read the cache: said
 
     def missing(self) -> str | None:
         """The first of its files that is not on this host (``Resource.missing``), or None."""

@@ -229,3 +229,63 @@ def test_every_unknown_key_gets_the_closest_known_one(tmp_path) -> None:
     assert any(m.startswith("unknown key 'confg' (did you mean 'config'?)") for m in said), said
     assert any(m.startswith("config.sise: unknown key (did you mean 'size'?); expected one of: size,") for m in said), said
     assert any(m.startswith("config.interval.evry: unknown key (did you mean 'every'?)") for m in said), said
+
+
+GRAPHS = Path(__file__).resolve().parent.parent / "graphs"
+
+
+@pytest.mark.parametrize(("graph", "sets", "edit", "said"), [
+    # BlazeFace short range (128x128) where the near-face graph feeds full range's 192x192 tiles
+    ("face_blur_near.yaml", ["model=blazeface_short"], None,
+     "node 'detect' (inference): model blazeface_short takes [1, 128, 128, 3] NHWC f32; 'pre' produces "
+     "[5, 192, 192, 3] f32: expected size: [128, 128], layout: NHWC, dtype: f32 in its config (flowpipe models "
+     "list gives each model's input)"),
+    # CenterFace (NCHW, any size) fed NHWC by a preprocess sized to the source: the size is not known, the layout is
+    ("face_blur.yaml", [], ("layout: NCHW, dtype: f32, interval", "layout: NHWC, dtype: f32, interval"),
+     "node 'detect' (inference): model centerface takes [1, 3, 384, 640] NCHW f32 of any height and width; 'pre' "
+     "produces [1, ?, ?, 3] f32: expected layout: NCHW, dtype: f32 in its config (flowpipe models list gives each "
+     "model's input)"),
+    ("face_blur.yaml", ["size=[640, 384]"], None, None),  # CenterFace takes any size
+    ("text_detect.yaml", ["size=960"], None, None),  # PP-OCR's input is dynamic: any size, as a run takes it
+], ids=["size", "layout", "any-size", "dynamic"])
+def test_a_registry_model_fed_another_size_or_layout_is_refused_by_validate(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], graph: str, sets: list[str],
+        edit: tuple[str, str] | None, said: str | None) -> None:
+    """``flowpipe validate`` refuses what the inference node would refuse when it opens (a registry model's size,
+    layout and element type against the preprocess's config), in one line naming the file, the line where the
+    model is fed and the node; a model that takes any size is not held to one."""
+    from flowpipe.cli import main
+
+    path = GRAPHS / graph
+    if edit is not None:
+        text = path.read_text()
+        assert edit[0] in text
+        path = tmp_path / graph
+        path.write_text(text.replace(edit[0], edit[1]))
+    code = main(["validate", str(path), *[a for s in sets for a in ("--set", s)]])
+    err = capsys.readouterr().err.splitlines()
+    if said is None:
+        assert code == 0 and err == [], err
+        return
+    assert code == 2 and len(err) == 1, err
+    where, _, message = err[0].partition(": ")
+    assert message == said, err[0]
+    file, line = where.rsplit(":", 1)
+    assert file == str(path) and "inputs: {tensor: pre.tensor}" in path.read_text().splitlines()[int(line) - 1]
+
+
+def test_the_registry_says_which_models_take_any_size() -> None:
+    """Validation holds a graph to a registry model's stated size where the model's file is not in this host's
+    cache: every file that is here and leaves its height and width open is one the registry says takes any."""
+    import openvino as ov
+
+    from flowpipe import models
+
+    core = ov.Core()
+    for name, e in models.builtin_registry().items():
+        path = models.cached_path(name)
+        if e.get("cut") or path.suffix not in (".onnx", ".tflite", ".xml") or not path.is_file():
+            continue
+        dims = list(core.read_model(str(path)).inputs[0].get_partial_shape())
+        if any(d.is_dynamic for d in dims[1:]):
+            assert e["input"].get("any_size"), (name, dims)

@@ -196,20 +196,27 @@ def test_a_misspelt_device_is_a_config_error() -> None:
 
 
 def test_unreadable_model_and_shape_mismatch(tmp_path, astronaut) -> None:
+    from flowpipe.graph import load_graph
+
     junk = tmp_path / "junk.onnx"
     junk.write_bytes(b"not a model")
     res = run_yaml(_graph(feed([astronaut]), "bad2", f"model: {junk}, device: CPU"))
     assert res.exit_code == 1 and "node 'det' (inference): open failed" in str(res.error)
-    res = run_yaml(_graph(feed([astronaut]), "bad3", "model: blazeface_full, device: CPU"))  # 128 vs 192
-    assert res.exit_code == 1 and ("model blazeface_full takes [1, 192, 192, 3] NHWC f32; 'pre' produces "
-                                   "[1, 128, 128, 3] f32: expected size: [192, 192], layout: NHWC, dtype: f32 in "
-                                   "its config") in str(res.error)
+    # a registry model fed another size is refused by validation, before any model is read, in the words the
+    # node would refuse it in when it opens
+    with pytest.raises(GraphError) as e:
+        load_graph("<test>", text=textwrap.dedent(_graph("none", "bad3", "model: blazeface_full, device: CPU")))
+    assert [str(d) for d in e.value.diagnostics] == [  # 128 vs 192
+        "<test>:6: node 'det' (inference): model blazeface_full takes [1, 192, 192, 3] NHWC f32; 'pre' produces "
+        "[1, 128, 128, 3] f32: expected size: [192, 192], layout: NHWC, dtype: f32 in its config (flowpipe models "
+        "list gives each model's input)"]
     # a model whose batch is dynamic took any shape, and failed inside OpenVINO: said the same way now
-    text = _graph(feed([astronaut]), "bad4", "model: ssd_mobilenet_v2_coco, device: CPU").replace(
+    text = _graph("none", "bad4", "model: ssd_mobilenet_v2_coco, device: CPU").replace(
         "layout: NHWC", "layout: NCHW, dtype: u8").replace("128, 128", "300, 300")
-    res = run_yaml(text)
-    assert res.exit_code == 1 and ("model ssd_mobilenet_v2_coco takes [1, 300, 300, 3] NHWC u8; 'pre' produces "
-                                   "[1, 3, 300, 300] u8: expected size: [300, 300], layout: NHWC") in str(res.error)
+    with pytest.raises(GraphError, match=re.escape("model ssd_mobilenet_v2_coco takes [1, 300, 300, 3] NHWC u8; 'pre' "
+                                                   "produces [1, 3, 300, 300] u8: expected size: [300, 300], layout: "
+                                                   "NHWC")):
+        load_graph("<test>", text=textwrap.dedent(text))
 
 
 def test_a_model_file_with_placeholder_dimensions_runs_with_any_size(astronaut) -> None:

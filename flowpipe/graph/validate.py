@@ -7,7 +7,9 @@
 5. nodes, each through: schema and type lookup (known types, the closest name suggested) -> engine keys ->
    config (the type's pydantic model; unknown keys are errors) -> its contract against its engine keys
    (workers, isolation) -> template
-6. wiring: ports, port kinds, unconnected inputs; then cycles
+6. wiring: ports, port kinds, unconnected inputs; then cycles; then tensors: each tensor a producer's config
+   says it writes against the model input its consumer runs it through (a registry model's size, layout and
+   element type: the check the consumer makes again when it opens, with the tensor it got)
 7. engine rules: sharding over processes
 8. streams, where a run's streams are its sources (no template source): each key of a per-stream config field
    names one of them; kept on the spec (``run_refuses``: a server may add the stream), raised with
@@ -94,6 +96,7 @@ def _validate(doc: Any, fname: str, overrides: dict[str, Any], fixed_streams: bo
     specs = _left_out(specs, raw_inputs, fname)
     dag = _wiring(specs, raw_inputs, fname, left_out)
     _acyclic(dag, specs, fname)
+    _tensors(specs, raw_inputs, fname)
     spec = GraphSpec(fname, specs, top.params, list(top.plugins), plugin_dir, dag, top.processes, top.device_owner,
                      top.prefetch, top.cluster)
     _engine_rules(spec)
@@ -543,6 +546,42 @@ def _acyclic(dag: nx.MultiDiGraph, specs: list[NodeSpec], fname: str) -> None:
     first = next(s for s in specs if s.id == ids[0])
     raise GraphError(Diagnostic(f"cycle: {' -> '.join(ids)}; a graph must be acyclic", fname,
                                 first.line, first.id, first.type))
+
+
+def _tensors(specs: list[NodeSpec], raw_inputs: dict[str, Any], fname: str) -> None:
+    """Phase 6c, tensors: what a producer's config says it writes on a port (``NodeContract.tensors``, through
+    nodes that forward it untouched) against the model input its consumer declares there
+    (``NodeContract.takes``): a registry model fed another size, layout or element type is refused here, in the
+    words the consumer would refuse it in when it opens."""
+    errors: list[Diagnostic] = []
+    by_id = {s.id: s for s in specs}
+    for s in specs:
+        for port, takes in s.contract.takes.items():
+            inputs, raw = raw_inputs[s.id]
+            line = (line_of(inputs, port) if isinstance(inputs, dict) else None) or \
+                (line_of(raw, "inputs") if "inputs" in raw else s.line)
+            for up_id, up_port in s.inputs.get(port, []):
+                tensor, producer = _declared(by_id, up_id, up_port)
+                why = takes.refusal(tensor, producer) if tensor is not None else None
+                if why is not None:
+                    errors.append(Diagnostic(why, fname, line, s.id, s.type))
+    _raise_if(errors)
+
+
+def _declared(by_id: dict[str, NodeSpec], node_id: str, port: str) -> tuple[Any, str]:
+    """The tensor node ``node_id`` says it writes on ``port`` and the node that writes it, following ports that
+    forward what they get untouched; (None, node) where none says."""
+    for _ in range(len(by_id)):
+        s = by_id[node_id]
+        contract = s.contract
+        if port in contract.tensors:
+            return contract.tensors[port], s.id
+        through = contract.forwards.get(port)
+        ups = s.inputs.get(through, []) if through is not None else []
+        if len(ups) != 1:
+            break
+        node_id, port = ups[0]
+    return None, node_id
 
 
 # 7. engine rules ----------------------------------------------------------------------------------------------

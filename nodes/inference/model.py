@@ -7,10 +7,10 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from flowpipe import models
+from flowpipe import exported, models
 from flowpipe.accel import openvino as ovx
 from flowpipe.accel.openvino import Compiled, OpenVino
-from flowpipe.contracts import Offer
+from flowpipe.contracts import ModelInput, Offer
 
 from .batching import Entries
 from .config import InferenceConfig
@@ -117,35 +117,43 @@ class ModelCompiler:
         c = self.config
         any_size = c.any_size if c.any_size is not None else (
             models.is_registry_name(c.model) and bool(models.entry(c.model)["input"].get("any_size")))
-        if offer.tensor is not None and models.is_registry_name(c.model) and not c.blob:
-            ps = model.inputs[0].get_partial_shape()
-            sized = any_size or len(ps) != 4 or any(d.is_dynamic for d in list(ps)[1:])  # H, W the model's own?
-            _fits_registry(c.model, offer.tensor.shape, offer.tensor.dtype, offer.producer or "upstream", sized)
+        ps = model.inputs[0].get_partial_shape()
+        takes = model_input(c, len(ps) != 4 or any(d.is_dynamic for d in list(ps)[1:]))  # H, W the model's own?
+        if offer.tensor is not None and takes is not None:  # as validation did, with the tensor it got
+            why = takes.refusal(offer.tensor, offer.producer or "upstream")
+            if why is not None:
+                raise ValueError(why)
         fitted = ovx.fit_input(model, want, self.device, offer.producer or None, any_size)
         return ovx.fold(fitted) if self.part else fitted  # a cut model's anchors: constants
 
 
-_DTYPES = {"u8": "uint8", "f16": "float16", "f32": "float32"}
+def model_input(c: InferenceConfig, dynamic: bool | None = None) -> ModelInput | None:
+    """What the registry says model ``c.model`` takes, its height and width any where the config or the registry
+    says so, or where the model's own input leaves them open (``dynamic``: as read when the node opens; None:
+    the file in this host's cache, read without compiling, where it is there; validation fetches nothing).
+    None for a model file, a URL or a blob, whose input OpenVINO says."""
+    if c.blob or not models.is_registry_name(c.model):
+        return None
+    spec = models.entry(c.model)["input"]
+    any_size = c.any_size if c.any_size is not None else bool(spec.get("any_size"))
+    if dynamic is None:
+        dynamic = _open_here(c.model)
+    return ModelInput(c.model, tuple(int(d) for d in spec["shape"]), spec.get("layout", "NCHW"),
+                      spec.get("dtype", "f32"), any_size or dynamic)
 
 
-def _fits_registry(name: str, shape: tuple[int, ...], dtype: str, producer: str, any_size: bool) -> None:
-    """The producer's tensor against the registry's input of model ``name`` (its size, unless the model takes
-    any (``any_size``: its height and width dynamic, or placeholders), layout and type): a mismatch is said in
-    the preprocess's own words before OpenVINO reshapes the model into it (a model whose batch is dynamic
-    takes any shape there, and fails deep inside with its own message)."""
-    spec = models.entry(name)["input"]
-    layout, dims = spec.get("layout", "NCHW"), spec["shape"]
-    if len(dims) != 4 or layout not in ("NHWC", "NCHW"):
-        return  # not a picture's tensor: OpenVINO says what it takes
-    want_dtype = _DTYPES.get(spec.get("dtype", "f32"), "float32")
-    h, w, c = (dims[1], dims[2], dims[3]) if layout == "NHWC" else (dims[2], dims[3], dims[1])
-    got = tuple(shape[1:])
-    expected = (h, w, c) if layout == "NHWC" else (c, h, w)
-    fits = got == expected or (any_size and len(got) == 3 and (got[2] if layout == "NHWC" else got[0]) == c)
-    if not fits or dtype != want_dtype:
-        raise ValueError(
-            f"model {name} takes [{', '.join(map(str, [1, *expected]))}] {layout} {spec.get('dtype', 'f32')}"
-            f"{' of any height and width' if any_size else ''}; '{producer}' produces {list(shape)} "
-            f"{next((k for k, v in _DTYPES.items() if v == dtype), dtype)}: expected "
-            f"{'' if any_size else f'size: [{w}, {h}], '}layout: {layout}, dtype: {spec.get('dtype', 'f32')} "
-            "in its config (flowpipe models list gives each model's input)")
+def _open_here(name: str) -> bool:
+    """Whether registry model ``name``'s file in this host's cache leaves its height or width open (or is no
+    picture's [N, ., ., .]); False where it is not there, or is a TensorFlow graph (converting one takes
+    seconds, and the registry says those that take any size) or a cut model's (the cut's input is the
+    registry's)."""
+    if models.entry(name).get("cut"):
+        return False
+    path = models.cached_path(name)
+    if path.suffix not in (".onnx", ".xml", ".tflite") or not path.is_file():
+        return False
+    try:
+        shape = exported.read_file(path)[1]
+    except Exception:  # noqa: BLE001 - a file OpenVINO cannot read is said when the node opens
+        return False
+    return len(shape) != 4 or any(d <= 0 for d in shape[1:])

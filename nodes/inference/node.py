@@ -24,6 +24,7 @@ from flowpipe.registry import register
 from .batching import Batcher, Entries
 from .config import InferenceConfig
 from .engine import Engine
+from .model import model_input
 from .multi import MultiEngine
 from .state import StreamStates
 
@@ -62,10 +63,11 @@ class Inference(AsyncNode, Negotiating, Node):
         assert isinstance(config, cls.Config)
         # never reads the pixels; async requests are held past process() (inline ones run to completion in it);
         # one compiled model serves every stream (over processes, in the device owner)
+        takes = model_input(config)
         return cls.declare(pixels=PIXELS_ALL, holds_frames=config.requests == "async", serves_streams=True,
                            files={"cache_dir": "model_cache"},
                            isolation="it holds frames past process() (asynchronous requests)",
-                           resources=(_model(config),))
+                           resources=(_model(config),), takes={"tensor": takes} if takes is not None else {})
 
     def choose(self, devices: Devices) -> DeviceChoice:
         """The device this node runs on (the same answer every time on one machine); of several used

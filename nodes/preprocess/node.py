@@ -63,7 +63,11 @@ class Preprocess(Negotiating, Node):
                            for i, name in enumerate(followed)})
         # backend openvino: OpenVINO's PrePostProcessor in the model takes u8 BGR frames, nothing else
         pixels = frozenset({"BGR"}) if config.backend == "openvino" else PIXELS_ALL
-        return cls.declare(pixels=pixels, one_worker=None, owner_side=side, refers=refers,
+        # the tensor as its config says (sized to the source: its height and width said only as it opens);
+        # backend openvino writes none, its consumer folds the preprocessing into the model
+        tensors = {} if config.backend == "openvino" else {
+            "tensor": tensor_spec(config, (-1, -1) if config.size_to_source else config.size)}
+        return cls.declare(pixels=pixels, one_worker=None, owner_side=side, refers=refers, tensors=tensors,
                            isolation="it writes into memory resolved with its consumer in the runner's process "
                                      "(batch slots, device buffers)")
 
@@ -105,11 +109,7 @@ class Preprocess(Negotiating, Node):
             return Offer(self.id, port, model_preprocessing={"color": c.color, "mean": c.mean, "scale": c.scale,
                                                              "layout": c.layout})
         picture = frame.picture if frame is not None else None
-        size = size_for(c, picture)
-        return Offer(self.id, port, TensorSpec(shape_for(c, size), np.dtype(DTYPES[c.dtype][1]).name,
-                                               up_to=c.objects is not None,
-                                               every=c.interval.every if c.interval is not None else 1),
-                     writes(c, devices), picture=picture)
+        return Offer(self.id, port, tensor_spec(c, size_for(c, picture)), writes(c, devices), picture=picture)
 
     def request(self, port: str, offer: Offer, outputs: Mapping[str, Allocation], devices: Devices) -> Request:
         """Asks the source for page-locked frames where the backend ``choose`` takes runs on a discrete GPU."""
@@ -274,6 +274,13 @@ def size_for(c: PreprocessConfig, picture: tuple[int, int] | None) -> tuple[int,
     if not c.size_to_source or picture is None:
         return c.size
     return fitted(c.size, picture, c.upscale, c.align)
+
+
+def tensor_spec(c: PreprocessConfig, size: tuple[int, int]) -> TensorSpec:
+    """One frame's tensor of ``size`` (width, height) as the config makes it: its shape, element type, entries
+    and the frames that carry it."""
+    return TensorSpec(shape_for(c, size), np.dtype(DTYPES[c.dtype][1]).name, up_to=c.objects is not None,
+                      every=c.interval.every if c.interval is not None else 1)
 
 
 def shape_for(c: PreprocessConfig, size: tuple[int, int]) -> tuple[int, ...]:
