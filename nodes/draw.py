@@ -56,7 +56,8 @@ class Blur(Node):
         return cls.declare(pixels=frozenset({"BGR", "NV12", "I420"}), writes_input=True, one_worker=None)
 
     class Config(NodeConfig):
-        mode: Literal["blur", "pixelate", "fill"] = "blur"
+        mode: Literal["blur", "pixelate", "fill"] = Field("blur", description="blur: a Gaussian; pixelate: coarse "
+                                                          "cells; fill: black")
         grow: float = Field(0.15, ge=0, le=2, description="enlarge each box by this fraction")
         strength: int = Field(8, ge=1, le=64, description="blur: Gaussian sigma = region size / strength (8 leaves "
                                                           "under 1% of the contrast finer than 4 cycles across the "
@@ -127,9 +128,10 @@ class Overlay(Node):
 
     class Config(NodeConfig):
         color: tuple[int, int, int] = Field((0, 200, 255), description="BGR")
-        thickness: int = Field(2, ge=1, le=20)
-        show_fps: bool = True
-        show_scores: bool = True
+        thickness: int = Field(2, ge=1, le=20, description="lines of boxes, outlines, zones and counting lines, "
+                               "in pixels")
+        show_fps: bool = Field(True, description="the stream's id and frame rate in the picture's corner")
+        show_scores: bool = Field(True, description="each box's score after its label")
 
     config: Config
 

@@ -139,11 +139,24 @@ def test_graph_svg_with_graphviz(tmp_path) -> None:
     assert "<svg" in out.read_text()
 
 
-def test_nodes_listing_and_detail(capsys) -> None:
+def test_nodes_listing_and_detail(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "100")
     assert main(["nodes"]) == 0
     listing = capsys.readouterr().out
     for t in ("video_source", "preprocess", "inference", "blazeface_decode", "tracker", "blur", "mqtt"):
         assert t in listing
+    assert max(map(len, listing.splitlines())) <= 100
+    # each type's first sentence whole, however long, wrapped under its name; its ports after it
+    words = " ".join(listing.split())
+    assert ("animal_faces Drops each face that lies (`cover` of its box) in the box of an animal a person detector "
+            "found, and in no person's box; then the animals' boxes go too, and the people's unless `pass_persons` "
+            "(the frame leaves with what it came with besides them). in: detections (detections); out: detections "
+            "(detections)") in words
+    assert "ssd_decode Decodes SSD detections. in: tensors (tensors)" in words
+    assert main(["nodes", "mqtt"]) == 0
+    detail = capsys.readouterr().out
+    assert "\nAn empty `host` names no broker" in detail  # the whole description
+    assert "  qos: int (default 1)  MQTT's quality of service: 0 at most once, 1 at least once, 2 exactly once\n" in detail
     assert main(["nodes", "preprocess"]) == 0
     detail = capsys.readouterr().out
     assert "inputs:  frame (frame)" in detail and "size:" in detail and "backend:" in detail
@@ -151,6 +164,21 @@ def test_nodes_listing_and_detail(capsys) -> None:
     assert "  resize: 'stretch' | 'letterbox' (default 'stretch')" in detail
     assert "  tiles: Tiles | null (default None)" in detail and "\n      grid: tuple[int, int] (default (2, 2))" in detail
     assert main(["nodes", "preproces"]) == 2
+
+
+@pytest.mark.parametrize(("doc", "sentence"), [
+    ("Decodes SSD detections. Suppression done in the model.", "Decodes SSD detections."),
+    ("Runs a model (or several at once: ``device: GPU+CPU``); outputs land in\n    ``frame.tensors`` by name.\n\n"
+     "    More.", "Runs a model (or several at once: `device: GPU+CPU`); outputs land in `frame.tensors` by name."),
+    ("Writes H.264 at 1.2x (e.g. a camera. Not this one) to ``a. B``, e.g. a file. Next.",
+     "Writes H.264 at 1.2x (e.g. a camera. Not this one) to `a. B`, e.g. a file."),
+    ("A paragraph with no full stop\n    over two lines\n\n    Then more. Here.", "A paragraph with no full stop over two lines"),
+    ("", ""),
+])
+def test_a_node_s_summary_is_its_first_sentence_whole(doc, sentence) -> None:
+    from flowpipe.cli.commands import first_sentence
+
+    assert first_sentence(doc) == sentence
 
 
 def test_devices_reports_shared_memory_and_openvino(capsys) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import inspect
 import json
 import logging
 import os
@@ -210,25 +211,64 @@ def cmd_graph(args: argparse.Namespace) -> int:
 
 
 def cmd_nodes(args: argparse.Namespace) -> int:
-
+    width = max(60, shutil.get_terminal_size((100, 24)).columns)
     if not args.type:
+        name_w = 23
         for name, cls in sorted(registry().items()):
-            doc = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
-            ins = ", ".join(f"{p}:{k}" for p, k in cls.inputs.items()) or "-"
-            outs = ", ".join(f"{p}:{k}" for p, k in cls.outputs.items()) or "-"
-            print(f"{name:22s} in[{ins}] out[{outs}]  {doc}")
+            ins = ", ".join(f"{p} ({k})" for p, k in cls.inputs.items()) or "none"
+            outs = ", ".join(f"{p} ({k})" for p, k in cls.outputs.items()) or "none"
+            lines = [*_wrapped(first_sentence(cls.__doc__ or ""), width, name_w), f"in: {ins}; out: {outs}"]
+            print(f"{name:{name_w - 1}s} {lines[0]}")
+            for line in lines[1:]:
+                print(" " * name_w + line)
+        print("\nflowpipe nodes TYPE: a type's whole description, its ports and every config key")
         return EXIT_OK
     try:
         cls = lookup(args.type)
     except KeyError as e:
         print(f"error: {e.args[0]}", file=sys.stderr)
         return EXIT_CONFIG
-    print(f"{args.type}: {(cls.__doc__ or '').strip()}\n")
+    print(f"{args.type}: {_plain(inspect.cleandoc(cls.__doc__ or ''))}\n")
     print("inputs:  " + (", ".join(f"{p} ({k})" for p, k in cls.inputs.items()) or "none"))
     print("outputs: " + (", ".join(f"{p} ({k})" for p, k in cls.outputs.items()) or "none"))
     print("config:")
-    _fields(cls.Config, "  ")
+    _fields(cls.Config, "  ", width)
     return EXIT_OK
+
+
+def _plain(text: str) -> str:
+    """Docstring markup as a terminal shows it: ````x```` as ```x```."""
+    return text.replace("``", "`")
+
+
+def first_sentence(doc: str) -> str:
+    """A docstring's first sentence, whole, on one line: its first paragraph up to the first full stop outside
+    brackets and quotes that ends it (the paragraph's end, or a space and a capital letter next: not ``e.g. a``,
+    ``1.2x``, ``H.264``); the whole paragraph where no such stop is."""
+    para = _plain(" ".join(inspect.cleandoc(doc).split("\n\n")[0].split()))
+    depth, quoted = 0, False
+    for i, ch in enumerate(para):
+        if ch == "`":
+            quoted = not quoted
+        elif quoted:
+            continue
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth = max(0, depth - 1)
+        elif ch == "." and depth == 0:
+            rest = para[i + 1:]
+            if not rest or (rest[0] == " " and rest[1:2].isupper()):
+                return para[:i + 1]
+    return para
+
+
+def _wrapped(text: str, width: int, indent: int) -> list[str]:
+    """``text`` in lines that fit ``width`` after ``indent`` columns (at least 40 wide); one word longer than
+    that keeps its line."""
+    import textwrap
+
+    return textwrap.wrap(text, max(40, width - indent), break_long_words=False, break_on_hyphens=False) or [""]
 
 
 def _type_text(ann: Any) -> str:
@@ -252,9 +292,9 @@ def _type_text(ann: Any) -> str:
     return getattr(ann, "__name__", None) or str(ann).replace("typing.", "")
 
 
-def _fields(model: Any, indent: str, seen: frozenset[Any] = frozenset()) -> None:
-    """A config model's fields, one a line; a part that is a model of its own (tiles, clips) with its fields
-    below it."""
+def _fields(model: Any, indent: str, width: int, seen: frozenset[Any] = frozenset()) -> None:
+    """A config model's fields, each with its type, default and help (the help wrapped below it where the line
+    would not fit); a part that is a model of its own (tiles, clips) with its fields below it."""
     import typing
 
     from pydantic import BaseModel
@@ -262,12 +302,18 @@ def _fields(model: Any, indent: str, seen: frozenset[Any] = frozenset()) -> None
     for name, field in model.model_fields.items():
         value = field.default_factory() if field.default_factory is not None else field.default  # type: ignore[call-arg]
         default = "required" if field.is_required() else f"default {value!r}"
-        desc = f"  {field.description}" if field.description else ""
-        print(f"{indent}{name}: {_type_text(field.annotation)} ({default}){desc}")
+        head = f"{indent}{name}: {_type_text(field.annotation)} ({default})"
+        desc = _plain(" ".join((field.description or "").split()))
+        if desc and len(head) + 2 + len(desc) <= width:
+            print(f"{head}  {desc}")
+        else:
+            print(head)
+            for line in (_wrapped(desc, width, len(indent) + 4) if desc else []):
+                print(f"{indent}    {line}")
         parts = [a for a in (field.annotation, *typing.get_args(field.annotation))
                  if isinstance(a, type) and issubclass(a, BaseModel) and a not in seen]
         for part in parts[:1]:
-            _fields(part, indent + "    ", seen | {part})
+            _fields(part, indent + "    ", width, seen | {part})
 
 
 def build_parser() -> argparse.ArgumentParser:

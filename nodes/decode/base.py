@@ -179,14 +179,16 @@ class Decoder(Node):
 
 
 class DecoderConfig(NodeConfig):
-    score_threshold: float = Field(0.5, ge=0, le=1)
-    iou_threshold: float = Field(0.3, ge=0, le=1)
-    max_detections: int = Field(100, ge=1)
-    labels: list[str] | None = None
+    score_threshold: float = Field(0.5, ge=0, le=1, description="detections scoring under this are dropped")
+    iou_threshold: float = Field(0.3, ge=0, le=1, description="suppression: a box overlapping a better one this "
+                                 "much (IoU) is dropped, or blended into it")
+    max_detections: int = Field(100, ge=1, description="detections a frame at most, the best first")
+    labels: list[str] | None = Field(None, description="class names by class id (default: the model's, from the "
+                                     "registry or its metadata; a face decoder names its faces by the first, 'face')")
 
 
 class FaceConfig(DecoderConfig):
-    keypoints: bool = False
+    keypoints: bool = Field(False, description="each face carries the model's landmarks (eyes, nose, mouth)")
     suppression: Literal["weighted", "nms"] = Field(
         "weighted", description="weighted: overlapping boxes blended into one (MediaPipe's face detection); "
         "nms: the best kept, the others dropped")

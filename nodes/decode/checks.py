@@ -60,7 +60,8 @@ class BlazeFaceCheck(Decoder):
     """
 
     class Config(_CheckConfig):
-        variant: Literal["short", "full"] = "short"
+        variant: Literal["short", "full"] = Field("short", description="the BlazeFace model: short range "
+                                                  "(128x128) or full range (192x192)")
         centre: float = Field(0.2, gt=0, le=0.5, description="anchors this far from the object's centre at most "
                                                               "(a fraction of the crop's side) count")
         output: str = Field("classificators", description="BlazeFace's score output")

@@ -23,10 +23,10 @@ class ClassifyTopK(Node):
     outputs = {"tensors": "tensors"}
 
     class Config(NodeConfig):
-        k: int = Field(5, ge=1)
-        softmax: bool = True
-        labels: list[str] | None = None
-        output: str | None = None
+        k: int = Field(5, ge=1, description="classes kept, the best first")
+        softmax: bool = Field(True, description="turn the output into probabilities (false: it holds them already)")
+        labels: list[str] | None = Field(None, description="class names by index (default: the index as text)")
+        output: str | None = Field(None, description="the output tensor's name (default: the model's first)")
 
     config: Config
 

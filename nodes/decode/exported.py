@@ -30,9 +30,10 @@ class DetectConfig(DecoderConfig):
     classes: list[str] | None = Field(None, description="labels kept (default: all)")
     masks: Literal["polygon", "none"] = Field("polygon", description="a segmentation head's masks in the "
                                               "records: each object's outline in source pixels, or none")
-    score_threshold: float = Field(0.25, ge=0, le=1)
-    iou_threshold: float = Field(0.45, ge=0, le=1)
-    max_detections: int = Field(300, ge=1)
+    score_threshold: float = Field(0.25, ge=0, le=1, description="detections scoring under this are dropped")
+    iou_threshold: float = Field(0.45, ge=0, le=1, description="suppression, per class: a box overlapping a "
+                                 "better one this much (IoU) is dropped (end-to-end heads suppress in the model)")
+    max_detections: int = Field(300, ge=1, description="detections a frame at most, the best first")
 
     @model_validator(mode="after")
     def _fits_a_head(self) -> DetectConfig:

@@ -28,7 +28,8 @@ class BlazeFaceDecode(Decoder):
     """
 
     class Config(FaceConfig):
-        variant: Literal["short", "full"] = "full"
+        variant: Literal["short", "full"] = Field("full", description="the BlazeFace model: short range (128x128, "
+                                                  "faces near the camera) or full range (192x192)")
 
     config: Config
 

@@ -30,9 +30,10 @@ class YoloV8Decode(Decoder):
     """Decodes YOLOv8-style outputs [1, 4+classes, N] (cx, cy, w, h, class scores) with per-class NMS."""
 
     class Config(DecoderConfig):
-        score_threshold: float = Field(0.25, ge=0, le=1)
-        iou_threshold: float = Field(0.45, ge=0, le=1)
-        output: str | None = None
+        score_threshold: float = Field(0.25, ge=0, le=1, description="detections scoring under this are dropped")
+        iou_threshold: float = Field(0.45, ge=0, le=1, description="suppression, per class: a box overlapping a "
+                                     "better one this much (IoU) is dropped")
+        output: str | None = Field(None, description="the output tensor's name (default: the model's first)")
 
     config: Config
 
@@ -79,7 +80,8 @@ class SsdDecode(Decoder):
     or the next tile saw it whole), or joined to the other part where two tiles cut it."""
 
     class Config(DecoderConfig):
-        output: str | None = None
+        output: str | None = Field(None, description="the output tensor's name where the model has one (default: "
+                                   "its first)")
         classes: list[str] | None = Field(None, description="labels kept (default: all)")
         merge: bool = Field(False, description="keep the frame's detections and add these after them")
         iou_threshold: float = Field(0.6, ge=0, le=1, description="a model cut before its suppression: the "

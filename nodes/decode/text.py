@@ -19,10 +19,12 @@ class DbDecode(Decoder):
     class Config(NodeConfig):
         threshold: float = Field(0.3, ge=0, le=1, description="binarization threshold on the probability map")
         box_threshold: float = Field(0.5, ge=0, le=1, description="minimum mean probability inside a box")
-        unclip_ratio: float = Field(1.6, gt=0)
-        min_size: int = Field(3, ge=1)
-        max_detections: int = Field(1000, ge=1)
-        output: str | None = None
+        unclip_ratio: float = Field(1.6, gt=0, description="each box grows by its area x this / its perimeter (DB "
+                                    "finds text regions shrunk)")
+        min_size: int = Field(3, ge=1, description="regions whose shorter side is under this many pixels of the "
+                              "probability map are dropped")
+        max_detections: int = Field(1000, ge=1, description="regions looked at a frame at most")
+        output: str | None = Field(None, description="the output tensor's name (default: the model's first)")
 
     config: Config
 

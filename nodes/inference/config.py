@@ -13,12 +13,15 @@ class NpuOptions(BaseModel):
     """NPU plugin properties (see the NPU plugin README); ignored unless the chosen device is NPU."""
 
     model_config = ConfigDict(extra="forbid")
-    turbo: bool | None = None
-    tiles: int | None = Field(None, ge=1)
-    compilation_mode_params: str | None = None
-    defer_weights_load: bool | None = None
-    bypass_umd_caching: bool | None = None
-    qdq_optimization: bool | None = None
+    turbo: bool | None = Field(None, description="NPU_TURBO (default: the driver's)")
+    tiles: int | None = Field(None, ge=1, description="NPU_TILES: tiles the model runs on, 1 to the device's "
+                              "NPU_MAX_TILES (default: the compiler's choice)")
+    compilation_mode_params: str | None = Field(None, description="NPU_COMPILATION_MODE_PARAMS, as the NPU "
+                                                "compiler takes them")
+    defer_weights_load: bool | None = Field(None, description="NPU_DEFER_WEIGHTS_LOAD (default: the driver's)")
+    bypass_umd_caching: bool | None = Field(None, description="NPU_BYPASS_UMD_CACHING: the driver's own cache of "
+                                            "compiled models not used (default: the driver's)")
+    qdq_optimization: bool | None = Field(None, description="NPU_QDQ_OPTIMIZATION (default: the driver's)")
 
 
 
@@ -64,9 +67,12 @@ class InferenceConfig(NodeConfig):
                                  + "; expected NPU, GPU or CPU (GPU.1: one of several), AUTO, a fallback list "
                                  "'NPU,GPU,CPU' or devices used together 'GPU+CPU'")
         return v
-    performance_hint: Literal["LATENCY", "THROUGHPUT", "CUMULATIVE_THROUGHPUT"] = "THROUGHPUT"
+    performance_hint: Literal["LATENCY", "THROUGHPUT", "CUMULATIVE_THROUGHPUT"] = Field(
+        "THROUGHPUT", description="OpenVINO's PERFORMANCE_HINT: LATENCY, each request as fast as it can; THROUGHPUT, "
+        "the most frames a second (requests in flight together); CUMULATIVE_THROUGHPUT, several devices at once")
     num_requests: int | None = Field(None, ge=1, le=64, description="default: OPTIMAL_NUMBER_OF_INFER_REQUESTS")
-    priority: Literal["LOW", "MEDIUM", "HIGH"] | None = None
+    priority: Literal["LOW", "MEDIUM", "HIGH"] | None = Field(None, description="OpenVINO's MODEL_PRIORITY among "
+                                                               "models sharing a device (default: the device's)")
     cache_dir: str | Literal[False] | None = Field(
         None, description="OpenVINO model cache: a model compiled once is loaded from it on later starts (FIL < "
         "FEIL on a hit, as TensorRT engines are kept); default: this host's (FLOWPIPE_CACHE, else "
@@ -76,7 +82,8 @@ class InferenceConfig(NodeConfig):
                                   "convolutional detector whose file holds placeholder dimensions): its input is "
                                   "reshaped to what the preprocess makes; default: the registry's word, else false")
     properties: dict[str, Any] = Field(default_factory=dict, description="extra OpenVINO properties")
-    npu: NpuOptions = Field(default_factory=NpuOptions)
+    npu: NpuOptions = Field(default_factory=NpuOptions, description="the NPU plugin's own properties, for the NPU "
+                            "alone")
     batch: int = Field(1, ge=1, le=64, description="frames per inference request (streams batched together)")
     batch_timeout_ms: float = Field(10.0, gt=0, description="send a partial batch after this wait")
     requests: Literal["async", "inline"] = Field(

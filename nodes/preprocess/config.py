@@ -47,7 +47,9 @@ class PreprocessConfig(NodeConfig):
     """A ``preprocess`` node's settings."""
 
     size: tuple[int, int] = Field((224, 224), description="tensor width, height")
-    resize: Literal["stretch", "letterbox"] = "stretch"
+    resize: Literal["stretch", "letterbox"] = Field(
+        "stretch", description="stretch: the picture to size, its aspect ratio lost; letterbox: scaled to fit "
+        "inside size, its aspect ratio kept, the rest padded with pad_value")
     upscale: bool = Field(True, description="letterbox: enlarge pictures smaller than size (false: keep "
                                             "them at their own scale, padded; for fully convolutional "
                                             "detectors, which find faces better unstretched)")
@@ -68,11 +70,13 @@ class PreprocessConfig(NodeConfig):
     along: Along | None = Field(None, description="a second detector on the frames a first one runs on: "
                                 "{node: its preprocess, every, follow} (or the node id alone); the frames that one "
                                 "passes over get no tensor here either")
-    color: Literal["BGR", "RGB", "GRAY"] = "BGR"
-    mean: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    color: Literal["BGR", "RGB", "GRAY"] = Field("BGR", description="the tensor's channels, as the model takes them")
+    mean: tuple[float, float, float] = Field((0.0, 0.0, 0.0), description="subtracted from each channel, before "
+                                             "scale")
     scale: tuple[float, float, float] = Field((1.0, 1.0, 1.0), description="divide by this after mean")
-    layout: Literal["NHWC", "NCHW"] = "NCHW"
-    dtype: Literal["u8", "f16", "f32"] = "f32"
+    layout: Literal["NHWC", "NCHW"] = Field("NCHW", description="the tensor's axes: channels last or first")
+    dtype: Literal["u8", "f16", "f32"] = Field("f32", description="the tensor's elements: u8 (rounded, clipped to "
+                                              "0..255), f16 or f32")
     backend: Literal["auto", "opencl", "cpu", "openvino"] = Field(
         "auto", description="auto: OpenCL on a GPU, or where the consumer takes device buffers; else OpenCV "
         "(an OpenCL device that is the CPU itself, as PoCL, would run the same work on the same cores, with "

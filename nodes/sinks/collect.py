@@ -25,7 +25,7 @@ class Collect(Sink):
                            sharding="it keeps packets in the memory of the process that started the run")
 
     class Config(NodeConfig):
-        into: str
+        into: str = Field(description="the list's name in the run's result (RunResult.collected[into])")
         keep_pixels: bool = Field(False, description="copy pixels out of pooled buffers (counted)")
         keep_tensors: bool = Field(True, description="copy tensors out of pooled buffers (counted)")
 

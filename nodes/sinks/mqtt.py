@@ -48,19 +48,23 @@ class Mqtt(Sink):
 
     class Config(NodeConfig):
         host: str = Field("127.0.0.1", description="the broker's address; empty: no broker, nothing is published")
-        port: int = Field(1883, ge=1, le=65535)
+        port: int = Field(1883, ge=1, le=65535, description="the broker's port")
         topic: str = Field("flowpipe/{stream}", description="'{stream}' is replaced by the stream id")
-        qos: int = Field(1, ge=0, le=2)
-        payload: str = Field("record", pattern="^(record|count)$")
-        client_id: str = ""
-        username: str | None = None
-        password: str | None = None
-        connect_timeout_s: float = Field(5.0, gt=0)
+        qos: int = Field(1, ge=0, le=2, description="MQTT's quality of service: 0 at most once, 1 at least once, 2 "
+                         "exactly once")
+        payload: str = Field("record", pattern="^(record|count)$", description="record: the frame's record, as "
+                             "jsonl writes it; count: its stream, frame, pts and count of objects")
+        client_id: str = Field("", description="the client's id at the broker (empty: one made up)")
+        username: str | None = Field(None, description="the broker's login (none: anonymous)")
+        password: str | None = Field(None, description="with username")
+        connect_timeout_s: float = Field(5.0, gt=0, description="how long the start waits for the broker, and the "
+                                         "end for the broker's acknowledgements")
         require_connection: bool = Field(True, description="fail at start if the broker is unreachable")
         max_queued: int = Field(10000, ge=1, le=65535, description="messages the client holds while the broker "
                                 "is away (at most as many as MQTT's message ids)")
-        min_backoff_s: float = Field(0.5, gt=0)
-        max_backoff_s: float = Field(30.0, gt=0)
+        min_backoff_s: float = Field(0.5, gt=0, description="the first wait before reconnecting, doubled at each "
+                                     "failed try up to max_backoff_s (whole seconds, 1 at least)")
+        max_backoff_s: float = Field(30.0, gt=0, description="the longest wait between tries to reconnect")
         outbox: str | None = Field(None, description="a folder keeping each stream's messages until the broker "
                                    "has them (a file per node and stream): left ones are sent the next time the "
                                    "stream runs")

@@ -120,8 +120,8 @@ class MjpegPreview(Sink):
     class Config(NodeConfig):
         host: str = Field("127.0.0.1", description="bind address; 0.0.0.0 exposes the video to the network")
         port: int = Field(8090, ge=0, le=65535, description="0 picks a free port (see stats)")
-        quality: int = Field(80, ge=10, le=100)
-        max_fps: float = Field(15.0, gt=0)
+        quality: int = Field(80, ge=10, le=100, description="JPEG quality")
+        max_fps: float = Field(15.0, gt=0, description="pictures a second a stream sends at most")
         width: int | None = Field(640, ge=16, description="scale frames to this width (None: as is)")
 
     config: Config
@@ -180,9 +180,10 @@ class Preview(Sink):
                            isolation="the service reads its pictures in the process that runs the graph")
 
     class Config(NodeConfig):
-        max_fps: float = Field(5.0, gt=0, le=60)
+        max_fps: float = Field(5.0, gt=0, le=60, description="JPEG pictures a second of a stream someone asked for, "
+                               "at most")
         width: int = Field(640, ge=16, le=4096, description="pictures wider than this are scaled down")
-        quality: int = Field(75, ge=10, le=100)
+        quality: int = Field(75, ge=10, le=100, description="JPEG quality")
         live_fps: float = Field(30.0, gt=0, le=60, description="the live view's rate at most")
 
     config: Config

@@ -26,9 +26,9 @@ class ListSource(Source):
         return cls.declare(sharding="its feed lives in the memory of the process that started the run")
 
     class Config(NodeConfig):
-        feed: str
-        stream: str | None = None
-        fps: float = Field(30.0, gt=0)
+        feed: str = Field(description="the feed's name in the run's feeds (Runner(spec, feeds={name: items}))")
+        stream: str | None = Field(None, description="stream id of items that are not frames (default: the node id)")
+        fps: float = Field(30.0, gt=0, description="timestamps of items that are not frames advance at this rate")
 
     config: Config
 

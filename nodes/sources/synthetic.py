@@ -28,15 +28,17 @@ class SyntheticSource(Source):
 
     class Config(NodeConfig):
         count: int = Field(100, ge=0, description="frames to generate")
-        width: int = Field(64, ge=1, le=16384)
-        height: int = Field(48, ge=1, le=16384)
+        width: int = Field(64, ge=1, le=16384, description="frame width in pixels")
+        height: int = Field(48, ge=1, le=16384, description="frame height in pixels")
         stream: str | None = Field(None, description="stream id (default: the node id)")
         fps: float = Field(30.0, gt=0, description="timestamps advance at this rate")
         realtime: bool = Field(False, description="sleep to keep the frame rate")
         pool: bool = Field(True, description="allocate frames from a shared buffer pool")
         fill: bool = Field(True, description="write a pattern into every frame (off: measure the engine only)")
         format: Literal["BGR", "NV12"] = Field("BGR", description="NV12: what hardware video decoders hand over")
-        memory: Literal["auto", "dma-heap", "memfd", "host"] = "auto"
+        memory: Literal["auto", "dma-heap", "memfd", "host"] = Field(
+            "auto", description="where frames live: auto (the best this host has: flowpipe devices), a DMA-BUF "
+            "heap, memfd, or the process's own memory")
 
         @model_validator(mode="after")
         def _even(self) -> SyntheticSource.Config:
