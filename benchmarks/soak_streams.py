@@ -65,6 +65,16 @@ def open_fds(pid: int) -> int:
         return 0
 
 
+def frame_maps(pid: int) -> int:
+    """The shared frame buffers a process maps (a mapping may hold no fd: the device owner maps shards'
+    buffers that way), so a leak of buffers shows even where the fds stay flat."""
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            return sum("flowpipe-frame" in line for line in f)
+    except OSError:
+        return 0
+
+
 def fd_inventory(pid: int) -> dict[str, int]:
     """A process's open fds by what they are (``memfd:flowpipe-frame 1572864``: a shared buffer of that many
     bytes; ``socket``, ``pipe``, ``anon_inode:[eventfd]``, a file's folder ...): a creep shows as the kind that
@@ -246,7 +256,8 @@ def main() -> None:
             pids = process_tree(os.getpid())
             snap = run.snapshot()
             samples.append({"t_s": round(time.monotonic() - t0, 1), "out": snap["out"],
-                            "pss_mb": {p: round(pss_mb(p), 1) for p in pids}, "fds": {p: open_fds(p) for p in pids}})
+                            "pss_mb": {p: round(pss_mb(p), 1) for p in pids}, "fds": {p: open_fds(p) for p in pids},
+                            "frame_maps": {p: frame_maps(p) for p in pids}})
             if "warm" not in inventories and samples[-1]["t_s"] >= a.warmup:
                 inventories["warm"] = {p: fd_inventory(p) for p in pids}
             inventories["last"] = {p: fd_inventory(p) for p in pids}
@@ -498,6 +509,11 @@ def recovery(rate: list[tuple[float, int]], t: float, before: float = 10.0, wind
     return None
 
 
+def _ends(series: list[int]) -> dict[str, int | None]:
+    """The first and last of a series after the warm-up."""
+    return {"start": series[0] if series else None, "end": series[-1] if series else None}
+
+
 def summarize(samples: list[dict[str, Any]], warmup: float) -> dict[str, Any]:
     """Rate, and the lines through PSS and open fds after ``warmup`` (whole, last half, per process)."""
     kept = [s for s in samples if s["t_s"] >= warmup]
@@ -506,7 +522,8 @@ def summarize(samples: list[dict[str, Any]], warmup: float) -> dict[str, Any]:
     pids = sorted({p for s in kept for p in s["pss_mb"]})
     per = {str(p): {"pss_mb": fit([s["t_s"] for s in kept if p in s["pss_mb"]],
                                   [s["pss_mb"][p] for s in kept if p in s["pss_mb"]]),
-                    "fds": fit([s["t_s"] for s in kept if p in s["fds"]], [s["fds"][p] for s in kept if p in s["fds"]])}
+                    "fds": fit([s["t_s"] for s in kept if p in s["fds"]], [s["fds"][p] for s in kept if p in s["fds"]]),
+                    "frame_maps": _ends([s["frame_maps"][p] for s in kept if p in s.get("frame_maps", {})])}
            for p in pids}
     th = [s["t_s"] for s in half]
     return {"fps": round((kept[-1]["out"] - kept[0]["out"]) / (t[-1] - t[0]), 1) if len(kept) > 1 else None,

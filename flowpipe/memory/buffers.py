@@ -87,6 +87,7 @@ class SharedBuffer:
         self._address: int | None = None
         self._keep: Any = None  # what keeps external memory alive (a driver mapping)
         self._mmap: Any = None
+        self._pages: Any = None  # a mapping made through libc (memfd): unmapped when its last view goes
         if _external is not None:  # memory another owner made (page-locked driver memory)
             self._address, self._keep = _external
         elif self.kind == "host":
@@ -96,7 +97,10 @@ class SharedBuffer:
             if _fd is None:
                 os.ftruncate(fd, self.size)
             self.handle = fd
-            self._mmap = mmap.mmap(fd, self.size)
+            # mapped without a second fd (Python's mmap keeps a duplicate of the one it maps); its pages are
+            # made when first written (a pool sized for the deepest queue costs what its frames touch)
+            self._pages = _map_shared(fd, self.size)
+            self._address = ctypes.addressof(self._pages)
         elif self.kind == "dma-heap":
             fd = _fd if _fd is not None else dma_heap_alloc(self.size, ioctl=_ioctl)
             self.handle = fd
@@ -117,6 +121,8 @@ class SharedBuffer:
             raise ValueError(f"view of {count * dtype.itemsize} bytes at offset {offset} exceeds buffer of {self.size}")
         if self._mmap is not None:
             return np.frombuffer(self._mmap, dtype=dtype, count=count, offset=offset).reshape(shape)
+        if self._pages is not None:  # each view holds the mapping: it is unmapped when the last one goes
+            return np.frombuffer(memoryview(self._pages), dtype=dtype, count=count, offset=offset).reshape(shape)
         raw = (ctypes.c_uint8 * self.size).from_address(self.address)  # MapViewOfFile or driver memory
         return np.frombuffer(memoryview(raw), dtype=dtype, count=count, offset=offset).reshape(shape)
 
@@ -152,8 +158,7 @@ class SharedBuffer:
 
     def drop_handle(self) -> None:
         """Close the fd a mapped buffer was made from, keeping the mapping (a ``memfd`` buffer another process
-        made, whose pages stay mapped here). The mapping keeps an fd of its own (Python's ``mmap`` holds a
-        duplicate until it closes): one fd a buffer, not two."""
+        made, whose pages stay mapped here): the mapping holds the memory, and the buffer no fd at all."""
         if self.kind == "memfd" and self.handle is not None:
             os.close(self.handle)
             self.handle = None
@@ -167,6 +172,7 @@ class SharedBuffer:
                 self._mmap.close()
         except BufferError:
             pass  # a numpy view is still alive; the mapping goes when it does
+        self._pages = None  # unmapped now, or with the last view that holds it
         if self.kind in ("memfd", "dma-heap") and self.handle is not None:
             os.close(self.handle)
         elif self._keep is not None:
@@ -216,6 +222,49 @@ def dma_buf_sync(fd: int, flags: int, *, ioctl: Callable[..., Any] | None = None
     import fcntl
 
     (ioctl or fcntl.ioctl)(fd, DMA_BUF_IOCTL_SYNC, struct.pack("=Q", flags))
+
+
+_libc: Any = None
+
+
+def _map_shared(fd: int, size: int) -> Any:
+    """``size`` bytes of ``fd`` mapped shared, read and write, through libc's ``mmap``: the mapping holds no fd
+    of its own (the file stays while it is mapped), so a process that maps thousands of buffers another made
+    holds no fd for them. Returns a ctypes array over the pages whose end unmaps them: every numpy view holds
+    it, so they are unmapped only when the last view goes."""
+    global _libc
+    if _libc is None:
+        lib = ctypes.CDLL(None, use_errno=True)
+        lib.mmap.restype = ctypes.c_void_p
+        lib.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                             ctypes.c_long)
+        lib.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
+        _libc = lib
+    address = _libc.mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED, fd, 0)
+    if address in (None, ctypes.c_void_p(-1).value):
+        err = ctypes.get_errno()
+        raise OSError(err, f"mmap of {size} bytes failed: {os.strerror(err)}")
+    return _Pages.of(address, size)
+
+
+class _Pages(ctypes.Array):  # type: ignore[type-arg]
+    """Bytes mapped by ``_map_shared``; unmapped when the object goes (after the last view that holds it)."""
+
+    _type_ = ctypes.c_uint8
+    _length_ = 0
+
+    @staticmethod
+    def of(address: int, size: int) -> Any:
+        kind: Any = _sized.get(size)
+        if kind is None:
+            kind = _sized[size] = type("_Pages", (_Pages,), {"_type_": ctypes.c_uint8, "_length_": size})
+        return kind.from_address(address)
+
+    def __del__(self) -> None:
+        _libc.munmap(ctypes.addressof(self), ctypes.sizeof(self))
+
+
+_sized: dict[int, Any] = {}
 
 
 def _win32_map(size: int, handle: int | None, kernel32: Any) -> tuple[int, int, None]:
