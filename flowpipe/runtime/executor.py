@@ -12,10 +12,12 @@ import importlib
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from ..errors import Diagnostic, GraphError
 from ..graph import GraphSpec
 from .commands import LiveControl
 from .context import RunHooks, Share
 from .runner import Runner
+from .settings import open_files_short
 from .shards import ShardedRun, resolve_processes
 from .stats import RunSummary
 
@@ -86,6 +88,9 @@ def executor(spec: GraphSpec, processes: int | str | None = None, *, cluster: st
         return _REMOTE["cluster"](spec, cluster, name or "flowpipe", max_frames=max_frames)
     n = resolve_processes(spec, processes)
     spec.processes = n
+    short = open_files_short(n, len(spec.sources()))
+    if short is not None:  # said before any node opens, not as "Too many open files" from one of them
+        raise GraphError(Diagnostic(short, file=spec.file))
     if n > 1:
         return ShardedRun(spec, n, max_frames=max_frames, progress=progress, record_times=record_times,
                           share=share, hooks=hooks)

@@ -139,3 +139,30 @@ def open_files_raised() -> tuple[int, int]:
     except (ValueError, OSError):  # a hard limit above what the kernel allows (nr_open): as it was
         return soft, soft
     return soft, want
+
+
+#: Open files a run needs at least, for each of its processes: every shared frame buffer is an fd in the process
+#: that made it. Lower bounds, below what the main job holds on CPU (``benchmarks/soak_streams.py``: some 500
+#: fds in one process with one stream, 636 in a shard with one, 800 with two; README "Open files"), so a run
+#: refused on them would surely have run out.
+FDS_A_PROCESS, FDS_A_STREAM = 256, 64
+
+
+def open_files_short(processes: int, streams: int) -> str | None:
+    """The line that refuses a run of ``streams`` streams over ``processes`` processes (1: this one) before
+    anything opens, when its busiest process needs more open files than the hard limit lets it have (the soft
+    limit is raised to it, ``open_files_raised``): what it needs, the limit, how to raise it. None when it fits
+    or the limit is not known."""
+    try:
+        import resource
+    except ImportError:  # not on POSIX
+        return None
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    each = -(-streams // max(1, processes))  # the busiest process's streams
+    needs = FDS_A_PROCESS + each * FDS_A_STREAM
+    if hard == resource.RLIM_INFINITY or needs <= hard:
+        return None
+    where = f"each of its {processes} processes" if processes > 1 else "its process"
+    return (f"this run needs at least {needs} open files in {where} ({FDS_A_PROCESS} + {each} stream(s) x "
+            f"{FDS_A_STREAM}: every shared frame buffer is one) and the hard limit is {hard}: raise it (ulimit -Hn "
+            f"as root, or systemd's LimitNOFILE) or spread the streams over more processes (--processes)")
