@@ -129,8 +129,16 @@ def _from_model_api(info: ExportedInfo, meta: dict[str, Any]) -> None:
     put("resize_type", "resize", lambda v: _RESIZE.get(str(v), str(v)))
     put("pad_value", "pad_value", int)
     put("reverse_input_channels", "reverse_channels", lambda v: str(v).lower() in ("true", "1", "yes"))
-    put("mean_values", "mean", lambda v: [float(x) for x in str(v).split()] if isinstance(v, str) else list(v))
-    put("scale_values", "scale", lambda v: [float(x) for x in str(v).split()] if isinstance(v, str) else list(v))
+    put("mean_values", "mean", _floats)
+    put("scale_values", "scale", _floats)
+
+
+def _floats(v: Any) -> list[float]:
+    """Per-channel values as written: space separated, a list, or one number (ultralytics' [255.0] is read back
+    from the IR as 255)."""
+    if isinstance(v, str):
+        return [float(x) for x in v.split()]
+    return [float(x) for x in v] if isinstance(v, (list, tuple)) else [float(v)]
 
 
 def _rt(model: Any, section: str) -> dict[str, Any]:
@@ -247,6 +255,8 @@ def choose_head(outputs: dict[str, tuple[int, ...]], info: ExportedInfo, head: s
         extra, count = "none", 0
     width = count * 3 if extra == "keypoints" else count
     kind = head or (info.model_type or "").lower().replace("-", "")
+    if kind == "yolo":  # ultralytics' OpenVINO export says this of every YOLO it writes: the shapes decide
+        kind = ""
     if len(dets) == 2 and kind in ("", "detr", "rtdetr"):  # DETR: boxes [1,Q,4] beside logits [1,Q,C]
         box, logit = sorted(dets, key=lambda k: shapes[k][2] != 4)
         if shapes[box][2] == 4 and shapes[box][1] == shapes[logit][1]:

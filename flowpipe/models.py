@@ -31,6 +31,8 @@ from typing import Any
 
 import yaml
 
+from .exported import model_file
+
 log = logging.getLogger(__name__)
 _fetch_lock = threading.Lock()
 _quantize_lock = threading.Lock()
@@ -356,7 +358,7 @@ def make_quantized(name: str, recipe: dict[str, Any] | None = None) -> Path:
 
 def resolve(ref: str, fetch: bool = True, sha256: str | None = None) -> Path:
     """A registry name (fetched and verified, or quantized from its source), an http(s) URL (with ``sha256``),
-    or a local path."""
+    or a local path (a folder: the .xml in it, as ultralytics' OpenVINO export writes)."""
     if ref.startswith(("http://", "https://")):
         return fetch_url(ref, sha256)
     if is_registry_name(ref) and "quantize" in entry(ref):
@@ -373,7 +375,7 @@ def resolve(ref: str, fetch: bool = True, sha256: str | None = None) -> Path:
         if not fetch:
             raise FileNotFoundError(f"model '{ref}' is not in the cache; run: flowpipe models pull {ref}")
         return pull(ref)
-    path = Path(os.path.expanduser(ref))
+    path = model_file(ref)
     if not path.is_file():
         raise FileNotFoundError(f"model file not found: {ref} (expected a registry name: "
                                 f"{', '.join(registry())}, or an existing .xml/.onnx/.tflite/.blob path)")

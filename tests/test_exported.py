@@ -88,6 +88,31 @@ def test_the_model_api_rt_info_of_an_openvino_ir(tmp_path: Path) -> None:
     assert exported.choose_head(outs, info).kind == "yolox"
 
 
+def test_the_folder_ultralytics_openvino_export_writes_is_read_as_written(tmp_path: Path) -> None:
+    """ultralytics' OpenVINO export says model_type YOLO of every model and scale_values [255.0] (which the IR
+    gives back as 255), with metadata.yaml beside the IR: the head comes from the shapes, the scale is read, and
+    a graph naming the folder runs the .xml in it."""
+    from openvino import opset13 as ops
+
+    from flowpipe import models
+
+    x = ops.parameter([1, 3, 64, 64], np.float32, name="images")
+    y = ops.reshape(ops.reduce_mean(x, [1, 2, 3], True), [1, 1, 1], False)
+    model = ov.Model([ops.add(ops.constant(np.zeros((1, 6, 84), np.float32)), y)], [x], "yolo11n")
+    for k, v in {"model_type": "YOLO", "reverse_input_channels": True, "pad_value": 114, "scale_values": [255.0],
+                 "labels": ["person", "car"], "resize_type": "fit_to_window_letterbox"}.items():
+        model.set_rt_info(v, ["model_info", k])
+    folder = tmp_path / "yolo11n_openvino_model"
+    folder.mkdir()
+    ov.save_model(model, str(folder / "yolo11n.xml"))
+    (folder / "metadata.yaml").write_text("names: {0: person, 1: car}\nimgsz: [64, 64]\ntask: detect\n")
+    info, outs = _read(exported.model_file(folder))
+    pre = exported.preprocessing(info, (1, 3, 64, 64))
+    assert (pre.scale, pre.color, pre.resize, pre.pad_value) == ([255.0], "RGB", "letterbox", 114)
+    assert exported.choose_head(outs, info).kind == "anchor_free"
+    assert models.resolve(str(folder)) == folder / "yolo11n.xml"
+
+
 def test_inspect_says_what_it_found_and_refuses_an_unknown_head_in_one_line(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     good = _onnx(tmp_path / "yolov8n.onnx", {"output0": [1, 6, 84]}, ULTRA)
