@@ -153,3 +153,99 @@ def test_calibrated_on_the_users_footage_and_kept_as_made(cache: Path, monkeypat
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["error: model 'centerface_int8': calibrate: faces crops marked faces, which footage of your own "
                    "does not have; --calib takes frames recipes only (calibrate: frames)"], err
+
+
+def _tiny_yolo_export(folder: Path, size: int = 64) -> Path:
+    """A tiny YOLOv8-style detector as ultralytics' OpenVINO export writes it: a two-convolution net (an 8x8 grid
+    at stride 8) built with the ONNX helper, [1, 3, 64, 64] in, [1, 4+2, 64] out (centre and size in pixels,
+    two class scores), saved as an IR with the Model API's model_info ultralytics sets and metadata.yaml beside
+    it. Seeded weights: the same boxes every time."""
+    import onnx
+    import yaml
+    from onnx import TensorProto, helper, numpy_helper
+
+    r, g, classes = np.random.default_rng(0), size // 8, 2
+    ys, xs = np.mgrid[0:g, 0:g].astype(np.float32)
+    consts = {"w1": r.normal(0, 0.3, (8, 3, 8, 8)), "b1": np.zeros(8), "w2": r.normal(0, 1.0, (4 + classes, 8, 1, 1)),
+              "b2": np.array([0, 0, 0, 0, -2.5, -2.5]), "grid": np.stack([(xs + 0.5) * 8, (ys + 0.5) * 8])[None],
+              "eight": [8.0], "span": [24.0], "least": [8.0]}
+    inits = [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in consts.items()]
+    inits += [numpy_helper.from_array(np.array([2, 2, classes]), "split"),
+              numpy_helper.from_array(np.array([1, 4 + classes, g * g]), "shape")]
+    steps = [("Conv", ["images", "w1", "b1"], "c1", {"strides": [8, 8]}), ("Relu", ["c1"], "f", {}),
+             ("Conv", ["f", "w2", "b2"], "h", {}), ("Tanh", ["xy"], "t", {}), ("Mul", ["t", "eight"], "off", {}),
+             ("Add", ["grid", "off"], "cxy", {}), ("Sigmoid", ["wh"], "s", {}), ("Mul", ["s", "span"], "s2", {}),
+             ("Add", ["s2", "least"], "bwh", {}), ("Sigmoid", ["cls"], "p", {}),
+             ("Concat", ["cxy", "bwh", "p"], "all", {"axis": 1}), ("Reshape", ["all", "shape"], "output0", {})]
+    nodes = [helper.make_node(op, ins, [out], **kw) for op, ins, out, kw in steps]
+    nodes.insert(3, helper.make_node("Split", ["h", "split"], ["xy", "wh", "cls"], axis=1))
+    graph = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info("images", TensorProto.FLOAT,
+                                                                           [1, 3, size, size])],
+                              [helper.make_tensor_value_info("output0", TensorProto.FLOAT, [1, 4 + classes, g * g])],
+                              inits)
+    folder.mkdir(parents=True)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(folder / "tiny.onnx"))
+    model = ov.Core().read_model(str(folder / "tiny.onnx"))
+    for key, value in {"model_type": "YOLO", "reverse_input_channels": True, "pad_value": 114, "scale_values": [255.0],
+                       "iou_threshold": 0.7, "labels": ["person", "car"],
+                       "resize_type": "fit_to_window_letterbox"}.items():
+        model.set_rt_info(value, ["model_info", key])
+    ov.save_model(model, str(folder / "tiny.xml"), compress_to_fp16=False)
+    (folder / "tiny.onnx").unlink()
+    (folder / "metadata.yaml").write_text(yaml.safe_dump({
+        "description": "tiny", "stride": 8, "task": "detect", "batch": 1, "imgsz": [size, size],
+        "names": {0: "person", 1: "car"}}))
+    return folder
+
+
+def test_a_model_of_ones_own_is_quantized_with_its_own_preprocessing_and_compared_on_held_out_frames(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``flowpipe models quantize PATH --calib VIDEO``: a YOLOv8-style export folder of one's own (a tiny conv net)
+    calibrated on the sample clip through the preprocessing its metadata says, every 5th picture held out; the
+    INT8 IR (quantized convolutions) goes to the export folder ultralytics would name, with the model_info and
+    metadata.yaml of the source, so graphs/detect.yaml runs it with no more keys; its detections are compared
+    with FP32's on the held-out pictures, and the figures are in range."""
+    from flowpipe import exported, load_graph, run
+    from flowpipe.cli import main
+    from flowpipe.cli.quantize import agreement_table
+    from flowpipe.quantize import held_out
+    from flowpipe.sample import sample_path
+
+    rest, held = held_out(150)
+    assert held[:3] == [4, 9, 14] and len(held) == 30 and not set(rest) & set(held) and len(rest) + len(held) == 150
+    source = _tiny_yolo_export(tmp_path / "tiny_openvino_model")
+    video = sample_path("sample")
+    assert main(["models", "quantize", str(source), "--calib", str(video), "--frames", "8", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    int8 = tmp_path / "tiny_int8_openvino_model" / "tiny.xml"
+    assert report["int8"] == str(int8) and int8.is_file() and int8.with_suffix(".bin").is_file()
+    ops = quantized_ops(ov.Core().read_model(str(int8)))
+    assert ops["FakeQuantize"] >= 2 and ops["int8_constants"] >= 2, ops  # both convolutions
+    assert quantized_ops(ov.Core().read_model(str(source / "tiny.xml"))) == {"FakeQuantize": 0, "int8_constants": 0}
+
+    def model_info(path: Path) -> dict:
+        return {k: v.astype(str) for k, v in ov.Core().read_model(str(path)).get_rt_info()["model_info"].items()}
+
+    assert model_info(int8) == model_info(source / "tiny.xml") and model_info(int8)["labels"] == "person car"
+    assert (int8.parent / "metadata.yaml").read_text() == (source / "metadata.yaml").read_text()
+    info, shape, _ = exported.read_file(int8)
+    assert info.labels == ["person", "car"] and exported.preprocessing(info, shape).size == (64, 64)
+    assert report["calibration"] == {"footage": str(video.resolve()), "pictures": 150, "calibrated_on": 8}
+    assert report["calibration_shape"] == [1, 3, 64, 64]
+    assert report["held_out"] == {"every": 5, "pictures": 30, "compared": 30}
+    a = report["agreement"]
+    assert a["frames"] == 30 and a["fp32_boxes"] >= 30 and a["matched"] + a["missed"] == a["fp32_boxes"], a
+    assert a["matched"] + a["extra"] == a["int8_boxes"] and 0.8 <= a["matched_share"] <= 1, a
+    assert 0.5 <= a["mean_iou"] <= 1 and 0 <= a["mean_score_difference"] < 0.1, a
+    table = agreement_table(report).splitlines()
+    assert table[0].startswith("INT8 against FP32 on 30 held-out pictures (pictures 5, 10, 15, ... of the footage, "
+                               "never calibrated on)") and len(table) == 7, table
+    assert table[2] == f"  matched by INT8          {a['matched']}  ({a['matched_share']:.1%})", table
+
+    spec = load_graph(ROOT / "graphs" / "detect.yaml", {
+        "input": str(video), "model": str(int8.parent), "device": "CPU", "output": str(tmp_path / "out.mp4"),
+        "metadata": str(tmp_path / "out.jsonl")})
+    res = run(spec, max_frames=6)
+    assert res.ok, res.error
+    seen = [o for line in (tmp_path / "out.jsonl").read_text().splitlines() for o in json.loads(line)["objects"]]
+    assert seen and {o["label"] for o in seen} <= {"person", "car"}, seen

@@ -17,8 +17,9 @@ from ..accel import openvino as ovx
 from ..accel.host import device_report
 from ..cluster.controller import cluster_devices
 from ..graph import parse_sets
-from .args import processes_arg
+from .args import positive_arg, processes_arg
 from .bench import STEADY_BURSTS, bench_graph
+from .quantize import CHECKED, is_model_path, quantize_path
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
@@ -156,11 +157,14 @@ def _inspect(paths: list[str]) -> int:
 def _quantize(args: argparse.Namespace) -> int:
     """``models quantize NAME``: a quantized entry, or the source model all entries quantized from it name;
     calibrated on ``--calib`` footage, else on the evaluation clips the recipe names (a checkout's
-    ``flowpipe_eval``)."""
+    ``flowpipe_eval``). ``models quantize PATH``: a model of the user's own (``quantize.quantize_path``)."""
+    if not models.is_registry_name(args.name[0]) and is_model_path(args.name[0]):
+        return quantize_path(args)
     names: list[str] = []
     for name in args.name:
         if not models.is_registry_name(name):
-            print(f"error: unknown model '{name}': expected a registry name", file=sys.stderr)
+            print(f"error: unknown model '{name}': expected a registry name, or a model file of your own (an .onnx, "
+                  "an OpenVINO .xml, or a folder holding one)", file=sys.stderr)
             return 2
         made = [name] if "quantize" in models.entry(name) else models.quantized_names(name)
         if not made:
@@ -282,17 +286,35 @@ def add_commands(sub: Any, with_set: Callable[..., None]) -> None:
     d.add_argument("--cluster", metavar="auto|ray://HOST:PORT", help="every host of a Ray cluster, as flowpipe sees it")
     d.set_defaults(func=cmd_devices)
 
-    m = sub.add_parser("models", help="list or fetch registry models (sha256-verified), quantize one to INT8, "
-                       "inspect a model (what it says about itself and how flowpipe reads it), or add NAME PATH to "
-                       "this host's registry")
+    m = sub.add_parser("models", help="list or fetch registry models (sha256-verified), quantize one (or a model "
+                       "file of your own) to INT8, inspect a model (what it says about itself and how flowpipe reads "
+                       "it), or add NAME PATH to this host's registry",
+                       description="quantize PATH --calib VIDEO|DIR: a detector of your own (an .onnx, an OpenVINO "
+                       ".xml, or the folder ultralytics' OpenVINO export writes) to INT8 with NNCF, calibrated on "
+                       "your footage through the preprocessing its metadata says (as graphs/detect.yaml runs it); "
+                       "its metadata goes with it. Every Nth picture of the footage (--hold-out, the 5th, 10th, "
+                       "...) is held out: never calibrated on, the INT8 model's detections are compared with the "
+                       f"FP32 model's on them (at most {CHECKED}, spread evenly; boxes of the same label at IoU 0.5 "
+                       "or more). Calibration takes --frames pictures spread evenly over the others.")
     m.add_argument("action", choices=["list", "pull", "quantize", "inspect", "add"])
     m.add_argument("name", nargs="*")
     m.add_argument("--calib", metavar="VIDEO|DIR", help="quantize: calibrate on this video or folder of images "
                    "(frames spread evenly over it), not on the evaluation clips")
-    m.add_argument("--force", action="store_true", help="quantize: make it again even where the cached one is current")
-    m.add_argument("--recipe", metavar="JSON", help="quantize: these settings instead of the registry's "
+    m.add_argument("--force", action="store_true", help="quantize NAME: make it again even where the cached one is "
+                   "current")
+    m.add_argument("--recipe", metavar="JSON", help="quantize NAME: these settings instead of the registry's "
                    "(the registry's 'quantize' keys: from, calibrate, clips, frames_per_clip, size, subset_size, "
                    "preset)")
+    m.add_argument("-o", "--output", metavar="PATH", help="quantize PATH: the INT8 IR's .xml, or a folder for it "
+                   "(default: beside the model: NAME_int8.xml, or NAME_int8_openvino_model/ for an export folder)")
+    m.add_argument("--frames", type=positive_arg, default=100, metavar="N",
+                   help="quantize PATH: calibration pictures, spread evenly over those not held out (default: 100)")
+    m.add_argument("--hold-out", type=positive_arg, default=quantizer.HOLD_OUT, metavar="N",
+                   help="quantize PATH: every Nth picture of the footage is held out of calibration and the models "
+                   f"are compared on it (default: {quantizer.HOLD_OUT})")
+    m.add_argument("--score", type=float, default=0.25, help="quantize PATH: the score from which detections are "
+                   "compared (default: 0.25, detect_decode's)")
+    m.add_argument("--json", action="store_true", help="quantize PATH: what was made and the agreement, as JSON")
     m.set_defaults(func=cmd_models)
 
     c = sub.add_parser("compile", help="compile a model for a device and export a blob")
