@@ -136,10 +136,10 @@ def model_input(c: InferenceConfig, dynamic: bool | None = None) -> ModelInput |
         return None
     spec = models.entry(c.model)["input"]
     any_size = c.any_size if c.any_size is not None else bool(spec.get("any_size"))
-    if dynamic is None:
-        dynamic = _open_here(c.model)
+    if not any_size:
+        any_size = _open_here(c.model) if dynamic is None else dynamic
     return ModelInput(c.model, tuple(int(d) for d in spec["shape"]), spec.get("layout", "NCHW"),
-                      spec.get("dtype", "f32"), any_size or dynamic)
+                      spec.get("dtype", "f32"), any_size)
 
 
 def _open_here(name: str) -> bool:
