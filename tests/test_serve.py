@@ -663,27 +663,30 @@ def test_a_restarted_server_comes_back_with_its_pipelines_and_cameras(service) -
     assert json.loads((tmp / "out" / "instances.json").read_text()) == []  # stopped by hand: not restored
 
 
-def _serve_command(tmp_path: Path) -> tuple[list[str], Any, Any]:
-    """The real ``flowpipe serve`` on a free loopback port over a folder holding TEMPLATE: its command line,
-    ``call(path, body=None)`` (JSON over HTTP) and ``up(process)`` (waits until it answers)."""
+def _serve_command(tmp_path: Path, graphs: Path | None = None, token: str | None = None) -> tuple[list[str], Any, Any]:
+    """The real ``flowpipe serve`` on a free loopback port over ``graphs`` (default: a folder holding TEMPLATE),
+    its requests carrying ``token``: its command line, ``call(path, body=None)`` (JSON over HTTP) and
+    ``up(process)`` (waits until it answers)."""
     import socket
     import subprocess
     import sys
     import urllib.request
 
-    graphs = tmp_path / "graphs"
-    graphs.mkdir(exist_ok=True)
-    (graphs / "cams.yaml").write_text(TEMPLATE)
+    if graphs is None:
+        graphs = tmp_path / "graphs"
+        graphs.mkdir(exist_ok=True)
+        (graphs / "cams.yaml").write_text(TEMPLATE)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     cli = [sys.executable, "-m", "flowpipe.cli", "serve", "--port", str(port), "--graphs", str(graphs),
            "--output-dir", str(tmp_path / "out")]
     base = f"http://127.0.0.1:{port}"
+    auth = {"Authorization": f"Bearer {token}"} if token else {}
 
     def call(path: str, body: Any = None) -> Any:
         req = urllib.request.Request(base + path, data=None if body is None else json.dumps(body).encode(),  # noqa: S310
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": "application/json", **auth})
         with urllib.request.urlopen(req, timeout=30) as r:  # noqa: S310 - http on loopback
             return json.loads(r.read())
 
@@ -728,11 +731,19 @@ def test_flowpipe_serve_killed_with_sigterm_and_started_again_runs_its_pipelines
 def test_flowpipe_serve_killed_with_sigkill_restores_both_pipelines_and_their_records_go_on(tmp_path) -> None:
     """Two pipelines, a camera each, and ``kill -9`` (a host that loses power): the same command again brings
     both back under their ids, running, and each camera's records go on after the last frame its file held,
-    none written twice."""
+    none written twice. What runs is saved where ``--state`` says, readable by its user alone, and holds no
+    secret: not the token, nor a camera's password, whether written into its URI (that camera is saved
+    without it and not restored, the log saying why) or given by reference to the server's environment
+    (``{FLOWPIPE_CAM_GATE}``: saved as the reference, restored, never shown by the API)."""
     import signal
     import subprocess
 
-    cli, call, up = _serve_command(tmp_path)
+    token = "t0ken-s3cret"  # noqa: S105 - a test token
+    cli, call, up = _serve_command(tmp_path, token=token)
+    state = tmp_path / "conf" / "serve.json"
+    cli += ["--state", str(state)]
+    env = {**os.environ, "FLOWPIPE_TOKEN": token, "FLOWPIPE_CAM_GATE": "pa55word"}
+    gate = "rtsp://admin:{FLOWPIPE_CAM_GATE}@127.0.0.1:9/cam"  # (nothing answers there: the cameras fail)
 
     def records() -> dict[str, list[tuple[str, int]]]:
         out = {}
@@ -741,29 +752,42 @@ def test_flowpipe_serve_killed_with_sigkill_restores_both_pipelines_and_their_re
             out[path.relative_to(tmp_path / "out").parts[0]] = [(r["stream"], r["frame"]) for r in lines]
         return out
 
-    srv = subprocess.Popen(cli, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    srv = subprocess.Popen(cli, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     try:
         up(srv)
-        ids = sorted(call("/pipelines/cams", {"streams": [{"id": cam, "uri": "sample"}]})["id"]
-                     for cam in ("door", "yard"))
+        door, yard = (call("/pipelines/cams", {"streams": [{"id": cam, "uri": "sample"}]})["id"]
+                      for cam in ("door", "yard"))
+        ids = sorted((door, yard))
+        for sid, uri in (("vault", "rtsp://admin:hunter2@127.0.0.1:9/cam"), ("gate", gate)):
+            call(f"/pipelines/{door}/streams", {"id": sid, "uri": uri})
+        assert {s["stream"]: s["uri"] for s in call(f"/pipelines/{door}/streams")}["gate"] == gate
         _wait(lambda: len(records()) == 2 and all(len(r) >= 40 for r in records().values()), 60)
     finally:
         srv.send_signal(signal.SIGKILL)
         srv.wait(60)
+    saved = state.read_text()
+    assert not (tmp_path / "out" / "instances.json").exists() and state.stat().st_mode & 0o777 == 0o600
+    assert all(secret not in saved for secret in (token, "hunter2", "pa55word")), saved
+    streams = {s["id"]: s for i in json.loads(saved) for s in i["streams"]}
+    assert streams["vault"]["uri"] == "rtsp://admin@127.0.0.1:9/cam" and streams["vault"]["unsaved"] is True
+    assert streams["gate"]["uri"] == gate
     before = records()
     for path in (tmp_path / "out").rglob("meta.jsonl"):  # the last record marked: a file started again loses it
         last = json.loads(path.read_text().splitlines()[-1])
         with path.open("a") as f:
             f.write(json.dumps(dict(last, kept=True)) + "\n")
-    srv = subprocess.Popen(cli, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    srv = subprocess.Popen(cli, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     try:
         up(srv)
         _wait(lambda: sorted((i["id"], i["state"]) for i in call("/pipelines/status")) ==
               [(iid, "RUNNING") for iid in ids], 60)
+        assert sorted(s["stream"] for s in call(f"/pipelines/{door}/streams")) == ["door", "gate"]
         _wait(lambda: all(len(records()[iid]) >= len(before[iid]) + 40 for iid in ids), 60)
     finally:
         srv.send_signal(signal.SIGTERM)
         srv.wait(60)
+    assert f"instance {door} (cams): stream vault not restored: its URI's password was not saved" in \
+        (srv.stderr.read() if srv.stderr else "")
     after = records()
     for iid in ids:
         got = after[iid]
@@ -774,3 +798,160 @@ def test_flowpipe_serve_killed_with_sigkill_restores_both_pipelines_and_their_re
         marked = [json.loads(line) for line in next((tmp_path / "out" / iid).rglob("meta.jsonl")).read_text()
                   .splitlines() if line.strip()]
         assert marked[n].get("kept") is True  # the file went on, not started again
+
+
+def test_a_state_file_that_is_not_one_serve_wrote_is_refused_in_one_line_and_kept(tmp_path, capsys) -> None:
+    """A state file cut short (the end of a document lost), garbage, or JSON of another shape: ``flowpipe
+    serve`` does not start (exit 2), says so in one line naming the file and what to do, and leaves the file as
+    it was (what serve writes itself is never torn: it goes to a temporary file beside it, synced, and is
+    renamed over the last). An event index that is no database is refused alike."""
+    from flowpipe.cli import main
+
+    graphs = tmp_path / "graphs"
+    graphs.mkdir()
+    (graphs / "cams.yaml").write_text(TEMPLATE)
+    whole = json.dumps([{"id": "0badcafe", "template": "cams", "parameters": {}, "streams": []}], indent=1)
+    for name, text, words in (("torn.json", whole[: len(whole) // 2], "not JSON (Unterminated string"),
+                              ("instances.json", "\x00\x17garbage", "not JSON (Expecting value at line 1 column 1)"),
+                              ("shape.json", '{"id": "0badcafe"}', "not a list of instances")):
+        path = tmp_path / "out" / name
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+        state = [] if name == "instances.json" else ["--state", str(path)]  # (the default: in the output folder)
+        cli = ["serve", "--graphs", str(graphs), "--output-dir", str(tmp_path / "out"), *state]
+        assert main(cli) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"error: {path}: ") and "\n" not in err, err
+        assert words in err and err.endswith("move it away, or --fresh to start with no pipeline (and write it anew)")
+        assert path.read_text() == text
+    index = tmp_path / "elsewhere" / "events.sqlite"  # the event index: one line too
+    index.parent.mkdir()
+    index.write_bytes(b"not a database " * 10)
+    assert main(["serve", "--graphs", str(graphs), "--output-dir", str(index.parent)]) == 2
+    assert capsys.readouterr().err.strip() == (f"error: {index}: file is not a database; expected the event index "
+                                               "flowpipe serve makes (move it away: a new one is made)")
+
+
+def test_serve_on_a_folder_with_no_templates_warns_and_a_body_that_is_not_json_is_400(tmp_path) -> None:
+    """The real ``flowpipe serve`` over an empty folder: a WARNING names the folder and ``--graphs DIR``. A body
+    that is not JSON gets 400, whatever its content type says or without one (as every HTTP client may send
+    it), and a request with no body where one is needed too; JSON of another shape is 422."""
+    import http.client
+    import signal
+    import subprocess
+
+    empty = tmp_path / "nothing_here"
+    empty.mkdir()
+    cli, call, up = _serve_command(tmp_path, graphs=empty)
+    srv = subprocess.Popen(cli, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        up(srv)
+        assert call("/pipelines") == []
+        port = int(cli[cli.index("--port") + 1])
+        for body, headers, status, words in (
+                (b"{not json", {}, 400, "malformed JSON: Expecting property name enclosed in double quotes"),
+                (b"id=door&uri=sample", {"Content-Type": "application/x-www-form-urlencoded"}, 400, "malformed JSON"),
+                (b"\xff\xfe", {"Content-Type": "application/json"}, 400, "malformed JSON"),
+                (b"", {}, 400, "no request body; expected a JSON object"),
+                (b"[1, 2]", {}, 422, "request body: Input should be a valid dictionary")):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            conn.request("POST", "/pipelines/cams", body=body, headers=headers)  # no content type unless given
+            r = conn.getresponse()
+            got = json.loads(r.read())
+            conn.close()
+            assert r.status == status and list(got) == ["error"] and words in got["error"], (body, r.status, got)
+    finally:
+        srv.send_signal(signal.SIGTERM)
+        srv.wait(60)
+    log = srv.stderr.read() if srv.stderr else ""
+    assert f"WARNING flowpipe: no graph templates in {empty} (a template is a graph file, NAME.yaml, that flowpipe " \
+           "validate passes): --graphs DIR serves those in DIR" in log, log
+
+
+def test_events_a_shipped_graph_raises_are_indexed_found_by_each_filter_and_kept_after_kill_9(tmp_path) -> None:
+    """graphs/people_count.yaml through the real ``flowpipe serve`` over 40 frames of the street clip (a man on
+    a bike crosses the line; the zone made the whole picture: occupied, someone staying), two instances, three
+    cameras. ``GET /events`` lists every event they raised once, newest first, its snapshot named as the
+    instance's own events name it; each filter (instance, stream, kind, rule, after and before in seconds or
+    ISO 8601, limit) gives exactly the events that match, fewer than all. After ``kill -9``, the server started
+    again (``--fresh``: no pipeline runs) serves the same events, and their snapshots."""
+    import signal
+    import subprocess
+    import urllib.request
+    from datetime import datetime, timezone
+    from urllib.parse import urlencode
+
+    import cv2
+
+    from flowpipe.sample import sample_path
+
+    media = tmp_path / "media"
+    media.mkdir()
+    cap, clip = cv2.VideoCapture(str(sample_path("sample-street"))), None
+    for i in range(58):
+        ok, frame = cap.read()
+        assert ok
+        if i >= 18:
+            clip = clip or cv2.VideoWriter(str(media / "street.mp4"), cv2.VideoWriter_fourcc(*"mp4v"), 25,
+                                           (frame.shape[1], frame.shape[0]))
+            clip.write(frame)
+    assert clip is not None
+    clip.release()
+    graphs = tmp_path / "graphs"  # the shipped graph alone: the server starts sooner than over every one
+    graphs.mkdir()
+    (graphs / "people_count.yaml").write_bytes((Path(__file__).resolve().parents[1] / "graphs" / "people_count.yaml")
+                                               .read_bytes())
+    cli, call, up = _serve_command(tmp_path, graphs=graphs)
+    cli += ["--media-dir", str(media)]
+    log = (tmp_path / "serve.log").open("w")
+    base = f"http://127.0.0.1:{cli[cli.index('--port') + 1]}"
+
+    def jpeg(path: str) -> bytes:
+        with urllib.request.urlopen(base + path, timeout=30) as r:  # noqa: S310 - http on loopback
+            assert r.headers["content-type"] == "image/jpeg"
+            return bytes(r.read())
+
+    def key(iid: str, e: dict[str, Any]) -> tuple[str, str, str, str]:
+        return iid, e["stream"], e["id"], e["state"]
+
+    params = {"zone": [[0, 0], [1, 0], [1, 1], [0, 1]], "crowd": 1, "crowd_for": 0.0, "dwell": 0.5, "device": "CPU"}
+    srv = subprocess.Popen(cli, stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        up(srv)
+        x, y = (call("/pipelines/people_count", {"parameters": params, "streams": [
+            {"id": cam, "uri": "street.mp4"} for cam in cams]})["id"] for cams in (["a", "b"], ["c"]))
+        _wait(lambda: [(s["state"], s["in"], s["out"]) for iid in (x, y) for s in call(f"/pipelines/{iid}/streams")]
+              == [("ended", 40, 40)] * 3, 120)
+        raised = {key(iid, e): e.get("snapshot") for iid in (x, y) for e in call(f"/pipelines/{iid}/events?limit=200")}
+        _wait(lambda: {key(e["instance"], e) for e in call("/events?limit=1000")} == set(raised))
+        every = call("/events?limit=1000")
+        assert len(every) == len(raised) and {key(e["instance"], e): e["snapshot"] for e in every} == raised
+        assert [e["at"] for e in every] == sorted((e["at"] for e in every), reverse=True)
+        assert {e["kind"] for e in every} == {"crossing", "occupancy", "dwell"}
+        for where in ({"instance": x}, {"instance": y}, {"stream": "c"}, {"kind": "crossing"}, {"rule": "staying"},
+                      {"instance": x, "stream": "b", "kind": "occupancy"}):
+            got = call(f"/events?{urlencode({**where, 'limit': 1000})}")
+            assert got == [e for e in every if all(e[k] == v for k, v in where.items())], where
+            assert 0 < len(got) < len(every), where
+        ats = sorted({e["at"] for e in every})
+        mid = (ats[len(ats) // 2 - 1] + ats[len(ats) // 2]) / 2
+        iso = datetime.fromtimestamp(mid, timezone.utc).isoformat()
+        assert call(f"/events?after={mid}&limit=1000") == [e for e in every if e["at"] > mid]
+        assert call(f"/events?{urlencode({'before': iso, 'limit': 1000})}") == [e for e in every if e["at"] < mid]
+        assert call("/events?limit=2") == every[:2]
+        shot = next(e["snapshot"] for e in every if e["snapshot"])
+        assert jpeg(shot)[:2] == b"\xff\xd8"
+    finally:
+        srv.send_signal(signal.SIGKILL)
+        srv.wait(60)
+    srv = subprocess.Popen([*cli, "--fresh"], stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        up(srv)
+        assert call("/pipelines/status") == []
+        assert call("/events?limit=1000") == every
+        assert call(f"/events?instance={y}&limit=1000") == [e for e in every if e["instance"] == y]
+        assert jpeg(shot)[:2] == b"\xff\xd8"
+    finally:
+        srv.send_signal(signal.SIGTERM)
+        srv.wait(60)
+        log.close()

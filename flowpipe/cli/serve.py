@@ -17,7 +17,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn  # the serve extra (FastAPI, uvicorn): loaded only by the command that needs it
 
     from ..serve.api import create_app
+    from ..serve.events import EventIndexError
     from ..serve.instances import Instances
+    from ..serve.state import StateError
 
     token = args.token or os.environ.get("FLOWPIPE_TOKEN")
     try:
@@ -43,16 +45,39 @@ def cmd_serve(args: argparse.Namespace) -> int:
             return 2
         log.warning("the token travels in clear over plain HTTP on %s (--insecure-http): keep a TLS proxy in front",
                     args.host)
+    state = Path(args.state) if args.state else None
+    if state is not None and (state.is_dir() or (state.parent.exists() and not state.parent.is_dir())):
+        print(f"error: --state {state}: not a file in a folder; expected a path like DIR/instances.json",
+              file=sys.stderr)
+        return 2
+    if args.events_keep < 0 or (args.events_keep_days is not None and not args.events_keep_days > 0):
+        print("error: --events-keep and --events-keep-days: expected a number over 0 (--events-keep 0: no limit)",
+              file=sys.stderr)
+        return 2
     shipped = Path(__file__).resolve().parents[2] / "graphs"
     folders = [Path(f) for f in (args.graphs or [Path("graphs") if Path("graphs").is_dir() else shipped])]
-    instances = Instances(folders, Path(args.output_dir), Path(args.media_dir) if args.media_dir else None,
-                          cluster=args.cluster)
+    try:
+        instances = Instances(folders, Path(args.output_dir), Path(args.media_dir) if args.media_dir else None,
+                              cluster=args.cluster, state=state, events_keep_days=args.events_keep_days,
+                              events_keep=args.events_keep or None)
+    except EventIndexError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     log.info("flowpipe serve on %s://%s:%d/ (%d templates from %s)%s", "https" if tls else "http", args.host,
              args.port,
              len(instances.templates), ", ".join(map(str, folders)),
              "; requests need 'Authorization: Bearer <token>'" if token else "")
+    if not instances.templates:
+        log.warning("no graph templates in %s (a template is a graph file, NAME.yaml, that flowpipe validate "
+                    "passes): --graphs DIR serves those in DIR", ", ".join(
+                        f"{f.resolve()}{'' if f.is_dir() else ' (no such folder)'}" for f in folders))
     if not args.fresh:
-        back = instances.restore()
+        try:
+            back = instances.restore()
+        except StateError as e:
+            print(f"error: {e}: move it away, or --fresh to start with no pipeline (and write it anew)",
+                  file=sys.stderr)
+            return 2
         if back:
             log.info("restored %d pipeline(s) with %d stream(s) from %s (--fresh: none)", len(back),
                      sum(len(i.added) for i in back), instances.saved_at)
@@ -61,6 +86,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     instances.closing = True  # what runs now is what the next start restores
     for inst in list(instances.instances.values()):
         instances.stop(inst)
+    instances.close()
     return 0
 
 
@@ -77,8 +103,15 @@ def add_serve(sub: Any) -> None:
     s.add_argument("--tls-key", metavar="PEM", help="... and its private key")
     s.add_argument("--insecure-http", action="store_true", help="serve plain HTTP off loopback with a token (a TLS "
                    "proxy in front speaks to the network); refused otherwise")
-    s.add_argument("--fresh", action="store_true", help="start with no pipeline (default: those the last serve on "
-                   "this --output-dir ran, with their streams, as OUTPUT_DIR/instances.json says)")
+    s.add_argument("--state", metavar="FILE", help="what runs, saved at each change and run again at the next start "
+                   "(default: OUTPUT_DIR/instances.json); it holds no token and no camera password")
+    s.add_argument("--fresh", action="store_true", help="start with no pipeline (default: those the last serve with "
+                   "this --state ran, with their streams)")
+    s.add_argument("--events-keep-days", type=float, metavar="DAYS", help="the event index (OUTPUT_DIR/events.sqlite, "
+                   "GET /events) forgets events older than this (default: none; snapshots and clips are the graph's "
+                   "to keep or delete)")
+    s.add_argument("--events-keep", type=int, default=100_000, metavar="N", help="... and the oldest beyond N "
+                   "(default: 100000; 0: no limit)")
     s.add_argument("--cluster", metavar="auto|ray://HOST:PORT",
                    help="instances run on a Ray cluster, each stream placed on a host with room for it")
     s.set_defaults(func=cmd_serve)

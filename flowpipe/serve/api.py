@@ -2,13 +2,14 @@
 
 Paths in the shape of DL Streamer Pipeline Server's: ``/pipelines`` lists templates, ``POST
 /pipelines/{name}`` starts an instance, ``/pipelines/status`` and ``/pipelines/{id}/status`` report,
-``DELETE /pipelines/{id}`` stops; streams of a running instance under ``/pipelines/{id}/streams``. Every
-error is a 4xx with one line of JSON (``{"error": "..."}``); the service stays up. The schema is at
-``/openapi.json``, the console at ``/``.
+``DELETE /pipelines/{id}`` stops; streams of a running instance under ``/pipelines/{id}/streams``; every
+instance's events, kept across restarts, at ``/events``. Every error is a 4xx with one line of JSON
+(``{"error": "..."}``); the service stays up. The schema is at ``/openapi.json``, the console at ``/``.
 """
 from __future__ import annotations
 
 import hmac
+import json
 import re
 import time
 from collections.abc import Iterator
@@ -16,13 +17,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..cluster.agent import FilePart, Span
+from .events import inside, when
 from .instances import Instances, RequestError
 
 MAX_BODY = 64 * 1024  # bytes: a request is a few names and URIs
@@ -70,10 +72,15 @@ def create_app(instances: Instances, token: str | None = None) -> FastAPI:
         size = request.headers.get("content-length")
         if size is not None and (not size.isdigit() or int(size) > MAX_BODY):
             return _error(413, f"request body over {MAX_BODY} bytes")
-        if request.method in ("POST", "PUT", "PATCH") and size is None:
+        if request.method in ("POST", "PUT", "PATCH"):
             body = await request.body()
             if len(body) > MAX_BODY:
                 return _error(413, f"request body over {MAX_BODY} bytes")
+            if body.strip():  # whatever its content type says: the API reads JSON alone
+                try:
+                    json.loads(body)
+                except ValueError as e:
+                    return _error(400, f"malformed JSON: {getattr(e, 'msg', e)}; expected a JSON object")
         return await call_next(request)
 
     @app.exception_handler(RequestError)
@@ -86,6 +93,10 @@ def create_app(instances: Instances, token: str | None = None) -> FastAPI:
         where = ".".join(str(x) for x in err.get("loc", ()) if x != "body")
         if err.get("type") == "json_invalid":
             return _error(400, f"malformed JSON: {err.get('ctx', {}).get('error', err['msg'])}")
+        if err.get("type") == "missing" and tuple(err.get("loc", ())) == ("body",):
+            return _error(400, "no request body; expected a JSON object")
+        if not where and tuple(err.get("loc", ())) == ("body",):
+            return _error(422, f"request body: {err['msg']}; expected a JSON object")
         return _error(422, f"{where}: {err['msg']}" if where else str(err["msg"]))
 
     @app.exception_handler(StarletteHTTPException)
@@ -201,27 +212,45 @@ def _view_routes(api: APIRouter, instances: Instances) -> None:
         inst = instances.get(iid)
         out = []
         for e in reversed(inst.events()[-max(1, min(limit, 200)):]):
-            # files inside the instance's folder, as this API serves them; on a cluster, read on the host that
-            # raised the event (its address in the query)
-            where = f"?{urlencode({'host': e['host']})}" if isinstance(e.get("host"), str) else ""
             for key in ("snapshot", "clip"):
                 if isinstance(e.get(key), str):
-                    rel = _inside(inst.folder, e[key])
-                    e[key] = f"/pipelines/{iid}/files/{rel}{where}" if rel is not None else None
+                    e[key] = _file_url(iid, inside(inst.folder, e[key]), e.get("host"))
             out.append(e)
+        return out
+
+    @api.get("/events", summary="every instance's events, kept across restarts, newest first")
+    def history(instance: str | None = None, stream: str | None = None, kind: str | None = None,
+                rule: str | None = None,
+                after: str | None = Query(None, description="raised after: seconds since the epoch, or ISO 8601 "
+                                                            "(UTC where it names no offset)"),
+                before: str | None = Query(None, description="raised before (as after)"),
+                limit: int = Query(50, ge=1, le=1000)) -> list[dict[str, Any]]:
+        named = {"instance": instance, "stream": stream, "kind": kind, "rule": rule}
+        try:
+            times = {k: when(v, k) if v is not None else None for k, v in (("after", after), ("before", before))}
+        except ValueError as bad:
+            raise RequestError(str(bad)) from None
+        out = instances.events.find(limit, **named, **times)
+        for e in out:
+            folder = instances.output_dir / e["instance"]
+            for key in ("snapshot", "clip"):
+                # a file the graph's own retention deleted since is no longer named (one on a host is read there)
+                gone = e[key] is not None and e.get("host") is None and not (folder / e[key]).is_file()
+                e[key] = None if gone else _file_url(e["instance"], e[key], e.get("host"))
         return out
 
     @api.get("/pipelines/{iid}/files/{path:path}", summary="an event's snapshot or clip",
              response_class=Response, responses={200: {"content": {"image/jpeg": {}, "video/mp4": {}}}})
     def files(iid: str, path: str, request: Request, host: str | None = None) -> Response:
-        inst = instances.get(iid)
+        folder = instances.folder_of(iid)  # (an instance that has ended: its events' files, as /events names them)
         kinds = {".jpg": "image/jpeg", ".mp4": "video/mp4"}
-        target = inst.folder / path
-        if _inside(inst.folder, str(target)) is None or target.suffix.lower() not in kinds:
+        target = folder / path
+        if inside(folder, str(target)) is None or target.suffix.lower() not in kinds:
             raise RequestError(f"no file {path!r} of this instance", 404)
         kind, fresh = kinds[target.suffix.lower()], {"Cache-Control": "no-store"}
-        live = inst.runner.live
-        if host is not None and not getattr(live, "closed", False):
+        inst = instances.instances.get(iid)
+        live = inst.runner.live if inst is not None else None
+        if host is not None and live is not None and not getattr(live, "closed", False):
             # a cluster's host wrote it: read there while the run goes, if one of that host's events names it
             # (once it ended, the server's folder, where it is when that is storage the hosts share)
             read = getattr(live, "file", None)
@@ -273,12 +302,12 @@ def _part(part: FilePart, span: Span, kind: str, headers: dict[str, str]) -> Res
                     headers={**headers, "Content-Range": f"bytes {start}-{start + len(data) - 1}/{size}"})
 
 
-def _inside(folder: Path, path: str) -> str | None:
-    """``path`` relative to ``folder`` where it lies inside it (links and '..' resolved), else None."""
-    try:
-        return Path(path).resolve().relative_to(folder.resolve()).as_posix()
-    except (ValueError, OSError):
+def _file_url(iid: str, rel: str | None, host: Any) -> str | None:
+    """Where this API serves an event's file (``rel``: inside the instance's folder, else None); on a cluster,
+    read on the host that raised the event (its address in the query)."""
+    if rel is None:
         return None
+    return f"/pipelines/{iid}/files/{rel}" + (f"?{urlencode({'host': host})}" if isinstance(host, str) else "")
 
 
 def _live_chunks(inst: Any, sid: str, stall_s: float = 10.0) -> Iterator[bytes]:

@@ -13,7 +13,9 @@ import hashlib
 import json
 import logging
 import os
+import re
 import secrets
+import sqlite3
 import threading
 import time
 from dataclasses import dataclass, field
@@ -30,7 +32,13 @@ from ..runtime.executor import Executor, executor
 from ..runtime.live import PartlyRetunedError
 from ..runtime.shards import resolve_processes, tail_records
 from ..sample import SAMPLES
+from .events import EventIndex
+from .state import read as read_state
+from .state import resolved, unsaid
+from .state import write as write_state
 
+SAID = ("flowpipe serve writes no secret; a password given as {FLOWPIPE_CAM_NAME}, a variable of the server's "
+        "environment, is restored")
 PREVIEW = "_preview"  # the node an instance adds that keeps each stream's newest picture for the console
 URI_SCHEMES = ("rtsp://", "rtsps://", "http://", "https://", "srt://", "udp://", "tcp://")
 
@@ -122,6 +130,7 @@ class Instance:
     parameters: dict[str, Any] = field(default_factory=dict)  # every parameter's value now
     own: dict[str, dict[str, Any]] = field(default_factory=dict)  # stream -> the zones and lines it has its own
     added: dict[str, dict[str, Any]] = field(default_factory=dict)  # stream -> the request that added it
+    given: dict[str, str] = field(default_factory=dict)  # a URI read with its password, -> the URI as given
     processes: int | str = 1  # as it was asked for
     sources_run: bool = True  # its graph's own sources run (it was started with no streams named)
     generation: int = 0  # how many times a server restarted it (its recordings go to new files each time)
@@ -138,6 +147,7 @@ class Instance:
     # every event seen, by (stream, id, state), as it stood last: a finished run's (its processes gone) stay listed
     _events: dict[tuple[Any, Any, Any], dict[str, Any]] = field(default_factory=dict, init=False, repr=False)
     _events_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _unindexed: list[dict[str, Any]] = field(default_factory=list, init=False, repr=False)  # new or changed since
     KEEP_EVENTS = 200
 
     @property
@@ -183,12 +193,21 @@ class Instance:
         with self._events_lock:
             for e in fresh:
                 key = (e.get("stream"), e.get("id"), e.get("state"))
-                self._events.pop(key, None)
+                if self._events.pop(key, None) != e:
+                    self._unindexed.append(e)
+                    del self._unindexed[:-self.KEEP_EVENTS * 10]
                 self._events[key] = e
             while len(self._events) > self.KEEP_EVENTS:
                 self._events.pop(next(iter(self._events)))
             got = [dict(e) for e in self._events.values()]
         return sorted(got, key=lambda e: e.get("at", 0.0))
+
+    def unindexed(self) -> list[dict[str, Any]]:
+        """The events new or changed since the last call (as ``events`` found them): what the event index
+        has yet to take."""
+        with self._events_lock:
+            got, self._unindexed = self._unindexed, []
+        return got
 
     def streams(self) -> list[dict[str, Any]]:
         """Every stream of the instance: its own sources' and those added, with their rate now (0 for one
@@ -196,6 +215,7 @@ class Instance:
         out = self.runner.live.states()
         for row in out:
             row.pop("added_at")
+            row["uri"] = self.given.get(row["uri"], row["uri"])
             live = row["state"] in ("running", "reconnecting")
             row["fps"] = round(self._rate(row["stream"], row["out"]), 1) if live else 0.0
         return out
@@ -213,69 +233,138 @@ class Instance:
 
 
 class Instances:
-    """The running graphs of one ``flowpipe serve``."""
+    """The running graphs of one ``flowpipe serve``: what runs is saved in ``state`` (default
+    ``OUTPUT_DIR/instances.json``) at each change, and every event they raise in the event index
+    (``OUTPUT_DIR/events.sqlite``; ``events_keep_days``, ``events_keep``: its retention, ``EventIndex``)."""
+
+    INDEX_EVERY_S = 1.0  # how often running instances' new events go into the index
 
     def __init__(self, folders: list[Path], output_dir: Path, media_dir: Path | None = None,
-                 max_instances: int = 16, cluster: str | None = None):
+                 max_instances: int = 16, cluster: str | None = None, state: Path | None = None,
+                 events_keep_days: float | None = None, events_keep: int | None = 100_000):
         self.cluster = cluster  # instances run on this Ray cluster (their controller serves their streams)
         self.folders = folders
         self.output_dir = output_dir.resolve()
         self.media_dir = media_dir.resolve() if media_dir else None
         self.max_instances = max_instances
+        self.saved_at = (state or self.output_dir / "instances.json").absolute()  # for the next start (``restore``)
         self.templates = find_templates(folders)
         self.instances: dict[str, Instance] = {}
         self._lock = threading.Lock()
         self.closing = False  # the server is going down: what runs stays saved for its next start
-
-    @property
-    def saved_at(self) -> Path:
-        """What runs, for the next ``flowpipe serve`` on this folder (``restore``)."""
-        return self.output_dir / "instances.json"
+        self.events = EventIndex(self.output_dir / "events.sqlite", events_keep_days, events_keep)
+        self._indexer: threading.Thread | None = None
+        self._unsaved: str | None = None  # why the last save failed (said once until one succeeds)
 
     def save(self) -> None:
         """Each running instance's template, parameters (as changed since), processes, the streams added to it and
-        their own zones and lines, written whole (a file renamed over the last): a host that restarts comes back
-        with the same pipelines and cameras (``restore``)."""
+        their own zones and lines, written whole (``state.write``: a file renamed over the last): a host that
+        restarts comes back with the same pipelines and cameras (``restore``). A password in a URI is not
+        written (``state.unsaid``; the instance or stream says so); a file that cannot be written is said in the
+        log, the last one kept."""
         if self.closing:
             return
         with self._lock:
             running = [i for i in self.instances.values() if i.result is None and not i.stopping]
-            doc = [{"id": i.id, "template": i.template, "parameters": i.parameters, "processes": i.processes,
-                    "sources_run": i.sources_run, "streams": list(i.added.values()), "own": i.own,
-                    "generation": i.generation} for i in running]
-            self.output_dir.mkdir(parents=True, exist_ok=True)
-            tmp = self.saved_at.with_name(self.saved_at.name + ".tmp")
-            tmp.write_text(json.dumps(doc, indent=1, default=str))
-            os.replace(tmp, self.saved_at)
+            doc = [_saved(i) for i in running]
+            try:
+                write_state(self.saved_at, doc)
+            except OSError as e:
+                if self._unsaved is None:
+                    log.error("%s: cannot be written (%s): what runs now is not saved for the next start; the file "
+                              "keeps what was saved last", self.saved_at, os.strerror(e.errno) if e.errno else e)
+                self._unsaved = str(e)
+                return
+            if self._unsaved is not None:
+                log.info("%s: written again", self.saved_at)
+                self._unsaved = None
 
     def restore(self) -> list[Instance]:
-        """The instances the last ``flowpipe serve`` on this folder ran (``save``), started again under their ids
+        """The instances the last ``flowpipe serve`` with this state ran (``save``), started again under their ids
         with their parameters, streams and each stream's own zones and lines; one that cannot start is said in
-        the log and left out (its template gone, a camera's address no longer allowed)."""
-        if not self.saved_at.exists():
-            return []
-        try:
-            doc = json.loads(self.saved_at.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            log.warning("%s cannot be read (%s): no pipeline restored", self.saved_at, e)
+        the log and left out (its template gone, a camera's address no longer allowed, its password not saved).
+        A state file that is not one ``save`` wrote raises ``StateError`` (and is left as it is)."""
+        doc = read_state(self.saved_at)
+        if not doc:
             return []
         back = []
         for saved in doc:
             try:
-                streams = saved.get("streams", [])
+                if saved.get("unsaved"):
+                    raise RequestError(f"its parameter {saved['unsaved'][0]!r} is a URI whose password was not "
+                                       f"saved ({SAID})")
+                streams, left = [], set()
+                for req in saved.get("streams", []):
+                    if req.get("unsaved"):
+                        log.warning("instance %s (%s): stream %s not restored: its URI's password was not saved "
+                                    "(%s)", saved["id"], saved["template"], req.get("id"), SAID)
+                        left.add(req.get("id"))
+                        continue
+                    streams.append(req)
                 first = [] if saved.get("sources_run", True) else streams  # named at the start: its own are patterns
+                if not saved.get("sources_run", True) and not first:
+                    raise RequestError("none of its streams is restored")
                 inst = self.start(saved["template"], saved["parameters"], first, saved.get("processes", 1),
                                   iid=saved["id"], generation=int(saved.get("generation", 0)) + 1)
                 for req in streams[len(first):]:
                     self.add_stream(inst, req)
                 for stream, own in saved.get("own", {}).items():
-                    self.retune(inst, own, stream)
-            except (RequestError, KeyError, TypeError) as e:
+                    if stream not in left:
+                        self.retune(inst, own, stream)
+            except (RequestError, KeyError, TypeError, AttributeError) as e:
                 log.warning("instance %s (%s) not restored: %s", saved.get("id"), saved.get("template"), e)
                 continue
             back.append(inst)
         self.save()
         return back
+
+    def close(self) -> None:
+        """The event index closed, once its indexer has ended (the server has stopped its instances)."""
+        indexer = self._indexer
+        if indexer is not None:
+            indexer.join(self.INDEX_EVERY_S * 5)
+        self.events.close()
+
+    def folder_of(self, iid: str) -> Path:
+        """The folder of instance ``iid``: running, or one whose events the index keeps (its files outlive it)."""
+        inst = self.instances.get(iid)
+        if inst is not None:
+            return inst.folder
+        if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", iid) and self.events.knows(iid):
+            return self.output_dir / iid
+        raise RequestError(f"no instance {iid!r}", 404)
+
+    def index(self, inst: Instance) -> None:
+        """``inst``'s events not yet in the index put there (as ``Instance.events`` last found them)."""
+        new = inst.unindexed()
+        try:
+            self.events.add(inst.id, inst.template, inst.folder, new)
+        except sqlite3.Error as e:
+            log.error("%s: %d event(s) of instance %s not indexed: %s", self.events.path, len(new), inst.id, e)
+
+    def _watch_events(self) -> None:
+        """The indexer runs while any instance does (started with the first)."""
+        with self._lock:
+            if self._indexer is None:
+                self._indexer = threading.Thread(target=self._indexing, name="flowpipe:serve:events", daemon=True)
+                self._indexer.start()
+
+    def _indexing(self) -> None:
+        """Every running instance's new events into the index, each ``INDEX_EVERY_S``, until none runs."""
+        while True:
+            time.sleep(self.INDEX_EVERY_S)
+            with self._lock:
+                running = [i for i in self.instances.values() if i.result is None]
+                if not running:
+                    self._indexer = None
+                    return
+            for inst in running:
+                try:
+                    inst.events()
+                except Exception as e:  # noqa: BLE001 - a run going down answers no more; its end indexes the last
+                    log.debug("instance %s: its events could not be read: %s", inst.id, e)
+                    continue
+                self.index(inst)
 
     def state_of(self, template: str, parameters: dict[str, Any]) -> Path:
         """Where instances of ``template`` started with ``parameters`` keep what a stream leaves for its next
@@ -310,9 +399,12 @@ class Instances:
         if "input" in parameters and isinstance(parameters["input"], str):
             parameters = dict(parameters, input=self.source_uri(parameters["input"]))
         for req in streams:  # each stream's address checked before anything starts
-            self.source_uri(req["uri"])
+            _reads(self.source_uri(req["uri"]))
+        values = {**template.params, **parameters}
+        # a password read from the environment is the graph's, never the API's nor the state file's
+        reads = {k: r for k, v in values.items() if isinstance(v, str) and (r := _reads(v)) != v}
         try:
-            spec = load_graph(str(template.path), parameters, text=template.text or None)
+            spec = load_graph(str(template.path), {**parameters, **reads}, text=template.text or None)
         except GraphError as e:
             raise RequestError(f"pipeline {name!r}: {graph_error(e, template)}") from None
         iid = iid if iid is not None and iid not in self.instances else secrets.token_hex(4)
@@ -333,10 +425,12 @@ class Instances:
         runner = executor(spec, spec.processes, cluster=self.cluster, name=f"serve-{iid}", share=share)
         inst = Instance(iid, name, spec, runner, folder, template, {**template.params, **parameters},
                         processes=processes, sources_run=not streams, generation=generation)
+        inst.given.update({r: values[k] for k, r in reads.items()})
         inst.thread = threading.Thread(target=self._run, args=(inst,), name=f"flowpipe:serve:{iid}", daemon=True)
         with self._lock:
             self.instances[iid] = inst
         inst.thread.start()
+        self._watch_events()
         deadline = time.monotonic() + 60
         while not runner.running and inst.result is None and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -361,6 +455,7 @@ class Instances:
             inst.events()  # what its nodes held at the end, before anyone asks (a run of processes keeps none)
         except Exception as e:  # noqa: BLE001 - the run's result matters more than its last events
             log.warning("instance %s: its last events could not be read: %s", inst.id, e)
+        self.index(inst)
         inst.result = result
         self.save()  # it ended: a restart does not run it again
 
@@ -378,7 +473,10 @@ class Instances:
     def add_stream(self, inst: Instance, req: dict[str, Any]) -> dict[str, Any]:
         sid, like = req["id"], req.get("like")
         options = dict(req.get("options") or {})
-        options["uri"] = self.source_uri(req["uri"])
+        src = self.source_uri(req["uri"])
+        options["uri"] = _reads(src)
+        if options["uri"] != src:
+            inst.given[options["uri"]] = src
         try:
             template = inst.runner.live.template(like)
         except ValueError as e:
@@ -577,6 +675,36 @@ class Instances:
             if per_stream and kind == "video" and "{stream}" not in path:
                 p = p.with_name(f"{p.stem}-{{stream}}{p.suffix}")
             set_setting(node.config, key, str((state if kind == "state" else folder) / p))
+
+
+def _reads(uri: str) -> str:
+    """``uri`` as a source reads it: each ``{FLOWPIPE_CAM_NAME}`` in it read from the server's environment."""
+    try:
+        return resolved(uri)
+    except KeyError as e:
+        raise RequestError(f"URI names {{{e.args[0]}}}, which the server's environment does not set; expected it "
+                           "set where flowpipe serve runs") from None
+
+
+def _saved(inst: Instance) -> dict[str, Any]:
+    """What the state file keeps of ``inst``: no password (``unsaved`` names the parameters, and marks the
+    streams, whose URI had one left out: they are not restored; a template's own value is its file's to keep,
+    and left for it to give again)."""
+    parameters, unsaved = {}, []
+    for name, value in inst.parameters.items():
+        kept, cut = unsaid(value) if isinstance(value, str) else (value, False)
+        if cut and value == inst.source.params.get(name):
+            continue
+        parameters[name] = kept
+        if cut:
+            unsaved.append(name)
+    streams = []
+    for req in inst.added.values():
+        uri, cut = unsaid(req["uri"])
+        streams.append({**req, "uri": uri, "unsaved": True} if cut else req)
+    doc = {"id": inst.id, "template": inst.template, "parameters": parameters, "processes": inst.processes,
+           "sources_run": inst.sources_run, "streams": streams, "own": inst.own, "generation": inst.generation}
+    return {**doc, "unsaved": unsaved} if unsaved else doc
 
 
 def last_recorded(spec: GraphSpec) -> dict[str, int]:
