@@ -955,3 +955,34 @@ def test_events_a_shipped_graph_raises_are_indexed_found_by_each_filter_and_kept
         srv.send_signal(signal.SIGTERM)
         srv.wait(60)
         log.close()
+
+
+def test_the_event_index_keeps_one_row_an_event_and_forgets_rows_by_age_and_count_never_files(tmp_path) -> None:
+    """The same record seen twice is one row, its clip named the second time; a restarted run's event of the same
+    id is a row of its own. ``keep_days`` forgets events raised longer ago, ``keep`` the oldest beyond it
+    (also when the index is opened again with them); a row forgotten deletes no file."""
+    from flowpipe.serve.events import EventIndex
+
+    folder = tmp_path / "out" / "0badcafe"
+    (folder / "events").mkdir(parents=True)
+    shot = folder / "events" / "a-00000010.jpg"
+    shot.write_bytes(b"\xff\xd8")
+    now = time.time()
+    old = {"id": "a-crossed-1", "state": "instant", "stream": "a", "frame": 10, "kind": "crossing",
+           "at": round(now - 3 * 86400, 3), "snapshot": str(shot)}
+    index = EventIndex(tmp_path / "out" / "events.sqlite")
+    index.add("0badcafe", "cams", folder, [old])
+    index.add("0badcafe", "cams", folder, [dict(old, clip=str(folder / "clips" / "a-00000010.mp4"))])
+    again = dict(old, frame=3, at=round(now - 86400, 3), snapshot=None)  # the run restarted: ids begin again
+    index.add("0badcafe", "cams", folder, [again, dict(again, id="a-crossed-2", frame=30, at=round(now, 3))])
+    got = index.find(limit=10)
+    assert [(e["id"], e["frame"]) for e in got] == [("a-crossed-2", 30), ("a-crossed-1", 3), ("a-crossed-1", 10)]
+    assert (got[2]["snapshot"], got[2]["clip"]) == ("events/a-00000010.jpg", "clips/a-00000010.mp4")
+    index.close()
+    index = EventIndex(tmp_path / "out" / "events.sqlite", keep_days=2)
+    assert [e["frame"] for e in index.find(limit=10)] == [30, 3]
+    index.close()
+    index = EventIndex(tmp_path / "out" / "events.sqlite", keep=1)
+    assert [e["frame"] for e in index.find(limit=10)] == [30]
+    assert shot.is_file()
+    index.close()
