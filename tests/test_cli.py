@@ -249,3 +249,17 @@ def test_bench_prints_a_summary_and_the_whole_json_only_when_asked(tmp_path, cap
     assert out[4].endswith("0 bytes (0.00 copies)") and out[6].endswith("dropped 0, failed 0"), out
     assert main(["bench", g, "--frames", "300", "--warmup", "20", "--set", "frames=1000", "--json", "-"]) == 0
     assert json.loads(capsys.readouterr().out)["streams"] == 1
+
+
+def test_serve_without_its_extra_says_which_to_install() -> None:
+    """``flowpipe serve`` where uvicorn is not installed (the run-only setup): one line naming the extra, exit 2,
+    not a traceback or a bare ModuleNotFoundError."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['uvicorn'] = None; from flowpipe.cli import program; "
+            "sys.argv = ['flowpipe', 'serve', '--port', '1']; program()")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip() == ("error: flowpipe serve needs the serve extra (uvicorn is not installed): pip install "
+                                "-e '.[serve]' in a checkout, or pip install 'flowpipe[serve]'"), p.stderr

@@ -14,7 +14,13 @@ log = logging.getLogger("flowpipe")
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """``flowpipe serve``: the REST API and web console over the graphs of ``--graphs`` folders."""
-    import uvicorn  # the serve extra (FastAPI, uvicorn): loaded only by the command that needs it
+    try:
+        import fastapi  # noqa: F401  # the serve extra (FastAPI, uvicorn): loaded only by the command that needs it
+        import uvicorn
+    except ImportError as e:
+        print(f"error: flowpipe serve needs the serve extra ({e.name} is not installed): "
+              "pip install -e '.[serve]' in a checkout, or pip install 'flowpipe[serve]'", file=sys.stderr)
+        return 2
 
     from ..serve.api import create_app
     from ..serve.events import EventIndexError
