@@ -13,6 +13,7 @@ import platform
 import resource
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -146,6 +147,61 @@ def bench_graph(path: str, sets: list[str] | None = None, frames: int = 300, war
                     "python": platform.python_version(), "openvino": ov.get_version(),
                     "numpy": np.__version__},
     }
+
+
+def slowest_fps(report: dict[str, Any]) -> float | None:
+    """The slowest stream's rate in a bench report: its frames a second while every stream ran, after each one's
+    warm-up (one stream: over its window after the warm-up). None where a stream has no rate, or fewer streams
+    than the run had gave one (a stream starved through the run is the slowest of all)."""
+    per = report.get("per_stream_fps_together") or report.get("per_stream_fps") or {}
+    rates = list(per.values())
+    if len(rates) < report["streams"] or any(v is None for v in rates):
+        return None
+    return min(rates)
+
+
+def density(run: Callable[[int], dict[str, Any]], fps: float, start: int = 1, cap: int = 64,
+            step_done: Callable[[dict[str, Any]], None] | None = None) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The most streams whose slowest stream holds ``fps``: from ``start`` streams, doubling while the slowest
+    holds (up to ``cap``), then halving the gap between the last count that held and the first that fell.
+    ``run(n)`` is one bench run at n streams. A start that falls is bisected down from (0: none held).
+
+    Returns the ``density`` object (fps, streams, max_streams, steps: streams, fps of all streams, slowest,
+    held) and the report of the run at the count that held (None where none did)."""
+    steps: list[dict[str, Any]] = []
+    held_report: dict[str, Any] | None = None
+
+    def step(n: int) -> bool:
+        nonlocal held_report
+        r = run(n)
+        slow = slowest_fps(r)
+        held = r["exit"] == 0 and slow is not None and slow >= fps
+        steps.append({"streams": n, "processes": r["processes"], "fps": r.get("fps"), "slowest": slow,
+                      "held": held, **({"error": r["error"]} if r.get("error") else {})})
+        if step_done:
+            step_done(steps[-1])
+        if held:
+            held_report = r
+        return held
+
+    start = max(1, min(start, cap))
+    lo, hi = 0, start  # lo held (0: nothing tried held), hi fell; cap + 1: nothing above the cap is tried
+    n = start
+    while step(n):
+        lo = n
+        if n >= cap:
+            hi = cap + 1
+            break
+        n = min(2 * n, cap)
+        hi = n
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if step(mid):
+            lo = mid
+        else:
+            hi = mid
+    best = held_report if held_report is not None and held_report["streams"] == lo else None
+    return {"fps": fps, "streams": lo, "max_streams": cap, "steps": steps}, best
 
 
 def _together_fps(by_stream: dict[str, list[float]], warmup: int) -> dict[str, float | None]:

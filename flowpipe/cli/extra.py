@@ -18,7 +18,7 @@ from ..accel.host import device_report
 from ..cluster.controller import cluster_devices
 from ..graph import parse_sets
 from .args import positive_arg, processes_arg
-from .bench import STEADY_BURSTS, bench_graph
+from .bench import STEADY_BURSTS, bench_graph, density
 from .quantize import CHECKED, is_model_path, quantize_path
 
 
@@ -55,6 +55,13 @@ def _print_devices(report: dict[str, Any]) -> None:
     print("OpenCL: " + ("; ".join(f"{p['platform']}: " + ", ".join(
         d["name"] + ("" if d["usable"] else f" (not usable: {d['why']})") for d in p["devices"])
         for p in report["opencl"]) or "no platform (preprocessing falls back to OpenCV on the CPU)"))
+    print("backends (a graph names another backend's device as BACKEND:DEVICE):")
+    for name, b in (report.get("backends") or {}).items():
+        if "error" in b:
+            print(f"  {name}: {b['error']}")
+            continue
+        print(f"  {name}: " + ("; ".join(f"{d['name']} ({d['kind']}; binds {', '.join(d['memory'])})"
+                                         for d in b["devices"]) or "no device"))
 
 
 def cmd_models(args: argparse.Namespace) -> int:
@@ -238,7 +245,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-
+    if args.density:
+        return _bench_density(args)
     report = bench_graph(args.graph, sets=args.set, frames=args.frames, warmup=args.warmup, streams=args.streams,
                          processes=args.processes, device_owner=not args.no_device_owner)
     text = json.dumps(report, indent=2)
@@ -252,6 +260,43 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(f"warning: frames ended at {report['bursts']} times after the warm-up (a writer passes them on a "
               "second of video at a time): fps is too coarse to read; run more --frames", file=sys.stderr)
     return 0 if report["exit"] == 0 else 1
+
+
+def _bench_density(args: argparse.Namespace) -> int:
+    """--density: bench runs at more and more streams; the report of the most that held, with every step."""
+    def run(n: int) -> dict[str, Any]:
+        return bench_graph(args.graph, sets=args.set, frames=args.frames, warmup=args.warmup, streams=n,
+                           processes=args.processes, device_owner=not args.no_device_owner)
+
+    def step_done(s: dict[str, Any]) -> None:  # a search of many steps says where it is as it goes
+        print(f"density: {s['streams']} stream(s), {s['processes']} process(es): fps {_num(s['fps'])}, slowest "
+              f"{_num(s['slowest'])}: {'held' if s['held'] else 'fell'} (>= {args.fps:g})", file=sys.stderr)
+
+    result, report = density(run, args.fps, start=args.streams, cap=args.max_streams, step_done=step_done)
+    report = dict(report or {"graph": str(args.graph), "streams": 0}, density=result)
+    text = json.dumps(report, indent=2)
+    if args.json == "-":
+        print(text)
+    elif args.json:
+        Path(args.json).write_text(text)
+    if args.json != "-":
+        if result["streams"]:
+            print(bench_summary(report))
+        print(density_line(result))
+    return 0 if all("error" not in s for s in result["steps"]) else 1
+
+
+def density_line(d: dict[str, Any]) -> str:
+    """density: 6 streams held >= 25 fps (steps: 1 ok 2 ok 4 ok 8 no 6 ok 7 no)"""
+    steps = " ".join(f"{s['streams']} {'ok' if s['held'] else 'no'}" for s in d["steps"])
+    n = d["streams"]
+    what = f"{n} stream{'s' if n != 1 else ''} held" if n else "no stream held"
+    cap = f", the most tried (--max-streams {d['max_streams']})" if n == d["max_streams"] else ""
+    return f"density: {what} >= {d['fps']:g} fps{cap} (steps: {steps})"
+
+
+def _num(v: Any, fmt: str = ".1f") -> str:
+    return "-" if v is None else format(v, fmt)
 
 
 def bench_summary(r: dict[str, Any]) -> str:
@@ -330,12 +375,24 @@ def add_commands(sub: Any, with_set: Callable[..., None]) -> None:
     b.add_argument("graph", help="the graph's YAML file")
     b.add_argument("--frames", type=int, default=300, help="frames timed per stream, after the warm-up (default: 300)")
     b.add_argument("--warmup", type=int, default=30, help="frames per stream left out of the figures (default: 30)")
-    b.add_argument("--streams", type=int, default=1, help="copies of the graph's sources run at once (default: 1)")
+    b.add_argument("--streams", type=int, default=1, help="copies of the graph's sources run at once (default: 1; "
+                   "with --density, the first count tried)")
     b.add_argument("--processes", type=processes_arg, metavar="N|auto",
                    help="shard the streams over N worker processes (default: the graph's 'processes', 1)")
     b.add_argument("--no-device-owner", action="store_true",
                    help="over several processes, every shard opens its own inference (default: one device owner)")
     b.add_argument("--json", metavar="PATH", help="write every figure as JSON to PATH ('-': to stdout, instead of "
                    "the summary)")
+    b.add_argument("--density", action="store_true",
+                   help="stream density: the most streams whose slowest stream holds --fps. From --streams, the "
+                   "streams double while the slowest holds, then the gap between the last count that held and the "
+                   "first that fell is halved until they are one apart; every step is a whole bench run of --frames "
+                   "frames a stream. A stream's rate is its frames a second while every stream ran, after each "
+                   "one's warm-up (frames leaving the graph: the summary's 'slowest stream'). File sources decode as "
+                   "fast as the graph takes their frames, so the rate is the pipeline's, not the file's (a source "
+                   "paced by realtime or max_fps caps it)")
+    b.add_argument("--fps", type=float, default=25.0, help="--density: the rate every stream must hold (default: 25)")
+    b.add_argument("--max-streams", type=positive_arg, default=64, metavar="N",
+                   help="--density: the most streams tried (default: 64)")
     with_set(b)
     b.set_defaults(func=cmd_bench)
