@@ -142,6 +142,10 @@ BENCHMARKS: tuple[Benchmark, ...] = (
               "--clip --now --before --before-graph --work)", out="--out", out_file="gpu_determinism.json"),
     Benchmark("offline_cost", "offline_cost.py", "16", _CPU, "a recording read whole (offline: true) against "
               "streaming", {"": ("--seconds", "20")}, out="--json"),
+    Benchmark("density", "density.py", "17", (*_CPU, *_GPU), "stream density: the most face-blur streams whose "
+              "slowest holds the rate (CPU inference), each step of the search",
+              {"2cores": ("--fps", "10", "--frames", "150", "--warmup", "30", "--max-streams", "16"),
+               "": ("--fps", "25", "--frames", "300", "--warmup", "60", "--max-streams", "64")}),
 )
 BY_NAME = {b.name: b for b in BENCHMARKS}
 
