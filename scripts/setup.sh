@@ -52,5 +52,6 @@ if [ "$test_too" -eq 0 ]; then
 else
   python3 -m pip install -q -e ".[test]"
   python3 -m pip install -q --no-deps -e ./eval  # the evaluation (footage, truth, scores): a checkout's, not the product's
+  python3 -m pip install -q -e ./examples/03_onnxruntime_backend  # a backend of its own package (ONNX Runtime): its tests
 fi
 echo "flowpipe installed: $(command -v flowpipe)"

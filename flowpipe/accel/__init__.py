@@ -2,12 +2,15 @@
 
 * ``openvino`` (``OpenVino``): the Core, device choice, compile / cache / blobs, model fitting, tensor binding.
 * ``opencl`` (``OpenCl``): contexts of its own or adopted from OpenVINO, queues, program caches per context.
+* ``backends`` (``Backends``): every accelerator backend, built in or from the ``flowpipe.backends`` entry
+  points, its devices and the memory they bind; where a node's device is chosen.
 """
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
 
+from .backends import Backends, OpenVinoBackend
 from .opencl import ClDevice, OpenCl, wait_event
 from .openvino import OpenVino
 from .service import DeviceService
@@ -17,6 +20,10 @@ from .service import DeviceService
 class Devices:
     openvino: OpenVino = field(default_factory=OpenVino)
     opencl: OpenCl = field(default_factory=OpenCl)
+    backends: Backends = field(default_factory=Backends)
+
+    def __post_init__(self) -> None:
+        self.backends.loaded.setdefault("openvino", OpenVinoBackend(self.openvino))
 
 
 _devices: Devices | None = None
@@ -32,4 +39,4 @@ def devices() -> Devices:
         return _devices
 
 
-__all__ = ["ClDevice", "DeviceService", "Devices", "OpenCl", "OpenVino", "devices", "wait_event"]
+__all__ = ["Backends", "ClDevice", "DeviceService", "Devices", "OpenCl", "OpenVino", "devices", "wait_event"]

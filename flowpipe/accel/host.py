@@ -31,4 +31,5 @@ def device_report() -> dict[str, Any]:
     except Exception as e:  # noqa: BLE001
         report["openvino"] = {"error": str(e)}
     report["opencl"] = owners.opencl.platforms()
+    report["backends"] = owners.backends.report()
     return report

@@ -48,6 +48,7 @@ class DeviceChoice:
     device: str
     reason: str
     tried: list[str]
+    backend: str = "openvino"  # the accelerator backend whose device it is (flowpipe.accel.backends)
 
 
 @dataclass

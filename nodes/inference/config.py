@@ -50,22 +50,36 @@ class InferenceConfig(NodeConfig):
         return v
     device: str | list[str] = Field(
         "AUTO", description="NPU|GPU|CPU|AUTO, a fallback list (the first present), e.g. 'NPU,GPU,CPU', or devices "
-        "used together, e.g. 'GPU+CPU' (each present one runs frames as it has requests free; batch: 1)")
+        "used together, e.g. 'GPU+CPU' (each present one runs frames as it has requests free; batch: 1); a device of "
+        "another accelerator backend as BACKEND:DEVICE, e.g. 'onnxruntime:CPU' (flowpipe devices lists them)")
 
     @field_validator("device")
     @classmethod
     def _device_names(cls, v: str | list[str]) -> str | list[str]:
-        """Each name one OpenVINO knows (a misspelt one fails here, not when the node opens on some host)."""
+        """Each name one OpenVINO knows, or a backend installed here and a device name (a misspelt one fails
+        here, not when the node opens on some host; whether that backend has the device is said at open)."""
         import difflib
+        from importlib.metadata import entry_points
+
+        from flowpipe.accel.backends import GROUP
 
         known = ("NPU", "GPU", "CPU", "AUTO")
         for part in re.split(r"[,+]", ",".join([v] if isinstance(v, str) else v)):
             name = part.strip().upper()
+            if ":" in part:
+                backend, dev = (x.strip() for x in part.split(":", 1))
+                names = sorted({"openvino", *(ep.name for ep in entry_points(group=GROUP))})
+                if backend not in names or not dev:
+                    near = difflib.get_close_matches(backend, names, n=1)
+                    raise ValueError(f"{part.strip()!r}: expected BACKEND:DEVICE with a backend installed here ("
+                                     + (f"did you mean {near[0]!r}? " if near else "") + f"installed: "
+                                     f"{', '.join(names)})")
+                continue
             if name and not re.fullmatch(r"(NPU|GPU|CPU)(\.\d+)?|AUTO", name):
                 near = difflib.get_close_matches(name.split(".")[0], known, n=1)
                 raise ValueError(f"{part.strip()!r} is no device" + (f" (did you mean {near[0]!r}?)" if near else "")
                                  + "; expected NPU, GPU or CPU (GPU.1: one of several), AUTO, a fallback list "
-                                 "'NPU,GPU,CPU' or devices used together 'GPU+CPU'")
+                                 "'NPU,GPU,CPU', devices used together 'GPU+CPU', or BACKEND:DEVICE")
         return v
     performance_hint: Literal["LATENCY", "THROUGHPUT", "CUMULATIVE_THROUGHPUT"] = Field(
         "THROUGHPUT", description="OpenVINO's PERFORMANCE_HINT: LATENCY, each request as fast as it can; THROUGHPUT, "

@@ -90,7 +90,8 @@ class Engine:
         self._make_outputs(frames_in_flight)
         remote_ctx = ov_owner.remote_context(self.device) if self.device in ("GPU", "NPU") else None
         self.tensors = ovx.TensorBinder(self.in_type, self.in_shape, remote_ctx)
-        self.section = {"device": self.device, "device_reason": self.choice.reason, "requests": len(self.requests),
+        self.section = {"backend": "openvino", "device": self.device, "device_reason": self.choice.reason,
+                        "requests": len(self.requests),
                         "compile_ms": round(comp.compile_ms, 2), "cache": comp.cache,
                         "input": {"name": self.input_name, "shape": str(pshape),
                                   "type": str(self.in_type)},

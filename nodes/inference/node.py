@@ -26,6 +26,7 @@ from .config import InferenceConfig
 from .engine import Engine
 from .model import model_input
 from .multi import MultiEngine
+from .session import SessionEngine
 from .state import StreamStates
 
 log = logging.getLogger("flowpipe.inference")
@@ -79,7 +80,7 @@ class Inference(AsyncNode, Negotiating, Node):
         registry says the model cannot run on (``refuses``), whose place the next present one takes."""
         c = self.config
         refused = models.entry(c.model).get("refuses") if c.model and models.is_registry_name(c.model) else None
-        return devices.openvino.choose_all(c.device, refused)
+        return devices.backends.choose_all(c.device, refused)
 
     # memory contract ----------------------------------------------------------------------------------
     def request(self, port: str, offer: Offer, outputs: Mapping[str, Allocation], devices: Devices) -> Request:
@@ -88,6 +89,8 @@ class Inference(AsyncNode, Negotiating, Node):
         producer declares the tensor it writes. On several devices host memory, which each of them binds (a
         CPU request cannot read an OpenCL buffer)."""
         choices = self.choose_all(devices)
+        if choices[0].backend != "openvino":  # another backend's device: host memory, one frame a request
+            return Request("host", by=self.id)
         dev = choices[0].device if len(choices) == 1 else "several"
         batch = self.config.batch if offer.tensor is not None else 1
         if dev == "GPU" and "opencl" in offer.writes:
@@ -100,7 +103,7 @@ class Inference(AsyncNode, Negotiating, Node):
         host shared memory otherwise (the GPU plugin uploads it; OpenCL buffers do not cross processes; on
         several devices each binds host memory)."""
         choices = self.choose_all(devices)
-        return "dma-buf" if [ch.device for ch in choices] == ["NPU"] else "host"
+        return "dma-buf" if [(ch.backend, ch.device) for ch in choices] == [("openvino", "NPU")] else "host"
 
     def output_specs(self) -> list[tuple[str, tuple[int, ...], str]]:
         """One frame's outputs (name, shape, dtype), for a client that provides the memory they land in."""
@@ -137,7 +140,8 @@ class Inference(AsyncNode, Negotiating, Node):
         if c.requests == "inline" and len(choices) > 1:  # one request, run in the caller's thread: one device
             log.info("node '%s': requests: inline runs on one device, %s", self.id, choices[0].device)
             choices = choices[:1]
-        self.device = "+".join(ch.device for ch in choices)
+        foreign = choices[0].backend != "openvino"
+        self.device = f"{choices[0].backend}:{choices[0].device}" if foreign else "+".join(ch.device for ch in choices)
         log.info("node '%s': device %s (%s)", self.id, self.device, choices[0].reason)
         self.labels = models.entry(c.model).get("labels") if models.is_registry_name(c.model) else None
         part = models.part_of(c.model)
@@ -148,6 +152,14 @@ class Inference(AsyncNode, Negotiating, Node):
         self.entries = Entries.of(offer, c.batch, choices[0].device, alloc.placement)
         edge = contract.edge if contract else None
         threads = cpu_threads(ctx.serves_processes)
+        if foreign:  # a device of another backend, through its session
+            session = self.engine = SessionEngine(self.id, c, choices[0], self.wake, self._label, t_open)
+            session.load_session(ctx.devices.backends.get(choices[0].backend), offer, alloc, self.entries, edge,
+                                 ctx.frames_in_flight())
+            self.max_held = len(session.requests) * _every(offer) if c.requests == "async" else 0
+            self.passed = 0
+            ctx.section(f"inference.{self.id}", session.section)
+            return
         if len(choices) > 1:  # every device at once, each frame on whichever has a request free
             multi = self.engine = MultiEngine(self.id, c, choices, self.wake, self._label, t_open)
             for e in multi.engines:

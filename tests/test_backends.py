@@ -1,0 +1,112 @@
+"""Accelerator backends (``flowpipe.accel.backends``): a package adds one through the ``flowpipe.backends``
+entry-point group with no edit of flowpipe (examples/03_onnxruntime_backend: ONNX Runtime's CPU provider), a
+graph names its device as ``BACKEND:DEVICE``, and what goes wrong is one line."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "03_onnxruntime_backend" / "face_blur_onnxruntime.yaml"
+
+
+def _flowpipe(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "flowpipe.cli", *args], capture_output=True, text=True, timeout=240,
+                          env={**os.environ, **(env or {})}, cwd=cwd)
+
+
+def _boxes(path: Path) -> list[list[list[float]]]:
+    return [[o["box"] for o in json.loads(line)["objects"]] for line in path.read_text().splitlines()]
+
+
+def _iou(a: list[float], b: list[float]) -> float:
+    w, h = min(a[2], b[2]) - max(a[0], b[0]), min(a[3], b[3]) - max(a[1], b[1])
+    inter = max(0.0, w) * max(0.0, h)
+    return inter / ((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter)
+
+
+def test_a_backend_package_runs_the_detector_and_finds_the_faces_openvino_finds(tmp_path) -> None:
+    """CenterFace on ONNX Runtime through the example package, against the same graph on OpenVINO's CPU: the
+    same faces in every frame (boxes within float rounding), and --stats names the backend, its device and why."""
+    pytest.importorskip("flowpipe_onnxruntime", reason="the example backend (bash scripts/setup.sh --test)")
+    runs = {}
+    for name, device in (("ort", "onnxruntime:CPU"), ("ov", "CPU")):
+        p = _flowpipe("run", str(EXAMPLE), "--max-frames", "40", "--set", f"device={device}",
+                      "--set", f"output={tmp_path}/{name}.mp4", "--set", f"metadata={tmp_path}/{name}.jsonl",
+                      "--stats", str(tmp_path / f"{name}.json"))
+        assert p.returncode == 0, p.stderr[-2000:]
+        runs[name] = _boxes(tmp_path / f"{name}.jsonl")
+    assert len(runs["ort"]) == len(runs["ov"]) == 40
+    assert sum(len(f) for f in runs["ov"]) >= 40  # faces in the sample: something to agree on
+    for ort, ov in zip(runs["ort"], runs["ov"]):
+        assert len(ort) == len(ov)
+        assert all(max(_iou(a, b) for b in ov) > 0.9 for a in ort), (ort, ov)
+    section = json.loads((tmp_path / "ort.json").read_text())["inference.detect"]
+    assert (section["backend"], section["device"]) == ("onnxruntime", "CPU"), section
+    assert "onnxruntime:CPU asked for and present" in section["device_reason"]
+    assert json.loads((tmp_path / "ov.json").read_text())["inference.detect"]["backend"] == "openvino"
+
+
+def test_flowpipe_devices_lists_each_backend_and_an_unknown_device_lists_those_there_are(tmp_path) -> None:
+    pytest.importorskip("flowpipe_onnxruntime", reason="the example backend (bash scripts/setup.sh --test)")
+    p = _flowpipe("devices", "--json")
+    assert p.returncode == 0, p.stderr
+    found = json.loads(p.stdout)["backends"]
+    assert {"openvino", "opencl", "onnxruntime"} <= set(found)
+    assert [d["name"] for d in found["onnxruntime"]["devices"]] == ["CPU"]
+    assert found["openvino"]["devices"][0]["memory"][:2] == ["host", "fd-host"]
+    p = _flowpipe("run", str(EXAMPLE), "--max-frames", "5", "--set", "device=onnxruntime:GPU",
+                  "--set", f"output={tmp_path}/o.mp4", "--set", f"metadata={tmp_path}/o.jsonl")
+    assert p.returncode == 1
+    assert p.stderr.strip().splitlines()[-1].endswith(
+        "face_blur_onnxruntime.yaml:22: node 'detect' (inference): device: backend 'onnxruntime' has no device 'GPU': "
+        "its devices: CPU"), p.stderr[-1000:]
+
+
+def test_a_backend_that_fails_to_load_is_one_line_naming_it_and_why(tmp_path) -> None:
+    """A package whose entry point names a module that cannot import: ``flowpipe devices`` lists it with why,
+    a graph that names its device fails in one line naming the node and the backend, and a misspelt backend
+    is caught at validate with the ones installed."""
+    site = tmp_path / "site"
+    (site / "broken_backend-0.1.dist-info").mkdir(parents=True)
+    (site / "broken_backend-0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-backend\n"
+                                                                    "Version: 0.1\n")
+    (site / "broken_backend-0.1.dist-info" / "entry_points.txt").write_text(
+        "[flowpipe.backends]\nbroken = broken_backend:Broken\n")
+    (site / "broken_backend.py").write_text("import a_driver_not_installed  # noqa\n")
+    env = {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    p = _flowpipe("devices", env=env)
+    assert p.returncode == 0, p.stderr
+    assert ("  broken: backend 'broken' (broken_backend:Broken) failed to load: ModuleNotFoundError: No module named "
+            "'a_driver_not_installed'") in p.stdout.splitlines(), p.stdout
+    graph = tmp_path / "g.yaml"
+    graph.write_text(textwrap.dedent(f"""\
+        nodes:
+          - {{id: decode, type: video_source, config: {{uri: sample}}}}
+          - id: pre
+            type: preprocess
+            config: {{size: [640, 384], resize: letterbox, color: RGB, layout: NCHW, dtype: f32}}
+            inputs: {{frame: decode.frame}}
+          - id: detect
+            type: inference
+            config: {{model: centerface, device: "broken:CPU"}}
+            inputs: {{tensor: pre.tensor}}
+          - {{id: faces, type: centerface_decode, inputs: {{tensors: detect.tensors}}}}
+          - {{id: meta, type: jsonl, config: {{path: {tmp_path}/m.jsonl}}, inputs: {{detections: faces.detections}}}}
+        """))
+    p = _flowpipe("run", str(graph), "--max-frames", "3", env=env)
+    assert p.returncode == 1
+    assert p.stderr.strip().splitlines()[-1].endswith(
+        "g.yaml:7: node 'detect' (inference): device: backend 'broken' (broken_backend:Broken) failed to load: "
+        "ModuleNotFoundError: No module named 'a_driver_not_installed'"), p.stderr[-1000:]
+    graph.write_text(graph.read_text().replace("broken:CPU", "brokn:CPU"))
+    p = _flowpipe("validate", str(graph), env=env)
+    assert p.returncode == 2
+    assert "config.device: 'brokn:CPU': expected BACKEND:DEVICE with a backend installed here (did you mean " \
+           "'broken'? installed: broken, " in p.stderr, p.stderr
