@@ -15,6 +15,13 @@ other way; an object is on a side only once its point is ``margin`` of its box's
 jittering on the line crosses nothing; each track is counted once a line, the way it first
 crossed it (or, with ``count: each_way``, once each way; with ``count: every``, each time, a crossing back once
 it had gone ``back`` of its box's heights past the line).
+
+A camera that moves carries still objects over lines and into zones. With ``camera_moving``, lines and zones count
+only while the camera holds still, as the tracker measures it on the pictures (its ``gmc``: each frame's
+``meta["camera_motion"]``, how far the camera's motion moved the picture's farthest corner, in pixels): from a frame
+that moved it more than ``camera_moving`` pixels until one that moved it less than ``camera_still``, no crossing is
+counted and no object enters or leaves a zone (which side of a line each track is on is followed still, so the
+camera's motion itself crosses nothing once counting resumes).
 """
 from __future__ import annotations
 
@@ -142,19 +149,39 @@ class _StreamState:
     over_since: dict[str, float] = field(default_factory=dict)  # occupancy rule -> since when it holds
     open: dict[tuple[str, Any], _Open] = field(default_factory=dict)  # (rule, key) -> event
     seq: int = 0
+    moving: bool = False  # camera_moving: the camera moves, counting pauses
+
+    def camera(self, motion: float | None, moving: float, still: float) -> str | None:
+        """The camera's motion on this frame (pixels; None: not measured, which changes nothing): whether counting
+        ``paused`` or ``resumed`` on it (None: neither)."""
+        if motion is None:
+            return None
+        if not self.moving and motion > moving:
+            self.moving = True
+            return "paused"
+        if self.moving and motion < still:
+            self.moving = False
+            return "resumed"
+        return None
 
     def occupancy(self, zones: dict[str, Zone], points: dict[int, Point], labels: dict[int, str],
-                  scale: tuple[float, float], t: float, index: int, forget: int) -> dict[str, dict[str, Any]]:
+                  scale: tuple[float, float], t: float, index: int, forget: int,
+                  counting: bool = True) -> dict[str, dict[str, Any]]:
         """Who is in each zone on frame ``index`` (at ``t`` s), and since when: a track seen outside it, or not
-        seen for ``forget`` frames, leaves. Each zone's count, its labels' counts and its tracks."""
+        seen for ``forget`` frames, leaves; while the camera moves (not ``counting``) none enters and none is
+        seen leaving (who was in stays in, where the camera's motion puts them). Each zone's count, its labels'
+        counts and its tracks."""
         out: dict[str, dict[str, Any]] = {}
         for name, z in zones.items():
-            poly = np.array([(x * scale[0], y * scale[1]) for x, y in z.polygon], np.float32)
-            inside = {tid for tid, p in points.items() if cv2.pointPolygonTest(poly, p, False) >= 0}
+            if counting:
+                poly = np.array([(x * scale[0], y * scale[1]) for x, y in z.polygon], np.float32)
+                inside = {tid for tid, p in points.items() if cv2.pointPolygonTest(poly, p, False) >= 0}
+            else:
+                inside = {tid for tid in points if (name, tid) in self.entered}
             for tid in inside:
                 self.entered.setdefault((name, tid), t)
             for key in [k for k in self.entered if k[0] == name and k[1] not in inside]:
-                if key[1] in points or index - self.seen.get(key[1], -10**9) > forget:
+                if (counting and key[1] in points) or index - self.seen.get(key[1], -10**9) > forget:
                     del self.entered[key]  # seen outside, or gone
             held = sorted(inside)
             by_label: dict[str, int] = {}
@@ -167,10 +194,11 @@ class _StreamState:
 
     def cross(self, lines: dict[str, Line], objs: list[Detection], points: dict[int, Point], boxes: dict[int, Box],
               labels: dict[int, str], scale: tuple[float, float], t: float, index: int, margin: float,
-              stats: dict[str, Any]) -> list[tuple[str, int, str]]:
+              stats: dict[str, Any], counting: bool = True) -> list[tuple[str, int, str]]:
         """The lines' crossings on frame ``index`` (at ``t`` s), each track once a line (or once each way, or
         every time: the line's ``count``), added to the totals: (line, track, direction) of each counted. One
-        the same as another's (``same``) is counted with it, in ``stats`` alone."""
+        the same as another's (``same``) is counted with it, in ``stats`` alone. While the camera moves (not
+        ``counting``) the side each track is on is followed and nothing is counted."""
         crossed: list[tuple[str, int, str]] = []
         for name, ln in lines.items():
             a = np.array(ln.points[0]) * scale
@@ -183,6 +211,11 @@ class _StreamState:
                 p = np.array(points[tid])
                 height = max(d.box[3] - d.box[1], 1e-9)
                 off = _offset(a, b, p)
+                if not counting:  # where the camera's motion put it: no crossing once counting resumes
+                    side = 1 if off > margin * height else -1 if off < -margin * height else 0
+                    if side:
+                        self.side[(name, tid)] = side
+                    continue
                 prev = self.way.get((name, tid))
                 if prev is not None:  # how far it went on the side it was counted to
                     self.way[(name, tid)] = (prev[0], max(prev[1], off / height * (1 if prev[0] == "in" else -1)))
@@ -232,7 +265,8 @@ class _StreamState:
 
 
 #: What a running graph may change: zones, lines, rules and what they count (``Analytics.retune``).
-TUNABLE = frozenset({"zones", "lines", "streams", "rules", "labels", "margin", "forget"})
+TUNABLE = frozenset({"zones", "lines", "streams", "rules", "labels", "margin", "forget", "camera_moving",
+                     "camera_still"})
 
 
 @register("analytics")
@@ -262,7 +296,7 @@ class Analytics(Node):
     class Config(NodeConfig):
         zones: dict[str, Zone] = Field(default_factory=dict, description="name -> {polygon: [[x, y], ...]}")
         lines: dict[str, Line] = Field(default_factory=dict, description="name -> {points: [A, B], count: first | "
-                                                                        "each_way}")
+                                                                        "each_way | every}")
         rules: list[Rule] = Field(default_factory=list, description="{name, zone, occupancy, for} | {name, zone, "
                                   "dwell} | {name, line, direction}: each raises events")
         streams: dict[str, Shapes] = Field(default_factory=dict, description="stream id -> {zones, lines} of its "
@@ -280,6 +314,15 @@ class Analytics(Node):
         rate: float | None = Field(None, gt=0, description="frames a second forget is at: a stream at another "
                                    "rate (from its timestamps) has it scaled to the same seconds (the tracker's "
                                    "rate, where it has one)")
+        camera_moving: float | None = Field(None, gt=0, description="pixels a frame: lines and zones count only "
+                                            "while the camera holds still. From a frame whose camera motion (a "
+                                            "tracker's gmc measures it: how far it moved the picture's farthest "
+                                            "corner) is over this until one under camera_still, no crossing is "
+                                            "counted and no object enters or leaves a zone; each record says "
+                                            "camera_moving, and counting: paused / resumed where it changes. "
+                                            "None: counting never pauses")
+        camera_still: float | None = Field(None, gt=0, description="pixels a frame: with camera_moving, a camera "
+                                           "paused on is still again under this (default: half camera_moving)")
         snapshots: str | None = Field(None, description="folder for a JPEG of the frame each event begins on")
         snapshots_keep_s: float | None = Field(None, gt=0, description="snapshots older than this are deleted "
                                                "(looked at as each is written), as event clips' keep_s")
@@ -308,6 +351,9 @@ class Analytics(Node):
             names = [r.name for r in self.rules]
             if len(set(names)) != len(names):
                 raise ValueError("rules: each needs its own name")
+            if self.camera_still is not None and (self.camera_moving is None or self.camera_still > self.camera_moving):
+                raise ValueError(f"camera_still: expected a motion no larger than camera_moving "
+                                 f"({self.camera_moving}), got {self.camera_still}")
             if self.units == "fraction":  # (half a picture beyond its edges: a line drawn on past them)
                 shapes = [(f"zone '{n}'", z.polygon) for c in every for n, z in c.zones.items()] + [
                     (f"line '{n}'", ln.points) for c in every for n, ln in c.lines.items()]
@@ -337,6 +383,9 @@ class Analytics(Node):
         self.lock = threading.Lock()
         self.stats = ctx.stats
         self.stats.update({"events": 0, "crossings": 0, "crossings_same": 0})
+        if self.config.camera_moving is not None:
+            self.stats.update({"camera_paused": 0, "camera_paused_frames": 0})
+        self.unmeasured = False  # camera_moving over frames that carry no camera motion: said once
         self.passed_over: dict[str, int] | None = {}  # tracked objects by label, while ``labels`` has taken none
         self._shots: dict[tuple[str, int], str] = {}  # this run's newest snapshots, by stream and frame
         if self.config.snapshots:
@@ -372,8 +421,12 @@ class Analytics(Node):
         labels = {d.track_id: d.label for d in objs if d.track_id is not None}
         for tid in points:
             st.seen[tid] = frame.index
-        zones = st.occupancy(own_zones, points, labels, scale, t, frame.index, forget)
-        crossed = st.cross(own_lines, objs, points, boxes, labels, scale, t, frame.index, c.margin, self.stats)
+        motion = frame.meta.get("camera_motion")
+        change = self._camera(st, frame) if c.camera_moving is not None else None
+        counting = not st.moving
+        zones = st.occupancy(own_zones, points, labels, scale, t, frame.index, forget, counting)
+        crossed = st.cross(own_lines, objs, points, boxes, labels, scale, t, frame.index, c.margin, self.stats,
+                           counting)
         st.moved_on(points, boxes, frame.index, forget)
         # rules
         for r in c.rules:
@@ -390,7 +443,30 @@ class Analytics(Node):
                                    "crossings": [{"line": n, "track": tid, "label": labels[tid], "direction": dr}
                                                  for n, tid, dr in crossed],
                                    "events": events}
+        if "camera_motion" in frame.meta:  # a tracker measured the camera's motion (its gmc)
+            frame.meta["analytics"]["camera_motion"] = motion
+        if c.camera_moving is not None:
+            frame.meta["analytics"]["camera_moving"] = st.moving
+            if change is not None:
+                frame.meta["analytics"]["counting"] = change
         return frame
+
+    def _camera(self, st: _StreamState, frame: Frame) -> str | None:
+        """``camera_moving``: whether counting pauses or resumes on ``frame``, by the camera's motion its tracker
+        measured (said once where frames carry none: counting never pauses)."""
+        c = self.config
+        if "camera_motion" not in frame.meta:
+            if not self.unmeasured:
+                self.unmeasured = True
+                log.warning("node '%s': camera_moving: stream %s frame %d carries no camera motion (a tracker with "
+                            "gmc before this node measures it): counting does not pause", self.id, frame.stream,
+                            frame.index)
+            return None
+        change = st.camera(frame.meta["camera_motion"], c.camera_moving or 0.0,
+                           c.camera_still if c.camera_still is not None else (c.camera_moving or 0.0) / 2)
+        self.stats["camera_paused"] = self.stats.get("camera_paused", 0) + (change == "paused")
+        self.stats["camera_paused_frames"] = self.stats.get("camera_paused_frames", 0) + st.moving
+        return change
 
     def _raised(self, events: list[dict[str, Any]], frame: Frame) -> None:
         """Events raised on ``frame``: counted, kept for the console (with the wall clock's time), and those that

@@ -310,6 +310,7 @@ def test_the_jsonl_record_carries_the_analytics(tmp_path: Path) -> None:
     ("{zones: {z: {polygon: [[0, 0], [1, 0], [1, 1]]}}, rules: [{name: r, zone: z}]}", "expected one of occupancy"),
     ("{zones: {z: {polygon: [[0, 0], [320, 0], [320, 240]]}}}", "fractions of the picture"),
     ("{lines: {l: {points: [[0, 0]]}}}", "points"),
+    ("{camera_moving: 2, camera_still: 3}", r"camera_still: expected a motion no larger than camera_moving \(2.0\), got 3.0"),
 ])
 def test_a_bad_analytics_config_names_what_was_expected(config: str, message: str) -> None:
     text = ("nodes:\n  - {id: src, type: list_source, config: {feed: items}}\n"
@@ -317,6 +318,71 @@ def test_a_bad_analytics_config_names_what_was_expected(config: str, message: st
     with pytest.raises(GraphError, match=message) as e:
         load_graph("g.yaml", text=text)
     assert "an" in str(e.value)
+
+
+def test_the_help_lists_every_way_a_line_counts() -> None:
+    """The lines' help names each ``count`` a line takes (first, each_way, every)."""
+    from typing import get_args
+
+    from flowpipe_nodes.analytics import Analytics, Line
+
+    modes = get_args(Line.model_fields["count"].annotation)
+    assert modes == ("first", "each_way", "every")
+    assert "count: first | each_way | every}" in (Analytics.Config.model_fields["lines"].description or "")
+
+
+def _panned(moves: list[tuple[float, float]], tracks: dict[int, tuple[float, float]],
+            motion: list[float | None]) -> list[Frame]:
+    """Still objects seen by a camera whose motion from frame to frame carries them by ``moves[i]`` in the
+    picture; each frame carries the camera's motion a tracker measured (``meta["camera_motion"]``, pixels)."""
+    seq, at = [], dict(tracks)
+    for dx, dy in moves:
+        at = {tid: (x + dx, y + dy) for tid, (x, y) in at.items()}
+        seq.append(dict(at))
+    frames = _frames(seq)
+    for f, m in zip(frames, motion):
+        f.meta["camera_motion"] = m
+    return frames
+
+
+def test_lines_and_zones_count_only_while_the_camera_holds_still() -> None:
+    """``camera_moving: 2``: the camera holds still for 5 frames (1.5 px a frame at frame 3: under 2, counting
+    goes on), pans 8 px right and down a frame for 10 (frame 10 not measured, frame 14 at 1.5 px: over
+    ``camera_still``, half of 2: still moving) and holds still again. The pan carries track 1 over the line,
+    track 2 out of the zone's part of the picture and track 3 into it: no crossing, the zone holds track 2 and
+    not track 3 while the camera moves; once it is still the zone is judged from the picture again (track 3 in
+    it) and track 1, which the pan left right of the line, crosses nothing until it walks back over the line
+    itself. Each record says camera_moving, and counting paused and resumed where they do."""
+    moves = [(0.0, 0.0)] * 5 + [(8.0, 8.0)] * 10 + [(0.0, 0.0)] * 5
+    motion: list[float | None] = [0.1, 0.2, 0.1, 1.5, 0.1] + [8.0] * 5 + [None] + [8.0] * 3 + [1.5] + [0.3] * 5
+    frames = _panned(moves, {1: (100.0, 30.0), 2: (120.0, 150.0), 3: (40.0, 50.0)}, motion)
+    back = _frames([{1: p, 2: (200.0, 230.0), 3: (120.0, 130.0)} for p in _walk(180, 100, 6, y=110.0)])
+    for i, f in enumerate(back):
+        f.index, f.pts, f.meta["camera_motion"] = 20 + i, (20 + i) / 10, 0.2
+    out = run_node(f"type: analytics\nconfig: {{{LINE}, {ZONE}, camera_moving: 2}}", frames + back,
+                   port="detections")
+    per = [f.meta["analytics"] for f in out.frames]
+    assert [p["camera_moving"] for p in per] == [False] * 5 + [True] * 10 + [False] * 11
+    assert [(i, p["counting"]) for i, p in enumerate(per) if "counting" in p] == [(5, "paused"), (15, "resumed")]
+    assert [p["camera_motion"] for p in per[:16]] == motion[:16]
+    assert [p["zones"]["door"]["tracks"] for p in per[:15]] == [[2]] * 15  # 3 did not come in, 2 did not leave
+    assert [p["zones"]["door"]["tracks"] for p in per[15:20]] == [[3]] * 5
+    crossed = [(i, c["track"], c["direction"]) for i, p in enumerate(per) for c in p["crossings"]]
+    assert [(t, d) for _, t, d in crossed] == [(1, "in")] and crossed[0][0] >= 20  # walked back over it
+    assert out.result.nodes["node"]["camera_paused"] == 1 and out.result.nodes["node"]["camera_paused_frames"] == 10
+
+
+def test_counting_goes_on_where_no_tracker_measures_the_camera_and_says_so_once(caplog) -> None:
+    """``camera_moving`` over frames that carry no camera motion (no tracker with ``gmc`` before the node):
+    the crossing counts, and the log says once that counting does not pause."""
+    with caplog.at_level("WARNING", logger="flowpipe.analytics"):
+        out = run_node(f"type: analytics\nconfig: {{{LINE}, camera_moving: 2}}",
+                       _frames([{1: p} for p in _walk(100, 220, 7)]), port="detections")
+    assert sum(len(f.meta["analytics"]["crossings"]) for f in out.frames) == 1
+    assert not any(f.meta["analytics"]["camera_moving"] for f in out.frames)
+    said = [r.getMessage() for r in caplog.records if "camera_moving" in r.getMessage()]
+    assert said == ["node 'node': camera_moving: stream cam frame 0 carries no camera motion (a tracker with gmc "
+                    "before this node measures it): counting does not pause"], said
 
 
 def test_a_camera_s_own_shapes_under_a_misspelt_stream_are_an_error_where_the_streams_are_known(
@@ -602,9 +668,10 @@ def test_people_count_keeps_a_fast_crossing_found_every_few_frames_on_a_starved_
 
 
 def test_vehicle_count_counts_the_bus_once_and_tracks_only_vehicles(tmp_path: Path) -> None:
-    """graphs/vehicle_count.yaml on ultralytics' bus photograph panned across (120 frames, 640x360): the bus, wider
-    than the picture, goes right to left through the middle once (checked by eye: frames 40-100); the people in
-    front of it are not tracked, and the line's totals say it was a bus."""
+    """graphs/vehicle_count.yaml on ultralytics' bus photograph panned across (120 frames, 640x360), counting on
+    while the camera moves (``camera_moving: null``: the pan stands in for a bus driving past a still camera):
+    the bus, wider than the picture, goes right to left through the middle once (checked by eye: frames
+    40-100); the people in front of it are not tracked, and the line's totals say it was a bus."""
     from flowpipe.runtime import Runner
     from flowpipe_eval.crossings import clip_file, score
 
@@ -612,7 +679,8 @@ def test_vehicle_count_counts_the_bus_once_and_tracks_only_vehicles(tmp_path: Pa
     out = tmp_path / "vc"
     spec = load_graph(str(Path(__file__).resolve().parent.parent / "graphs" / "vehicle_count.yaml"),
                       {"input": str(src), "output": str(out / "vc.mp4"), "metadata": str(out / "vc.jsonl"),
-                       "events": str(out / "ev"), "clips": str(out / "clips"), "device": "CPU"})
+                       "events": str(out / "ev"), "clips": str(out / "clips"), "device": "CPU",
+                       "camera_moving": None})
     res = Runner(spec).run()
     assert res.ok, res.error
     assert res.frames == {"in": 120, "out": 120, "dropped": 0, "failed": 0}

@@ -96,3 +96,39 @@ def test_the_masks_are_the_same_whatever_the_pace_of_the_stages_and_the_load_of_
         for p in loops:
             p.join(5)
     assert _differ(quiet, loaded) == [] and loaded_runs == runs
+
+
+def _counted(tmp_path: Path, name: str, jitter: float = 0.0) -> list[dict[str, Any]]:
+    """graphs/vehicle_count.yaml on the first 80 frames of its sample (a cyclist's camera over a traffic jam): each
+    frame's objects, the camera's motion measured, whether counting paused and what was counted."""
+    g = yaml.safe_load((ROOT / "graphs" / "vehicle_count.yaml").read_text())
+    g["params"].update(device="CPU", output=str(tmp_path / f"{name}.mp4"), metadata=str(tmp_path / f"{name}.jsonl"),
+                       events=str(tmp_path / f"{name}_ev"), clips=str(tmp_path / f"{name}_clips"))
+    if jitter:  # a stage between the detector and the tracker whose pace changes from frame to frame
+        g["plugins"] = ["fp_testnodes"]
+        nodes = g["nodes"]
+        at = next(i for i, n in enumerate(nodes) if n["id"] == "track")
+        nodes.insert(at, {"id": "jitter", "type": "test_jitter", "thread": "own", "config": {"max_s": jitter},
+                          "inputs": {"in": "objects.detections"}})
+        nodes[at + 1]["inputs"] = {"detections": "jitter.out"}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(g, sort_keys=False))
+    res = Runner(load_graph(str(path)), max_frames=80).run()
+    assert res.ok, res.error
+    out = []
+    for r in map(json.loads, (tmp_path / f"{name}.jsonl").read_text().splitlines()):
+        a = r["analytics"]
+        out.append({"objects": sorted((tuple(o["box"]), o.get("track_id"), o["label"]) for o in r["objects"]),
+                    **{k: a.get(k) for k in ("camera_motion", "camera_moving", "counting", "crossings", "zones")}})
+    return out
+
+
+def test_the_camera_s_motion_and_what_is_counted_are_the_same_whatever_the_pace_of_the_stages(tmp_path):
+    """The vehicle count measures the camera's motion on the pictures (the tracker's ``gmc``, RANSAC seeded on
+    each call) and pauses counting on it: on its moving-camera sample the records (boxes, ids, the motion to the
+    hundredth of a pixel, the pauses, the crossings) are the same run alone and with a stage that takes a random
+    time on each frame before the tracker."""
+    quiet = _counted(tmp_path, "quiet")
+    assert any(r["camera_moving"] for r in quiet) and any(r["camera_motion"] for r in quiet)
+    paced = _counted(tmp_path, "jitter", jitter=0.02)
+    assert [i for i, (a, b) in enumerate(zip(quiet, paced)) if a != b] == [] and len(quiet) == len(paced) == 80

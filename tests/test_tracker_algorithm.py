@@ -157,6 +157,38 @@ def test_a_missed_track_moves_with_the_camera(camera_motion: bool, x1: float) ->
     np.testing.assert_allclose(u.coasting[0].box, [x1, 40.0, x1 + 20, 60.0])
 
 
+def _camera(dx: float, dy: float, zoom: float = 1.0, turn: float = 0.0) -> np.ndarray:
+    """The camera's motion about the picture's centre: ``x' = zoom R(turn) (x - c) + c + (dx, dy)``."""
+    cx, cy = PICTURE[0] / 2, PICTURE[1] / 2
+    a = zoom * np.array([[np.cos(np.radians(turn)), -np.sin(np.radians(turn))],
+                         [np.sin(np.radians(turn)), np.cos(np.radians(turn))]])
+    return np.hstack([a, (np.array([cx, cy]) - a @ [cx, cy] + [dx, dy])[:, None]])
+
+
+@pytest.mark.parametrize("camera", [(15.0, 0.0), (0.0, -12.0, 1.1, 2.0)])
+@pytest.mark.parametrize("told", [True, False])
+def test_a_still_object_keeps_its_track_while_the_camera_jerks_where_the_tracker_is_told_its_motion(
+        camera: tuple[float, ...], told: bool) -> None:
+    """A 20 px box still in the scene; from the third frame the camera jerks (the picture moves 15 px right a
+    frame; or 12 px up, zooming in 10% and turning 2 degrees): in the picture the box jumps further than it
+    overlaps itself. Told the camera's motion (``warp``, as the tracker's ``gmc`` measures it), the tracker
+    carries the track with it before matching (BoT-SORT's compensation): one id, its motion in the scene nil;
+    not told, each jump starts a new track."""
+    a = _camera(*camera)
+    box = np.array([150.0, 110.0, 170.0, 130.0])
+    t, ids = tracker(confirm=1), []
+    for i in range(6):
+        moved = i >= 3
+        if moved:
+            c = (box[:2] + box[2:]) / 2
+            half = (box[2:] - box[:2]) / 2 * np.sqrt(abs(np.linalg.det(a[:, :2])))
+            box = np.concatenate([a[:, :2] @ c + a[:, 2] - half, a[:, :2] @ c + a[:, 2] + half])
+        ids += step(t, (tuple(box), 0.9), warp=a if told and moved else None).ids.tolist()
+    assert ids == ([1] * 6 if told else [1, 1, 1, 2, 3, 4])
+    if told:
+        np.testing.assert_allclose(t.tracks[0].velocity, 0.0, atol=1e-9)
+
+
 @pytest.mark.parametrize(("picture", "right_sides"), [
     (PICTURE, [30.0, 20.0]),  # 10 px a frame (its speed measured before the edge cut it), not slowing, while at
     # least 13.3 px are inside

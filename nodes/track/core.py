@@ -1,7 +1,8 @@
 """The tracker's algorithm, one stream's worth, over plain arrays (no frames, no node): an IoU tracker with
 ByteTrack's two-stage association, candidates that only continue tracks or start them by persistence,
-second looks that reject or make sure, coasting through misses, the camera's pan and zoom, faces leaving
-through the picture's edge or taken out of it by the camera, and boxes smoothed over time.
+second looks that reject or make sure, coasting through misses, the camera's pan and zoom (fitted to the
+tracks, or measured on the pictures and carrying every track before it is matched), faces leaving through the
+picture's edge or taken out of it by the camera, and boxes smoothed over time.
 
 ``TrackerCore.update`` takes one frame's detections (boxes, scores, the looks written on them, the
 picture's size) and says which detections go on with which track ids, at which boxes, and which tracks
@@ -25,6 +26,7 @@ from .geometry import (
     outward,
     scene_motion,
     touching,
+    warped,
     whole,
 )
 
@@ -157,17 +159,21 @@ class TrackerCore:
     def update(self, boxes: np.ndarray, scores: np.ndarray, *, looks: Mapping[str, np.ndarray] | None = None,
                labels: Sequence[tuple[str, int]] | None = None, refs: Sequence[Any] | None = None,
                picture: Picture = None, frame: int | None = None,
-               colours: np.ndarray | None = None) -> TrackUpdate:
+               colours: np.ndarray | None = None, warp: np.ndarray | None = None) -> TrackUpdate:
         """One frame: ``boxes`` (n, 4) x1, y1, x2, y2 in pixels, ``scores`` (n,); ``looks``: per check
         name, each detection's second look (NaN: not looked at); ``labels``: each detection's (label,
         label_id), which a track it starts keeps; ``refs``: the caller's handle on each detection, given back
         in ``backfill``; ``picture``: width, height (None: no edges); ``frame``: its number in the stream
         (None: the one after the last update's; a detector interval updates the tracker every few frames, and
         motions are of a frame); ``colours``: with ``appearance``, each detection's colour histogram
-        (``appearance.colours``; a NaN row: too small to tell), which gates what continues a track."""
+        (``appearance.colours``; a NaN row: too small to tell), which gates what continues a track; ``warp``: the
+        camera's motion since the last update, measured on the pictures (a 2x3 partial affine from its pixels to
+        this frame's, ``motion.measure``), which carries every track before it is predicted and matched."""
         s = self.settings
         now = self.frame + 1 if frame is None else frame
         dt, self.frame = max(1, now - self.frame), now
+        if warp is not None:
+            self._carry(warp)
         boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
         n = len(boxes)
         judged = self._judge(np.asarray(scores, np.float64).reshape(-1), looks or {}, n)
@@ -222,6 +228,24 @@ class TrackerCore:
         self.tracks = [t for t in self.tracks if t.missed <= s.max_age or (
             s.camera_motion and 0 < t.gone <= s.offscreen and t.confirmed >= s.confirm)]
         return out
+
+    def _carry(self, warp: np.ndarray) -> None:
+        """Every track and candidate carried by the camera's motion since the last update, as BoT-SORT warps its
+        Kalman states: its box's centre where the motion puts it, its size by the zoom, its velocity turned and
+        zoomed with the picture (its trail and smoothed box with it). What moves then is what moves in the
+        scene: a still object keeps a still track while the camera pans or shakes."""
+        turn = warp[:, :2]
+        for t in self.tracks:
+            t.box, near = warped(t.box, warp)
+            v = t.velocity
+            centre, size = turn @ ((v[:2] + v[2:]) / 2), near[0] * (v[2:] - v[:2])
+            t.velocity = np.concatenate([centre - size / 2, centre + size / 2])
+            t.size = t.size * near[0]
+            t.trail = [_carried(p, near) for p in t.trail]
+            if t.smoothed is not None:
+                t.smoothed = moved(t.smoothed, near)
+        for c in self.tentative:
+            c.box = warped(c.box, warp)[0]
 
     def _judge(self, scores: np.ndarray, looks: Mapping[str, np.ndarray], n: int) -> _Judged:
         """Sure: scored ``high_score`` or a look at ``sure`` or more; rejected: every look (with a reject

@@ -1,6 +1,7 @@
 """The tracker's geometry on plain arrays: box overlap, greedy matching, the camera's motion between two
-frames, and where a box stands against the picture's edges (``picture``: its width and height in pixels,
-None where the frame carries no pixels: then no box is at an edge)."""
+frames (fitted to the tracks' boxes; one measured on the pictures carries a box as ``warped`` does), and where a
+box stands against the picture's edges (``picture``: its width and height in pixels, None where the frame
+carries no pixels: then no box is at an edge)."""
 from __future__ import annotations
 
 import numpy as np
@@ -131,3 +132,14 @@ def moved(box: np.ndarray, m: tuple[float, float, float]) -> np.ndarray:
     """A box carried by the camera's motion ``(s, tx, ty)``."""
     s, tx, ty = m
     return box * s + np.array([tx, ty, tx, ty])
+
+
+def warped(box: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, tuple[float, float, float]]:
+    """A box carried by the camera's motion ``a`` (a 2x3 partial affine: turn, zoom and pan), as BoT-SORT carries
+    a track's state: its centre where the motion puts it, its size by the zoom; and that motion near the box, as
+    ``(s, tx, ty)`` (exact at its centre; what ``moved`` takes)."""
+    s = float(np.sqrt(abs(np.linalg.det(a[:, :2]))))
+    c = (box[:2] + box[2:]) / 2
+    t = a[:, :2] @ c + a[:, 2] - s * c
+    near = (s, float(t[0]), float(t[1]))
+    return moved(box, near), near

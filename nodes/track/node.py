@@ -6,10 +6,10 @@ import threading
 import time
 from collections import deque
 from dataclasses import fields, replace
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from flowpipe.errors import FrameError
 from flowpipe.frame import Detection, Frame
@@ -19,6 +19,7 @@ from flowpipe.registry import register
 from . import appearance
 from .core import TrackerCore, TrackerSettings
 from .gaps import Gaps
+from .motion import CameraMotion, shift, then
 from .offline import Offline
 from .rate import StreamRates, factor, scale_count
 
@@ -53,6 +54,12 @@ class Tracker(AsyncNode, Node):
     interval which streams have young tracks (found, not yet confirmed) or candidates, and its smallest
     object, as of each frame (its back edge, read ``delay`` frames later): the detector runs on every frame of
     those.
+
+    With ``gmc`` it measures the camera's own motion from each frame of a stream to the next on the pictures
+    (``motion.py``: a small grey picture, the objects' boxes left out) and carries every track by it before
+    matching, as BoT-SORT does: a parked car keeps a still track, and its id, while the camera pans or shakes.
+    Each frame says how far the camera moved the picture (``meta["camera_motion"]``, pixels at its farthest
+    corner; None where it could not be measured), which an analytics node's ``camera_moving`` pauses counting on.
 
     Frames wait for the next ones of their stream, never for a clock: what a frame's objects are is a function
     of the input. Only a live source's frames (a camera that stalls) go on after ``max_wait`` without them.
@@ -108,6 +115,21 @@ class Tracker(AsyncNode, Node):
                                      "and zoom, fitted to the tracks found in this frame and the last (at least "
                                      "4, three quarters agreeing), instead of on its own slowing velocity: a "
                                      "coasting mask stays on its face while a camera pans or zooms")
+        gmc: Literal["off", "sparse", "ecc"] = Field("off", description="the camera's own motion, measured on "
+                                                     "the pictures (global motion compensation, as BoT-SORT's): "
+                                                     "each frame's from the last, on a small grey picture (about "
+                                                     "320 pixels across) with the objects' boxes left out; "
+                                                     "sparse: corners followed by optical flow, the turn, zoom "
+                                                     "and pan most of them agree on (RANSAC); ecc: the turn and "
+                                                     "pan that best correlate the two pictures (slower). Every "
+                                                     "track is carried by it before it is matched: a still "
+                                                     "object keeps a still track while the camera pans or "
+                                                     "shakes. Each frame says how far it moved the picture "
+                                                     "(meta camera_motion: pixels at its farthest corner; none "
+                                                     "where it could not be measured), which an analytics "
+                                                     "node's camera_moving pauses counting on. off: the pictures are "
+                                                     "not looked at (camera_motion fits the camera's motion to "
+                                                     "the tracks instead, for missed ones)")
         reach: float = Field(0.0, ge=0, description="a confirmed track that no detection overlaps takes one "
                                                     "ahead of it on its way, within this many of its heights "
                                                     "per frame since it was last found (0: overlap only): a "
@@ -152,12 +174,21 @@ class Tracker(AsyncNode, Node):
         back: int = Field(0, ge=0, description="offline: frames a track is followed back at most (0: as far as "
                           "it goes)")
 
+        @field_validator("camera_motion", mode="before")
+        @classmethod
+        def _fitted(cls, v: Any) -> Any:
+            if v in ("sparse", "ecc"):  # BoT-SORT's names for measuring it on the pictures
+                raise ValueError(f"expected true or false (the camera's motion fitted to the tracks), got {v!r}; "
+                                 f"measured on the pictures it is gmc: {v}")
+            return v
+
     config: Config
 
     @classmethod
     def contract(cls, config: NodeConfig) -> NodeContract:
         assert isinstance(config, cls.Config)
-        pixels = COLOUR_PIXELS if config.appearance else PIXELS_ALL  # colours: it reads the pixels
+        # colours: it reads the pixels; gmc reads any format's grey (a YUV picture's luma plane as it is)
+        pixels = COLOUR_PIXELS if config.appearance else PIXELS_ALL
         if config.offline:
             return cls.declare(pixels=pixels, holds_frames=True, tunable=TUNABLE,
                                one_worker="a tracker that holds whole streams keeps each one's frames in order",
@@ -186,6 +217,9 @@ class Tracker(AsyncNode, Node):
         self.stopping: set[str] = set()  # streams being removed: their waiting frames go without waiting
         self.gaps = Gaps(self._waiting, self.stats)  # the frames a detector's interval passed over
         self.rates = StreamRates()  # rate: each stream's tracked frames a second
+        self.cameras: dict[str, CameraMotion] = {}  # gmc: each stream's last picture
+        self.warps: dict[str, np.ndarray | None] = {}  # gmc: each stream's camera motion since its last tracked
+        # frame (None: some frame's could not be measured)
         self.scaled: dict[str, tuple[TrackerSettings, float, TrackerSettings]] = {}  # rate: base, factor, scaled
         if self.config.lookahead:
             self.stats["lookahead"] = f"{self.config.lookahead} frames"
@@ -210,6 +244,8 @@ class Tracker(AsyncNode, Node):
         self.gaps.drop(stream)
         self.rates.drop(stream)
         self.scaled.pop(stream, None)
+        self.cameras.pop(stream, None)
+        self.warps.pop(stream, None)
         self.edge.forget(stream)
         with self.lock:
             self.waiting.pop(stream, None)
@@ -233,6 +269,8 @@ class Tracker(AsyncNode, Node):
 
     def process(self, frame: Frame, port: str) -> Any:
         try:
+            if self.config.gmc != "off":
+                self._camera(frame)
             if frame.skipped:  # the detector's interval passed over it: filled in once the next is tracked
                 self.gaps.passed(frame)
                 self.edge.say(frame.stream, frame.index)  # its word as of the last tracked frame holds
@@ -240,6 +278,8 @@ class Tracker(AsyncNode, Node):
                 self._track(frame)
                 self.gaps.fill(frame)
                 self._say(frame)
+            if self.config.gmc != "off":
+                self.cameras[frame.stream].seen([d.box for d in frame.detections])
         except Exception as e:  # the frame is held: say which one failed
             raise FrameError(frame, e) from e
         if self.config.offline:
@@ -285,6 +325,23 @@ class Tracker(AsyncNode, Node):
         self.offline.keep(frame)
         with self.lock:
             self.waiting.setdefault(frame.stream, deque()).append((frame, float("inf")))
+
+    def _camera(self, frame: Frame) -> None:
+        """The camera's motion from the stream's last frame to ``frame`` (``gmc``), on its meta (``camera_motion``:
+        how far it moved the picture's farthest corner, in pixels; None where it could not be measured) and
+        added to the motion the stream's next tracked frame carries its tracks by."""
+        cam = self.cameras.get(frame.stream)
+        if cam is None:
+            cam = self.cameras[frame.stream] = CameraMotion("ecc" if self.config.gmc == "ecc" else "sparse")
+        first = cam.last is None
+        if frame.data is None:  # no picture: the next motion is measured from the next picture seen
+            cam.last = None
+        a = cam.step(frame.gray()) if frame.data is not None else None
+        frame.meta["camera_motion"] = None if a is None else round(shift(a, (frame.width, frame.height)), 2)
+        self.warps[frame.stream] = then(self.warps.get(frame.stream, np.eye(2, 3)), a)
+        if a is None and not first:
+            with self.lock:
+                self.stats["camera_unmeasured"] = self.stats.get("camera_unmeasured", 0) + 1
 
     def _say(self, frame: Frame) -> None:
         """The tracker's word on ``frame``'s stream to the detector's interval: its young tracks (found, not yet
@@ -334,7 +391,7 @@ class Tracker(AsyncNode, Node):
                                  for name in self.settings.checks},
                           labels=[(d.label, d.label_id) for d in dets], refs=[(frame, d) for d in dets],
                           picture=None if frame.data is None else (frame.width, frame.height),
-                          frame=frame.index, colours=colours)
+                          frame=frame.index, colours=colours, warp=self.warps.pop(frame.stream, None))
         for i, d in enumerate(dets):
             if got.smoothed[i]:
                 d.box = (float(got.boxes[i, 0]), float(got.boxes[i, 1]), float(got.boxes[i, 2]),
