@@ -111,6 +111,15 @@ def test_a_tracker_measuring_the_camera_s_motion_in_a_way_it_has_not_is_refused_
         load_graph("g.yaml", text=text)
 
 
+@pytest.mark.parametrize(("value", "gmc"), [("off", "off"), ("on", "sparse"), ("ecc", "ecc"), ("sparse", "sparse")])
+def test_a_tracker_s_gmc_takes_off_and_on_as_yaml_reads_them(value: str, gmc: str) -> None:
+    """YAML reads ``off`` and ``on`` as false and true: ``gmc: off`` is off, ``gmc: on`` the default way
+    (sparse)."""
+    text = ("nodes:\n  - {id: src, type: list_source, config: {feed: items}}\n"
+            f"  - {{id: t, type: tracker, config: {{gmc: {value}}}, inputs: {{detections: src.frame}}}}\n")
+    assert load_graph("g.yaml", text=text).node("t").config.gmc == gmc
+
+
 def _tilted(path: Path, frames: int = 60, size: tuple[int, int] = (480, 270), shake: float = 2.0) -> Path:
     """A camera tilting down a still street photograph (ultralytics' bus, 810x1080, seen whole across) over
     ``frames`` frames, shaking by up to ``shake`` px either way each frame: the bus, whole at first, rises up

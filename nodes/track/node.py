@@ -127,9 +127,9 @@ class Tracker(AsyncNode, Node):
                                                      "shakes. Each frame says how far it moved the picture "
                                                      "(meta camera_motion: pixels at its farthest corner; none "
                                                      "where it could not be measured), which an analytics "
-                                                     "node's camera_moving pauses counting on. off: the pictures are "
-                                                     "not looked at (camera_motion fits the camera's motion to "
-                                                     "the tracks instead, for missed ones)")
+                                                     "node's camera_moving pauses counting on (on: sparse). off: "
+                                                     "the pictures are not looked at (camera_motion fits the "
+                                                     "camera's motion to the tracks instead, for missed ones)")
         reach: float = Field(0.0, ge=0, description="a confirmed track that no detection overlaps takes one "
                                                     "ahead of it on its way, within this many of its heights "
                                                     "per frame since it was last found (0: overlap only): a "
@@ -173,6 +173,11 @@ class Tracker(AsyncNode, Node):
                                   "than it has free is refused at its first frame")
         back: int = Field(0, ge=0, description="offline: frames a track is followed back at most (0: as far as "
                           "it goes)")
+
+        @field_validator("gmc", mode="before")
+        @classmethod
+        def _on_off(cls, v: Any) -> Any:
+            return {False: "off", True: "sparse"}.get(v, v) if isinstance(v, bool) else v  # YAML reads off as false
 
         @field_validator("camera_motion", mode="before")
         @classmethod
