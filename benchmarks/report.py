@@ -676,6 +676,27 @@ def offline_cost(o: dict[str, Any]) -> Rows:
             f"30 fps: {o['ten_minutes']}."]
 
 
+def density() -> Rows:
+    """Streams held per configuration, each machine's result (the GPU machine's first), every step."""
+    out, rows = [], []
+    for kind in ("h200", "2cores"):
+        got = _result("density", kind)
+        if got is None:
+            continue
+        doc, path = got
+        r = doc["figures"]
+        out.append(f"- {path.stem}: {_source(doc, path)}")
+        for c in r["configs"]:
+            held = c.get("held_run") or {}
+            steps = " · ".join(f"{x['streams']}: {x['slowest']}{'' if x['held'] else ' no'}" for x in c["steps"])
+            rows.append([path.stem.removeprefix("density_"), c["name"], ", ".join(c["sets"]) or "defaults",
+                         held.get("processes", "-"), f"{r['fps']:g}", f"**{c['streams']}**", held.get("fps", "-"),
+                         steps])
+    return [*out, "", *_table(["machine", "configuration", "set", "processes", "rate", "streams held",
+                               "fps, all streams", "steps (streams: slowest stream's fps; no: under the rate)"],
+                              rows), "", "![stream density](benchmarks/plots/density.png)"]
+
+
 def _one(name: str, render: Callable[[dict[str, Any]], Rows], kind: str | None = None) -> Callable[[], Rows]:
     return lambda: _with(name, render, kind)
 
@@ -700,6 +721,7 @@ TABLES: dict[str, Callable[[], Rows]] = {
     "appearance_gate": _one("appearance_gate", appearance_gate), "zone_eval": _one("zone_eval", zone_eval),
     "ssd_devices": _one("ssd_devices", ssd_devices), "determinism": _one("determinism", determinism),
     "determinism_gpu": _one("determinism_gpu", determinism_gpu), "offline_cost": _one("offline_cost", offline_cost),
+    "density": density,
 }
 
 
@@ -785,6 +807,29 @@ def plot_processes(plt: Any) -> None:
     plt.close(fig)
 
 
+def plot_density(plt: Any) -> None:
+    got = _result("density", "h200") or _result("density")
+    if got is None:
+        return
+    doc = got[0]
+    r = doc["figures"]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for c in r["configs"]:
+        steps = sorted(c["steps"], key=lambda x: x["streams"])
+        ax.plot([x["streams"] for x in steps], [x["slowest"] for x in steps], "o-",
+                label=f"{c['name']}: {c['streams']} streams held")
+    ax.axhline(r["fps"], color="#c44e52", linestyle="--", label=f"{r['fps']:g} fps")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("streams")
+    ax.set_ylabel("slowest stream, fps")
+    ax.set_title(f"Stream density, face blur ({doc['machine'].get('gpu') or doc['machine']['name']})")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(PLOTS / "density.png", dpi=110)
+    plt.close(fig)
+
+
 def plot_sixteen(plt: Any) -> None:
     got = _result("sixteen_cameras")
     if got is None:
@@ -810,7 +855,7 @@ def plots() -> None:
         print("matplotlib is not installed (pip install -e '.[bench]'): plots left as they are")
         return
     PLOTS.mkdir(exist_ok=True)
-    for plot in (plot_suite, plot_processes, plot_sixteen):
+    for plot in (plot_suite, plot_processes, plot_sixteen, plot_density):
         plot(plt)
 
 
