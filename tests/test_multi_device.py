@@ -83,6 +83,15 @@ def test_a_graph_on_two_devices_keeps_order_and_reports_each_devices_share(monke
     assert set(per) == {"CPU.0", "CPU.1"} and all(d["requests"] == 2 for d in per.values())
     assert sum(d["frames"] for d in per.values()) == 60 and per["CPU.0"]["frames"] > 0
     assert sum(d["share"] for d in per.values()) == pytest.approx(1.0, abs=0.01)
+    # each device's busy time: while a request of its own ran, a share of the time since its first
+    for d in (*per.values(), single.inference["inference.det"]):
+        assert 0 < d["busy_s"] and 0 < d["busy_share"] <= 1, d
+    from flowpipe.cli.extra import bench_summary
+
+    lines = bench_summary({"graph": "g", "streams": 2, "processes": 1, "inference": multi.inference}).splitlines()
+    assert [line.split()[:2] for line in lines if " busy " in line] == [["det", "openvino:CPU.0"],
+                                                                        ["det", "openvino:CPU.1"]], lines
+    assert all(re.search(r"busy \d+% of the run, \d+ frames \(\d+%\)$", line) for line in lines if " busy " in line)
     a, b = collected("multi2"), collected("single1")
     for s in ("a", "b"):
         assert [f.index for f in a if f.stream == s] == list(range(30))

@@ -319,6 +319,13 @@ def bench_summary(r: dict[str, Any]) -> str:
              f"  peak memory           {num(r.get('peak_pss_mb') or r.get('peak_rss_mb'))} MB",
              f"  frames                in {f.get('in', '-')}, out {f.get('out', '-')}, "
              f"dropped {f.get('dropped', '-')}, failed {f.get('failed', '-')}"]
+    for name, sec in (r.get("inference") or {}).items():
+        node = name.removeprefix("inference.")
+        parts = sec.get("devices") or {sec.get("device", "?"): sec}  # several devices together: each its own
+        for dev, d in parts.items():
+            lines.append(f"  {node:<21} {sec.get('backend', 'openvino')}:{dev} busy "
+                         + (f"{100 * d['busy_share']:.0f}% of the run" if d.get("busy_share") is not None else "-")
+                         + (f", {d['frames']} frames ({100 * d['share']:.0f}%)" if "share" in d else ""))
     if r.get("error"):
         lines.insert(0, f"error: {r['error']}")
     return "\n".join(lines) + "\n  (every figure: --json PATH, or --json - for stdout)"

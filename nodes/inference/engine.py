@@ -62,6 +62,11 @@ class Engine:
         self._t_first_submit: float | None = None
         #: on the CPU, the threads its requests take (None: OpenVINO's choice, every core)
         self.cpu_threads: int | None = None
+        # the device's busy time: while at least one of its requests runs (requests end on other threads)
+        self._busy_lock = threading.Lock()
+        self._running = 0
+        self._busy_from = 0.0
+        self.busy_s = 0.0
 
     # loading ----------------------------------------------------------------------------------------
     def load(self, ov_owner: OpenVino, offer: Offer, alloc: Allocation, entries: Entries, edge: str | None,
@@ -245,14 +250,19 @@ class Engine:
             ready += self.collect()
         rid = self._idle.popleft()
         req = self.requests[rid]
+        started = False
         try:
             bind(req)
             self._done[rid].clear()
             self._started[rid] = now = time.perf_counter()
             if self._t_first_submit is None:
                 self._t_first_submit = now
+            self._began(now)
+            started = True
             req.start_async()
         except Exception as e:  # noqa: BLE001 - whatever binding or starting raised fails these frames
+            if started:
+                self._ended()
             self._idle.appendleft(rid)
             self.fail_later(FrameError(frames, e))
             return ready
@@ -265,10 +275,14 @@ class Engine:
             self._t_first_submit = time.perf_counter()
         try:
             bind(self.requests[0])
-            if self.serial:
-                self._run_entries(self.requests[0], frame)
-            else:
-                self.requests[0].infer()
+            self._began(time.perf_counter())
+            try:
+                if self.serial:
+                    self._run_entries(self.requests[0], frame)
+                else:
+                    self.requests[0].infer()
+            finally:
+                self._ended()
         except Exception as e:  # whatever binding or running raised fails this frame
             self._into.pop(id(frame), None)
             raise FrameError(frame, e) from e
@@ -376,8 +390,30 @@ class Engine:
     def _on_done(self, slot: int) -> None:
         took = time.perf_counter() - self._started[slot]
         self.latency = took if self.latency is None else 0.8 * self.latency + 0.2 * took
+        self._ended()
         self._done[slot].set()
         self.wake()
+
+    def _began(self, now: float) -> None:
+        """A request starts: the device is busy from now, if it was idle."""
+        with self._busy_lock:
+            if self._running == 0:
+                self._busy_from = now
+            self._running += 1
+
+    def _ended(self) -> None:
+        """A request ended: the time the device was busy, and its share of the time since the first request
+        (``--stats`` ``busy_s``, ``busy_share``: how near its ceiling the device ran, as a GPU's utilization
+        says the share of time some kernel ran)."""
+        now = time.perf_counter()
+        with self._busy_lock:
+            self._running -= 1
+            if self._running == 0:
+                self.busy_s += now - self._busy_from
+            busy = self.busy_s + (now - self._busy_from if self._running else 0.0)
+        since = now - (self._t_first_submit or now)
+        self.section["busy_s"] = round(busy, 3)
+        self.section["busy_share"] = round(min(1.0, busy / since), 3) if since > 0 else None
 
     def _finished(self, frames: list[Frame]) -> list[Frame]:
         """``frames`` with their results: a client's share copied where it wants it, each frame labelled."""
