@@ -13,11 +13,21 @@ def one_line(text: str) -> str:
     return text.translate(_CONTROL)
 
 
+def _out_of_files(e: BaseException | None) -> bool:
+    """Whether ``e``, or an error it was raised from or while handling, is "Too many open files"."""
+    seen = 0
+    while e is not None and seen < 8:
+        if isinstance(e, OSError) and e.errno in (errno.EMFILE, errno.ENFILE):
+            return True
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return False
+
+
 def reason(e: BaseException) -> str:
     """``Type: message``, for an error line; one that ran out of open files also says the limit and how to raise it
     (every shared frame buffer is an fd: a stream over shards holds hundreds, README "Open files")."""
     text = f"{type(e).__name__}: {e}"
-    if isinstance(e, OSError) and e.errno in (errno.EMFILE, errno.ENFILE):
+    if _out_of_files(e):
         try:
             import resource
 

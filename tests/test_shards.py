@@ -417,7 +417,7 @@ def test_a_low_soft_limit_on_open_files_is_raised_to_the_hard_one(tmp_path) -> N
 
 
 def test_a_run_that_needs_more_open_files_than_the_hard_limit_is_refused_before_it_opens(tmp_path) -> None:
-    """Eight streams over two processes under a hard limit of 400 open files: each process needs at least 512
+    """Eight streams over two processes under a hard limit of 360 open files: each process needs at least 384
     (a process and four streams' frame buffers), so the run is refused at once, in one line that says what it
     needs, the limit and how to raise it, before a model loads or a node opens."""
     import resource
@@ -425,7 +425,7 @@ def test_a_run_that_needs_more_open_files_than_the_hard_limit_is_refused_before_
     import sys
 
     def low() -> None:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (400, 400))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (360, 360))
 
     t0 = time.monotonic()
     p = subprocess.run([sys.executable, "-m", "flowpipe.cli", "bench", str(HERE.parent / "graphs" / "face_blur.yaml"),
@@ -434,29 +434,29 @@ def test_a_run_that_needs_more_open_files_than_the_hard_limit_is_refused_before_
                        cwd=tmp_path, capture_output=True, text=True, preexec_fn=low, timeout=120)
     assert p.returncode == 2, p.stderr[-2000:]
     (line,) = p.stderr.strip().splitlines()
-    assert line.endswith("face_blur.yaml: this run needs at least 512 open files in each of its 2 processes (256 + 4 "
-                         "stream(s) x 64: every shared frame buffer is one) and the hard limit is 400: raise it (ulimit "
+    assert line.endswith("face_blur.yaml: this run needs at least 384 open files in each of its 2 processes (192 + 4 "
+                         "stream(s) x 48: every shared frame buffer is one) and the hard limit is 360: raise it (ulimit "
                          "-Hn as root, or systemd's LimitNOFILE) or spread the streams over more processes "
                          "(--processes)"), line
     assert time.monotonic() - t0 < 30 and not (tmp_path / "o.mp4").exists()
 
 
 def test_a_run_out_of_open_files_says_the_limit_and_how_to_raise_it(tmp_path) -> None:
-    """The main job under a hard limit of 330 open files: above the least a run of one stream needs, below what
-    its pools of shared frame buffers hold. It fails in one line that names the node, the limits and how to
+    """The main job under a hard limit of 260 open files: above the least a run of one stream needs (240), below
+    what its pools of shared frame buffers hold (some 300). It fails in one line that names the node, the limits and how to
     raise them, not a bare "Too many open files"."""
     import resource
     import subprocess
     import sys
 
     def low() -> None:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (330, 330))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (260, 260))
 
     p = subprocess.run([sys.executable, "-m", "flowpipe.cli", "run", str(HERE.parent / "graphs" / "face_blur.yaml"),
                         "--processes", "1", "--set", f"output={tmp_path}/o.mp4", "--set", f"metadata={tmp_path}/o.jsonl"],
                        cwd=tmp_path, capture_output=True, text=True, preexec_fn=low, timeout=300)
     assert p.returncode == 1, p.stderr[-2000:]
     last = p.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: ") and "node '" in last and "Too many open files (this process may hold 330 open " \
-        "files, at most 330: every shared frame buffer is one; raise the hard limit, e.g. ulimit -Hn or systemd's " \
+    assert last.startswith("error: ") and "node '" in last and "Too many open files (this process may hold 260 open " \
+        "files, at most 260: every shared frame buffer is one; raise the hard limit, e.g. ulimit -Hn or systemd's " \
         "LimitNOFILE, or run fewer streams a process)" in last, last

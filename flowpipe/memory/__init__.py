@@ -16,6 +16,7 @@ from .buffers import (
                       dma_buf_sync,
                       dma_heap_alloc,
                       leading,
+                      packed,
                       page_round,
 )
 from .ledger import CopyLedger, EdgeMemory, copy, record
@@ -24,4 +25,4 @@ from .pools import BatchSlots, BufferPool, Lease, SharedLease, Slot
 __all__ = ["DMA_BUF_IOCTL_SYNC", "DMA_HEAP_IOCTL_ALLOC", "DMA_HEAP_PATH", "KINDS", "PAGE", "BatchSlots",
            "BufferPool", "CopyLedger", "EdgeMemory", "Lease", "SharedBuffer", "SharedLease", "Slot",
            "available_kinds", "best_kind", "copy", "cpu_write", "dma_buf_sync", "dma_heap_alloc", "leading",
-           "page_round", "record"]
+           "packed", "page_round", "record"]

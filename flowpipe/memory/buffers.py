@@ -187,6 +187,20 @@ class SharedBuffer:
         return f"SharedBuffer(kind={self.kind!r}, size={self.size}, handle={self.handle})"
 
 
+def packed(arrays: list[tuple[tuple[int, ...], Any]], align: int = 64) -> tuple[int, list[int]]:
+    """Several arrays (shape, dtype) in one block: its size and each one's offset, each aligned to ``align``
+    bytes. A model's outputs for one frame share one buffer of a pool (one fd, one mapping), not one each.
+
+    >>> packed([((1, 4), np.float32), ((3,), np.uint8), ((2,), np.float32)])
+    (192, [0, 64, 128])
+    """
+    offsets, end = [], 0
+    for shape, dtype in arrays:
+        offsets.append(end)
+        end += -(-int(np.prod(shape)) * np.dtype(dtype).itemsize // align) * align
+    return max(end, align), offsets
+
+
 def leading(arr: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """The first ``prod(shape)`` elements of ``arr``'s memory as ``shape``: what a request wrote of an output
     bound to memory of its largest shape (a dynamic output), without a copy."""

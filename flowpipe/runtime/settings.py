@@ -142,10 +142,10 @@ def open_files_raised() -> tuple[int, int]:
 
 
 #: Open files a run needs at least, for each of its processes: every shared frame buffer is an fd in the process
-#: that made it. Lower bounds, below what the main job holds on CPU (``benchmarks/soak_streams.py``: some 500
-#: fds in one process with one stream, 636 in a shard with one, 800 with two; README "Open files"), so a run
-#: refused on them would surely have run out.
-FDS_A_PROCESS, FDS_A_STREAM = 256, 64
+#: that made it. Lower bounds, below what the main job holds on CPU (some 300 fds in one process with one stream,
+#: 350 with two, 590 with four; 372 in a shard with one, 466 with two; README "Open files"), so a run refused on
+#: them would surely have run out.
+FDS_A_PROCESS, FDS_A_STREAM = 192, 48
 
 
 def open_files_short(processes: int, streams: int) -> str | None:

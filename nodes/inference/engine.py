@@ -22,7 +22,7 @@ from flowpipe.accel.openvino import DeviceChoice, OpenVino
 from flowpipe.contracts import Allocation, Offer
 from flowpipe.errors import FrameError
 from flowpipe.frame import Frame
-from flowpipe.memory import BufferPool, SharedLease, Slot, leading
+from flowpipe.memory import BufferPool, SharedLease, Slot, leading, packed
 from flowpipe.memory import ledger as ledgers
 
 from .batching import Entries
@@ -136,9 +136,11 @@ class Engine:
         shapes = [tuple(o.get_partial_shape().get_max_shape()) for o in outputs]
         if self.serial:  # one block of results per entry
             shapes = [(sh[0] * self.entries.count, *sh[1:]) for sh in shapes]
-        self.out_pools = [BufferPool(int(np.prod(sh)) * o.get_element_type().size, n) for sh, o in zip(shapes, outputs)]
         self.out_names = [_output_name(o) for o in outputs]
         self.out_specs = [(sh, o.get_element_type().to_dtype()) for sh, o in zip(shapes, outputs)]
+        # a frame's results in one buffer, each output at its offset (one fd and one mapping, not one each)
+        size, self.out_offsets = packed(self.out_specs)
+        self.out_pools = [BufferPool(size, n)]
         self._dynamic_dims = [[i for i, d in enumerate(o.get_partial_shape()) if d.is_dynamic] for o in outputs]
 
     def hold_outputs(self, frames: int) -> None:
@@ -223,17 +225,22 @@ class Engine:
         ``frame.tensors``), or with ``batch: 1`` a client's own memory."""
         assert self.tensors is not None, "bound after load"
         into = self._into.pop(id(frames[0]), None) if self.batch == 1 else None
-        for i, pool in enumerate(self.out_pools):
-            if into is not None:  # the client's own shared buffer: results land in place
+        block = None
+        if into is None:  # one block of the pool for every output of these frames
+            lease = self.out_pools[0].acquire(timeout=30)
+            shared = SharedLease(lease, len(frames))
+            for f in frames:
+                f.hold(shared)
+            block = lease.buffer
+        for i in range(len(self.out_names)):
+            if block is None:  # the client's own shared buffer: results land in place
+                assert into is not None
                 mine = self.entries.view(into[i], self._dynamic_dims[i], frames[0])
                 req.set_output_tensor(i, self.tensors.host(mine[:1] if self.serial else mine))
                 frames[0].tensors[self.out_names[i]] = mine
                 continue
-            lease = pool.acquire(timeout=30)
-            shared = SharedLease(lease, len(frames))
-            for f in frames:
-                f.hold(shared)
-            view = self.entries.view(lease.buffer.array(*self.out_specs[i]), self._dynamic_dims[i], frames[0])
+            view = self.entries.view(block.array(*self.out_specs[i], offset=self.out_offsets[i]),
+                                     self._dynamic_dims[i], frames[0])
             req.set_output_tensor(i, self.tensors.host(view[:1] if self.serial else view))
             for k, f in enumerate(frames):
                 at = slots[k].index if slots else k

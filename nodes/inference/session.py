@@ -16,7 +16,7 @@ import numpy as np
 from flowpipe import models
 from flowpipe.contracts import Allocation, Offer
 from flowpipe.frame import Frame
-from flowpipe.memory import BufferPool, SharedLease, Slot
+from flowpipe.memory import BufferPool, SharedLease, Slot, packed
 
 from .batching import Entries
 from .engine import Engine, _cache_dir
@@ -103,7 +103,8 @@ class SessionEngine(Engine):
         pools = min(frames_in_flight, 64) + len(self.requests)
         self.out_names = [o.name for o in self.session.outputs]
         self.out_specs = [(tuple(o.shape), np.dtype(o.dtype)) for o in self.session.outputs]
-        self.out_pools = [BufferPool(int(np.prod(sh)) * dt.itemsize, pools) for sh, dt in self.out_specs]
+        size, self.out_offsets = packed(self.out_specs)  # a frame's results in one buffer, each at its offset
+        self.out_pools = [BufferPool(size, pools)]
         self._dynamic_dims = [[] for _ in self.out_names]
         self.section = {"backend": name, "device": self.device, "device_reason": self.choice.reason,
                         "requests": len(self.requests), "cache": str(getattr(self.session, "cache", "off")),
@@ -129,13 +130,17 @@ class SessionEngine(Engine):
         (frame,) = frames
         into = self._into.pop(id(frame), None)
         outputs: dict[str, np.ndarray] = {}
-        for i, (name, pool) in enumerate(zip(self.out_names, self.out_pools)):
-            if into is not None:  # a client's own shared buffer: results land in place
+        block = None
+        if into is None:  # one block of the pool for every output
+            lease = self.out_pools[0].acquire(timeout=30)
+            frame.hold(SharedLease(lease, 1))
+            block = lease.buffer
+        for i, name in enumerate(self.out_names):
+            if block is None:  # a client's own shared buffer: results land in place
+                assert into is not None
                 arr = into[i]
             else:
-                lease = pool.acquire(timeout=30)
-                frame.hold(SharedLease(lease, 1))
-                arr = lease.buffer.array(*self.out_specs[i])
+                arr = block.array(*self.out_specs[i], offset=self.out_offsets[i])
             outputs[name] = arr
             frame.tensors[name] = arr
         req.outputs = outputs

@@ -16,7 +16,7 @@ from ...contracts import Offer, Request
 from ...errors import FrameError
 from ...frame import Frame
 from ...graph import NodeSpec
-from ...memory import BufferPool, available_kinds, best_kind, leading
+from ...memory import BufferPool, available_kinds, best_kind, leading, packed
 from ...memory import ledger as ledgers
 from ...node import AsyncNode, Negotiating, Node, RunContext
 from ..messages import (
@@ -77,6 +77,7 @@ class OwnerClient(AsyncNode, Negotiating, Node):
         self.seq = 0
         self.sock: socket.socket | None = None
         self.pools: list[BufferPool] = []
+        self.offsets: list[int] = []  # where each output lies in a frame's block of the pool
         self._connect(time.monotonic() + CONNECT_TIMEOUT_S)
 
     def _connect(self, deadline: float) -> None:
@@ -112,8 +113,9 @@ class OwnerClient(AsyncNode, Negotiating, Node):
         if not self.pools:  # output buffers in this shard's memory: the owner's requests write into them
             n = min(self.in_flight_cap, 64) + self.window
             kind = "dma-heap" if self.link.placements.get(self.id) == "dma-buf" else None
-            self.pools = [_pool(int(np.prod(shape)) * np.dtype(dt).itemsize, n, kind)
-                          for _, shape, dt in info.outputs]
+            # a frame's results in one buffer, each output at its offset: one fd and one mapping a frame
+            size, self.offsets = packed([(tuple(shape), dt) for _, shape, dt in info.outputs])
+            self.pools = [_pool(size, n, kind)] if info.outputs else []
         #: the buffers the owner has mapped, by id: held here until they are closed and the owner told so,
         #: so that no new buffer takes the id of one the owner still maps
         self.sent: dict[int, Any] = {}
@@ -189,13 +191,13 @@ class OwnerClient(AsyncNode, Negotiating, Node):
         bids: list[int] = []
         outs = []
         held: dict[int, Any] = {}
-        for i, pool in enumerate(self.pools):
-            lease = pool.acquire(timeout=30)
+        if self.pools:
+            lease = self.pools[0].acquire(timeout=30)
             frame.hold(lease)
-            name, shape, dt = self.info.outputs[i]
-            view = lease.buffer.array(tuple(shape), np.dtype(dt))
-            frame.tensors[name] = view
-            outs.append(self._ref(frame, view, new, fds, bids, held))
+            for (name, shape, dt), at in zip(self.info.outputs, self.offsets):
+                view = lease.buffer.array(tuple(shape), np.dtype(dt), offset=at)
+                frame.tensors[name] = view
+                outs.append(self._ref(frame, view, new, fds, bids, held))
         if self.picture:  # the owner writes the tensor from the frame's picture
             if frame.data is None:
                 raise ValueError("no picture on the frame for the device owner to write the tensor from")
