@@ -278,3 +278,21 @@ class Blind(Node):
         if frame.index < self.config.until:
             frame.detections = []
         return frame
+
+
+@register("test_blocks")
+class Blocks(Node):
+    """Records, for each frame, how many shared buffers its model outputs lie in (``BLOCKS``)."""
+
+    inputs = {"tensors": "tensors"}
+    outputs = {"tensors": "tensors"}
+
+    def process(self, frame: Frame, port: str) -> Frame:
+        names = [n for n in frame.tensors if n != "input"]
+        bufs = {id(frame.buffer_of(frame.tensors[n])) for n in names}
+        with _lock:
+            BLOCKS.append((len(names), len(bufs), any(frame.buffer_of(frame.tensors[n]) is None for n in names)))
+        return frame
+
+
+BLOCKS: list[tuple[int, int, bool]] = []

@@ -551,3 +551,22 @@ def test_a_finished_run_leaves_no_openvino_object_to_the_garbage_collector(astro
             gc.enable()
     assert left, "the run's graph is no cycle at all: this test no longer tells"
     assert not [t for t in left if t.__module__.split(".")[0] == "openvino"], left
+
+
+def test_a_frame_s_outputs_share_one_buffer() -> None:
+    """A model's outputs for one frame lie in one pooled buffer (one fd and one mapping a frame, not one an
+    output): BlazeFace's two, read where the request wrote them."""
+    from fp_testnodes import BLOCKS
+
+    BLOCKS.clear()
+    frames = [np.full((96, 128, 3), 40 * i, np.uint8) for i in range(4)]
+    res = run_yaml(f"""
+    nodes:
+      - {{id: src, type: list_source, config: {{feed: {feed(frames)}}}}}
+      - {{id: pre, type: preprocess, config: {{size: [128, 128], color: RGB, layout: NHWC, backend: cpu}}, inputs: src.frame}}
+      - {{id: det, type: inference, config: {{model: blazeface_short, device: CPU}}, inputs: pre.tensor}}
+      - {{id: blocks, type: test_blocks, inputs: det.tensors}}
+      - {{id: out, type: collect, config: {{into: blocks1}}, inputs: blocks.tensors}}
+    """)
+    assert res.ok, res.error
+    assert BLOCKS == [(2, 1, False)] * 4, BLOCKS
