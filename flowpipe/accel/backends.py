@@ -19,7 +19,8 @@ Memory kinds a device binds:
 * ``fd-host``: host memory shared through an fd (memfd; what crosses processes);
 * ``opencl``: OpenCL buffers in the device's own context;
 * ``dma-buf``: DMA-BUF fds imported by the device (Linux); ``nt-handle``: NT handles (Windows);
-* ``own``: memory only the backend allocates (``Backend.allocate``).
+* ``own``: memory only the backend itself makes (a session that binds nothing flowpipe allocates); flowpipe
+  makes host and fd-host memory in its pools, OpenCL buffers through its OpenCL owner (``flowpipe.accel.opencl``).
 """
 from __future__ import annotations
 
