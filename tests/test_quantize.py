@@ -249,3 +249,23 @@ def test_a_model_of_ones_own_is_quantized_with_its_own_preprocessing_and_compare
     assert res.ok, res.error
     seen = [o for line in (tmp_path / "out.jsonl").read_text().splitlines() for o in json.loads(line)["objects"]]
     assert seen and {o["label"] for o in seen} <= {"person", "car"}, seen
+
+
+def test_a_model_added_to_this_host_is_quantized_by_its_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """``flowpipe models add NAME PATH`` then ``flowpipe models quantize NAME --calib VIDEO``: the added model is
+    quantized as its file is (its own preprocessing, the held-out comparison), not refused as a registry entry
+    with no recipe."""
+    from flowpipe.cli import main
+    from flowpipe.sample import sample_path
+
+    monkeypatch.setenv("FLOWPIPE_CACHE", str(tmp_path / "cache"))
+    source = _tiny_yolo_export(tmp_path / "mine_openvino_model")
+    assert main(["models", "add", "mine", str(source)]) == 0
+    capsys.readouterr()
+    assert main(["models", "quantize", "mine", "--calib", str(sample_path("sample")), "--frames", "4",
+                 "--hold-out", "15", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    # beside the file the registry names (the export folder's .xml)
+    assert report["int8"] == str(source / "tiny_int8.xml") and Path(report["int8"]).is_file(), report
+    assert report["held_out"]["every"] == 15 and report["agreement"]["fp32_boxes"] > 0

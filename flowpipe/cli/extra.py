@@ -167,6 +167,10 @@ def _quantize(args: argparse.Namespace) -> int:
     ``flowpipe_eval``). ``models quantize PATH``: a model of the user's own (``quantize.quantize_path``)."""
     if not models.is_registry_name(args.name[0]) and is_model_path(args.name[0]):
         return quantize_path(args)
+    own = models.registry().get(args.name[0]) if args.name[0] not in models.builtin_registry() else None
+    if own is not None and len(args.name) == 1 and (own.get("source") or {}).get("path"):
+        args.name = [own["source"]["path"]]  # a model this host added (models add): quantized as the file it is
+        return quantize_path(args)
     names: list[str] = []
     for name in args.name:
         if not models.is_registry_name(name):
