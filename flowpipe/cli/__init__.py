@@ -5,6 +5,7 @@ This module stays light: the commands import the engine (most of a second), and 
 the command as one later does (130, no traceback)."""
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from typing import Any
@@ -15,6 +16,10 @@ def main(argv: list[str] | None = None) -> int:
         from .commands import main as command
     except KeyboardInterrupt:
         print("interrupted while starting", file=sys.stderr)
+        if argv is None:  # the program itself: nothing opened yet, and modules half imported are not finalized
+            # (a library's signal handling caught mid-import could end the interpreter's exit with the signal)
+            sys.stderr.flush()
+            os._exit(130)
         return 130
     return command(argv)
 
