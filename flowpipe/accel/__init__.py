@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from .backends import Backends, OpenVinoBackend
+from .backends import Backends, OpenClBackend, OpenVinoBackend
 from .opencl import ClDevice, OpenCl, wait_event
 from .openvino import OpenVino
 from .service import DeviceService
@@ -24,6 +24,7 @@ class Devices:
 
     def __post_init__(self) -> None:
         self.backends.loaded.setdefault("openvino", OpenVinoBackend(self.openvino))
+        self.backends.loaded.setdefault("opencl", OpenClBackend(self.opencl))
 
 
 _devices: Devices | None = None

@@ -34,6 +34,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from ..errors import NoDeviceError, one_line
+from .opencl import OpenCl
 from .openvino import DeviceChoice, OpenVino
 
 log = logging.getLogger("flowpipe.backends")
@@ -136,11 +137,16 @@ class OpenClBackend:
 
     name = "opencl"
 
-    def devices(self) -> list[BackendDevice]:
-        from . import devices
+    def __init__(self, owner: OpenCl | None = None):
+        self._owner = owner
 
+    def devices(self) -> list[BackendDevice]:
+        if self._owner is None:
+            from . import devices
+
+            self._owner = devices().opencl
         out = []
-        for p in devices().opencl.platforms():
+        for p in self._owner.platforms():
             for d in p["devices"]:
                 if d["usable"]:
                     kind = str(d["type"]).lower()

@@ -253,11 +253,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return _bench_density(args)
     report = bench_graph(args.graph, sets=args.set, frames=args.frames, warmup=args.warmup, streams=args.streams,
                          processes=args.processes, device_owner=not args.no_device_owner)
-    text = json.dumps(report, indent=2)
-    if args.json == "-":
-        print(text)
-    elif args.json:
-        Path(args.json).write_text(text)
+    _write_report(report, args.json)
     if args.json != "-":
         print(bench_summary(report))
     if report.get("fps") is not None and report.get("bursts", STEADY_BURSTS) < STEADY_BURSTS:
@@ -278,16 +274,21 @@ def _bench_density(args: argparse.Namespace) -> int:
 
     result, report = density(run, args.fps, start=args.streams, cap=args.max_streams, step_done=step_done)
     report = dict(report or {"graph": str(args.graph), "streams": 0}, density=result)
-    text = json.dumps(report, indent=2)
-    if args.json == "-":
-        print(text)
-    elif args.json:
-        Path(args.json).write_text(text)
+    _write_report(report, args.json)
     if args.json != "-":
         if result["streams"]:
             print(bench_summary(report))
         print(density_line(result))
     return 0 if all("error" not in s for s in result["steps"]) else 1
+
+
+def _write_report(report: dict[str, Any], where: str | None) -> None:
+    """``--json``: the whole report to stdout (``-``) or a file."""
+    text = json.dumps(report, indent=2)
+    if where == "-":
+        print(text)
+    elif where:
+        Path(where).write_text(text)
 
 
 def density_line(d: dict[str, Any]) -> str:

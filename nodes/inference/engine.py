@@ -122,11 +122,16 @@ class Engine:
         if self.stateful and len(self.requests) > 1:
             log.info("node '%s': stateful model: one request so state follows frame order", self.node_id)
             self.requests = self.requests[:1]
-        self._done = [threading.Event() for _ in self.requests]
-        for i, r in enumerate(self.requests):
+        self._pool_of(self.requests)
+
+    def _pool_of(self, requests: list[Any]) -> None:
+        """``requests`` as this engine's pool: each tells it when it is done, all idle."""
+        self.requests = requests
+        self._done = [threading.Event() for _ in requests]
+        for i, r in enumerate(requests):
             r.set_callback(self._on_done, i)
-        self._idle = deque(range(len(self.requests)))
-        self._started = [0.0] * len(self.requests)  # when each request was started (perf_counter)
+        self._idle = deque(range(len(requests)))
+        self._started = [0.0] * len(requests)  # when each request was started (perf_counter)
         self.latency: float | None = None  # a request's time from start to done, smoothed (None: none yet)
 
     def _make_outputs(self, frames_in_flight: int) -> None:

@@ -58,6 +58,7 @@ class Inference(AsyncNode, Negotiating, Node):
     states: StreamStates | None = None  # a stateful model
     labels: list[str] | None = None  # the registry's class names (set in open)
     score_floor: float | None = None  # a cut model's: what its own postprocessing kept nothing under
+    _chosen: list[DeviceChoice] | None = None  # its devices, once chosen (choose_all)
 
     @classmethod
     def contract(cls, config: NodeConfig) -> NodeContract:
@@ -78,12 +79,11 @@ class Inference(AsyncNode, Negotiating, Node):
     def choose_all(self, devices: Devices) -> list[DeviceChoice]:
         """The devices this node runs on: one, or every present one of those joined with ``+``; not one the
         registry says the model cannot run on (``refuses``), whose place the next present one takes."""
-        chosen: list[DeviceChoice] | None = getattr(self, "_chosen", None)
-        if chosen is None:  # chosen once, as the run resolves its memory: the same answer at open
+        if self._chosen is None:  # chosen once, as the run resolves its memory: the same answer at open
             c = self.config
             refused = models.entry(c.model).get("refuses") if c.model and models.is_registry_name(c.model) else None
-            chosen = self._chosen = devices.backends.choose_all(c.device, refused)
-        return chosen
+            self._chosen = devices.backends.choose_all(c.device, refused)
+        return self._chosen
 
     # memory contract ----------------------------------------------------------------------------------
     def request(self, port: str, offer: Offer, outputs: Mapping[str, Allocation], devices: Devices) -> Request:

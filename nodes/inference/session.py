@@ -7,7 +7,6 @@ its results go to, done when the backend says so (from any thread)."""
 from __future__ import annotations
 
 import threading
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -89,13 +88,7 @@ class SessionEngine(Engine):
         self.in_shape = tuple(first.shape) if all(d >= 0 for d in first.shape) else None
         self.in_type = None
         n = 1 if c.requests == "inline" else max(1, int(self.session.requests))
-        self.requests = [_Request(self.session, i) for i in range(n)]
-        self._done = [threading.Event() for _ in self.requests]
-        for i, r in enumerate(self.requests):
-            r.set_callback(self._on_done, i)
-        self._idle = deque(range(len(self.requests)))
-        self._started = [0.0] * len(self.requests)
-        self.latency = None
+        self._pool_of([_Request(self.session, i) for i in range(n)])
         open_dims = [o.name for o in self.session.outputs if any(d < 0 for d in o.shape)]
         if open_dims:
             raise ValueError(f"backend '{name}' left the shape of output(s) {', '.join(open_dims)} open for input "
