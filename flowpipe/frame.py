@@ -237,6 +237,12 @@ class Frame:
 
     def buffer_of(self, array: Any) -> Any:
         """The pooled SharedBuffer that ``array`` is a view of, or None."""
+        lease = self.lease_of(array)
+        return lease.buffer if lease is not None else None
+
+    def lease_of(self, array: Any) -> Any:
+        """The lease this frame holds whose buffer ``array`` is a view of (its ``pool`` is where it came
+        from), or None."""
         if self.ref is None or not isinstance(array, np.ndarray):
             return None
         addr = array.ctypes.data
@@ -244,7 +250,7 @@ class Frame:
             buf = getattr(lease, "buffer", None)
             base = getattr(buf, "address", None)  # device memory (an OpenCL buffer) has no host address
             if buf is not None and base is not None and base <= addr < base + buf.size:
-                return buf
+                return lease
         return None
 
     @property

@@ -32,6 +32,11 @@ class Lease:
         """Returns once the device work that fills the buffer has finished."""
         _wait_ready(self)
 
+    @property
+    def pool(self) -> BufferPool | None:
+        """The pool the buffer came from (None once released, or for a buffer of no pool)."""
+        return self._pool
+
     def release(self) -> None:
         self.ready = None
         pool, self._pool = self._pool, None
@@ -72,6 +77,11 @@ class BufferPool:
                 self._free.append(buf)
                 self.count += 1
             self._cond.notify_all()
+
+    def buffers(self) -> list[Any]:
+        """Every buffer of the pool, leased or free (a process that maps them maps the pool once)."""
+        with self._cond:
+            return list(self._all)
 
     @property
     def in_use(self) -> int:
@@ -169,6 +179,10 @@ class Slot:
     def buffer(self) -> Any:
         return self.batch.lease.buffer
 
+    @property
+    def pool(self) -> BufferPool | None:
+        return self.batch.lease.pool
+
     def wait_ready(self) -> None:
         _wait_ready(self)
 
@@ -186,6 +200,10 @@ class SharedLease:
         self.lease, self.users = lease, users
         self.buffer = lease.buffer
         self._lock = threading.Lock()
+
+    @property
+    def pool(self) -> BufferPool | None:
+        return self.lease.pool
 
     def release(self) -> None:
         with self._lock:

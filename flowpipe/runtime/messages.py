@@ -259,6 +259,17 @@ class OwnerOpenFailed(Message):
 
 
 @dataclass(frozen=True, slots=True)
+class OwnerBuffers(Message):
+    """Shard to owner, ahead of a frame: (bid, kind) of buffers the owner has not seen, whose fds ride along
+    (at most ``wire.MAX_FDS`` a message). A shard shows a pool's buffers all at once, when the first of them
+    crosses, so what the owner maps is each pool's size from then on, not what deeper queues reach later.
+    ``gone``: as ``OwnerFrame``'s, unmapped first."""
+
+    new: list[tuple[int, str]]
+    gone: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class OwnerFrame(Message):
     """Shard to owner: frame ``key`` (the shard's count) for ``node_id``. ``new``: (bid, kind) of buffers
     the owner has not seen, whose fds ride along, in order; ``bids``: every buffer the frame's arrays live
@@ -311,7 +322,7 @@ ToWorker = FrameIn | Close
 FromWorker = WorkerReady | WorkerOpenFailed | FrameOut | FramesOut | FrameFailed | Closed
 ToOwner = Close | StatsWanted
 FromOwner = OwnerListening | OwnerCrashed | OwnerStats | OwnerClosed
-ShardToOwner = OwnerHello | OwnerFrame | Bye
+ShardToOwner = OwnerHello | OwnerBuffers | OwnerFrame | Bye
 OwnerToShard = OwnerReady | OwnerOpenFailed | OwnerDone | OwnerFailed
 
 

@@ -23,6 +23,7 @@ from ..messages import (
     BufferRef,
     Bye,
     ObjectRef,
+    OwnerBuffers,
     OwnerDone,
     OwnerFailed,
     OwnerFrame,
@@ -30,7 +31,7 @@ from ..messages import (
     OwnerOpenFailed,
     OwnerReady,
 )
-from ..wire import recv, send
+from ..wire import MAX_FDS, recv, send
 
 CONNECT_TIMEOUT_S = 60.0  # a restarted owner loads its model (from the cache) within this
 
@@ -215,6 +216,10 @@ class OwnerClient(AsyncNode, Negotiating, Node):
             self.pending[key] = frame
             self.order.append(key)
         try:
+            # a whole pool's fds may exceed what one message carries: all but the last part go ahead
+            while len(new) > MAX_FDS:
+                send(sock, OwnerBuffers(new[:MAX_FDS], gone), fds[:MAX_FDS])
+                new, fds, gone = new[MAX_FDS:], fds[MAX_FDS:], ()
             send(sock, OwnerFrame(self.id, key, new, frame.stream, frame.index, frame.pts, meta, layout, bids, inp,
                                   outs, frame.format if self.picture else None, gone), fds)
         except OSError:
@@ -224,15 +229,21 @@ class OwnerClient(AsyncNode, Negotiating, Node):
 
     def _ref(self, frame: Frame, arr: Any, new: list[tuple[int, str]], fds: list[int],
              bids: list[int], held: dict[int, Any]) -> BufferRef | ObjectRef:
-        buf = frame.buffer_of(arr) if isinstance(arr, np.ndarray) else None
+        lease = frame.lease_of(arr) if isinstance(arr, np.ndarray) else None
+        buf = lease.buffer if lease is not None else None
         if buf is None or buf.handle is None:
             ledgers.record(arr.nbytes if isinstance(arr, np.ndarray) else 0)  # by value: a copy
             return ObjectRef(np.asarray(arr))
         bid = id(buf)
         if bid not in self.sent and bid not in held:
-            new.append((bid, buf.kind))
-            fds.append(buf.handle)
-            held[bid] = buf
+            # the owner maps the buffer's whole pool now, so that what it maps stays that pool's size however
+            # deep the queues get later (its pages are still made only where frames write)
+            pool = getattr(lease, "pool", None)
+            for b in [buf, *(pool.buffers() if pool is not None else ())]:
+                if getattr(b, "handle", None) is not None and id(b) not in self.sent and id(b) not in held:
+                    new.append((id(b), b.kind))
+                    fds.append(b.handle)
+                    held[id(b)] = b
         if bid not in bids:
             bids.append(bid)
         return BufferRef(bid, arr.ctypes.data - buf.address, arr.shape, arr.dtype.str, arr.strides)

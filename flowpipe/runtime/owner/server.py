@@ -29,6 +29,7 @@ from ...node import AsyncNode, Node, offer_of, request_of
 from ..messages import (
     Bye,
     Close,
+    OwnerBuffers,
     OwnerClosed,
     OwnerCrashed,
     OwnerDone,
@@ -283,6 +284,8 @@ class _Owner:
             self._drop(c)
             return
         match msg:
+            case OwnerBuffers():
+                c.map(msg.gone, msg.new, fds)
             case OwnerFrame():
                 c.map(msg.gone, msg.new, fds)
                 self._frame(c, msg)
