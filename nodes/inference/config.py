@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from flowpipe.node import NodeConfig
 
@@ -50,8 +50,8 @@ class InferenceConfig(NodeConfig):
         return v
     device: str | list[str] = Field(
         "AUTO", description="NPU|GPU|CPU|AUTO, a fallback list (the first present), e.g. 'NPU,GPU,CPU', or devices "
-        "used together, e.g. 'GPU+CPU' (each present one runs frames as it has requests free; batch: 1); a device of "
-        "another accelerator backend as BACKEND:DEVICE, e.g. 'onnxruntime:CPU' (flowpipe devices lists them)")
+        "used together, e.g. 'GPU+CPU' (each present one runs its share of the frames, by split; batch: 1); a "
+        "device of another accelerator backend as BACKEND:DEVICE, e.g. 'onnxruntime:CPU' (flowpipe devices lists them)")
 
     @field_validator("device")
     @classmethod
@@ -81,6 +81,26 @@ class InferenceConfig(NodeConfig):
                                  + "; expected NPU, GPU or CPU (GPU.1: one of several), AUTO, a fallback list "
                                  "'NPU,GPU,CPU', devices used together 'GPU+CPU', or BACKEND:DEVICE")
         return v
+    split: dict[str, int] = Field(
+        default_factory=dict, description="devices used together ('GPU+CPU'): each device's share of the frames, "
+        "e.g. {GPU: 3, CPU: 1} (default: equal). Which device runs a frame is a function of its stream and its "
+        "place among the stream's frames that run the model, never of which device is free (devices' numerics "
+        "differ, so that would make the output depend on load); 'flowpipe bench' says which shares match the "
+        "devices' speeds")
+    split_by: Literal["frame", "stream"] = Field(
+        "frame", description="devices used together: frame, each stream's frames dealt to the devices in turn by "
+        "their shares; stream, each stream on one device for its whole run (its boxes all of one device's "
+        "numerics; streams dealt by rendezvous hashing of their names, weighted by the shares, so a stream keeps "
+        "its device as others come and go)")
+
+    @field_validator("split")
+    @classmethod
+    def _shares(cls, v: dict[str, int]) -> dict[str, int]:
+        bad = {k: n for k, n in v.items() if not isinstance(n, int) or n < 1}
+        if bad:
+            raise ValueError(f"expected a whole number >= 1 for each device's share, got {bad}")
+        return {k.strip().upper() if ":" not in k else k.strip(): n for k, n in v.items()}
+
     performance_hint: Literal["LATENCY", "THROUGHPUT", "CUMULATIVE_THROUGHPUT"] = Field(
         "THROUGHPUT", description="OpenVINO's PERFORMANCE_HINT: LATENCY, each request as fast as it can; THROUGHPUT, "
         "the most frames a second (requests in flight together); CUMULATIVE_THROUGHPUT, several devices at once")
@@ -106,3 +126,18 @@ class InferenceConfig(NodeConfig):
         "thread hop, one request): for a small second model whose frames mostly have nothing to run")
     reset_state: Literal["per_stream", "never"] = Field(
         "per_stream", description="stateful models: one state per stream (saved/restored), reset at frame 0")
+
+    @model_validator(mode="after")
+    def _split_names_devices_used_together(self) -> InferenceConfig:
+        """``split`` names devices of ``device``'s list of devices used together, and only with one."""
+        if not self.split:
+            return self
+        together = [[d.strip().upper() if ":" not in d else d.strip() for d in alt.split("+")]
+                    for alt in re.split(r",", ",".join([self.device] if isinstance(self.device, str) else self.device))
+                    if "+" in alt]
+        names = {d for alt in together for d in alt}
+        unknown = sorted(set(self.split) - names)
+        if not together or unknown:
+            raise ValueError(f"split: {', '.join(unknown or sorted(self.split))}: expected devices of device's list "
+                             f"of devices used together ('GPU+CPU'), got device: {self.device}")
+        return self

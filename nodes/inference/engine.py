@@ -131,8 +131,6 @@ class Engine:
         for i, r in enumerate(requests):
             r.set_callback(self._on_done, i)
         self._idle = deque(range(len(requests)))
-        self._started = [0.0] * len(requests)  # when each request was started (perf_counter)
-        self.latency: float | None = None  # a request's time from start to done, smoothed (None: none yet)
 
     def _make_outputs(self, frames_in_flight: int) -> None:
         """Pools for the results of the frames that can be on their way at once (max shapes)."""
@@ -266,7 +264,7 @@ class Engine:
         try:
             bind(req)
             self._done[rid].clear()
-            self._started[rid] = now = time.perf_counter()
+            now = time.perf_counter()
             if self._t_first_submit is None:
                 self._t_first_submit = now
             self._began(now)
@@ -389,19 +387,7 @@ class Engine:
     def failed(self) -> bool:
         return bool(self._errors)
 
-    def finish_in(self) -> float:
-        """Seconds from now until a frame submitted now would be done here, as far as the requests so far
-        tell: a request's latency, after the oldest running one (when none is idle) has had its own."""
-        latency = self.latency or 0.0
-        if self._idle or not self._pending:
-            return latency
-        started = [self._started[rid] for rid, _ in self._pending if rid >= 0]
-        wait = max(0.0, latency - (time.perf_counter() - min(started))) if started else 0.0
-        return wait + latency
-
     def _on_done(self, slot: int) -> None:
-        took = time.perf_counter() - self._started[slot]
-        self.latency = took if self.latency is None else 0.8 * self.latency + 0.2 * took
         self._ended()
         self._done[slot].set()
         self.wake()

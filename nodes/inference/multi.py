@@ -1,15 +1,19 @@
 """Several devices used together (``device: GPU+CPU``): one ``Engine`` per device, each with its own compiled
-model and pool of requests, frames sent to whichever device has a request free, results in frame order.
+model and pool of requests, each frame on the device its ``Split`` deals it to, results in frame order.
 
-Each device is fed at its own rate: a frame goes to the device that would have it done first (its measured
-request latency, after a wait for a request where none is idle; the first listed on a tie) once that device
-has a request idle, after the finished frames of every device are collected. Every
-device's requests are recycled as soon as its own frames finish, so a slower device's frame at the head
-does not stop the faster one; finished frames wait here until every frame submitted before them is done.
-How many frames may be here at once (``window``) bounds how far the faster device runs ahead."""
+Which device runs a frame is a function of the frame's stream and its place among that stream's frames that run
+the model (``split``, ``split_by``), never of which device is free first: devices' numerics differ (a GPU runs
+in f16), so routing by load would make a frame's boxes depend on how busy the machine was. The price is that a
+device given more than its speed's share makes the other wait: ``flowpipe bench`` says which shares match the
+devices' speeds. Every device's requests are recycled as soon as its own frames finish, so a slower device's
+frame at the head does not stop the faster one; finished frames wait here until every frame submitted before
+them is done. How many frames may be here at once (``window``) bounds how far the faster device runs ahead."""
 from __future__ import annotations
 
+import hashlib
+import math
 import threading
+import zlib
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,6 +42,57 @@ class _Group:
     out: list[Frame] = field(default_factory=list)  # the ones that finished
 
 
+def dealt(shares: list[int]) -> list[int]:
+    """The order in which frames are dealt to devices of these ``shares``: each device ``shares[i]`` times in
+    ``sum(shares)``, spread out (smooth weighted round robin, as nginx deals requests to upstreams; the first
+    listed on a tie).
+
+    >>> dealt([3, 1])
+    [0, 0, 1, 0]
+    >>> dealt([1, 1])
+    [0, 1]
+    """
+    total, current, out = sum(shares), [0] * len(shares), []
+    for _ in range(total):
+        for i, w in enumerate(shares):
+            current[i] += w
+        best = max(range(len(shares)), key=lambda i: (current[i], -i))
+        current[best] -= total
+        out.append(best)
+    return out
+
+
+class Split:
+    """Which of the devices runs a frame: a function of its stream and how many of that stream's frames ran the
+    model before it, nothing else. ``by="frame"``: a stream's frames dealt in turn (``dealt``), each stream
+    starting at its own place in the turn (a hash of its name) so that streams in step keep every device
+    busy; ``by="stream"``: each stream on one device, the one of highest weighted rendezvous score for its
+    name (a stream keeps its device whatever other streams come and go)."""
+
+    def __init__(self, shares: list[int], by: str = "frame"):
+        if not shares or min(shares) < 1:
+            raise ValueError(f"expected a share >= 1 for each device, got {shares}")
+        self.shares, self.by = shares, by
+        self.turn = dealt(shares)
+        self._ran: dict[str, int] = {}  # per stream: its frames dealt so far
+
+    def next(self, stream: str) -> int:
+        """The device (index into the shares) of ``stream``'s next frame that runs the model."""
+        if self.by == "stream":
+            return self.home(stream)
+        k = self._ran.get(stream, 0)
+        self._ran[stream] = k + 1
+        return self.turn[(k + zlib.crc32(stream.encode())) % len(self.turn)]
+
+    def home(self, stream: str) -> int:
+        """``by="stream"``: the device of highest score -share / ln(u), u uniform in (0, 1) from a hash of the
+        stream's name and the device's place (the first listed on a tie)."""
+        def score(i: int) -> float:
+            h = int.from_bytes(hashlib.blake2b(f"{i}:{stream}".encode(), digest_size=8).digest(), "big")
+            return -self.shares[i] / math.log((h + 0.5) / 2.0**64)
+        return max(range(len(self.shares)), key=lambda i: (score(i), -i))
+
+
 class MultiEngine:
     """One node's model on several devices at once, with ``Engine``'s interface for the node. ``engines``
     in the order the config lists their devices; ``section`` is the node's ``--stats`` block, with each
@@ -63,6 +118,7 @@ class MultiEngine:
         self._errors: deque[FrameError] = deque()
         self._into: dict[int, list[np.ndarray]] = {}  # a client's own memory for a frame's results
         self._current: Engine | None = None  # the device whose request is being bound (during submit)
+        self.split = Split([config.split.get(ch.device, 1) for ch in choices], config.split_by)
 
     # loading ----------------------------------------------------------------------------------------
     def load(self, ov_owner: OpenVino, offer: Offer, alloc: Allocation, entries: Entries, edge: str | None,
@@ -70,7 +126,7 @@ class MultiEngine:
         """Each device's model compiled with its own config (``build_config`` per device), and output pools
         with room for every frame the window lets wait here."""
         if self.config.batch > 1:
-            raise ValueError(f"batch: device {self.device} sends each frame to whichever device is free; "
+            raise ValueError(f"batch: device {self.device} deals each frame to one device; "
                              f"expected batch: 1, got {self.config.batch}")
         self.edge = edge
         for i, e in enumerate(self.engines):
@@ -89,7 +145,9 @@ class MultiEngine:
         names = _names([e.device for e in self.engines])
         first = self.engines[0].section
         self.section = {"device": self.device, "device_reason": self.reason, "requests": total,
-                        "window": self.window, "input": first["input"], "input_memory": first["input_memory"],
+                        "window": self.window,
+                        "split": {"by": self.split.by, "shares": dict(zip(names, self.split.shares))},
+                        "input": first["input"], "input_memory": first["input_memory"],
                         "stateful": False, "input_binding": None,
                         "devices": {name: e.section for name, e in zip(names, self.engines)}}
         for e in self.engines:
@@ -147,14 +205,15 @@ class MultiEngine:
 
     # running ----------------------------------------------------------------------------------------
     def submit(self, frames: list[Frame], bind: Callable[[Any], None]) -> list[Frame]:
-        """Starts a request for ``frames`` on the first device with one idle; when none is (or the window is
-        full), waits until some device's request finishes. Returns frames that came out meanwhile."""
+        """Starts a request for ``frames`` on the device the split deals them to; while that device has no
+        request idle (or the window is full), waits until some device's request finishes. Returns frames that
+        came out meanwhile."""
         ready: list[Frame] = []
+        e = self.engines[self.split.next(frames[0].stream)]
         while True:
             self._changed.clear()  # before looking: a request finishing after this wakes the wait below
             ready += self.collect()
-            e = self._free_engine()
-            if e is not None:
+            if e.free and len(self._groups) < self.window:
                 break
             self._changed.wait()
         into = self._into.pop(id(frames[0]), None)
@@ -171,22 +230,10 @@ class MultiEngine:
             self._current = None
         return ready + self.collect()
 
-    def _free_engine(self) -> Engine | None:
-        """The device that would have a frame submitted now done first (its idle request's latency, or a
-        busy device's wait for one plus its latency), when it has a request idle; None: wait for one. A
-        device without a finished request yet is tried as soon as it has one idle."""
-        if len(self._groups) >= self.window:
-            return None
-        known = [e for e in self.engines if e.free or e.latency is not None]  # a busy one not yet timed: no
-        if not any(e.free for e in known):
-            return None
-        best = min(known, key=lambda e: e.finish_in())  # first listed wins a tie
-        return best if best.free else None
-
     def run_inline(self, frame: Frame, bind: Callable[[Any], None]) -> list[Frame]:
-        """``requests: inline``: on the first device, in the calling thread."""
+        """``requests: inline``: on the device the split deals the frame to, in the calling thread."""
         into = self._into.pop(id(frame), None)
-        e = self.engines[0]
+        e = self.engines[self.split.next(frame.stream)]
         if into is not None:
             e.provide(frame, into)
         self._current = e

@@ -163,7 +163,7 @@ class Inference(AsyncNode, Negotiating, Node):
             self.passed = 0
             ctx.section(f"inference.{self.id}", session.section)
             return
-        if len(choices) > 1:  # every device at once, each frame on whichever has a request free
+        if len(choices) > 1:  # every device at once, each frame on the device the split deals it to
             multi = self.engine = MultiEngine(self.id, c, choices, self.wake, self._label, t_open)
             for e in multi.engines:
                 e.cpu_threads = threads
