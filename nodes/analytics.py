@@ -49,7 +49,9 @@ log = logging.getLogger("flowpipe.analytics")
 
 Point = tuple[float, float]
 Box = tuple[float, float, float, float]
-RECENT = 200  # events kept for a console
+# events kept for flowpipe serve (its console, its event index, which reads them every second): the newest
+# RECENT, and every one raised in the last RECENT_S seconds however many, up to RECENT_MAX
+RECENT, RECENT_S, RECENT_MAX = 200, 30.0, 50_000
 
 
 class Zone(BaseModel):
@@ -379,7 +381,7 @@ class Analytics(Node):
     def open(self, ctx: RunContext) -> None:
         self.streams: dict[str, _StreamState] = {}
         self.rates = StreamRates()  # rate: each stream's frames a second
-        self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT)  # for flowpipe serve's console
+        self.recent: deque[dict[str, Any]] = deque()  # for flowpipe serve: RECENT, RECENT_S, RECENT_MAX
         self.lock = threading.Lock()
         self.stats = ctx.stats
         self.stats.update({"events": 0, "crossings": 0, "crossings_same": 0})
@@ -473,9 +475,13 @@ class Analytics(Node):
         begin given the frame's snapshot (``snapshots``)."""
         self.stats["events"] += sum(e["state"] != "end" for e in events)
         with self.lock:
+            now = time.time()
             for e in events:
-                e["at"] = round(time.time(), 3)  # wall clock: when it was raised
+                e["at"] = round(now, 3)  # wall clock: when it was raised
                 self.recent.append(e)
+            old = self.recent
+            while len(old) > RECENT_MAX or (len(old) > RECENT and old[0]["at"] < now - RECENT_S):
+                old.popleft()
         if self.config.snapshots and any(e["state"] != "end" for e in events):
             snap = self._snapshot(frame)
             for e in events:

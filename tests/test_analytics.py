@@ -155,6 +155,30 @@ def test_a_line_with_same_counts_each_of_two_people_crossing_in_turn_at_one_plac
     assert len(st.recent["gate"]) == 3  # the last crossing's second: it, and those half a second and a second before
 
 
+def test_serve_is_kept_every_event_of_the_last_half_minute_however_many(monkeypatch) -> None:
+    """An event index reads a run's events each second: a node keeps every event raised in the last 30 s,
+    not only its newest 200 (600 tracks crossing a line at once lose none), and lets older ones go down to 200."""
+    from flowpipe.testing import Harness
+    from flowpipe_nodes import analytics
+
+    many = 600
+    seq = [{t: (150.0 + 20 * i, 2.0 + 0.39 * t) for t in range(many)} for i in range(2)]
+    node = _analytics("{lines: {gate: {points: [[0.5, 0.0], [0.5, 1.0]], count: every}}, "
+                      "rules: [{name: crossed, line: gate}]}")
+    now = [1_000_000.0]
+    monkeypatch.setattr(analytics.time, "time", lambda: now[0])
+    with Harness(node) as h:
+        for f in _frames(seq):
+            h.node.process(f, "detections")
+        kept = node.recent_events()
+        assert len(kept) == many and sorted(e["tracks"][0] for e in kept) == list(range(many))
+        now[0] += analytics.RECENT_S + 1  # half a minute on: one more event, and the older ones go
+        for f in _frames([{}, {}, {many: (150.0, 100.0)}, {many: (190.0, 100.0)}])[2:]:
+            h.node.process(f, "detections")
+        kept = node.recent_events()
+        assert len(kept) == analytics.RECENT and kept[-1]["tracks"] == [many]
+
+
 @pytest.mark.parametrize(("rate", "fps", "back"), [
     (25.0, 10.0, True),   # forget 30 at 25 fps is 12 frames at 10: unseen for 15, the id crosses anew
     (None, 10.0, False),  # forget 30 frames: it still remembers the id crossed

@@ -148,7 +148,9 @@ class Instance:
     _events: dict[tuple[Any, Any, Any], dict[str, Any]] = field(default_factory=dict, init=False, repr=False)
     _events_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _unindexed: list[dict[str, Any]] = field(default_factory=list, init=False, repr=False)  # new or changed since
-    KEEP_EVENTS = 200
+    _held: dict[tuple[Any, Any, Any], dict[str, Any]] = field(default_factory=dict, init=False, repr=False)
+    KEEP_EVENTS = 200  # listed (the console)
+    UNINDEXED_MAX = 100_000  # new or changed, waiting for the index (which takes them every second)
 
     @property
     def state(self) -> str:
@@ -191,12 +193,16 @@ class Instance:
         in it since), with those seen before and no longer held, as after the run has ended."""
         fresh = self.runner.live.events()
         with self._events_lock:
+            held = {}  # what the run holds now, as it stands: the next look tells a change from these
             for e in fresh:
                 key = (e.get("stream"), e.get("id"), e.get("state"))
-                if self._events.pop(key, None) != e:
+                if self._held.get(key) != e:
                     self._unindexed.append(e)
-                    del self._unindexed[:-self.KEEP_EVENTS * 10]
+                    del self._unindexed[:-self.UNINDEXED_MAX]
+                held[key] = e
+                self._events.pop(key, None)
                 self._events[key] = e
+            self._held = held
             while len(self._events) > self.KEEP_EVENTS:
                 self._events.pop(next(iter(self._events)))
             got = [dict(e) for e in self._events.values()]
