@@ -11,7 +11,16 @@ import sys
 from typing import Any
 
 
+def _interrupts_are_the_parents() -> None:
+    """In a child a library forks (OpenVINO's telemetry sends its event from one on import, for up to 3 s):
+    the terminal's Ctrl-C reaches it too, and the command decides what it means (a child killed by it printed a
+    traceback over the command's own last line)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:  # the program itself (not a caller's process that imports it)
+        os.register_at_fork(after_in_child=_interrupts_are_the_parents)
     try:
         from .commands import main as command
     except KeyboardInterrupt:
