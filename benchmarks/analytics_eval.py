@@ -117,7 +117,7 @@ def main() -> int:
             row["tiles"] = own["tiles"]
         rows.append(row)
         print(row, flush=True)
-    summary = {which: _summary([r for r in rows if r["part"] == which]) for which in ("seen", "held_out")
+    summary = {which: _summary([r for r in rows if r["part"] == which]) for which in ("seen", "held_out", "default")
                if any(r["part"] == which for r in rows)}
     publish({"graph": str(graph.relative_to(ROOT)), "what": args.what, "device": sets["device"], "set": args.set,
              "tiles_band": args.tiles_band, "repeats": args.repeats, "rows": rows, "summary": summary}, args.out)

@@ -105,10 +105,10 @@ def test_the_masks_are_the_same_whatever_the_pace_of_the_stages_and_the_load_of_
 
 
 def _counted(tmp_path: Path, name: str, jitter: float = 0.0) -> list[dict[str, Any]]:
-    """graphs/vehicle_count.yaml on the first 80 frames of its sample (a cyclist's camera over a traffic jam): each
+    """graphs/vehicle_count.yaml on the first 80 frames of the street clip (a cyclist's camera over a traffic jam): each
     frame's objects, the camera's motion measured, whether counting paused and what was counted."""
     g = yaml.safe_load((ROOT / "graphs" / "vehicle_count.yaml").read_text())
-    g["params"].update(device="CPU", output=str(tmp_path / f"{name}.mp4"), metadata=str(tmp_path / f"{name}.jsonl"),
+    g["params"].update(input="sample-street", line=[[0.5, 0.0], [0.5, 1.0]], device="CPU", output=str(tmp_path / f"{name}.mp4"), metadata=str(tmp_path / f"{name}.jsonl"),
                        events=str(tmp_path / f"{name}_ev"), clips=str(tmp_path / f"{name}_clips"))
     if jitter:  # a stage between the detector and the tracker whose pace changes from frame to frame
         _jitter_before(g, "track", "detections", "objects.detections", jitter)

@@ -914,7 +914,8 @@ def test_events_a_shipped_graph_raises_are_indexed_found_by_each_filter_and_kept
     def key(iid: str, e: dict[str, Any]) -> tuple[str, str, str, str]:
         return iid, e["stream"], e["id"], e["state"]
 
-    params = {"zone": [[0, 0], [1, 0], [1, 1], [0, 1]], "crowd": 1, "crowd_for": 0.0, "dwell": 0.5, "device": "CPU"}
+    params = {"zone": [[0, 0], [1, 0], [1, 1], [0, 1]], "crowd": 1, "crowd_for": 0.0, "dwell": 0.5, "device": "CPU",
+              "line": [[0.5, 0.0], [0.5, 1.0]]}  # down the middle, as the street clip's crossings were marked
     srv = subprocess.Popen(cli, stdout=subprocess.DEVNULL, stderr=log)
     try:
         up(srv)

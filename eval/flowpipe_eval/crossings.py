@@ -83,8 +83,9 @@ def line(name: str, what: str = "people") -> list[list[float]]:
 
 
 def part(name: str) -> str:
-    """``seen`` (looked at while the graph was made; nothing was chosen on them either) or ``held_out`` (added
-    after the graph and its margin were fixed and the others' figures reported)."""
+    """``seen`` (looked at while the graph was made; nothing was chosen on them either), ``held_out`` (added
+    after the graph and its margin were fixed and the others' figures reported) or ``default`` (held out until
+    it became a counting graph's default input, which everyone who runs it looks at: reported apart)."""
     return str(truth()[name].get("part", "seen"))
 
 

@@ -41,7 +41,8 @@ class VideoSourceConfig(NodeConfig):
 
     uri: str = Field(description="file path, rtsp:// or http:// URL, /dev/videoN or camera index, image folder, "
                                  "or 'sample' / 'sample-text' (generated clips: moving faces / printed words) / "
-                                 "'sample-street' (a real street clip)")
+                                 "'sample-street' (a real street clip) / 'sample-concourse' (a fixed camera over "
+                                 "people) / 'sample-motorway' (a fixed camera over traffic)")
     stream: str | None = Field(None, description="stream id (default: the node id)")
     loop: int = Field(0, ge=-1, description="replay a file this many extra times (-1: forever)")
     max_fps: float | None = Field(None, gt=0, description="limit the output frame rate (sleeps)")
