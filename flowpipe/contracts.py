@@ -14,6 +14,7 @@ another node's spec, config or stats: what it learns of its neighbours is in the
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -27,7 +28,7 @@ from .memory import BatchSlots, BufferPool, available_kinds
 #: ``pinned``: page-locked host memory of an OpenCL context (a discrete GPU uploads it by DMA);
 #: ``owner``: the device owner writes the tensor next to its consumer, from the frame, which crosses
 #: processes by fd (the producer in the shard only decides which frames and where their entries lie).
-Placement = Literal["any", "host", "opencl", "dma-buf", "pinned", "owner"]
+Placement = Literal["any", "host", "opencl", "dma-buf", "pinned", "owner", "backend"]
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,9 @@ class Allocation:
     device: str | None = None
     cl: ClDevice | None = None
     slots: BatchSlots | None = None
+    #: ``backend`` placement: makes one buffer of so many bytes in the memory the consumer's backend binds
+    #: (``flowpipe.accel.backends.Allocator``)
+    make: Callable[[int], Any] | None = None
     consumers: list[str] = field(default_factory=list)
     why: str = ""
     #: The pixel formats every node its frames reach takes (a decoder picks its output format from them),
@@ -146,6 +150,10 @@ class Allocation:
             assert self.cl is not None
             pinned = self.cl
             return BufferPool(nbytes, count, "ocl-pinned", factory=lambda: pinned.pinned(nbytes))
+        if self.placement == "backend" and kind is None:
+            assert self.make is not None
+            make = self.make
+            return BufferPool(nbytes, count, "backend", factory=lambda: make(nbytes))
         if self.placement == "dma-buf" and kind is None and "dma-heap" in available_kinds():
             kind = "dma-heap"
         return BufferPool(nbytes, count, kind)

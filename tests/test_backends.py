@@ -110,3 +110,106 @@ def test_a_backend_that_fails_to_load_is_one_line_naming_it_and_why(tmp_path) ->
     assert p.returncode == 2
     assert "config.device: 'brokn:CPU': expected BACKEND:DEVICE with a backend installed here (did you mean " \
            "'broken'? installed: broken, " in p.stderr, p.stderr
+
+
+_OWN_BACKEND = '''
+import ctypes, mmap, threading
+import numpy as np
+from flowpipe.accel.backends import BackendDevice, PortSpec
+
+MADE = []  # (address, size) of every buffer this backend made
+SEEN = []  # per request: whether its input lay in one of them, and the input's mean
+
+
+class Block:
+    def __init__(self, nbytes):
+        self._map = mmap.mmap(-1, nbytes)
+        self.size = nbytes
+        self.address = ctypes.addressof(ctypes.c_char.from_buffer(self._map))
+        MADE.append((self.address, nbytes))
+
+    def array(self, shape, dtype=np.uint8, offset=0):
+        dtype = np.dtype(dtype)
+        return np.frombuffer(self._map, dtype=dtype, count=int(np.prod(shape)), offset=offset).reshape(shape)
+
+    def close(self):
+        pass  # views may outlive the pool in a test; the map goes with the process
+
+
+class Session:
+    def __init__(self, shape):
+        self.inputs = [PortSpec("x", tuple(shape), "float32")]
+        self.outputs = [PortSpec("mean", (1,), "float32")]
+        self.requests = 2
+
+    def start(self, slot, inputs, outputs, done):
+        x = inputs["x"]
+        at = x.__array_interface__["data"][0]
+        SEEN.append((any(a <= at < a + n for a, n in MADE), float(x.mean())))
+        outputs["mean"][0] = x.mean()
+        threading.Thread(target=done, args=(None,)).start()
+
+    def close(self):
+        pass
+
+
+class OwnMemory:
+    name = "ownmem"
+
+    def devices(self):
+        return [BackendDevice("CPU", "cpu", ("host", "own"), "memory of its own making")]
+
+    def allocate(self, device, nbytes):
+        return Block(nbytes)
+
+    def compile(self, model, device, *, cache_dir, requests, input_shape):
+        return Session(input_shape)
+'''
+
+
+def test_a_backend_that_makes_its_own_memory_gets_its_input_written_there(tmp_path, monkeypatch) -> None:
+    """A device that declares memory of its backend's own making (``own``) and a backend that allocates it: the
+    preprocess writes each frame's tensor into buffers the backend made, and the session is started on views of
+    them, no copy between (``--stats``: input memory ``backend``); its results are what the preprocess wrote."""
+    import importlib
+
+    import numpy as np
+
+    from flowpipe.accel import devices
+    from flowpipe.testing import collected, feed, run_yaml
+
+    site = tmp_path / "site"
+    (site / "ownmem_backend-0.1.dist-info").mkdir(parents=True)
+    (site / "ownmem_backend-0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: ownmem-backend\n"
+                                                                    "Version: 0.1\n")
+    (site / "ownmem_backend-0.1.dist-info" / "entry_points.txt").write_text(
+        "[flowpipe.backends]\nownmem = ownmem_backend:OwnMemory\n")
+    (site / "ownmem_backend.py").write_text(_OWN_BACKEND)
+    monkeypatch.syspath_prepend(str(site))
+    importlib.invalidate_caches()
+    backends = devices().backends
+    monkeypatch.setattr(backends, "_scanned", False)
+    model = tmp_path / "any.onnx"
+    model.write_bytes(b"the backend reads no file")
+    rng = np.random.default_rng(3)
+    frames = [rng.integers(0, 255, (96, 128, 3), np.uint8) for _ in range(6)]
+    res = run_yaml(f"""
+    nodes:
+      - {{id: src, type: list_source, config: {{feed: {feed(frames)}}}}}
+      - {{id: pre, type: preprocess, config: {{size: [64, 48], color: RGB, layout: NHWC, dtype: f32, resize: stretch,
+          backend: cpu}}, inputs: src.frame}}
+      - {{id: det, type: inference, config: {{model: "{model}", device: "ownmem:CPU"}}, inputs: pre.tensor}}
+      - {{id: out, type: collect, config: {{into: ownmem}}, inputs: det.tensors}}
+    """)
+    assert res.ok, res.error
+    sec = res.inference["inference.det"]
+    assert (sec["backend"], sec["device"], sec["input_memory"]) == ("ownmem", "CPU", "backend")
+    assert sec["input_binding"] == "the backend's own memory, in place (the preprocess wrote it there)"
+    assert res.edges["pre->det"]["copies"] == 0
+    import ownmem_backend  # the module the entry point loaded
+
+    assert [inside for inside, _ in ownmem_backend.SEEN] == [True] * 6
+    got = collected("ownmem")
+    assert [f.index for f in got] == list(range(6))
+    for f, (_, mean) in zip(got, ownmem_backend.SEEN):
+        assert float(f.tensors["mean"][0]) == pytest.approx(mean, rel=1e-6)

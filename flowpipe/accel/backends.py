@@ -19,8 +19,11 @@ Memory kinds a device binds:
 * ``fd-host``: host memory shared through an fd (memfd; what crosses processes);
 * ``opencl``: OpenCL buffers in the device's own context;
 * ``dma-buf``: DMA-BUF fds imported by the device (Linux); ``nt-handle``: NT handles (Windows);
-* ``own``: memory only the backend itself makes (a session that binds nothing flowpipe allocates); flowpipe
-  makes host and fd-host memory in its pools, OpenCL buffers through its OpenCL owner (``flowpipe.accel.opencl``).
+* ``own``: memory the backend itself makes (page-locked for its device's uploads, or inside the device's own
+  address space and visible to the host): a backend whose device declares it allocates it (``allocate``), the
+  producer of the device's input writes each frame's tensor into it, and the session is started on views of it;
+  flowpipe makes host and fd-host memory in its pools, OpenCL buffers through its OpenCL owner
+  (``flowpipe.accel.opencl``).
 """
 from __future__ import annotations
 
@@ -80,6 +83,27 @@ class Session(Protocol):
               done: Done) -> None: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class OwnMemory(Protocol):
+    """One buffer a backend made (``Allocator.allocate``): host-visible at ``address`` for ``size`` bytes, with
+    numpy views over it, let go with ``close``."""
+
+    address: int
+    size: int
+
+    def array(self, shape: tuple[int, ...], dtype: Any = np.uint8, offset: int = 0) -> np.ndarray: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class Allocator(Protocol):
+    """A backend that makes the memory its devices bind (``own`` among a device's memory kinds): the buffers a
+    producer writes that device's input into come from here."""
+
+    def allocate(self, device: str, nbytes: int) -> OwnMemory: ...
 
 
 @runtime_checkable
@@ -222,6 +246,18 @@ class Backends:
         return [DeviceChoice(match[0], f"{name}:{match[0]} asked for and present (its devices: {', '.join(there)})",
                              [f"{name}:{match[0]}"], backend=name)]
 
+    def allocator(self, device: str) -> tuple[Callable[[int], OwnMemory] | None, str]:
+        """For ``BACKEND:DEVICE``: what makes a buffer of so many bytes in the memory the device binds, where the
+        device declares ``own`` memory and its backend allocates it; else None and why not."""
+        name, dev = (x.strip() for x in device.split(":", 1))
+        backend = self.get(name)
+        found = next((d for d in backend.devices() if d.name == dev), None)
+        if found is None or "own" not in found.memory:
+            return None, f"{device} binds no memory of its backend's own making"
+        if not isinstance(backend, Allocator):
+            return None, f"{device} declares memory of its own, but backend '{name}' has no allocate()"
+        return (lambda nbytes: backend.allocate(dev, nbytes)), ""
+
     def report(self) -> dict[str, Any]:
         """Every backend, its devices and the memory each binds; those that failed to load, and why."""
         self._scan()
@@ -237,5 +273,5 @@ class Backends:
         return out
 
 
-__all__ = ["MEMORY_KINDS", "Backend", "BackendDevice", "Backends", "OpenClBackend", "OpenVinoBackend", "PortSpec",
-           "Session"]
+__all__ = ["MEMORY_KINDS", "Allocator", "Backend", "BackendDevice", "Backends", "OpenClBackend", "OpenVinoBackend",
+           "OwnMemory", "PortSpec", "Session"]

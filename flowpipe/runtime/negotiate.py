@@ -188,7 +188,12 @@ def allocate(offer: Offer, req: Request, devices: Devices, in_flight: Callable[[
             cl = devices.opencl.adopt(ov_ctx, dev) if ov_ctx is not None else None
             if cl is None:
                 placement, why = "host", f"{dev} has no OpenCL context to share"
-    alloc = Allocation(placement, req.device, cl, why=why)
+    make = None
+    if placement == "backend":  # memory the consumer's backend makes (its device declares ``own``)
+        make, why = devices.backends.allocator(req.device or "")
+        if make is None:
+            placement = "host"
+    alloc = Allocation(placement, req.device, cl, make=make, why=why)
     if req.batch > 1 and offer.tensor is not None and offer.model_preprocessing is None:
         nbytes = offer.tensor.nbytes * req.batch
         count = -(-min(in_flight(req.by), 64) // req.batch) + 2

@@ -62,7 +62,8 @@ class _Request:
 
 class SessionEngine(Engine):
     """The engine over a backend's session: one frame a request (``batch: 1``), its input read where the
-    preprocess wrote it (host memory), its results written into pooled shared buffers."""
+    preprocess wrote it (host memory, or memory the backend made: ``Allocator``), its results written into
+    pooled shared buffers."""
 
     def load_session(self, backend: Any, offer: Offer, alloc: Allocation, entries: Entries, edge: str | None,
                      frames_in_flight: int) -> None:
@@ -117,6 +118,8 @@ class SessionEngine(Engine):
         if self.in_shape is not None and tuple(arr.shape) != self.in_shape:
             raise ValueError(f"input tensor shape {list(arr.shape)} does not match the model's {list(self.in_shape)}")
         req.inputs = {self.input_name: arr}
+        if self.placement == "backend":
+            return "the backend's own memory, in place (the preprocess wrote it there)"
         return "host array, in place (the backend binds it)"
 
     def bind_outputs(self, req: Any, frames: list[Frame], slots: list[Slot] | None = None) -> None:
