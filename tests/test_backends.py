@@ -213,3 +213,63 @@ def test_a_backend_that_makes_its_own_memory_gets_its_input_written_there(tmp_pa
     assert [f.index for f in got] == list(range(6))
     for f, (_, mean) in zip(got, ownmem_backend.SEEN):
         assert float(f.tensors["mean"][0]) == pytest.approx(mean, rel=1e-6)
+
+
+def test_openvino_is_a_backend_like_any_other_its_session_runs_in_a_graph(tmp_path, monkeypatch) -> None:
+    """OpenVINO's backend compiles a model into a ``Session`` (host arrays in, results written into the caller's
+    arrays, done from its callback); named through the entry-point group under another name, a graph runs
+    BlazeFace through that session and the engine that drives any backend, and gets what the inference node's
+    own OpenVINO engine gets."""
+    import importlib
+    import threading
+
+    import numpy as np
+
+    from flowpipe import models
+    from flowpipe.accel import devices
+    from flowpipe.accel.backends import OpenVinoBackend, Session
+    from flowpipe.testing import collected, feed, run_yaml
+
+    s = OpenVinoBackend().compile(str(models.resolve("blazeface_short")), "CPU", cache_dir=None, requests=2,
+                                  input_shape=None)
+    assert isinstance(s, Session) and s.requests == 2
+    assert [(p.name, p.shape) for p in s.inputs] == [("input", (1, 128, 128, 3))]
+    x = np.random.default_rng(1).random((1, 128, 128, 3), np.float32)
+    outs = [{p.name: np.zeros(p.shape, np.dtype(p.dtype)) for p in s.outputs} for _ in range(2)]
+    ended = [threading.Event() for _ in range(2)]
+    errors: list[BaseException | None] = []
+    for slot in (0, 1):
+        s.start(slot, {"input": x}, outs[slot], lambda e, slot=slot: (errors.append(e), ended[slot].set()))
+    assert all(ev.wait(30) for ev in ended) and errors == [None, None]
+    for name in outs[0]:
+        assert np.abs(outs[0][name]).sum() > 0 and np.array_equal(outs[0][name], outs[1][name]), name
+    s.close()
+
+    site = tmp_path / "site"
+    (site / "ovsession-0.1.dist-info").mkdir(parents=True)
+    (site / "ovsession-0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: ovsession\n"
+                                                               "Version: 0.1\n")
+    (site / "ovsession-0.1.dist-info" / "entry_points.txt").write_text(
+        "[flowpipe.backends]\novsession = flowpipe.accel.backends:OpenVinoBackend\n")
+    monkeypatch.syspath_prepend(str(site))
+    importlib.invalidate_caches()
+    monkeypatch.setattr(devices().backends, "_scanned", False)
+    rng = np.random.default_rng(5)
+    frames = [rng.integers(0, 255, (96, 128, 3), np.uint8) for _ in range(5)]
+    graph = """
+    nodes:
+      - {{id: src, type: list_source, config: {{feed: {feed}}}}}
+      - {{id: pre, type: preprocess, config: {{size: [128, 128], color: RGB, layout: NHWC, mean: [127.5, 127.5, 127.5],
+          scale: [127.5, 127.5, 127.5], resize: letterbox, backend: cpu}}, inputs: src.frame}}
+      - {{id: det, type: inference, config: {{model: blazeface_short, device: "{device}"}}, inputs: pre.tensor}}
+      - {{id: out, type: collect, config: {{into: {into}}}, inputs: det.tensors}}
+    """
+    via = run_yaml(graph.format(feed=feed(frames), device="ovsession:CPU", into="ov_session"))
+    own = run_yaml(graph.format(feed=feed(frames), device="CPU", into="ov_engine"))
+    assert via.ok and own.ok, (via.error, own.error)
+    assert (via.inference["inference.det"]["backend"], via.inference["inference.det"]["device"]) == ("openvino", "CPU")
+    a, b = collected("ov_session"), collected("ov_engine")
+    assert [f.index for f in a] == [f.index for f in b] == list(range(5))
+    for fa, fb in zip(a, b):
+        for name in ("regressors", "classificators"):
+            np.testing.assert_allclose(fa.tensors[name], fb.tensors[name], atol=2e-2)

@@ -9,8 +9,9 @@ edit of flowpipe::
     onnxruntime = "flowpipe_onnxruntime:OnnxRuntime"
 
 The entry point names a class (or any callable) made with no arguments. Two are built in: ``openvino`` (NPU,
-GPU, CPU: the inference node drives it through its own engine, ``flowpipe_nodes.inference.engine``, for the
-remote tensors and batching it knows) and ``opencl`` (the preprocessing devices, no models). A graph names a
+GPU, CPU: its ``compile`` gives a ``Session`` as any backend's, and the inference node drives it through its
+own engine, ``flowpipe_nodes.inference.engine``, for the remote tensors, batches and state it knows) and
+``opencl`` (the preprocessing devices, no models). A graph names a
 device of another backend as ``BACKEND:DEVICE`` (``device: onnxruntime:CPU``); plain names are OpenVINO's.
 
 Memory kinds a device binds:
@@ -122,8 +123,9 @@ class Backend(Protocol):
 
 
 class OpenVinoBackend:
-    """OpenVINO's devices, as a backend sees them. Its models run through the inference node's own engine
-    (remote tensors, batches across streams, stateful models); ``compile`` here is not used."""
+    """OpenVINO's devices, as a backend sees them, and its models as ``Session``s of host arrays. The inference
+    node runs OpenVINO's devices through its own engine (remote tensors, batches across streams, stateful
+    models)."""
 
     name = "openvino"
 
@@ -153,7 +155,62 @@ class OpenVinoBackend:
 
     def compile(self, model: str, device: str, *, cache_dir: str | None, requests: int | None,
                 input_shape: tuple[int, ...] | None) -> Session:
-        raise NotImplementedError("OpenVINO models run through the inference node's engine")
+        """``model`` (an IR, ONNX or TFLite file) compiled for ``device``, with OpenVINO's model cache in
+        ``cache_dir``: a session of host arrays in and out, as any backend's. The inference node runs OpenVINO's
+        devices through its own engine instead (remote tensors, batches across streams, stateful models)."""
+        ov_model = self.owner.read_model(model)
+        if input_shape is not None and ov_model.inputs[0].get_partial_shape().is_dynamic:
+            ov_model.reshape({ov_model.inputs[0].any_name: list(input_shape)})
+        config: dict[str, Any] = {"PERFORMANCE_HINT": "THROUGHPUT"}
+        if cache_dir:
+            config["CACHE_DIR"] = cache_dir
+        compiled = self.owner.compile(ov_model, device, config)
+        return OpenVinoSession(compiled, requests)
+
+
+class OpenVinoSession:
+    """A model OpenVINO compiled, as a ``Session``: a pool of infer requests, each started on host arrays (its
+    inputs and outputs bound in place, no copy on the CPU) and finished through its callback."""
+
+    def __init__(self, compiled: Any, requests: int | None):
+        import openvino as ov
+
+        self._ov = ov
+        cm = compiled.model
+        self.cache = compiled.cache
+        self.inputs = [_port(p) for p in cm.inputs]
+        self.outputs = [_port(p) for p in cm.outputs]
+        n = requests or int(cm.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
+        self._requests = [cm.create_infer_request() for _ in range(max(1, n))]
+        self.requests = len(self._requests)
+
+    def start(self, slot: int, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray],
+              done: Done) -> None:
+        ov, req = self._ov, self._requests[slot]
+        for name, arr in inputs.items():
+            req.set_tensor(name, ov.Tensor(np.ascontiguousarray(arr), shared_memory=True))
+        for name, arr in outputs.items():
+            req.set_tensor(name, ov.Tensor(arr, shared_memory=True))  # the results land in the caller's array
+
+        def finished(_: Any) -> None:
+            done(None)
+
+        req.set_callback(finished, None)
+        try:
+            req.start_async()
+        except Exception as e:  # noqa: BLE001 - a request that cannot start fails its frame, as one that ran
+            done(e)
+
+    def close(self) -> None:
+        for r in self._requests:
+            r.wait()
+        self._requests = []
+
+
+def _port(p: Any) -> PortSpec:
+    shape = p.get_partial_shape()
+    dims = tuple(d.get_length() if d.is_static else -1 for d in shape)
+    return PortSpec(p.any_name, dims, str(p.get_element_type().to_dtype()))
 
 
 class OpenClBackend:
