@@ -951,6 +951,11 @@ def test_events_a_shipped_graph_raises_are_indexed_found_by_each_filter_and_kept
         assert call("/pipelines/status") == []
         assert call("/events?limit=1000") == every
         assert call(f"/events?instance={y}&limit=1000") == [e for e in every if e["instance"] == y]
+        # an instance's own list, its run gone with the server: what the index kept of it, as it was listed
+        mine = call(f"/pipelines/{x}/events?limit=200")
+        assert {key(x, e): e.get("snapshot") for e in mine} == {k: v for k, v in raised.items() if k[0] == x}
+        assert mine == [{k: v for k, v in e.items() if k not in ("instance", "pipeline")} for e in every
+                        if e["instance"] == x]
         assert jpeg(shot)[:2] == b"\xff\xd8"
     finally:
         srv.send_signal(signal.SIGTERM)

@@ -207,15 +207,25 @@ def _view_routes(api: APIRouter, instances: Instances) -> None:
                                404)
         return Response(jpeg, media_type="image/jpeg", headers={"Cache-Control": "no-store"})
 
-    @api.get("/pipelines/{iid}/events", summary="the newest events of an instance's analytics, newest first")
-    async def events(iid: str, limit: int = 50) -> list[dict[str, Any]]:
-        inst = instances.get(iid)
-        out = []
-        for e in reversed(inst.events()[-max(1, min(limit, 200)):]):
+    @api.get("/pipelines/{iid}/events", summary="the newest events of an instance's analytics, newest first: "
+             "those it holds now and those the event index keeps (an earlier run's, before a restart)")
+    def events(iid: str, limit: int = 50) -> list[dict[str, Any]]:
+        folder = instances.folder_of(iid)  # running, or one whose events the index keeps
+        inst = instances.instances.get(iid)
+        n = max(1, min(limit, 1000))
+        got: dict[tuple[Any, ...], dict[str, Any]] = {}
+        for e in instances.events.find(n, instance=iid):  # (files named inside the folder)
+            for k in ("instance", "pipeline"):
+                e.pop(k, None)
+            got[_event_key(e)] = e
+        for e in inst.events() if inst is not None else []:  # as it stands now: a clip named since
+            e = dict(e, **{k: inside(folder, e[k]) for k in ("snapshot", "clip") if isinstance(e.get(k), str)})
+            got[_event_key(e)] = e
+        out = sorted(got.values(), key=lambda e: float(e.get("at") or 0.0), reverse=True)[:n]
+        for e in out:
             for key in ("snapshot", "clip"):
                 if isinstance(e.get(key), str):
-                    e[key] = _file_url(iid, inside(inst.folder, e[key]), e.get("host"))
-            out.append(e)
+                    e[key] = _file_url(iid, e[key], e.get("host"))
         return out
 
     @api.get("/events", summary="every instance's events, kept across restarts, newest first")
@@ -300,6 +310,11 @@ def _part(part: FilePart, span: Span, kind: str, headers: dict[str, str]) -> Res
         return Response(b"", status_code=416, media_type=kind, headers={**headers, "Content-Range": f"bytes */{size}"})
     return Response(data, status_code=206, media_type=kind,
                     headers={**headers, "Content-Range": f"bytes {start}-{start + len(data) - 1}/{size}"})
+
+
+def _event_key(e: dict[str, Any]) -> tuple[Any, ...]:
+    """An event record's identity, as the event index keys its rows."""
+    return tuple(str(e.get(k)) for k in ("stream", "id", "state", "frame", "at"))
 
 
 def _file_url(iid: str, rel: str | None, host: Any) -> str | None:
