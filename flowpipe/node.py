@@ -94,6 +94,12 @@ class RunContext(Protocol):
     def snapshot(self) -> dict[str, Any]:
         """This run's statistics so far: frames by fate, per node counts (for metrics endpoints)."""
 
+    def journal(self, record: dict[str, Any]) -> None:
+        """Append an event record the node raised, or one it changed (a clip named in it), to the run's event
+        journal as it happens (``GraphSpec.journal``: where a server indexes events from; nowhere without one).
+        A record is identified by its ``stream``, ``id``, ``state``, ``frame`` and ``at``: a later one of the
+        same identity is its newer version."""
+
     def provide(self, kind: Answer, answer: Callable[..., Any]) -> None:
         """Offer the run's observers (``flowpipe serve``'s console) an answer of ``kind``: ``picture``
         (stream -> its newest picture, JPEG bytes or None), ``video`` ((stream, seq) -> the stream's live

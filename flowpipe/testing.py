@@ -103,6 +103,7 @@ class StandaloneContext:
         self.collected: dict[str, list[Frame]] = {}
         self.edges: dict[str, BackEdge] = {}
         self.provided: dict[str, Callable[..., Any]] = {}
+        self.journaled: list[dict[str, Any]] = []
         self._allocations, self._inputs = dict(allocations), dict(inputs)
         self._in_flight = frames_in_flight
         self._feeds = dict(feeds or {})
@@ -148,6 +149,9 @@ class StandaloneContext:
 
     def provide(self, kind: str, answer: Callable[..., Any]) -> None:
         self.provided[kind] = answer  # what a test asks as the console would
+
+    def journal(self, record: dict[str, Any]) -> None:
+        self.journaled.append(dict(record))  # what a test reads as a server's event index would
 
 
 class Harness:

@@ -384,6 +384,7 @@ class Analytics(Node):
         self.recent: deque[dict[str, Any]] = deque()  # for flowpipe serve: RECENT, RECENT_S, RECENT_MAX
         self.lock = threading.Lock()
         self.stats = ctx.stats
+        self.journal = ctx.journal  # each event as it is raised (flowpipe serve's event index reads it)
         self.stats.update({"events": 0, "crossings": 0, "crossings_same": 0})
         if self.config.camera_moving is not None:
             self.stats.update({"camera_paused": 0, "camera_paused_frames": 0})
@@ -487,6 +488,8 @@ class Analytics(Node):
             for e in events:
                 if e["state"] != "end" and snap:
                     e["snapshot"] = snap
+        for e in events:
+            self.journal(dict(e))
 
     def _retuned(self, st: _StreamState, old: Analytics.Config, new: Analytics.Config, frame: Frame,
                  t: float) -> list[dict[str, Any]]:

@@ -677,6 +677,7 @@ def test_people_count_on_the_street_clip_counts_each_crossing_once(tmp_path: Pat
                       {"input": "sample-street", "line": DOWN_THE_MIDDLE, "output": str(out / "pc.mp4"),
                        "metadata": str(out / "pc.jsonl"), "events": str(out / "ev"), "clips": str(out / "clips"),
                        "device": "CPU"})
+    spec.journal = str(out / "events.jsonl")  # each event as it is raised, and again as its clip is named
     res = Runner(spec).run()
     assert res.ok, res.error
     assert res.frames == {"in": 250, "out": 250, "dropped": 0, "failed": 0}
@@ -688,6 +689,10 @@ def test_people_count_on_the_street_clip_counts_each_crossing_once(tmp_path: Pat
     events = [e for r in recs for e in r["analytics"]["events"]]
     assert [e["rule"] for e in events] == ["crossing", "crossing"]
     assert all(Path(e["snapshot"]).is_file() for e in events)
+    journal = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    assert [(e["id"], e["frame"], "clip" in e) for e in journal] == [(e["id"], e["frame"], f) for e in events
+                                                                       for f in (False, True)]
+    assert [e for e in journal if "clip" in e] == events  # the last of each as the records have it
     assert recs[-1]["analytics"]["lines"] == {"line": {"in": 0, "out": 2, "labels": {"person": {"in": 0, "out": 2}}}}
     # each crossing's clip: 3 s before (from the recording's keyframe before that) to 3 s after, or the end
     keys = _keyframes(str(out / "pc.mp4"))

@@ -963,6 +963,58 @@ def test_events_a_shipped_graph_raises_are_indexed_found_by_each_filter_and_kept
         log.close()
 
 
+def test_an_event_raised_just_before_kill_9_is_indexed_when_the_server_starts_again(tmp_path) -> None:
+    """The run's nodes journal each event as it is raised (``OUTPUT_DIR/ID/events.jsonl``), and the server reads
+    the journals into its index: ``kill -9`` as soon as the first events are journaled, before the index's next
+    look a second later, loses none of them. Started again (``--fresh``: nothing runs), every event the journal
+    holds is in ``GET /events``, under its instance and template."""
+    import signal
+    import subprocess
+
+    from flowpipe.sample import sample_path
+
+    media = tmp_path / "media"
+    media.mkdir()
+    (media / "street.mp4").write_bytes(sample_path("sample-street").read_bytes())
+    graphs = tmp_path / "graphs"
+    graphs.mkdir()
+    (graphs / "people_count.yaml").write_bytes((Path(__file__).resolve().parents[1] / "graphs" / "people_count.yaml")
+                                               .read_bytes())
+    cli, call, up = _serve_command(tmp_path, graphs=graphs)
+    cli += ["--media-dir", str(media)]
+    params = {"zone": [[0, 0], [1, 0], [1, 1], [0, 1]], "crowd": 1, "crowd_for": 0.0, "dwell": 0.5, "device": "CPU",
+              "line": [[0.5, 0.0], [0.5, 1.0]]}
+    with (tmp_path / "serve.log").open("w") as log:
+        srv = subprocess.Popen(cli, stdout=subprocess.DEVNULL, stderr=log)
+        try:
+            up(srv)
+            iid = call("/pipelines/people_count", {"parameters": params, "streams": [
+                {"id": "a", "uri": "street.mp4"}]})["id"]
+            path = tmp_path / "out" / iid / "events.jsonl"
+
+            def journaled() -> list[dict[str, Any]]:
+                text = path.read_text() if path.exists() else ""
+                return [json.loads(line) for line in text.splitlines()[1:]]  # (the first: the server's own)
+
+            _wait(lambda: len(journaled()) >= 1, 120)
+        finally:
+            srv.send_signal(signal.SIGKILL)
+            srv.wait(60)
+        got = journaled()
+        srv = subprocess.Popen([*cli, "--fresh"], stdout=subprocess.DEVNULL, stderr=log)
+        try:
+            up(srv)
+            assert call("/pipelines/status") == []
+            kept = {(e["stream"], e["id"], e["state"], e["frame"], e["at"]): e for e in call("/events?limit=1000")}
+            assert got and all(e["state"] in ("begin", "end", "instant") for e in got)
+            for e in got:
+                row = kept[(e["stream"], e["id"], e["state"], e["frame"], e["at"])]
+                assert row["instance"] == iid and row["pipeline"] == "people_count" and row["kind"] == e["kind"]
+        finally:
+            srv.send_signal(signal.SIGTERM)
+            srv.wait(60)
+
+
 def test_the_event_index_keeps_one_row_an_event_and_forgets_rows_by_age_and_count_never_files(tmp_path) -> None:
     """The same record seen twice is one row, its clip named the second time; a restarted run's event of the same
     id is a row of its own. ``keep_days`` forgets events raised longer ago, ``keep`` the oldest beyond it

@@ -151,6 +151,9 @@ class GraphSpec:
     #: what a run of the graph's own sources refuses and a server would not (a per-stream key naming a stream
     #: none of them is: a server may add it); ``load_graph(fixed_streams=True)`` raises them
     run_refuses: list[Diagnostic] = field(default_factory=list)
+    #: where the run's nodes append each event they raise or change (``RunContext.journal``), one JSON line
+    #: each, as it happens: what a server reads its events from, surviving the run's processes (None: nowhere)
+    journal: str | None = None
 
     def sources(self) -> list[NodeSpec]:
         """The source nodes that run, in graph order: one stream each."""

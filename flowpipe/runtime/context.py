@@ -13,6 +13,7 @@ from ..frame import Frame
 from ..graph import NodeSpec
 from ..memory import CopyLedger
 from ..node import Answer, Node
+from .journal import Journal
 from .negotiate import Contracts
 
 
@@ -73,6 +74,8 @@ class RunState:
     provided: dict[str, dict[str, Callable[..., Any]]] = field(default_factory=dict)
     #: whether a frame of a stream with an index in (after, upto] is still in flight (the run's account)
     pending: Callable[[str, int, int], bool] | None = None
+    #: where the nodes' event records go as they happen (``GraphSpec.journal``), None: nowhere
+    journal: Journal | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -138,6 +141,10 @@ class NodeContext:
 
     def snapshot(self) -> dict[str, Any]:
         return self._snapshot()
+
+    def journal(self, record: dict[str, Any]) -> None:
+        if self._state.journal is not None:
+            self._state.journal.append(record)
 
     def provide(self, kind: Answer, answer: Callable[..., Any]) -> None:
         if kind not in get_args(Answer):

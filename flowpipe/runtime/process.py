@@ -127,6 +127,10 @@ class OutsideContext:
     def provide(self, kind: str, answer: Callable[..., Any]) -> None:
         """Nobody asks here: the run's observers are in the process that runs the graph."""
 
+    def journal(self, record: dict[str, Any]) -> None:
+        """Not journaled from here, as its answers to the run's observers are not (``provide``): a node isolated
+        in a process of its own raises no event a server sees."""
+
 
 def _worker_main(sock: socket.socket, info: dict[str, Any]) -> None:
     for mod in info["plugins"]:

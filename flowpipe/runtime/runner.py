@@ -31,6 +31,7 @@ from ..node import AsyncNode, Node, Source
 from .account import Account
 from .channel import EOS, Channel, Inline, StreamRouter
 from .context import NodeContext, RunHooks, RunState, Share
+from .journal import Journal
 from .live import LiveStreams
 from .negotiate import resolve
 from .process import isolate
@@ -61,7 +62,7 @@ class Runner:
         self.progress = progress
         self.progress_every = 0.5  # seconds between progress calls
         self.devices = devices_ or devices()
-        self.state = RunState(feeds=dict(feeds or {}))
+        self.state = RunState(feeds=dict(feeds or {}), journal=Journal(spec.journal) if spec.journal else None)
         self.account = Account(max_frames, self.hooks.fates, record_times)
         self.state.pending = self.account.pending
         self.stages = stages = Stages(spec, self.state, self.account, self.share, self.stop, self._fail)
@@ -355,6 +356,8 @@ class Runner:
                     close_errors.append(NodeError(s.id, s.type, what, file=self.spec.file, line=s.line))
                     log.error("%s", close_errors[-1])
             self.state.contracts.close()
+            if self.state.journal is not None:  # (what the nodes wrote is in the file: closing loses nothing)
+                self.state.journal.close()
             ledgers.bind(None)
             if close_errors and self.error is None:
                 self.error = close_errors[0]

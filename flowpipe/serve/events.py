@@ -29,6 +29,7 @@ CREATE TABLE IF NOT EXISTS events (
     record TEXT NOT NULL,  -- the event as it stood when last seen (JSON)
     PRIMARY KEY (instance, stream, id, state, frame, at));
 CREATE INDEX IF NOT EXISTS events_at ON events (at);
+CREATE TABLE IF NOT EXISTS journals (path TEXT PRIMARY KEY, offset INTEGER NOT NULL);  -- read up to there
 CREATE INDEX IF NOT EXISTS events_instance_at ON events (instance, at);
 """
 UPSERT = """
@@ -64,15 +65,26 @@ class EventIndex:
             raise EventIndexError(f"{path}: {e}; expected the event index flowpipe serve makes (move it away: "
                                   "a new one is made)") from None
 
-    def add(self, instance: str, pipeline: str, folder: Path, events: list[dict[str, Any]]) -> None:
+    def add(self, instance: str, pipeline: str, folder: Path, events: list[dict[str, Any]],
+            journal: tuple[Path, int] | None = None) -> None:
         """``events`` of ``instance`` (of template ``pipeline``, its files in ``folder``): each a new row, or
-        its row as the record stands now; then the rules of retention."""
+        its row as the record stands now; then the rules of retention. ``journal``: the run's event journal
+        they were read from and the offset read up to, kept in the same transaction (``journaled``)."""
         rows = [_row(instance, pipeline, folder, e) for e in events]
-        if not rows:
+        if not rows and journal is None:
             return
         with self._lock, self._db:
             self._db.executemany(UPSERT, rows)
+            if journal is not None:
+                self._db.execute("INSERT INTO journals VALUES (?, ?) ON CONFLICT DO UPDATE SET offset = "
+                                 "excluded.offset", (str(journal[0]), journal[1]))
             self._retain()
+
+    def journaled(self, path: Path) -> int:
+        """How far the event journal ``path`` has been read into the index (0: not yet)."""
+        with self._lock:
+            got = self._db.execute("SELECT offset FROM journals WHERE path = ?", (str(path),)).fetchone()
+        return int(got[0]) if got else 0
 
     def find(self, limit: int = 50, **where: Any) -> list[dict[str, Any]]:
         """The newest ``limit`` events, newest first, those ``where`` names (``FILTERS``: None is any); each

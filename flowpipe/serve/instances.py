@@ -27,8 +27,10 @@ from ..graph import GraphSpec, NodeSpec, load_graph, parse_yaml
 from ..graph.load import parameter_uses
 from ..node import set_setting, setting
 from ..registry import lookup
+from ..runtime import journal
 from ..runtime.context import Resume, Share
 from ..runtime.executor import Executor, executor
+from ..runtime.journal import Journal
 from ..runtime.live import PartlyRetunedError
 from ..runtime.shards import resolve_processes, tail_records
 from ..sample import SAMPLES
@@ -64,6 +66,7 @@ def for_client(text: str, template: Template) -> str:
 
 
 log = logging.getLogger("flowpipe.serve")
+JOURNAL = "events.jsonl"  # an instance's event journal, in its folder (``GraphSpec.journal``)
 
 
 @dataclass
@@ -259,6 +262,8 @@ class Instances:
         self._lock = threading.Lock()
         self.closing = False  # the server is going down: what runs stays saved for its next start
         self.events = EventIndex(self.output_dir / "events.sqlite", events_keep_days, events_keep)
+        self._indexing_lock = threading.Lock()
+        self.index_journals()
         self._indexer: threading.Thread | None = None
         self._unsaved: str | None = None  # why the last save failed (said once until one succeeds)
 
@@ -341,12 +346,31 @@ class Instances:
         raise RequestError(f"no instance {iid!r}", 404)
 
     def index(self, inst: Instance) -> None:
-        """``inst``'s events not yet in the index put there (as ``Instance.events`` last found them)."""
-        new = inst.unindexed()
-        try:
-            self.events.add(inst.id, inst.template, inst.folder, new)
-        except sqlite3.Error as e:
-            log.error("%s: %d event(s) of instance %s not indexed: %s", self.events.path, len(new), inst.id, e)
+        """``inst``'s events not yet in the index put there: what its run's event journal holds past what was
+        read of it, then the changes ``Instance.events`` last found (a node that journals none: one isolated in
+        a process of its own, a cluster's hosts)."""
+        self._index_journal(inst.id, inst.template, inst.folder, inst.unindexed())
+
+    def _index_journal(self, iid: str, pipeline: str, folder: Path, polled: list[dict[str, Any]]) -> None:
+        path = folder / JOURNAL
+        with self._indexing_lock:  # (the indexer and a run's end: one reads past the other's offset, in turn)
+            try:
+                records, end = journal.read(path, self.events.journaled(path))
+                new = [r for r in records if "state" in r] + polled  # (a server's own line names the pipeline)
+                self.events.add(iid, pipeline, folder, new, journal=(path, end) if path.exists() else None)
+            except (sqlite3.Error, OSError) as e:
+                log.error("%s: event(s) of instance %s not indexed: %s", self.events.path, iid, e)
+
+    def index_journals(self) -> None:
+        """At start: what every instance's event journal in the output folder holds past what the index read of
+        it (the events a run raised in its last second before the server was killed, whatever ran then)."""
+        for path in sorted(self.output_dir.glob(f"*/{JOURNAL}")):
+            if path.stat().st_size <= self.events.journaled(path):
+                continue
+            with open(path, "rb") as f:  # its first line, the server's own: which template the instance ran
+                head, _ = journal.read_lines(f.readline())
+            pipeline = next((str(r["pipeline"]) for r in head if "pipeline" in r and "state" not in r), "?")
+            self._index_journal(path.parent.name, pipeline, path.parent, [])
 
     def _watch_events(self) -> None:
         """The indexer runs while any instance does (started with the first)."""
@@ -417,6 +441,9 @@ class Instances:
         folder = self.output_dir / iid
         self._confine(spec, folder, self.state_of(name, {**template.params, **parameters}),
                       per_stream=bool(streams))
+        if self.cluster is None:  # the run's processes journal its events here as they happen (``index``)
+            spec.journal = str(folder / JOURNAL)
+            Journal(folder / JOURNAL).append({"pipeline": name, "instance": iid, "started": round(time.time(), 3)})
         if streams:
             for s in spec.sources():
                 s.template = True  # the request names the streams: the graph's own sources are their pattern

@@ -108,6 +108,7 @@ class VideoWriter(AsyncNode, Node):
         self.writers: dict[str, Any] = {}
         self.first_shard = ctx.shard[0] == 0  # the plain path belongs to the first stream of the first shard
         self.generation = ctx.generation  # a restarted shard writes new files beside the earlier ones
+        self.journal = ctx.journal  # an event whose clip this names, as it now stands
         self.sizes: dict[str, tuple[int, int]] = {}
         self.paths: dict[str, str] = {}
         self.stats = ctx.stats
@@ -198,6 +199,7 @@ class VideoWriter(AsyncNode, Node):
                 clip = keeper.stop(e["id"], n)
             if clip is not None:
                 e["clip"] = clip
+                self.journal(dict(e))
                 with self._lock:
                     self.clip_paths.add(clip)
                     self.stats["event_clips"] = len(self.clip_paths)
@@ -228,6 +230,7 @@ class VideoWriter(AsyncNode, Node):
         for e in frame.meta.get("analytics", {}).get("events", []):  # an event's clip cannot begin: said so
             if e["state"] in ("begin", "instant"):
                 e["clip"], e["no_clip"] = None, why
+                self.journal(dict(e))
                 with self._lock:
                     self.stats["event_clips_missed"] = self.stats.get("event_clips_missed", 0) + 1
         return frame
