@@ -443,7 +443,9 @@ class Instances:
                       per_stream=bool(streams))
         if self.cluster is None:  # the run's processes journal its events here as they happen (``index``)
             spec.journal = str(folder / JOURNAL)
-            Journal(folder / JOURNAL).append({"pipeline": name, "instance": iid, "started": round(time.time(), 3)})
+            head = Journal(folder / JOURNAL)  # the server's own line: which template (``index_journals``)
+            head.append({"pipeline": name, "instance": iid, "started": round(time.time(), 3)})
+            head.close()
         if streams:
             for s in spec.sources():
                 s.template = True  # the request names the streams: the graph's own sources are their pattern
