@@ -1015,6 +1015,32 @@ def test_an_event_raised_just_before_kill_9_is_indexed_when_the_server_starts_ag
             srv.wait(60)
 
 
+def test_a_run_s_event_journal_goes_once_it_has_ended_and_its_events_are_indexed(tmp_path) -> None:
+    """An instance of the people counter on 80 frames of the street clip, run to its end: its events (as its
+    records have them, clips named) are in the index, and its journal, read whole, is gone: a journal grows only
+    while its run lasts."""
+    graphs = tmp_path / "graphs"
+    graphs.mkdir()
+    (graphs / "people_count.yaml").write_bytes((Path(__file__).resolve().parents[1] / "graphs" / "people_count.yaml")
+                                               .read_bytes())
+    instances = Instances([graphs], tmp_path / "out")
+    inst = instances.start("people_count", {"input": "sample-street", "line": [[0.5, 0.0], [0.5, 1.0]],
+                                            "zone": [[0, 0], [1, 0], [1, 1], [0, 1]], "crowd": 1, "crowd_for": 0.0,
+                                            "device": "CPU"}, [])
+    journal = inst.folder / "events.jsonl"
+    _wait(lambda: inst.result is not None, 120)
+    assert inst.result is not None and inst.result.ok, inst.result.error if inst.result else None
+    records = [json.loads(line) for line in next(inst.folder.rglob("people_count.jsonl")).read_text().splitlines()]
+    raised = [e for r in records for e in r["analytics"]["events"]]
+    kept = {(e["stream"], e["id"], e["state"], e["frame"]): e for e in instances.events.find(1000, instance=inst.id)}
+    assert raised and len(kept) == len(raised)
+    for e in raised:
+        assert kept[(e["stream"], e["id"], e["state"], e["frame"])]["clip"] == Path(e["clip"]).relative_to(
+            inst.folder).as_posix()
+    assert not journal.exists() and instances.events.journaled(journal) == 0
+    instances.events.close()
+
+
 def test_the_event_index_keeps_one_row_an_event_and_forgets_rows_by_age_and_count_never_files(tmp_path) -> None:
     """The same record seen twice is one row, its clip named the second time; a restarted run's event of the same
     id is a row of its own. ``keep_days`` forgets events raised longer ago, ``keep`` the oldest beyond it

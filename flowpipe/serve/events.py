@@ -80,6 +80,11 @@ class EventIndex:
                                  "excluded.offset", (str(journal[0]), journal[1]))
             self._retain()
 
+    def forget_journal(self, path: Path) -> None:
+        """The journal ``path`` was read whole and removed: a new one there is read from its start."""
+        with self._lock, self._db:
+            self._db.execute("DELETE FROM journals WHERE path = ?", (str(path),))
+
     def journaled(self, path: Path) -> int:
         """How far the event journal ``path`` has been read into the index (0: not yet)."""
         with self._lock:

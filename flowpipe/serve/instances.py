@@ -361,6 +361,18 @@ class Instances:
             except (sqlite3.Error, OSError) as e:
                 log.error("%s: event(s) of instance %s not indexed: %s", self.events.path, iid, e)
 
+    def _journal_read(self, inst: Instance) -> None:
+        """A run that ended writes no more to its journal: read whole into the index, it goes (so a journal
+        grows only while its run lasts; a server killed before this reads it at its next start)."""
+        path = inst.folder / JOURNAL
+        with self._indexing_lock:
+            try:
+                if path.exists() and self.events.journaled(path) >= path.stat().st_size:
+                    path.unlink()
+                    self.events.forget_journal(path)
+            except (sqlite3.Error, OSError) as e:
+                log.warning("%s: kept (%s)", path, e)
+
     def index_journals(self) -> None:
         """At start: what every instance's event journal in the output folder holds past what the index read of
         it (the events a run raised in its last second before the server was killed, whatever ran then)."""
@@ -491,6 +503,7 @@ class Instances:
         except Exception as e:  # noqa: BLE001 - the run's result matters more than its last events
             log.warning("instance %s: its last events could not be read: %s", inst.id, e)
         self.index(inst)
+        self._journal_read(inst)
         inst.result = result
         self.save()  # it ended: a restart does not run it again
 
