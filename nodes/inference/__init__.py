@@ -13,8 +13,8 @@ the NPU (the rest of the entries run and are ignored); a frame without any entri
 
 By concern: ``node`` (the ``inference`` node type: config, memory contract, ports, what the device owner
 calls), ``engine`` (device, requests, binding), ``model`` (the model read, fitted to its producer's tensor
-and compiled), ``multi`` (several devices at once, ``device: GPU+CPU``: each frame on the device its stream's turn deals
-it to, results in frame order), ``batching`` (batches across streams, entries per frame), ``state``
+and compiled), ``multi`` (several devices at once, ``device: GPU+CPU``: each frame on the device its stream
+and index deal it to, results in frame order), ``batching`` (batches across streams, entries per frame), ``state``
 (stateful models, one state per stream).
 """
 from __future__ import annotations

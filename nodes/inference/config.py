@@ -84,14 +84,13 @@ class InferenceConfig(NodeConfig):
     split: dict[str, int] = Field(
         default_factory=dict, description="devices used together ('GPU+CPU'): each device's share of the frames, "
         "e.g. {GPU: 3, CPU: 1} (default: equal). Which device runs a frame is a function of its stream and its "
-        "place among the stream's frames that run the model, never of which device is free (devices' numerics "
-        "differ, so that would make the output depend on load); 'flowpipe bench' says which shares match the "
-        "devices' speeds")
+        "index, never of which device is free (devices' numerics differ, so that would make the output depend "
+        "on load); 'flowpipe bench' says which shares match the devices' speeds")
     split_by: Literal["frame", "stream"] = Field(
-        "frame", description="devices used together: frame, each stream's frames dealt to the devices in turn by "
-        "their shares; stream, each stream on one device for its whole run (its boxes all of one device's "
-        "numerics; streams dealt by rendezvous hashing of their names, weighted by the shares, so a stream keeps "
-        "its device as others come and go)")
+        "frame", description="devices used together: frame, each stream's frames spread over the devices by "
+        "their shares and their index; stream, each stream on one device for its whole run (its boxes all of one "
+        "device's numerics; streams dealt by rendezvous hashing of their names, weighted by the shares, so a "
+        "stream keeps its device as others come and go)")
 
     @field_validator("split")
     @classmethod

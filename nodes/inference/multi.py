@@ -1,8 +1,8 @@
 """Several devices used together (``device: GPU+CPU``): one ``Engine`` per device, each with its own compiled
 model and pool of requests, each frame on the device its ``Split`` deals it to, results in frame order.
 
-Which device runs a frame is a function of the frame's stream and its place among that stream's frames that run
-the model (``split``, ``split_by``), never of which device is free first: devices' numerics differ (a GPU runs
+Which device runs a frame is a function of the frame's stream and its index (``split``, ``split_by``), never of
+which device is free first: devices' numerics differ (a GPU runs
 in f16), so routing by load would make a frame's boxes depend on how busy the machine was. The price is that a
 device given more than its speed's share makes the other wait: ``flowpipe bench`` says which shares match the
 devices' speeds. Every device's requests are recycled as soon as its own frames finish, so a slower device's
@@ -42,47 +42,31 @@ class _Group:
     out: list[Frame] = field(default_factory=list)  # the ones that finished
 
 
-def dealt(shares: list[int]) -> list[int]:
-    """The order in which frames are dealt to devices of these ``shares``: each device ``shares[i]`` times in
-    ``sum(shares)``, spread out (smooth weighted round robin, as nginx deals requests to upstreams; the first
-    listed on a tie).
-
-    >>> dealt([3, 1])
-    [0, 0, 1, 0]
-    >>> dealt([1, 1])
-    [0, 1]
-    """
-    total, current, out = sum(shares), [0] * len(shares), []
-    for _ in range(total):
-        for i, w in enumerate(shares):
-            current[i] += w
-        best = max(range(len(shares)), key=lambda i: (current[i], -i))
-        current[best] -= total
-        out.append(best)
-    return out
+GOLDEN = (5 ** 0.5 - 1) / 2  # a stream's frames dealt along i * GOLDEN (mod 1): spread evenly, whatever runs
 
 
 class Split:
-    """Which of the devices runs a frame: a function of its stream and how many of that stream's frames ran the
-    model before it, nothing else. ``by="frame"``: a stream's frames dealt in turn (``dealt``), each stream
-    starting at its own place in the turn (a hash of its name) so that streams in step keep every device
-    busy; ``by="stream"``: each stream on one device, the one of highest weighted rendezvous score for its
-    name (a stream keeps its device whatever other streams come and go)."""
+    """Which of the devices runs a frame: a function of its stream and its index, nothing else (not of how many
+    frames came before it: a frame a live source dropped, one that failed upstream, or a process restarted
+    mid-stream moves no other frame). ``by="frame"``: frame ``i`` of a stream goes where ``phase + i * GOLDEN``
+    (mod 1) falls among the shares laid end to end, the phase a hash of the stream's name, so that streams in
+    step keep every device busy. The points spread evenly over any run of frames, every frame or every k-th (an
+    interval's), and each device gets its share. ``by="stream"``: each stream on one device, the one of highest
+    weighted rendezvous score for its name (a stream keeps its device whatever other streams come and go)."""
 
     def __init__(self, shares: list[int], by: str = "frame"):
         if not shares or min(shares) < 1:
             raise ValueError(f"expected a share >= 1 for each device, got {shares}")
         self.shares, self.by = shares, by
-        self.turn = dealt(shares)
-        self._ran: dict[str, int] = {}  # per stream: its frames dealt so far
+        total = sum(shares)
+        self._bounds = [sum(shares[:k + 1]) / total for k in range(len(shares))]
 
-    def next(self, stream: str) -> int:
-        """The device (index into the shares) of ``stream``'s next frame that runs the model."""
+    def device(self, stream: str, index: int) -> int:
+        """The device (index into the shares) that runs frame ``index`` of ``stream``."""
         if self.by == "stream":
             return self.home(stream)
-        k = self._ran.get(stream, 0)
-        self._ran[stream] = k + 1
-        return self.turn[(k + zlib.crc32(stream.encode())) % len(self.turn)]
+        u = (zlib.crc32(stream.encode()) / 2.0**32 + index * GOLDEN) % 1.0
+        return next((k for k, b in enumerate(self._bounds) if u < b), len(self.shares) - 1)
 
     def home(self, stream: str) -> int:
         """``by="stream"``: the device of highest score -share / ln(u), u uniform in (0, 1) from a hash of the
@@ -209,7 +193,7 @@ class MultiEngine:
         request idle (or the window is full), waits until some device's request finishes. Returns frames that
         came out meanwhile."""
         ready: list[Frame] = []
-        e = self.engines[self.split.next(frames[0].stream)]
+        e = self.engines[self.split.device(frames[0].stream, frames[0].index)]
         while True:
             self._changed.clear()  # before looking: a request finishing after this wakes the wait below
             ready += self.collect()
@@ -233,7 +217,7 @@ class MultiEngine:
     def run_inline(self, frame: Frame, bind: Callable[[Any], None]) -> list[Frame]:
         """``requests: inline``: on the device the split deals the frame to, in the calling thread."""
         into = self._into.pop(id(frame), None)
-        e = self.engines[self.split.next(frame.stream)]
+        e = self.engines[self.split.device(frame.stream, frame.index)]
         if into is not None:
             e.provide(frame, into)
         self._current = e
