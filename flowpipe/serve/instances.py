@@ -356,7 +356,8 @@ class Instances:
         with self._indexing_lock:  # (the indexer and a run's end: one reads past the other's offset, in turn)
             try:
                 records, end = journal.read(path, self.events.journaled(path))
-                new = [r for r in records if "state" in r] + polled  # (a server's own line names the pipeline)
+                # what the run held at the last look, then the journal read since: the newer version last
+                new = polled + [r for r in records if "state" in r]  # (a server's own line names the pipeline)
                 self.events.add(iid, pipeline, folder, new, journal=(path, end) if path.exists() else None)
             except (sqlite3.Error, OSError) as e:
                 log.error("%s: event(s) of instance %s not indexed: %s", self.events.path, iid, e)
@@ -368,8 +369,8 @@ class Instances:
         with self._indexing_lock:
             try:
                 if path.exists() and self.events.journaled(path) >= path.stat().st_size:
+                    self.events.forget_journal(path)  # (first: a journal there again is read from its start)
                     path.unlink()
-                    self.events.forget_journal(path)
             except (sqlite3.Error, OSError) as e:
                 log.warning("%s: kept (%s)", path, e)
 
@@ -377,10 +378,14 @@ class Instances:
         """At start: what every instance's event journal in the output folder holds past what the index read of
         it (the events a run raised in its last second before the server was killed, whatever ran then)."""
         for path in sorted(self.output_dir.glob(f"*/{JOURNAL}")):
-            if path.stat().st_size <= self.events.journaled(path):
+            try:
+                if path.stat().st_size <= self.events.journaled(path):
+                    continue
+                with open(path, "rb") as f:  # its first line, the server's own: which template the instance ran
+                    head, _ = journal.read_lines(f.readline())
+            except (OSError, sqlite3.Error) as e:  # one that cannot be read keeps no server from starting
+                log.error("%s: not read into the event index: %s", path, e)
                 continue
-            with open(path, "rb") as f:  # its first line, the server's own: which template the instance ran
-                head, _ = journal.read_lines(f.readline())
             pipeline = next((str(r["pipeline"]) for r in head if "pipeline" in r and "state" not in r), "?")
             self._index_journal(path.parent.name, pipeline, path.parent, [])
 
@@ -455,9 +460,6 @@ class Instances:
                       per_stream=bool(streams))
         if self.cluster is None:  # the run's processes journal its events here as they happen (``index``)
             spec.journal = str(folder / JOURNAL)
-            head = Journal(folder / JOURNAL)  # the server's own line: which template (``index_journals``)
-            head.append({"pipeline": name, "instance": iid, "started": round(time.time(), 3)})
-            head.close()
         if streams:
             for s in spec.sources():
                 s.template = True  # the request names the streams: the graph's own sources are their pattern
@@ -476,6 +478,10 @@ class Instances:
         inst.thread = threading.Thread(target=self._run, args=(inst,), name=f"flowpipe:serve:{iid}", daemon=True)
         with self._lock:
             self.instances[iid] = inst
+        if spec.journal is not None:  # the server's own first line: which template (``index_journals``); the
+            head = Journal(spec.journal)  # run's end takes the journal away (``_journal_read``)
+            head.append({"pipeline": name, "instance": iid, "started": round(time.time(), 3)})
+            head.close()
         inst.thread.start()
         self._watch_events()
         deadline = time.monotonic() + 60

@@ -231,7 +231,7 @@ class OwnerClient(AsyncNode, Negotiating, Node):
              bids: list[int], held: dict[int, Any]) -> BufferRef | ObjectRef:
         lease = frame.lease_of(arr) if isinstance(arr, np.ndarray) else None
         buf = lease.buffer if lease is not None else None
-        if buf is None or buf.handle is None:
+        if buf is None or getattr(buf, "handle", None) is None:  # (a backend's own memory has none: by value)
             ledgers.record(arr.nbytes if isinstance(arr, np.ndarray) else 0)  # by value: a copy
             return ObjectRef(np.asarray(arr))
         bid = id(buf)
@@ -240,7 +240,8 @@ class OwnerClient(AsyncNode, Negotiating, Node):
             # deep the queues get later (its pages are still made only where frames write)
             pool = getattr(lease, "pool", None)
             for b in [buf, *(pool.buffers() if pool is not None else ())]:
-                if getattr(b, "handle", None) is not None and id(b) not in self.sent and id(b) not in held:
+                if getattr(b, "handle", None) is not None and not getattr(b, "closed", False) \
+                        and id(b) not in self.sent and id(b) not in held:
                     new.append((id(b), b.kind))
                     fds.append(b.handle)
                     held[id(b)] = b
