@@ -415,7 +415,10 @@ def test_bench_says_which_shares_match_the_devices_speeds() -> None:
     assert speed_shares({"GPU": dev(300, 10), "CPU": dev(100, 10)}) == {"GPU": 3, "CPU": 1}
     assert speed_shares({"GPU": dev(250, 10), "CPU": dev(100, 10)}) == {"GPU": 5, "CPU": 2}
     assert speed_shares({"GPU": dev(200, 10), "CPU": dev(0, 0)}) is None  # one device ran none: nothing measured
-    assert speed_shares({"CPU.0": dev(200, 10), "CPU.1": dev(100, 10)}) is None  # split cannot tell them apart
+    assert speed_shares({"GPU.0": dev(200, 10), "GPU.1": dev(100, 10)}) == {"GPU.0": 2, "GPU.1": 1}
+    twice = {"device": "CPU+CPU", "devices": {"CPU.0": dev(200, 10), "CPU.1": dev(100, 10)}}
+    assert "shares that match" not in bench_summary({"graph": "g", "streams": 1, "processes": 1,  # split cannot
+                                                      "inference": {"inference.det": twice}})  # tell them apart
     sec = {"device": "GPU+CPU", "split": {"by": "frame", "shares": {"GPU": 1, "CPU": 1}},
            "devices": {"GPU": dev(300, 10), "CPU": dev(100, 10)}}
     text = bench_summary({"graph": "g", "streams": 1, "processes": 1, "inference": {"inference.det": sec}})

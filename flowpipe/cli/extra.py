@@ -332,8 +332,10 @@ def bench_summary(r: dict[str, Any]) -> str:
             lines.append(f"  {node:<21} {sec.get('backend', 'openvino')}:{dev} busy "
                          + (f"{100 * d['busy_share']:.0f}% of the run" if d.get("busy_share") is not None else "-")
                          + (f", {d['frames']} frames ({100 * d['share']:.0f}%)" if "share" in d else ""))
-        matching = speed_shares(sec.get("devices") or {})
-        if matching and matching != (sec.get("split") or {}).get("shares"):
+        listed = str(sec.get("device", "")).split("+")
+        matching = speed_shares(sec.get("devices") or {}) if len(set(listed)) == len(listed) else None
+        if matching and matching != (sec.get("split") or {}).get("shares"):  # (a device listed twice: split
+            # cannot tell its two apart)
             said = ", ".join(f"{k}: {v}" for k, v in matching.items())
             lines.append(f"  {node:<21} shares that match these devices' speeds in this run: split: {{{said}}}")
     if r.get("error"):
@@ -345,8 +347,8 @@ def speed_shares(per_device: dict[str, dict[str, Any]]) -> dict[str, int] | None
     """Whole-number shares of the frames in proportion to each device's speed in a run (its frames over the
     time it was busy), the smallest within a tenth of it; None unless every device of several ran frames."""
     speed = {k: d["frames"] / d["busy_s"] for k, d in per_device.items() if d.get("frames") and d.get("busy_s")}
-    if len(speed) < 2 or len(speed) != len(per_device) or any("." in k for k in speed):
-        return None  # (a device listed twice, CPU.0 and CPU.1: split cannot tell them apart)
+    if len(speed) < 2 or len(speed) != len(per_device):
+        return None
     low = min(speed.values())
     ratio = {k: v / low for k, v in speed.items()}
     for scale in range(1, 9):
