@@ -480,9 +480,9 @@ class Analytics(Node):
             for e in events:
                 e["at"] = round(now, 3)  # wall clock: when it was raised
                 self.recent.append(e)
-            old = self.recent
-            while len(old) > RECENT_MAX or (len(old) > RECENT and old[0]["at"] < now - RECENT_S):
-                old.popleft()
+            kept = self.recent
+            while len(kept) > RECENT_MAX or (len(kept) > RECENT and kept[0]["at"] < now - RECENT_S):
+                kept.popleft()
         if self.config.snapshots and any(e["state"] != "end" for e in events):
             snap = self._snapshot(frame)
             for e in events:

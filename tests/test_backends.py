@@ -21,6 +21,29 @@ def _flowpipe(*args: str, env: dict[str, str] | None = None, cwd: Path | None = 
                           env={**os.environ, **(env or {})}, cwd=cwd)
 
 
+def _package(site: Path, dist: str, entry: str, module: tuple[str, str] | None = None) -> Path:
+    """A package installed in ``site`` as pip leaves one: its dist-info naming ``entry`` (``name = module:attr``)
+    in the ``flowpipe.backends`` group, and ``module`` (file name, text) beside it where given."""
+    info = site / f"{dist.replace('-', '_')}-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[flowpipe.backends]\n{entry}\n")
+    if module is not None:
+        (site / module[0]).write_text(module[1])
+    return site
+
+
+def _installed_here(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``site``'s packages importable in this process, and its backends found again."""
+    import importlib
+
+    from flowpipe.accel import devices
+
+    monkeypatch.syspath_prepend(str(site))
+    importlib.invalidate_caches()
+    monkeypatch.setattr(devices().backends, "_scanned", False)
+
+
 def _boxes(path: Path) -> list[list[list[float]]]:
     return [[o["box"] for o in json.loads(line)["objects"]] for line in path.read_text().splitlines()]
 
@@ -73,13 +96,8 @@ def test_a_backend_that_fails_to_load_is_one_line_naming_it_and_why(tmp_path) ->
     """A package whose entry point names a module that cannot import: ``flowpipe devices`` lists it with why,
     a graph that names its device fails in one line naming the node and the backend, and a misspelt backend
     is caught at validate with the ones installed."""
-    site = tmp_path / "site"
-    (site / "broken_backend-0.1.dist-info").mkdir(parents=True)
-    (site / "broken_backend-0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-backend\n"
-                                                                    "Version: 0.1\n")
-    (site / "broken_backend-0.1.dist-info" / "entry_points.txt").write_text(
-        "[flowpipe.backends]\nbroken = broken_backend:Broken\n")
-    (site / "broken_backend.py").write_text("import a_driver_not_installed  # noqa\n")
+    site = _package(tmp_path / "site", "broken-backend", "broken = broken_backend:Broken",
+                    ("broken_backend.py", "import a_driver_not_installed  # noqa\n"))
     env = {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
     p = _flowpipe("devices", env=env)
     assert p.returncode == 0, p.stderr
@@ -171,24 +189,12 @@ def test_a_backend_that_makes_its_own_memory_gets_its_input_written_there(tmp_pa
     """A device that declares memory of its backend's own making (``own``) and a backend that allocates it: the
     preprocess writes each frame's tensor into buffers the backend made, and the session is started on views of
     them, no copy between (``--stats``: input memory ``backend``); its results are what the preprocess wrote."""
-    import importlib
-
     import numpy as np
 
-    from flowpipe.accel import devices
     from flowpipe.testing import collected, feed, run_yaml
 
-    site = tmp_path / "site"
-    (site / "ownmem_backend-0.1.dist-info").mkdir(parents=True)
-    (site / "ownmem_backend-0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: ownmem-backend\n"
-                                                                    "Version: 0.1\n")
-    (site / "ownmem_backend-0.1.dist-info" / "entry_points.txt").write_text(
-        "[flowpipe.backends]\nownmem = ownmem_backend:OwnMemory\n")
-    (site / "ownmem_backend.py").write_text(_OWN_BACKEND)
-    monkeypatch.syspath_prepend(str(site))
-    importlib.invalidate_caches()
-    backends = devices().backends
-    monkeypatch.setattr(backends, "_scanned", False)
+    _installed_here(_package(tmp_path / "site", "ownmem-backend", "ownmem = ownmem_backend:OwnMemory",
+                             ("ownmem_backend.py", _OWN_BACKEND)), monkeypatch)
     model = tmp_path / "any.onnx"
     model.write_bytes(b"the backend reads no file")
     rng = np.random.default_rng(3)
@@ -220,13 +226,11 @@ def test_openvino_is_a_backend_like_any_other_its_session_runs_in_a_graph(tmp_pa
     arrays, done from its callback); named through the entry-point group under another name, a graph runs
     BlazeFace through that session and the engine that drives any backend, and gets what the inference node's
     own OpenVINO engine gets."""
-    import importlib
     import threading
 
     import numpy as np
 
     from flowpipe import models
-    from flowpipe.accel import devices
     from flowpipe.accel.backends import OpenVinoBackend, Session
     from flowpipe.testing import collected, feed, run_yaml
 
@@ -245,15 +249,8 @@ def test_openvino_is_a_backend_like_any_other_its_session_runs_in_a_graph(tmp_pa
         assert np.abs(outs[0][name]).sum() > 0 and np.array_equal(outs[0][name], outs[1][name]), name
     s.close()
 
-    site = tmp_path / "site"
-    (site / "ovsession-0.1.dist-info").mkdir(parents=True)
-    (site / "ovsession-0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: ovsession\n"
-                                                               "Version: 0.1\n")
-    (site / "ovsession-0.1.dist-info" / "entry_points.txt").write_text(
-        "[flowpipe.backends]\novsession = flowpipe.accel.backends:OpenVinoBackend\n")
-    monkeypatch.syspath_prepend(str(site))
-    importlib.invalidate_caches()
-    monkeypatch.setattr(devices().backends, "_scanned", False)
+    _installed_here(_package(tmp_path / "site", "ovsession", "ovsession = flowpipe.accel.backends:OpenVinoBackend"),
+                    monkeypatch)
     rng = np.random.default_rng(5)
     frames = [rng.integers(0, 255, (96, 128, 3), np.uint8) for _ in range(5)]
     graph = """

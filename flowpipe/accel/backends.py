@@ -303,12 +303,17 @@ class Backends:
         return [DeviceChoice(match[0], f"{name}:{match[0]} asked for and present (its devices: {', '.join(there)})",
                              [f"{name}:{match[0]}"], backend=name)]
 
+    def device(self, device: str) -> BackendDevice | None:
+        """The device ``BACKEND:DEVICE`` as its backend declares it (None: the backend has no such device)."""
+        name, dev = (x.strip() for x in device.split(":", 1))
+        return next((d for d in self.get(name).devices() if d.name == dev), None)
+
     def allocator(self, device: str) -> tuple[Callable[[int], OwnMemory] | None, str]:
         """For ``BACKEND:DEVICE``: what makes a buffer of so many bytes in the memory the device binds, where the
         device declares ``own`` memory and its backend allocates it; else None and why not."""
         name, dev = (x.strip() for x in device.split(":", 1))
         backend = self.get(name)
-        found = next((d for d in backend.devices() if d.name == dev), None)
+        found = self.device(device)
         if found is None or "own" not in found.memory:
             return None, f"{device} binds no memory of its backend's own making"
         if not isinstance(backend, Allocator):

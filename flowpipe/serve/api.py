@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..cluster.agent import FilePart, Span
-from .events import inside, when
+from .events import event_key, inside, when
 from .instances import Instances, RequestError
 
 MAX_BODY = 64 * 1024  # bytes: a request is a few names and URIs
@@ -217,10 +217,10 @@ def _view_routes(api: APIRouter, instances: Instances) -> None:
         for e in instances.events.find(n, instance=iid):  # (files named inside the folder)
             for k in ("instance", "pipeline"):
                 e.pop(k, None)
-            got[_event_key(e)] = e
+            got[event_key(e)] = e
         for e in inst.events() if inst is not None else []:  # as it stands now: a clip named since
             e = dict(e, **{k: inside(folder, e[k]) for k in ("snapshot", "clip") if isinstance(e.get(k), str)})
-            got[_event_key(e)] = e
+            got[event_key(e)] = e
         out = sorted(got.values(), key=lambda e: float(e.get("at") or 0.0), reverse=True)[:n]
         for e in out:
             for key in ("snapshot", "clip"):
@@ -310,11 +310,6 @@ def _part(part: FilePart, span: Span, kind: str, headers: dict[str, str]) -> Res
         return Response(b"", status_code=416, media_type=kind, headers={**headers, "Content-Range": f"bytes */{size}"})
     return Response(data, status_code=206, media_type=kind,
                     headers={**headers, "Content-Range": f"bytes {start}-{start + len(data) - 1}/{size}"})
-
-
-def _event_key(e: dict[str, Any]) -> tuple[Any, ...]:
-    """An event record's identity, as the event index keys its rows."""
-    return tuple(str(e.get(k)) for k in ("stream", "id", "state", "frame", "at"))
 
 
 def _file_url(iid: str, rel: str | None, host: Any) -> str | None:

@@ -124,6 +124,11 @@ class EventIndex:
                                  "LIMIT ?)", (n - self.keep,))
 
 
+def event_key(e: dict[str, Any]) -> tuple[str, ...]:
+    """An event record's identity within its instance, as the index keys its rows (``_row``)."""
+    return tuple(str(e.get(k)) for k in ("stream", "id", "state", "frame", "at"))
+
+
 def _row(instance: str, pipeline: str, folder: Path, e: dict[str, Any]) -> dict[str, Any]:
     record = {k: v for k, v in e.items() if k not in ("snapshot", "clip")}
     host = e.get("host")

@@ -355,7 +355,10 @@ class Instances:
         path = folder / JOURNAL
         with self._indexing_lock:  # (the indexer and a run's end: one reads past the other's offset, in turn)
             try:
-                records, end = journal.read(path, self.events.journaled(path))
+                at = self.events.journaled(path)
+                if not polled and (not path.exists() or path.stat().st_size <= at):
+                    return  # nothing new: neither read nor written, each second
+                records, end = journal.read(path, at)
                 # what the run held at the last look, then the journal read since: the newer version last
                 new = polled + [r for r in records if "state" in r]  # (a server's own line names the pipeline)
                 self.events.add(iid, pipeline, folder, new, journal=(path, end) if path.exists() else None)

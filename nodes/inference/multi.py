@@ -60,6 +60,7 @@ class Split:
         self.shares, self.by = shares, by
         total = sum(shares)
         self._bounds = [sum(shares[:k + 1]) / total for k in range(len(shares))]
+        self._homes: dict[str, int] = {}  # by="stream": each stream's device, once worked out
 
     def device(self, stream: str, index: int) -> int:
         """The device (index into the shares) that runs frame ``index`` of ``stream``."""
@@ -71,10 +72,12 @@ class Split:
     def home(self, stream: str) -> int:
         """``by="stream"``: the device of highest score -share / ln(u), u uniform in (0, 1) from a hash of the
         stream's name and the device's place (the first listed on a tie)."""
-        def score(i: int) -> float:
-            h = int.from_bytes(hashlib.blake2b(f"{i}:{stream}".encode(), digest_size=8).digest(), "big")
-            return -self.shares[i] / math.log((h + 0.5) / 2.0**64)
-        return max(range(len(self.shares)), key=lambda i: (score(i), -i))
+        if stream not in self._homes:
+            def score(i: int) -> float:
+                h = int.from_bytes(hashlib.blake2b(f"{i}:{stream}".encode(), digest_size=8).digest(), "big")
+                return -self.shares[i] / math.log((h + 0.5) / 2.0**64)
+            self._homes[stream] = max(range(len(self.shares)), key=lambda i: (score(i), -i))
+        return self._homes[stream]
 
 
 class MultiEngine:

@@ -93,10 +93,10 @@ class Inference(AsyncNode, Negotiating, Node):
         CPU request cannot read an OpenCL buffer)."""
         choices = self.choose_all(devices)
         if choices[0].backend != "openvino":  # another backend's device, one frame a request: the memory it makes
-            ch = choices[0]                      # where it declares its own (``own``), host memory otherwise
-            found = next((d for d in devices.backends.get(ch.backend).devices() if d.name == ch.device), None)
+            named = f"{choices[0].backend}:{choices[0].device}"  # where it declares its own (``own``), host
+            found = devices.backends.device(named)  # memory otherwise
             if found is not None and "own" in found.memory:
-                return Request("backend", device=f"{ch.backend}:{ch.device}", by=self.id)
+                return Request("backend", device=named, by=self.id)
             return Request("host", by=self.id)
         dev = choices[0].device if len(choices) == 1 else "several"
         batch = self.config.batch if offer.tensor is not None else 1
