@@ -83,6 +83,40 @@ def test_pool_recycles_and_blocks_when_empty() -> None:
     assert pool.in_use == 0
 
 
+def _pss_mb() -> float:
+    with open("/proc/self/smaps_rollup") as f:
+        return next(int(line.split()[1]) / 1024 for line in f if line.startswith("Pss:"))
+
+
+@linux_only
+def test_a_pool_lets_go_the_pages_of_buffers_no_frame_has_reached_for_a_window() -> None:
+    """A burst once took every buffer of a pool; after it, one frame at a time: the pages of the buffers no
+    acquisition reached for a window go back (a long run no longer keeps, to its end, the memory its deepest
+    queue once touched), in every process that maps them, and a buffer a frame holds keeps its pages."""
+    mb = 8 << 20
+    pool = BufferPool(mb, 8, "memfd")
+    leases = [pool.acquire() for _ in range(8)]
+    for lease in leases:
+        lease.buffer.array((mb,))[:] = 255
+    other = SharedBuffer(mb, "memfd", _fd=os.dup(leases[5].buffer.handle))  # a device owner's mapping of one
+    assert int(other.array((mb,)).min()) == 255
+    touched = _pss_mb()
+    held = leases[0]
+    for lease in leases[1:]:
+        lease.release()
+    for _ in range(2 * BufferPool.TRIM * pool.count):  # two windows: the burst's, then one of a frame at a time
+        pool.acquire().release()
+    assert pool.pages_let_go == 6  # all but the held one and the one each frame takes
+    assert int(held.buffer.array((mb,)).min()) == 255
+    assert touched - _pss_mb() >= 5.5 * 8  # six buffers' pages are gone (the other mapping's among them)
+    assert int(other.array((mb,)).max()) == 0  # what the other process sees: pages made again, as zeros
+    lease = pool.acquire()
+    lease.buffer.array((mb,))[:] = 7  # a buffer that let its pages go is written as any other
+    assert int(lease.buffer.array((mb,)).min()) == 7
+    lease.release()
+    held.release()
+
+
 def test_pool_stays_bounded_under_a_slow_consumer() -> None:
     from flowpipe.testing import run_yaml
 

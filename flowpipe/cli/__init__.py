@@ -42,8 +42,16 @@ def program() -> None:
     """The ``flowpipe`` program: ``main`` with the command line's arguments, then exit with its code. An
     interrupt once the command has returned (the interpreter closing) changes nothing and is ignored: it ended a
     finished run with the signal, not its code."""
-    code = main()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        code = main()
+    except KeyboardInterrupt:  # a second one, while the command was answering the first
+        code = 130
+    while True:
+        try:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # raises an interrupt still pending before it ignores them
+            break
+        except KeyboardInterrupt:
+            continue
     sys.exit(code)
 
 

@@ -366,7 +366,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except KeyboardInterrupt:
+        print("interrupted while starting", file=sys.stderr)
+        return EXIT_INTERRUPTED
     level = logging.DEBUG if args.debug else logging.INFO
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     before, now = open_files_raised()
@@ -378,7 +382,8 @@ def main(argv: list[str] | None = None) -> int:
         for d in e.diagnostics:
             print(d, file=sys.stderr)
         return EXIT_CONFIG
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # before the command had its own answer to an interrupt (a run's summary)
+        print("interrupted while starting", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # the reader went (`flowpipe validate ... | head`): what it wanted, it had
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush

@@ -156,6 +156,24 @@ class SharedBuffer:
         """Whether ``close`` was called: its memory is let go (or goes with its last view)."""
         return self._closed
 
+    def let_pages_go(self) -> bool:
+        """The buffer's pages given back to the system, its size and handle kept: the next write makes them
+        again, as zeros until written (``madvise``: MADV_REMOVE frees a ``memfd`` buffer's pages in every
+        process that maps it, MADV_DONTNEED a private one's). For a pool's buffer that no frame holds and none
+        has taken for a while; False where the memory is not the system's to take back (a DMA-BUF, driver or
+        Windows memory)."""
+        if self._closed or os.name != "posix" or self.kind not in ("memfd", "host") or self._keep is not None:
+            return False
+        advice = mmap.MADV_REMOVE if self.kind == "memfd" else mmap.MADV_DONTNEED
+        if self._mmap is not None:
+            self._mmap.madvise(advice)
+            return True
+        lib = _lib()
+        if lib.madvise(ctypes.c_void_p(self.address), ctypes.c_size_t(self.size), advice) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"madvise of a {self.size}-byte {self.kind} buffer failed: {os.strerror(err)}")
+        return True
+
     def drop_handle(self) -> None:
         """Close the fd a mapped buffer was made from, keeping the mapping (a ``memfd`` buffer another process
         made, whose pages stay mapped here): the mapping holds the memory, and the buffer no fd at all."""
@@ -241,11 +259,8 @@ def dma_buf_sync(fd: int, flags: int, *, ioctl: Callable[..., Any] | None = None
 _libc: Any = None
 
 
-def _map_shared(fd: int, size: int) -> Any:
-    """``size`` bytes of ``fd`` mapped shared, read and write, through libc's ``mmap``: the mapping holds no fd
-    of its own (the file stays while it is mapped), so a process that maps thousands of buffers another made
-    holds no fd for them. Returns a ctypes array over the pages whose end unmaps them: every numpy view holds
-    it, so they are unmapped only when the last view goes."""
+def _lib() -> Any:
+    """The C library, with the signatures of the calls made here."""
     global _libc
     if _libc is None:
         lib = ctypes.CDLL(None, use_errno=True)
@@ -253,8 +268,17 @@ def _map_shared(fd: int, size: int) -> Any:
         lib.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
                              ctypes.c_long)
         lib.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
+        lib.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
         _libc = lib
-    address = _libc.mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED, fd, 0)
+    return _libc
+
+
+def _map_shared(fd: int, size: int) -> Any:
+    """``size`` bytes of ``fd`` mapped shared, read and write, through libc's ``mmap``: the mapping holds no fd
+    of its own (the file stays while it is mapped), so a process that maps thousands of buffers another made
+    holds no fd for them. Returns a ctypes array over the pages whose end unmaps them: every numpy view holds
+    it, so they are unmapped only when the last view goes."""
+    address = _lib().mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED, fd, 0)
     if address in (None, ctypes.c_void_p(-1).value):
         err = ctypes.get_errno()
         raise OSError(err, f"mmap of {size} bytes failed: {os.strerror(err)}")

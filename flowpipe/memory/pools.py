@@ -48,7 +48,18 @@ class BufferPool:
     """A fixed set of equal buffers, recycled. ``acquire`` blocks when all are leased (backpressure).
 
     ``factory`` makes buffers of another sort (device memory, e.g. OpenCL buffers in a GPU context, or
-    page-locked driver memory); ``kind`` names what it makes."""
+    page-locked driver memory); ``kind`` names what it makes.
+
+    The free buffers are a stack: the one given back last is taken first, so a run touches as many buffers as
+    its queues hold at once, not the whole pool. A pool sized for the deepest queue would still keep, for the
+    rest of the run, the pages of every buffer a burst once reached: so at the end of each window of ``TRIM``
+    times its size in acquisitions, the buffers no acquisition reached in that window (the bottom of the
+    stack) give their pages back (``SharedBuffer.let_pages_go``), and a later burst makes them again. Counted
+    in frames, not seconds: which buffers hold pages is a function of the frames' order, and what a frame
+    holds is never touched (its buffer is not free)."""
+
+    #: the window, in acquisitions per buffer of the pool, over which a buffer no frame took lets its pages go
+    TRIM = 8
 
     def __init__(self, nbytes: int, count: int, kind: str | None = None, factory: Callable[[], Any] | None = None):
         self.nbytes, self.count = nbytes, count
@@ -59,14 +70,36 @@ class BufferPool:
         self._all = list(self._free)
         self._cond = threading.Condition()
         self.high_water = 0
+        #: buffers whose pages went back, until taken again; and the window's count and deepest reach
+        self._bare: set[int] = {id(b) for b in self._all}  # none touched yet
+        self._taken = 0
+        self._least_free = count
+        self.pages_let_go = 0
 
     def acquire(self, timeout: float | None = None) -> Lease:
         with self._cond:
             if not self._cond.wait_for(lambda: self._free, timeout):
                 raise TimeoutError(f"no free buffer in pool of {self.count} after {timeout}s")
             buf = self._free.pop()
+            self._bare.discard(id(buf))
             self.high_water = max(self.high_water, self.count - len(self._free))
+            self._least_free = min(self._least_free, len(self._free))
+            self._taken += 1
+            if self._taken >= self.TRIM * self.count:
+                self._trim()
             return Lease(buf, self)
+
+    def _trim(self) -> None:
+        """End of a window: the free buffers below the deepest point any acquisition reached let their pages
+        go (under the pool's lock)."""
+        for b in self._free[:self._least_free]:
+            if id(b) not in self._bare:
+                let_go = getattr(b, "let_pages_go", None)
+                if let_go is None or not let_go():
+                    break  # memory of a kind the system does not take back: never any
+                self._bare.add(id(b))
+                self.pages_let_go += 1
+        self._taken, self._least_free = 0, len(self._free)
 
     def grow(self, count: int) -> None:
         """At least ``count`` buffers in all (a consumer that holds more than was planned for)."""
@@ -74,7 +107,8 @@ class BufferPool:
             while self.count < count:
                 buf = self._make()
                 self._all.append(buf)
-                self._free.append(buf)
+                self._free.insert(0, buf)  # at the bottom of the stack: taken once the others are out
+                self._bare.add(id(buf))
                 self.count += 1
             self._cond.notify_all()
 
