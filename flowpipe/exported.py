@@ -51,7 +51,14 @@ class ExportedInfo:
     reverse_channels: bool | None = None  # True: the model takes RGB where the picture is BGR
     mean: list[float] | None = None
     scale: list[float] | None = None
+    exporter: str | None = None  # "ultralytics" where its metadata is found
     said: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def iou(self) -> float:
+        """The suppression threshold the exporter's own predictor uses (ultralytics' ``predict``: 0.7), else
+        0.45 (YOLOv5's, the Model API's): a detector's boxes as its makers report them."""
+        return 0.7 if self.exporter == "ultralytics" else 0.45
 
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None and k != "said"} | {"said": self.said}
@@ -104,6 +111,9 @@ def _size(imgsz: Any) -> tuple[int, int] | None:
 
 
 def _from_ultralytics(info: ExportedInfo, meta: dict[str, Any], where: str) -> None:
+    if "Ultralytics" in str(meta.get("author", "")) or {"names", "imgsz"} <= meta.keys():
+        info.exporter = info.exporter or "ultralytics"
+        info.said.setdefault("exporter", where)
     for key, put in (("names", lambda v: setattr(info, "labels", _labels(v))),
                      ("imgsz", lambda v: setattr(info, "size", _size(v))),
                      ("task", lambda v: setattr(info, "task", str(v))),
@@ -219,11 +229,22 @@ def model_file(ref: str | Path) -> Path:
     return path
 
 
+def named(model: Any) -> Any:
+    """Every input and output of ``model`` given a name where its file gives none (``input0``, ``output1``:
+    by its place, as exporters name them), so that each is found by name. ultralytics' OpenVINO export leaves
+    its outputs unnamed."""
+    for kind, ports in (("input", model.inputs), ("output", model.outputs)):
+        for i, port in enumerate(ports):
+            if not port.get_names():
+                port.get_tensor().set_names({f"{kind}{i}"})
+    return model
+
+
 @functools.lru_cache(maxsize=16)
 def _read_file(path: str, mtime: float) -> tuple[ExportedInfo, tuple[int, ...], dict[str, tuple[int, ...]]]:
     import openvino as ov
 
-    model = ov.Core().read_model(path)
+    model = named(ov.Core().read_model(path))
     ins = [tuple(int(d) for d in p.get_partial_shape().get_min_shape()) for p in model.inputs]
     outs = {p.get_any_name(): tuple(d.get_length() if d.is_static else -1 for d in p.get_partial_shape())
             for p in model.outputs}

@@ -121,18 +121,35 @@ def test_segmentation_masks_from_prototypes_inside_each_box() -> None:
     coefs[:, 0] = 1.0
     out = np.concatenate([boxes, scores, coefs], 1).T  # [4+C+32, N], as YOLOv8-seg writes it
     found = anchor_free(out, 80, SIZE, 0.25, 0.45, extra=Extra("masks", 32, protos))
-    assert found.masks is not None and found.masks.shape == (3, 120, 160)
-    first = found.masks[0]
-    assert first[20:75, 25:55].all() and first.sum() == 55 * 30  # the blob, inside its box
-    second = found.masks[1]  # box (200..330, 100..280): the blob's part inside it only
-    assert second.sum() == first[25:70, 50:83].sum() and not second[:, :50].any()
-    assert masks_of(coefs[:0], protos, boxes[:0], SIZE).shape == (0, 120, 160)
-    outline = polygon(first, (4.0, 4.0))
+    assert found.masks is not None and len(found.masks) == 3
+    # scaled to the tensor as ultralytics' predictor scales them (bilinear, half-pixel centres): the blob's
+    # edges fall half way between the prototypes' pixels, at x 100..219 and y 80..299
+    first = found.masks[0].whole(SIZE)
+    assert first[81:299, 101:219].all() and first[80:300, 100:220].sum() == 220 * 120 - 4  # the blob (its
+    assert first.sum() == 220 * 120 - 4  # corners rounded off by the scaling), inside its box
+    second = found.masks[1].whole(SIZE)  # box (200..330, 100..280): the blob's part inside it only
+    assert second.sum() == 180 * 20 and second[100:280, 200:220].all()
+    assert found.masks[2].whole(SIZE).sum() == 200 * 100  # box (110..210, 90..290), pixels x1 <= x < x2
+    assert masks_of(coefs[:0], protos, boxes[:0], SIZE) == []
+    outline = polygon(found.masks[0])
     xs, ys = [p[0] for p in outline], [p[1] for p in outline]
-    assert (min(xs), min(ys), max(xs), max(ys)) == (100.0, 80.0, 216.0, 296.0)  # pixel corners, in tensor px
+    assert (min(xs), min(ys), max(xs), max(ys)) == (100.0, 80.0, 219.0, 299.0)  # pixel indices, as ultralytics
     code = rle(first)
-    assert code["size"] == [120, 160] and sum(code["counts"]) == 120 * 160
-    assert sum(code["counts"][1::2]) == 55 * 30  # the runs of 1s
+    assert code["size"] == [480, 640] and sum(code["counts"]) == 480 * 640
+    assert sum(code["counts"][1::2]) == 220 * 120 - 4  # the runs of 1s
+
+
+def test_an_object_whose_mask_is_empty_is_dropped_as_ultralytics_drops_it() -> None:
+    protos = np.full((32, 120, 160), -1.0, np.float32)
+    protos[0, 20:75, 25:55] = 1.0  # one blob, under the first object's box alone
+    boxes, scores = _rows(80, noise=0)
+    coefs = np.zeros((len(boxes), 32), np.float32)
+    coefs[:, 0] = 1.0
+    coefs[1] = 0.0  # the second object's mask: nowhere (every logit 0, under the sigmoid's half)
+    out = np.concatenate([boxes, scores, coefs], 1).T
+    found = anchor_free(out, 80, SIZE, 0.25, 0.45, extra=Extra("masks", 32, protos))
+    assert len(found) == 2 and found.masks is not None and len(found.masks) == 2
+    np.testing.assert_allclose(found.boxes, BOXES[[0, 2]])
 
 
 def test_pose_keypoints_ride_after_the_classes() -> None:

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import NoDeviceError
+from ..exported import named
 from ..models import cache_dir, sha256_of
 
 log = logging.getLogger("flowpipe.openvino")
@@ -195,7 +196,7 @@ class OpenVino:
         the model cache (the TF frontend takes seconds on an Object Detection API graph, the IR a fraction of
         one: every start of a graph with it waited that long). ``part``: the part of it to run (``cut``)."""
         path = Path(path)
-        model = self.core.read_model(str(self._as_ir(path) if path.suffix == ".pb" else path))
+        model = named(self.core.read_model(str(self._as_ir(path) if path.suffix == ".pb" else path)))
         return cut(model, part, str(path)) if part else model
 
     def _as_ir(self, path: Path) -> Path:

@@ -31,8 +31,11 @@ class DetectConfig(DecoderConfig):
     masks: Literal["polygon", "none"] = Field("polygon", description="a segmentation head's masks in the "
                                               "records: each object's outline in source pixels, or none")
     score_threshold: float = Field(0.25, ge=0, le=1, description="detections scoring under this are dropped")
-    iou_threshold: float = Field(0.45, ge=0, le=1, description="suppression, per class: a box overlapping a "
-                                 "better one this much (IoU) is dropped (end-to-end heads suppress in the model)")
+    # None (the exporter's own predictor's threshold) where the other decoders hold a number
+    iou_threshold: float | None = Field(  # type: ignore[assignment]
+        None, ge=0, le=1, description="suppression, per class: a box overlapping a better one this much (IoU) is "
+        "dropped (end-to-end heads suppress in the model); default: the exporter's own predictor's (ultralytics: "
+        "0.7), else 0.45")
     max_detections: int = Field(300, ge=1, description="detections a frame at most, the best first")
 
     @model_validator(mode="after")
@@ -103,6 +106,7 @@ class DetectDecode(Decoder):
         self.choices: dict[tuple[tuple[str, tuple[int, ...]], ...], exported.HeadChoice] = {}
         self.lock = threading.Lock()
         ctx.stats["labels"] = len(self.info.labels or [])
+        ctx.stats["iou_threshold"] = self._iou()
 
     def _registry_decoder(self) -> Decoder | None:
         """A registry model's own decoder (its entry's ``postprocess``: SSD's anchors, a face model's), with this
@@ -117,7 +121,7 @@ class DetectDecode(Decoder):
         cls = lookup(kind)
         fields = cls.Config.model_fields
         mine = {k: getattr(c, k) for k in ("score_threshold", "iou_threshold", "max_detections", "labels", "classes")
-                if k in fields and (k in c.model_fields_set or k not in post)}
+                if k in fields and (k in c.model_fields_set or k not in post) and getattr(c, k) is not None}
         node = cls(self.id, cls.Config(**{k: v for k, v in post.items() if k in fields} | mine))
         return node if isinstance(node, Decoder) else None
 
@@ -150,18 +154,24 @@ class DetectDecode(Decoder):
         if inner is not None:
             inner.close()
 
+    def _iou(self) -> float:
+        """The suppression threshold: the graph's (retuned as it runs), else the exporter's predictor's."""
+        iou = self.config.iou_threshold
+        return self.info.iou if iou is None else iou
+
     def _decode(self, frame: Frame, choice: exported.HeadChoice, size: tuple[int, int]) -> heads.Found:
         c = self.config
+        iou = self._iou()
         outs = [np.asarray(frame.tensors[name])[0] for name in choice.outputs]
         protos = next((np.asarray(v)[0] for k, v in frame.tensors.items()
                        if k != "input" and np.ndim(v) == 4 and np.shape(v)[1] == 32), None)
         extra = heads.Extra(choice.extra, choice.extra_count, protos)  # type: ignore[arg-type]
         match choice.kind:
             case "anchor_free":
-                return heads.anchor_free(outs[0], choice.classes, size, c.score_threshold, c.iou_threshold,
+                return heads.anchor_free(outs[0], choice.classes, size, c.score_threshold, iou,
                                          c.max_detections, extra)
             case "objectness":
-                return heads.objectness(outs[0], choice.classes, size, c.score_threshold, c.iou_threshold,
+                return heads.objectness(outs[0], choice.classes, size, c.score_threshold, iou,
                                         c.max_detections, extra)
             case "end_to_end":
                 return heads.end_to_end(outs[0], size, c.score_threshold, c.max_detections, extra)
@@ -171,7 +181,7 @@ class DetectDecode(Decoder):
                 return heads.detr(outs[0][:, :4], outs[0][:, 4:], size, c.score_threshold, c.max_detections,
                                   sigmoid=False)
             case _:
-                return heads.yolox(outs[0], choice.classes, size, c.score_threshold, c.iou_threshold,
+                return heads.yolox(outs[0], choice.classes, size, c.score_threshold, iou,
                                    c.max_detections)
 
     def _detections(self, frame: Frame, found: heads.Found, size: tuple[int, int]) -> list[Detection]:
@@ -187,14 +197,14 @@ class DetectDecode(Decoder):
                 d.keypoints = [(float(x), float(y)) for x, y in xy]
                 d.keypoint_scores = [float(s) for s in pts[:, 2]]
             if found.masks is not None and self.config.masks == "polygon":
-                d.mask = self._outline(frame, found.masks[i], size)
+                d.mask = self._outline(frame, found.masks[i])
             out.append(d)
         return out
 
     @staticmethod
-    def _outline(frame: Frame, mask: np.ndarray, size: tuple[int, int]) -> list[list[float]]:
-        """A mask's outline (at the prototypes' resolution, over the tensor) in source pixels."""
-        pts = heads.polygon(mask, (size[0] / mask.shape[1], size[1] / mask.shape[0]))
+    def _outline(frame: Frame, mask: heads.Mask) -> list[list[float]]:
+        """A mask's outline (its largest part's, in tensor pixels) in source pixels."""
+        pts = heads.polygon(mask)
         if not pts:
             return []
         xy = np.asarray(pts, np.float64)

@@ -2,8 +2,8 @@
 
 Each takes one batch entry's outputs (the batch axis already taken off) and gives ``Found``: boxes
 (N, 4) as x1, y1, x2, y2 in tensor pixels, scores, class ids, best first, and where the head has them each
-object's instance mask (N, h, w, bool, at the mask prototypes' resolution, over the whole tensor) and
-keypoints (N, K, 3: x, y in tensor pixels, score). Suppression is per class (a person never suppresses the
+object's instance mask (``Mask``: at the tensor's resolution, inside its box) and keypoints (N, K, 3: x, y
+in tensor pixels, score). Suppression is per class (a person never suppresses the
 bicycle it rides), as the exporters' own ``predict`` does.
 
 | head | outputs (one entry) | exported by |
@@ -30,13 +30,29 @@ HEADS: tuple[Head, ...] = ("anchor_free", "objectness", "end_to_end", "detr", "y
 
 
 @dataclass(frozen=True)
+class Mask:
+    """One object's mask in tensor pixels: ``bits`` (h, w) bool, its top-left pixel at (``x``, ``y``)."""
+
+    x: int
+    y: int
+    bits: np.ndarray
+
+    def whole(self, size: tuple[int, int]) -> np.ndarray:
+        """The mask over the whole tensor of ``size`` (w, h)."""
+        out = np.zeros((size[1], size[0]), bool)
+        h, w = self.bits.shape
+        out[self.y:self.y + h, self.x:self.x + w] = self.bits
+        return out
+
+
+@dataclass(frozen=True)
 class Found:
     """Objects found in one batch entry, best first, in tensor pixels."""
 
     boxes: np.ndarray  # (N, 4) float32 x1, y1, x2, y2
     scores: np.ndarray  # (N,) float32
     classes: np.ndarray  # (N,) int64
-    masks: np.ndarray | None = None  # (N, h, w) bool, over the whole tensor at the prototypes' resolution
+    masks: list[Mask] | None = None  # each object's, at the tensor's resolution inside its box
     keypoints: np.ndarray | None = None  # (N, K, 3) x, y, score
 
     def __len__(self) -> int:
@@ -82,6 +98,8 @@ def _found(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray, extra: np
     masks = keypoints = None
     if spec.kind == "masks" and extra is not None and spec.protos is not None:
         masks = masks_of(extra, spec.protos, boxes, size)
+        kept = [i for i, m in enumerate(masks) if m.bits.any()]  # an object with no mask is none (ultralytics)
+        boxes, scores, classes, masks = boxes[kept], scores[kept], classes[kept], [masks[i] for i in kept]
     elif spec.kind == "keypoints" and extra is not None:
         keypoints = extra.reshape(len(extra), spec.count, 3).astype(np.float32)
     return Found(boxes.astype(np.float32), scores.astype(np.float32), classes.astype(np.int64), masks, keypoints)
@@ -182,28 +200,40 @@ def yolox(out: np.ndarray, classes: int, size: tuple[int, int], threshold: float
     return objectness(decoded, classes, size, threshold, iou, top_k)
 
 
-def masks_of(coefs: np.ndarray, protos: np.ndarray, boxes: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    """A segmentation head's instance masks: each object's coefficients weigh the prototypes (K, h, w), the
-    sum through a sigmoid over 0.5, inside the object's box (scaled from the tensor's ``size`` to the
-    prototypes'), as ultralytics' ``process_mask`` does. (N, h, w) bool."""
+def masks_of(coefs: np.ndarray, protos: np.ndarray, boxes: np.ndarray, size: tuple[int, int]) -> list[Mask]:
+    """A segmentation head's instance masks, as ultralytics' ``process_mask`` makes them for its predictor:
+    each object's coefficients weigh the prototypes (K, h, w), the sum scaled bilinearly to the tensor's
+    ``size`` (half-pixel centres, edges held), over 0 (a sigmoid over 0.5), and kept in the pixels whose index
+    lies in the object's box (x1 <= x < x2). Scaled inside each box alone: the same pixels, without a whole
+    tensor's worth of memory per object."""
     k, mh, mw = protos.shape
-    if len(coefs) == 0:
-        return np.zeros((0, mh, mw), bool)
+    w, h = size
     logits = (np.asarray(coefs, np.float32) @ protos.reshape(k, -1)).reshape(-1, mh, mw)
-    sx, sy = mw / size[0], mh / size[1]
-    xs, ys = np.arange(mw)[None, None, :] + 0.5, np.arange(mh)[None, :, None] + 0.5
-    b = boxes[:, :, None, None]
-    inside = (xs >= b[:, 0] * sx) & (xs < b[:, 2] * sx) & (ys >= b[:, 1] * sy) & (ys < b[:, 3] * sy)
-    return (logits > 0.0) & inside  # sigmoid(x) > 0.5 <=> x > 0
+    out = []
+    for logit, (x1, y1, x2, y2) in zip(logits, np.asarray(boxes, np.float64)):
+        x0, y0 = max(0, int(np.ceil(x1))), max(0, int(np.ceil(y1)))
+        xe, ye = min(w, int(np.ceil(x2))), min(h, int(np.ceil(y2)))
+        if xe <= x0 or ye <= y0:
+            out.append(Mask(x0, y0, np.zeros((0, 0), bool)))
+            continue
+        us = np.clip((np.arange(x0, xe) + 0.5) * (mw / w) - 0.5, 0, mw - 1).astype(np.float32)
+        vs = np.clip((np.arange(y0, ye) + 0.5) * (mh / h) - 0.5, 0, mh - 1).astype(np.float32)
+        mx, my = np.meshgrid(us, vs)
+        up = cv2.remap(logit, mx, my, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+        out.append(Mask(x0, y0, up > 0.0))
+    return out
 
 
-def polygon(mask: np.ndarray, scale: tuple[float, float] = (1.0, 1.0)) -> list[list[float]]:
-    """The outline of a mask's largest part as points (x, y), each multiplied by ``scale``: what a record
-    carries of a mask. Empty for an empty mask."""
-    contours, _ = cv2.findContours(mask.astype(np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
+def polygon(mask: np.ndarray | Mask, scale: tuple[float, float] = (1.0, 1.0)) -> list[list[float]]:
+    """The outline of a mask's largest part as points (x, y) (in the tensor's pixels for a ``Mask``), each
+    multiplied by ``scale``: what a record carries of a mask. Empty for an empty mask."""
+    bits, (ox, oy) = (mask.bits, (mask.x, mask.y)) if isinstance(mask, Mask) else (mask, (0, 0))
+    if bits.size == 0:
+        return []
+    contours, _ = cv2.findContours(bits.astype(np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
     if not contours:
         return []
-    biggest = max(contours, key=cv2.contourArea).reshape(-1, 2).astype(np.float64)
+    biggest = max(contours, key=cv2.contourArea).reshape(-1, 2).astype(np.float64) + np.array([ox, oy])
     return [[round(float(x * scale[0]), 1), round(float(y * scale[1]), 1)] for x, y in biggest]
 
 
