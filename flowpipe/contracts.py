@@ -156,7 +156,8 @@ class Allocation:
             return BufferPool(nbytes, count, "backend", factory=lambda: make(nbytes))
         if self.placement == "dma-buf" and kind is None and "dma-heap" in available_kinds():
             kind = "dma-heap"
-        return BufferPool(nbytes, count, kind)
+        # host memory lets the pages of buffers no frame reaches go; memory placed for a device keeps them
+        return BufferPool(nbytes, count, kind, trim=self.placement == "host")
 
 
 @dataclass(frozen=True)

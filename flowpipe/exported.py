@@ -52,12 +52,16 @@ class ExportedInfo:
     mean: list[float] | None = None
     scale: list[float] | None = None
     exporter: str | None = None  # "ultralytics" where its metadata is found
+    iou_threshold: float | None = None  # the suppression the model was exported with (model_info)
     said: dict[str, str] = field(default_factory=dict)
 
     @property
     def iou(self) -> float:
-        """The suppression threshold the exporter's own predictor uses (ultralytics' ``predict``: 0.7), else
-        0.45 (YOLOv5's, the Model API's): a detector's boxes as its makers report them."""
+        """The suppression threshold: the one the model was exported with (``model_info``'s
+        ``iou_threshold``: the Model API's, ultralytics' OpenVINO export's), else the one its exporter's own
+        predictor uses (ultralytics' ``predict``: 0.7), else 0.45 (YOLOv5's)."""
+        if self.iou_threshold is not None:
+            return self.iou_threshold
         return 0.7 if self.exporter == "ultralytics" else 0.45
 
     def as_dict(self) -> dict[str, Any]:
@@ -139,6 +143,7 @@ def _from_model_api(info: ExportedInfo, meta: dict[str, Any]) -> None:
     put("resize_type", "resize", lambda v: _RESIZE.get(str(v), str(v)))
     put("pad_value", "pad_value", int)
     put("reverse_input_channels", "reverse_channels", lambda v: str(v).lower() in ("true", "1", "yes"))
+    put("iou_threshold", "iou_threshold", float)
     put("mean_values", "mean", _floats)
     put("scale_values", "scale", _floats)
 
@@ -231,12 +236,17 @@ def model_file(ref: str | Path) -> Path:
 
 def named(model: Any) -> Any:
     """Every input and output of ``model`` given a name where its file gives none (``input0``, ``output1``:
-    by its place, as exporters name them), so that each is found by name. ultralytics' OpenVINO export leaves
-    its outputs unnamed."""
+    by its place, as exporters name them; one another port has already gets a suffix), so that each is found
+    by name. ultralytics' OpenVINO export leaves its outputs unnamed."""
+    taken = {n for port in (*model.inputs, *model.outputs) for n in port.get_names()}
     for kind, ports in (("input", model.inputs), ("output", model.outputs)):
         for i, port in enumerate(ports):
             if not port.get_names():
-                port.get_tensor().set_names({f"{kind}{i}"})
+                name = f"{kind}{i}"
+                while name in taken:
+                    name += "_"
+                taken.add(name)
+                port.get_tensor().set_names({name})
     return model
 
 

@@ -252,6 +252,20 @@ def test_a_model_added_to_this_hosts_registry_is_named_like_a_built_in_one(
         models.resolve("carts")
 
 
+def test_unnamed_ports_are_named_by_their_place_and_never_as_another_port() -> None:
+    """ultralytics' OpenVINO export names no output; a name given must not be one another port has."""
+    from openvino import opset13 as ops
+
+    x = ops.parameter([1, 3, 8, 8], np.float32, name="images")
+    a, b = ops.relu(x), ops.sigmoid(x)
+    model = ov.Model([a, b], [x], "m")
+    model.outputs[0].get_tensor().set_names({"output1"})
+    model.outputs[1].get_tensor().set_names(set())
+    exported.named(model)
+    names = [next(iter(p.get_names())) for p in model.outputs]
+    assert names[0] == "output1" and names[1] != "output1" and names[1].startswith("output1")
+
+
 ULTRALYTICS = Path(__file__).resolve().parent / "data" / "ultralytics"
 
 

@@ -89,16 +89,18 @@ def _pss_mb() -> float:
 
 
 @linux_only
-def test_a_pool_lets_go_the_pages_of_buffers_no_frame_has_reached_for_a_window() -> None:
+@pytest.mark.parametrize("kind", ["memfd", "host"])
+def test_a_pool_lets_go_the_pages_of_buffers_no_frame_has_reached_for_a_window(kind: str) -> None:
     """A burst once took every buffer of a pool; after it, one frame at a time: the pages of the buffers no
     acquisition reached for a window go back (a long run no longer keeps, to its end, the memory its deepest
     queue once touched), in every process that maps them, and a buffer a frame holds keeps its pages."""
     mb = 8 << 20
-    pool = BufferPool(mb, 8, "memfd")
+    pool = BufferPool(mb, 8, kind)
     leases = [pool.acquire() for _ in range(8)]
     for lease in leases:
         lease.buffer.array((mb,))[:] = 255
-    other = SharedBuffer(mb, "memfd", _fd=os.dup(leases[5].buffer.handle))  # a device owner's mapping of one
+    other = (SharedBuffer(mb, "memfd", _fd=os.dup(leases[5].buffer.handle)) if kind == "memfd"
+             else leases[5].buffer)  # a device owner's mapping of one
     assert int(other.array((mb,)).min()) == 255
     touched = _pss_mb()
     held = leases[0]
@@ -115,6 +117,28 @@ def test_a_pool_lets_go_the_pages_of_buffers_no_frame_has_reached_for_a_window()
     assert int(lease.buffer.array((mb,)).min()) == 7
     lease.release()
     held.release()
+
+
+def test_a_pool_placed_for_a_device_keeps_its_pages() -> None:
+    """Memory a driver may hold pinned (placed for a device, or written by one) is never trimmed."""
+    from flowpipe.contracts import Allocation
+
+    mb = 1 << 20
+    for pool in (BufferPool(mb, 4, trim=False), Allocation("dma-buf").pool(mb, 4)):
+        leases = [pool.acquire() for _ in range(4)]
+        for lease in leases:
+            lease.buffer.array((mb,))[:] = 9
+            lease.release()
+        for _ in range(2 * BufferPool.TRIM * pool.count):
+            pool.acquire().release()
+        assert pool.pages_let_go == 0 and all(int(b.array((mb,)).min()) == 9 for b in pool.buffers())
+    host = Allocation("host").pool(mb, 2)  # host memory: trimmed
+    first, second = host.acquire(), host.acquire()
+    first.release()
+    second.release()
+    for _ in range(2 * BufferPool.TRIM * host.count):
+        host.acquire().release()
+    assert host.pages_let_go == 1
 
 
 def test_pool_stays_bounded_under_a_slow_consumer() -> None:

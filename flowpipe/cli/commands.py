@@ -382,8 +382,8 @@ def main(argv: list[str] | None = None) -> int:
         for d in e.diagnostics:
             print(d, file=sys.stderr)
         return EXIT_CONFIG
-    except KeyboardInterrupt:  # before the command had its own answer to an interrupt (a run's summary)
-        print("interrupted while starting", file=sys.stderr)
+    except KeyboardInterrupt:  # one the command had no answer of its own to (a run's is its summary)
+        print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # the reader went (`flowpipe validate ... | head`): what it wanted, it had
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush

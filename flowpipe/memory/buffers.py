@@ -158,13 +158,13 @@ class SharedBuffer:
 
     def let_pages_go(self) -> bool:
         """The buffer's pages given back to the system, its size and handle kept: the next write makes them
-        again, as zeros until written (``madvise``: MADV_REMOVE frees a ``memfd`` buffer's pages in every
-        process that maps it, MADV_DONTNEED a private one's). For a pool's buffer that no frame holds and none
-        has taken for a while; False where the memory is not the system's to take back (a DMA-BUF, driver or
-        Windows memory)."""
+        again, as zeros until written (``madvise(MADV_REMOVE)``: both kinds are shared memory, a ``memfd``'s
+        and an anonymous shared mapping's, whose pages it frees in every process that maps them). For a pool's
+        buffer that no frame holds and none has taken for a while; False where the memory is not the system's
+        to take back (a DMA-BUF, driver or Windows memory)."""
         if self._closed or os.name != "posix" or self.kind not in ("memfd", "host") or self._keep is not None:
             return False
-        advice = mmap.MADV_REMOVE if self.kind == "memfd" else mmap.MADV_DONTNEED
+        advice = mmap.MADV_REMOVE
         if self._mmap is not None:
             self._mmap.madvise(advice)
             return True

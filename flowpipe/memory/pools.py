@@ -5,11 +5,14 @@ flight: ``acquire`` blocks when every buffer is out (backpressure).
 """
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from .buffers import SharedBuffer, best_kind
+
+log = logging.getLogger(__name__)
 
 
 def _wait_ready(holder: Lease | Slot) -> None:
@@ -56,12 +59,16 @@ class BufferPool:
     times its size in acquisitions, the buffers no acquisition reached in that window (the bottom of the
     stack) give their pages back (``SharedBuffer.let_pages_go``), and a later burst makes them again. Counted
     in frames, not seconds: which buffers hold pages is a function of the frames' order, and what a frame
-    holds is never touched (its buffer is not free)."""
+    holds is never touched (its buffer is not free). ``trim=False`` keeps every page: memory placed for a
+    device (DMA-BUF, page-locked or device memory, a backend's own, an NPU's import), which a driver may hold
+    pinned past the process's own mapping, and which would then read pages no longer the buffer's. Host memory
+    a device reads in place (an integrated GPU's host-pointer buffer) follows the process's page tables."""
 
     #: the window, in acquisitions per buffer of the pool, over which a buffer no frame took lets its pages go
     TRIM = 8
 
-    def __init__(self, nbytes: int, count: int, kind: str | None = None, factory: Callable[[], Any] | None = None):
+    def __init__(self, nbytes: int, count: int, kind: str | None = None, factory: Callable[[], Any] | None = None,
+                 trim: bool = True):
         self.nbytes, self.count = nbytes, count
         self.kind = made = kind or ("device" if factory else best_kind())
         # no reference to self in the factory: a pool in a reference cycle would keep its fds until a GC
@@ -74,6 +81,7 @@ class BufferPool:
         self._bare: set[int] = {id(b) for b in self._all}  # none touched yet
         self._taken = 0
         self._least_free = count
+        self._trims = trim and factory is None
         self.pages_let_go = 0
 
     def acquire(self, timeout: float | None = None) -> Lease:
@@ -85,21 +93,27 @@ class BufferPool:
             self.high_water = max(self.high_water, self.count - len(self._free))
             self._least_free = min(self._least_free, len(self._free))
             self._taken += 1
-            if self._taken >= self.TRIM * self.count:
+            if self._trims and self._taken >= self.TRIM * self.count:
                 self._trim()
             return Lease(buf, self)
 
     def _trim(self) -> None:
         """End of a window: the free buffers below the deepest point any acquisition reached let their pages
-        go (under the pool's lock)."""
-        for b in self._free[:self._least_free]:
-            if id(b) not in self._bare:
-                let_go = getattr(b, "let_pages_go", None)
-                if let_go is None or not let_go():
-                    break  # memory of a kind the system does not take back: never any
-                self._bare.add(id(b))
-                self.pages_let_go += 1
-        self._taken, self._least_free = 0, len(self._free)
+        go (under the pool's lock). Memory the system will not take back stops it for good."""
+        try:
+            for b in self._free[:self._least_free]:
+                if id(b) not in self._bare:
+                    let_go = getattr(b, "let_pages_go", None)
+                    if let_go is None or not let_go():
+                        self._trims = False  # memory of a kind the system does not take back
+                        break
+                    self._bare.add(id(b))
+                    self.pages_let_go += 1
+        except OSError as e:  # the pages stay: memory, not frames, is what a failed trim costs
+            log.warning("a pool of %d buffers of %d bytes keeps its pages: %s", self.count, self.nbytes, e)
+            self._trims = False
+        finally:
+            self._taken, self._least_free = 0, len(self._free)
 
     def grow(self, count: int) -> None:
         """At least ``count`` buffers in all (a consumer that holds more than was planned for)."""
@@ -129,6 +143,8 @@ class BufferPool:
             self._cond.notify()
 
     def close(self) -> None:
+        with self._cond:
+            self._trims = False
         for b in self._all:
             close = getattr(b, "close", None) or getattr(b, "release", None)  # SharedBuffer / cl.Buffer
             if close is not None:

@@ -35,7 +35,7 @@ class DetectConfig(DecoderConfig):
     iou_threshold: float | None = Field(  # type: ignore[assignment]
         None, ge=0, le=1, description="suppression, per class: a box overlapping a better one this much (IoU) is "
         "dropped (end-to-end heads suppress in the model); default: the exporter's own predictor's (ultralytics: "
-        "0.7), else 0.45")
+        "0.7), else 0.45; the model's own model_info iou_threshold first")
     max_detections: int = Field(300, ge=1, description="detections a frame at most, the best first")
 
     @model_validator(mode="after")
@@ -106,7 +106,6 @@ class DetectDecode(Decoder):
         self.choices: dict[tuple[tuple[str, tuple[int, ...]], ...], exported.HeadChoice] = {}
         self.lock = threading.Lock()
         ctx.stats["labels"] = len(self.info.labels or [])
-        ctx.stats["iou_threshold"] = self._iou()
 
     def _registry_decoder(self) -> Decoder | None:
         """A registry model's own decoder (its entry's ``postprocess``: SSD's anchors, a face model's), with this

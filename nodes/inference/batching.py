@@ -214,7 +214,7 @@ class Batcher:
         """Frames whose tensors are not in batch slots (no preprocess upstream wrote them there): each
         input is copied once into its slot of the batch tensor (counted on the input edge)."""
         if self.pool is None:
-            self.pool = BufferPool(self._nbytes, self.requests + 1)
+            self.pool = BufferPool(self._nbytes, self.requests + 1, trim=False)  # bound to requests
         lease = self.pool.acquire(timeout=30)
         shared = SharedLease(lease, len(frames))
         arr = lease.buffer.array(self.shape, self.in_type.to_dtype())

@@ -143,7 +143,7 @@ class Engine:
         self.out_specs = [(sh, o.get_element_type().to_dtype()) for sh, o in zip(shapes, outputs)]
         # a frame's results in one buffer, each output at its offset (one fd and one mapping, not one each)
         size, self.out_offsets = packed(self.out_specs)
-        self.out_pools = [BufferPool(size, n)]
+        self.out_pools = [BufferPool(size, n, trim=False)]  # written by the device: its pages stay
         self._dynamic_dims = [[i for i, d in enumerate(o.get_partial_shape()) if d.is_dynamic] for o in outputs]
 
     def hold_outputs(self, frames: int) -> None:

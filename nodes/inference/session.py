@@ -98,7 +98,7 @@ class SessionEngine(Engine):
         self.out_names = [o.name for o in self.session.outputs]
         self.out_specs = [(tuple(o.shape), np.dtype(o.dtype)) for o in self.session.outputs]
         size, self.out_offsets = packed(self.out_specs)  # a frame's results in one buffer, each at its offset
-        self.out_pools = [BufferPool(size, pools)]
+        self.out_pools = [BufferPool(size, pools, trim=False)]  # written by the backend: its pages stay
         self._dynamic_dims = [[] for _ in self.out_names]
         self.section = {"backend": name, "device": self.device, "device_reason": self.choice.reason,
                         "requests": len(self.requests), "cache": str(getattr(self.session, "cache", "off")),

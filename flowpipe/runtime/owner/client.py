@@ -305,5 +305,6 @@ class OwnerClient(AsyncNode, Negotiating, Node):
 def _pool(nbytes: int, count: int, kind: str | None) -> BufferPool:
     if kind == "dma-heap" and kind not in available_kinds():
         kind = None
-    return BufferPool(nbytes, count, kind or best_kind(shareable=True))
+    # written by the owner's device: a driver may hold the pages it writes pinned, so they stay
+    return BufferPool(nbytes, count, kind or best_kind(shareable=True), trim=False)
 
