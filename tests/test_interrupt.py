@@ -17,9 +17,18 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _as_a_shell_starts_it() -> None:
+    """A child begins with Ctrl-C as a terminal's shell leaves it (default, unblocked), not as the test
+    process happens to hold it: a run of the suite left it ignored or blocked there now and then (children
+    inherit both), and the command then never saw the interrupt (exit 0, or killed at the time limit)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def _interrupt(args: list[str], after: float, cwd: Path) -> tuple[int, str]:
     p = subprocess.Popen([sys.executable, "-m", "flowpipe.cli", *args], cwd=cwd, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+                         stderr=subprocess.PIPE, text=True, start_new_session=True,
+                         preexec_fn=_as_a_shell_starts_it)
     time.sleep(after)
     os.killpg(p.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole process group
     try:
@@ -79,7 +88,7 @@ def test_a_ctrl_c_while_the_device_owner_starts_ends_the_run_at_once(tmp_path) -
     p = subprocess.Popen([sys.executable, "-m", "flowpipe.cli", "run", str(ROOT / "graphs" / "face_count_multistream.yaml"),
                           "--processes", "2", "--set", f"metadata={tmp_path / 'm.jsonl'}", "--set", "loop=-1"],
                          cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
+                         start_new_session=True, preexec_fn=_as_a_shell_starts_it)
     seen, deadline = "", time.monotonic() + 60
     while "sharded over" not in seen and p.poll() is None and time.monotonic() < deadline:  # the owner starts next
         time.sleep(0.05)
@@ -135,7 +144,8 @@ def test_a_child_a_library_forks_in_the_program_leaves_ctrl_c_to_it() -> None:
     program such a child ignores the interrupt; a caller that runs a command in its own process keeps its own."""
     for argv, survived in (("None", True), ("['--version']", False)):
         p = subprocess.run([sys.executable, "-c", "import sys; sys.argv = ['flowpipe', '--version']\n"
-                            + _FORKED.format(argv=argv)], capture_output=True, text=True, timeout=60)
+                            + _FORKED.format(argv=argv)], capture_output=True, text=True, timeout=60,
+                           preexec_fn=_as_a_shell_starts_it)
         out = p.stdout.strip().splitlines()
         assert ("survived" in out) == survived and ("Traceback" in p.stderr) == (not survived), (argv, p.stdout,
                                                                                                  p.stderr[-1000:])

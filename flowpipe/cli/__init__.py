@@ -23,19 +23,45 @@ def _passed_over(signum: int, frame: Any) -> None:
     """Ctrl-C in a library's child: the program's to act on."""
 
 
+_interrupted = False
+
+
+def interrupted() -> bool:
+    """Whether the program got Ctrl-C (SIGINT): a library that turned the ``KeyboardInterrupt`` into an error of
+    its own (pydantic builds a schema in Rust, and an interrupt there comes out as a ``SchemaError``) failed
+    because of it, and the command ends as interrupted, not with that error."""
+    return _interrupted
+
+
+def _on_interrupt(signum: int, frame: Any) -> None:
+    global _interrupted
+    _interrupted = True
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv is None:  # the program itself (not a caller's process that imports it)
         os.register_at_fork(after_in_child=_interrupts_are_the_parents)
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, _on_interrupt)
     try:
         from .commands import main as command
+    except Exception:
+        if not _interrupted:  # a library's own error for the interrupt it was given, or a real one
+            raise
+        return _interrupted_while_starting(argv)
     except KeyboardInterrupt:
-        print("interrupted while starting", file=sys.stderr)
-        if argv is None:  # the program itself: nothing opened yet, and modules half imported are not finalized
-            # (a library's signal handling caught mid-import could end the interpreter's exit with the signal)
-            sys.stderr.flush()
-            os._exit(130)
-        return 130
+        return _interrupted_while_starting(argv)
     return command(argv)
+
+
+def _interrupted_while_starting(argv: list[str] | None) -> int:
+    print("interrupted while starting", file=sys.stderr)
+    if argv is None:  # the program itself: nothing opened yet, and modules half imported are not finalized
+        # (a library's signal handling caught mid-import could end the interpreter's exit with the signal)
+        sys.stderr.flush()
+        os._exit(130)
+    return 130
 
 
 def program() -> None:

@@ -23,6 +23,7 @@ from ..runtime.settings import interrupts_stop, limit_library_threads, open_file
 from ..runtime.stats import RunSummary
 from . import cluster as cli_cluster
 from . import extra as cli_extra
+from . import interrupted
 from . import serve as cli_serve
 from .args import positive_arg, processes_arg
 from .cluster import run_on_cluster
@@ -389,6 +390,9 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
         return EXIT_OK
     except Exception as e:
+        if interrupted():  # a library's own error for the interrupt it was given
+            print("interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
         if args.debug:
             raise
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
