@@ -57,12 +57,19 @@ class ExportedInfo:
 
     @property
     def iou(self) -> float:
-        """The suppression threshold: the one the model was exported with (``model_info``'s
-        ``iou_threshold``: the Model API's, ultralytics' OpenVINO export's), else the one its exporter's own
-        predictor uses (ultralytics' ``predict``: 0.7), else 0.45 (YOLOv5's)."""
+        """The suppression threshold (``suppression``'s)."""
+        return self.suppression[0]
+
+    @property
+    def suppression(self) -> tuple[float, str]:
+        """The suppression threshold and where it comes from: the one the model was exported with
+        (``model_info``'s ``iou_threshold``: the Model API's, ultralytics' OpenVINO export's), else the one its
+        exporter's own predictor uses (ultralytics' ``predict``: 0.7), else 0.45 (YOLOv5's)."""
         if self.iou_threshold is not None:
-            return self.iou_threshold
-        return 0.7 if self.exporter == "ultralytics" else 0.45
+            return self.iou_threshold, "model_info's iou_threshold"
+        if self.exporter == "ultralytics":
+            return 0.7, "ultralytics' predict"
+        return 0.45, "no exporter's metadata: YOLOv5's"
 
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None and k != "said"} | {"said": self.said}

@@ -160,9 +160,8 @@ def _inspect(paths: list[str]) -> int:
         extra = f", {head.extra} ({head.extra_count})" if head.extra != "none" else ""
         print(f"  head: {head.kind} over {', '.join(head.outputs)}, {head.classes} classes{extra}: {head.why}")
         if head.kind in ("anchor_free", "objectness", "yolox"):
-            whose = ("model_info's iou_threshold" if info.iou_threshold is not None else "ultralytics' predict"
-                     if info.exporter == "ultralytics" else "no exporter's metadata: YOLOv5's")
-            print(f"  suppression: IoU {info.iou} ({whose}; detect_decode's iou_threshold overrides it)")
+            iou, whose = info.suppression
+            print(f"  suppression: IoU {iou} ({whose}; detect_decode's iou_threshold overrides it)")
     return code
 
 

@@ -164,12 +164,10 @@ class SharedBuffer:
         to take back (a DMA-BUF, driver or Windows memory)."""
         if self._closed or os.name != "posix" or self.kind not in ("memfd", "host") or self._keep is not None:
             return False
-        advice = mmap.MADV_REMOVE
         if self._mmap is not None:
-            self._mmap.madvise(advice)
+            self._mmap.madvise(mmap.MADV_REMOVE)
             return True
-        lib = _lib()
-        if lib.madvise(ctypes.c_void_p(self.address), ctypes.c_size_t(self.size), advice) != 0:
+        if _lib().madvise(ctypes.c_void_p(self.address), ctypes.c_size_t(self.size), mmap.MADV_REMOVE) != 0:
             err = ctypes.get_errno()
             raise OSError(err, f"madvise of a {self.size}-byte {self.kind} buffer failed: {os.strerror(err)}")
         return True
