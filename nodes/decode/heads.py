@@ -224,17 +224,16 @@ def masks_of(coefs: np.ndarray, protos: np.ndarray, boxes: np.ndarray, size: tup
     return out
 
 
-def polygon(mask: np.ndarray | Mask, scale: tuple[float, float] = (1.0, 1.0)) -> list[list[float]]:
-    """The outline of a mask's largest part as points (x, y) (in the tensor's pixels for a ``Mask``), each
-    multiplied by ``scale``: what a record carries of a mask. Empty for an empty mask."""
-    bits, (ox, oy) = (mask.bits, (mask.x, mask.y)) if isinstance(mask, Mask) else (mask, (0, 0))
-    if bits.size == 0:
+def polygon(mask: Mask) -> list[list[float]]:
+    """The outline of a mask's largest part as points (x, y) in the tensor's pixels: what a record carries of
+    a mask. Empty for an empty mask."""
+    if mask.bits.size == 0:
         return []
-    contours, _ = cv2.findContours(bits.astype(np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
+    contours, _ = cv2.findContours(mask.bits.astype(np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
     if not contours:
         return []
-    biggest = max(contours, key=cv2.contourArea).reshape(-1, 2).astype(np.float64) + np.array([ox, oy])
-    return [[round(float(x * scale[0]), 1), round(float(y * scale[1]), 1)] for x, y in biggest]
+    biggest = max(contours, key=cv2.contourArea).reshape(-1, 2).astype(np.float64) + np.array([mask.x, mask.y])
+    return [[round(float(x), 1), round(float(y), 1)] for x, y in biggest]
 
 
 def rle(mask: np.ndarray) -> dict[str, list[int]]:
