@@ -58,6 +58,29 @@ def pss_mb(pid: int) -> float:
     return 0.0
 
 
+def pss_parts(pid: int) -> dict[str, float]:
+    """A process's PSS in MB by what its mappings are: ``heap`` (brk), ``anon`` (malloc's arenas, Python's
+    and the libraries' own mmaps), ``frames`` (flowpipe's shared buffers), ``device`` (``/dev/...``: a
+    driver's mappings), ``code`` (shared objects), ``files``, ``stack``: a creep shows as the part that grows."""
+    parts: dict[str, float] = {}
+    kind = "anon"
+    try:
+        with open(f"/proc/{pid}/smaps") as f:
+            for line in f:
+                head = line.split(maxsplit=6)
+                if len(head) >= 5 and "-" in head[0] and head[0][0] in "0123456789abcdef" and ":" in head[3]:
+                    name = head[5].strip() if len(head) > 5 else ""
+                    kind = ("heap" if name == "[heap]" else "stack" if name.startswith("[stack") else
+                            "frames" if "flowpipe-frame" in name else "device" if name.startswith("/dev/") else
+                            "code" if ".so" in name else "anon" if not name or name.startswith("[anon") else
+                            "other" if name.startswith("[") else "files")
+                elif line.startswith("Pss:"):
+                    parts[kind] = parts.get(kind, 0.0) + int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return {k: round(v, 1) for k, v in sorted(parts.items())}
+
+
 def open_fds(pid: int) -> int:
     try:
         return len(os.listdir(f"/proc/{pid}/fd"))
@@ -257,7 +280,8 @@ def main() -> None:
             snap = run.snapshot()
             samples.append({"t_s": round(time.monotonic() - t0, 1), "out": snap["out"],
                             "pss_mb": {p: round(pss_mb(p), 1) for p in pids}, "fds": {p: open_fds(p) for p in pids},
-                            "frame_maps": {p: frame_maps(p) for p in pids}})
+                            "frame_maps": {p: frame_maps(p) for p in pids},
+                            "pss_parts": {p: pss_parts(p) for p in pids}})
             if "warm" not in inventories and samples[-1]["t_s"] >= a.warmup:
                 inventories["warm"] = {p: fd_inventory(p) for p in pids}
             inventories["last"] = {p: fd_inventory(p) for p in pids}
@@ -514,6 +538,15 @@ def _ends(series: list[int]) -> dict[str, int | None]:
     return {"start": series[0] if series else None, "end": series[-1] if series else None}
 
 
+def _parts_change(series: list[dict[str, float]]) -> dict[str, dict[str, float]]:
+    """Each part of a process's PSS after the warm-up: its first and last MB, and the change."""
+    if not series:
+        return {}
+    first, last = series[0], series[-1]
+    return {k: {"start": first.get(k, 0.0), "end": last.get(k, 0.0),
+                "change": round(last.get(k, 0.0) - first.get(k, 0.0), 1)} for k in sorted(set(first) | set(last))}
+
+
 def summarize(samples: list[dict[str, Any]], warmup: float) -> dict[str, Any]:
     """Rate, and the lines through PSS and open fds after ``warmup`` (whole, last half, per process)."""
     kept = [s for s in samples if s["t_s"] >= warmup]
@@ -523,7 +556,8 @@ def summarize(samples: list[dict[str, Any]], warmup: float) -> dict[str, Any]:
     per = {str(p): {"pss_mb": fit([s["t_s"] for s in kept if p in s["pss_mb"]],
                                   [s["pss_mb"][p] for s in kept if p in s["pss_mb"]]),
                     "fds": fit([s["t_s"] for s in kept if p in s["fds"]], [s["fds"][p] for s in kept if p in s["fds"]]),
-                    "frame_maps": _ends([s["frame_maps"][p] for s in kept if p in s.get("frame_maps", {})])}
+                    "frame_maps": _ends([s["frame_maps"][p] for s in kept if p in s.get("frame_maps", {})]),
+                    "pss_parts_mb": _parts_change([s["pss_parts"][p] for s in kept if p in s.get("pss_parts", {})])}
            for p in pids}
     th = [s["t_s"] for s in half]
     return {"fps": round((kept[-1]["out"] - kept[0]["out"]) / (t[-1] - t[0]), 1) if len(kept) > 1 else None,
