@@ -168,7 +168,9 @@ def main() -> None:
     from flowpipe import load_graph
     from flowpipe.cli.bench import replicate_sources
     from flowpipe.runtime import executor
+    from flowpipe.runtime.settings import malloc_arenas_limited
 
+    malloc_arenas_limited()  # as the flowpipe command does for itself and the processes it starts
     ap = argparse.ArgumentParser()
     ap.add_argument("--graph", default=str(ROOT / "graphs" / "face_blur.yaml"))
     ap.add_argument("--minutes", type=float, default=8)

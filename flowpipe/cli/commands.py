@@ -19,7 +19,7 @@ from ..errors import Diagnostic, GraphError
 from ..graph import load_graph, parse_sets
 from ..registry import lookup, registry
 from ..runtime.executor import executor, resolve_processes
-from ..runtime.settings import interrupts_stop, limit_library_threads, open_files_raised
+from ..runtime.settings import interrupts_stop, limit_library_threads, malloc_arenas_limited, open_files_raised
 from ..runtime.stats import RunSummary
 from . import cluster as cli_cluster
 from . import extra as cli_extra
@@ -377,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     before, now = open_files_raised()
     if now != before:
         logging.getLogger("flowpipe").debug("open files: soft limit %d -> %d (the hard limit)", before, now)
+    malloc_arenas_limited()
     try:
         return args.func(args)
     except GraphError as e:

@@ -61,7 +61,13 @@ from .messages import (
 )
 from .owner import OwnerClient, OwnerLink, OwnerProcess, OwnerStartStoppedError
 from .runner import Runner
-from .settings import environment_for_children, no_interrupts_inherited, open_files_raised, share_library_threads
+from .settings import (
+    environment_for_children,
+    malloc_arenas_limited,
+    no_interrupts_inherited,
+    open_files_raised,
+    share_library_threads,
+)
 from .stats import RunSummary, frame_list, merge_nodes
 
 log = logging.getLogger("flowpipe.shards")
@@ -171,6 +177,7 @@ def _shard_main(conn: Connection, payload: bytes, plugins: list[str], plugin_dir
                 board: StreamBoard | None = None) -> None:
     """A shard process: the part of the graph its ``sources`` (and the templates) reach, run until it ends."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides what an interrupt means
+    malloc_arenas_limited()
     share_library_threads(count)
     for mod in plugins:
         import_plugin(mod, plugin_dir)

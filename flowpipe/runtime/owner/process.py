@@ -23,7 +23,7 @@ from ..messages import (
     OwnerListening,
     OwnerTakeOver,
 )
-from ..settings import environment_for_children, no_interrupts_inherited
+from ..settings import environment_for_children, malloc_arenas_limited, no_interrupts_inherited
 from .client import OwnerLink
 from .server import serve
 
@@ -35,6 +35,7 @@ def owner_main(control: Connection, path: str, payload: bytes, plugins: list[str
     """The owner process: its nodes' plugins imported, then it serves; a ``standby`` waits first, ready, for the
     supervisor's word to take over (``OwnerTakeOver``)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides what an interrupt means
+    malloc_arenas_limited()
     for mod in plugins:
         import_plugin(mod, plugin_dir)
     specs, leads = pickle.loads(payload)  # noqa: S301 - from the supervisor that started us
