@@ -458,6 +458,16 @@ def soak_streams() -> Rows:
                      f"{pss['per_hour']} MB/h ({100 * pss['share_per_hour']:.2f}%/h) / {last['per_hour']} MB/h "
                      f"({100 * last['share_per_hour']:.2f}%/h)", f"{r['fds']['start']:.0f} -> {r['fds']['end']:.0f}",
                      f"{fds['per_hour']}/h"])
+        parts = _parts_grown(r)
+        if parts:
+            out[-1] += f" PSS by part, change after the warm-up (MB): {parts}."
+        g = r.get("glibc_arenas")
+        if g:  # the same soak with glibc's own number of malloc arenas
+            out[-1] += (f" With glibc's arenas ({g['note'].split('(')[-1].rstrip(')')}): {g['fps']} fps, PSS "
+                        f"{g['pss_mb']['start']} -> {g['pss_mb']['end']} MB, "
+                        f"{100 * g['pss_mb']['share_per_hour']:.2f}%/h whole, "
+                        f"{100 * g['pss_mb_last_half']['share_per_hour']:.2f}%/h last half; by part: "
+                        f"{_parts_grown(g)}.")
         grew = r.get("fds_changed_after_warmup")
         if grew:
             out[-1] += " Fds that grew after the warm-up: " + "; ".join(
@@ -466,6 +476,20 @@ def soak_streams() -> Rows:
     return [*out, "", *_table(["run", "streams / processes", "device", "minutes", "fps", "frames out / failed",
                                "PSS MB after warm-up -> end", "PSS slope, whole / last half", "open fds -> end",
                                "fds slope, last half"], rows)]
+
+
+def _parts_grown(r: dict[str, Any]) -> str:
+    """The device owner's PSS change after the warm-up by part (heap, anon, frames ...) and the shards' summed."""
+    owner, shards = {}, {}  # type: dict[str, float], dict[str, float]
+    for pid, v in r["per_process"].items():
+        into = owner if str(pid) == str(r.get("device_owner_pid")) else shards
+        for part, x in (v.get("pss_parts_mb") or {}).items():
+            into[part] = into.get(part, 0.0) + x["change"]
+
+    def said(d: dict[str, float]) -> str:
+        return ", ".join(f"{k} {v:+.1f}" for k, v in sorted(d.items()) if abs(v) >= 0.5) or "none over 0.5"
+
+    return f"device owner {said(owner)}; the other processes {said(shards)}" if owner or shards else ""
 
 
 def soak_chaos(r: dict[str, Any]) -> Rows:
