@@ -203,6 +203,11 @@ def changes() -> Rows:
         rows.append([r["title"], f"{r['graph']} {' '.join(r['sets'])}, {r['frames']} frames x {r['repeats']}",
                      r["cores"], round(b["fps"], 1), round(a["fps"], 1), r["ratio_after_over_before"]["fps"],
                      f"{round(b['cpu_ms_per_frame'], 2)} -> {round(a['cpu_ms_per_frame'], 2)}"])
+        v = r.get("delay8")
+        if v:  # a variant run in the same turns
+            out[-1] += (f" In the same turns, {v['about']}: {round(v['median']['fps'], 1)} fps, "
+                        f"{v['ratio_over_before']['fps']} of before, {round(v['median']['cpu_ms_per_frame'], 2)} CPU "
+                        f"ms/frame.")
     return [*out, "", *_table(["change (before -> after)", "graph, settings", "cores", "fps before", "fps after",
                                "ratio", "CPU ms/frame"], rows)]
 
