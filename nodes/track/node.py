@@ -278,7 +278,8 @@ class Tracker(AsyncNode, Node):
                 self._camera(frame)
             if frame.skipped:  # the detector's interval passed over it: filled in once the next is tracked
                 self.gaps.passed(frame)
-                self.edge.say(frame.stream, frame.index)  # its word as of the last tracked frame holds
+                # its word as of the last tracked frame holds: the interval need not wait for frames it passed over
+                self.edge.say(frame.stream, frame.index, passed_over_by=frame.skipped)
             else:
                 self._track(frame)
                 self.gaps.fill(frame)
