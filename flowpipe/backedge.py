@@ -13,12 +13,6 @@ stream up to ``t - delay`` that it has not seen is still in flight (dropped by a
 by a run stopping at once): frames of one stream reach a node in order, so none of those can come any more. A
 run that drains (a first Ctrl-C) lets the frames in flight on, so their words come as in any run. An edge no writer
 opened (a node left out of the graph, or one in another process) is read without waiting and says nothing.
-
-A writer that keeps its word on a frame an interval passed over (a tracker: no detections, nothing new) says so
-with the frame (``say(..., passed_over_by=INTERVAL)``). Once it has, that interval knows its own skipped frames
-bring no word, so the word as of frame t - delay is the one said on the last frame at or before it that the
-interval let the detector run on: it reads that frame's, the same word, without waiting for the frames after it
-(``quiet_on``).
 """
 from __future__ import annotations
 
@@ -50,7 +44,6 @@ class BackEdge:
         self._words: dict[str, deque[tuple[int, dict[str, Any]]]] = {}  # per stream: (frame, word), in order
         self._seen: dict[str, int] = {}  # per stream: the last frame the writer saw
         self._cond = threading.Condition()
-        self._quiet_on: set[str] = set()  # the intervals whose passed-over frames the writer said nothing new on
         self.stalls = 0  # waits that ended by STALL_S (the word read then depended on timing)
 
     # the writer ---------------------------------------------------------------------------------------
@@ -61,15 +54,10 @@ class BackEdge:
             self.writer, self.first = True, first
         return self
 
-    def say(self, stream: str, index: int, word: dict[str, Any] | None = None,
-            passed_over_by: str | None = None) -> None:
+    def say(self, stream: str, index: int, word: dict[str, Any] | None = None) -> None:
         """The writer saw frame ``index`` of ``stream``; ``word``: what it says as of that frame (None: what it
-        said last still holds). Every frame the writer sees is said, so that readers of it wait no more.
-        ``passed_over_by``: the interval that passed over this frame, where the writer says nothing new on any
-        frame an interval passed over (``quiet_on``)."""
+        said last still holds). Every frame the writer sees is said, so that readers of it wait no more."""
         with self._cond:
-            if passed_over_by is not None and word is None:
-                self._quiet_on.add(passed_over_by)
             seen = self._seen.get(stream)
             if seen is not None and index < seen:  # the stream counted again from a lower index (reopened)
                 self._words.pop(stream, None)
@@ -80,12 +68,6 @@ class BackEdge:
             self._cond.notify_all()
 
     # the reader ---------------------------------------------------------------------------------------
-    def quiet_on(self, interval: str) -> bool:
-        """Whether the writer said nothing new on a frame ``interval`` passed over (it has seen one), so that
-        its word as of any frame is the one said on the last frame at or before it that ``interval`` let on."""
-        with self._cond:
-            return interval in self._quiet_on
-
     def read(self, stream: str, index: int) -> dict[str, Any] | None:
         """The writer's word on ``stream`` as of frame ``index``: the last it said on a frame at or before it
         (``first`` where none; None with no writer). Waits until the writer saw frame ``index``, or no frame it

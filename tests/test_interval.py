@@ -256,37 +256,3 @@ def test_an_inference_after_an_interval_holds_the_frames_waiting_behind_its_requ
     pre = Preprocess("pre", Preprocess.Config.model_validate({"size": [64, 64], "interval": {"every": 3}}))
     with Harness(pre) as h:
         assert h.offers["tensor"].tensor is not None and h.offers["tensor"].tensor.every == 3
-
-
-def test_the_interval_waits_only_for_the_last_frame_the_detector_ran_on_once_the_tracker_keeps_its_word_between(
-        monkeypatch) -> None:
-    """The tracker says nothing new on a frame the interval passed over, and says so; then its word as of frame
-    t - delay is its word on the last frame at or before it that the detector ran on, and the interval reads it
-    there instead of waiting for the frames passed over after it: the same frames detected, fewer waits. Here
-    the tracker is 3 frames behind and the interval reads 2 behind: a read it cannot answer waits out a short
-    stall (0.2 s)."""
-    from flowpipe import backedge
-    from flowpipe.backedge import BackEdge
-    from flowpipe_nodes.preprocess.interval import Gate, Interval
-
-    monkeypatch.setattr(backedge, "STALL_S", 0.2)
-    calm = {"young": 0, "smallest": 80.0}
-    pic = np.full((120, 160, 3), 90, np.uint8)
-
-    def run(name: str, says_passed_over: bool) -> tuple[list[bool], int]:
-        edge = BackEdge("track", pending=lambda s, a, u: True).open()  # nothing it has not seen is lost
-        gate = Gate(Interval(every=3, follow="track", delay=2, change=0), edge, {}, name)
-        ran: list[bool] = []
-        for t in range(15):
-            j = t - 3  # the tracker has seen every frame up to t - 3
-            if j >= 0:
-                edge.say("cam", j, calm if ran[j] else None,
-                         passed_over_by="pre" if not ran[j] and says_passed_over else None)
-            ran.append(gate.run(Frame("cam", t, t / 30, pic)))
-        return ran, edge.stalls
-
-    waited, waits = run("", True)  # an interval that does not know its own frames: waits for frame t - 2
-    quiet, fewer = run("pre", True)
-    unsaid, as_many = run("pre", False)  # a tracker that never said it keeps its word: waits as before
-    assert quiet == waited == unsaid == [True, True, True] + [False, False, True] * 4, (quiet, waited, unsaid)
-    assert fewer < waits == as_many, (fewer, waits, as_many)

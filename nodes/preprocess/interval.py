@@ -14,8 +14,8 @@ load, over processes and with any batch."""
 from __future__ import annotations
 
 import threading
-from collections import Counter, deque
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 import cv2
@@ -27,7 +27,6 @@ from flowpipe.frame import Frame
 from flowpipe.node import NodeConfig
 
 THUMB = (64, 36)  # the gray thumbnail a picture's change is measured on
-RAN_KEPT = 64  # per stream: the frames the detector last ran on, kept to find the one a word was said on
 
 
 class Interval(NodeConfig):
@@ -129,14 +128,6 @@ class _Stream:
     started: bool = False
     since: int = 0  # frames since the detector last ran
     thumb: np.ndarray | None = None  # the picture it last ran on
-    ran: deque[int] = field(default_factory=lambda: deque(maxlen=RAN_KEPT))  # the last frames it ran on, in order
-
-    def ran_at_or_before(self, index: int) -> int | None:
-        """The last frame at or before ``index`` the detector ran on, among those kept."""
-        for at in reversed(self.ran):
-            if at <= index:
-                return at
-        return None
 
 
 def thumbnail(frame: Frame) -> np.ndarray:
@@ -148,8 +139,8 @@ def thumbnail(frame: Frame) -> np.ndarray:
 class Gate:
     """Per stream: whether the detector runs on a frame, and why (counted in ``stats``)."""
 
-    def __init__(self, config: Interval, edge: BackEdge | None, stats: dict[str, Any], name: str = ""):
-        self.config, self.name = config, name  # name: the preprocess's id, which marks the frames passed over
+    def __init__(self, config: Interval, edge: BackEdge | None, stats: dict[str, Any]):
+        self.config = config
         self.edge = edge  # the followed tracker's word per stream and frame: {"young": n, "smallest": px}
         self.streams: dict[str, _Stream] = {}
         self.lock = threading.Lock()
@@ -171,9 +162,6 @@ class Gate:
         s.since = 0 if why else s.since + 1
         if why:
             s.thumb = thumb
-            if s.ran and frame.index <= s.ran[-1]:  # the stream counted again from a lower index (reopened)
-                s.ran.clear()
-            s.ran.append(frame.index)
         with self.lock:
             self.why[why or "skipped"] += 1
             self.stats["detector_runs"] = dict(self.why)
@@ -186,14 +174,8 @@ class Gate:
             return "first"
         if s.since + 1 >= c.every:
             return "count"
-        # the tracker's word as of frame t - delay (waiting for it): the same whatever the load. Where the tracker
-        # said nothing new on the frames this interval passed over, that is its word on the last frame at or
-        # before t - delay the detector ran on: read there, without waiting for the frames after it
-        at = frame.index - c.delay
-        if self.edge is not None and self.name and self.edge.quiet_on(self.name):
-            ran = s.ran_at_or_before(at)
-            at = at if ran is None else ran
-        word = self.edge.read(frame.stream, at) if self.edge is not None else None
+        # the tracker's word as of frame t - delay (waiting for it): the same whatever the load
+        word = self.edge.read(frame.stream, frame.index - c.delay) if self.edge is not None else None
         if self.edge is not None and self.edge.stalls:
             self.stats["back_edge_stalls"] = self.edge.stalls
         if self.edge is not None and self.edge.writer and word is None:

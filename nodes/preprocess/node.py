@@ -149,7 +149,7 @@ class Preprocess(Negotiating, Node):
         if self.backend in ("opencl", "cpu") and self.slots is None:
             self.pool = alloc.pool(self.memory.nbytes, min(ctx.frames_in_flight(), 64))
         c_int = c.interval
-        self.gate = Gate(c_int, ctx.back_edge(c_int.follow) if c_int.follow else None, stats, self.id) \
+        self.gate = Gate(c_int, ctx.back_edge(c_int.follow) if c_int.follow else None, stats) \
             if c_int is not None and c_int.every > 1 else None
         self.along = AlongGate(c.along, [ctx.back_edge(n) for n in c.along.followed()] if c.along.every > 1
                                else [], stats) if c.along is not None else None

@@ -278,8 +278,7 @@ class Tracker(AsyncNode, Node):
                 self._camera(frame)
             if frame.skipped:  # the detector's interval passed over it: filled in once the next is tracked
                 self.gaps.passed(frame)
-                # its word as of the last tracked frame holds: the interval need not wait for frames it passed over
-                self.edge.say(frame.stream, frame.index, passed_over_by=frame.skipped)
+                self.edge.say(frame.stream, frame.index)  # its word as of the last tracked frame holds
             else:
                 self._track(frame)
                 self.gaps.fill(frame)
