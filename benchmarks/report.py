@@ -203,8 +203,8 @@ def changes() -> Rows:
         rows.append([r["title"], f"{r['graph']} {' '.join(r['sets'])}, {r['frames']} frames x {r['repeats']}",
                      r["cores"], round(b["fps"], 1), round(a["fps"], 1), r["ratio_after_over_before"]["fps"],
                      f"{round(b['cpu_ms_per_frame'], 2)} -> {round(a['cpu_ms_per_frame'], 2)}"])
-        v = r.get("delay8")
-        if v:  # a variant run in the same turns
+        v = r.get("variant")
+        if v:  # a third side, run in the same turns
             out[-1] += (f" In the same turns, {v['about']}: {round(v['median']['fps'], 1)} fps, "
                         f"{v['ratio_over_before']['fps']} of before, {round(v['median']['cpu_ms_per_frame'], 2)} CPU "
                         f"ms/frame.")
@@ -466,9 +466,9 @@ def soak_streams() -> Rows:
         parts = _parts_grown(r)
         if parts:
             out[-1] += f" PSS by part, change after the warm-up (MB): {parts}."
-        g = r.get("glibc_arenas")
-        if g:  # the same soak with glibc's own number of malloc arenas
-            out[-1] += (f" With glibc's arenas ({g['note'].split('(')[-1].rstrip(')')}): {g['fps']} fps, PSS "
+        g = r.get("before")
+        if g:  # the same soak before a change, kept beside it
+            out[-1] += (f" {g['about']}: {g['fps']} fps, PSS "
                         f"{g['pss_mb']['start']} -> {g['pss_mb']['end']} MB, "
                         f"{100 * g['pss_mb']['share_per_hour']:.2f}%/h whole, "
                         f"{100 * g['pss_mb_last_half']['share_per_hour']:.2f}%/h last half; by part: "
@@ -485,7 +485,8 @@ def soak_streams() -> Rows:
 
 def _parts_grown(r: dict[str, Any]) -> str:
     """The device owner's PSS change after the warm-up by part (heap, anon, frames ...) and the shards' summed."""
-    owner, shards = {}, {}  # type: dict[str, float], dict[str, float]
+    owner: dict[str, float] = {}
+    shards: dict[str, float] = {}
     for pid, v in r["per_process"].items():
         into = owner if str(pid) == str(r.get("device_owner_pid")) else shards
         for part, x in (v.get("pss_parts_mb") or {}).items():

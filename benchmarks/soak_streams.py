@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -38,7 +39,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -46,54 +47,49 @@ ROOT = Path(__file__).resolve().parent.parent
 RECOVER_S = 8.0  # a fault this near the end of the run would leave no time to see the rate come back
 
 
-def pss_mb(pid: int) -> float:
-    """A process's proportional set size (shared pages split among the processes that map them)."""
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
+#: the first line of a mapping in /proc/PID/smaps: "start-end perms offset dev inode [name]"
+_MAPPING = re.compile(r"^[0-9a-f]+-[0-9a-f]+ \S+ \S+ \S+ \S+\s*(.*)$")
 
 
-def pss_parts(pid: int) -> dict[str, float]:
-    """A process's PSS in MB by what its mappings are: ``heap`` (brk), ``anon`` (malloc's arenas, Python's
-    and the libraries' own mmaps), ``frames`` (flowpipe's shared buffers), ``device`` (``/dev/...``: a
-    driver's mappings), ``code`` (shared objects), ``files``, ``stack``: a creep shows as the part that grows."""
-    parts: dict[str, float] = {}
-    kind = "anon"
+class Mappings(NamedTuple):
+    """A process's memory as one pass over its /proc/PID/smaps reads it."""
+
+    pss_mb: float  # proportional set size: shared pages split among the processes that map them
+    parts: dict[str, float]  # PSS in MB by what the mappings are (``_part``): a creep shows as the part that grows
+    frame_maps: int  # flowpipe's shared frame buffers mapped (a mapping may hold no fd: the device owner maps
+    # shards' buffers that way), so a leak of buffers shows even where the fds stay flat
+
+
+def _part(name: str) -> str:
+    """What a mapping is: ``heap`` (brk), ``anon`` (malloc's arenas, Python's and the libraries' own mmaps),
+    ``frames`` (flowpipe's shared buffers), ``device`` (``/dev/...``: a driver's), ``code`` (shared objects),
+    ``stack``, ``other`` ([vdso] ...), ``files``."""
+    return ("heap" if name == "[heap]" else "stack" if name.startswith("[stack") else
+            "frames" if "flowpipe-frame" in name else "device" if name.startswith("/dev/") else
+            "code" if ".so" in name else "anon" if not name or name.startswith("[anon") else
+            "other" if name.startswith("[") else "files")
+
+
+def mappings(pid: int) -> Mappings:
+    kb: dict[str, int] = {}
+    frames = 0
+    part = "anon"
     try:
         with open(f"/proc/{pid}/smaps") as f:
             for line in f:
-                head = line.split(maxsplit=6)
-                if len(head) >= 5 and "-" in head[0] and head[0][0] in "0123456789abcdef" and ":" in head[3]:
-                    name = head[5].strip() if len(head) > 5 else ""
-                    kind = ("heap" if name == "[heap]" else "stack" if name.startswith("[stack") else
-                            "frames" if "flowpipe-frame" in name else "device" if name.startswith("/dev/") else
-                            "code" if ".so" in name else "anon" if not name or name.startswith("[anon") else
-                            "other" if name.startswith("[") else "files")
-                elif line.startswith("Pss:"):
-                    parts[kind] = parts.get(kind, 0.0) + int(line.split()[1]) / 1024
+                if line.startswith("Pss:"):
+                    kb[part] = kb.get(part, 0) + int(line.split()[1])
+                elif (m := _MAPPING.match(line)) is not None:
+                    part = _part(m.group(1).strip())
+                    frames += part == "frames"
     except OSError:
         pass
-    return {k: round(v, 1) for k, v in sorted(parts.items())}
+    return Mappings(round(sum(kb.values()) / 1024, 1), {k: round(v / 1024, 1) for k, v in sorted(kb.items())}, frames)
 
 
 def open_fds(pid: int) -> int:
     try:
         return len(os.listdir(f"/proc/{pid}/fd"))
-    except OSError:
-        return 0
-
-
-def frame_maps(pid: int) -> int:
-    """The shared frame buffers a process maps (a mapping may hold no fd: the device owner maps shards'
-    buffers that way), so a leak of buffers shows even where the fds stay flat."""
-    try:
-        with open(f"/proc/{pid}/maps") as f:
-            return sum("flowpipe-frame" in line for line in f)
     except OSError:
         return 0
 
@@ -280,10 +276,11 @@ def main() -> None:
         while not done.wait(a.every):
             pids = process_tree(os.getpid())
             snap = run.snapshot()
+            mem = {p: mappings(p) for p in pids}
             samples.append({"t_s": round(time.monotonic() - t0, 1), "out": snap["out"],
-                            "pss_mb": {p: round(pss_mb(p), 1) for p in pids}, "fds": {p: open_fds(p) for p in pids},
-                            "frame_maps": {p: frame_maps(p) for p in pids},
-                            "pss_parts": {p: pss_parts(p) for p in pids}})
+                            "pss_mb": {p: m.pss_mb for p, m in mem.items()}, "fds": {p: open_fds(p) for p in pids},
+                            "frame_maps": {p: m.frame_maps for p, m in mem.items()},
+                            "pss_parts": {p: m.parts for p, m in mem.items()}})
             if "warm" not in inventories and samples[-1]["t_s"] >= a.warmup:
                 inventories["warm"] = {p: fd_inventory(p) for p in pids}
             inventories["last"] = {p: fd_inventory(p) for p in pids}

@@ -153,7 +153,7 @@ def malloc_arenas_limited(arenas: int = MALLOC_ARENAS) -> int | None:
     at 16 streams, each shard's anonymous memory grew by 1-2 MB (16 MB in all, 10% of it an hour) and the device
     owner's (149 threads) held 554 MB; with 2 arenas the shards stayed flat, the owner held 200 MB, the run
     350 MB less, at the same rate (494 against 496 fps; BENCHMARKS section 13). Returns the limit in force (None:
-    not glibc, or none set)."""
+    not glibc, or a MALLOC_ARENA_MAX that is not a number)."""
     if not sys.platform.startswith("linux"):
         return None
     import ctypes
