@@ -142,6 +142,10 @@ BENCHMARKS: tuple[Benchmark, ...] = (
               "--clip --now --before --before-graph --work)", out="--out", out_file="gpu_determinism.json"),
     Benchmark("offline_cost", "offline_cost.py", "16", _CPU, "a recording read whole (offline: true) against "
               "streaming", {"": ("--seconds", "20")}, out="--json"),
+    Benchmark("device_ceilings", "device_ceilings.py", "17", _GPU, "each device's own ceiling for face_blur.yaml "
+              "(its models alone at the graph's shapes and rates) against the graph's fps, per configuration",
+              {"": ("--streams", "16", "--processes", "16", "--frames", "240", "--warmup", "30",
+                    "--config", "gpu:device=GPU", "--config", "gpu_cpu:device=GPU+CPU")}),
     Benchmark("density", "density.py", "17", (*_CPU, *_GPU), "stream density: the most face-blur streams whose "
               "slowest holds the rate (CPU inference), each step of the search",
               {"2cores": ("--fps", "10", "--frames", "150", "--warmup", "30", "--max-streams", "16"),

@@ -88,6 +88,8 @@ def test_a_graph_on_two_devices_keeps_order_and_reports_each_devices_share(monke
     assert (per["CPU.0"]["frames"], per["CPU.1"]["frames"]) == (60 - dealt, dealt)  # each frame as its index says
     assert 20 <= dealt <= 40
     assert sum(d["share"] for d in per.values()) == pytest.approx(1.0, abs=0.01)
+    # what each device ran: a request of one image for each of its frames (batch 1)
+    assert all(d["inferences"] == d["images"] == d["frames"] for d in per.values()), per
     # each device's busy time: while a request of its own ran, a share of the time since its first
     for d in (*per.values(), single.inference["inference.det"]):
         assert 0 < d["busy_s"] and 0 < d["busy_share"] <= 1, d

@@ -586,6 +586,8 @@ def test_a_second_look_tells_weak_faces_from_weak_non_faces_on_a_real_photo() ->
     res = run_yaml(SECOND_LOOK.format(feed=feed(frames), into="look"))
     assert res.ok, res.error
     assert res.inference["inference.look"]["frames_without_entries"] == 1
+    # two frames ran a request each, of their twelve crops rounded up to a shape prepared at open (16)
+    assert (res.inference["inference.look"]["inferences"], res.inference["inference.look"]["images"]) == (2, 32)
     looked = collected("look")
     assert [f.index for f in looked] == [0, 1, 2] and looked[1].detections == []
     looks = [d.attributes["face"] for d in looked[0].detections]

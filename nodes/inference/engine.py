@@ -267,9 +267,11 @@ class Engine:
             now = time.perf_counter()
             if self._t_first_submit is None:
                 self._t_first_submit = now
+            images = self._images(req)  # read before it starts: a running request's tensors are busy
             self._began(now)
             started = True
             req.start_async()
+            self._ran(images)
         except Exception as e:  # noqa: BLE001 - whatever binding or starting raised fails these frames
             if started:
                 self._ended()
@@ -291,6 +293,7 @@ class Engine:
                     self._run_entries(self.requests[0], frame)
                 else:
                     self.requests[0].infer()
+                    self._ran(self._images(self.requests[0]))
             finally:
                 self._ended()
         except Exception as e:  # whatever binding or running raised fails this frame
@@ -311,6 +314,7 @@ class Engine:
             for i, out in enumerate(outs):
                 req.set_output_tensor(i, ov.Tensor(out[k:k + 1], shared_memory=True))
             req.infer()
+            self._ran(1)
 
     def pass_through(self, frame: Frame) -> None:
         """A frame that runs no request goes on in its turn, after the frames submitted before it."""
@@ -391,6 +395,21 @@ class Engine:
         self._ended()
         self._done[slot].set()
         self.wake()
+
+    def _images(self, req: Any) -> int:
+        """The entries ``req`` runs: its input's first dimension (a batch's frames, a frame's crops)."""
+        if self.batch == 1 and not self.entries.up_to:
+            return 1
+        try:
+            return int(req.get_input_tensor(0).get_shape()[0])
+        except Exception:  # noqa: BLE001 - a model whose input has no shape to read: one
+            return 1
+
+    def _ran(self, images: int) -> None:
+        """A request started: ``--stats`` ``inferences`` (requests run) and ``images`` (the entries in them),
+        what a device's ceiling for a graph is reckoned by (benchmarks/device_ceilings.py)."""
+        self.section["inferences"] = self.section.get("inferences", 0) + 1
+        self.section["images"] = self.section.get("images", 0) + images
 
     def _began(self, now: float) -> None:
         """A request starts: the device is busy from now, if it was idle."""
