@@ -3,7 +3,7 @@
     python benchmarks/device_ceilings.py --out OUT.json --streams 16 --processes 16 --frames 240 \\
         --config gpu:device=GPU --config gpu_cpu:device=GPU,CPU
 
-For each configuration (``NAME[:PARAM=VALUE,...]``, graph parameters), in one process after another:
+For each configuration (``NAME[:PARAM=VALUE,...]``, graph parameters):
 
 1. **The run.** ``flowpipe bench`` of the graph (graphs/face_blur.yaml by default) with its file sources
    looping. Its report gives, for each inference node, the requests it ran (``inferences``) and the images
@@ -18,7 +18,9 @@ For each configuration (``NAME[:PARAM=VALUE,...]``, graph parameters), in one pr
    device's ceiling is measured with the whole machine to itself: the cores the run decodes, draws and encodes
    with are not taken off the CPU's.
 
-Every model and shape is measured once per device and reused across configurations. ``python
+The runs come first, one process after another, and the measures after them, in this process: a process that
+holds a device may keep others off it (a GPU in exclusive-process mode). Every model and shape is measured once
+per device and reused across configurations. ``python
 benchmarks/run_all.py device_ceilings`` records a run in the result schema.
 """
 from __future__ import annotations
@@ -126,6 +128,13 @@ def ceilings(loads: list[dict[str, Any]], rates: dict[tuple, dict], devices: lis
     return out
 
 
+def _device_stats(sec: dict[str, Any]) -> dict[str, Any]:
+    """What each device of an inference node did in the run: its share of the time busy, requests at once,
+    requests and images."""
+    keys = ("busy_share", "in_flight", "inferences", "images", "requests", "device_reason")
+    return {dev: {k: part.get(k) for k in keys} for dev, part in (sec.get("devices") or {sec["device"]: sec}).items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--graph", default=str(ROOT / "graphs" / "face_blur.yaml"))
@@ -140,38 +149,39 @@ def main() -> None:
     ap.add_argument("--out", help="write the JSON here")
     args = ap.parse_args()
     configs = args.config or [("gpu", ["device=GPU"])]
-    ov_owner = OpenVino()
     rates: dict[tuple, dict] = {}
     result: dict[str, Any] = {"graph": str(Path(args.graph).relative_to(ROOT)) if Path(args.graph).is_relative_to(ROOT)
                               else args.graph, "streams": args.streams, "processes": args.processes,
                               "frames": args.frames, "seconds": args.seconds, "configs": []}
+    runs = []
     with tempfile.TemporaryDirectory(prefix="flowpipe-ceilings-") as tmp:
         scratch = Path(tmp)
         graph = looping(args.graph, scratch / "graph.yaml")
-        for name, sets in configs:
-            params = dict(s.split("=", 1) for s in sets)
-            spec = load_graph(args.graph, overrides=params)
+        for name, sets in configs:  # every run first: a process holding a device may keep the runs off it
+            spec = load_graph(args.graph, overrides=dict(s.split("=", 1) for s in sets))
             report = run_graph(args, graph, name, sets, scratch)
-            loads = node_loads(report, spec)
-            devices = sorted({d for n in loads for d in n["devices"]})
-            for n in loads:
-                for d in devices:
-                    shape = static_shape(n["shape"], n["batch"])
-                    key = (n["model"], tuple(shape), d)
-                    if key not in rates:
-                        rates[key] = throughput(ov_owner, n["model"], n["input"], shape, d, args.seconds)
-                        print(f"  {n['model']} {shape} on {d}: {rates[key]['images_per_s']} images/s",
-                              file=sys.stderr)
-            ceil = ceilings(loads, rates, devices)
-            total = sum(ceil.values())
-            per = report.get("per_stream_fps_together") or {}
-            row = {"name": name, "set": sets, "devices": devices, "fps": report["fps"],
-                   "slowest_stream": min(per.values()) if per else None, "ceilings": ceil,
-                   "of_ceilings": round(report["fps"] / total, 3) if total else None, "nodes": loads,
-                   "busy_share": {k.split(".", 1)[1]: v.get("busy_share") for k, v in report["inference"].items()},
-                   "frames": report["frames"], "error": report.get("error")}
-            result["configs"].append(row)
-            print(f"{name}: {report['fps']} fps, ceilings {ceil}, {row['of_ceilings']} of their sum", file=sys.stderr)
+            print(f"{name}: {report['fps']} fps", file=sys.stderr)
+            runs.append((name, sets, report, node_loads(report, spec)))
+    ov_owner = OpenVino()
+    for name, sets, report, loads in runs:
+        devices = sorted({d for n in loads for d in n["devices"]})
+        for n in loads:
+            for d in devices:
+                shape = static_shape(n["shape"], n["batch"])
+                key = (n["model"], tuple(shape), d)
+                if key not in rates:
+                    rates[key] = throughput(ov_owner, n["model"], n["input"], shape, d, args.seconds)
+                    print(f"  {n['model']} {shape} on {d}: {rates[key]['images_per_s']} images/s", file=sys.stderr)
+        ceil = ceilings(loads, rates, devices)
+        total = sum(ceil.values())
+        per = report.get("per_stream_fps_together") or {}
+        row = {"name": name, "set": sets, "devices": devices, "fps": report["fps"],
+               "slowest_stream": min(per.values()) if per else None, "ceilings": ceil,
+               "of_ceilings": round(report["fps"] / total, 3) if total else None, "nodes": loads,
+               "inference": {k.split(".", 1)[1]: _device_stats(v) for k, v in report["inference"].items()},
+               "cpu_util_cores": report.get("cpu_util_cores"), "frames": report["frames"]}
+        result["configs"].append(row)
+        print(f"{name}: {report['fps']} fps, ceilings {ceil}, {row['of_ceilings']} of their sum", file=sys.stderr)
     result["throughputs"] = list(rates.values())
     text = json.dumps(result, indent=1)
     if args.out:

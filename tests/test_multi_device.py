@@ -98,7 +98,10 @@ def test_a_graph_on_two_devices_keeps_order_and_reports_each_devices_share(monke
     lines = bench_summary({"graph": "g", "streams": 2, "processes": 1, "inference": multi.inference}).splitlines()
     assert [line.split()[:2] for line in lines if " busy " in line] == [["det", "openvino:CPU.0"],
                                                                         ["det", "openvino:CPU.1"]], lines
-    assert all(re.search(r"busy \d+% of the run, \d+ frames \(\d+%\)$", line) for line in lines if " busy " in line)
+    assert all(re.search(r"busy \d+% of the run \([\d.]+ requests at once\), \d+ frames \(\d+%\)$", line)
+               for line in lines if " busy " in line), lines
+    # requests at once while busy: between one and each device's pool
+    assert all(1 <= d["in_flight"] <= d["requests"] for d in per.values()), per
     a, b = collected("multi2"), collected("single1")
     for s in ("a", "b"):
         assert [f.index for f in a if f.stream == s] == list(range(30))

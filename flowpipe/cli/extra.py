@@ -334,6 +334,7 @@ def bench_summary(r: dict[str, Any]) -> str:
         for dev, d in parts.items():
             lines.append(f"  {node:<21} {sec.get('backend', 'openvino')}:{dev} busy "
                          + (f"{100 * d['busy_share']:.0f}% of the run" if d.get("busy_share") is not None else "-")
+                         + (f" ({d['in_flight']:.1f} requests at once)" if d.get("in_flight") else "")
                          + (f", {d['frames']} frames ({100 * d['share']:.0f}%)" if "share" in d else ""))
         listed = str(sec.get("device", "")).split("+")
         matching = speed_shares(sec.get("devices") or {}) if len(set(listed)) == len(listed) else None

@@ -67,6 +67,8 @@ class Engine:
         self._running = 0
         self._busy_from = 0.0
         self.busy_s = 0.0
+        self._request_s = 0.0  # requests x seconds they ran: the mean in flight while busy
+        self._changed = 0.0
 
     # loading ----------------------------------------------------------------------------------------
     def load(self, ov_owner: OpenVino, offer: Offer, alloc: Allocation, entries: Entries, edge: str | None,
@@ -416,6 +418,8 @@ class Engine:
         with self._busy_lock:
             if self._running == 0:
                 self._busy_from = now
+            self._request_s += self._running * (now - self._changed)
+            self._changed = now
             self._running += 1
 
     def _ended(self) -> None:
@@ -424,13 +428,19 @@ class Engine:
         says the share of time some kernel ran)."""
         now = time.perf_counter()
         with self._busy_lock:
+            self._request_s += self._running * (now - self._changed)
+            self._changed = now
             self._running -= 1
             if self._running == 0:
                 self.busy_s += now - self._busy_from
             busy = self.busy_s + (now - self._busy_from if self._running else 0.0)
+            request_s = self._request_s
         since = now - (self._t_first_submit or now)
         self.section["busy_s"] = round(busy, 3)
         self.section["busy_share"] = round(min(1.0, busy / since), 3) if since > 0 else None
+        # how many of its requests ran at once while it was busy: a device fed one request at a time runs
+        # below its throughput though it is never idle (a GPU's streams want several)
+        self.section["in_flight"] = round(request_s / busy, 2) if busy > 0 else None
 
     def _finished(self, frames: list[Frame]) -> list[Frame]:
         """``frames`` with their results: a client's share copied where it wants it, each frame labelled."""
