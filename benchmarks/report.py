@@ -724,6 +724,25 @@ def density() -> Rows:
                               rows), "", "![stream density](benchmarks/plots/density.png)"]
 
 
+def device_ceilings(d: dict[str, Any]) -> Rows:
+    """Each configuration's fps against the sum of its devices' own ceilings, and what each device did."""
+    rates = "; ".join(f"{t['model']} {'x'.join(map(str, t['shape']))} on {t['device']}: {t['images_per_s']:g}/s"
+                      for t in d["throughputs"])
+    rows = []
+    for c in d["configs"]:
+        loads = ", ".join(f"{n['node']} {n['images_per_frame']:.3f}" for n in c["nodes"])
+        did = "; ".join(f"{node} {dev}: busy {100 * x['busy_share']:.0f}%, {x['in_flight']:.1f} at once, "
+                        f"{x['images']} images" for node, per in c["inference"].items() for dev, x in per.items()
+                        if x.get("images"))
+        rows.append([c["name"], ", ".join(c["set"]), c["fps"], c["slowest_stream"],
+                     " + ".join(f"{k} {v:g}" for k, v in c["ceilings"].items()), f"**{c['of_ceilings']}**", loads,
+                     did])
+    return [f"{d['streams']} streams over {d['processes']} processes, {d['frames']} frames each after the warm-up. "
+            f"Each device alone, {d['seconds']:g} s a model: {rates}.", "",
+            *_table(["configuration", "set", "fps", "slowest stream", "ceilings (fps of the graph)",
+                     "fps / sum of ceilings", "images a frame", "what each device did"], rows)]
+
+
 def _one(name: str, render: Callable[[dict[str, Any]], Rows], kind: str | None = None) -> Callable[[], Rows]:
     return lambda: _with(name, render, kind)
 
@@ -748,7 +767,7 @@ TABLES: dict[str, Callable[[], Rows]] = {
     "appearance_gate": _one("appearance_gate", appearance_gate), "zone_eval": _one("zone_eval", zone_eval),
     "ssd_devices": _one("ssd_devices", ssd_devices), "determinism": _one("determinism", determinism),
     "determinism_gpu": _one("determinism_gpu", determinism_gpu), "offline_cost": _one("offline_cost", offline_cost),
-    "density": density,
+    "density": density, "device_ceilings": _one("device_ceilings", device_ceilings),
 }
 
 
