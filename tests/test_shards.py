@@ -302,7 +302,19 @@ def test_processes_auto_and_limits(tmp_path, caplog) -> None:
     spec, _ = _graph(_three_streams(tmp_path), tmp_path)
     assert auto_processes(spec, cores=2) == 1  # small machines stay in one process
     assert auto_processes(spec, cores=16) == 3  # never more processes than streams
-    assert auto_processes(spec, cores=8) == 3  # one per 2 cores, never more than streams
+    assert auto_processes(spec, cores=8) == 3  # one per stream, never more than streams
+    ids = [f"s{i}" for i in range(16)]
+    sources = "".join(f"\n              - {{id: {i}, type: synthetic_source, config: {{count: 2}}}}" for i in ids)
+    sixteen, _ = _graph(f"""
+            plugins: [fp_testnodes]
+            processes: auto
+            nodes:{sources}
+              - {{id: hop, type: passthrough, inputs: {{in: [{', '.join(ids)}]}}}}
+              - {{id: meta, type: jsonl, config: {{path: {tmp_path}/m16.jsonl}}, inputs: hop}}
+        """, tmp_path)
+    assert len(sixteen.sources()) == 16
+    assert auto_processes(sixteen, cores=16) == 16  # one process a stream, as many as the cores
+    assert auto_processes(sixteen, cores=12) == 12  # never more processes than cores
     with caplog.at_level("WARNING", logger="flowpipe.shards"):
         assert resolve_processes(spec, 3) == 3 and not caplog.records
         assert resolve_processes(spec, 8) == 3  # asked for more than there are streams: said so

@@ -78,15 +78,17 @@ ADDED_ROWS = 256  # streams one process can take at run time with an exact accou
 
 
 def auto_processes(spec: GraphSpec, cores: int | None = None) -> int:
-    """``processes: auto``: one process per 2 cores, never more than streams; 1 on small machines (below
-    8 cores a second interpreter costs more than the lock it frees) and for a single stream. (16 cores,
-    16 streams of face blur on an H100: 4 processes 438 fps, 8: 456, 16: 471 with batch 1; 8: 633 and
-    16: 743 with batch 8, RSS 7.7 -> 10.1 GB: 8 is the middle; benchmarks/process_scaling.py.)"""
+    """``processes: auto``: one process per stream, never more than cores; 1 on small machines (below 8 cores
+    a second interpreter costs more than the lock it frees) and for a single stream. Two streams sharing a
+    process share its interpreter, and the one that waits for it sets the slowest stream's rate: face blur, 16
+    streams on 16 cores of an H200, at its defaults, in one call alternating, 8 processes (one per 2 cores, as
+    before) held every stream at 25 fps in 2 runs of 3 (slowest 26.1, 23.3, 28.9; 514 fps on average), 16 in 3
+    of 3 (28.1, 27.8, 25.7; 493 fps), at 4.75 GB of PSS against 3.4 (BENCHMARKS.md section 17)."""
     cores = cores or usable_cores()
     streams = len(spec.sources())
     if cores < 8 or streams < 2:
         return 1
-    return max(1, min(streams, cores // 2))
+    return max(1, min(streams, cores))
 
 
 def resolve_processes(spec: GraphSpec, wanted: int | str | None = None) -> int:
