@@ -10,7 +10,8 @@ from flowpipe.testing import collected, run_yaml
 pytestmark = pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="fd passing of memfd is Linux-only")
 
 
-def test_worker_writes_in_place_and_nothing_is_copied() -> None:
+def test_worker_writes_in_place_and_nothing_is_copied(monkeypatch) -> None:
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)  # a run started from Python, not from the command
     res = run_yaml("""
         plugins: [fp_testnodes]
         nodes:
@@ -23,6 +24,8 @@ def test_worker_writes_in_place_and_nothing_is_copied() -> None:
     assert res.edges["src->w"]["copies"] == 0 and res.edges["w->s"]["copies"] == 0
     got = collected("proc_ok")
     assert {f.meta["pid"] for f in got} != {os.getpid()} and len({f.meta["pid"] for f in got}) == 1
+    # the worker keeps two malloc arenas, as shards and the device owner do (and says so to what it starts)
+    assert {f.meta["malloc_arena_max"] for f in got} == {"2"}
 
 
 def test_worker_sigkill_fails_the_node_naming_the_frame(events) -> None:

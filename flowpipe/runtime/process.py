@@ -38,7 +38,7 @@ from .messages import (
     WorkerOpenFailed,
     WorkerReady,
 )
-from .settings import environment_for_children
+from .settings import environment_for_children, malloc_arenas_limited
 from .wire import Codec, recv, send
 
 log = logging.getLogger("flowpipe.process")
@@ -133,6 +133,7 @@ class OutsideContext:
 
 
 def _worker_main(sock: socket.socket, info: dict[str, Any]) -> None:
+    malloc_arenas_limited()  # as shards and the device owner: started from Python, it inherits no MALLOC_ARENA_MAX
     for mod in info["plugins"]:
         import_plugin(mod, info["plugin_dir"])
 
