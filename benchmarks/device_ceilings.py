@@ -18,9 +18,11 @@ For each configuration (``NAME[:PARAM=VALUE,...]``, graph parameters):
    device's ceiling is measured with the whole machine to itself: the cores the run decodes, draws and encodes
    with are not taken off the CPU's.
 
-The runs come first, one process after another, and the measures after them, in this process: a process that
-holds a device may keep others off it (a GPU in exclusive-process mode). Every model and shape is measured once
-per device and reused across configurations. ``python
+The runs come first, one process after another, and the measures after them, in this process. On the GPU
+machine a run started after this process had compiled a model for the GPU saw no GPU ("GPU not present;
+available: CPU"): an OpenCL loader changes the C environment a child inherits once platforms are listed
+(``flowpipe.runtime.settings.environment_for_children``, which restores it before each run here too). Every model
+and shape is measured once per device and reused across configurations. ``python
 benchmarks/run_all.py device_ceilings`` records a run in the result schema.
 """
 from __future__ import annotations
@@ -43,6 +45,7 @@ from density import CLI, ROOT, config_arg, looping
 
 from flowpipe import load_graph, models
 from flowpipe.accel.openvino import OpenVino
+from flowpipe.runtime.settings import environment_for_children
 
 
 def run_graph(args: argparse.Namespace, graph: str, name: str, sets: list[str], scratch: Path) -> dict[str, Any]:
@@ -55,6 +58,7 @@ def run_graph(args: argparse.Namespace, graph: str, name: str, sets: list[str], 
         cmd += ["--set", s]
     if args.processes:
         cmd += ["--processes", str(args.processes)]
+    environment_for_children()  # what OpenCL's loaders set behind Python's back once a device was opened here
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, check=False)
     if not out.exists():
         raise SystemExit(f"{name}: flowpipe bench wrote no report (exit {proc.returncode}): "
@@ -157,7 +161,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="flowpipe-ceilings-") as tmp:
         scratch = Path(tmp)
         graph = looping(args.graph, scratch / "graph.yaml")
-        for name, sets in configs:  # every run first: a process holding a device may keep the runs off it
+        for name, sets in configs:  # every run first, then the measures
             spec = load_graph(args.graph, overrides=dict(s.split("=", 1) for s in sets))
             report = run_graph(args, graph, name, sets, scratch)
             print(f"{name}: {report['fps']} fps", file=sys.stderr)

@@ -399,13 +399,15 @@ class Engine:
         self.wake()
 
     def _images(self, req: Any) -> int:
-        """The entries ``req`` runs: its input's first dimension (a batch's frames, a frame's crops)."""
-        if self.batch == 1 and not self.entries.up_to:
-            return 1
-        try:
-            return int(req.get_input_tensor(0).get_shape()[0])
-        except Exception:  # noqa: BLE001 - a model whose input has no shape to read: one
-            return 1
+        """The entries ``req`` runs: its input's first dimension (a batch's frames, a frame's crops or tiles); one
+        for an input of fewer than four dimensions (no batch in it)."""
+        shape = self.in_shape
+        if shape is None:  # a bounded-dynamic batch: the shape this request was given
+            try:
+                shape = tuple(req.get_input_tensor(0).get_shape())
+            except Exception:  # noqa: BLE001 - nothing to read: one
+                return 1
+        return int(shape[0]) if len(shape) >= 4 else 1
 
     def _ran(self, images: int) -> None:
         """A request started: ``--stats`` ``inferences`` (requests run) and ``images`` (the entries in them),
