@@ -1,7 +1,7 @@
 """Each device's own ceiling for a graph, and how near a run of the graph comes to the sum of them.
 
     python benchmarks/device_ceilings.py --out OUT.json --streams 16 --processes 16 --frames 240 \\
-        --config gpu:device=GPU --config gpu_cpu:device=GPU,CPU
+        --config gpu:device=GPU --config gpu_cpu:device=GPU+CPU
 
 For each configuration (``NAME[:PARAM=VALUE,...]``, graph parameters):
 
@@ -44,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from density import CLI, ROOT, config_arg, looping
 
 from flowpipe import load_graph, models
+from flowpipe.accel import openvino as ovx
 from flowpipe.accel.openvino import OpenVino
 from flowpipe.runtime.settings import environment_for_children
 
@@ -76,31 +77,46 @@ def node_loads(report: dict[str, Any], spec: Any) -> list[dict[str, Any]]:
     out = []
     for key, sec in report.get("inference", {}).items():
         node = key.split(".", 1)[1]
+        if report.get("processes", 1) > 1 and "owner_pid" not in sec and "processes" not in sec:
+            raise SystemExit(f"node '{node}' ran in each of {report['processes']} processes and its --stats are "
+                             "one process's: run with a device owner (the default), or in one process")
         parts = sec.get("devices") or {sec["device"]: sec}
         images = sum(p.get("images", 0) for p in parts.values())
         inferences = sum(p.get("inferences", 0) for p in parts.values())
         if not inferences:
             continue
-        out.append({"node": node, "model": configs[node].model, "input": sec["input"]["name"],
-                    "shape": sec["input"]["shape"], "devices": sorted({d.split(".")[0] for d in parts}),
+        c = configs[node]
+        out.append({"node": node, "model": c.model, "model_sha256": c.model_sha256, "input": sec["input"]["name"],
+                    "shape": sec["input"]["shape"], "devices": sorted({p.get("device", d) for d, p in parts.items()}),
                     "images_per_frame": images / frames, "inferences_per_frame": inferences / frames,
                     "batch": max(1, round(images / inferences))})
     return out
 
 
 def static_shape(shape: str, batch: int) -> list[int]:
-    """``[1..64,3,128,128]`` at ``batch``: its first dimension, the entries, set; the others as they are."""
+    """``[1..64,3,128,128]`` at ``batch``: its first dimension, the entries, set; the others as they are. A node
+    whose other dimensions vary (the preprocessing folded into the model takes any picture) is refused."""
     dims = shape.strip("[]").split(",")
-    return [batch] + [int(d) for d in dims[1:]]
+    try:
+        return [batch] + [int(d) for d in dims[1:]]
+    except ValueError:
+        raise SystemExit(f"an input of {shape}: its size varies with the picture; measure a graph whose "
+                         "preprocess node writes the model's input") from None
 
 
-def throughput(ov_owner: OpenVino, model: str, inp: str, shape: list[int], device: str, seconds: float) -> dict:
+def throughput(ov_owner: OpenVino, model: str, sha256: str | None, shape: list[int], device: str,
+               seconds: float) -> dict:
     """Images a second of ``model`` at ``shape`` on ``device`` alone: benchmark_app's measure (THROUGHPUT hint,
     the device's optimal number of requests kept busy, random input)."""
     import openvino as ov
 
-    m = ov_owner.read_model(models.resolve(model), models.part_of(model))
-    m.reshape({inp: shape})
+    part = models.part_of(model)
+    m = ov_owner.read_model(models.resolve(model, sha256=sha256), part)
+    # as the node fits it: the batch unfolded where the file has one picture, a cut model's anchors constants
+    any_size = models.is_registry_name(model) and bool(models.entry(model)["input"].get("any_size"))
+    m = ovx.fit_input(m, tuple(shape), device, None, any_size)
+    if part:
+        m = ovx.fold(m)
     t0 = time.perf_counter()
     compiled = ov_owner.core.compile_model(m, device, {"PERFORMANCE_HINT": "THROUGHPUT"})
     compile_s = time.perf_counter() - t0
@@ -119,7 +135,7 @@ def throughput(ov_owner: OpenVino, model: str, inp: str, shape: list[int], devic
     queue.wait_all()
     dt = time.perf_counter() - t0
     return {"model": model, "shape": shape, "device": device, "requests": nreq, "compile_s": round(compile_s, 1),
-            "images_per_s": round(n * shape[0] / dt, 1)}
+            "images_per_s": round(n * shape[0] / dt, 1), "rate": n * shape[0] / dt}
 
 
 def ceilings(loads: list[dict[str, Any]], rates: dict[tuple, dict], devices: list[str]) -> dict[str, float]:
@@ -127,7 +143,7 @@ def ceilings(loads: list[dict[str, Any]], rates: dict[tuple, dict], devices: lis
     out = {}
     for d in devices:
         s_per_frame = sum(n["images_per_frame"] / rates[(n["model"], tuple(static_shape(n["shape"], n["batch"])), d)]
-                          ["images_per_s"] for n in loads)
+                          ["rate"] for n in loads)
         out[d] = round(1 / s_per_frame, 1) if s_per_frame else float("inf")
     return out
 
@@ -174,7 +190,7 @@ def main() -> None:
                 shape = static_shape(n["shape"], n["batch"])
                 key = (n["model"], tuple(shape), d)
                 if key not in rates:
-                    rates[key] = throughput(ov_owner, n["model"], n["input"], shape, d, args.seconds)
+                    rates[key] = throughput(ov_owner, n["model"], n["model_sha256"], shape, d, args.seconds)
                     print(f"  {n['model']} {shape} on {d}: {rates[key]['images_per_s']} images/s", file=sys.stderr)
         ceil = ceilings(loads, rates, devices)
         total = sum(ceil.values())
@@ -186,7 +202,7 @@ def main() -> None:
                "cpu_util_cores": report.get("cpu_util_cores"), "frames": report["frames"]}
         result["configs"].append(row)
         print(f"{name}: {report['fps']} fps, ceilings {ceil}, {row['of_ceilings']} of their sum", file=sys.stderr)
-    result["throughputs"] = list(rates.values())
+    result["throughputs"] = [{k: v for k, v in t.items() if k != "rate"} for t in rates.values()]
     text = json.dumps(result, indent=1)
     if args.out:
         Path(args.out).write_text(text)

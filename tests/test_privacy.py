@@ -526,10 +526,12 @@ nodes:
         assert (sized is not None) == (tensor == (192, 160)), sized
 
 
-def test_shards_size_the_input_alike_for_the_device_owner(tmp_path) -> None:
+@pytest.mark.parametrize("owner", [True, False])
+def test_shards_size_the_input_alike_for_the_device_owner(tmp_path, owner) -> None:
     """Two files of different sizes over two processes with one device owner: each shard sees only its own
     source, yet both size the model input by the largest picture of the whole graph (the owner serves one
-    shape), and every frame comes out."""
+    shape), and every frame comes out. The detector's requests are counted over both processes, whether the
+    owner ran them or each shard its own."""
 
     from flowpipe import load_graph
     from flowpipe.runtime.shards import ShardedRun
@@ -539,6 +541,7 @@ def test_shards_size_the_input_alike_for_the_device_owner(tmp_path) -> None:
 
     text = f"""
 processes: 2
+device_owner: {str(owner).lower()}
 nodes:
   - {{id: a, type: video_source, config: {{uri: "{make('a.mp4', 176, 144)}"}}}}
   - {{id: b, type: video_source, config: {{uri: "{make('b.mp4', 640, 272)}"}}}}
@@ -553,6 +556,10 @@ nodes:
     assert res.ok, res.error
     assert res.frames == {"in": 20, "out": 20, "dropped": 0, "failed": 0}
     assert len({sh["pid"] for sh in res.shards}) == 2
+    det = res.inference["inference.det"]
+    assert (det["inferences"], det["images"], "owner_pid" in det) == (20, 20, owner), det
+    if not owner:
+        assert det["processes"] == 2
 
 
 

@@ -77,6 +77,25 @@ REPORT_EVERY_S = 0.2
 ADDED_ROWS = 256  # streams one process can take at run time with an exact account at its death (1 MB)
 
 
+def _inference_of_shards(reports: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each inference node's ``--stats`` over the shards that ran it themselves (no device owner): the last
+    shard's block, with the requests and images of every shard summed and how many shards ran it
+    (``processes``); a node the device owner served has its own block, put over this one."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in reports:
+        for k, v in r.items():
+            if not k.startswith("inference."):
+                continue
+            had = out.get(k)
+            out[k] = merged = dict(v, processes=1)
+            if had is not None:
+                merged["processes"] += had["processes"]
+                for key in ("inferences", "images"):
+                    if key in v or key in had:
+                        merged[key] = v.get(key, 0) + had.get(key, 0)
+    return out
+
+
 def auto_processes(spec: GraphSpec, cores: int | None = None) -> int:
     """``processes: auto``: one process per stream, never more than cores; 1 on small machines (below 8 cores
     a second interpreter costs more than the lock it frees) and for a single stream. Two streams sharing a
@@ -901,7 +920,7 @@ class ShardedResult(RunSummary):
                 for k in ("frames", "copies", "bytes_copied"):
                     m[k] += e[k]
         self.contracts = done[0][1].get("memory_contracts", {}) if done else {}
-        self.inference = {k: v for _, r in done for k, v in r.items() if k.startswith("inference.")}
+        self.inference = _inference_of_shards([r for _, r in done])
         final = owner.final if owner is not None else None
         if final is not None:  # the owner's own account of the nodes it served (compile, cache, binding)
             self.inference.update({k: dict(v, owner_pid=final["pid"]) for k, v in final["sections"].items()})

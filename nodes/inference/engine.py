@@ -104,7 +104,9 @@ class Engine:
                                   "type": str(self.in_type)},
                         "input_memory": alloc.placement,
                         "config": {k: str(v) for k, v in config.items()}, "stateful": self.stateful,
-                        "input_binding": None}
+                        "input_binding": None,
+                        # every key there from the start: the owner pickles this while requests update it
+                        "inferences": 0, "images": 0, "in_flight": None}
         if entries.up_to:
             self.section["entries"] = entries.describe() if not self.serial else \
                 f"up to {entries.count} per frame, each run on its own (the model's batch cannot change)"
@@ -266,11 +268,10 @@ class Engine:
         try:
             bind(req)
             self._done[rid].clear()
-            now = time.perf_counter()
+            images = self._images(req)  # read before it starts: a running request's tensors are busy
+            now = self._began()
             if self._t_first_submit is None:
                 self._t_first_submit = now
-            images = self._images(req)  # read before it starts: a running request's tensors are busy
-            self._began(now)
             started = True
             req.start_async()
             self._ran(images)
@@ -289,7 +290,7 @@ class Engine:
             self._t_first_submit = time.perf_counter()
         try:
             bind(self.requests[0])
-            self._began(time.perf_counter())
+            self._began()
             try:
                 if self.serial:
                     self._run_entries(self.requests[0], frame)
@@ -399,8 +400,9 @@ class Engine:
         self.wake()
 
     def _images(self, req: Any) -> int:
-        """The entries ``req`` runs: its input's first dimension (a batch's frames, a frame's crops or tiles); one
-        for an input of fewer than four dimensions (no batch in it)."""
+        """The entries ``req`` runs: its input's first dimension (a batch's frames, a frame's crops or tiles; a
+        static batch whole, the entries past a partial one's included: the device runs them); one for an input
+        of fewer than four dimensions (no batch in it)."""
         shape = self.in_shape
         if shape is None:  # a bounded-dynamic batch: the shape this request was given
             try:
@@ -415,34 +417,36 @@ class Engine:
         self.section["inferences"] = self.section.get("inferences", 0) + 1
         self.section["images"] = self.section.get("images", 0) + images
 
-    def _began(self, now: float) -> None:
-        """A request starts: the device is busy from now, if it was idle."""
+    def _began(self) -> float:
+        """A request starts: the device is busy from now, if it was idle. Returns now (read under the lock that
+        orders it with the requests that end on other threads)."""
         with self._busy_lock:
+            now = time.perf_counter()
             if self._running == 0:
                 self._busy_from = now
             self._request_s += self._running * (now - self._changed)
             self._changed = now
             self._running += 1
+        return now
 
     def _ended(self) -> None:
         """A request ended: the time the device was busy, and its share of the time since the first request
         (``--stats`` ``busy_s``, ``busy_share``: how near its ceiling the device ran, as a GPU's utilization
         says the share of time some kernel ran)."""
-        now = time.perf_counter()
-        with self._busy_lock:
+        with self._busy_lock:  # the figures written under it too: two requests may end at once
+            now = time.perf_counter()
             self._request_s += self._running * (now - self._changed)
             self._changed = now
             self._running -= 1
             if self._running == 0:
                 self.busy_s += now - self._busy_from
             busy = self.busy_s + (now - self._busy_from if self._running else 0.0)
-            request_s = self._request_s
-        since = now - (self._t_first_submit or now)
-        self.section["busy_s"] = round(busy, 3)
-        self.section["busy_share"] = round(min(1.0, busy / since), 3) if since > 0 else None
-        # how many of its requests ran at once while it was busy: a device fed one request at a time runs
-        # below its throughput though it is never idle (a GPU's streams want several)
-        self.section["in_flight"] = round(request_s / busy, 2) if busy > 0 else None
+            since = now - (self._t_first_submit or now)
+            self.section["busy_s"] = round(busy, 3)
+            self.section["busy_share"] = round(min(1.0, busy / since), 3) if since > 0 else None
+            # how many of its requests ran at once while it was busy: a device fed one request at a time runs
+            # below its throughput though it is never idle (a GPU's streams want several)
+            self.section["in_flight"] = round(self._request_s / busy, 2) if busy > 0 else None
 
     def _finished(self, frames: list[Frame]) -> list[Frame]:
         """``frames`` with their results: a client's share copied where it wants it, each frame labelled."""
