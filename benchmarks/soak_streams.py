@@ -87,13 +87,6 @@ def mappings(pid: int) -> Mappings:
     return Mappings(round(sum(kb.values()) / 1024, 1), {k: round(v / 1024, 1) for k, v in sorted(kb.items())}, frames)
 
 
-def open_fds(pid: int) -> int:
-    try:
-        return len(os.listdir(f"/proc/{pid}/fd"))
-    except OSError:
-        return 0
-
-
 def fd_inventory(pid: int) -> dict[str, int]:
     """A process's open fds by what they are (``memfd:flowpipe-frame 1572864``: a shared buffer of that many
     bytes; ``socket``, ``pipe``, ``anon_inode:[eventfd]``, a file's folder ...): a creep shows as the kind that
@@ -277,13 +270,15 @@ def main() -> None:
             pids = process_tree(os.getpid())
             snap = run.snapshot()
             mem = {p: mappings(p) for p in pids}
+            fds = {p: fd_inventory(p) for p in pids}  # one pass over each process's fds: the count and the kinds
             samples.append({"t_s": round(time.monotonic() - t0, 1), "out": snap["out"],
-                            "pss_mb": {p: m.pss_mb for p, m in mem.items()}, "fds": {p: open_fds(p) for p in pids},
+                            "pss_mb": {p: m.pss_mb for p, m in mem.items()},
+                            "fds": {p: sum(kinds.values()) for p, kinds in fds.items()},
                             "frame_maps": {p: m.frame_maps for p, m in mem.items()},
                             "pss_parts": {p: m.parts for p, m in mem.items()}})
             if "warm" not in inventories and samples[-1]["t_s"] >= a.warmup:
-                inventories["warm"] = {p: fd_inventory(p) for p in pids}
-            inventories["last"] = {p: fd_inventory(p) for p in pids}
+                inventories["warm"] = fds
+            inventories["last"] = fds
             print(f"{samples[-1]['t_s']:7.1f}s  PSS {sum(samples[-1]['pss_mb'].values()):8.1f} MB  fds "
                   f"{sum(samples[-1]['fds'].values()):6d}  out {snap['out']}", file=sys.stderr, flush=True)
             if time.monotonic() - t0 > a.minutes * 60:
