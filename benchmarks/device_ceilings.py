@@ -42,6 +42,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 
 from density import CLI, ROOT, config_arg, looping
+from int8_throughput import async_rate
 
 from flowpipe import load_graph, models
 from flowpipe.accel import openvino as ovx
@@ -80,7 +81,7 @@ def node_loads(report: dict[str, Any], spec: Any) -> list[dict[str, Any]]:
         if report.get("processes", 1) > 1 and "owner_pid" not in sec and "processes" not in sec:
             raise SystemExit(f"node '{node}' ran in each of {report['processes']} processes and its --stats are "
                              "one process's: run with a device owner (the default), or in one process")
-        parts = sec.get("devices") or {sec["device"]: sec}
+        parts = _per_device(sec)
         images = sum(p.get("images", 0) for p in parts.values())
         inferences = sum(p.get("inferences", 0) for p in parts.values())
         if not inferences:
@@ -120,22 +121,11 @@ def throughput(ov_owner: OpenVino, model: str, sha256: str | None, shape: list[i
     t0 = time.perf_counter()
     compiled = ov_owner.core.compile_model(m, device, {"PERFORMANCE_HINT": "THROUGHPUT"})
     compile_s = time.perf_counter() - t0
-    nreq = int(compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
-    queue = ov.AsyncInferQueue(compiled, nreq)
-    port = compiled.inputs[0]
-    dtype = np.uint8 if port.get_element_type() == ov.Type.u8 else np.float32
+    dtype = np.uint8 if compiled.inputs[0].get_element_type() == ov.Type.u8 else np.float32
     x = (np.random.default_rng(0).random(shape) * 255).astype(dtype)
-    for _ in range(2 * nreq):  # warm-up
-        queue.start_async({0: x})
-    queue.wait_all()
-    n, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        queue.start_async({0: x})
-        n += 1
-    queue.wait_all()
-    dt = time.perf_counter() - t0
+    nreq, n, dt = async_rate(compiled, x, seconds, warmup_rounds=2)
     return {"model": model, "shape": shape, "device": device, "requests": nreq, "compile_s": round(compile_s, 1),
-            "images_per_s": round(n * shape[0] / dt, 1), "rate": n * shape[0] / dt}
+            "images_per_s": n * shape[0] / dt}
 
 
 def ceilings(loads: list[dict[str, Any]], rates: dict[tuple, dict], devices: list[str]) -> dict[str, float]:
@@ -143,16 +133,21 @@ def ceilings(loads: list[dict[str, Any]], rates: dict[tuple, dict], devices: lis
     out = {}
     for d in devices:
         s_per_frame = sum(n["images_per_frame"] / rates[(n["model"], tuple(static_shape(n["shape"], n["batch"])), d)]
-                          ["rate"] for n in loads)
+                          ["images_per_s"] for n in loads)
         out[d] = round(1 / s_per_frame, 1) if s_per_frame else float("inf")
     return out
+
+
+def _per_device(sec: dict[str, Any]) -> dict[str, Any]:
+    """An inference node's --stats block of each device it ran on (its own, on one device)."""
+    return sec.get("devices") or {sec["device"]: sec}
 
 
 def _device_stats(sec: dict[str, Any]) -> dict[str, Any]:
     """What each device of an inference node did in the run: its share of the time busy, requests at once,
     requests and images."""
     keys = ("busy_share", "in_flight", "inferences", "images", "requests", "device_reason")
-    return {dev: {k: part.get(k) for k in keys} for dev, part in (sec.get("devices") or {sec["device"]: sec}).items()}
+    return {dev: {k: part.get(k) for k in keys} for dev, part in _per_device(sec).items()}
 
 
 def main() -> None:
@@ -191,7 +186,7 @@ def main() -> None:
                 key = (n["model"], tuple(shape), d)
                 if key not in rates:
                     rates[key] = throughput(ov_owner, n["model"], n["model_sha256"], shape, d, args.seconds)
-                    print(f"  {n['model']} {shape} on {d}: {rates[key]['images_per_s']} images/s", file=sys.stderr)
+                    print(f"  {n['model']} {shape} on {d}: {rates[key]['images_per_s']:.1f} images/s", file=sys.stderr)
         ceil = ceilings(loads, rates, devices)
         total = sum(ceil.values())
         per = report.get("per_stream_fps_together") or {}
@@ -202,7 +197,7 @@ def main() -> None:
                "cpu_util_cores": report.get("cpu_util_cores"), "frames": report["frames"]}
         result["configs"].append(row)
         print(f"{name}: {report['fps']} fps, ceilings {ceil}, {row['of_ceilings']} of their sum", file=sys.stderr)
-    result["throughputs"] = [{k: v for k, v in t.items() if k != "rate"} for t in rates.values()]
+    result["throughputs"] = [dict(t, images_per_s=round(t["images_per_s"], 1)) for t in rates.values()]
     text = json.dumps(result, indent=1)
     if args.out:
         Path(args.out).write_text(text)

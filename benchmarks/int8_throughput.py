@@ -22,18 +22,13 @@ from flowpipe import models
 CASES = [("centerface", [1, 3, 544, 960]), ("centerface", [1, 3, 736, 1280]), ("blazeface_short", [1, 128, 128, 3])]
 
 
-def throughput(name: str, shape: list[int], device: str, seconds: float, f32: bool = False) -> dict[str, Any]:
-    """Frames per second of ``name`` at ``shape`` over ``seconds`` (after a warm-up run of each request);
-    ``f32``: held to f32 where the device would run it at a lower precision."""
-    core = ov.Core()
-    model = core.read_model(str(models.resolve(name)))
-    model.reshape({model.inputs[0].get_any_name(): shape})
-    config = {"PERFORMANCE_HINT": "THROUGHPUT"} | ({"INFERENCE_PRECISION_HINT": "f32"} if f32 else {})
-    compiled = core.compile_model(model, device, config)
+def async_rate(compiled: Any, data: np.ndarray, seconds: float, warmup_rounds: int = 1) -> tuple[int, int, float]:
+    """benchmark_app's measure of a compiled model: an async queue of its optimal number of requests kept busy
+    with ``data`` for ``seconds``, after ``warmup_rounds`` runs of each request. Returns (requests, requests
+    done, seconds elapsed)."""
     n = int(compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
     queue = ov.AsyncInferQueue(compiled, n)
-    data = np.random.default_rng(0).uniform(0, 255, shape).astype(np.float32)
-    for _ in range(n):
+    for _ in range(warmup_rounds * n):
         queue.start_async({0: data})
     queue.wait_all()
     done = 0
@@ -42,7 +37,19 @@ def throughput(name: str, shape: list[int], device: str, seconds: float, f32: bo
         queue.start_async({0: data})
         done += 1
     queue.wait_all()
-    elapsed = time.perf_counter() - t0
+    return n, done, time.perf_counter() - t0
+
+
+def throughput(name: str, shape: list[int], device: str, seconds: float, f32: bool = False) -> dict[str, Any]:
+    """Frames per second of ``name`` at ``shape`` over ``seconds`` (after a warm-up run of each request);
+    ``f32``: held to f32 where the device would run it at a lower precision."""
+    core = ov.Core()
+    model = core.read_model(str(models.resolve(name)))
+    model.reshape({model.inputs[0].get_any_name(): shape})
+    config = {"PERFORMANCE_HINT": "THROUGHPUT"} | ({"INFERENCE_PRECISION_HINT": "f32"} if f32 else {})
+    compiled = core.compile_model(model, device, config)
+    data = np.random.default_rng(0).uniform(0, 255, shape).astype(np.float32)
+    n, done, elapsed = async_rate(compiled, data, seconds)
     precision = compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()
     return {"model": name, "shape": shape, "device": device, "requests": n, "frames": done,
             "fps": round(done / elapsed, 1), "precision": precision}

@@ -68,12 +68,12 @@ def test_each_device_a_node_ran_on_is_measured_by_its_own_name_and_the_images_ar
     assert (det["devices"], det["images_per_frame"], det["batch"]) == (["CPU", "GPU.1"], 0.4, 1)
     assert (look["devices"], look["images_per_frame"], look["batch"]) == (["CPU"], 0.7, 4)  # 70 / 20, rounded
     assert dc.static_shape(look["shape"], look["batch"]) == [4, 128, 128, 3]
-    rates = {("centerface", (1, 3, 64, 64), "GPU.1"): {"rate": 200.0},
-             ("centerface", (1, 3, 64, 64), "CPU"): {"rate": 40.0},
-             ("blazeface_short", (4, 128, 128, 3), "CPU"): {"rate": 700.0}}
+    rates = {("centerface", (1, 3, 64, 64), "GPU.1"): {"images_per_s": 200.0},
+             ("centerface", (1, 3, 64, 64), "CPU"): {"images_per_s": 40.0},
+             ("blazeface_short", (4, 128, 128, 3), "CPU"): {"images_per_s": 700.0}}
     ceil = dc.ceilings([det], rates, ["CPU", "GPU.1"])
     assert ceil == {"CPU": 100.0, "GPU.1": 500.0}  # 1 / (0.4 / 40), 1 / (0.4 / 200)
-    rates[("blazeface_short", (4, 128, 128, 3), "GPU.1")] = {"rate": 700.0}
+    rates[("blazeface_short", (4, 128, 128, 3), "GPU.1")] = {"images_per_s": 700.0}
     both = dc.ceilings([det, look], rates, ["CPU"])
     assert both == {"CPU": pytest.approx(1 / (0.4 / 40 + 0.7 / 700), abs=0.1)}
 

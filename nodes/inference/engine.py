@@ -414,8 +414,8 @@ class Engine:
     def _ran(self, images: int) -> None:
         """A request started: ``--stats`` ``inferences`` (requests run) and ``images`` (the entries in them),
         what a device's ceiling for a graph is reckoned by (benchmarks/device_ceilings.py)."""
-        self.section["inferences"] = self.section.get("inferences", 0) + 1
-        self.section["images"] = self.section.get("images", 0) + images
+        self.section["inferences"] += 1  # (both from load on)
+        self.section["images"] += images
 
     def _began(self) -> float:
         """A request starts: the device is busy from now, if it was idle. Returns now (read under the lock that
