@@ -103,7 +103,8 @@ class SessionEngine(Engine):
         self.section = {"backend": name, "device": self.device, "device_reason": self.choice.reason,
                         "requests": len(self.requests), "cache": str(getattr(self.session, "cache", "off")),
                         "input": {"name": first.name, "shape": str(list(first.shape)), "type": first.dtype},
-                        "input_memory": alloc.placement, "input_binding": None}
+                        "input_memory": alloc.placement, "input_binding": None,
+                        "inferences": 0, "images": 0, "in_flight": None}  # as Engine.load: every key from the start
 
     def warm(self) -> None:
         """Nothing to prepare: one input shape."""
