@@ -31,6 +31,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     suite from ending: if the interpreter has not exited a minute after the tests, the threads it still waits
     for are named and the process exits with pytest's status, or 1 where the tests passed (the hang is a bug)."""
     status = config.stash.get(_STATUS, 1)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # a worker (pytest-xdist) waits for the others' tests and is ended by the controller, which watches
 
     def watch() -> None:
         time.sleep(EXIT_GRACE_S)
