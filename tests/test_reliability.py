@@ -13,6 +13,7 @@ from pathlib import Path
 
 import cv2
 import pytest
+from waits import lines_in, until
 
 from flowpipe.testing import run_yaml
 
@@ -114,7 +115,7 @@ def _run_cli(tmp_path: Path, delay: float) -> subprocess.Popen:
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_leaves_playable_mp4_and_one_jsonl_line_per_frame(tmp_path, sig) -> None:
     proc = _run_cli(tmp_path, 0.0)
-    time.sleep(4)
+    until(lambda: lines_in(tmp_path / "int.jsonl") > 10, "frames came out", proc=proc)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
@@ -132,7 +133,7 @@ def test_interrupt_leaves_playable_mp4_and_one_jsonl_line_per_frame(tmp_path, si
 
 def test_second_interrupt_forces_a_quick_exit(tmp_path) -> None:
     proc = _run_cli(tmp_path, 1.0)  # one second per frame, a queue before it: a graceful drain takes seconds
-    time.sleep(4)
+    until(lambda: lines_in(tmp_path / "int.jsonl") >= 1, "a frame came out", proc=proc)
     proc.send_signal(signal.SIGINT)
     time.sleep(0.5)
     t0 = time.monotonic()
@@ -150,6 +151,7 @@ RSS_SCRIPT = textwrap.dedent("""
     sys.path.insert(0, {tests!r})
     import fp_testnodes
     from flowpipe.testing import run_yaml
+from waits import lines_in, until
     res = run_yaml('''
     plugins: [fp_testnodes]
     nodes:

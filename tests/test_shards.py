@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from waits import lines_in, until
 
 from flowpipe import GraphError, load_graph
 from flowpipe.runtime.shards import ShardedRun, auto_processes, plan, resolve_processes
@@ -276,7 +277,7 @@ def test_first_interrupt_drains_every_shard(tmp_path) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "flowpipe.cli", "run", str(path), "--stats",
                              str(tmp_path / "s.json")], env=env, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
-    time.sleep(4)
+    until(lambda: lines_in(tmp_path / "m.jsonl") >= 10, "frames came out", proc=proc)
     os.killpg(proc.pid, signal.SIGINT)  # the whole process group, as Ctrl-C does
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
