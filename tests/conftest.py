@@ -22,6 +22,12 @@ def events() -> list[str]:
     return EVENTS
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest tests (marked ``slow``) first, in their order: over several workers (pytest-xdist) none of
+    them is left to run alone at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     session.config.stash[_STATUS] = int(exitstatus)
 

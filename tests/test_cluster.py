@@ -12,6 +12,9 @@ from flowpipe import GraphError, load_graph
 from flowpipe.cluster import Host, PlacementError, StreamNeed, place
 
 ray = pytest.importorskip("ray")
+# over several workers (pytest-xdist, --dist loadgroup), one runs every test here: one local Ray cluster, not one a
+# worker, on a machine that runs the rest of the suite beside it
+pytestmark = pytest.mark.xdist_group("ray_cluster")
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 # the hosts' workers import the test-only nodes (fp_testnodes) as a graph's plugins
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).parent), os.environ.get("PYTHONPATH")) if p)

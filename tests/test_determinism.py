@@ -76,6 +76,7 @@ def _differ(a: dict[int, list[tuple[Any, ...]]], b: dict[int, list[tuple[Any, ..
     return [i for i in sorted(set(a) | set(b)) if a.get(i) != b.get(i)]
 
 
+@pytest.mark.slow
 def test_the_masks_are_the_same_whatever_the_pace_of_the_stages_and_the_load_of_the_machine(tmp_path, woman):
     quiet, runs = _run(tmp_path, woman, "quiet")
     assert len(quiet) == FRAMES and runs.get("skipped", 0) > 0  # the interval passed over some frames

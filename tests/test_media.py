@@ -120,6 +120,7 @@ nodes:
 
 
 @pytest.mark.skipif(FFPROBE is None, reason="ffprobe (scripts/setup.sh installs ffmpeg)")
+@pytest.mark.slow
 def test_the_main_job_s_records_never_name_a_frame_its_recording_lost(tmp_path) -> None:
     """The face-blur job on a looping camera, killed with SIGKILL at random moments (from before its first
     record to a few seconds in): every JSONL record that was written names a frame that ffprobe finds in the

@@ -465,6 +465,7 @@ nodes:
     assert all(len(d.keypoints or []) == 5 for d in collected("cf")[0].detections)
 
 
+@pytest.mark.slow
 def test_the_shipped_graph_masks_small_and_masked_real_faces(tmp_path) -> None:
     """graphs/face_blur.yaml on six real faces of 15-30 px in a street scene (the BlazeFace graph masks under a
     fifth of them) and on the six faces behind surgical masks, which score under the start threshold for their

@@ -216,6 +216,7 @@ def test_streams_named_in_the_request_each_record_a_file_with_their_name(service
     assert sorted(p.name for p in (tmp / "out" / iid).glob("*.mp4")) == ["rec-cam1.mp4", "rec-cam2.mp4"]
 
 
+@pytest.mark.slow
 def test_a_hundred_streams_come_and_go_without_leaking(service) -> None:
     """100 add/remove cycles on one running instance, each stream removed while its first frames are still on
     their way (in its recording's fragment not yet written), each accounted: fds, threads and memory back where

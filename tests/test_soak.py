@@ -12,10 +12,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 SERVICES = Path("/usr/bin/python3").exists() and shutil.which("mosquitto") is not None
 
 
+@pytest.mark.slow
 def test_the_main_job_under_kills_accounts_every_frame_records_each_once_and_keeps_its_rate(tmp_path) -> None:
     out = tmp_path / "soak.json"
     p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "soak_streams.py"), "--minutes", "0.5",
@@ -65,6 +68,7 @@ def test_the_main_job_under_kills_accounts_every_frame_records_each_once_and_kee
     assert r["owner_models"]["inference.detect"]["cache"] == "hit", r["owner_models"]
 
 
+@pytest.mark.slow
 def test_a_run_holds_its_fds_and_frame_buffers_flat_once_warm(tmp_path) -> None:
     """The main job on two looping streams over two processes and the device owner, sampled every 5 s for 30 s
     after a 15 s warm-up: no process opens an fd or maps a frame buffer more than it had, and memory
