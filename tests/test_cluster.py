@@ -552,7 +552,8 @@ nodes:
     stats = res.to_json()
     (o,) = stats["outages"]
     assert o["stream"] == "door" and 0 < o["resumed_after_s"] < 20
-    assert o["fps"] > 10 and o["frames_lost"] == round(o["resumed_after_s"] * o["fps"])
+    # the frames the camera sent meanwhile, at the rate it was read at before (which a loaded machine lowers)
+    assert o["fps"] > 0 and o["frames_lost"] == round(o["resumed_after_s"] * o["fps"])
     assert [h["generation"] for h in stats["hosts"]] == [0, 1] and stats["hosts"][0]["lost"]
     f = res.frames
     assert f["in"] == f["out"] + f["dropped"] + f["failed"] and f["failed"] == 0

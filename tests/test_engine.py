@@ -4,10 +4,10 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
+from waits import lines_in, until
 
 from flowpipe.testing import collected, run_node, run_yaml
 
@@ -188,7 +188,7 @@ SIGINT_GRAPH = """
 nodes:
   - {id: src, type: synthetic_source, config: {count: 100000000, realtime: true, fps: 200}}
   - {id: a, type: passthrough, inputs: src.frame}
-  - {id: s, type: null_sink, inputs: a.out}
+  - {id: s, type: jsonl, config: {path: m.jsonl}, inputs: a.out}
 """
 
 
@@ -198,8 +198,8 @@ def test_signal_shuts_down_cleanly_with_exit_130(tmp_path, sig) -> None:
     g.write_text(SIGINT_GRAPH)
     stats = tmp_path / "stats.json"
     proc = subprocess.Popen([sys.executable, "-m", "flowpipe.cli", "run", str(g), "--stats", str(stats)],
-                            stderr=subprocess.PIPE, text=True)
-    time.sleep(2.0)
+                            stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    until(lambda: lines_in(tmp_path / "m.jsonl") > 0, "frames came out", proc=proc)  # the run has begun
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err

@@ -151,7 +151,6 @@ RSS_SCRIPT = textwrap.dedent("""
     sys.path.insert(0, {tests!r})
     import fp_testnodes
     from flowpipe.testing import run_yaml
-from waits import lines_in, until
     res = run_yaml('''
     plugins: [fp_testnodes]
     nodes:
