@@ -114,8 +114,7 @@ def throughput(ov_owner: OpenVino, model: str, sha256: str | None, shape: list[i
     part = models.part_of(model)
     m = ov_owner.read_model(models.resolve(model, sha256=sha256), part)
     # as the node fits it: the batch unfolded where the file has one picture, a cut model's anchors constants
-    any_size = models.is_registry_name(model) and bool(models.entry(model)["input"].get("any_size"))
-    m = ovx.fit_input(m, tuple(shape), device, None, any_size)
+    m = ovx.fit_input(m, tuple(shape), device, None, models.takes_any_size(model))
     if part:
         m = ovx.fold(m)
     t0 = time.perf_counter()

@@ -134,6 +134,11 @@ def is_registry_name(ref: str) -> bool:
     return ref in registry()
 
 
+def takes_any_size(ref: str) -> bool:
+    """Whether the registry says model ``ref`` takes any input height and width (False for a path)."""
+    return is_registry_name(ref) and bool(entry(ref)["input"].get("any_size"))
+
+
 def cached_path(name: str) -> Path:
     e = entry(name)
     if "path" in e.get("source", {}):  # this host's own model, where it was added from

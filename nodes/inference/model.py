@@ -115,8 +115,7 @@ class ModelCompiler:
         if want is not None and self.batch > 1:  # several frames (each one or more entries) per request
             want = (want[0] * self.batch, *want[1:])
         c = self.config
-        any_size = c.any_size if c.any_size is not None else (
-            models.is_registry_name(c.model) and bool(models.entry(c.model)["input"].get("any_size")))
+        any_size = c.any_size if c.any_size is not None else models.takes_any_size(c.model)
         ps = model.inputs[0].get_partial_shape()
         takes = model_input(c, len(ps) != 4 or any(d.is_dynamic for d in list(ps)[1:]))  # H, W the model's own?
         if offer.tensor is not None and takes is not None:  # as validation did, with the tensor it got
