@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+from waits import until
 
 from flowpipe import GraphError, load_graph
 from flowpipe.cluster import Host, PlacementError, StreamNeed, place
@@ -55,6 +56,11 @@ def _graph(tmp_path: Path, per_stream: str, counts: tuple[int, ...] = (40, 30, 2
 
 def _lines(path: Path) -> list[tuple[str, int]]:
     return [(r["stream"], r["frame"]) for r in map(json.loads, path.read_text().splitlines())]
+
+
+def _counted(lines: list[tuple[str, int]], streams: int) -> dict[str, int]:
+    """Records of each of streams s0, s1, ...: what a run stopped at an unknown frame must account."""
+    return {f"s{i}": sum(s == f"s{i}" for s, _ in lines) for i in range(streams)}
 
 
 def test_placement_spreads_and_names_what_is_missing() -> None:
@@ -165,16 +171,14 @@ def test_a_lost_host_s_streams_resume_on_the_others_with_every_frame_accounted(c
         time.sleep(0.05)
     lost_streams = next(a.sources for a in run.agents if a.host_id == spare.node_id)
     c.remove_node(spare)
-    deadline = time.monotonic() + 120  # a bound for a hang, not a pace
-    while not any(a.generation == 1 and a.progress.get("out", 0) > 10 for a in run.agents):
-        assert time.monotonic() < deadline and t.is_alive(), "the lost host's streams never went on elsewhere"
-        time.sleep(0.05)
+    until(lambda: any(a.generation == 1 and a.progress.get("out", 0) > 10 for a in run.agents),
+          "the lost host's streams went on elsewhere", within=120)
     run.stop()
     t.join(timeout=120)
     res = box["res"]
     assert res.ok, res.error
     lines = _lines(out)
-    counted = {f"s{i}": sum(s == f"s{i}" for s, _ in lines) for i in range(len(counts))}
+    counted = _counted(lines, len(counts))
     assert res.per_stream == counted
     f = res.frames
     assert f["in"] == f["out"] == len(lines) and f["failed"] == f["dropped"] == 0
@@ -339,7 +343,6 @@ def test_rebalance_moves_streams_to_a_host_that_joins(cluster, tmp_path) -> None
     run until the test stops them, once both go on in their new places: however long the host takes to join
     on a loaded machine, it joins while they run."""
     import threading
-    import time
 
     from flowpipe.cluster.controller import ClusterRun
 
@@ -352,23 +355,17 @@ def test_rebalance_moves_streams_to_a_host_that_joins(cluster, tmp_path) -> None
     box: dict = {}
     t = threading.Thread(target=lambda: box.update(res=run.run()))
     t.start()
-
-    def until(what, within: float = 120.0) -> None:  # a bound for a hang, not a pace
-        deadline = time.monotonic() + within
-        while not what():
-            assert time.monotonic() < deadline and t.is_alive(), box
-            time.sleep(0.05)
-
-    until(lambda: any(a.progress.get("out", 0) > 30 for a in run.agents))
+    until(lambda: any(a.progress.get("out", 0) > 30 for a in run.agents), "frames came out", within=120)
     joined = c.add_node(num_cpus=1, resources={"intel_cpu": 1})
     moved = lambda: [a for a in run.agents if a.generation == 1]  # noqa: E731
-    until(lambda: len(moved()) == 2 and all(a.progress.get("out", 0) > 10 for a in moved()))
+    until(lambda: len(moved()) == 2 and all(a.progress.get("out", 0) > 10 for a in moved()),
+          "both streams went on in their new places", within=120)
     run.stop()
     t.join(timeout=120)
     res = box["res"]
     assert res.ok, res.error
     lines = _lines(out)
-    counted = {f"s{i}": sum(s == f"s{i}" for s, _ in lines) for i in range(2)}
+    counted = _counted(lines, 2)
     assert res.frames == {"in": len(lines), "out": len(lines), "dropped": 0, "failed": 0}
     assert res.per_stream == counted
     stats = res.to_json()
@@ -437,7 +434,7 @@ def test_a_run_outlives_a_controller_that_dies(cluster, tmp_path) -> None:
             client.remove()
     assert res.error is None and res.exit_code == 130, res.error  # ended by its stop, drained
     lines = _lines(out)
-    counted = {f"s{i}": sum(s == f"s{i}" for s, _ in lines) for i in range(len(counts))}
+    counted = _counted(lines, len(counts))
     assert res.frames == {"in": len(lines), "out": len(lines), "dropped": 0, "failed": 0} and len(lines) > 60
     assert res.per_stream == counted
     assert not res.replacements and all(h["generation"] == 0 for h in res.to_json()["hosts"])
