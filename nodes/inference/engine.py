@@ -30,6 +30,8 @@ from .config import InferenceConfig
 from .model import ModelCompiler
 
 log = logging.getLogger("flowpipe.inference")
+# what every engine's --stats section counts from load on (the owner pickles a section while requests update it)
+COUNTS: dict[str, Any] = {"inferences": 0, "images": 0, "in_flight": None}
 
 
 class Engine:
@@ -104,9 +106,7 @@ class Engine:
                                   "type": str(self.in_type)},
                         "input_memory": alloc.placement,
                         "config": {k: str(v) for k, v in config.items()}, "stateful": self.stateful,
-                        "input_binding": None,
-                        # every key there from the start: the owner pickles this while requests update it
-                        "inferences": 0, "images": 0, "in_flight": None}
+                        "input_binding": None, **COUNTS}
         if entries.up_to:
             self.section["entries"] = entries.describe() if not self.serial else \
                 f"up to {entries.count} per frame, each run on its own (the model's batch cannot change)"

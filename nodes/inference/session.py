@@ -18,7 +18,7 @@ from flowpipe.frame import Frame
 from flowpipe.memory import BufferPool, SharedLease, Slot, packed
 
 from .batching import Entries
-from .engine import Engine, _cache_dir
+from .engine import COUNTS, Engine, _cache_dir
 
 
 class _Request:
@@ -103,8 +103,7 @@ class SessionEngine(Engine):
         self.section = {"backend": name, "device": self.device, "device_reason": self.choice.reason,
                         "requests": len(self.requests), "cache": str(getattr(self.session, "cache", "off")),
                         "input": {"name": first.name, "shape": str(list(first.shape)), "type": first.dtype},
-                        "input_memory": alloc.placement, "input_binding": None,
-                        "inferences": 0, "images": 0, "in_flight": None}  # as Engine.load: every key from the start
+                        "input_memory": alloc.placement, "input_binding": None, **COUNTS}
 
     def warm(self) -> None:
         """Nothing to prepare: one input shape."""
