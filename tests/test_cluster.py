@@ -156,7 +156,7 @@ def test_a_lost_host_s_streams_resume_on_the_others_with_every_frame_accounted(c
     c, _ = cluster
     spare = c.add_node(num_cpus=1, resources={"spare": 1})
     c.wait_for_nodes()
-    counts = (100_000,) * 3  # until stopped, once the lost host's streams go on elsewhere: however slow the machine
+    counts = (150, 150, 150)
     spec, out = _graph(tmp_path, "{CPU: 0.3}", counts=counts, named=True)
     for s in spec.nodes:
         if s.type == "synthetic_source":
@@ -171,25 +171,21 @@ def test_a_lost_host_s_streams_resume_on_the_others_with_every_frame_accounted(c
         time.sleep(0.05)
     lost_streams = next(a.sources for a in run.agents if a.host_id == spare.node_id)
     c.remove_node(spare)
-    until(lambda: any(a.generation == 1 and a.progress.get("out", 0) > 10 for a in run.agents),
-          "the lost host's streams went on elsewhere", within=120)
-    run.stop()
     t.join(timeout=120)
     res = box["res"]
     assert res.ok, res.error
-    lines = _lines(out)
-    counted = _counted(lines, len(counts))
-    assert res.per_stream == counted
+    assert res.per_stream == {f"s{i}": n for i, n in enumerate(counts)}
     f = res.frames
-    assert f["in"] == f["out"] == len(lines) and f["failed"] == f["dropped"] == 0
+    assert f["in"] == f["out"] == sum(counts) and f["failed"] == f["dropped"] == 0
     stats = res.to_json()
     (moved,) = stats["replacements"]
     # how soon is the soak benchmark's to say (BENCHMARKS section 13): a loaded machine took 10.04 s once
     assert moved["streams"] == [s.replace("src", "s") for s in lost_streams] and moved["replaced_in_s"] > 0
     assert any(h["lost"] for h in stats["hosts"]) and any(h["generation"] == 1 for h in stats["hosts"])
-    for sid, n in counted.items():  # every frame's record once: none missing, none repeated across the loss
-        got = sorted(k for s, k in lines if s == sid)
-        assert got == list(range(n)), (sid, len(got))
+    lines = _lines(out)
+    for i, n in enumerate(counts):  # every frame's record once: none missing, none repeated across the loss
+        got = sorted(k for s, k in lines if s == f"s{i}")
+        assert got == list(range(n)), (f"s{i}", len(got))
 
 
 def test_a_stream_added_at_run_time_goes_on_elsewhere_when_its_host_is_lost(cluster, tmp_path) -> None:
